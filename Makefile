@@ -1,0 +1,33 @@
+# Quick start:  make demo   (set up, then scan + index a copy of sample_data)
+#               make test   (set up, then run the test suite)
+VENV ?= .venv
+PY := $(VENV)/bin/python
+DSCLEAN := $(VENV)/bin/dsclean
+
+.PHONY: setup demo test bench clean
+
+setup: $(VENV)/.installed
+
+# torch first, pinned: 2.13.0 is a CPU build these machines have on disk, while an
+# unpinned torch pulls a multi-GB CUDA build. The package itself asks for torch>=2.1.
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+# The demo works on a copy: the repo's own sample_data is never moved.
+demo: setup
+	rm -rf demo && mkdir demo && cp -r sample_data demo/data
+	$(DSCLEAN) scan demo/data --quarantine demo/quarantine
+	$(DSCLEAN) index demo/data -o demo/index.arrow
+	$(DSCLEAN) info demo/index.arrow
+
+test: setup
+	$(VENV)/bin/pytest -q
+
+bench: setup
+	$(PY) scripts/bench_scan.py
+
+clean:
+	rm -rf demo $(VENV)

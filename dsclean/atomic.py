@@ -1,0 +1,65 @@
+"""Write-to-temp-then-rename, so a crash or a full disk never leaves half an output in place."""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from typing import Iterator
+
+
+def fsync_dir(path: str) -> None:
+    """Make a rename or create inside ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_output(final: str, *, directory: bool = False) -> Iterator[str]:
+    """Yield a temp path next to ``final``; on success fsync it and rename it over ``final``.
+
+    On an exception the temp output is removed and ``final`` is untouched.
+    With ``directory=True`` the temp path is a fresh folder (for multi-file outputs).
+    """
+    parent = os.path.dirname(os.path.abspath(final)) or "."
+    base = os.path.basename(final)
+    if directory:
+        tmp = tempfile.mkdtemp(prefix=f".{base}.", suffix=".tmp", dir=parent)
+    else:
+        fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp", dir=parent)
+        os.close(fd)
+    try:
+        yield tmp
+        if directory:
+            for name in os.listdir(tmp):
+                _fsync_file(os.path.join(tmp, name))
+            fsync_dir(tmp)
+            if os.path.isdir(final):
+                # Swap folders: move the old one aside, rename the new one in, then remove the old.
+                old = tempfile.mkdtemp(prefix=f".{base}.", suffix=".old", dir=parent)
+                os.rename(final, os.path.join(old, base))
+                os.rename(tmp, final)
+                shutil.rmtree(old)
+            else:
+                os.rename(tmp, final)
+        else:
+            _fsync_file(tmp)
+            os.replace(tmp, final)
+        fsync_dir(parent)
+    except BaseException:
+        if directory:
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

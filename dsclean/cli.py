@@ -1,0 +1,161 @@
+"""The ``dsclean`` command: a thin layer of argparse over the Python API.
+
+Exit codes: 0 done; 1 ``--check`` found bad files (or a restore refused
+entries); 2 usage error or bad input (message, no traceback); 130/143
+interrupted by SIGINT/SIGTERM after flushing what was decided.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from typing import Sequence
+
+from . import __version__
+from . import reasons as R
+from .errors import UserError
+
+EXIT_OK, EXIT_FOUND_BAD, EXIT_USAGE = 0, 1, 2
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
+    return value
+
+
+def add_scan_parser(sub: argparse._SubParsersAction) -> None:
+    from .check import DEFAULT_MAX_FRAMES, DEFAULT_MAX_PIXELS
+
+    p = sub.add_parser("scan", help="check every image/audio file under ROOT; quarantine the broken ones")
+    p.add_argument("root", metavar="ROOT", help="folder to scan")
+    p.add_argument("--quarantine", metavar="DIR", help="move bad files to DIR/<path relative to ROOT> (journaled)")
+    p.add_argument("--report", metavar="DIR", help="where to write results (default: the quarantine folder, else ROOT/.dsclean)")
+    p.add_argument("--jobs", "-j", type=_positive_int, default=0, metavar="N", help="worker processes (default: all usable cores)")
+    p.add_argument("--lenient", action="store_true", help="recoverable decoder warnings (e.g. 'Corrupt JPEG data') are warn, not bad")
+    p.add_argument("--max-pixels", type=_positive_int, default=DEFAULT_MAX_PIXELS, metavar="N",
+                   help=f"images with more pixels are decompression bombs (default {DEFAULT_MAX_PIXELS:,}, Pillow's; 0 = no limit)")
+    p.add_argument("--max-frames", type=_positive_int, default=DEFAULT_MAX_FRAMES, metavar="N",
+                   help=f"decode at most N frames of an animated image (default {DEFAULT_MAX_FRAMES})")
+    p.add_argument("--check", action="store_true", help="exit 1 if any bad file is found (for CI)")
+    p.add_argument("--dry-run", action="store_true", help="decide and report, move nothing")
+    p.add_argument("--include-hidden", action="store_true", help="also scan dot-named files and folders")
+    p.add_argument("--follow-symlinks", action="store_true", help="follow symlinks that stay inside ROOT")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar, no summary (errors still print)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=cmd_scan)
+
+
+def cmd_scan(args: argparse.Namespace) -> int:
+    from .check import CheckOptions
+    from .scanner import ScanOptions, format_summary, scan
+
+    options = ScanOptions(
+        jobs=args.jobs,
+        check=CheckOptions(lenient=args.lenient, max_pixels=args.max_pixels, max_frames=max(1, args.max_frames)),
+        quarantine=args.quarantine,
+        report_dir=args.report,
+        dry_run=args.dry_run,
+        include_hidden=args.include_hidden,
+        follow_symlinks=args.follow_symlinks,
+        progress=False if (args.quiet or args.json) else None,
+    )
+    summary = scan(args.root, options)
+    if args.json:
+        print(json.dumps(summary.to_json(), indent=2))
+    elif not args.quiet:
+        print(format_summary(summary))
+    for msg in summary.move_errors if args.quiet else ():
+        print(f"dsclean: {msg}", file=sys.stderr)
+    if summary.interrupted:
+        return 128 + _last_signal
+    return EXIT_FOUND_BAD if args.check and summary.bad else EXIT_OK
+
+
+def add_restore_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("restore", help="move quarantined files back to where they came from")
+    p.add_argument("quarantine", metavar="DIR", help="a quarantine folder written by dsclean scan")
+    p.set_defaults(func=cmd_restore)
+    p = sub.add_parser("recover", help="finish or revert moves left half-done by a killed scan (scan does this too)")
+    p.add_argument("quarantine", metavar="DIR", help="a quarantine folder written by dsclean scan")
+    p.set_defaults(func=cmd_recover)
+
+
+def _print_report(report, verb: str) -> int:
+    print(f"{verb}: {report.restored} restored, {report.completed} half-done moves completed, {report.reverted} reverted")
+    for msg in report.refused:
+        print(f"refused: {msg}", file=sys.stderr)
+    for msg in report.bad_lines:
+        print(f"skipped unreadable manifest line: {msg}", file=sys.stderr)
+    return EXIT_FOUND_BAD if report.refused else EXIT_OK
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    from .quarantine import restore
+
+    return _print_report(restore(args.quarantine), "restore")
+
+
+def cmd_recover(args: argparse.Namespace) -> int:
+    from .quarantine import recover
+
+    return _print_report(recover(args.quarantine), "recover")
+
+
+def add_reasons_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("reasons", help="list the reason codes a verdict can carry")
+    p.set_defaults(func=lambda args: print("\n".join(f"{k:<20} {v}" for k, v in R.REASONS.items())) or EXIT_OK)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dsclean", description="Make image and audio training data safe to feed to PyTorch.")
+    parser.add_argument("--version", action="version", version=f"dsclean {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    add_scan_parser(sub)
+    add_restore_parser(sub)
+    add_reasons_parser(sub)
+    try:
+        from .cli_index import add_parsers as add_index_parsers
+    except ImportError:  # the index commands are optional while that module is absent
+        add_index_parsers = None
+    if add_index_parsers is not None:
+        add_index_parsers(sub)
+    return parser
+
+
+_last_signal = signal.SIGINT
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    """Turn SIGTERM into the same clean stop as Ctrl-C (flush results, keep the quarantine consistent)."""
+    global _last_signal
+    _last_signal = signum
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_USAGE
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return int(args.func(args) or 0)
+    except UserError as exc:
+        print(f"dsclean {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("dsclean: interrupted", file=sys.stderr)
+        return 128 + _last_signal
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

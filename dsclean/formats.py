@@ -1,0 +1,92 @@
+"""Media formats: which extensions dsclean looks at and how their magic bytes read.
+
+Discovery picks candidates by extension (case-insensitive); the checker then
+confirms the real format from the first bytes with :func:`sniff`.
+"""
+from __future__ import annotations
+
+import os
+
+IMAGE = "image"
+AUDIO = "audio"
+
+#: format name -> (kind, extensions)
+FORMATS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "jpeg": (IMAGE, (".jpg", ".jpeg")),
+    "png": (IMAGE, (".png",)),
+    "gif": (IMAGE, (".gif",)),
+    "bmp": (IMAGE, (".bmp",)),
+    "tiff": (IMAGE, (".tif", ".tiff")),
+    "webp": (IMAGE, (".webp",)),
+    "wav": (AUDIO, (".wav",)),
+    "flac": (AUDIO, (".flac",)),
+    "ogg": (AUDIO, (".ogg",)),
+    "mp3": (AUDIO, (".mp3",)),
+}
+
+EXT_TO_FORMAT: dict[str, str] = {ext: fmt for fmt, (_, exts) in FORMATS.items() for ext in exts}
+MEDIA_EXTENSIONS: frozenset[str] = frozenset(EXT_TO_FORMAT)
+#: the same, as bytes, for discovery working on raw file names
+MEDIA_EXTENSIONS_B: frozenset[bytes] = frozenset(e.encode() for e in EXT_TO_FORMAT)
+
+#: how many leading bytes :func:`sniff` needs
+SNIFF_BYTES = 16
+
+# Fixed magic prefixes, used both to sniff and to recognise a file truncated inside its magic.
+_PREFIXES: dict[str, tuple[bytes, ...]] = {
+    "jpeg": (b"\xff\xd8\xff",),
+    "png": (b"\x89PNG\r\n\x1a\n",),
+    "gif": (b"GIF87a", b"GIF89a"),
+    "bmp": (b"BM",),
+    "tiff": (b"II*\x00", b"MM\x00*"),
+    "flac": (b"fLaC",),
+    "ogg": (b"OggS",),
+    "mp3": (b"ID3",),
+}
+
+
+def format_of_name(name: str | bytes) -> str | None:
+    """The format an (extension of a) file name claims, or None if not media."""
+    ext = os.path.splitext(name)[1].lower()
+    if isinstance(ext, bytes):
+        ext = ext.decode("ascii", "replace")
+    return EXT_TO_FORMAT.get(ext)
+
+
+def kind_of(fmt: str) -> str:
+    return FORMATS[fmt][0]
+
+
+def _is_mp3_frame_sync(head: bytes) -> bool:
+    # MPEG audio frame header: 11 sync bits, a valid version, layer III/II/I, a valid bitrate index.
+    if len(head) < 4 or head[0] != 0xFF or (head[1] & 0xE0) != 0xE0:
+        return False
+    version = (head[1] >> 3) & 0b11
+    layer = (head[1] >> 1) & 0b11
+    bitrate = head[2] >> 4
+    srate = (head[2] >> 2) & 0b11
+    return version != 0b01 and layer != 0 and bitrate not in (0, 15) and srate != 0b11
+
+
+def sniff(head: bytes) -> str | None:
+    """The format the first bytes of a file belong to, or None."""
+    if head[:4] == b"RIFF" and len(head) >= 12:
+        return {b"WAVE": "wav", b"WEBP": "webp"}.get(head[8:12])
+    if head[:4] == b"RF64" and head[8:12] == b"WAVE":
+        return "wav"
+    for fmt, prefixes in _PREFIXES.items():
+        if any(head.startswith(p) for p in prefixes):
+            return fmt
+    if _is_mp3_frame_sync(head):
+        return "mp3"
+    return None
+
+
+def is_prefix_of_magic(head: bytes, fmt: str) -> bool:
+    """True if ``head`` is a non-empty strict prefix of ``fmt``'s magic: a file cut inside its signature."""
+    if not head:
+        return False
+    if fmt in ("wav", "webp"):
+        want = b"RIFF"[: len(head)] if len(head) <= 4 else None
+        return want == head[:4] and len(head) < 12
+    return any(len(head) < len(p) and p.startswith(head) for p in _PREFIXES.get(fmt, ()))

@@ -1,0 +1,37 @@
+"""The one list of verdict statuses and reason codes.
+
+Every verdict dsclean writes has a ``status`` (``ok`` / ``warn`` / ``bad``) and,
+unless it is ``ok``, a ``reason`` taken from :data:`REASONS`. Reports, the CLI
+summary and the README table are all generated from this module.
+"""
+from __future__ import annotations
+
+OK = "ok"
+WARN = "warn"
+BAD = "bad"
+STATUSES = (OK, WARN, BAD)
+
+TRUNCATED = "truncated"
+CORRUPT = "corrupt"
+NOT_MEDIA = "not_media"
+EMPTY = "empty"
+DECOMPRESSION_BOMB = "decompression_bomb"
+UNSUPPORTED = "unsupported"
+UNREADABLE = "unreadable"
+EXTENSION_MISMATCH = "extension_mismatch"
+INVALID_SAMPLES = "invalid_samples"
+VANISHED = "vanished"
+
+#: reason code -> what it means (shown by ``dsclean reasons`` and in the README)
+REASONS: dict[str, str] = {
+    TRUNCATED: "the file ends early: missing end marker, fewer bytes or frames than its header promises",
+    CORRUPT: "the data is damaged: decoder error or warning, bad chunk CRC, broken container structure",
+    NOT_MEDIA: "the content is not the media its extension claims (e.g. an HTML page saved as .jpg)",
+    EMPTY: "zero bytes, a zero-sized image, or audio with zero frames",
+    DECOMPRESSION_BOMB: "the image declares more pixels than the limit (Pillow's MAX_IMAGE_PIXELS, --max-pixels)",
+    UNSUPPORTED: "a real media file, but a variant the decoder cannot read",
+    UNREADABLE: "the file cannot be read: permission denied, I/O error, broken symlink",
+    EXTENSION_MISMATCH: "valid media whose extension names another format (e.g. a PNG saved as .jpg); a warning",
+    INVALID_SAMPLES: "float audio containing NaN, Inf or absurd magnitudes",
+    VANISHED: "the file disappeared between discovery and check; a warning",
+}

@@ -1,0 +1,111 @@
+"""Stage 3: verdicts on disk, and back.
+
+The scan streams verdicts into a Parquet table (every file, columnar, compact
+for millions of rows) and bad/warn ones into a JSONL list for people. Both are
+written to temp files and renamed when the scan ends. Later stages read the
+table with :func:`read_results`.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from . import locations, reasons
+from .atomic import atomic_output
+from .verdict import FIELDS, SCHEMA, Verdict
+
+
+class ResultsWriter:
+    """Stream verdicts to ``<report_dir>/scan_results.parquet`` and ``problems.jsonl``.
+
+    Rows are buffered up to ``batch_rows`` and written as one Parquet row group,
+    so memory stays bounded however many files are scanned. Call :meth:`close`
+    to publish the files (rename from temp); :meth:`discard` leaves any previous
+    results in place.
+    """
+
+    def __init__(self, report_dir: str, *, batch_rows: int = 65_536) -> None:
+        os.makedirs(report_dir, exist_ok=True)
+        self.report_dir = report_dir
+        self.results_path = os.path.join(report_dir, locations.RESULTS_FILE)
+        self.problems_path = os.path.join(report_dir, locations.PROBLEMS_FILE)
+        self._results_ctx = atomic_output(self.results_path)
+        self._problems_ctx = atomic_output(self.problems_path)
+        tmp_results = self._results_ctx.__enter__()
+        tmp_problems = self._problems_ctx.__enter__()
+        self._writer = pq.ParquetWriter(tmp_results, SCHEMA, compression="zstd")
+        self._problems = open(tmp_problems, "w", encoding="utf-8")
+        self._batch_rows = batch_rows
+        self._columns: dict[str, list] = {name: [] for name in FIELDS}
+        self.rows = 0
+
+    def add(self, v: Verdict, extra: dict | None = None) -> None:
+        """Buffer one verdict; ``extra`` keys (e.g. where it was quarantined) go to the JSONL line only."""
+        cols = self._columns
+        for name in FIELDS:
+            cols[name].append(getattr(v, name))
+        cols["path"][-1] = os.fsencode(v.path)
+        self.rows += 1
+        if v.status != reasons.OK:
+            # ensure_ascii keeps lone surrogates (non-UTF-8 names) as \\udcXX: lossless and valid JSON
+            self._problems.write(json.dumps({**v.to_json(), **(extra or {})}) + "\n")
+        if len(cols["path"]) >= self._batch_rows:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._columns["path"]:
+            self._writer.write_batch(pa.RecordBatch.from_pydict(self._columns, schema=SCHEMA))
+            self._columns = {name: [] for name in FIELDS}
+
+    def close(self) -> None:
+        """Write what is buffered and publish both files atomically."""
+        self._flush()
+        self._writer.close()
+        self._problems.close()
+        self._results_ctx.__exit__(None, None, None)
+        self._problems_ctx.__exit__(None, None, None)
+
+    def discard(self) -> None:
+        """Drop the temp files; previous results stay as they were."""
+        self._writer.close()
+        self._problems.close()
+        err = RuntimeError("results discarded")
+        for ctx in (self._results_ctx, self._problems_ctx):
+            try:
+                ctx.__exit__(RuntimeError, err, None)
+            except RuntimeError:
+                continue  # atomic_output re-raises what it was given; the temp file is gone
+
+
+def read_results(path: str, columns: list[str] | None = None) -> pa.Table:
+    """The results table of a scan: a results file, or a report folder holding one.
+
+    ``path`` is binary (exact file-name bytes); ``os.fsdecode`` gives a ``str``.
+    """
+    if os.path.isdir(path):
+        path = os.path.join(path, locations.RESULTS_FILE)
+    return pq.read_table(path, columns=columns)
+
+
+def iter_verdicts(path: str, *, status: str | None = None):
+    """Yield :class:`Verdict` objects from a results file, one batch in memory at a time."""
+    if os.path.isdir(path):
+        path = os.path.join(path, locations.RESULTS_FILE)
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=65_536):
+        if status is not None:
+            batch = batch.filter(pc.equal(batch.column("status"), status))
+        for row in batch.to_pylist():
+            row["path"] = os.fsdecode(row["path"])
+            yield Verdict(**row)
+
+
+def read_problems(path: str) -> list[dict]:
+    """The bad/warn list of a scan (``problems.jsonl``) as dicts."""
+    if os.path.isdir(path):
+        path = os.path.join(path, locations.PROBLEMS_FILE)
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
