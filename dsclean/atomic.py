@@ -63,3 +63,17 @@ def _fsync_file(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def remove_stale_temps(folder: str, final_names: tuple[str, ...]) -> list[str]:
+    """Remove temp outputs a killed process left for these names; only call while holding the folder's lock."""
+    removed = []
+    prefixes = tuple(f".{name}." for name in final_names)
+    for entry in os.scandir(folder):
+        if entry.name.startswith(prefixes) and entry.name.endswith((".tmp", ".old")):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+            removed.append(entry.name)
+    return removed

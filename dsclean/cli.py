@@ -73,7 +73,9 @@ def cmd_scan(args: argparse.Namespace) -> int:
     for msg in summary.move_errors if args.quiet else ():
         print(f"dsclean: {msg}", file=sys.stderr)
     if summary.interrupted:
-        return 128 + _last_signal
+        print(f"dsclean scan: interrupted by {signal.Signals(summary.signal).name}; results so far were saved",
+              file=sys.stderr)
+        return 128 + summary.signal
     return EXIT_FOUND_BAD if args.check and summary.bad else EXIT_OK
 
 
@@ -128,23 +130,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_last_signal = signal.SIGINT
-
-
-def _on_sigterm(signum: int, frame: object) -> None:
-    """Turn SIGTERM into the same clean stop as Ctrl-C (flush results, keep the quarantine consistent)."""
-    global _last_signal
-    _last_signal = signum
-    raise KeyboardInterrupt
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
-    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return int(args.func(args) or 0)
     except UserError as exc:
@@ -152,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("dsclean: interrupted", file=sys.stderr)
-        return 128 + _last_signal
+        return 128 + signal.SIGINT
     except BrokenPipeError:
         return EXIT_OK
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from . import locations
-from .atomic import fsync_dir
+from .atomic import fsync_dir, remove_stale_temps
 from .discover import QUARANTINE_MARKER
 from .errors import UserError
 
@@ -203,6 +203,8 @@ class Quarantine:
         self._lock_fd = lock_folder(self.qdir)
         self.journal = Journal(os.path.join(self.qdir, locations.MANIFEST_FILE))
         self.recovery = recover_open(self.qdir, self.journal)
+        # Reports default to this folder; a killed scan leaves their temp files behind.
+        remove_stale_temps(self.qdir, (locations.RESULTS_FILE, locations.PROBLEMS_FILE, locations.SUMMARY_FILE))
         self.moved = 0
 
     def move(self, rel: str, reason: str | None = None) -> str:
@@ -307,7 +309,7 @@ def restore(qdir: str) -> RecoveryReport:
     journal = Journal(os.path.join(qdir, locations.MANIFEST_FILE))
     try:
         report = recover_open(qdir, journal)
-        state = _fold(journal.path, report)
+        state = _fold(journal.path, RecoveryReport())  # again, with recovery's outcomes; bad lines already reported
         restored_moves = {
             str(e.get("of")) for i, e in state.intents.items() if e["op"] == "restore" and state.outcome.get(i) == "done"
         }

@@ -8,9 +8,12 @@ results row group, so memory stays flat for 10 million files.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
+import signal
+import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -64,6 +67,7 @@ class ScanSummary:
     quarantine: str | None = None
     dry_run: bool = False
     interrupted: bool = False
+    signal: int = 0  # the signal that stopped the scan (SIGINT / SIGTERM), 0 if none
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -108,6 +112,38 @@ def _run_checks(root: str, chunks: Iterator[list[str]], options: ScanOptions, jo
 
     parallel = Parallel(n_jobs=jobs, backend="loky", return_as="generator_unordered", batch_size=1, pre_dispatch="2*n_jobs")
     yield from parallel(delayed(check_chunk)(root, chunk, options.check) for chunk in chunks)
+
+
+class _StopRequest:
+    """Signal handler that asks the scan loop to stop between chunks; a second signal stops at once."""
+
+    def __init__(self) -> None:
+        self.signum = 0
+
+    def __call__(self, signum: int, frame: object) -> None:
+        if self.signum:
+            raise KeyboardInterrupt
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[_StopRequest]:
+    """While scanning, SIGINT/SIGTERM finish the verdict in hand (its move and its row), then stop.
+
+    Raising KeyboardInterrupt at an arbitrary instruction could land between a
+    file's quarantine move and the write of its verdict; a flag checked by the
+    loop cannot.
+    """
+    stop = _StopRequest()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop  # signals are delivered to the main thread only; nothing to install
+        return
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def validate_root(root: str) -> str:
@@ -155,15 +191,20 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
                 stats=summary.discovery,
             )
         )
-        for verdicts in _run_checks(root, _chunks(paths, options.chunk_size), options, jobs):
-            for v in verdicts:
-                _handle(v, summary, writer, quarantine)
-            if progress is not None:
-                progress.update(len(verdicts))
-                progress.set_postfix(bad=summary.bad, refresh=False)
+        with _stop_on_signals() as stop:
+            for verdicts in _run_checks(root, _chunks(paths, options.chunk_size), options, jobs):
+                for v in verdicts:
+                    _handle(v, summary, writer, quarantine)
+                if progress is not None:
+                    progress.update(len(verdicts))
+                    progress.set_postfix(bad=summary.bad, refresh=False)
+                if stop.signum:
+                    break
+        summary.signal = stop.signum
     except KeyboardInterrupt:
-        summary.interrupted = True  # keep everything decided so far
+        summary.signal = signal.SIGINT  # a second Ctrl-C: stop now, still keep what was decided
     finally:
+        summary.interrupted = bool(summary.signal)
         summary.elapsed = time.perf_counter() - start
         if progress is not None:
             progress.close()

@@ -81,7 +81,12 @@ def encode_audio(data: np.ndarray, rate: int, fmt: str, subtype: str | None = No
     if fmt == "MP3" and subtype is None:
         subtype = "MPEG_LAYER_III"
     sf.write(buf, data, rate, format=fmt, subtype=subtype)
-    return buf.getvalue()
+    out = buf.getvalue()
+    peak = out.find(b"PEAK", 12, 512)
+    if fmt == "WAV" and peak > 0:
+        # libsndfile stamps float WAVs' PEAK chunk with the current time: zero it for reproducible bytes
+        out = out[: peak + 12] + b"\0\0\0\0" + out[peak + 16 :]
+    return out
 
 
 # --- damage ---------------------------------------------------------------------------------
@@ -120,3 +125,22 @@ def png_bomb(width: int = 20_000, height: int = 20_000) -> bytes:
 
 
 HTML_PAGE = b"<!DOCTYPE html>\n<html><head><title>404 Not Found</title></head><body>Not Found</body></html>\n"
+
+
+def ogg_set_serial(data: bytes, serial: int = 1) -> bytes:
+    """Rewrite every Ogg page's stream serial number (and its CRC).
+
+    libsndfile picks a random serial per file; fixing it makes generated Ogg
+    files byte-for-byte reproducible.
+    """
+    from .check_audio import ogg_crc
+
+    out, pos = bytearray(data), 0
+    while pos + 27 <= len(out) and out[pos : pos + 4] == b"OggS":
+        nseg = out[pos + 26]
+        length = 27 + nseg + sum(out[pos + 27 : pos + 27 + nseg])
+        struct.pack_into("<I", out, pos + 14, serial)
+        struct.pack_into("<I", out, pos + 22, 0)
+        struct.pack_into("<I", out, pos + 22, ogg_crc(bytes(out[pos : pos + length])))
+        pos += length
+    return bytes(out)

@@ -1,0 +1,72 @@
+"""Build small scan trees: good and bad media with unique content, and a snapshot helper."""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from dsclean import synth
+
+from conftest import write
+
+
+def make_tree(root: Path, n_good: int = 6, n_bad: int = 6, seed: int = 0) -> dict[str, str]:
+    """Write a labelled tree; returns {relative path: expected status}. Every file's bytes are unique."""
+    expected = {}
+    for i in range(n_good):
+        cls = ("cats", "dogs")[i % 2]
+        if i % 3 == 2:
+            rel, data = f"{cls}/good{i}.png", synth.png(16, 16, seed=seed + i)
+        else:
+            rel, data = f"{cls}/good{i}.jpg", synth.jpeg(24, 16, seed=seed + i)
+        write(root, rel, data)
+        expected[rel] = "ok"
+    for i in range(n_bad):
+        cls = ("cats", "dogs")[i % 2]
+        kind = i % 3
+        if kind == 0:
+            rel, data = f"{cls}/bad{i}.jpg", synth.truncate(synth.jpeg(24, 16, seed=1000 + seed + i), 0.6)
+        elif kind == 1:
+            rel, data = f"{cls}/bad{i}.jpg", synth.HTML_PAGE + str(i).encode()
+        else:
+            rel, data = f"{cls}/sub/bad{i}.png", synth.png_break_crc(synth.png(16, 16, seed=2000 + seed + i))
+        write(root, rel, data)
+        expected[rel] = "bad"
+    return expected
+
+
+DSCLEAN_FILES = (".dsclean", "manifest.jsonl", ".dsclean-quarantine", ".dsclean.lock",
+                 "scan_results.parquet", "problems.jsonl", "scan_summary.json")
+
+
+def snapshot(*folders: Path, skip=DSCLEAN_FILES) -> dict[str, str]:
+    """{sha256: relative path (prefixed with the folder's index)} of every user file under the folders."""
+    out = {}
+    for n, folder in enumerate(folders):
+        for dirpath, dirnames, files in os.walk(folder):
+            dirnames[:] = [d for d in dirnames if d not in skip]
+            for name in files:
+                if name in skip:
+                    continue
+                p = os.path.join(dirpath, name)
+                digest = hashlib.sha256(Path(p).read_bytes()).hexdigest()
+                assert digest not in out, f"{p} exists twice (also {out[digest]})"
+                out[digest] = f"{n}:{os.path.relpath(p, folder)}"
+    return out
+
+
+def contents(*folders: Path) -> list[str]:
+    """sha256 of every user file under the folders, with repeats, leaving out partial copies."""
+    out = []
+    for folder in folders:
+        for dirpath, dirnames, files in os.walk(folder):
+            dirnames[:] = [d for d in dirnames if d != ".dsclean"]
+            out += [hashlib.sha256(Path(dirpath, f).read_bytes()).hexdigest() for f in files
+                    if not f.endswith(".dsclean-partial") and f not in DSCLEAN_FILES
+                    and not (f.startswith(".") and f.endswith(".tmp"))]  # a killed run's temp reports
+    return sorted(out)
+
+
+def tree_state(root: Path) -> dict[str, str]:
+    """{relative path: sha256} of the user files under root."""
+    return {v.split(":", 1)[1]: k for k, v in snapshot(root).items()}
