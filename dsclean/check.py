@@ -24,6 +24,8 @@ from .verdict import Verdict
 DEFAULT_MAX_PIXELS = 89_478_485
 #: frames of an animated image decoded at most; the rest are counted, not decoded
 DEFAULT_MAX_FRAMES = 256
+#: seconds one file's check may take before its worker is killed (see dsclean.worker)
+DEFAULT_TIMEOUT = 60.0
 
 
 @dataclass(frozen=True)
@@ -33,9 +35,16 @@ class CheckOptions:
     lenient: bool = False  # recoverable decoder warnings become `warn` instead of `bad`
     max_pixels: int = DEFAULT_MAX_PIXELS
     max_frames: int = DEFAULT_MAX_FRAMES
+    # Enforced around the check by the worker process (dsclean.worker), not by check_file:
+    timeout: float = DEFAULT_TIMEOUT  # seconds per file; 0 = none
+    max_memory: int = 0  # bytes of address space a check may add; 0 = no ceiling
 
 
 Checker = Callable[[str, Verdict, CheckOptions], None]
+
+#: Test-only: called with each file's path at the start of its check. dsclean.worker installs
+#: a fault injector here when DSCLEAN_TEST_FAULTS=1; it is None in every real run.
+fault_hook: Callable[[str], None] | None = None
 
 
 _CHECKERS: dict[str, Checker] = {}
@@ -51,11 +60,18 @@ def _checker(fmt: str) -> Checker:
     return _CHECKERS[fmt]
 
 
-def check_file(root: str, rel: str, options: CheckOptions = CheckOptions()) -> Verdict:
-    """Decide whether ``root/rel`` is a whole, decodable media file."""
+def check_file(root: str, rel: str, options: CheckOptions = CheckOptions(), *, capture_stderr: bool = True) -> Verdict:
+    """Decide whether ``root/rel`` is a whole, decodable media file.
+
+    ``capture_stderr=False`` leaves fd 2 alone: redirecting it is process-wide,
+    so threads checking side by side must not do it.
+    """
     claimed = format_of_name(rel) or ""
     v = Verdict(path=rel, kind=kind_of(claimed) if claimed else "unknown")
     path = os.path.join(root, rel)
+    if not capture_stderr:
+        _check(path, claimed, v, options)
+        return v
     with capture_c_stderr() as captured:
         _check(path, claimed, v, options)
     text = captured.text()
@@ -80,13 +96,29 @@ def _check(path: str, claimed: str, v: Verdict, options: CheckOptions) -> None:
     if st.st_size == 0:
         v.mark(R.BAD, R.EMPTY, "file is 0 bytes")
         return
+    _check_content(path, claimed, v, options)
     try:
+        after = os.stat(path)
+    except OSError:
+        after = None
+    if after is None or (after.st_size, after.st_mtime_ns) != (st.st_size, st.st_mtime_ns):
+        # Whatever was decided was decided about bytes that are no longer there: a file still being
+        # written must not be judged (and quarantined) as truncated. Warn, keep what was seen.
+        seen = f" (the check saw: {v.status} {v.reason}: {v.detail})" if v.status != R.OK else ""
+        v.status, v.reason = R.WARN, R.CHANGED
+        v.detail = "file changed or disappeared while being checked; scan again later" + seen
+
+
+def _check_content(path: str, claimed: str, v: Verdict, options: CheckOptions) -> None:
+    try:
+        if fault_hook is not None:
+            fault_hook(path)
         with open(path, "rb") as f:
             head = f.read(SNIFF_BYTES)
         real = sniff(head)
         if real is None:
             if is_prefix_of_magic(head, claimed):
-                v.mark(R.BAD, R.TRUNCATED, f"file is {st.st_size} bytes, cut inside the {claimed} signature")
+                v.mark(R.BAD, R.TRUNCATED, f"file is {v.size} bytes, cut inside the {claimed} signature")
             else:
                 v.mark(R.BAD, R.NOT_MEDIA, f"content is not {claimed}: starts with {_preview(head)}")
             return
@@ -99,7 +131,8 @@ def _check(path: str, claimed: str, v: Verdict, options: CheckOptions) -> None:
     except OSError as exc:
         v.mark(R.BAD, R.UNREADABLE, _os_error_text(exc))
     except MemoryError:
-        v.mark(R.BAD, R.CORRUPT, "decoder ran out of memory")
+        v.mark(R.BAD, R.TOO_LARGE, "the check ran out of memory" + (
+            f" (ceiling --max-memory {options.max_memory:,} bytes)" if options.max_memory else ""))
     except Exception as exc:  # a decoder's own exception on damaged data is a verdict, not a crash
         v.mark(R.BAD, R.CORRUPT, f"{type(exc).__name__}: {exc}")
 

@@ -24,6 +24,8 @@ from .verdict import Verdict
 _JPEG_TRUNCATION = ("Premature end",)
 _JPEG_COLORSPACE = {"Gray": "GRAY", "CMYK": "CMYK", "YCCK": "CMYK"}  # anything else decodes as RGB
 _JPEG_MODE = {"Gray": "L", "CMYK": "CMYK", "YCCK": "CMYK"}
+# Ask simplejpeg for the smallest output libjpeg-turbo can scale to (1/8: DC-only inverse DCT).
+_SMALLEST = {"min_height": 1, "min_width": 1}
 
 
 def _read(path: str) -> bytes:
@@ -47,7 +49,8 @@ def check_jpeg(path: str, v: Verdict, opts) -> None:
     """libjpeg-turbo decode with warnings as errors, at 1/8 scale.
 
     The scaled decode still entropy-decodes every coefficient of the stream,
-    so truncation and corrupt data are seen, at a fraction of the IDCT cost.
+    so truncation and corrupt data are seen, at a fraction of the IDCT cost
+    (tests/test_check_image.py checks that it flags exactly what a full decode does).
     """
     data = _read(path)
     try:
@@ -63,7 +66,7 @@ def check_jpeg(path: str, v: Verdict, opts) -> None:
         return
     space = _JPEG_COLORSPACE.get(colorspace, "RGB")
     try:
-        simplejpeg.decode_jpeg(data, colorspace=space, min_factor=8, strict=True)
+        simplejpeg.decode_jpeg(data, colorspace=space, strict=True, **_SMALLEST)
     except ValueError as exc:
         _jpeg_failure(data, space, str(exc), v, opts)
         return
@@ -83,7 +86,7 @@ def _jpeg_failure(data: bytes, space: str, message: str, v: Verdict, opts) -> No
     """Strict decode failed: a recoverable warning (lenient: warn) or a hard error."""
     reason = _jpeg_reason(message)
     try:
-        simplejpeg.decode_jpeg(data, colorspace=space, min_factor=8, strict=False)
+        simplejpeg.decode_jpeg(data, colorspace=space, strict=False, **_SMALLEST)
         recoverable = True
     except ValueError as exc:
         recoverable, message = False, str(exc)

@@ -29,14 +29,34 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _size(text: str) -> int:
+    """'512M', '2G', '1.5GiB', '1000000' -> bytes."""
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    number, unit = (t[:-1], t[-1]) if t and t[-1] in units else (t, "")
+    try:
+        value = float(number) * units[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size like 512M or 2G") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
+    return int(value)
+
+
 def add_scan_parser(sub: argparse._SubParsersAction) -> None:
-    from .check import DEFAULT_MAX_FRAMES, DEFAULT_MAX_PIXELS
+    from .check import DEFAULT_MAX_FRAMES, DEFAULT_MAX_PIXELS, DEFAULT_TIMEOUT
 
     p = sub.add_parser("scan", help="check every image/audio file under ROOT; quarantine the broken ones")
     p.add_argument("root", metavar="ROOT", help="folder to scan")
     p.add_argument("--quarantine", metavar="DIR", help="move bad files to DIR/<path relative to ROOT> (journaled)")
     p.add_argument("--report", metavar="DIR", help="where to write results (default: the quarantine folder, else ROOT/.dsclean)")
     p.add_argument("--jobs", "-j", type=_positive_int, default=0, metavar="N", help="worker processes (default: all usable cores)")
+    p.add_argument("--backend", choices=("loky", "threads"), default="loky",
+                   help="loky: worker processes, with crash/timeout/memory isolation (default); threads: in-process")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                   help=f"a file whose check takes longer is bad/timeout; its worker is replaced (default {DEFAULT_TIMEOUT:g}; 0 = none)")
+    p.add_argument("--max-memory", type=_size, default=0, metavar="SIZE",
+                   help="memory a single check may use, e.g. 2G or 512M; past it the file is bad/too_large (default: no limit)")
     p.add_argument("--lenient", action="store_true", help="recoverable decoder warnings (e.g. 'Corrupt JPEG data') are warn, not bad")
     p.add_argument("--max-pixels", type=_positive_int, default=DEFAULT_MAX_PIXELS, metavar="N",
                    help=f"images with more pixels are decompression bombs (default {DEFAULT_MAX_PIXELS:,}, Pillow's; 0 = no limit)")
@@ -57,7 +77,9 @@ def cmd_scan(args: argparse.Namespace) -> int:
 
     options = ScanOptions(
         jobs=args.jobs,
-        check=CheckOptions(lenient=args.lenient, max_pixels=args.max_pixels, max_frames=max(1, args.max_frames)),
+        check=CheckOptions(lenient=args.lenient, max_pixels=args.max_pixels, max_frames=max(1, args.max_frames),
+                           timeout=args.timeout, max_memory=args.max_memory),
+        backend=args.backend,
         quarantine=args.quarantine,
         report_dir=args.report,
         dry_run=args.dry_run,

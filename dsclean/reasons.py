@@ -21,6 +21,10 @@ UNREADABLE = "unreadable"
 EXTENSION_MISMATCH = "extension_mismatch"
 INVALID_SAMPLES = "invalid_samples"
 VANISHED = "vanished"
+CHANGED = "changed"
+DECODER_CRASH = "decoder_crash"
+TIMEOUT = "timeout"
+TOO_LARGE = "too_large"
 
 #: reason code -> what it means (shown by ``dsclean reasons`` and in the README)
 REASONS: dict[str, str] = {
@@ -34,4 +38,8 @@ REASONS: dict[str, str] = {
     EXTENSION_MISMATCH: "valid media whose extension names another format (e.g. a PNG saved as .jpg); a warning",
     INVALID_SAMPLES: "float audio containing NaN, Inf or absurd magnitudes",
     VANISHED: "the file disappeared between discovery and check; a warning",
+    CHANGED: "the file changed (size or mtime) while it was being checked; a warning: scan again later",
+    DECODER_CRASH: "checking the file killed the decoder's process (segfault, abort, ...); the signal is in the detail",
+    TIMEOUT: "checking the file took longer than --timeout seconds",
+    TOO_LARGE: "checking the file needed more memory than --max-memory allows",
 }

@@ -24,8 +24,7 @@ class ResultsWriter:
 
     Rows are buffered up to ``batch_rows`` and written as one Parquet row group,
     so memory stays bounded however many files are scanned. Call :meth:`close`
-    to publish the files (rename from temp); :meth:`discard` leaves any previous
-    results in place.
+    to publish the files (rename from temp); until then any previous results stay.
     """
 
     def __init__(self, report_dir: str, *, batch_rows: int = 65_536) -> None:
@@ -68,17 +67,6 @@ class ResultsWriter:
         self._problems.close()
         self._results_ctx.__exit__(None, None, None)
         self._problems_ctx.__exit__(None, None, None)
-
-    def discard(self) -> None:
-        """Drop the temp files; previous results stay as they were."""
-        self._writer.close()
-        self._problems.close()
-        err = RuntimeError("results discarded")
-        for ctx in (self._results_ctx, self._problems_ctx):
-            try:
-                ctx.__exit__(RuntimeError, err, None)
-            except RuntimeError:
-                continue  # atomic_output re-raises what it was given; the temp file is gone
 
 
 def read_results(path: str, columns: list[str] | None = None) -> pa.Table:

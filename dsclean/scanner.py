@@ -22,7 +22,8 @@ from typing import Iterable, Iterator
 from . import locations
 from . import reasons as R
 from .atomic import atomic_output
-from .check import CheckOptions, check_file
+from .check import CheckOptions
+from .executors import run_checks
 from .discover import DiscoverStats, iter_media
 from .errors import UserError
 from .quarantine import Quarantine
@@ -42,6 +43,7 @@ class ScanOptions:
     include_hidden: bool = False
     follow_symlinks: bool = False
     chunk_size: int = 32  # files per task sent to a worker
+    backend: str = "loky"  # "loky" (processes, crash/timeout isolation) or "threads"
     progress: bool | None = None  # None = only when stderr is a terminal
 
 
@@ -91,27 +93,10 @@ def usable_cores() -> int:
     return max(1, cpu_count(only_physical_cores=False))
 
 
-def check_chunk(root: str, rels: list[str], options: CheckOptions) -> list[Verdict]:
-    """Worker task: check a chunk of files. Pure: depends only on its arguments and the files."""
-    return [check_file(root, rel, options) for rel in rels]
-
-
 def _chunks(paths: Iterable[str], size: int) -> Iterator[list[str]]:
     it = iter(paths)
     while chunk := list(itertools.islice(it, size)):
         yield chunk
-
-
-def _run_checks(root: str, chunks: Iterator[list[str]], options: ScanOptions, jobs: int) -> Iterator[list[Verdict]]:
-    """Verdict chunks in completion order; at most ``2 * jobs`` chunks in flight."""
-    if jobs == 1:
-        for chunk in chunks:
-            yield check_chunk(root, chunk, options.check)
-        return
-    from joblib import Parallel, delayed
-
-    parallel = Parallel(n_jobs=jobs, backend="loky", return_as="generator_unordered", batch_size=1, pre_dispatch="2*n_jobs")
-    yield from parallel(delayed(check_chunk)(root, chunk, options.check) for chunk in chunks)
 
 
 class _StopRequest:
@@ -192,13 +177,15 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
             )
         )
         with _stop_on_signals() as stop:
-            for verdicts in _run_checks(root, _chunks(paths, options.chunk_size), options, jobs):
+            checks = run_checks(root, _chunks(paths, options.chunk_size), options.check, jobs, options.backend)
+            for verdicts in checks:
                 for v in verdicts:
                     _handle(v, summary, writer, quarantine)
                 if progress is not None:
                     progress.update(len(verdicts))
                     progress.set_postfix(bad=summary.bad, refresh=False)
                 if stop.signum:
+                    checks.close()  # cancel queued chunks; workers finish or are dropped
                     break
         summary.signal = stop.signum
     except KeyboardInterrupt:

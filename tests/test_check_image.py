@@ -98,6 +98,35 @@ def test_jpeg_corrupt_mid_stream_that_pillow_accepts(check):
     assert "Corrupt JPEG data" in v.detail
 
 
+def test_scaled_jpeg_decode_flags_exactly_what_a_full_decode_flags():
+    """The checker decodes at 1/8 scale for speed; damage detection must not change."""
+    import numpy as np
+    import simplejpeg
+
+    bases = [synth.jpeg(256, 192, seed=s) for s in range(2)] + [synth.jpeg(256, 192, seed=7, progressive=True)]
+    rng = np.random.default_rng(0)
+    flagged = []
+    for i in range(90):
+        data = bases[i % 3]
+        if i % 3 == 0:
+            data = synth.truncate(data, float(rng.uniform(0.1, 0.99)))
+        elif i % 3 == 1:
+            data = synth.overwrite(data, float(rng.uniform(0.2, 0.9)), int(rng.integers(1, 64)), seed=i)
+        else:
+            pos = int(rng.integers(700, len(data) - 10))
+            data = data[:pos] + bytes([data[pos] ^ (1 << int(rng.integers(0, 8)))]) + data[pos + 1 :]
+        results = []
+        for scale in ({}, {"min_height": 1, "min_width": 1}):
+            try:
+                simplejpeg.decode_jpeg(data, **scale)
+                results.append(False)
+            except ValueError:
+                results.append(True)
+        assert results[0] == results[1], f"damaged file {i}: full decode flagged={results[0]}, scaled={results[1]}"
+        flagged.append(results[0])
+    assert 20 < sum(flagged) < 90  # the damage mix really has both detectable and undetectable cases
+
+
 def test_lenient_makes_recoverable_jpeg_warnings_warn(check):
     data = synth.overwrite(synth.jpeg(256, 192), at=0.5, length=24, seed=1)
     v = check("mid.jpg", data, lenient=True)

@@ -242,3 +242,47 @@ def test_kill_9_mid_scan_loses_nothing_and_next_run_recovers(tmp_path):
     assert len(tree_state(root)) == 150
     assert run_cli("restore", qdir).returncode == 0
     assert sorted(tree_state(root).values()) == original
+
+
+def test_permission_denied_files_and_folders_as_an_unprivileged_user(tmp_path):
+    """Run the scan as 'nobody' so permission errors are real even when the suite runs as root."""
+    import shutil
+    import tempfile
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to switch to an unprivileged user")
+    base = tempfile.mkdtemp(prefix="dsclean-perm-")
+    try:
+        os.chmod(base, 0o777)
+        root = os.path.join(base, "data")
+        write(root, "ok.jpg", synth.jpeg(8, 8))
+        write(root, "locked.jpg", synth.jpeg(8, 8))
+        write(root, "closed/x.jpg", synth.jpeg(8, 8))
+        for d, _, files in os.walk(root):
+            os.chmod(d, 0o777)
+            for f in files:
+                os.chmod(os.path.join(d, f), 0o644)
+        os.chmod(os.path.join(root, "locked.jpg"), 0)
+        os.chmod(os.path.join(root, "closed"), 0)
+        report = os.path.join(base, "report")
+        # The interpreter lives under /root, so import everything as root, then drop to 'nobody'.
+        drop = (
+            "import os, sys, PIL.Image, pyarrow.parquet, joblib, concurrent.futures.thread, dsclean.cli, dsclean.scanner\n"
+            "import dsclean.check_image, dsclean.executors\n"
+            "PIL.Image.init()\n"
+            "os.setgid(65534); os.setuid(65534)\n"
+            "sys.exit(dsclean.cli.main(sys.argv[1:]))\n"
+        )
+        # Threads: loky would start new interpreters, which 'nobody' may not execute from /root.
+        proc = subprocess.run([sys.executable, "-c", drop, "scan", root, "--report", report, "--backend", "threads"],
+                              capture_output=True, text=True, cwd=base)
+        assert proc.returncode == 0, proc.stderr
+        assert "1 unreadable folders" in proc.stdout and "closed" in proc.stdout
+        verdicts = {v.path: v for v in dsclean.iter_verdicts(report)}
+        assert verdicts["locked.jpg"].reason == "unreadable" and "Permission denied" in verdicts["locked.jpg"].detail
+        assert verdicts["ok.jpg"].status == "ok"
+    finally:
+        for d, dirs, _ in os.walk(base):
+            for x in dirs:
+                os.chmod(os.path.join(d, x), 0o755)
+        shutil.rmtree(base)
