@@ -19,9 +19,11 @@ $(VENV)/.installed: pyproject.toml
 # The demo works on a copy: the repo's own sample_data is never moved.
 demo: setup
 	rm -rf demo && mkdir demo && cp -r sample_data demo/data
-	$(DSCLEAN) scan demo/data --quarantine demo/quarantine
-	$(DSCLEAN) index demo/data -o demo/index.arrow
-	$(DSCLEAN) info demo/index.arrow
+	$(DSCLEAN) scan demo/data/images --quarantine demo/quarantine/images
+	$(DSCLEAN) index demo/data/images -o demo/images.arrow
+	$(DSCLEAN) scan demo/data/audio --quarantine demo/quarantine/audio
+	$(DSCLEAN) index demo/data/audio -o demo/audio.arrow
+	$(DSCLEAN) info demo/images.arrow
 
 test: setup
 	$(VENV)/bin/pytest -q

@@ -14,6 +14,7 @@ from typing import Sequence
 
 from . import __version__
 from . import reasons as R
+from .cli_index import add_parsers as add_index_parsers
 from .errors import UserError
 
 EXIT_OK, EXIT_FOUND_BAD, EXIT_USAGE = 0, 1, 2
@@ -64,6 +65,7 @@ def add_scan_parser(sub: argparse._SubParsersAction) -> None:
                    help=f"decode at most N frames of an animated image (default {DEFAULT_MAX_FRAMES})")
     p.add_argument("--check", action="store_true", help="exit 1 if any bad file is found (for CI)")
     p.add_argument("--dry-run", action="store_true", help="decide and report, move nothing")
+    p.add_argument("--rescan", action="store_true", help="check every file again, ignoring the scan cache of unchanged files")
     p.add_argument("--include-hidden", action="store_true", help="also scan dot-named files and folders")
     p.add_argument("--follow-symlinks", action="store_true", help="follow symlinks that stay inside ROOT")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar, no summary (errors still print)")
@@ -80,6 +82,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
         check=CheckOptions(lenient=args.lenient, max_pixels=args.max_pixels, max_frames=max(1, args.max_frames),
                            timeout=args.timeout, max_memory=args.max_memory),
         backend=args.backend,
+        rescan=args.rescan,
         quarantine=args.quarantine,
         report_dir=args.report,
         dry_run=args.dry_run,
@@ -143,12 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_scan_parser(sub)
     add_restore_parser(sub)
     add_reasons_parser(sub)
-    try:
-        from .cli_index import add_parsers as add_index_parsers
-    except ImportError:  # the index commands are optional while that module is absent
-        add_index_parsers = None
-    if add_index_parsers is not None:
-        add_index_parsers(sub)
+    add_index_parsers(sub)
     return parser
 
 

@@ -9,8 +9,9 @@ it goes, so 10 million files never become a 10-million-item list. Conventions:
 - symlinks are not followed unless ``follow_symlinks``; when followed, a link
   whose target leaves the root is skipped, and each real folder is entered once
   (no loops);
-- folders in ``exclude`` and folders holding a quarantine marker file are never
-  entered, so a quarantine inside the root is never scanned;
+- folders in ``exclude``, folders holding a quarantine marker file and
+  ``<root>/.dsclean`` are never entered, so a quarantine inside the root is
+  never scanned;
 - a folder that cannot be listed is reported through ``on_error`` and skipped.
 """
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
 from .formats import format_of_name
+from .locations import STATE_DIR
 
 #: file written into every quarantine folder; discovery never enters a folder holding it
 QUARANTINE_MARKER = ".dsclean-quarantine"
@@ -93,6 +95,9 @@ def iter_media(
                     report(top, exc)
                     break
                 name = entry.name
+                if name == STATE_DIR and not prefix:  # dsclean's own folder in the root
+                    stats.excluded_dirs += 1
+                    continue
                 if name.startswith(".") and not include_hidden:
                     stats.hidden += 1
                     continue

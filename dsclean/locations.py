@@ -9,6 +9,7 @@ STATE_DIR = ".dsclean"
 RESULTS_FILE = "scan_results.parquet"  # every verdict, one row per file
 PROBLEMS_FILE = "problems.jsonl"  # bad and warn verdicts, one JSON object per line
 SUMMARY_FILE = "scan_summary.json"  # counts, elapsed time, options
+CACHE_FILE = "scan_cache.sqlite"  # in <root>/.dsclean: verdicts by (path, size, mtime) for re-scans
 LAST_SCAN_FILE = "last_scan.json"  # in <root>/.dsclean: where the last scan of this root wrote its results
 MANIFEST_FILE = "manifest.jsonl"  # in a quarantine folder: the move journal
 LOCK_FILE = ".dsclean.lock"  # in a quarantine folder: held while a scan or restore runs

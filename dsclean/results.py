@@ -16,7 +16,31 @@ import pyarrow.parquet as pq
 
 from . import locations, reasons
 from .atomic import atomic_output
-from .verdict import FIELDS, SCHEMA, Verdict
+from .verdict import FIELDS, Verdict
+
+#: Arrow schema of the results table. ``path`` is binary: the exact bytes of the
+#: file name relative to the root, so non-UTF-8 names survive (decode with os.fsdecode).
+SCHEMA = pa.schema(
+    [
+        pa.field("path", pa.binary(), nullable=False),
+        pa.field("kind", pa.string(), nullable=False),
+        pa.field("status", pa.string(), nullable=False),
+        pa.field("reason", pa.string()),
+        pa.field("detail", pa.string()),
+        pa.field("size", pa.int64()),
+        pa.field("mtime_ns", pa.int64()),
+        pa.field("format", pa.string()),
+        pa.field("width", pa.int32()),
+        pa.field("height", pa.int32()),
+        pa.field("mode", pa.string()),
+        pa.field("frames", pa.int64()),
+        pa.field("sample_rate", pa.int32()),
+        pa.field("channels", pa.int32()),
+        pa.field("duration", pa.float64()),
+        pa.field("subtype", pa.string()),
+    ]
+)
+assert tuple(SCHEMA.names) == FIELDS, "results SCHEMA and Verdict fields must agree"
 
 
 class ResultsWriter:

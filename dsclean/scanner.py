@@ -13,6 +13,7 @@ import itertools
 import json
 import os
 import signal
+import sqlite3
 import threading
 import time
 from collections import Counter
@@ -22,6 +23,7 @@ from typing import Iterable, Iterator
 from . import locations
 from . import reasons as R
 from .atomic import atomic_output
+from .cache import ScanCache
 from .check import CheckOptions
 from .executors import run_checks
 from .discover import DiscoverStats, iter_media
@@ -44,6 +46,8 @@ class ScanOptions:
     follow_symlinks: bool = False
     chunk_size: int = 32  # files per task sent to a worker
     backend: str = "loky"  # "loky" (processes, crash/timeout isolation) or "threads"
+    use_cache: bool = True  # reuse verdicts of unchanged files from earlier scans of this root
+    rescan: bool = False  # check every file again (the cache is still updated)
     progress: bool | None = None  # None = only when stderr is a terminal
 
 
@@ -57,6 +61,7 @@ class ScanSummary:
     counts: dict[str, dict[str, int]] = field(default_factory=dict)  # kind -> status -> n
     bad_reasons: dict[str, int] = field(default_factory=dict)
     warn_reasons: dict[str, int] = field(default_factory=dict)
+    cached: int = 0  # verdicts reused from the scan cache (file unchanged since it was checked)
     quarantined: int = 0
     would_quarantine: int = 0
     move_errors: list[str] = field(default_factory=list)
@@ -151,57 +156,81 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
         options.report_dir or locations.default_report_dir(root, None if options.dry_run else quarantine_dir)
     )
     summary = ScanSummary(root=root, jobs=jobs, quarantine=quarantine_dir, dry_run=options.dry_run)
-    quarantine = Quarantine(quarantine_dir, root) if quarantine_dir and not options.dry_run else None
-    if quarantine is not None:
-        rec = quarantine.recovery
-        summary.recovered = {"completed": rec.completed, "reverted": rec.reverted}
-        summary.notes += rec.refused + rec.bad_lines
-    try:
+    with contextlib.ExitStack() as stack:
+        quarantine = None
+        if quarantine_dir and not options.dry_run:
+            quarantine = stack.enter_context(Quarantine(quarantine_dir, root))
+            rec = quarantine.recovery
+            summary.recovered = {"completed": rec.completed, "reverted": rec.reverted}
+            summary.notes += rec.refused + rec.bad_lines
         writer = _open_writer(report_dir)
-    except BaseException:
-        if quarantine is not None:
-            quarantine.close()
-        raise
-    progress = _progress_bar(options)
-    start = time.perf_counter()
-    try:
-        excluded = [d for d in (quarantine_dir, report_dir) if d]
-        paths = (
-            rel
-            for rel, _ in iter_media(
-                root,
-                exclude=excluded,
-                include_hidden=options.include_hidden,
-                follow_symlinks=options.follow_symlinks,
-                stats=summary.discovery,
-            )
-        )
-        with _stop_on_signals() as stop:
-            checks = run_checks(root, _chunks(paths, options.chunk_size), options.check, jobs, options.backend)
-            for verdicts in checks:
-                for v in verdicts:
-                    _handle(v, summary, writer, quarantine)
-                if progress is not None:
-                    progress.update(len(verdicts))
-                    progress.set_postfix(bad=summary.bad, refresh=False)
-                if stop.signum:
-                    checks.close()  # cancel queued chunks; workers finish or are dropped
-                    break
-        summary.signal = stop.signum
-    except KeyboardInterrupt:
-        summary.signal = signal.SIGINT  # a second Ctrl-C: stop now, still keep what was decided
-    finally:
+        stack.callback(writer.close)  # publish whatever was decided, also when interrupted
+        cache = _open_cache(root, report_dir, options, summary)
+        if cache is not None:
+            stack.callback(cache.close)
+        sink = _Sink(summary, writer, quarantine, cache, _progress_bar(options))
+        stack.callback(sink.close_progress)
+        start = time.perf_counter()
+        stack.callback(lambda: setattr(summary, "elapsed", time.perf_counter() - start))
+        files = _stat_each(root, iter_media(
+            root,
+            exclude=[d for d in (quarantine_dir, report_dir) if d],
+            include_hidden=options.include_hidden,
+            follow_symlinks=options.follow_symlinks,
+            stats=summary.discovery,
+        ))
+        to_check = _skip_cached(files, None if options.rescan else cache, sink, options.chunk_size)
+        try:
+            with _stop_on_signals() as stop:
+                checks = run_checks(root, to_check, options.check, jobs, options.backend)
+                for verdicts in checks:
+                    for v in verdicts:
+                        sink.handle(v, fresh=True)
+                    if stop.signum:
+                        checks.close()  # cancel queued chunks; workers finish or are dropped
+                        break
+            summary.signal = stop.signum
+        except KeyboardInterrupt:
+            summary.signal = signal.SIGINT  # a second Ctrl-C: stop now, still keep what was decided
         summary.interrupted = bool(summary.signal)
-        summary.elapsed = time.perf_counter() - start
-        if progress is not None:
-            progress.close()
-        writer.close()
-        if quarantine is not None:
-            quarantine.close()
     summary.results_path, summary.problems_path = writer.results_path, writer.problems_path
     _write_summary(report_dir, summary)
     _point_root_at(root, report_dir, summary)
     return summary
+
+
+def _stat_each(root: str, media: Iterator[tuple[str, str]]) -> Iterator[tuple[str, int, int]]:
+    """``(rel, size, mtime_ns)``; a file that vanished since listing gets -1s and is checked (-> vanished)."""
+    for rel, _ in media:
+        try:
+            st = os.stat(os.path.join(root, rel))
+            yield rel, st.st_size, st.st_mtime_ns
+        except OSError:
+            yield rel, -1, -1
+
+
+def _skip_cached(files: Iterator[tuple[str, int, int]], cache: ScanCache | None, sink: "_Sink",
+                 chunk_size: int) -> Iterator[list[str]]:
+    """Chunks of files to check: cached verdicts still valid are handled right here instead."""
+    for batch in _chunks(files, 2000):
+        hits = cache.lookup(batch) if cache is not None else {}
+        for v in hits.values():
+            sink.handle(v, fresh=False)
+        yield from _chunks((rel for rel, _, _ in batch if rel not in hits), chunk_size)
+
+
+def _open_cache(root: str, report_dir: str, options: ScanOptions, summary: ScanSummary) -> ScanCache | None:
+    """The root's scan cache (``<root>/.dsclean``), else one in the report folder, else none (with a note)."""
+    if not options.use_cache:
+        return None
+    for folder in (locations.state_dir(root), report_dir):
+        try:
+            os.makedirs(folder, exist_ok=True)
+            return ScanCache(os.path.join(folder, locations.CACHE_FILE), options.check)
+        except (OSError, sqlite3.Error) as exc:
+            reason = f"{folder}: {getattr(exc, 'strerror', None) or exc}"
+    summary.notes.append(f"scan cache disabled ({reason}); the next scan will check every file again")
+    return None
 
 
 def _open_writer(report_dir: str) -> ResultsWriter:
@@ -211,28 +240,54 @@ def _open_writer(report_dir: str) -> ResultsWriter:
         raise UserError(f"report folder {report_dir} is not writable: {exc.strerror or exc}") from exc
 
 
-def _handle(v: Verdict, summary: ScanSummary, writer: ResultsWriter, quarantine: Quarantine | None) -> None:
-    """Count one verdict, quarantine it if bad, write it."""
-    summary.files += 1
-    summary.bytes += v.size or 0
-    by_status = summary.counts.setdefault(v.kind, {})
-    by_status[v.status] = by_status.get(v.status, 0) + 1
-    extra = None
-    if v.status == R.BAD:
-        summary.bad_reasons[v.reason or "?"] = summary.bad_reasons.get(v.reason or "?", 0) + 1
-        if quarantine is not None:
-            try:
-                extra = {"quarantined_as": quarantine.move(v.path, v.reason)}
-                summary.quarantined += 1
-            except OSError as exc:
-                msg = f"{v.path}: could not quarantine: {exc.strerror or exc}"
-                summary.move_errors.append(msg)
-                extra = {"quarantine_error": msg}
-        else:
-            summary.would_quarantine += 1
-    elif v.status == R.WARN:
-        summary.warn_reasons[v.reason or "?"] = summary.warn_reasons.get(v.reason or "?", 0) + 1
-    writer.add(v, extra)
+@dataclass
+class _Sink:
+    """Where each verdict goes: counts, quarantine (if bad), results, cache, progress bar."""
+
+    summary: ScanSummary
+    writer: ResultsWriter
+    quarantine: Quarantine | None
+    cache: ScanCache | None
+    progress: object | None
+
+    def handle(self, v: Verdict, *, fresh: bool) -> None:
+        s = self.summary
+        s.files += 1
+        s.bytes += v.size or 0
+        by_status = s.counts.setdefault(v.kind, {})
+        by_status[v.status] = by_status.get(v.status, 0) + 1
+        if not fresh:
+            s.cached += 1
+        elif self.cache is not None:
+            self.cache.add(v)
+        extra = None
+        if v.status == R.BAD:
+            s.bad_reasons[v.reason or "?"] = s.bad_reasons.get(v.reason or "?", 0) + 1
+            extra = self._quarantine(v)
+        elif v.status == R.WARN:
+            s.warn_reasons[v.reason or "?"] = s.warn_reasons.get(v.reason or "?", 0) + 1
+        self.writer.add(v, extra)
+        if self.progress is not None and s.files % 64 == 0:
+            self.progress.update(64)
+            self.progress.set_postfix(bad=s.bad, refresh=False)
+
+    def _quarantine(self, v: Verdict) -> dict | None:
+        if self.quarantine is None:
+            self.summary.would_quarantine += 1
+            return None
+        try:
+            dst = self.quarantine.move(v.path, v.reason)
+        except OSError as exc:
+            msg = f"{v.path}: could not quarantine: {exc.strerror or exc}"
+            self.summary.move_errors.append(msg)
+            return {"quarantine_error": msg}
+        self.summary.quarantined += 1
+        return {"quarantined_as": dst}
+
+    def close_progress(self) -> None:
+        if self.progress is not None:
+            self.progress.update(self.summary.files % 64)
+            self.progress.close()
 
 
 def _progress_bar(options: ScanOptions):
@@ -284,6 +339,8 @@ def format_summary(s: ScanSummary) -> str:
         if table:
             lines.append(f"{title}:")
             lines += [f"  {reason:<20} {n:,}" for reason, n in Counter(table).most_common()]
+    if s.cached:
+        lines.append(f"Re-used {s.cached:,} verdicts of unchanged files from the scan cache (--rescan checks all)")
     if s.quarantine and not s.dry_run:
         lines.append(f"Quarantined {s.quarantined:,} files into {s.quarantine}")
     elif s.would_quarantine:
@@ -293,10 +350,10 @@ def format_summary(s: ScanSummary) -> str:
     for msg in s.move_errors[:20]:
         lines.append(f"  error: {msg}")
     d = s.discovery
-    lines.append(
-        f"Not checked: {d.ignored:,} non-media files, {d.hidden:,} hidden, {d.symlinks:,} symlinks not followed, "
-        f"{d.excluded_dirs:,} quarantine/report folders, {d.dir_errors:,} unreadable folders"
-    )
+    skipped = [(d.ignored, "non-media files"), (d.hidden, "hidden"), (d.symlinks, "symlinks not followed"),
+               (d.dir_errors, "unreadable folders")]
+    if any(n for n, _ in skipped):
+        lines.append("Not checked: " + ", ".join(f"{n:,} {what}" for n, what in skipped if n))
     lines += [f"  unreadable folder: {e}" for e in d.first_errors]
     lines += [f"note: {n}" for n in s.notes]
     lines.append(f"Results: {s.results_path}")

@@ -1,14 +1,13 @@
 """The verdict record: what dsclean decided about one file.
 
-One dataclass, one Arrow schema. Check functions build a :class:`Verdict`; the
-scan writes them as rows of the results table; later stages read them back.
+Check functions build a :class:`Verdict`; the scan writes them as rows of the
+results table (:data:`dsclean.results.SCHEMA`); later stages read them back.
+Kept free of pyarrow so checking processes start light.
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-
-import pyarrow as pa
 
 from . import reasons
 
@@ -56,27 +55,3 @@ class Verdict:
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(Verdict))
-
-#: Arrow schema of the results table. ``path`` is binary: the exact bytes of the
-#: file name relative to the root, so non-UTF-8 names survive (decode with os.fsdecode).
-SCHEMA = pa.schema(
-    [
-        pa.field("path", pa.binary(), nullable=False),
-        pa.field("kind", pa.string(), nullable=False),
-        pa.field("status", pa.string(), nullable=False),
-        pa.field("reason", pa.string()),
-        pa.field("detail", pa.string()),
-        pa.field("size", pa.int64()),
-        pa.field("mtime_ns", pa.int64()),
-        pa.field("format", pa.string()),
-        pa.field("width", pa.int32()),
-        pa.field("height", pa.int32()),
-        pa.field("mode", pa.string()),
-        pa.field("frames", pa.int64()),
-        pa.field("sample_rate", pa.int32()),
-        pa.field("channels", pa.int32()),
-        pa.field("duration", pa.float64()),
-        pa.field("subtype", pa.string()),
-    ]
-)
-assert tuple(SCHEMA.names) == FIELDS

@@ -97,7 +97,7 @@ def test_discovery_rules(tmp_path):
     write(root, "b/bad.jpg", synth.HTML_PAGE)
     scan(str(root), ScanOptions(quarantine=str(inner_q), jobs=1))
     s = scan(str(root), ScanOptions(quarantine=str(inner_q), jobs=1))
-    assert s.files == 1 and s.discovery.excluded_dirs == 1
+    assert s.files == 1 and s.discovery.excluded_dirs == 2  # the quarantine and <root>/.dsclean
 
 
 def test_follow_symlinks_stays_inside_and_never_loops(tmp_path):
