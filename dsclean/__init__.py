@@ -32,6 +32,15 @@ _EXPORTS = {
     "ScanSummary": "scanner",
     "scan": "scanner",
     "Verdict": "verdict",
+    "recommended_loader_kwargs": "loader_kwargs",
+    "Recommendation": "loader_kwargs",
+    "run_doctor": "doctor",
+    "DoctorReport": "doctor",
+    "SysPaths": "sysinfo",
+    "explain_error": "explain",
+    "probe_index": "probe",
+    "probe_dataset": "probe",
+    "check_all": "probe",
 }
 
 __all__ = sorted(_EXPORTS)

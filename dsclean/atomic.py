@@ -17,6 +17,21 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def temp_next_to(final: str) -> str:
+    """A new empty temp file in ``final``'s folder (so the rename is atomic), named after it."""
+    parent = os.path.dirname(os.path.abspath(final)) or "."
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(final)}.", suffix=".tmp", dir=parent)
+    os.close(fd)
+    return tmp
+
+
+def publish(tmp: str, final: str) -> None:
+    """fsync ``tmp`` and rename it over ``final``, durably."""
+    _fsync_file(tmp)
+    os.replace(tmp, final)
+    fsync_dir(os.path.dirname(os.path.abspath(final)) or ".")
+
+
 @contextlib.contextmanager
 def atomic_output(final: str, *, directory: bool = False) -> Iterator[str]:
     """Yield a temp path next to ``final``; on success fsync it and rename it over ``final``.
@@ -26,11 +41,7 @@ def atomic_output(final: str, *, directory: bool = False) -> Iterator[str]:
     """
     parent = os.path.dirname(os.path.abspath(final)) or "."
     base = os.path.basename(final)
-    if directory:
-        tmp = tempfile.mkdtemp(prefix=f".{base}.", suffix=".tmp", dir=parent)
-    else:
-        fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp", dir=parent)
-        os.close(fd)
+    tmp = tempfile.mkdtemp(prefix=f".{base}.", suffix=".tmp", dir=parent) if directory else temp_next_to(final)
     try:
         yield tmp
         if directory:
@@ -45,10 +56,9 @@ def atomic_output(final: str, *, directory: bool = False) -> Iterator[str]:
                 shutil.rmtree(old)
             else:
                 os.rename(tmp, final)
+            fsync_dir(parent)
         else:
-            _fsync_file(tmp)
-            os.replace(tmp, final)
-        fsync_dir(parent)
+            publish(tmp, final)
     except BaseException:
         if directory:
             shutil.rmtree(tmp, ignore_errors=True)

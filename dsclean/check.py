@@ -9,10 +9,12 @@ captured and kept in the verdict's detail.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import os
 import tempfile
+import warnings
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -72,9 +74,11 @@ def check_file(root: str, rel: str, options: CheckOptions = CheckOptions(), *, c
     if not capture_stderr:
         _check(path, claimed, v, options)
         return v
-    with capture_c_stderr() as captured:
+    with capture_c_stderr() as captured, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         _check(path, claimed, v, options)
-    text = captured.text()
+    said = [f"{w.category.__name__}: {w.message}" for w in caught[:5]]
+    text = " | ".join(filter(None, [*said, captured.text()]))
     if text:
         v.detail = f"{v.detail}; decoder said: {text}" if v.detail else f"decoder said: {text}"
     return v
@@ -170,6 +174,7 @@ def capture_c_stderr() -> Iterator[_Captured]:
     global _capture_file
     if _capture_file is None:
         _capture_file = tempfile.TemporaryFile()
+        atexit.register(_capture_file.close)
     out = _Captured()
     cap = _capture_file
     cap.seek(0)

@@ -14,6 +14,7 @@ from typing import Sequence
 
 from . import __version__
 from . import reasons as R
+from .cli_doctor import add_parsers as add_doctor_parsers
 from .cli_index import add_parsers as add_index_parsers
 from .errors import UserError
 
@@ -147,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_restore_parser(sub)
     add_reasons_parser(sub)
     add_index_parsers(sub)
+    add_doctor_parsers(sub)
     return parser
 
 

@@ -108,6 +108,10 @@ def explain(text: str) -> Explanation:
     return exp
 
 
+#: the public name (``dsclean.explain`` is this module, so the function is exported under another name)
+explain_error = explain
+
+
 def _oom(text: str) -> Explanation:
     vanished = "exited unexpectedly" in text and "killed by signal" not in text
     cause = ("the worker process disappeared without reporting an exception: usually the kernel's OOM killer "

@@ -5,8 +5,6 @@ confirms the real format from the first bytes with :func:`sniff`.
 """
 from __future__ import annotations
 
-import os
-
 IMAGE = "image"
 AUDIO = "audio"
 
@@ -26,8 +24,6 @@ FORMATS: dict[str, tuple[str, tuple[str, ...]]] = {
 
 EXT_TO_FORMAT: dict[str, str] = {ext: fmt for fmt, (_, exts) in FORMATS.items() for ext in exts}
 MEDIA_EXTENSIONS: frozenset[str] = frozenset(EXT_TO_FORMAT)
-#: the same, as bytes, for discovery working on raw file names
-MEDIA_EXTENSIONS_B: frozenset[bytes] = frozenset(e.encode() for e in EXT_TO_FORMAT)
 
 #: how many leading bytes :func:`sniff` needs
 SNIFF_BYTES = 16
@@ -45,12 +41,13 @@ _PREFIXES: dict[str, tuple[bytes, ...]] = {
 }
 
 
-def format_of_name(name: str | bytes) -> str | None:
-    """The format an (extension of a) file name claims, or None if not media."""
-    ext = os.path.splitext(name)[1].lower()
-    if isinstance(ext, bytes):
-        ext = ext.decode("ascii", "replace")
-    return EXT_TO_FORMAT.get(ext)
+_EXT_NO_DOT: dict[str, str] = {ext[1:]: fmt for ext, fmt in EXT_TO_FORMAT.items()}
+
+
+def format_of_name(name: str) -> str | None:
+    """The format a file name's extension claims (case-insensitive), or None if not media."""
+    stem, dot, ext = name.rpartition(".")
+    return _EXT_NO_DOT.get(ext.lower()) if dot and stem else None
 
 
 def kind_of(fmt: str) -> str:

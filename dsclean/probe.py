@@ -39,6 +39,8 @@ INTERVAL = 0.5
 CLIMB_SLOPE = 2**20
 #: ... and its fitted growth over the measured window exceeds this (bytes)
 CLIMB_GROWTH = 16 * 2**20
+#: memory sparklines span at least this much, so noise below the climb threshold draws flat
+SPARK_MIN_SPAN = CLIMB_GROWTH
 #: share of the run (after the first batch) treated as warm-up and left out of the fit
 WARMUP_SHARE = 0.25
 #: fewer points than this after warm-up: no verdict
@@ -234,6 +236,7 @@ def probe_dataset(dataset, *, num_workers: int = 2, batch_size: int = 32, batche
                     break
     except Exception as exc:  # the loader's failure is the finding: keep its text for the report
         result.error = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        _release(exc)
     finally:
         end = time.monotonic()
         sampler.sample()
@@ -250,6 +253,14 @@ def probe_dataset(dataset, *, num_workers: int = 2, batch_size: int = 32, batche
     for w in result.workers:
         fit_trend(w, result.fit_from)
     return result
+
+
+def _release(exc: BaseException | None) -> None:
+    """Clear the frames of an exception chain: they reference the DataLoader iterator in a cycle, which
+    would keep its workers alive until a later garbage collection (which then waits for them)."""
+    while exc is not None:
+        traceback.clear_frames(exc.__traceback__)
+        exc = exc.__cause__ or exc.__context__
 
 
 def probe_index(index: str, *, root: str | None = None, **kwargs) -> ProbeResult:
@@ -308,15 +319,17 @@ def _unicode_ok() -> bool:
     return "utf" in enc
 
 
-def sparkline(values: list[float], width: int = 40, ascii_only: bool | None = None) -> str:
-    """A one-line chart of ``values`` (resampled to ``width`` buckets), scaled between their min and max."""
+def sparkline(values: list[float], width: int = 40, ascii_only: bool | None = None, min_span: float = 0.0) -> str:
+    """A one-line chart of ``values`` (resampled to ``width`` buckets), scaled from their min over
+    ``max(max - min, min_span)``: with ``min_span`` a few KiB of noise stays flat instead of filling the scale."""
     if not values:
         return ""
     bars = _ASCII_BARS if (ascii_only if ascii_only is not None else not _unicode_ok()) else _BARS
     arr = np.asarray(values, dtype=float)
     if len(arr) > width:
         arr = np.array([chunk.mean() for chunk in np.array_split(arr, width)])
-    lo, hi = float(arr.min()), float(arr.max())
+    lo = float(arr.min())
+    hi = max(float(arr.max()), lo + min_span)
     if hi - lo <= 0:
         return bars[0] * len(arr)
     idx = np.minimum(((arr - lo) / (hi - lo) * len(bars)).astype(int), len(bars) - 1)
@@ -337,12 +350,14 @@ def format_probe(result: ProbeResult, ascii_only: bool | None = None) -> str:
                      "dsclean probe INDEX --num-workers 0 --all")
     metric = r.memory_metric.upper()
     if r.main_rss:
-        lines.append(f"  main RSS  {sparkline(r.main_rss, ascii_only=ascii_only)}  "
+        chart = sparkline(r.main_rss, ascii_only=ascii_only, min_span=SPARK_MIN_SPAN)
+        lines.append(f"  main RSS  {chart}  "
                      f"{human(r.main_rss[0])} -> {human(r.main_rss[-1])}")
     for n, w in enumerate(r.workers):
         verdict = "CLIMBING" if w.climbing else "settled" if w.slope is not None else "too short to tell"
         pss = f", PSS {human(w.pss[-1])}" if w.pss and w.pss[-1] is not None else ""
-        lines.append(f"  worker {n} (pid {w.pid}) {metric} {sparkline(w.uss, ascii_only=ascii_only)}  "
+        chart = sparkline(w.uss, ascii_only=ascii_only, min_span=SPARK_MIN_SPAN)
+        lines.append(f"  worker {n} (pid {w.pid}) {metric} {chart}  "
                      f"{human(w.start)} -> {human(w.end)}{pss}, {_rate(w.slope)}: {verdict}")
     if r.num_workers and not r.workers:
         lines.append("  no worker was sampled (the run was shorter than the sampling interval)")

@@ -15,8 +15,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import locations, reasons
-from .atomic import atomic_output
-from .verdict import FIELDS, Verdict
+from .atomic import publish, temp_next_to
+from .verdict import FIELDS, Verdict, encode_path
 
 #: Arrow schema of the results table. ``path`` is binary: the exact bytes of the
 #: file name relative to the root, so non-UTF-8 names survive (decode with os.fsdecode).
@@ -47,8 +47,9 @@ class ResultsWriter:
     """Stream verdicts to ``<report_dir>/scan_results.parquet`` and ``problems.jsonl``.
 
     Rows are buffered up to ``batch_rows`` and written as one Parquet row group,
-    so memory stays bounded however many files are scanned. Call :meth:`close`
-    to publish the files (rename from temp); until then any previous results stay.
+    so memory stays bounded however many files are scanned. Both files are
+    written under temp names; :meth:`close` publishes them (fsync + rename), so
+    until then any previous results stay whole.
     """
 
     def __init__(self, report_dir: str, *, batch_rows: int = 65_536) -> None:
@@ -56,41 +57,45 @@ class ResultsWriter:
         self.report_dir = report_dir
         self.results_path = os.path.join(report_dir, locations.RESULTS_FILE)
         self.problems_path = os.path.join(report_dir, locations.PROBLEMS_FILE)
-        self._results_ctx = atomic_output(self.results_path)
-        self._problems_ctx = atomic_output(self.problems_path)
-        tmp_results = self._results_ctx.__enter__()
-        tmp_problems = self._problems_ctx.__enter__()
-        self._writer = pq.ParquetWriter(tmp_results, SCHEMA, compression="zstd")
-        self._problems = open(tmp_problems, "w", encoding="utf-8")
+        self._tmp_results = temp_next_to(self.results_path)
+        self._tmp_problems = temp_next_to(self.problems_path)
+        self._writer = pq.ParquetWriter(self._tmp_results, SCHEMA, compression="zstd")
+        self._problems = open(self._tmp_problems, "w", encoding="utf-8")
         self._batch_rows = batch_rows
-        self._columns: dict[str, list] = {name: [] for name in FIELDS}
+        self._rows: list[tuple] = []
         self.rows = 0
 
     def add(self, v: Verdict, extra: dict | None = None) -> None:
         """Buffer one verdict; ``extra`` keys (e.g. where it was quarantined) go to the JSONL line only."""
-        cols = self._columns
-        for name in FIELDS:
-            cols[name].append(getattr(v, name))
-        cols["path"][-1] = os.fsencode(v.path)
+        row = tuple(vars(v).values())  # dataclass fields, in FIELDS order
+        self._rows.append((encode_path(v.path), *row[1:]))
         self.rows += 1
         if v.status != reasons.OK:
-            # ensure_ascii keeps lone surrogates (non-UTF-8 names) as \\udcXX: lossless and valid JSON
+            # ensure_ascii keeps lone surrogates (non-UTF-8 names) as \udcXX: lossless and valid JSON
             self._problems.write(json.dumps({**v.to_json(), **(extra or {})}) + "\n")
-        if len(cols["path"]) >= self._batch_rows:
+        if len(self._rows) >= self._batch_rows:
+            self._flush()
+
+    def add_row(self, row: tuple) -> None:
+        """Buffer an ``ok`` row that is already in results-table form (from the scan cache)."""
+        self._rows.append(row)
+        self.rows += 1
+        if len(self._rows) >= self._batch_rows:
             self._flush()
 
     def _flush(self) -> None:
-        if self._columns["path"]:
-            self._writer.write_batch(pa.RecordBatch.from_pydict(self._columns, schema=SCHEMA))
-            self._columns = {name: [] for name in FIELDS}
+        if self._rows:
+            columns = [pa.array(col, type=f.type) for col, f in zip(zip(*self._rows), SCHEMA)]
+            self._writer.write_batch(pa.RecordBatch.from_arrays(columns, schema=SCHEMA))
+            self._rows = []
 
     def close(self) -> None:
-        """Write what is buffered and publish both files atomically."""
+        """Write what is buffered and publish both files."""
         self._flush()
         self._writer.close()
         self._problems.close()
-        self._results_ctx.__exit__(None, None, None)
-        self._problems_ctx.__exit__(None, None, None)
+        publish(self._tmp_results, self.results_path)
+        publish(self._tmp_problems, self.problems_path)
 
 
 def read_results(path: str, columns: list[str] | None = None) -> pa.Table:

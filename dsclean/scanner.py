@@ -23,7 +23,7 @@ from typing import Iterable, Iterator
 from . import locations
 from . import reasons as R
 from .atomic import atomic_output
-from .cache import ScanCache
+from .cache import ScanCache, row_to_verdict
 from .check import CheckOptions
 from .executors import run_checks
 from .discover import DiscoverStats, iter_media
@@ -201,9 +201,10 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
 
 def _stat_each(root: str, media: Iterator[tuple[str, str]]) -> Iterator[tuple[str, int, int]]:
     """``(rel, size, mtime_ns)``; a file that vanished since listing gets -1s and is checked (-> vanished)."""
+    prefix = root.rstrip(os.sep) + os.sep
     for rel, _ in media:
         try:
-            st = os.stat(os.path.join(root, rel))
+            st = os.stat(prefix + rel)
             yield rel, st.st_size, st.st_mtime_ns
         except OSError:
             yield rel, -1, -1
@@ -214,8 +215,7 @@ def _skip_cached(files: Iterator[tuple[str, int, int]], cache: ScanCache | None,
     """Chunks of files to check: cached verdicts still valid are handled right here instead."""
     for batch in _chunks(files, 2000):
         hits = cache.lookup(batch) if cache is not None else {}
-        for v in hits.values():
-            sink.handle(v, fresh=False)
+        sink.handle_cached(hits)
         yield from _chunks((rel for rel, _, _ in batch if rel not in hits), chunk_size)
 
 
@@ -270,6 +270,25 @@ class _Sink:
         if self.progress is not None and s.files % 64 == 0:
             self.progress.update(64)
             self.progress.set_postfix(bad=s.bad, refresh=False)
+
+    def handle_cached(self, rows: dict[str, tuple]) -> None:
+        """Verdicts from the cache: ``ok`` rows go straight to the results, the rest through :meth:`handle`."""
+        s, counts = self.summary, Counter()
+        for rel, row in rows.items():
+            if row[2] != R.OK:
+                self.handle(row_to_verdict(rel, row), fresh=False)
+                continue
+            counts[row[1]] += 1
+            s.bytes += row[5]
+            self.writer.add_row(row)
+        for kind, n in counts.items():
+            by_status = s.counts.setdefault(kind, {})
+            by_status[R.OK] = by_status.get(R.OK, 0) + n
+        n = sum(counts.values())
+        s.files += n
+        s.cached += n
+        if self.progress is not None and n:
+            self.progress.update(n)
 
     def _quarantine(self, v: Verdict) -> dict | None:
         if self.quarantine is None:

@@ -7,6 +7,7 @@ Kept free of pyarrow so checking processes start light.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from dataclasses import dataclass
 
 from . import reasons
@@ -55,3 +56,10 @@ class Verdict:
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(Verdict))
+
+_FS_ENCODING = sys.getfilesystemencoding()
+
+
+def encode_path(rel: str) -> bytes:
+    """The exact file-name bytes of a path str (``os.fsencode`` without its per-call overhead)."""
+    return rel.encode(_FS_ENCODING, "surrogateescape")

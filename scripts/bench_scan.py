@@ -12,7 +12,10 @@ missing, or bytes overwritten mid-stream), then times on the same files:
 and reports files/s, MB/s, each one's recall on the damaged files and false alarms
 on the good ones. Ratios are against the load() loop measured in the same run.
 
-    python scripts/bench_scan.py [--n 2000] [--size 512] [--corrupt 0.02] [--seed 0]
+Then re-scans an unchanged tree of --rescan files (default 100,000) and times it
+side by side with a bare os.walk + os.stat of the same tree (the scan cache at work).
+
+    python scripts/bench_scan.py [--n 2000] [--size 512] [--corrupt 0.02] [--seed 0] [--rescan 100000]
 """
 from __future__ import annotations
 
@@ -102,7 +105,13 @@ def main() -> None:
     ap.add_argument("--corrupt", type=float, default=0.02)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dir", help="where to generate (default: a temp folder, removed afterwards)")
+    ap.add_argument("--rescan", type=int, default=100_000, metavar="N",
+                    help="also time a re-scan of an unchanged N-file tree against os.walk+stat (0 = skip)")
+    ap.add_argument("--only-rescan", action="store_true", help="run only the re-scan benchmark")
     args = ap.parse_args()
+    if args.only_rescan:
+        rescan_benchmark(args.rescan)
+        return
 
     folder = args.dir or tempfile.mkdtemp(prefix="dsclean-bench-")
     t0 = time.perf_counter()
@@ -147,6 +156,62 @@ def main() -> None:
               f"{recall:.0%} ({round(recall * len(bad))}/{len(bad)}) | {false_alarms} |")
     if not args.dir:
         shutil.rmtree(folder)
+    if args.rescan:
+        rescan_benchmark(args.rescan)
+
+
+
+# ---- re-scan of an unchanged tree (the scan cache) ---------------------------------------------
+
+
+def make_small_tree(folder: str, n: int) -> None:
+    """n tiny valid JPEGs (unique bytes) in folders of 1,000."""
+    data = synth.jpeg(16, 16)
+    for i in range(n):
+        d = os.path.join(folder, f"d{i // 1000:04d}")
+        if i % 1000 == 0:
+            os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, f"f{i:07d}.jpg"), "wb") as f:
+            f.write(data + i.to_bytes(4, "big"))
+
+
+def walk_and_stat(folder: str) -> int:
+    """The floor: list every folder and stat every file (skipping dot-folders, as the scan does)."""
+    n = 0
+    for d, dirs, files in os.walk(folder):
+        dirs[:] = [x for x in dirs if not x.startswith(".")]
+        for name in files:
+            os.stat(os.path.join(d, name))
+            n += 1
+    return n
+
+
+def rescan_benchmark(n: int, repeats: int = 3) -> None:
+    folder = tempfile.mkdtemp(prefix="dsclean-rescan-")
+    try:
+        t0 = time.perf_counter()
+        make_small_tree(folder, n)
+        print(f"\ngenerated {n:,} small files in {time.perf_counter() - t0:.0f} s")
+        with tempfile.TemporaryDirectory() as report:
+            t0 = time.perf_counter()
+            first = scan(folder, ScanOptions(dry_run=True, report_dir=report, progress=False))
+            print(f"first scan (fills the cache): {first.files:,} files in {time.perf_counter() - t0:.1f} s")
+            best_walk = best_rescan = float("inf")
+            for _ in range(repeats):  # interleaved, best of each: the machine is noisy
+                t0 = time.perf_counter()
+                walked = walk_and_stat(folder)
+                best_walk = min(best_walk, time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                again = scan(folder, ScanOptions(dry_run=True, report_dir=report, progress=False))
+                best_rescan = min(best_rescan, time.perf_counter() - t0)
+            assert walked == again.files == again.cached == n, (walked, again.files, again.cached)
+    finally:
+        shutil.rmtree(folder)
+    print(f"\n| re-scan of an unchanged tree, {n:,} files (best of {repeats}) | files/s | time | vs os.walk+stat |")
+    print("|---|---:|---:|---:|")
+    print(f"| os.walk + os.stat (baseline) | {n / best_walk:,.0f} | {best_walk:.2f} s | 1.00x |")
+    print(f"| dsclean scan, every verdict from the cache | {n / best_rescan:,.0f} | {best_rescan:.2f} s | "
+          f"{best_rescan / best_walk:.2f}x the time |")
 
 
 if __name__ == "__main__":

@@ -92,7 +92,8 @@ def _cached_rows(cache) -> int:
         return 0
     db = sqlite3.connect(cache)
     try:
-        return db.execute("SELECT count(*) FROM verdicts").fetchone()[0]
+        tables = [t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE name LIKE 'verdicts_%'")]
+        return sum(db.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables)
     except sqlite3.OperationalError:  # table not created yet
         return 0
     finally:

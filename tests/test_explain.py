@@ -13,7 +13,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from dsclean import cli_doctor, synth
-from dsclean.explain import CRASH, EXCEPTION, OOM, OPEN_FILES, SHM, UNKNOWN, classify, explain, format_explanation
+from dsclean.explain import (CRASH, EXCEPTION, OOM, OPEN_FILES, SHM, UNKNOWN, classify, explain, explain_error,
+                             format_explanation)
 from fixtures_sys.fakesys import HERE
 
 # ----------------------------------------------------------------------------- canned messages (PyTorch formats)
@@ -94,6 +95,10 @@ def test_log_with_several_messages_picks_the_most_specific():
     assert classify(KILLED + "\n" + CAUGHT)[0] == EXCEPTION
 
 
+def test_public_alias():
+    assert explain_error(KILLED).kind == OOM
+
+
 def test_format():
     text = format_explanation(explain(BUS))
     assert text.startswith("shm: out of shared memory") and "matched:" in text and "what to do:" in text
@@ -122,11 +127,24 @@ class _Dies(Dataset):
 
 def _real_error(how: str, capfd) -> str:
     """The text a user sees: the traceback plus whatever the worker printed to stderr."""
-    loader = DataLoader(_Dies(how), batch_size=1, num_workers=1, timeout=30)
-    with pytest.raises(Exception) as info:
-        next(iter(loader))
-    text = "".join(traceback.format_exception(info.type, info.value, info.tb))
+    text = _loader_error(DataLoader(_Dies(how), batch_size=1, num_workers=1, timeout=30))
     return capfd.readouterr().err + text
+
+
+def _loader_error(loader) -> str:
+    """The formatted exception of the first batch; the iterator is shut down right away (no lingering worker)."""
+    it = iter(loader)
+    try:
+        next(it)
+    except Exception as exc:
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        while exc is not None:  # break the frame <-> exception cycles that keep the iterator alive
+            traceback.clear_frames(exc.__traceback__)
+            exc = exc.__cause__ or exc.__context__
+        return text
+    finally:
+        del it
+    raise AssertionError("the loader did not fail")
 
 
 @pytest.mark.parametrize("how, kind", [("kill", OOM), ("bus", SHM), ("segv", CRASH), ("exit1", EXCEPTION),
@@ -149,10 +167,7 @@ def test_real_sample_error_names_the_file(tmp_path):
     (tmp_path / "data" / "c").mkdir(parents=True)
     (tmp_path / "data" / "c" / "bad.png").write_bytes(synth.truncate(synth.png(32, 32), 0.5))
     build_index(str(tmp_path / "data"), str(tmp_path / "i.arrow"))
-    loader = DataLoader(IndexedDataset(str(tmp_path / "i.arrow")), batch_size=1, num_workers=1)
-    with pytest.raises(Exception) as info:
-        next(iter(loader))
-    exp = explain("".join(traceback.format_exception(info.type, info.value, info.tb)))
+    exp = explain(_loader_error(DataLoader(IndexedDataset(str(tmp_path / "i.arrow")), batch_size=1, num_workers=1)))
     assert exp.kind == EXCEPTION and exp.sample["path"] == "c/bad.png" and exp.sample["index"] == 0
     assert any("dsclean scan" in f for f in exp.fixes)
 
