@@ -45,6 +45,17 @@ def _size(text: str) -> int:
     return int(value)
 
 
+def _shard(text: str) -> tuple[int, int]:
+    """'3/16' -> (3, 16)."""
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not I/N, e.g. 3/16") from None
+    if not (n >= 1 and 0 <= i < n):
+        raise argparse.ArgumentTypeError(f"{text!r}: need 0 <= I < N")
+    return i, n
+
+
 def add_scan_parser(sub: argparse._SubParsersAction) -> None:
     from .check import DEFAULT_MAX_FRAMES, DEFAULT_MAX_PIXELS, DEFAULT_TIMEOUT
 
@@ -53,8 +64,14 @@ def add_scan_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quarantine", metavar="DIR", help="move bad files to DIR/<path relative to ROOT> (journaled)")
     p.add_argument("--report", metavar="DIR", help="where to write results (default: the quarantine folder, else ROOT/.dsclean)")
     p.add_argument("--jobs", "-j", type=_positive_int, default=0, metavar="N", help="worker processes (default: all usable cores)")
-    p.add_argument("--backend", choices=("loky", "threads"), default="loky",
-                   help="loky: worker processes, with crash/timeout/memory isolation (default); threads: in-process")
+    p.add_argument("--backend", choices=("loky", "threads", "dask"), default="loky",
+                   help="loky: worker processes here, with crash/timeout/memory isolation (default); "
+                        "threads: in-process; dask: a Dask distributed cluster (see --scheduler)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="with --backend dask: the scheduler's tcp://HOST:PORT, or a scheduler file")
+    p.add_argument("--shard", type=_shard, metavar="I/N",
+                   help="check only shard I of N (0 <= I < N; a stable hash of each path), for job arrays; "
+                        "combine the shards' results with dsclean merge")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                    help=f"a file whose check takes longer is bad/timeout; its worker is replaced (default {DEFAULT_TIMEOUT:g}; 0 = none)")
     p.add_argument("--max-memory", type=_size, default=0, metavar="SIZE",
@@ -83,6 +100,8 @@ def cmd_scan(args: argparse.Namespace) -> int:
         check=CheckOptions(lenient=args.lenient, max_pixels=args.max_pixels, max_frames=max(1, args.max_frames),
                            timeout=args.timeout, max_memory=args.max_memory),
         backend=args.backend,
+        scheduler=args.scheduler,
+        shard=args.shard,
         rescan=args.rescan,
         quarantine=args.quarantine,
         report_dir=args.report,
@@ -135,6 +154,24 @@ def cmd_recover(args: argparse.Namespace) -> int:
     return _print_report(recover(args.quarantine), "recover")
 
 
+def add_merge_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("merge", help="combine the results of a job array's shards (scan --shard I/N) into one")
+    p.add_argument("results", metavar="RESULTS", nargs="+", help="every shard's scan_results.shard-*.parquet")
+    p.add_argument("-o", "--output", metavar="DIR", help="where to write the merged results (default: the first shard's folder)")
+    p.set_defaults(func=cmd_merge)
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from .merge import merge
+
+    s = merge(args.results, args.output)
+    print(f"merged {s.shards} shards of {s.root}: {s.rows:,} files, {s.bad:,} bad")
+    print(f"Results: {s.results_path}\nProblems (bad and warn): {s.problems_path}")
+    for note in s.notes:
+        print(f"note: {note}", file=sys.stderr)
+    return EXIT_OK
+
+
 def add_reasons_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("reasons", help="list the reason codes a verdict can carry")
     p.set_defaults(func=lambda args: print("\n".join(f"{k:<20} {v}" for k, v in R.REASONS.items())) or EXIT_OK)
@@ -146,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     add_scan_parser(sub)
     add_restore_parser(sub)
+    add_merge_parser(sub)
     add_reasons_parser(sub)
     add_index_parsers(sub)
     add_doctor_parsers(sub)

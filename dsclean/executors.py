@@ -1,52 +1,102 @@
 """Run check chunks on a pool of workers, a few chunks ahead, and survive workers that die.
 
-The pool is any ``concurrent.futures`` executor: loky's reusable process pool
-(joblib's engine, the default), a thread pool, or a Dask cluster's executor.
-Chunks stream in from discovery; at most ``2 x workers`` are in flight, so
-memory is bounded however long the stream is; verdicts come back in
-completion order.
+The pool is a ``concurrent.futures`` executor:
 
-When a process worker dies (a decoder segfaults, aborts, or hits the
-per-file timeout, see :mod:`dsclean.worker`), every chunk that was in flight
-is lost with the pool. Those files are then re-checked one per fresh process,
-so the culprit is known exactly: it gets ``decoder_crash`` (with the signal)
-or ``timeout``; its neighbours get their normal verdicts; the scan goes on
-with a new pool.
+- ``loky`` (default): joblib's reusable process pool on this machine;
+- ``threads``: a thread pool in this process (no isolation: see :mod:`dsclean.worker`);
+- ``dask``: a Dask distributed cluster, through the Client's own
+  ``concurrent.futures`` executor. Dask, not a home-made protocol, ships the
+  chunks, and re-runs a chunk elsewhere when a worker is lost.
+
+Chunks stream in from discovery; at most two per worker slot are in flight, so
+memory is bounded however long the stream is; verdicts come back in completion
+order, in this process, which is also where quarantine moves happen (on the
+shared file system: no file contents ever travel through a scheduler).
+
+When a loky worker dies (a decoder segfaults, aborts, or hits the per-file
+timeout) every chunk in flight is lost with the pool: those files are
+re-checked one per fresh process (:func:`isolate`), so the culprit is named
+exactly (``decoder_crash`` with the signal, or ``timeout``) and its neighbours
+keep their normal verdicts. On Dask, each chunk runs in a fresh child process
+of the Dask worker (:func:`check_chunk_in_child`) and is isolated there the
+same way, so a bad file never takes a Dask worker down.
 """
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.connection
 import os
 import signal
 import time
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
 from . import reasons as R
 from .check import CheckOptions
+from .errors import UserError
 from .formats import format_of_name, kind_of
 from .verdict import Verdict
 from .worker import check_chunk, check_chunk_in_thread
 
-BACKENDS = ("loky", "threads")
+BACKENDS = ("loky", "threads", "dask")
 
-#: extra seconds the parent grants an isolated check beyond --timeout before killing it itself
+#: extra seconds the parent grants an isolated check beyond its files' --timeout before killing it
 _GRACE = 5.0
 
 
-def make_executor(backend: str, workers: int) -> tuple[Executor, Callable]:
-    """A fresh executor for ``backend`` and the task function its workers run."""
+@dataclass
+class Pool:
+    """An executor, the task its workers run, how many chunks it works on at once, how to let it go."""
+
+    executor: Executor
+    task: Callable[[str, list[str], CheckOptions], list[Verdict]]
+    slots: int
+    close: Callable[[], None]
+
+
+def make_pool(backend: str, workers: int, scheduler: str | None = None) -> Pool:
+    """A fresh pool for ``backend`` (``scheduler``: a Dask address or scheduler file, for ``dask``)."""
     if backend == "loky":
         from joblib.externals.loky import get_reusable_executor
 
         # After a worker died the old pool is broken; get_reusable_executor then builds a new one.
-        return get_reusable_executor(max_workers=workers, timeout=60), check_chunk
+        return Pool(get_reusable_executor(max_workers=workers, timeout=60), check_chunk, workers, lambda: None)
     if backend == "threads":
         from concurrent.futures import ThreadPoolExecutor
 
-        return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dsclean-check"), check_chunk_in_thread
-    raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dsclean-check")
+        return Pool(pool, check_chunk_in_thread, workers, lambda: pool.shutdown(wait=False, cancel_futures=True))
+    if backend == "dask":
+        return _dask_pool(scheduler)
+    raise UserError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+
+
+def _dask_pool(scheduler: str | None) -> Pool:
+    try:
+        from distributed import Client
+    except ImportError:
+        raise UserError("--backend dask needs Dask distributed: pip install 'dsclean[dask]'") from None
+    if not scheduler:
+        raise UserError("--backend dask needs --scheduler tcp://HOST:PORT or a scheduler file")
+    try:
+        if os.path.isfile(scheduler):
+            client = Client(scheduler_file=scheduler, timeout=30)
+        else:
+            client = Client(scheduler, timeout=30)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise UserError(f"cannot reach the Dask scheduler {scheduler}: {exc}") from exc
+    slots = sum(client.nthreads().values())
+    if not slots:
+        client.close()
+        raise UserError(f"the Dask cluster at {scheduler} has no workers")
+    return Pool(client.get_executor(pure=False), check_chunk_in_child, slots, client.close)
+
+
+def _lost_worker(exc: BaseException) -> bool:
+    """A process pool broke, or Dask gave up on a task whose workers kept dying."""
+    return isinstance(exc, BrokenProcessPool) or type(exc).__name__ == "KilledWorker"
 
 
 def run_checks(
@@ -55,53 +105,53 @@ def run_checks(
     options: CheckOptions,
     workers: int,
     backend: str = "loky",
-    executor: Executor | None = None,
+    scheduler: str | None = None,
 ) -> Iterator[list[Verdict]]:
     """Yield verdict chunks as they finish. Closing the generator cancels what is still queued."""
-    if executor is None:
-        executor, task = make_executor(backend, workers)
-    else:
-        task = check_chunk
+    pool = make_pool(backend, workers, scheduler)
     source = iter(chunks)
     in_flight: dict[Future, list[str]] = {}
     try:
         while True:
-            while len(in_flight) < 2 * workers:
+            while len(in_flight) < 2 * pool.slots:
                 chunk = next(source, None)
                 if chunk is None:
                     break
-                in_flight[executor.submit(task, root, chunk, options)] = chunk
+                in_flight[pool.executor.submit(pool.task, root, chunk, options)] = chunk
             if not in_flight:
                 return
             done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
             lost: list[list[str]] = []
             for future in done:
                 chunk = in_flight.pop(future)
-                try:
-                    result = future.result()
-                except BrokenProcessPool:
+                exc = future.exception()
+                if exc is None:
+                    yield future.result()
+                elif _lost_worker(exc):
                     lost.append(chunk)
-                    continue
-                yield result
+                else:
+                    raise exc
             if lost:
-                # The pool is gone, and with it every chunk still in flight.
-                lost += in_flight.values()
-                in_flight.clear()
+                if backend == "loky":  # the whole pool is gone, and with it every chunk still in flight
+                    lost += in_flight.values()
+                    in_flight.clear()
                 for chunk in lost:
                     yield isolate(root, chunk, options, workers)
-                executor, task = make_executor(backend, workers)
+                if backend == "loky":
+                    pool = make_pool(backend, workers, scheduler)
     finally:
         for future in in_flight:
             future.cancel()
+        pool.close()
 
 
-# ---- isolation: one file per fresh process ---------------------------------------------------
+# ---- fresh processes: one chunk, or one file, per process -------------------------------------
 
 _context = None
 
 
 def _fresh_process_context():
-    """A forkserver: each isolated check forks from a clean, single-threaded, pre-imported server."""
+    """A forkserver: each child forks from a clean, single-threaded, pre-imported server."""
     global _context
     if _context is None:
         _context = multiprocessing.get_context("forkserver")
@@ -109,47 +159,79 @@ def _fresh_process_context():
     return _context
 
 
-def _isolated_child(conn, root: str, rel: str, options: CheckOptions) -> None:
-    conn.send(check_chunk(root, [rel], options)[0])
+def _child(conn, root: str, rels: list[str], options: CheckOptions) -> None:
+    conn.send(check_chunk(root, rels, options))
     conn.close()
 
 
-def isolate(root: str, rels: list[str], options: CheckOptions, parallel: int = 1) -> list[Verdict]:
-    """Check each file in its own fresh process (``parallel`` at a time); name the ones that kill it."""
+@dataclass
+class _Outcome:
+    rels: list[str]
+    verdicts: list[Verdict] | None  # None: the child died or was killed
+    exitcode: int | None
+    overdue: bool
+
+
+def _in_children(root: str, groups: list[list[str]], options: CheckOptions, parallel: int) -> Iterator[_Outcome]:
+    """Run each group of files in its own fresh process, ``parallel`` at a time."""
+    if multiprocessing.current_process().daemon:
+        raise UserError(
+            "this process is daemonic and cannot start the fresh processes dsclean checks files in "
+            "(Dask workers are by default): start the Dask workers with DASK_DISTRIBUTED__WORKER__DAEMON=False "
+            "or `distributed.worker.daemon: false` in the Dask config"
+        )
     ctx = _fresh_process_context()
-    queue = list(rels)
-    running: dict[int, tuple] = {}  # sentinel -> (process, conn, rel, started)
-    verdicts: list[Verdict] = []
-    limit = options.timeout + _GRACE if options.timeout > 0 else None
+    queue = list(groups)
+    running: dict = {}  # pipe end -> (process, rels, started)
     while queue or running:
         while queue and len(running) < max(1, parallel):
-            rel = queue.pop(0)
+            rels = queue.pop(0)
             parent_end, child_end = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_isolated_child, args=(child_end, root, rel, options), daemon=True)
+            proc = ctx.Process(target=_child, args=(child_end, root, rels, options), daemon=True)
             proc.start()
             child_end.close()
-            running[proc.sentinel] = (proc, parent_end, rel, time.monotonic())
+            running[parent_end] = (proc, rels, time.monotonic())
+        # A pipe end is ready when the child sent its verdicts, or died (EOF). Reading before
+        # joining matters: a child with a large result blocks in send() until it is read.
         ready = multiprocessing.connection.wait(list(running), timeout=0.5)
         now = time.monotonic()
-        for sentinel in list(running):
-            proc, conn, rel, started = running[sentinel]
-            overdue = limit is not None and now - started > limit
-            if sentinel not in ready and not overdue:
+        for conn in list(running):
+            proc, rels, started = running[conn]
+            overdue = options.timeout > 0 and now - started > len(rels) * options.timeout + _GRACE
+            if conn not in ready and not overdue:
                 continue
-            del running[sentinel]
-            if overdue and proc.is_alive():
-                proc.kill()
+            del running[conn]
+            try:
+                verdicts = conn.recv() if conn in ready else None
+            except EOFError:  # the child died before sending anything
+                verdicts = None
+            if verdicts is None:
+                proc.join(timeout=0 if overdue else 2.0)  # EOF: let a dying child finish dying
+                if proc.is_alive():
+                    proc.kill()
             proc.join()
-            verdicts.append(_collect(conn, proc.exitcode, root, rel, options, overdue))
             conn.close()
-    return verdicts
+            yield _Outcome(rels, verdicts, proc.exitcode, overdue and verdicts is None)
 
 
-def _collect(conn, exitcode: int | None, root: str, rel: str, options: CheckOptions, overdue: bool) -> Verdict:
-    if exitcode == 0 and conn.poll():
-        return conn.recv()
+def isolate(root: str, rels: list[str], options: CheckOptions, parallel: int = 1) -> list[Verdict]:
+    """Check each file in its own fresh process; name the ones that kill it."""
+    out = []
+    for o in _in_children(root, [[rel] for rel in rels], options, parallel):
+        out += o.verdicts if o.verdicts is not None else [_failure(root, o.rels[0], options, o.exitcode, o.overdue)]
+    return out
+
+
+def check_chunk_in_child(root: str, rels: list[str], options: CheckOptions) -> list[Verdict]:
+    """Dask task: the chunk in one fresh child process; if it dies, every file in its own (see isolate)."""
+    (outcome,) = _in_children(root, [rels], options, 1)
+    return outcome.verdicts if outcome.verdicts is not None else isolate(root, rels, options)
+
+
+def _failure(root: str, rel: str, options: CheckOptions, exitcode: int | None, overdue: bool) -> Verdict:
+    """The verdict for a file whose own checking process died or overran."""
     fmt = format_of_name(rel)
-    v = Verdict(path=rel, kind=kind_of(fmt) if fmt else "unknown", format=None)
+    v = Verdict(path=rel, kind=kind_of(fmt) if fmt else "unknown")
     try:
         st = os.stat(os.path.join(root, rel))
         v.size, v.mtime_ns = st.st_size, st.st_mtime_ns

@@ -28,7 +28,7 @@ import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -100,7 +100,7 @@ def build_index(
     format: str | None = None,
     labels_csv: str | None = None,
     no_labels: bool = False,
-    scan_results: str | None = None,
+    scan_results: str | Sequence[str] | None = None,
     exclude: Iterable[str] = (),
     progress: bool = False,
     large_path_bytes: int | None = None,
@@ -121,9 +121,11 @@ def build_index(
     summary = IndexSummary(output=output, format=fmt, labels=mode)
     csv_labels = read_labels_csv(labels_csv) if labels_csv is not None else None  # fail before the walk
 
-    results_path = scan_results if scan_results is not None else locations.find_scan_results(root)
-    results = _read_scan_results(results_path) if results_path is not None else None
-    summary.scan_results = results_path
+    if isinstance(scan_results, str):
+        scan_results = [scan_results]
+    results_paths = list(scan_results or []) or [p for p in [locations.find_scan_results(root)] if p]
+    results = _read_scan_results(results_paths) if results_paths else None
+    summary.scan_results = ", ".join(results_paths) or None
     if results is None:
         _note(summary, f"no scan results found for {root}; indexing by extension/magic bytes only (no decoding)", progress)
 
@@ -140,14 +142,14 @@ def build_index(
     summary.rows = table.num_rows
     summary.classes = len(classes)
     summary.media_bytes = int(pc.sum(table.column("size")).as_py() or 0)
-    meta = _make_meta(root, classes, mode, table.num_rows, results_path)
+    meta = _make_meta(root, classes, mode, table.num_rows, summary.scan_results)
     writer = _write_arrow if fmt == "arrow" else _write_npy
     with atomic_output(output, directory=fmt == "npy") as tmp:
         writer(table, tmp, meta)
     summary.index_bytes = _disk_size(output)
     summary.elapsed = round(time.monotonic() - t0, 3)
     if summary.unscanned and results is not None:
-        _note(summary, f"{summary.unscanned} files are not in the scan results {results_path} "
+        _note(summary, f"{summary.unscanned} files are not in the scan results {summary.scan_results} "
               "(new since the scan?); they were checked by magic bytes only", progress)
     return summary
 
@@ -271,16 +273,21 @@ def _sniff_kind(full: str, summary: IndexSummary) -> int:
     return _KIND_CODE[formats.kind_of(real)]
 
 
-def _read_scan_results(path: str) -> pa.Table:
+def _read_scan_results(paths: list[str]) -> pa.Table:
+    """One scan's results file, or the N shard results of a job array (validated, see dsclean.merge)."""
+    from .merge import read_shards
     from .results import read_results
 
-    if not os.path.exists(path):
-        raise UserError(f"{path}: scan results not found")
+    columns = ["path", "status", "size", *FACTS]
+    for path in paths:
+        if not os.path.exists(path):
+            raise UserError(f"{path}: scan results not found")
     try:
-        table = read_results(path, columns=["path", "status", "size", *FACTS])
+        if len(paths) > 1:
+            return read_shards(paths).select(columns)
+        return read_results(paths[0], columns=columns)
     except (pa.ArrowException, OSError, KeyError) as exc:
-        raise UserError(f"{path}: cannot read scan results ({exc})") from exc
-    return table
+        raise UserError(f"{', '.join(paths)}: cannot read scan results ({exc})") from exc
 
 
 def _apply_results(root: str, table: pa.Table, results: pa.Table, summary: IndexSummary) -> pa.Table:

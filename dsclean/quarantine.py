@@ -17,6 +17,7 @@ copy only -> "done"; both, byte-identical -> remove the original, "done".
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import filecmp
@@ -193,18 +194,21 @@ class Quarantine:
     """An open, locked quarantine folder that bad files can be moved into.
 
     Opening recovers any half-done move from an earlier run. Only one process
-    may hold a quarantine folder at a time.
+    may hold a quarantine folder at a time, except that each shard of a
+    job-array scan (``tag``, see :func:`dsclean.locations.shard_tag`) has a
+    journal and a lock of its own: shards move disjoint sets of files.
     """
 
-    def __init__(self, qdir: str, root: str) -> None:
+    def __init__(self, qdir: str, root: str, tag: str = "") -> None:
         self.qdir = os.path.abspath(qdir)
         self.root = os.path.abspath(root)
         _check_placement(self.qdir, self.root)
-        self._lock_fd = lock_folder(self.qdir)
-        self.journal = Journal(os.path.join(self.qdir, locations.MANIFEST_FILE))
+        self._lock_fd = lock_folder(self.qdir, tag)
+        self.journal = Journal(os.path.join(self.qdir, locations.tagged(locations.MANIFEST_FILE, tag)))
         self.recovery = recover_open(self.qdir, self.journal)
         # Reports default to this folder; a killed scan leaves their temp files behind.
-        remove_stale_temps(self.qdir, (locations.RESULTS_FILE, locations.PROBLEMS_FILE, locations.SUMMARY_FILE))
+        remove_stale_temps(self.qdir, tuple(locations.tagged(name, tag) for name in
+                                            (locations.RESULTS_FILE, locations.PROBLEMS_FILE, locations.SUMMARY_FILE)))
         self.moved = 0
 
     def move(self, rel: str, reason: str | None = None) -> str:
@@ -248,13 +252,13 @@ def _check_placement(qdir: str, root: str) -> None:
         raise UserError(f"quarantine folder {qdir} must not be the scanned root or contain it ({root})")
 
 
-def lock_folder(qdir: str) -> int:
+def lock_folder(qdir: str, tag: str = "") -> int:
     """Create (if needed) and lock a quarantine folder; a clear error if it is not writable or in use."""
     try:
         os.makedirs(qdir, exist_ok=True)
         with open(os.path.join(qdir, QUARANTINE_MARKER), "a", encoding="utf-8"):
             pass  # the marker's existence is its content: discovery never enters this folder
-        fd = os.open(os.path.join(qdir, locations.LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(os.path.join(qdir, locations.tagged(locations.LOCK_FILE, tag)), os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
         raise UserError(f"quarantine folder {qdir} is not writable: {exc.strerror or exc}") from exc
     try:
@@ -281,18 +285,43 @@ def recover_open(qdir: str, journal: Journal) -> RecoveryReport:
     return report
 
 
-def recover(qdir: str) -> RecoveryReport:
-    """Lock a quarantine folder and repair half-done moves left by a killed run."""
+def _journals(qdir: str) -> list[str]:
+    """Tags of the manifests in a quarantine folder ('' for a whole scan's, one per shard)."""
     qdir = os.path.abspath(qdir)
-    if not os.path.isfile(os.path.join(qdir, locations.MANIFEST_FILE)):
+    stem, ext = os.path.splitext(locations.MANIFEST_FILE)
+    tags = sorted(name[len(stem) : -len(ext)] for name in os.listdir(qdir) if name.startswith(stem) and name.endswith(ext)) \
+        if os.path.isdir(qdir) else []
+    if not tags:
         raise UserError(f"{qdir} is not a dsclean quarantine folder (no {locations.MANIFEST_FILE})")
-    fd = lock_folder(qdir)
-    journal = Journal(os.path.join(qdir, locations.MANIFEST_FILE))
+    return tags
+
+
+@contextlib.contextmanager
+def _locked_journal(qdir: str, tag: str) -> Iterator[Journal]:
+    fd = lock_folder(qdir, tag)
+    journal = Journal(os.path.join(qdir, locations.tagged(locations.MANIFEST_FILE, tag)))
     try:
-        return recover_open(qdir, journal)
+        yield journal
     finally:
         journal.close()
         os.close(fd)
+
+
+def _merge(total: RecoveryReport, part: RecoveryReport) -> None:
+    total.completed += part.completed
+    total.reverted += part.reverted
+    total.restored += part.restored
+    total.refused += part.refused
+    total.bad_lines += part.bad_lines
+
+
+def recover(qdir: str) -> RecoveryReport:
+    """Lock a quarantine folder and repair half-done moves left by a killed run (every shard's manifest)."""
+    qdir, total = os.path.abspath(qdir), RecoveryReport()
+    for tag in _journals(qdir):
+        with _locked_journal(qdir, tag) as journal:
+            _merge(total, recover_open(qdir, journal))
+    return total
 
 
 def restore(qdir: str) -> RecoveryReport:
@@ -302,25 +331,21 @@ def restore(qdir: str) -> RecoveryReport:
     whose destination folder resolves outside the recorded root through a
     symlink; never overwrites a file that has reappeared at the original path.
     """
-    qdir = os.path.abspath(qdir)
-    if not os.path.isfile(os.path.join(qdir, locations.MANIFEST_FILE)):
-        raise UserError(f"{qdir} is not a dsclean quarantine folder (no {locations.MANIFEST_FILE})")
-    fd = lock_folder(qdir)
-    journal = Journal(os.path.join(qdir, locations.MANIFEST_FILE))
-    try:
-        report = recover_open(qdir, journal)
-        state = _fold(journal.path, RecoveryReport())  # again, with recovery's outcomes; bad lines already reported
-        restored_moves = {
-            str(e.get("of")) for i, e in state.intents.items() if e["op"] == "restore" and state.outcome.get(i) == "done"
-        }
-        for ident, entry in state.intents.items():
-            if entry["op"] != "move" or state.outcome.get(ident) != "done" or ident in restored_moves:
-                continue
-            _restore_one(ident, entry, qdir, journal, report)
-        return report
-    finally:
-        journal.close()
-        os.close(fd)
+    qdir, total = os.path.abspath(qdir), RecoveryReport()
+    for tag in _journals(qdir):
+        with _locked_journal(qdir, tag) as journal:
+            report = recover_open(qdir, journal)
+            state = _fold(journal.path, RecoveryReport())  # again, with recovery's outcomes; bad lines already reported
+            restored_moves = {
+                str(e.get("of")) for i, e in state.intents.items()
+                if e["op"] == "restore" and state.outcome.get(i) == "done"
+            }
+            for ident, entry in state.intents.items():
+                if entry["op"] != "move" or state.outcome.get(ident) != "done" or ident in restored_moves:
+                    continue
+                _restore_one(ident, entry, qdir, journal, report)
+            _merge(total, report)
+    return total
 
 
 def _restore_one(ident: str, entry: dict, qdir: str, journal: Journal, report: RecoveryReport) -> None:

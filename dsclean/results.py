@@ -43,6 +43,19 @@ SCHEMA = pa.schema(
 assert tuple(SCHEMA.names) == FIELDS, "results SCHEMA and Verdict fields must agree"
 
 
+#: key of the results file's schema metadata: {"root", "shard": [i, n] or null, "options"}
+META_KEY = "dsclean"
+
+
+def read_results_meta(path: str) -> dict:
+    """What a results file says about the scan that wrote it (root, shard, check options)."""
+    if os.path.isdir(path):
+        path = os.path.join(path, locations.RESULTS_FILE)
+    metadata = pq.read_schema(path).metadata or {}
+    raw = metadata.get(META_KEY.encode())
+    return json.loads(raw) if raw else {}
+
+
 class ResultsWriter:
     """Stream verdicts to ``<report_dir>/scan_results.parquet`` and ``problems.jsonl``.
 
@@ -52,14 +65,15 @@ class ResultsWriter:
     until then any previous results stay whole.
     """
 
-    def __init__(self, report_dir: str, *, batch_rows: int = 65_536) -> None:
+    def __init__(self, report_dir: str, *, tag: str = "", meta: dict | None = None, batch_rows: int = 65_536) -> None:
         os.makedirs(report_dir, exist_ok=True)
         self.report_dir = report_dir
-        self.results_path = os.path.join(report_dir, locations.RESULTS_FILE)
-        self.problems_path = os.path.join(report_dir, locations.PROBLEMS_FILE)
+        self.results_path = os.path.join(report_dir, locations.tagged(locations.RESULTS_FILE, tag))
+        self.problems_path = os.path.join(report_dir, locations.tagged(locations.PROBLEMS_FILE, tag))
         self._tmp_results = temp_next_to(self.results_path)
         self._tmp_problems = temp_next_to(self.problems_path)
-        self._writer = pq.ParquetWriter(self._tmp_results, SCHEMA, compression="zstd")
+        schema = SCHEMA.with_metadata({META_KEY: json.dumps(meta or {})})
+        self._writer = pq.ParquetWriter(self._tmp_results, schema, compression="zstd")
         self._problems = open(self._tmp_problems, "w", encoding="utf-8")
         self._batch_rows = batch_rows
         self._rows: list[tuple] = []
@@ -86,7 +100,7 @@ class ResultsWriter:
     def _flush(self) -> None:
         if self._rows:
             columns = [pa.array(col, type=f.type) for col, f in zip(zip(*self._rows), SCHEMA)]
-            self._writer.write_batch(pa.RecordBatch.from_arrays(columns, schema=SCHEMA))
+            self._writer.write_batch(pa.RecordBatch.from_arrays(columns, schema=self._writer.schema))
             self._rows = []
 
     def close(self) -> None:

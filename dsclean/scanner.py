@@ -16,6 +16,7 @@ import signal
 import sqlite3
 import threading
 import time
+import zlib
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Iterator
@@ -23,14 +24,14 @@ from typing import Iterable, Iterator
 from . import locations
 from . import reasons as R
 from .atomic import atomic_output
-from .cache import ScanCache, row_to_verdict
+from .cache import ScanCache, options_key, row_to_verdict
 from .check import CheckOptions
 from .executors import run_checks
 from .discover import DiscoverStats, iter_media
 from .errors import UserError
 from .quarantine import Quarantine
 from .results import ResultsWriter
-from .verdict import Verdict
+from .verdict import Verdict, encode_path
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,9 @@ class ScanOptions:
     include_hidden: bool = False
     follow_symlinks: bool = False
     chunk_size: int = 32  # files per task sent to a worker
-    backend: str = "loky"  # "loky" (processes, crash/timeout isolation) or "threads"
+    backend: str = "loky"  # "loky" (local processes), "threads", or "dask" (a cluster: see scheduler)
+    scheduler: str | None = None  # Dask scheduler address (tcp://host:port) or scheduler file, for backend="dask"
+    shard: tuple[int, int] | None = None  # (i, n): check only files whose path hashes to i mod n
     use_cache: bool = True  # reuse verdicts of unchanged files from earlier scans of this root
     rescan: bool = False  # check every file again (the cache is still updated)
     progress: bool | None = None  # None = only when stderr is a terminal
@@ -73,6 +76,7 @@ class ScanSummary:
     problems_path: str = ""
     quarantine: str | None = None
     dry_run: bool = False
+    shard: tuple[int, int] | None = None
     interrupted: bool = False
     signal: int = 0  # the signal that stopped the scan (SIGINT / SIGTERM), 0 if none
     notes: list[str] = field(default_factory=list)
@@ -155,34 +159,38 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
     report_dir = os.path.abspath(
         options.report_dir or locations.default_report_dir(root, None if options.dry_run else quarantine_dir)
     )
-    summary = ScanSummary(root=root, jobs=jobs, quarantine=quarantine_dir, dry_run=options.dry_run)
+    summary = ScanSummary(root=root, jobs=jobs, quarantine=quarantine_dir, dry_run=options.dry_run, shard=options.shard)
+    tag = locations.shard_tag(_valid_shard(options.shard))
     with contextlib.ExitStack() as stack:
         quarantine = None
         if quarantine_dir and not options.dry_run:
-            quarantine = stack.enter_context(Quarantine(quarantine_dir, root))
+            quarantine = stack.enter_context(Quarantine(quarantine_dir, root, tag))
             rec = quarantine.recovery
             summary.recovered = {"completed": rec.completed, "reverted": rec.reverted}
             summary.notes += rec.refused + rec.bad_lines
-        writer = _open_writer(report_dir)
+        writer = _open_writer(report_dir, tag, {"root": root, "shard": options.shard, "options": options_key(options.check)})
         stack.callback(writer.close)  # publish whatever was decided, also when interrupted
-        cache = _open_cache(root, report_dir, options, summary)
+        cache = _open_cache(root, report_dir, options, summary, tag)
         if cache is not None:
             stack.callback(cache.close)
         sink = _Sink(summary, writer, quarantine, cache, _progress_bar(options))
         stack.callback(sink.close_progress)
         start = time.perf_counter()
         stack.callback(lambda: setattr(summary, "elapsed", time.perf_counter() - start))
-        files = _stat_each(root, iter_media(
+        media = iter_media(
             root,
             exclude=[d for d in (quarantine_dir, report_dir) if d],
             include_hidden=options.include_hidden,
             follow_symlinks=options.follow_symlinks,
             stats=summary.discovery,
-        ))
+        )
+        if options.shard is not None:
+            media = (m for m in media if in_shard(m[0], options.shard))
+        files = _stat_each(root, media)
         to_check = _skip_cached(files, None if options.rescan else cache, sink, options.chunk_size)
         try:
             with _stop_on_signals() as stop:
-                checks = run_checks(root, to_check, options.check, jobs, options.backend)
+                checks = run_checks(root, to_check, options.check, jobs, options.backend, options.scheduler)
                 for verdicts in checks:
                     for v in verdicts:
                         sink.handle(v, fresh=True)
@@ -194,9 +202,27 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
             summary.signal = signal.SIGINT  # a second Ctrl-C: stop now, still keep what was decided
         summary.interrupted = bool(summary.signal)
     summary.results_path, summary.problems_path = writer.results_path, writer.problems_path
-    _write_summary(report_dir, summary)
-    _point_root_at(root, report_dir, summary)
+    _write_summary(report_dir, summary, tag)
+    if options.shard is None:  # a shard's results are only part of the picture: `dsclean merge` points at the whole
+        note = point_root_at(root, summary.results_path, summary.problems_path, summary.quarantine)
+        summary.notes += [note] if note else []
     return summary
+
+
+def in_shard(rel: str, shard: tuple[int, int]) -> bool:
+    """Whether shard ``(i, n)`` checks ``rel``: a stable hash of the path's bytes, mod n.
+
+    The same on every machine and run, independent of listing order, so the
+    tasks of a job array need no coordination.
+    """
+    i, n = shard
+    return zlib.crc32(encode_path(rel)) % n == i
+
+
+def _valid_shard(shard: tuple[int, int] | None) -> tuple[int, int] | None:
+    if shard is not None and not (shard[1] >= 1 and 0 <= shard[0] < shard[1]):
+        raise UserError(f"--shard {shard[0]}/{shard[1]}: need 0 <= I < N")
+    return shard
 
 
 def _stat_each(root: str, media: Iterator[tuple[str, str]]) -> Iterator[tuple[str, int, int]]:
@@ -219,23 +245,27 @@ def _skip_cached(files: Iterator[tuple[str, int, int]], cache: ScanCache | None,
         yield from _chunks((rel for rel, _, _ in batch if rel not in hits), chunk_size)
 
 
-def _open_cache(root: str, report_dir: str, options: ScanOptions, summary: ScanSummary) -> ScanCache | None:
-    """The root's scan cache (``<root>/.dsclean``), else one in the report folder, else none (with a note)."""
+def _open_cache(root: str, report_dir: str, options: ScanOptions, summary: ScanSummary, tag: str) -> ScanCache | None:
+    """The root's scan cache (``<root>/.dsclean``), else one in the report folder, else none (with a note).
+
+    Each shard has its own cache file: SQLite must not be shared by processes on
+    different machines over a network file system.
+    """
     if not options.use_cache:
         return None
     for folder in (locations.state_dir(root), report_dir):
         try:
             os.makedirs(folder, exist_ok=True)
-            return ScanCache(os.path.join(folder, locations.CACHE_FILE), options.check)
+            return ScanCache(os.path.join(folder, locations.tagged(locations.CACHE_FILE, tag)), options.check)
         except (OSError, sqlite3.Error) as exc:
             reason = f"{folder}: {getattr(exc, 'strerror', None) or exc}"
     summary.notes.append(f"scan cache disabled ({reason}); the next scan will check every file again")
     return None
 
 
-def _open_writer(report_dir: str) -> ResultsWriter:
+def _open_writer(report_dir: str, tag: str, meta: dict) -> ResultsWriter:
     try:
-        return ResultsWriter(report_dir)
+        return ResultsWriter(report_dir, tag=tag, meta=meta)
     except OSError as exc:
         raise UserError(f"report folder {report_dir} is not writable: {exc.strerror or exc}") from exc
 
@@ -320,19 +350,22 @@ def _progress_bar(options: ScanOptions):
     return tqdm(unit=" files", desc="checking", mininterval=0.5, smoothing=0.1, dynamic_ncols=True)
 
 
-def _write_summary(report_dir: str, summary: ScanSummary) -> None:
-    with atomic_output(os.path.join(report_dir, locations.SUMMARY_FILE)) as tmp:
+def _write_summary(report_dir: str, summary: ScanSummary, tag: str) -> None:
+    with atomic_output(os.path.join(report_dir, locations.tagged(locations.SUMMARY_FILE, tag))) as tmp:
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(summary.to_json(), f, indent=2)
 
 
-def _point_root_at(root: str, report_dir: str, summary: ScanSummary) -> None:
-    """Record in ``<root>/.dsclean/last_scan.json`` where this scan's results are (for ``dsclean index``)."""
+def point_root_at(root: str, results: str, problems: str, quarantine: str | None) -> str | None:
+    """Record in ``<root>/.dsclean/last_scan.json`` where the results of ``root`` are (for ``dsclean index``).
+
+    Returns a note if the root is not writable (the index then needs --scan-results).
+    """
     state = locations.state_dir(root)
     pointer = {
-        "results": summary.results_path,
-        "problems": summary.problems_path,
-        "quarantine": summary.quarantine,
+        "results": results,
+        "problems": problems,
+        "quarantine": quarantine,
         "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     try:
@@ -341,7 +374,8 @@ def _point_root_at(root: str, report_dir: str, summary: ScanSummary) -> None:
             with open(tmp, "w", encoding="utf-8") as f:
                 json.dump(pointer, f, indent=2)
     except OSError as exc:
-        summary.notes.append(f"could not record the results location in {state}: {exc.strerror or exc}")
+        return f"could not record the results location in {state}: {exc.strerror or exc}"
+    return None
 
 
 def format_summary(s: ScanSummary) -> str:
@@ -350,6 +384,8 @@ def format_summary(s: ScanSummary) -> str:
     mb = s.bytes / 1e6
     rate = f"{s.files_per_s:,.1f} files/s, {mb / s.elapsed if s.elapsed else 0:,.1f} MB/s"
     head = "Scan INTERRUPTED after" if s.interrupted else "Scanned"
+    if s.shard is not None:
+        head += f" (shard {s.shard[0]}/{s.shard[1]})"
     lines.append(f"{head} {s.files:,} files ({mb:,.1f} MB) in {s.elapsed:.1f} s ({rate}, {s.jobs} jobs)")
     for kind in sorted(s.counts):
         c = s.counts[kind]
