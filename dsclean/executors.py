@@ -17,8 +17,8 @@ When a loky worker dies (a decoder segfaults, aborts, or hits the per-file
 timeout) every chunk in flight is lost with the pool: those files are
 re-checked one per fresh process (:func:`isolate`), so the culprit is named
 exactly (``decoder_crash`` with the signal, or ``timeout``) and its neighbours
-keep their normal verdicts. On Dask, each chunk runs in a fresh child process
-of the Dask worker (:func:`check_chunk_in_child`) and is isolated there the
+keep their normal verdicts. On Dask, each chunk runs in a loky pool beside the
+Dask worker (:func:`check_chunk_on_dask_worker`) and is isolated there the
 same way, so a bad file never takes a Dask worker down.
 """
 from __future__ import annotations
@@ -91,7 +91,7 @@ def _dask_pool(scheduler: str | None) -> Pool:
     if not slots:
         client.close()
         raise UserError(f"the Dask cluster at {scheduler} has no workers")
-    return Pool(client.get_executor(pure=False), check_chunk_in_child, slots, client.close)
+    return Pool(client.get_executor(pure=False), check_chunk_on_dask_worker, slots, client.close)
 
 
 def _lost_worker(exc: BaseException) -> bool:
@@ -148,6 +148,11 @@ def run_checks(
 # ---- fresh processes: one chunk, or one file, per process -------------------------------------
 
 _context = None
+_DAEMONIC = (
+    "this process is daemonic and cannot start the processes dsclean checks files in (Dask workers are, "
+    "by default): start the Dask workers with DASK_DISTRIBUTED__WORKER__DAEMON=False or "
+    "`distributed.worker.daemon: false` in the Dask config"
+)
 
 
 def _fresh_process_context():
@@ -175,11 +180,7 @@ class _Outcome:
 def _in_children(root: str, groups: list[list[str]], options: CheckOptions, parallel: int) -> Iterator[_Outcome]:
     """Run each group of files in its own fresh process, ``parallel`` at a time."""
     if multiprocessing.current_process().daemon:
-        raise UserError(
-            "this process is daemonic and cannot start the fresh processes dsclean checks files in "
-            "(Dask workers are by default): start the Dask workers with DASK_DISTRIBUTED__WORKER__DAEMON=False "
-            "or `distributed.worker.daemon: false` in the Dask config"
-        )
+        raise UserError(_DAEMONIC)
     ctx = _fresh_process_context()
     queue = list(groups)
     running: dict = {}  # pipe end -> (process, rels, started)
@@ -222,10 +223,29 @@ def isolate(root: str, rels: list[str], options: CheckOptions, parallel: int = 1
     return out
 
 
-def check_chunk_in_child(root: str, rels: list[str], options: CheckOptions) -> list[Verdict]:
-    """Dask task: the chunk in one fresh child process; if it dies, every file in its own (see isolate)."""
-    (outcome,) = _in_children(root, [rels], options, 1)
-    return outcome.verdicts if outcome.verdicts is not None else isolate(root, rels, options)
+def check_chunk_on_dask_worker(root: str, rels: list[str], options: CheckOptions) -> list[Verdict]:
+    """Dask task: check the chunk in the Dask worker's own local loky pool, isolating if it breaks.
+
+    Dask runs tasks in threads, where no per-file timer, memory ceiling or
+    stderr capture is possible, and a segfault would take the whole Dask
+    worker down. So the chunk runs in a loky process next to the worker (one
+    pool per Dask worker, reused across tasks, as in a local scan); if a file
+    kills it, the chunk is re-checked file by file in fresh processes here.
+    """
+    from joblib.externals.loky import get_reusable_executor
+
+    if multiprocessing.current_process().daemon:
+        raise UserError(_DAEMONIC)
+    try:
+        from distributed import get_worker
+
+        threads = get_worker().state.nthreads
+    except (ImportError, ValueError):  # not on a Dask worker (called directly)
+        threads = 1
+    try:
+        return get_reusable_executor(max_workers=threads, timeout=300).submit(check_chunk, root, rels, options).result()
+    except BrokenProcessPool:
+        return isolate(root, rels, options)
 
 
 def _failure(root: str, rel: str, options: CheckOptions, exitcode: int | None, overdue: bool) -> Verdict:

@@ -81,7 +81,7 @@ def test_a_crashing_file_does_not_take_a_dask_worker_down(tmp_path):
 def test_a_worker_killed_mid_scan_costs_only_its_chunk(cluster, tmp_path):
     root = tmp_path / "data"
     good = synth.jpeg(384, 384)
-    for i in range(600):
+    for i in range(3000):
         write(root, f"c{i % 4}/{i:04d}.jpg", good + i.to_bytes(4, "big"))
     local = scan(str(root), ScanOptions(report_dir=str(tmp_path / "local"), jobs=2, use_cache=False))
     with distributed.Client(cluster.scheduler_address) as client:
@@ -91,12 +91,12 @@ def test_a_worker_killed_mid_scan_costs_only_its_chunk(cluster, tmp_path):
             report_dir=str(tmp_path / "dask"), backend="dask", use_cache=False,
             scheduler=cluster.scheduler_address, chunk_size=8))))
         worker.start()
-        time.sleep(1.0)
+        time.sleep(0.4)
         assert worker.is_alive(), "the scan finished before a worker could be killed"
         os.kill(victim, signal.SIGKILL)
         worker.join(timeout=300)
         client.wait_for_workers(2, timeout=60)  # the nanny restarts it, for the next test
-    assert box["s"].files == 600 == local.files
+    assert box["s"].files == 3000 == local.files
     assert _verdicts(tmp_path / "dask") == _verdicts(tmp_path / "local")
 
 
