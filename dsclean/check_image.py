@@ -22,10 +22,16 @@ from .verdict import Verdict
 
 # libjpeg's recoverable warnings: pixels are wrong but a decoder returns them.
 _JPEG_TRUNCATION = ("Premature end",)
-_JPEG_COLORSPACE = {"Gray": "GRAY", "CMYK": "CMYK", "YCCK": "CMYK"}  # anything else decodes as RGB
 _JPEG_MODE = {"Gray": "L", "CMYK": "CMYK", "YCCK": "CMYK"}
-# Ask simplejpeg for the smallest output libjpeg-turbo can scale to (1/8: DC-only inverse DCT).
-_SMALLEST = {"min_height": 1, "min_width": 1}
+# The cheapest decode that still reads every coefficient: the smallest output libjpeg-turbo can
+# scale to (1/8: DC-only inverse DCT), grey output (no chroma upsampling or colour conversion;
+# CMYK stays CMYK), fast DCT and upsampling.
+_FAST = {"min_height": 1, "min_width": 1, "fastdct": True, "fastupsample": True}
+
+
+def fast_decode_space(colorspace: str) -> str:
+    """simplejpeg's output colorspace for the check: CMYK for CMYK/YCCK sources, else GRAY."""
+    return "CMYK" if colorspace in ("CMYK", "YCCK") else "GRAY"
 
 
 def _read(path: str) -> bytes:
@@ -46,11 +52,12 @@ def _too_many_pixels(v: Verdict, width: int, height: int, max_pixels: int) -> bo
 
 
 def check_jpeg(path: str, v: Verdict, opts) -> None:
-    """libjpeg-turbo decode with warnings as errors, at 1/8 scale.
+    """libjpeg-turbo decode with warnings as errors, at 1/8 scale, grey.
 
-    The scaled decode still entropy-decodes every coefficient of the stream,
-    so truncation and corrupt data are seen, at a fraction of the IDCT cost
-    (tests/test_check_image.py checks that it flags exactly what a full decode does).
+    The scaled grey decode still entropy-decodes every coefficient of every
+    component, so truncation and corrupt data are seen, at a fraction of the
+    IDCT and colour cost (tests/test_check_image.py checks that it flags
+    exactly what a full-size RGB decode flags).
     """
     data = _read(path)
     try:
@@ -64,9 +71,9 @@ def check_jpeg(path: str, v: Verdict, opts) -> None:
     v.mode = _JPEG_MODE.get(colorspace, "RGB")
     if _too_many_pixels(v, width, height, opts.max_pixels):
         return
-    space = _JPEG_COLORSPACE.get(colorspace, "RGB")
+    space = fast_decode_space(colorspace)
     try:
-        simplejpeg.decode_jpeg(data, colorspace=space, strict=True, **_SMALLEST)
+        simplejpeg.decode_jpeg(data, colorspace=space, strict=True, **_FAST)
     except ValueError as exc:
         _jpeg_failure(data, space, str(exc), v, opts)
         return
@@ -86,7 +93,7 @@ def _jpeg_failure(data: bytes, space: str, message: str, v: Verdict, opts) -> No
     """Strict decode failed: a recoverable warning (lenient: warn) or a hard error."""
     reason = _jpeg_reason(message)
     try:
-        simplejpeg.decode_jpeg(data, colorspace=space, strict=False, **_SMALLEST)
+        simplejpeg.decode_jpeg(data, colorspace=space, strict=False, **_FAST)
         recoverable = True
     except ValueError as exc:
         recoverable, message = False, str(exc)

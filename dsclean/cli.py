@@ -12,48 +12,13 @@ import signal
 import sys
 from typing import Sequence
 
-from . import __version__
+from . import __version__, argtypes
 from . import reasons as R
 from .cli_doctor import add_parsers as add_doctor_parsers
 from .cli_index import add_parsers as add_index_parsers
 from .errors import UserError
 
 EXIT_OK, EXIT_FOUND_BAD, EXIT_USAGE = 0, 1, 2
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
-    return value
-
-
-def _size(text: str) -> int:
-    """'512M', '2G', '1.5GiB', '1000000' -> bytes."""
-    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    t = text.strip().upper().removesuffix("IB").removesuffix("B")
-    number, unit = (t[:-1], t[-1]) if t and t[-1] in units else (t, "")
-    try:
-        value = float(number) * units[unit]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size like 512M or 2G") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
-    return int(value)
-
-
-def _shard(text: str) -> tuple[int, int]:
-    """'3/16' -> (3, 16)."""
-    try:
-        i, n = (int(x) for x in text.split("/"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not I/N, e.g. 3/16") from None
-    if not (n >= 1 and 0 <= i < n):
-        raise argparse.ArgumentTypeError(f"{text!r}: need 0 <= I < N")
-    return i, n
 
 
 def add_scan_parser(sub: argparse._SubParsersAction) -> None:
@@ -63,23 +28,23 @@ def add_scan_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("root", metavar="ROOT", help="folder to scan")
     p.add_argument("--quarantine", metavar="DIR", help="move bad files to DIR/<path relative to ROOT> (journaled)")
     p.add_argument("--report", metavar="DIR", help="where to write results (default: the quarantine folder, else ROOT/.dsclean)")
-    p.add_argument("--jobs", "-j", type=_positive_int, default=0, metavar="N", help="worker processes (default: all usable cores)")
+    p.add_argument("--jobs", "-j", type=argtypes.count, default=0, metavar="N", help="worker processes (default: all usable cores)")
     p.add_argument("--backend", choices=("loky", "threads", "dask"), default="loky",
                    help="loky: worker processes here, with crash/timeout/memory isolation (default); "
                         "threads: in-process; dask: a Dask distributed cluster (see --scheduler)")
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="with --backend dask: the scheduler's tcp://HOST:PORT, or a scheduler file")
-    p.add_argument("--shard", type=_shard, metavar="I/N",
+    p.add_argument("--shard", type=argtypes.shard, metavar="I/N",
                    help="check only shard I of N (0 <= I < N; a stable hash of each path), for job arrays; "
                         "combine the shards' results with dsclean merge")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                    help=f"a file whose check takes longer is bad/timeout; its worker is replaced (default {DEFAULT_TIMEOUT:g}; 0 = none)")
-    p.add_argument("--max-memory", type=_size, default=0, metavar="SIZE",
+    p.add_argument("--max-memory", type=argtypes.size, default=0, metavar="SIZE",
                    help="memory a single check may use, e.g. 2G or 512M; past it the file is bad/too_large (default: no limit)")
     p.add_argument("--lenient", action="store_true", help="recoverable decoder warnings (e.g. 'Corrupt JPEG data') are warn, not bad")
-    p.add_argument("--max-pixels", type=_positive_int, default=DEFAULT_MAX_PIXELS, metavar="N",
+    p.add_argument("--max-pixels", type=argtypes.count, default=DEFAULT_MAX_PIXELS, metavar="N",
                    help=f"images with more pixels are decompression bombs (default {DEFAULT_MAX_PIXELS:,}, Pillow's; 0 = no limit)")
-    p.add_argument("--max-frames", type=_positive_int, default=DEFAULT_MAX_FRAMES, metavar="N",
+    p.add_argument("--max-frames", type=argtypes.count, default=DEFAULT_MAX_FRAMES, metavar="N",
                    help=f"decode at most N frames of an animated image (default {DEFAULT_MAX_FRAMES})")
     p.add_argument("--check", action="store_true", help="exit 1 if any bad file is found (for CI)")
     p.add_argument("--dry-run", action="store_true", help="decide and report, move nothing")

@@ -13,34 +13,8 @@ import argparse
 import json
 import sys
 
+from . import argtypes
 from .errors import UserError
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
-    return value
-
-
-def _positive(text: str) -> int:
-    value = _count(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be more than 0")
-    return value
 
 
 def add_parsers(sub) -> None:
@@ -50,9 +24,9 @@ def add_parsers(sub) -> None:
         description="Measure the environment DataLoader workers run in (shared memory, container, memory, CPU, "
         "OOM kills, start method); each check says ok/warn/fail and how to fix it. Exit 1 if any check fails.")
     p.add_argument("--index", metavar="INDEX", help="a dsclean index: estimate the decoded bytes per sample from it")
-    p.add_argument("--batch-size", type=_positive, metavar="B", help="DataLoader batch_size (default 32 for estimates)")
-    p.add_argument("--num-workers", type=_count, metavar="W", help="DataLoader num_workers (default: the recommended)")
-    p.add_argument("--prefetch-factor", type=_positive, metavar="P", help="DataLoader prefetch_factor (default 2)")
+    p.add_argument("--batch-size", type=argtypes.positive, metavar="B", help="DataLoader batch_size (default 32 for estimates)")
+    p.add_argument("--num-workers", type=argtypes.count, metavar="W", help="DataLoader num_workers (default: the recommended)")
+    p.add_argument("--prefetch-factor", type=argtypes.positive, metavar="P", help="DataLoader prefetch_factor (default 2)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_doctor)
 
@@ -71,14 +45,14 @@ def add_parsers(sub) -> None:
         "main RSS twice a second: samples/s, memory per worker, and whether it settles or climbs. "
         "With --num-workers 0 --all: load every sample in this process and list each failure.")
     p.add_argument("index", metavar="INDEX", help="an index written by dsclean index")
-    p.add_argument("--num-workers", type=_count, metavar="W", help="DataLoader workers (default 2; 0 with --all)")
-    p.add_argument("--batch-size", type=_positive, default=32, metavar="B", help="DataLoader batch_size (default 32)")
+    p.add_argument("--num-workers", type=argtypes.count, metavar="W", help="DataLoader workers (default 2; 0 with --all)")
+    p.add_argument("--batch-size", type=argtypes.positive, default=32, metavar="B", help="DataLoader batch_size (default 32)")
     run = p.add_mutually_exclusive_group()
-    run.add_argument("--batches", type=_positive, metavar="N", help="stop after N batches")
-    run.add_argument("--seconds", type=_seconds, metavar="S", help="stop after S seconds (default 10)")
+    run.add_argument("--batches", type=argtypes.positive, metavar="N", help="stop after N batches")
+    run.add_argument("--seconds", type=argtypes.seconds, metavar="S", help="stop after S seconds (default 10)")
     p.add_argument("--all", action="store_true", help="with --num-workers 0: load every sample, list every failure")
     p.add_argument("--root", metavar="DIR", help="where the files are (default: the root recorded in the index)")
-    p.add_argument("--interval", type=_seconds, default=0.5, metavar="S", help="seconds between memory samples")
+    p.add_argument("--interval", type=argtypes.seconds, default=0.5, metavar="S", help="seconds between memory samples")
     p.add_argument("--plot", metavar="FILE.png", help="also write a plot of the memory over time (needs matplotlib)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_probe)

@@ -98,10 +98,12 @@ def test_jpeg_corrupt_mid_stream_that_pillow_accepts(check):
     assert "Corrupt JPEG data" in v.detail
 
 
-def test_scaled_jpeg_decode_flags_exactly_what_a_full_decode_flags():
-    """The checker decodes at 1/8 scale for speed; damage detection must not change."""
+def test_fast_jpeg_decode_flags_exactly_what_a_full_decode_flags():
+    """The checker decodes at 1/8 scale, grey, fast DCT; damage detection must not change."""
     import numpy as np
     import simplejpeg
+
+    from dsclean.check_image import _FAST, fast_decode_space
 
     bases = [synth.jpeg(256, 192, seed=s) for s in range(2)] + [synth.jpeg(256, 192, seed=7, progressive=True)]
     rng = np.random.default_rng(0)
@@ -116,13 +118,13 @@ def test_scaled_jpeg_decode_flags_exactly_what_a_full_decode_flags():
             pos = int(rng.integers(700, len(data) - 10))
             data = data[:pos] + bytes([data[pos] ^ (1 << int(rng.integers(0, 8)))]) + data[pos + 1 :]
         results = []
-        for scale in ({}, {"min_height": 1, "min_width": 1}):
+        for kw in ({}, {"colorspace": fast_decode_space("YCbCr"), **_FAST}):
             try:
-                simplejpeg.decode_jpeg(data, **scale)
+                simplejpeg.decode_jpeg(data, **kw)
                 results.append(False)
             except ValueError:
                 results.append(True)
-        assert results[0] == results[1], f"damaged file {i}: full decode flagged={results[0]}, scaled={results[1]}"
+        assert results[0] == results[1], f"damaged file {i}: full decode flagged={results[0]}, fast={results[1]}"
         flagged.append(results[0])
     assert 20 < sum(flagged) < 90  # the damage mix really has both detectable and undetectable cases
 
