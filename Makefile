@@ -24,6 +24,8 @@ demo: setup
 	$(DSCLEAN) scan demo/data/audio --quarantine demo/quarantine/audio
 	$(DSCLEAN) index demo/data/audio -o demo/audio.arrow
 	$(DSCLEAN) info demo/images.arrow
+	$(PY) -c "from dsclean import IndexedDataset; ds = IndexedDataset('demo/images.arrow'); \
+	img, label = ds[0]; print(f'IndexedDataset: {len(ds)} samples, classes {ds.classes}; sample 0: {ds.path(0)} {img.size} label {label}')"
 
 test: setup
 	$(VENV)/bin/pytest -q

@@ -160,6 +160,11 @@ def _decode_findings(dec: Decoded) -> list[Finding]:
 # --------------------------------------------------------------------------- WAV
 
 
+#: WAV format tags libsndfile decodes: PCM, MS ADPCM, IEEE float, A-law, mu-law, IMA ADPCM,
+#: GSM 6.10, G.721, MPEG, MPEG layer 3, WAVE_FORMAT_EXTENSIBLE
+WAV_CODECS = frozenset({0x0001, 0x0002, 0x0003, 0x0006, 0x0007, 0x0011, 0x0031, 0x0040, 0x0050, 0x0055, 0xFFFE})
+
+
 def _u16(buf: bytes | mmap.mmap, pos: int) -> int:
     return struct.unpack_from("<H", buf, pos)[0]
 
@@ -181,6 +186,9 @@ def _wav_findings(buf: bytes | mmap.mmap, dec: Decoded | None) -> list[Finding]:
             total, ds64_data = struct.unpack_from("<QQ", buf, body)
         elif cid == b"fmt " and csize >= 14 and body + 14 <= size:
             block_align = _u16(buf, body + 12)
+            tag = _u16(buf, body)
+            if tag not in WAV_CODECS:
+                return [(R.UNSUPPORTED, f"WAV codec 0x{tag:04x} (format tag) is not one libsndfile decodes")]
         elif cid == b"data":
             declared = ds64_data if rf64 and csize == 0xFFFFFFFF else csize
             found = _wav_data_findings(declared, size - body, block_align)

@@ -117,6 +117,11 @@ def check_png(path: str, v: Verdict, opts) -> None:
     _check_with_pillow(data, v, opts)
 
 
+#: the critical chunks of the PNG specification; any other chunk whose name starts upper-case
+#: is critical-but-unknown, which a decoder must refuse (APNG's acTL/fcTL/fdAT are ancillary)
+_PNG_CRITICAL = frozenset({b"IHDR", b"PLTE", b"IDAT", b"IEND"})
+
+
 def _png_chunks_ok(data: bytes, v: Verdict) -> bool:
     view = memoryview(data)
     pos, n, first = 8, len(data), True
@@ -132,6 +137,9 @@ def _png_chunks_ok(data: bytes, v: Verdict) -> bool:
         first = False
         if length > 0x7FFFFFFF or not ctype.isalpha():
             v.mark(R.BAD, R.CORRUPT, f"PNG chunk at byte {pos} is malformed (type {ctype!r}, length {length})")
+            return False
+        if ctype[0] < 0x61 and ctype not in _PNG_CRITICAL:  # upper-case first letter: critical
+            v.mark(R.BAD, R.UNSUPPORTED, f"PNG has a critical chunk {name!r} no PNG decoder knows (PNG spec: reject it)")
             return False
         end = pos + 12 + length
         if end > n:

@@ -369,3 +369,17 @@ def test_mp3_trailing_id3v1_and_leading_id3v2_are_allowed(tmp_path, base):
     id3v1 = b"TAG" + b"\x20" * 125
     v = check(ag.save(tmp_path / "tags.mp3", id3v2 + base["mono.mp3"] + id3v1))
     assert (v.status, v.reason) == (R.OK, None), v.detail
+
+
+def test_wav_with_a_codec_libsndfile_does_not_decode_is_unsupported(tmp_path):
+    """A well-formed RIFF whose format tag (here 0x0161, WMA) no decoder here handles."""
+    import struct
+
+    from dsclean.check import check_file
+
+    data = b"\x00\x01" * 800
+    fmt = struct.pack("<HHIIHHH", 0x0161, 1, 8000, 16000, 2, 16, 0)
+    riff = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", len(data)) + data
+    (tmp_path / "wma.wav").write_bytes(b"RIFF" + struct.pack("<I", len(riff)) + riff)
+    v = check_file(str(tmp_path), "wma.wav")
+    assert (v.status, v.reason) == ("bad", "unsupported") and "0x0161" in v.detail

@@ -320,3 +320,34 @@ def test_c_level_stderr_is_captured_into_detail(tmp_path, capfd):
         os.write(2, b"libfoo: warning from C\n")
     assert "libfoo: warning from C" in captured.text()
     assert "libfoo" not in capfd.readouterr().err
+
+
+def test_png_with_an_unknown_critical_chunk_is_unsupported(check):
+    data = synth.png()
+    pos = data.index(b"IDAT") - 4
+    data = data[:pos] + synth.png_chunk(b"XyZw", b"future feature") + data[pos:]
+    v = check("future.png", data)
+    assert (v.status, v.reason) == ("bad", "unsupported") and "XyZw" in v.detail
+    # the same chunk name, ancillary (lower-case first letter), is simply skipped
+    assert check("ok.png", synth.png()[:33] + synth.png_chunk(b"xyZw", b"x") + synth.png()[33:]).status == "ok"
+
+
+def test_file_changing_while_checked_is_a_warning_not_bad(tmp_path, monkeypatch):
+    """A file still being written must not be judged truncated (and quarantined)."""
+    from dsclean import check_image
+    from dsclean.check import check_file
+
+    data = synth.jpeg(64, 64)
+    (tmp_path / "growing.jpg").write_bytes(data[: len(data) // 2])
+    real = check_image.CHECKERS["jpeg"]
+
+    def grows_while_read(path, v, opts):
+        real(path, v, opts)  # sees half a JPEG: truncated
+        with open(path, "ab") as f:  # ... while the writer finishes the file
+            f.write(data[len(data) // 2 :])
+
+    monkeypatch.setitem(check_image.CHECKERS, "jpeg", grows_while_read)
+    monkeypatch.setattr("dsclean.check._CHECKERS", {})
+    v = check_file(str(tmp_path), "growing.jpg")
+    assert (v.status, v.reason) == ("warn", "changed")
+    assert "truncated" in v.detail  # what the check saw is kept for the record
