@@ -279,6 +279,7 @@ class _Sink:
     quarantine: Quarantine | None
     cache: ScanCache | None
     progress: object | None
+    _shown: int = 0  # files the progress bar has been told about
 
     def handle(self, v: Verdict, *, fresh: bool) -> None:
         s = self.summary
@@ -297,9 +298,7 @@ class _Sink:
         elif v.status == R.WARN:
             s.warn_reasons[v.reason or "?"] = s.warn_reasons.get(v.reason or "?", 0) + 1
         self.writer.add(v, extra)
-        if self.progress is not None and s.files % 64 == 0:
-            self.progress.update(64)
-            self.progress.set_postfix(bad=s.bad, refresh=False)
+        self._tick()
 
     def handle_cached(self, rows: dict[str, tuple]) -> None:
         """Verdicts from the cache: ``ok`` rows go straight to the results, the rest through :meth:`handle`."""
@@ -317,8 +316,14 @@ class _Sink:
         n = sum(counts.values())
         s.files += n
         s.cached += n
-        if self.progress is not None and n:
-            self.progress.update(n)
+        self._tick()
+
+    def _tick(self) -> None:
+        """Move the progress bar every 64 files (tqdm calls are not free)."""
+        if self.progress is not None and self.summary.files - self._shown >= 64:
+            self.progress.set_postfix(bad=self.summary.bad, refresh=False)
+            self.progress.update(self.summary.files - self._shown)
+            self._shown = self.summary.files
 
     def _quarantine(self, v: Verdict) -> dict | None:
         if self.quarantine is None:
@@ -335,7 +340,8 @@ class _Sink:
 
     def close_progress(self) -> None:
         if self.progress is not None:
-            self.progress.update(self.summary.files % 64)
+            self.progress.set_postfix(bad=self.summary.bad, refresh=False)
+            self.progress.update(self.summary.files - self._shown)
             self.progress.close()
 
 

@@ -107,3 +107,13 @@ def test_dask_backend_user_errors(tmp_path):
         scan(str(root), ScanOptions(backend="dask", report_dir=str(tmp_path / "r")))
     with pytest.raises(UserError, match="cannot reach the Dask scheduler"):
         scan(str(root), ScanOptions(backend="dask", scheduler="tcp://127.0.0.1:1", report_dir=str(tmp_path / "r")))
+
+
+def test_a_clear_message_when_dask_is_not_installed(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "distributed", None)  # makes `import distributed` fail
+    root = tmp_path / "data"
+    make_tree(root, n_good=1, n_bad=0)
+    with pytest.raises(UserError, match=r"pip install 'dsclean\[dask\]'"):
+        scan(str(root), ScanOptions(backend="dask", scheduler="tcp://127.0.0.1:8786", report_dir=str(tmp_path / "r")))

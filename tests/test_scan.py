@@ -286,3 +286,28 @@ def test_permission_denied_files_and_folders_as_an_unprivileged_user(tmp_path):
             for x in dirs:
                 os.chmod(os.path.join(d, x), 0o755)
         shutil.rmtree(base)
+
+
+def test_threads_backend_gives_the_same_verdicts(tree, tmp_path):
+    root, _ = tree
+    rows = []
+    for backend in ("loky", "threads"):
+        scan(str(root), ScanOptions(backend=backend, jobs=2, report_dir=str(tmp_path / backend), use_cache=False))
+        rows.append(dsclean.read_results(str(tmp_path / backend)).sort_by("path").drop_columns(["detail"]).to_pylist())
+    assert rows[0] == rows[1]
+
+
+def test_progress_bar_counts_files_and_bad_ones(tree, tmp_path, capsys):
+    root, _ = tree
+    scan(str(root), ScanOptions(progress=True, jobs=1, report_dir=str(tmp_path / "r")))
+    err = capsys.readouterr().err
+    assert "checking" in err and "12" in err and "bad=6" in err
+
+
+def test_very_long_names_are_scanned_and_quarantined(tmp_path):
+    root, qdir = tmp_path / "data", tmp_path / "q"
+    name = "d/" + "x" * 250 + ".jpg"  # 254 bytes: at the usual 255-byte limit for one name
+    write(root, name, synth.HTML_PAGE)
+    s = scan(str(root), ScanOptions(quarantine=str(qdir), jobs=1))
+    assert s.quarantined == 1 and (qdir / name).exists()
+    assert dsclean.restore(str(qdir)).restored == 1 and (root / name).exists()
