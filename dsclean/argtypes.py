@@ -2,6 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import math
+
+#: the largest --timeout accepted: a week (interval timers overflow on absurd values)
+MAX_SECONDS = 7 * 24 * 3600.0
+#: the largest size accepted: 1 EiB
+MAX_SIZE = 1 << 60
 
 
 def count(text: str) -> int:
@@ -29,8 +35,19 @@ def seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be more than 0")
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number more than 0")
+    return value
+
+
+def timeout(text: str) -> float:
+    """Seconds from 0 (no limit) to a week."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or not 0 <= value <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"{text!r} must be from 0 (no limit) to {MAX_SECONDS:g} seconds")
     return value
 
 
@@ -43,8 +60,8 @@ def size(text: str) -> int:
         value = float(number) * units[unit]
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size like 512M or 2G") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
+    if not math.isfinite(value) or not 0 <= value <= MAX_SIZE:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a size from 0 to 1E")
     return int(value)
 
 

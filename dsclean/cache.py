@@ -16,6 +16,7 @@ import sqlite3
 import time
 from typing import Iterable
 
+from . import reasons as R
 from .check import CheckOptions
 from .verdict import FIELDS, Verdict, encode_path
 
@@ -27,7 +28,13 @@ def options_key(options: CheckOptions) -> str:
     """Everything that can change a verdict besides the file itself: a changed option re-checks."""
     from . import __version__
 
-    return json.dumps({"dsclean": __version__, **options.__dict__}, sort_keys=True)
+    fields = {**options.__dict__, "timeout": float(options.timeout)}  # 1 and 1.0 are the same option
+    return json.dumps({"dsclean": __version__, **fields}, sort_keys=True)
+
+
+#: verdicts that depend on the environment (permissions, load, limits, a file in motion), not on
+#: the bytes: a later scan must check again (a chmod changes neither size nor mtime)
+NOT_CACHED = frozenset({R.VANISHED, R.CHANGED, R.UNREADABLE, R.TIMEOUT, R.TOO_LARGE, R.DECODER_CRASH})
 
 
 def row_to_verdict(rel: str, row: tuple) -> Verdict:
@@ -70,8 +77,8 @@ class ScanCache:
         return found
 
     def add(self, v: Verdict) -> None:
-        """Remember a fresh verdict (not vanished/changed ones: those must be checked again)."""
-        if v.size is None or v.mtime_ns is None or v.reason in ("vanished", "changed"):
+        """Remember a fresh verdict, unless it says more about the moment than about the file."""
+        if v.size is None or v.mtime_ns is None or v.reason in NOT_CACHED:
             return
         row = tuple(vars(v).values())
         self._pending.append((encode_path(v.path), *row[1:]))

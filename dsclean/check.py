@@ -52,6 +52,12 @@ fault_hook: Callable[[str], None] | None = None
 _CHECKERS: dict[str, Checker] = {}
 
 
+def load_checkers() -> None:
+    """Import every checker module now (workers do this before applying a memory ceiling)."""
+    for fmt in ("jpeg", "wav"):
+        _checker(fmt)
+
+
 def _checker(fmt: str) -> Checker:
     """The checker for a format; each kind's module (and its decoders) is imported on first use."""
     if fmt not in _CHECKERS:
@@ -137,6 +143,8 @@ def _check_content(path: str, claimed: str, v: Verdict, options: CheckOptions) -
     except MemoryError:
         v.mark(R.BAD, R.TOO_LARGE, "the check ran out of memory" + (
             f" (ceiling --max-memory {options.max_memory:,} bytes)" if options.max_memory else ""))
+    except ImportError:
+        raise  # a broken installation says nothing about the file
     except Exception as exc:  # a decoder's own exception on damaged data is a verdict, not a crash
         v.mark(R.BAD, R.CORRUPT, f"{type(exc).__name__}: {exc}")
 

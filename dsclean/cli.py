@@ -37,7 +37,7 @@ def add_scan_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shard", type=argtypes.shard, metavar="I/N",
                    help="check only shard I of N (0 <= I < N; a stable hash of each path), for job arrays; "
                         "combine the shards' results with dsclean merge")
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+    p.add_argument("--timeout", type=argtypes.timeout, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                    help=f"a file whose check takes longer is bad/timeout; its worker is replaced (default {DEFAULT_TIMEOUT:g}; 0 = none)")
     p.add_argument("--max-memory", type=argtypes.size, default=0, metavar="SIZE",
                    help="memory a single check may use, e.g. 2G or 512M; past it the file is bad/too_large (default: no limit)")

@@ -45,6 +45,7 @@ def check_shards(paths: list[str]) -> tuple[str, int, dict]:
             raise UserError(f"{path}: not a readable results file ({exc})") from exc
         if not meta.get("shard"):
             raise UserError(f"{path}: not a shard's results (scan it with --shard I/N)")
+        _refuse_unfinished(path)
         metas.append((path, meta))
     first_path, first = metas[0]
     n = first["shard"][1]
@@ -119,9 +120,27 @@ def merge(paths: list[str], output_dir: str | None = None) -> MergeSummary:
     return summary
 
 
-def _problems_of(results_path: str) -> str:
-    """``x/scan_results.shard-0001-of-0004.parquet`` -> ``x/problems.shard-0001-of-0004.jsonl``."""
-    folder, name = os.path.split(results_path)
+def _sibling(results_path: str, name: str) -> str:
+    """``x/scan_results.shard-0001-of-0004.parquet`` + problems.jsonl -> ``x/problems.shard-0001-of-0004.jsonl``."""
+    folder, base = os.path.split(results_path)
     stem, _ = os.path.splitext(locations.RESULTS_FILE)
-    tag = os.path.splitext(name)[0][len(stem):]
-    return os.path.join(folder, locations.tagged(locations.PROBLEMS_FILE, tag))
+    tag = os.path.splitext(base)[0][len(stem):]
+    return os.path.join(folder, locations.tagged(name, tag))
+
+
+def _problems_of(results_path: str) -> str:
+    return _sibling(results_path, locations.PROBLEMS_FILE)
+
+
+def _refuse_unfinished(results_path: str) -> None:
+    """A shard stopped by a signal (e.g. a job array's time limit) published only part of its files."""
+    summary_path = _sibling(results_path, locations.SUMMARY_FILE)
+    try:
+        with open(summary_path, encoding="utf-8") as f:
+            summary = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{results_path}: its summary {summary_path} is missing or unreadable ({exc}); "
+                        "cannot tell whether the shard finished") from exc
+    if summary.get("interrupted"):
+        raise UserError(f"{results_path}: that shard was interrupted before it finished; run it again "
+                        "(it resumes from its scan cache), then merge")

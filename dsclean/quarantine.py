@@ -138,6 +138,12 @@ def _same_file(a: str, b: str) -> bool:
     return os.path.samefile(a, b) or filecmp.cmp(a, b, shallow=False)
 
 
+def _drop_partial(partial: str) -> None:
+    """Once the target exists it is complete: a leftover partial name is a second link to it, or stale."""
+    if os.path.lexists(partial):
+        os.unlink(partial)
+
+
 def _recover_one(entry: dict, qdir: str, journal: Journal, report: RecoveryReport) -> None:
     ends = _endpoints(entry, qdir)
     if ends is None:
@@ -152,12 +158,14 @@ def _recover_one(entry: dict, qdir: str, journal: Journal, report: RecoveryRepor
         journal.append({"op": "abort", "id": entry["id"]})
         report.reverted += 1
     elif has_target and not has_source:
+        _drop_partial(partial)
         journal.append({"op": "done", "id": entry["id"]})
         report.completed += 1
     elif has_source and has_target:
         if _same_file(source, target):
             os.unlink(source)  # the copy is complete and fsynced: finish the move
             fsync_dir(os.path.dirname(source))
+            _drop_partial(partial)
             journal.append({"op": "done", "id": entry["id"]})
             report.completed += 1
         else:
@@ -166,13 +174,34 @@ def _recover_one(entry: dict, qdir: str, journal: Journal, report: RecoveryRepor
         report.refused.append(f"entry {entry['id']}: neither {source} nor {target} exists; left as is")
 
 
+def _rename_no_replace(source: str, target: str) -> None:
+    """Rename that fails with FileExistsError instead of replacing ``target``.
+
+    ``os.rename`` silently replaces; a hard link cannot. Link then unlink the
+    old name (between the two, both names are the same inode: recovery sees
+    them as one file). File systems without hard links fall back to check+rename.
+    """
+    try:
+        os.link(source, target, follow_symlinks=False)
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS):
+            raise
+        if os.path.lexists(target):
+            raise FileExistsError(errno.EEXIST, "refusing to overwrite", target) from None
+        os.rename(source, target)
+        return
+    os.unlink(source)
+
+
 def move_file(source: str, target: str) -> None:
-    """Move without overwriting: rename, or across devices copy + fsync + rename + unlink."""
+    """Move without ever overwriting: rename, or across devices copy + fsync + rename + unlink."""
     os.makedirs(os.path.dirname(target), exist_ok=True)
     if os.path.lexists(target):
         raise FileExistsError(errno.EEXIST, "refusing to overwrite", target)
     try:
-        os.rename(source, target)
+        _rename_no_replace(source, target)
     except OSError as exc:
         if exc.errno != errno.EXDEV:
             raise
@@ -183,7 +212,7 @@ def move_file(source: str, target: str) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.rename(partial, target)
+        _rename_no_replace(partial, target)
         fsync_dir(os.path.dirname(target))
         os.unlink(source)
     fsync_dir(os.path.dirname(target))
@@ -204,25 +233,41 @@ class Quarantine:
         self.root = os.path.abspath(root)
         _check_placement(self.qdir, self.root)
         self._lock_fd = lock_folder(self.qdir, tag)
-        self.journal = Journal(os.path.join(self.qdir, locations.tagged(locations.MANIFEST_FILE, tag)))
-        self.recovery = recover_open(self.qdir, self.journal)
+        try:
+            self.journal = Journal(os.path.join(self.qdir, locations.tagged(locations.MANIFEST_FILE, tag)))
+            self.recovery = recover_open(self.qdir, self.journal)
+        except BaseException:
+            os.close(self._lock_fd)  # release the lock: this process is not using the folder after all
+            raise
         # Reports default to this folder; a killed scan leaves their temp files behind.
         remove_stale_temps(self.qdir, tuple(locations.tagged(name, tag) for name in
                                             (locations.RESULTS_FILE, locations.PROBLEMS_FILE, locations.SUMMARY_FILE)))
         self.moved = 0
 
     def move(self, rel: str, reason: str | None = None) -> str:
-        """Move ``root/rel`` into the quarantine; returns its path relative to the quarantine."""
-        dst = self._free_name(rel)
-        ident = uuid.uuid4().hex
-        entry = {"op": "move", "id": ident, "root": self.root, "src": rel, "dst": dst}
-        if reason:
-            entry["reason"] = reason
-        self.journal.append(entry)
-        move_file(os.path.join(self.root, rel), os.path.join(self.qdir, dst))
-        self.journal.append({"op": "done", "id": ident})
-        self.moved += 1
-        return dst
+        """Move ``root/rel`` into the quarantine; returns its path relative to the quarantine.
+
+        If another process takes the chosen name first (shards share the folder),
+        the move is journaled as aborted and retried under the next free name.
+        """
+        while True:
+            dst = self._free_name(rel)
+            ident = uuid.uuid4().hex
+            entry = {"op": "move", "id": ident, "root": self.root, "src": rel, "dst": dst}
+            if reason:
+                entry["reason"] = reason
+            self.journal.append(entry)
+            try:
+                move_file(os.path.join(self.root, rel), os.path.join(self.qdir, dst))
+            except FileExistsError:
+                self.journal.append({"op": "abort", "id": ident})
+                continue
+            except OSError:
+                self.journal.append({"op": "abort", "id": ident})
+                raise
+            self.journal.append({"op": "done", "id": ident})
+            self.moved += 1
+            return dst
 
     def _free_name(self, rel: str) -> str:
         """``rel``, or ``stem~N.ext`` if something already has that name (never overwrite)."""
@@ -281,7 +326,10 @@ def recover_open(qdir: str, journal: Journal) -> RecoveryReport:
     state = _fold(journal.path, report)
     for ident, entry in state.intents.items():
         if ident not in state.outcome:
-            _recover_one(entry, qdir, journal, report)
+            try:
+                _recover_one(entry, qdir, journal, report)
+            except OSError as exc:
+                report.refused.append(f"entry {ident}: could not recover: {exc.strerror or exc} ({exc.filename})")
     return report
 
 
@@ -343,7 +391,10 @@ def restore(qdir: str) -> RecoveryReport:
             for ident, entry in state.intents.items():
                 if entry["op"] != "move" or state.outcome.get(ident) != "done" or ident in restored_moves:
                     continue
-                _restore_one(ident, entry, qdir, journal, report)
+                try:
+                    _restore_one(ident, entry, qdir, journal, report)
+                except OSError as exc:
+                    report.refused.append(f"entry {ident}: could not restore: {exc.strerror or exc} ({exc.filename})")
             _merge(total, report)
     return total
 

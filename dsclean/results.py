@@ -103,6 +103,14 @@ class ResultsWriter:
             self._writer.write_batch(pa.RecordBatch.from_arrays(columns, schema=self._writer.schema))
             self._rows = []
 
+    def discard(self) -> None:
+        """Drop the temp files: the previous results (if any) stay as they were."""
+        self._writer.close()
+        self._problems.close()
+        for tmp in (self._tmp_results, self._tmp_problems):
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
     def close(self) -> None:
         """Write what is buffered and publish both files."""
         self._flush()

@@ -26,7 +26,7 @@ from . import reasons as R
 from .atomic import atomic_output
 from .cache import ScanCache, options_key, row_to_verdict
 from .check import CheckOptions
-from .executors import run_checks
+from .executors import BACKENDS, run_checks
 from .discover import DiscoverStats, iter_media
 from .errors import UserError
 from .quarantine import Quarantine
@@ -155,6 +155,10 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
     """Check every media file under ``root``; write results; quarantine bad files unless dry-run."""
     root = validate_root(root)
     jobs = options.jobs or usable_cores()
+    if options.backend not in BACKENDS:
+        raise UserError(f"unknown backend {options.backend!r}; choose one of {', '.join(BACKENDS)}")
+    if options.backend == "dask" and not options.scheduler:
+        raise UserError("--backend dask needs --scheduler tcp://HOST:PORT or a scheduler file")
     quarantine_dir = os.path.abspath(options.quarantine) if options.quarantine else None
     report_dir = os.path.abspath(
         options.report_dir or locations.default_report_dir(root, None if options.dry_run else quarantine_dir)
@@ -169,7 +173,9 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
             summary.recovered = {"completed": rec.completed, "reverted": rec.reverted}
             summary.notes += rec.refused + rec.bad_lines
         writer = _open_writer(report_dir, tag, {"root": root, "shard": options.shard, "options": options_key(options.check)})
-        stack.callback(writer.close)  # publish whatever was decided, also when interrupted
+        # Publish whatever was decided on success or a clean stop (signals are handled below);
+        # an error leaves the previous results in place.
+        stack.push(lambda exc_type, exc, tb: writer.discard() if exc_type else writer.close())
         cache = _open_cache(root, report_dir, options, summary, tag)
         if cache is not None:
             stack.callback(cache.close)
@@ -187,9 +193,9 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
         if options.shard is not None:
             media = (m for m in media if in_shard(m[0], options.shard))
         files = _stat_each(root, media)
-        to_check = _skip_cached(files, None if options.rescan else cache, sink, options.chunk_size)
         try:
             with _stop_on_signals() as stop:
+                to_check = _skip_cached(files, None if options.rescan else cache, sink, options.chunk_size, stop)
                 checks = run_checks(root, to_check, options.check, jobs, options.backend, options.scheduler)
                 for verdicts in checks:
                     for v in verdicts:
@@ -237,9 +243,14 @@ def _stat_each(root: str, media: Iterator[tuple[str, str]]) -> Iterator[tuple[st
 
 
 def _skip_cached(files: Iterator[tuple[str, int, int]], cache: ScanCache | None, sink: "_Sink",
-                 chunk_size: int) -> Iterator[list[str]]:
-    """Chunks of files to check: cached verdicts still valid are handled right here instead."""
+                 chunk_size: int, stop: "_StopRequest") -> Iterator[list[str]]:
+    """Chunks of files to check: cached verdicts still valid are handled right here instead.
+
+    Stops at a signal too: a long run of cached files yields no chunk to check.
+    """
     for batch in _chunks(files, 2000):
+        if stop.signum:
+            return
         hits = cache.lookup(batch) if cache is not None else {}
         sink.handle_cached(hits)
         yield from _chunks((rel for rel, _, _ in batch if rel not in hits), chunk_size)

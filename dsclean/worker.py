@@ -29,6 +29,7 @@ FAULT_ENV = "DSCLEAN_TEST_FAULTS"
 def check_chunk(root: str, rels: list[str], options: CheckOptions) -> list[Verdict]:
     """Worker task: check each file in turn. Depends only on its arguments and the files."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
+    check.load_checkers()  # import the decoders first: under a tight ceiling the import itself could fail
     set_memory_ceiling(options.max_memory)
     check.fault_hook = inject_fault if os.environ.get(FAULT_ENV) == "1" else None
     out = []

@@ -56,8 +56,12 @@ def write_tree(root: str, files: dict[str, bytes]) -> None:
             f.write(data)
 
 
-def user_files(folder: str) -> dict[str, str]:
-    """{relative path: sha256} of the media files under folder (dsclean's own files left out)."""
+def user_files(folder: str, inodes: set | None = None) -> dict[str, str]:
+    """{relative path: sha256} of the media files under folder (dsclean's own files left out).
+
+    With ``inodes``, a second name of an inode already seen (a move caught between
+    link and unlink: one file, two names) is left out too.
+    """
     out = {}
     for d, dirs, names in os.walk(folder):
         dirs[:] = [x for x in dirs if x != ".dsclean"]
@@ -65,6 +69,11 @@ def user_files(folder: str) -> dict[str, str]:
             if name in OWN_FILES or name.startswith("."):
                 continue
             path = os.path.join(d, name)
+            if inodes is not None:
+                st = os.stat(path)
+                if (st.st_dev, st.st_ino) in inodes:
+                    continue
+                inodes.add((st.st_dev, st.st_ino))
             with open(path, "rb") as f:
                 out[os.path.relpath(path, folder)] = hashlib.sha256(f.read()).hexdigest()
     return out
@@ -124,7 +133,9 @@ def one_run(base: str, files: dict[str, bytes], digests: dict[str, str], delay: 
     problems = []
     open_moves = started_moves(qdir) - _count(qdir, b'"op": "done"')  # moves the kill cut in half
     # 1. every original file exactly once, byte-identical
-    in_tree, in_q = user_files(root), user_files(qdir) if os.path.isdir(qdir) else {}
+    seen: set = set()
+    in_tree = user_files(root, seen)
+    in_q = user_files(qdir, seen) if os.path.isdir(qdir) else {}
     found = sorted(list(in_tree.values()) + list(in_q.values()))
     if found != sorted(digests.values()):
         missing = set(digests.values()) - set(found)

@@ -98,3 +98,21 @@ def _cached_rows(cache) -> int:
         return 0
     finally:
         db.close()
+
+
+def test_verdicts_about_the_moment_are_not_cached(tmp_path):
+    """A timeout (or permission error) says nothing lasting about the bytes: check again next time."""
+    import subprocess
+
+    root = tmp_path / "data"
+    write(root, "a/slow__hang__.jpg", synth.jpeg(8, 8))
+    write(root, "a/ok.jpg", synth.jpeg(8, 8, seed=1))
+    env = {**os.environ, "DSCLEAN_TEST_FAULTS": "1"}
+    subprocess.run([sys.executable, "-m", "dsclean", "scan", str(root), "--timeout", "1", "--jobs", "1",
+                    "--quiet", "--report", str(tmp_path / "r")], check=True, env=env, timeout=120)
+    assert {v.path: v.reason for v in dsclean.iter_verdicts(str(tmp_path / "r"))}["a/slow__hang__.jpg"] == "timeout"
+    from dsclean.check import CheckOptions
+
+    # the same options (so the same cache table); the stall is gone: checked again, and fine
+    s = _scan(root, tmp_path, dry_run=True, check=CheckOptions(timeout=1))
+    assert s.cached == 1 and s.bad == 0

@@ -106,7 +106,7 @@ CRASH_DRIVER = textwrap.dedent(
         steps[0] += 1
         if steps[0] == point:
             os.kill(os.getpid(), signal.SIGKILL)
-    real_append, real_rename, real_unlink, real_copy = Q.Journal.append, os.rename, os.unlink, Q.shutil.copy2
+    real_append, real_rename, real_unlink, real_copy, real_link = Q.Journal.append, os.rename, os.unlink, Q.shutil.copy2, os.link
     def append(self, entry):
         step(); real_append(self, entry); step()
     def rename(src, dst):
@@ -115,9 +115,13 @@ CRASH_DRIVER = textwrap.dedent(
         step(); real_rename(src, dst); step()
     def unlink(p):
         step(); real_unlink(p); step()
+    def link(src, dst, **kw):
+        if cross and str(src).startswith(root):
+            raise OSError(errno.EXDEV, "cross-device")
+        step(); real_link(src, dst, **kw); step()
     def copy2(src, dst, **kw):
         step(); real_copy(src, dst, **kw); step()
-    Q.Journal.append, os.rename, os.unlink, Q.shutil.copy2 = append, rename, unlink, copy2
+    Q.Journal.append, os.rename, os.unlink, Q.shutil.copy2, os.link = append, rename, unlink, copy2, link
     with Q.Quarantine(qdir, root) as q:
         for rel in ("a/x.jpg", "a/y.jpg", "b/z.png"):
             q.move(rel, "corrupt")
@@ -141,8 +145,9 @@ def test_kill_at_every_step_loses_nothing(tmp_path, cross_device):
                               capture_output=True, text=True)
         killed = proc.returncode == -signal.SIGKILL
         assert killed or proc.returncode == 0, proc.stderr
-        # Straight after the kill, before any recovery: with rename, every file is in exactly one
-        # place; mid cross-device copy, the original may also have a complete copy, which recovery removes.
+        # Straight after the kill, before any recovery: on one device, every file is in exactly one
+        # place (between link and unlink it has two names but is one inode); mid cross-device copy,
+        # the original may also have a complete copy, which recovery removes.
         found = contents(root, qdir)
         if cross_device:
             assert set(found) == set(original.values())

@@ -311,3 +311,27 @@ def test_very_long_names_are_scanned_and_quarantined(tmp_path):
     s = scan(str(root), ScanOptions(quarantine=str(qdir), jobs=1))
     assert s.quarantined == 1 and (qdir / name).exists()
     assert dsclean.restore(str(qdir)).restored == 1 and (root / name).exists()
+
+
+def test_a_failed_scan_keeps_the_previous_results(tree, tmp_path):
+    root, _ = tree
+    first = scan(str(root), ScanOptions(jobs=1, report_dir=str(tmp_path / "r")))
+    before = dsclean.read_results(str(tmp_path / "r")).num_rows
+    proc = run_cli("scan", root, "--report", tmp_path / "r", "--timeout", "inf")
+    assert proc.returncode == 2 and "--timeout" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run_cli("scan", root, "--report", tmp_path / "r", "--backend", "dask")
+    assert proc.returncode == 2 and "needs --scheduler" in proc.stderr
+    assert dsclean.read_results(str(tmp_path / "r")).num_rows == before == first.files
+    assert not list((tmp_path / "r").glob(".*.tmp"))
+
+
+def test_restore_reports_an_entry_it_cannot_move_and_goes_on(tmp_path):
+    root, qdir = tmp_path / "data", tmp_path / "q"
+    write(root, "cats/a.jpg", synth.HTML_PAGE + b"a")
+    write(root, "dogs/b.jpg", synth.HTML_PAGE + b"b")
+    scan(str(root), ScanOptions(quarantine=str(qdir), jobs=1))
+    os.rmdir(root / "cats")
+    (root / "cats").write_text("a file where the folder was")
+    proc = run_cli("restore", qdir)
+    assert proc.returncode == 1 and "could not restore" in proc.stderr and "Traceback" not in proc.stderr
+    assert (root / "dogs" / "b.jpg").exists()  # the other entry was still restored

@@ -119,3 +119,18 @@ def test_cli_shard_argument_errors(tree):
         proc = subprocess.run([sys.executable, "-m", "dsclean", "scan", str(tree), "--shard", bad],
                               capture_output=True, text=True)
         assert proc.returncode == 2 and "--shard" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_merge_refuses_an_interrupted_shard(tree, tmp_path):
+    import json
+
+    _shard_scans(tree, tmp_path / "r")
+    files = sorted(glob.glob(str(tmp_path / "r" / "scan_results.shard-*.parquet")))
+    summary = tmp_path / "r" / "scan_summary.shard-0001-of-0003.json"
+    data = json.loads(summary.read_text())
+    summary.write_text(json.dumps({**data, "interrupted": True}))  # as a SIGTERM at a time limit leaves it
+    with pytest.raises(UserError, match="interrupted before it finished"):
+        merge(files)
+    summary.unlink()
+    with pytest.raises(UserError, match="cannot tell whether the shard finished"):
+        merge(files)

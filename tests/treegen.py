@@ -56,14 +56,22 @@ def snapshot(*folders: Path, skip=DSCLEAN_FILES) -> dict[str, str]:
 
 
 def contents(*folders: Path) -> list[str]:
-    """sha256 of every user file under the folders, with repeats, leaving out partial copies."""
-    out = []
+    """sha256 of every user file under the folders, with repeats, leaving out partial copies.
+
+    Two names of one inode (a move caught between link and unlink) are one file.
+    """
+    out, inodes = [], set()
     for folder in folders:
         for dirpath, dirnames, files in os.walk(folder):
             dirnames[:] = [d for d in dirnames if d != ".dsclean"]
-            out += [hashlib.sha256(Path(dirpath, f).read_bytes()).hexdigest() for f in files
-                    if not f.endswith(".dsclean-partial") and f not in DSCLEAN_FILES
-                    and not (f.startswith(".") and f.endswith(".tmp"))]  # a killed run's temp reports
+            for f in files:
+                if f.endswith(".dsclean-partial") or f in DSCLEAN_FILES or (f.startswith(".") and f.endswith(".tmp")):
+                    continue  # partial copies, dsclean's own files, a killed run's temp reports
+                st = os.stat(os.path.join(dirpath, f))
+                if (st.st_dev, st.st_ino) in inodes:
+                    continue
+                inodes.add((st.st_dev, st.st_ino))
+                out.append(hashlib.sha256(Path(dirpath, f).read_bytes()).hexdigest())
     return sorted(out)
 
 
