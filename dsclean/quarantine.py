@@ -3,13 +3,14 @@
 The journal is ``<quarantine>/manifest.jsonl``. A move is three steps::
 
     1. append {"op": "move", "id": ..., "root": ..., "src": ..., "dst": ...}  and fsync
-    2. rename the file (across file systems: copy to a ".partial" name, fsync,
-       rename into place, then remove the original)
+    2. move the file without ever replacing one: link the new name, unlink the
+       old (across file systems: copy to a ".partial" name, fsync, link into
+       place, then remove the original)
     3. append {"op": "done", "id": ...}  and fsync
 
-A kill -9 between any two instructions leaves the file in exactly one place,
-or (mid cross-device copy) the original in place plus a partial copy or a full
-copy. :func:`recover` looks at the disk for each move without an outcome and
+A kill -9 between any two instructions leaves the file in exactly one place
+(between link and unlink: one inode, two names), or (mid cross-device copy)
+the original in place plus a partial copy or a full copy. :func:`recover` looks at the disk for each move without an outcome and
 finishes or reverts it: original only -> "abort" (the partial copy goes);
 copy only -> "done"; both, byte-identical -> remove the original, "done".
 :func:`restore` moves files back with the same journaled protocol
