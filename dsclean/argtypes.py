@@ -29,24 +29,28 @@ def positive(text: str) -> int:
     return value
 
 
-def seconds(text: str) -> float:
-    """A number of seconds, more than 0."""
+def _finite_seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not (math.isfinite(value) and value > 0):
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number of seconds")
+    return value
+
+
+def seconds(text: str) -> float:
+    """A number of seconds, more than 0."""
+    value = _finite_seconds(text)
+    if not value > 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be a number more than 0")
     return value
 
 
 def timeout(text: str) -> float:
     """Seconds from 0 (no limit) to a week."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(value) or not 0 <= value <= MAX_SECONDS:
+    value = _finite_seconds(text)
+    if not 0 <= value <= MAX_SECONDS:
         raise argparse.ArgumentTypeError(f"{text!r} must be from 0 (no limit) to {MAX_SECONDS:g} seconds")
     return value
 
