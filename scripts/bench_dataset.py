@@ -42,7 +42,8 @@ def make_index(out_dir: str, rows: int) -> dict:
     """Write the synthetic index in both formats (uses dsclean's own writers)."""
     import pyarrow as pa
 
-    from dsclean import index as ix
+    from dsclean.index import build as ix_build
+    from dsclean.index import store as ix
 
     root = os.path.join(out_dir, "root")
     os.makedirs(root, exist_ok=True)
@@ -58,14 +59,14 @@ def make_index(out_dir: str, rows: int) -> dict:
         "mtime_ns": pa.array(np.zeros(rows, np.int64)),
     })
     del paths
-    table = ix._finalize(table, large=False)
+    table = ix_build._finalize(table, large=False)
     names = [f"n{c + 1440764:08d}" for c in range(classes)]
-    meta = ix._make_meta(root, names, "folder", rows, None)
+    meta = ix.make_meta(root, names, "folder", rows, None)
     arrow = os.path.join(out_dir, "index.arrow")
-    ix._write_arrow(table, arrow, meta)
+    ix.write_arrow(table, arrow, meta)
     npy = os.path.join(out_dir, "index.npy")
     os.makedirs(npy, exist_ok=True)
-    ix._write_npy(table, npy, meta)
+    ix.write_npy(table, npy, meta)
     return {"root": root, "arrow": arrow, "npy": npy,
             "path_bytes": int(table.column("path").chunk(0).buffers()[2].size)}
 

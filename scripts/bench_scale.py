@@ -18,8 +18,10 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from dsclean import synth  # noqa: E402
-from dsclean.scanner import ScanOptions, scan  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))  # tests/support: media synthesis
+from support import synth  # noqa: E402
+
+from dsclean.scanning.scanner import ScanOptions, scan  # noqa: E402
 
 
 def make_tree(folder: str, n: int, size: int) -> None:

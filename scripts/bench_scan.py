@@ -35,8 +35,11 @@ import numpy as np
 from PIL import Image
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from dsclean import iter_verdicts, synth  # noqa: E402
-from dsclean.scanner import ScanOptions, scan  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))  # tests/support: media synthesis
+from support import synth  # noqa: E402
+
+from dsclean import iter_verdicts
+from dsclean.scanning.scanner import ScanOptions, scan  # noqa: E402
 
 
 def make_dataset(folder: str, n: int, size: int, corrupt: float, seed: int) -> set[str]:

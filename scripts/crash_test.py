@@ -30,7 +30,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from dsclean import synth  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))  # tests/support: media synthesis
+from support import synth  # noqa: E402
 
 DSCLEAN = [sys.executable, "-m", "dsclean"]
 OWN_FILES = {"manifest.jsonl", ".dsclean-quarantine", ".dsclean.lock", "scan_results.parquet", "problems.jsonl",

@@ -16,7 +16,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from dsclean import synth  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))  # tests/support: media synthesis
+from support import synth  # noqa: E402
 
 IMAGE_CLASSES = ("birds", "cats", "dogs")
 AUDIO_CLASSES = ("music", "speech")

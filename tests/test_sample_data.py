@@ -7,8 +7,8 @@ import re
 import subprocess
 import sys
 
-from dsclean.scanner import ScanOptions, scan
 import dsclean
+from dsclean.scanning.scanner import ScanOptions, scan
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE = os.path.join(REPO, "sample_data")

@@ -1,0 +1,106 @@
+"""``dsclean index`` and ``dsclean info``: argparse wiring and human output.
+
+The main CLI calls :func:`add_parsers` with its subparsers object; each
+handler returns an exit code and raises :class:`UserError` for user mistakes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..index.build import IndexSummary, build_index
+from ..index.store import index_info
+
+_MAX_CLASSES_SHOWN = 30
+
+
+def add_parsers(sub) -> None:
+    """Register the ``index`` and ``info`` subcommands."""
+    p = sub.add_parser(
+        "index",
+        help="write a compact memory-mapped index of the good files for IndexedDataset",
+        description="Index the media files under ROOT (minus the quarantine and files the scan marked bad) "
+        "into an Arrow file or an npy folder that IndexedDataset memory-maps.",
+    )
+    p.add_argument("root", metavar="ROOT", help="the dataset's root folder")
+    p.add_argument("-o", "--output", required=True, help="index to write: NAME.arrow (file) or NAME.npy (folder)")
+    p.add_argument("--format", choices=("arrow", "npy"), help="index format (default: from the output name, else arrow)")
+    p.add_argument("--labels", metavar="FILE.csv", help="labels from a CSV with columns path,label (flat layouts)")
+    p.add_argument("--no-labels", action="store_true", help="no labels: every label is -1")
+    p.add_argument("--scan-results", metavar="FILE", nargs="+",
+                   help="scan results to exclude bad files: one file, or every shard's of a job array "
+                        "(default: the last scan of ROOT)")
+    p.add_argument("--exclude", action="append", default=[], metavar="DIR", help="a folder to leave out (repeatable)")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
+    p.set_defaults(func=cmd_index)
+
+    p = sub.add_parser("info", help="describe an index: rows, classes, kinds, sizes, metadata",
+                       description="Describe a dsclean index (Arrow file or npy folder).")
+    p.add_argument("index", metavar="INDEX", help="an index written by dsclean index")
+    p.add_argument("--json", action="store_true", help="print the description as JSON")
+    p.set_defaults(func=cmd_info)
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    summary = build_index(
+        args.root,
+        args.output,
+        format=args.format,
+        labels_csv=args.labels,
+        no_labels=args.no_labels,
+        scan_results=args.scan_results,
+        exclude=tuple(args.exclude or ()),
+        progress=not args.quiet,
+    )
+    if not args.quiet:
+        print(format_summary(summary))
+    return 0
+
+
+def format_summary(s: IndexSummary) -> str:
+    lines = [f"indexed {s.rows} files in {s.classes} classes ({s.labels} labels) -> {s.output} "
+             f"({s.format}, {_human(s.index_bytes)}; media {_human(s.media_bytes)})"]
+    left_out = [("excluded as bad by the scan", s.excluded_bad), ("not media (magic bytes)", s.not_media),
+                ("unreadable", s.unreadable), ("skipped without a label", s.unlabeled),
+                ("changed since the scan (facts not copied)", s.changed_since_scan),
+                ("not in the scan results (magic bytes checked)", s.unscanned)]
+    lines += [f"  {n:>10}  {what}" for what, n in left_out if n]
+    lines.append(f"  scan results: {s.scan_results or 'none'}")
+    return "\n".join(lines)
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    info = index_info(args.index)
+    if args.json:
+        print(json.dumps(info, indent=2))
+    else:
+        print(format_info(info))
+    return 0
+
+
+def format_info(info: dict) -> str:
+    meta = info["metadata"]
+    lines = [
+        f"index:     {info['index']} ({info['format']}, {_human(info['index_bytes'])})",
+        f"rows:      {info['rows']}",
+        f"media:     {_human(info['media_bytes'])}",
+        "kinds:     " + ", ".join(f"{k} {n}" for k, n in info["kinds"].items()),
+        f"root:      {meta.get('root')}",
+        f"created:   {meta.get('created')} by dsclean {meta.get('dsclean_version')} "
+        f"(format {meta.get('format_version')}, {meta.get('labels')} labels)",
+        f"classes:   {len(info['classes'])}" + (f" (+ {info['unlabeled']} unlabeled rows)" if info["unlabeled"] else ""),
+    ]
+    for c in info["classes"][:_MAX_CLASSES_SHOWN]:
+        lines.append(f"  {c['label']:>6}  {c['count']:>10}  {c['name']}")
+    if len(info["classes"]) > _MAX_CLASSES_SHOWN:
+        lines.append(f"  ... and {len(info['classes']) - _MAX_CLASSES_SHOWN} more (--json lists all)")
+    return "\n".join(lines)
+
+
+def _human(n: int) -> str:
+    size, unit = float(n), "B"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            break
+        size /= 1024
+    return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"

@@ -1,0 +1,143 @@
+"""``dsclean scan``, ``restore``, ``recover``, ``merge`` and ``reasons``: argparse wiring and output.
+
+:func:`add_parsers` registers the commands; each handler calls the scanning API
+(:mod:`dsclean.scanning`), prints, and returns an exit code (:mod:`dsclean.cli.exit_codes`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+
+from .. import argtypes
+from .. import reasons as R
+from .exit_codes import EXIT_FOUND_BAD, EXIT_OK
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    add_scan_parser(sub)
+    add_restore_parser(sub)
+    add_merge_parser(sub)
+    add_reasons_parser(sub)
+
+
+def add_scan_parser(sub: argparse._SubParsersAction) -> None:
+    from ..scanning.check import DEFAULT_MAX_FRAMES, DEFAULT_MAX_PIXELS, DEFAULT_TIMEOUT
+
+    p = sub.add_parser("scan", help="check every image/audio file under ROOT; quarantine the broken ones")
+    p.add_argument("root", metavar="ROOT", help="folder to scan")
+    p.add_argument("--quarantine", metavar="DIR", help="move bad files to DIR/<path relative to ROOT> (journaled)")
+    p.add_argument("--report", metavar="DIR", help="where to write results (default: the quarantine folder, else ROOT/.dsclean)")
+    p.add_argument("--jobs", "-j", type=argtypes.count, default=0, metavar="N", help="worker processes (default: all usable cores)")
+    p.add_argument("--backend", choices=("loky", "threads", "dask"), default="loky",
+                   help="loky: worker processes here, with crash/timeout/memory isolation (default); "
+                        "threads: in-process; dask: a Dask distributed cluster (see --scheduler)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="with --backend dask: the scheduler's tcp://HOST:PORT, or a scheduler file")
+    p.add_argument("--shard", type=argtypes.shard, metavar="I/N",
+                   help="check only shard I of N (0 <= I < N; a stable hash of each path), for job arrays; "
+                        "combine the shards' results with dsclean merge")
+    p.add_argument("--timeout", type=argtypes.timeout, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                   help=f"a file whose check takes longer is bad/timeout; its worker is replaced (default {DEFAULT_TIMEOUT:g}; 0 = none)")
+    p.add_argument("--max-memory", type=argtypes.size, default=0, metavar="SIZE",
+                   help="memory a single check may use, e.g. 2G or 512M; past it the file is bad/too_large (default: no limit)")
+    p.add_argument("--lenient", action="store_true", help="recoverable decoder warnings (e.g. 'Corrupt JPEG data') are warn, not bad")
+    p.add_argument("--max-pixels", type=argtypes.count, default=DEFAULT_MAX_PIXELS, metavar="N",
+                   help=f"images with more pixels are decompression bombs (default {DEFAULT_MAX_PIXELS:,}, Pillow's; 0 = no limit)")
+    p.add_argument("--max-frames", type=argtypes.count, default=DEFAULT_MAX_FRAMES, metavar="N",
+                   help=f"decode at most N frames of an animated image (default {DEFAULT_MAX_FRAMES})")
+    p.add_argument("--check", action="store_true", help="exit 1 if any bad file is found (for CI)")
+    p.add_argument("--dry-run", action="store_true", help="decide and report, move nothing")
+    p.add_argument("--rescan", action="store_true", help="check every file again, ignoring the scan cache of unchanged files")
+    p.add_argument("--include-hidden", action="store_true", help="also scan dot-named files and folders")
+    p.add_argument("--follow-symlinks", action="store_true", help="follow symlinks that stay inside ROOT")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar, no summary (errors still print)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=cmd_scan)
+
+
+def cmd_scan(args: argparse.Namespace) -> int:
+    from ..scanning.check import CheckOptions
+    from ..scanning.scanner import ScanOptions, format_summary, scan
+
+    options = ScanOptions(
+        jobs=args.jobs,
+        check=CheckOptions(lenient=args.lenient, max_pixels=args.max_pixels, max_frames=max(1, args.max_frames),
+                           timeout=args.timeout, max_memory=args.max_memory),
+        backend=args.backend,
+        scheduler=args.scheduler,
+        shard=args.shard,
+        rescan=args.rescan,
+        quarantine=args.quarantine,
+        report_dir=args.report,
+        dry_run=args.dry_run,
+        include_hidden=args.include_hidden,
+        follow_symlinks=args.follow_symlinks,
+        progress=False if (args.quiet or args.json) else None,
+    )
+    summary = scan(args.root, options)
+    if args.json:
+        print(json.dumps(summary.to_json(), indent=2))
+    elif not args.quiet:
+        print(format_summary(summary))
+    for msg in summary.move_errors if args.quiet else ():
+        print(f"dsclean: {msg}", file=sys.stderr)
+    if summary.interrupted:
+        print(f"dsclean scan: interrupted by {signal.Signals(summary.signal).name}; results so far were saved",
+              file=sys.stderr)
+        return 128 + summary.signal
+    return EXIT_FOUND_BAD if args.check and summary.bad else EXIT_OK
+
+
+def add_restore_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("restore", help="move quarantined files back to where they came from")
+    p.add_argument("quarantine", metavar="DIR", help="a quarantine folder written by dsclean scan")
+    p.set_defaults(func=cmd_restore)
+    p = sub.add_parser("recover", help="finish or revert moves left half-done by a killed scan (scan does this too)")
+    p.add_argument("quarantine", metavar="DIR", help="a quarantine folder written by dsclean scan")
+    p.set_defaults(func=cmd_recover)
+
+
+def _print_report(report, verb: str) -> int:
+    print(f"{verb}: {report.restored} restored, {report.completed} half-done moves completed, {report.reverted} reverted")
+    for msg in report.refused:
+        print(f"refused: {msg}", file=sys.stderr)
+    for msg in report.bad_lines:
+        print(f"skipped unreadable manifest line: {msg}", file=sys.stderr)
+    return EXIT_FOUND_BAD if report.refused else EXIT_OK
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    from ..scanning.quarantine import restore
+
+    return _print_report(restore(args.quarantine), "restore")
+
+
+def cmd_recover(args: argparse.Namespace) -> int:
+    from ..scanning.quarantine import recover
+
+    return _print_report(recover(args.quarantine), "recover")
+
+
+def add_merge_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("merge", help="combine the results of a job array's shards (scan --shard I/N) into one")
+    p.add_argument("results", metavar="RESULTS", nargs="+", help="every shard's scan_results.shard-*.parquet")
+    p.add_argument("-o", "--output", metavar="DIR", help="where to write the merged results (default: the first shard's folder)")
+    p.set_defaults(func=cmd_merge)
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from ..scanning.merge import merge
+
+    s = merge(args.results, args.output)
+    print(f"merged {s.shards} shards of {s.root}: {s.rows:,} files, {s.bad:,} bad")
+    print(f"Results: {s.results_path}\nProblems (bad and warn): {s.problems_path}")
+    for note in s.notes:
+        print(f"note: {note}", file=sys.stderr)
+    return EXIT_OK
+
+
+def add_reasons_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("reasons", help="list the reason codes a verdict can carry")
+    p.set_defaults(func=lambda args: print("\n".join(f"{k:<20} {v}" for k, v in R.REASONS.items())) or EXIT_OK)

@@ -1,0 +1,279 @@
+"""IndexedDataset: a map-style Dataset over a dsclean index whose worker memory stays constant.
+
+Why the memory trick matters (the problem detectron2's ``data/common.py``
+describes): a Dataset holding a Python list of N path strings is N+1 Python
+objects. DataLoader workers are forked, and merely *reading* a Python object
+writes its reference count, so every page the list touches is copied into each
+worker (copy-on-write): with millions of samples and 8 workers the memory
+grows by gigabytes, and with ``spawn`` the whole list is pickled to each
+worker. Here no per-sample Python object exists in any process: each process
+memory-maps the index file on first access and slices a path out of numpy
+views over the mapping (offsets + one byte blob). The mapped pages are
+file-backed page cache, shared by every worker and never copied. Pickling the
+dataset sends only its options (a few hundred bytes).
+"""
+from __future__ import annotations
+
+import logging
+import operator
+import os
+import stat
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from torch.utils.data import Dataset
+
+from ..errors import UserError
+from ..index.store import KINDS, MappedIndex, open_index, read_meta
+from .loaders import DEFAULT_LOADERS
+
+logger = logging.getLogger("dsclean")
+
+_ON_ERROR = ("raise", "skip")
+#: folders whose real path is remembered per process (the cache is cleared when full)
+_FOLDER_CACHE = 65_536
+
+
+class SampleError(Exception):
+    """A sample failed to load: the message names the index, the path, the root and the cause.
+
+    Built from a single message string, because a DataLoader worker re-raises an
+    exception in the main process as ``type(exc)(message)``; the extra attributes
+    survive ordinary pickling (they live in ``__dict__``).
+    """
+
+    def __init__(self, message: str, *, index: int | None = None, path: str | None = None,
+                 root: str | None = None) -> None:
+        super().__init__(message)
+        self.index, self.path, self.root = index, path, root
+
+
+class UnsafePathError(SampleError):
+    """An index entry is absolute or leads outside the root. Never skipped, even with ``on_error="skip"``."""
+
+
+class IndexedDataset(Dataset):
+    """``(sample, label)`` pairs from a dsclean index (Arrow file or npy folder).
+
+    - ``root``: where the files are; defaults to the root recorded at build time
+      (pass it for a moved dataset).
+    - ``loader(path)``: replaces the default loaders (images: PIL RGB; audio:
+      ``(tensor (channels, frames), sample_rate)``). ``transform`` gets the
+      sample, ``target_transform`` the label, as in torchvision.
+    - ``on_error="raise"`` raises :class:`SampleError`; ``"skip"`` returns
+      ``None`` for a sample that cannot be loaded (logged once per index) -- use
+      :func:`collate_skip_none`. Errors in transforms always raise, and so do
+      unsafe paths (:class:`UnsafePathError`).
+    - ``check_stale``: compare each file's size with the index before loading it
+      (one ``stat``); a changed file is reported as stale instead of being decoded
+      as something else. Turn it off only for a custom ``loader`` that does not
+      read the file system.
+
+    The constructor reads only the index metadata. The columns are mapped
+    lazily in each process on first access (re-opened after a fork).
+    """
+
+    def __init__(self, index: str, *, root: str | None = None, transform: Callable | None = None,
+                 target_transform: Callable | None = None, loader: Callable[[str], Any] | None = None,
+                 on_error: str = "raise", check_stale: bool = True) -> None:
+        if on_error not in _ON_ERROR:
+            raise ValueError(f"on_error must be one of {_ON_ERROR}, not {on_error!r}")
+        meta = read_meta(index)
+        self.index = index
+        self.root = root if root is not None else meta["root"]
+        if not os.path.isdir(self.root):
+            raise UserError(f"{index}: its root {self.root} is not a folder; pass root= if the dataset moved")
+        self.transform = transform
+        self.target_transform = target_transform
+        self.loader = loader
+        self.on_error = on_error
+        self.check_stale = check_stale
+        self._reset()
+        self._meta = meta
+
+    # -- process-local state: never pickled ------------------------------------------
+
+    def _reset(self) -> None:
+        self._meta: dict | None = None
+        self._idx: MappedIndex | None = None
+        self._pid: int | None = None
+        self._real_root: str | None = None
+        self._folders: dict[str, str | None] = {}
+        self._logged: set[int] = set()
+
+    def __getstate__(self) -> dict:
+        """Only the options: a worker re-maps the index itself (cheap spawn)."""
+        return {k: getattr(self, k) for k in ("index", "root", "transform", "target_transform", "loader", "on_error",
+                                                   "check_stale")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._reset()
+
+    def _mapped(self) -> MappedIndex:
+        """The mapped columns of this process; (re)opened on first use and after a fork."""
+        pid = os.getpid()
+        if self._idx is None or self._pid != pid:
+            self._idx = open_index(self.index)
+            self._pid = pid
+            self._real_root = os.path.realpath(self.root)
+            self._folders = {}
+            self._logged = set()
+            if self._meta is None:
+                self._meta = self._idx.meta
+        return self._idx
+
+    @property
+    def meta(self) -> dict:
+        if self._meta is None:
+            self._meta = read_meta(self.index)
+        return self._meta
+
+    # -- sequence protocol -------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return int(self.meta["rows"])
+
+    @property
+    def classes(self) -> list[str]:
+        return list(self.meta["classes"])
+
+    @property
+    def class_to_idx(self) -> dict[str, int]:
+        return {c: i for i, c in enumerate(self.meta["classes"])}
+
+    @property
+    def targets(self) -> np.ndarray:
+        """All labels: a read-only numpy view over the mapping (not a list)."""
+        view = self._mapped().labels.view()
+        view.flags.writeable = False
+        return view
+
+    def _position(self, i) -> int:
+        n = len(self)
+        i = operator.index(i)
+        j = i + n if i < 0 else i
+        if not 0 <= j < n:
+            raise IndexError(f"index {i} out of range for {n} samples")
+        return j
+
+    def path(self, i: int) -> str:
+        """The relative path of sample ``i`` (``str``; ``os.fsencode`` gives the exact bytes)."""
+        return os.fsdecode(self._mapped().path_bytes(self._position(i)))
+
+    def __getitem__(self, i):
+        j = self._position(i)
+        idx = self._mapped()
+        return self._load(j, idx.path_bytes(j), int(idx.labels[j]), int(idx.sizes[j]), int(idx.kinds[j]))
+
+    def __getitems__(self, indices: Sequence[int]) -> list:
+        """The batched hook of PyTorch's fetcher: gathers a whole batch's rows at once (vectorized)."""
+        idx = self._mapped()
+        n = len(idx)
+        pos = np.asarray(indices, dtype=np.int64).reshape(-1)
+        pos = np.where(pos < 0, pos + n, pos)
+        if pos.size and (pos.min() < 0 or pos.max() >= n):
+            bad = np.asarray(indices).reshape(-1)[(pos < 0) | (pos >= n)][0]
+            raise IndexError(f"index {int(bad)} out of range for {n} samples")
+        starts, ends = idx.offsets[pos], idx.offsets[pos + 1]
+        labels, sizes, kinds = idx.labels[pos], idx.sizes[pos], idx.kinds[pos]
+        data = idx.data
+        return [self._load(int(j), data[s:e].tobytes(), int(lab), int(sz), int(k))
+                for j, s, e, lab, sz, k in zip(pos, starts, ends, labels, sizes, kinds)]
+
+    # -- loading -----------------------------------------------------------------------
+
+    def _load(self, j: int, raw: bytes, label: int, size: int, kind: int):
+        rel = os.fsdecode(raw)
+        full, st = self._resolve(j, rel)  # outside the try: a refusal is never skipped
+        try:
+            sample = self._read(full, st, size, kind)
+        except Exception as exc:  # any loader failure becomes a SampleError naming index, path and cause
+            err = self._error(j, rel, f"{type(exc).__name__}: {exc}")
+            if self.on_error == "skip":
+                self._log_skip(j, err)
+                return None
+            raise err from exc
+        try:
+            if self.transform is not None:
+                sample = self.transform(sample)
+            target = self.target_transform(label) if self.target_transform is not None else label
+        except Exception as exc:
+            raise self._error(j, rel, f"in transform: {type(exc).__name__}: {exc}") from exc
+        return sample, target
+
+    def _read(self, full: str, st: os.stat_result | None, size: int, kind: int):
+        if self.check_stale:
+            now = (st if st is not None else os.stat(full)).st_size  # os.stat raises, naming a missing file
+            if now != size:
+                raise StaleEntryError(f"stale index entry: the file is {now} bytes, the index recorded {size}; "
+                                      "it changed since indexing, rebuild the index")
+        if self.loader is not None:
+            return self.loader(full)
+        return DEFAULT_LOADERS[KINDS[kind]](full)
+
+    def _resolve(self, j: int, rel: str) -> tuple[str, os.stat_result | None]:
+        """The full path and its stat (None if it has none); refuses paths that leave the root.
+
+        Refused: absolute paths, ``..`` components, and anything resolving outside
+        ``realpath(root)`` through a symlink. Folders are resolved once per process
+        (cached: there are few of them); the file itself costs one ``lstat``, and a
+        full ``realpath`` only when it is a symlink.
+        """
+        if not rel or os.path.isabs(rel) or ".." in rel.split("/") or "\0" in rel:
+            raise self._unsafe(j, rel, "refused: the path is absolute or escapes the root")
+        full = os.path.join(self.root, rel)
+        folder = rel.rpartition("/")[0]
+        if folder:
+            outside = self._folder_outside(folder)
+            if outside is not None:
+                raise self._unsafe(j, rel, f"refused: its folder resolves to {outside}, outside the root")
+        try:
+            st = os.lstat(full)
+        except OSError:
+            return full, None  # missing or unreadable: the loader (or the stale check) reports it
+        if stat.S_ISLNK(st.st_mode):
+            real = os.path.realpath(full)
+            if not self._inside(real):
+                raise self._unsafe(j, rel, f"refused: it resolves to {real}, outside the root")
+            try:
+                st = os.stat(full)
+            except OSError:
+                st = None
+        return full, st
+
+    def _folder_outside(self, folder: str) -> str | None:
+        """The real path of ``root/folder`` if it lies outside the root, else None (cached per process)."""
+        cache = self._folders
+        if folder not in cache:
+            if len(cache) >= _FOLDER_CACHE:
+                cache.clear()
+            real = os.path.realpath(os.path.join(self.root, folder))
+            cache[folder] = None if self._inside(real) else real
+        return cache[folder]
+
+    def _inside(self, real: str) -> bool:
+        if self._real_root is None:
+            self._real_root = os.path.realpath(self.root)
+        return real.startswith(self._real_root.rstrip(os.sep) + os.sep)
+
+    def _unsafe(self, j: int, rel: str, cause: str) -> UnsafePathError:
+        return UnsafePathError(self._message(j, rel, cause), index=j, path=rel, root=self.root)
+
+    def _message(self, j: int, rel: str, cause: str) -> str:
+        return f"sample {j} ({rel} under {self.root}): {cause}"
+
+    def _error(self, j: int, rel: str, cause: str) -> SampleError:
+        return SampleError(self._message(j, rel, cause), index=j, path=rel, root=self.root)
+
+    def _log_skip(self, j: int, err: SampleError) -> None:
+        if j not in self._logged:
+            self._logged.add(j)
+            logger.warning("skipping %s", err)
+
+    def __repr__(self) -> str:
+        return f"IndexedDataset({self.index!r}, root={self.root!r}, rows={len(self)}, classes={len(self.meta['classes'])})"
+
+
+class StaleEntryError(OSError):
+    """The file's size differs from the one recorded in the index."""

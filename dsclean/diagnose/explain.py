@@ -1,0 +1,214 @@
+"""``dsclean explain``: classify a DataLoader error message and say what fixes it.
+
+The three failure kinds users meet, by the text PyTorch prints:
+
+- ``oom``: ``DataLoader worker (pid N) is killed by signal: Killed.`` (SIGKILL, almost
+  always the kernel's OOM killer), or ``DataLoader worker (pid(s) N) exited unexpectedly``
+  with no exit code (the worker vanished; usually the same cause).
+- ``shm``: ``ERROR: Unexpected bus error encountered in worker...``, ``killed by signal:
+  Bus error. It is possible that dataloader's workers are out of shared memory``,
+  ``unable to write to file </torch_...>: No space left on device (28)``.
+- ``exception``: ``exited unexpectedly with exit code 1`` or ``Caught ValueError in
+  DataLoader worker process 0.`` followed by the worker's traceback: Python code in
+  the Dataset (a broken file, a transform) raised.
+
+Two more are recognised because they are frequent and need other fixes:
+``crash`` (segmentation fault / abort / floating-point exception in native code, e.g.
+a decoder on a malformed file) and ``open_files`` (``Too many open files``).
+Anything else is ``unknown``; the CLI then exits 1 (0 when the text was recognised).
+
+When a log holds several, the most specific wins: shm, exception, crash, open_files, oom
+(a bus error is also "killed by signal", a shm failure can surface as a caught exception).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+
+OOM, SHM, EXCEPTION, CRASH, OPEN_FILES, UNKNOWN = "oom", "shm", "exception", "crash", "open_files", "unknown"
+
+_PATTERNS: list[tuple[str, re.Pattern]] = [
+    (SHM, re.compile(r"bus error|out of shared memory|insufficient shared memory|"
+                     r"unable to write to file </torch_|unable to (?:open|mmap|allocate) shared memory|"
+                     r"could not (?:unlink|unmap) the shared memory|No space left on device.*/dev/shm|"
+                     r"/dev/shm.*No space left on device", re.I)),
+    (EXCEPTION, re.compile(r"Caught \w+ in DataLoader worker process \d+|exited unexpectedly with exit code \d+")),
+    (CRASH, re.compile(r"killed by signal: (?:Segmentation fault|Aborted|Floating point exception|Illegal instruction)"
+                       r"|Unexpected (?:segmentation fault|floating-point exception) encountered in worker", re.I)),
+    (OPEN_FILES, re.compile(r"Too many open files|received 0 items of ancdata", re.I)),
+    (OOM, re.compile(r"killed by signal: Killed|exited unexpectedly(?! with exit code)|Killed process \d+|"
+                     r"Out of memory: Kill|OOMKilled", re.I)),
+]
+_PIDS = re.compile(r"pid(?:\(s\))? ([\d, ]+)\)")
+_EXIT_CODE = re.compile(r"exit code (-?\d+)")
+_SIGNAL = re.compile(r"killed by signal: ([A-Za-z -]+)")
+_CAUGHT = re.compile(r"Caught (\w+) in DataLoader worker process (\d+)")
+_SAMPLE = re.compile(r"sample (\d+) \((.+?) under (.+?)\): (.*)")
+_DECODE_HINTS = ("UnidentifiedImageError", "cannot identify image file", "image file is truncated", "truncated",
+                 "LibsndfileError", "Error opening", "broken data stream", "DecompressionBombError", "SampleError",
+                 "StaleEntryError", "not a valid", "Premature end", "Invalid data")
+
+
+@dataclass
+class Explanation:
+    """What kind of failure the text shows, why it happens, and what to run or change."""
+
+    kind: str
+    title: str
+    cause: str
+    fixes: list[str] = field(default_factory=list)
+    evidence: str = ""  # the line that decided
+    pids: list[int] = field(default_factory=list)
+    signal: str | None = None
+    exit_code: int | None = None
+    exception: str | None = None  # e.g. "OSError: image file is truncated" (the worker's last traceback line)
+    worker: int | None = None
+    sample: dict | None = None  # index/path/root of a dsclean SampleError
+
+    @property
+    def recognized(self) -> bool:
+        return self.kind != UNKNOWN
+
+    def to_json(self) -> dict:
+        return asdict(self) | {"recognized": self.recognized}
+
+
+def classify(text: str) -> tuple[str, str]:
+    """``(kind, evidence line)`` by the most specific family present in ``text``."""
+    for kind, pattern in _PATTERNS:
+        m = pattern.search(text)
+        if m:
+            start = text.rfind("\n", 0, m.start()) + 1
+            end = text.find("\n", m.end())
+            return kind, text[start: end if end >= 0 else len(text)].strip()
+    return UNKNOWN, ""
+
+
+def _last_exception_line(text: str) -> str | None:
+    """The worker's own exception: the last ``Name: message`` line after 'Original Traceback'."""
+    tail = text.split("Original Traceback", 1)[1] if "Original Traceback" in text else text
+    candidates = [ln.strip() for ln in tail.splitlines()
+                  if re.match(r"^\s*[\w.]+(?:Error|Exception|Interrupt|Exit|Warning)\b.*", ln)
+                  and not ln.strip().startswith(("File ", "During handling", "The above exception"))]
+    return candidates[-1] if candidates else None
+
+
+def explain(text: str) -> Explanation:
+    """Classify a DataLoader error (message or whole log) and explain it."""
+    kind, evidence = classify(text)
+    exp = _BUILDERS[kind](text)
+    exp.evidence = evidence
+    pids = _PIDS.search(evidence) or _PIDS.search(text)
+    if pids:
+        exp.pids = [int(p) for p in re.findall(r"\d+", pids.group(1))]
+    sig = _SIGNAL.search(text)
+    exp.signal = sig.group(1).strip().rstrip(".") if sig else None
+    code = _EXIT_CODE.search(text)
+    exp.exit_code = int(code.group(1)) if code else None
+    return exp
+
+
+#: the public name (``dsclean.diagnose.explain`` is this module, so the function is exported under another name)
+explain_error = explain
+
+
+def _oom(text: str) -> Explanation:
+    vanished = "exited unexpectedly" in text and "killed by signal" not in text
+    cause = ("the worker process disappeared without reporting an exception: usually the kernel's OOM killer "
+             "(SIGKILL), sometimes a shared-memory failure" if vanished else
+             "SIGKILL ended the worker: nearly always the kernel's out-of-memory killer, when the machine or the "
+             "container's cgroup limit ran out of memory. Workers grow when they copy the Dataset's Python "
+             "objects (copy-on-write through reference counts) or hold too many batches")
+    return Explanation(OOM, "worker killed: out of memory", cause, [
+        "dsclean doctor --index INDEX --batch-size B --num-workers W: compares the loader's estimated memory with "
+        "RAM and the cgroup limit, and looks for 'Killed process' in the kernel log",
+        "dsclean probe INDEX --num-workers W: per-worker memory over time; a steady climb is per-worker copying",
+        "use IndexedDataset (memory-mapped index, no per-sample Python objects) instead of lists of paths",
+        "lower num_workers, batch_size or prefetch_factor (dsclean.recommended_loader_kwargs), or raise the "
+        "memory limit (docker run --memory, Kubernetes resources.limits.memory)",
+    ])
+
+
+def _shm(text: str) -> Explanation:
+    return Explanation(SHM, "out of shared memory (/dev/shm)",
+                       "workers pass each batch to the main process through /dev/shm; when it is full (Docker's "
+                       "default is 64 MB) writing the batch fails with SIGBUS or 'No space left on device'", [
+        "dsclean doctor --index INDEX --batch-size B --num-workers W: measures /dev/shm against the bytes in flight "
+        "(workers x prefetch_factor x batch_size x decoded sample) and suggests a size",
+        "docker run --shm-size=8g (compose: shm_size), or in Kubernetes an emptyDir with medium: Memory at /dev/shm",
+        "docker run --ipc=host shares the host's /dev/shm (only for trusted containers)",
+        "or need less: lower num_workers, prefetch_factor or batch_size",
+    ])
+
+
+def _exception(text: str) -> Explanation:
+    caught = _CAUGHT.search(text)
+    exp = Explanation(EXCEPTION, "exception in Dataset code",
+                      "Python code running in the worker (the Dataset's __getitem__, the loader or a transform) "
+                      "raised an exception; the worker exited with code 1", [])
+    if caught:
+        exp.worker = int(caught.group(2))
+        exp.exception = _last_exception_line(text) or caught.group(1)
+        exp.cause = f"worker {exp.worker} raised {exp.exception}"
+    else:
+        exp.cause += "; PyTorch lost the details (they went to the worker's stderr)"
+    sample = _SAMPLE.search(text)
+    if sample:
+        exp.sample = {"index": int(sample.group(1)), "path": sample.group(2), "root": sample.group(3)}
+        exp.cause += f"; the failing file is {sample.group(2)} (sample {sample.group(1)})"
+    exp.fixes.append("dsclean probe INDEX --num-workers 0 --all: loads every sample in the main process and lists "
+                     "each failing one with its path and full traceback (not just the first)")
+    if any(h in text for h in _DECODE_HINTS):
+        exp.fixes.append("a file does not decode: dsclean scan ROOT --quarantine DIR, then rebuild the index "
+                         "(dsclean index ROOT -o INDEX)")
+    exp.fixes.append("to keep training past bad files: IndexedDataset(INDEX, on_error=\"skip\") with "
+                     "collate_fn=dsclean.collate_skip_none")
+    return exp
+
+
+def _crash(text: str) -> Explanation:
+    return Explanation(CRASH, "worker crashed in native code",
+                       "a C library in the worker (an image or audio decoder, NumPy, a transform) crashed with a "
+                       "signal; a malformed file is a common trigger", [
+        "dsclean scan ROOT --quarantine DIR: decodes every file in isolated processes and quarantines the broken ones",
+        "dsclean probe INDEX --num-workers 0 --all: the last sample printed before the crash is the suspect",
+        "python -X faulthandler train.py prints the Python stack of the crash",
+    ])
+
+
+def _open_files(text: str) -> Explanation:
+    return Explanation(OPEN_FILES, "too many open files",
+                       "with the default file_descriptor sharing strategy every tensor in flight holds a file "
+                       "descriptor; the open-files limit (ulimit -n) ran out", [
+        "ulimit -n 65536 (or a higher nofile limit in the container/service)",
+        "torch.multiprocessing.set_sharing_strategy('file_system') at the start of the program",
+        "return fewer, larger tensors per sample; lower prefetch_factor or num_workers",
+    ])
+
+
+def _unknown(text: str) -> Explanation:
+    return Explanation(UNKNOWN, "not a known DataLoader failure",
+                       "the text holds none of the messages PyTorch prints when a worker dies "
+                       "(killed by signal, bus error / shared memory, exited unexpectedly, Caught ... in "
+                       "DataLoader worker process)", [
+        "pass the full error including the 'RuntimeError: DataLoader worker ...' line, or the whole log "
+        "with --file",
+        "dsclean doctor checks the environment either way",
+    ])
+
+
+_BUILDERS = {OOM: _oom, SHM: _shm, EXCEPTION: _exception, CRASH: _crash, OPEN_FILES: _open_files, UNKNOWN: _unknown}
+
+
+def format_explanation(exp: Explanation) -> str:
+    """Human-readable explanation."""
+    lines = [f"{exp.kind}: {exp.title}"]
+    if exp.evidence:
+        lines.append(f"  matched: {exp.evidence}")
+    if exp.pids:
+        lines.append(f"  worker pid(s): {', '.join(map(str, exp.pids))}")
+    lines.append(f"  cause: {exp.cause}")
+    if exp.fixes:
+        lines.append("  what to do:")
+        lines.extend(f"    - {f}" for f in exp.fixes)
+    return "\n".join(lines)

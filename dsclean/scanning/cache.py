@@ -1,0 +1,99 @@
+"""The scan cache: verdicts keyed by (relative path, size, mtime_ns, check options).
+
+One table per set of check options (named by a hash of them), so a scan with
+other options neither sees nor evicts these verdicts.
+
+Lets the next scan of the same root re-check only new or changed files, so a
+re-scan of an unchanged tree costs about a ``stat()`` per file. SQLite in WAL
+mode, committed every few thousand verdicts: after a kill -9 a re-run resumes
+from what was recorded (at most one uncommitted batch is checked again).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import time
+from typing import Iterable
+
+from .. import reasons as R
+from .check import CheckOptions
+from .verdict import FIELDS, Verdict, encode_path
+
+_COLUMNS = ", ".join(FIELDS)
+_LOOKUP_BATCH = 500  # SQLite parameters per IN (...) query
+
+
+def options_key(options: CheckOptions) -> str:
+    """Everything that can change a verdict besides the file itself: a changed option re-checks."""
+    from .. import __version__
+
+    fields = {**options.__dict__, "timeout": float(options.timeout)}  # 1 and 1.0 are the same option
+    return json.dumps({"dsclean": __version__, **fields}, sort_keys=True)
+
+
+#: verdicts that depend on the environment (permissions, load, limits, a file in motion), not on
+#: the bytes: a later scan must check again (a chmod changes neither size nor mtime)
+NOT_CACHED = frozenset({R.VANISHED, R.CHANGED, R.UNREADABLE, R.TIMEOUT, R.TOO_LARGE, R.DECODER_CRASH})
+
+
+def row_to_verdict(rel: str, row: tuple) -> Verdict:
+    return Verdict(rel, *row[1:])
+
+
+class ScanCache:
+    """Verdicts of earlier scans of one root. Use :meth:`lookup` before checking, :meth:`add` after."""
+
+    def __init__(self, path: str, options: CheckOptions, *, commit_every: int = 5000, commit_seconds: float = 2.0):
+        self.path = path
+        self.table = "verdicts_" + hashlib.sha256(options_key(options).encode()).hexdigest()[:16]
+        self._db = sqlite3.connect(path, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute(f"CREATE TABLE IF NOT EXISTS {self.table} ({_COLUMNS}, PRIMARY KEY (path)) WITHOUT ROWID")
+        self._pending: list[tuple] = []
+        self._commit_every, self._commit_seconds = commit_every, commit_seconds
+        self._last_commit = time.monotonic()
+        self.hits = 0
+
+    def lookup(self, files: Iterable[tuple[str, int, int]]) -> dict[str, tuple]:
+        """Cached rows for those ``(rel, size, mtime_ns)`` whose size and mtime still match.
+
+        A row is a results-table row (``path`` as bytes first, then the other
+        :data:`~dsclean.scanning.verdict.FIELDS`); :func:`row_to_verdict` makes it a Verdict.
+        Rows, not Verdicts: a re-scan of an unchanged tree is mostly this loop.
+        """
+        wanted = {encode_path(rel): (rel, size, mtime) for rel, size, mtime in files}
+        keys = list(wanted)
+        found: dict[str, tuple] = {}
+        for start in range(0, len(keys), _LOOKUP_BATCH):
+            batch = keys[start : start + _LOOKUP_BATCH]
+            marks = ",".join("?" * len(batch))
+            for row in self._db.execute(f"SELECT {_COLUMNS} FROM {self.table} WHERE path IN ({marks})", batch):
+                rel, size, mtime = wanted[row[0]]
+                if row[5] == size and row[6] == mtime:
+                    found[rel] = row
+        self.hits += len(found)
+        return found
+
+    def add(self, v: Verdict) -> None:
+        """Remember a fresh verdict, unless it says more about the moment than about the file."""
+        if v.size is None or v.mtime_ns is None or v.reason in NOT_CACHED:
+            return
+        row = tuple(vars(v).values())
+        self._pending.append((encode_path(v.path), *row[1:]))
+        if len(self._pending) >= self._commit_every or time.monotonic() - self._last_commit > self._commit_seconds:
+            self.commit()
+
+    def commit(self) -> None:
+        if self._pending:
+            marks = ",".join("?" * len(FIELDS))
+            self._db.execute("BEGIN")
+            self._db.executemany(f"INSERT OR REPLACE INTO {self.table} ({_COLUMNS}) VALUES ({marks})", self._pending)
+            self._db.execute("COMMIT")
+            self._pending = []
+        self._last_commit = time.monotonic()
+
+    def close(self) -> None:
+        self.commit()
+        self._db.close()

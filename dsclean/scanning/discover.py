@@ -1,0 +1,145 @@
+"""Stage 1: stream the media files under a root.
+
+Walks with ``os.scandir`` one directory at a time and yields relative paths as
+it goes, so 10 million files never become a 10-million-item list. Conventions:
+
+- media = a known extension (case-insensitive, see :mod:`dsclean.formats`);
+  other files are counted, not yielded;
+- dot-names (files and folders) are skipped unless ``include_hidden``;
+- symlinks are not followed unless ``follow_symlinks``; when followed, a link
+  whose target leaves the root is skipped, and each real folder is entered once
+  (no loops);
+- folders in ``exclude``, folders holding a quarantine marker file and
+  ``<root>/.dsclean`` are never entered, so a quarantine inside the root is
+  never scanned;
+- a folder that cannot be listed is reported through ``on_error`` and skipped.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator
+
+from ..formats import format_of_name
+from ..locations import STATE_DIR
+
+#: file written into every quarantine folder; discovery never enters a folder holding it
+QUARANTINE_MARKER = ".dsclean-quarantine"
+
+
+@dataclass
+class DiscoverStats:
+    """Counts of what discovery saw but did not yield."""
+
+    media: int = 0
+    ignored: int = 0  # files with a non-media extension
+    hidden: int = 0  # dot-named files and folders skipped
+    symlinks: int = 0  # links not followed (or leading outside the root)
+    excluded_dirs: int = 0  # quarantine / report folders skipped
+    dir_errors: int = 0  # folders that could not be listed
+    first_errors: list[str] = field(default_factory=list)  # the first few messages, for the summary
+
+
+ErrorHandler = Callable[[str, OSError], None]
+
+
+def _dir_key(path: str) -> tuple[int, int]:
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino)
+
+
+def iter_media(
+    root: str,
+    *,
+    exclude: Iterable[str] = (),
+    include_hidden: bool = False,
+    follow_symlinks: bool = False,
+    stats: DiscoverStats | None = None,
+    on_error: ErrorHandler | None = None,
+) -> Iterator[tuple[str, str]]:
+    """Yield ``(relative_path, claimed_format)`` for every media file under ``root``.
+
+    Paths use ``/`` and are ``str`` decoded with ``surrogateescape`` (what
+    ``os.scandir`` gives), so non-UTF-8 names round-trip through ``os.fsencode``.
+    """
+    stats = stats if stats is not None else DiscoverStats()
+    real_root = os.path.realpath(root)
+    # An exclude folder that does not exist yet cannot be inside the tree.
+    excluded = {_dir_key(d) for d in exclude if os.path.isdir(d)}
+    seen_dirs: set[tuple[int, int]] = {_dir_key(root)} if follow_symlinks else set()
+
+    def report(path: str, exc: OSError) -> None:
+        stats.dir_errors += 1
+        if len(stats.first_errors) < 20:
+            stats.first_errors.append(f"{path}: {exc.strerror or exc}")
+        if on_error is not None:
+            on_error(path, exc)
+
+    # Depth-first with an explicit stack of (absolute dir, relative prefix).
+    stack: list[tuple[str, str]] = [(root, "")]
+    while stack:
+        top, prefix = stack.pop()
+        try:
+            it = os.scandir(top)
+        except OSError as exc:
+            report(top, exc)
+            continue
+        with it:
+            subdirs: list[tuple[str, str]] = []
+            while True:
+                try:
+                    entry = next(it)
+                except StopIteration:
+                    break
+                except OSError as exc:  # I/O error while listing: report, keep what we have
+                    report(top, exc)
+                    break
+                name = entry.name
+                if name == STATE_DIR and not prefix:  # dsclean's own folder in the root
+                    stats.excluded_dirs += 1
+                    continue
+                if name.startswith(".") and not include_hidden:
+                    stats.hidden += 1
+                    continue
+                rel = prefix + name
+                try:
+                    is_link = entry.is_symlink()
+                    if is_link and not follow_symlinks:
+                        stats.symlinks += 1
+                        continue
+                    if is_link and not _inside(os.path.realpath(entry.path), real_root):
+                        stats.symlinks += 1
+                        continue
+                    is_dir = entry.is_dir(follow_symlinks=True)
+                except OSError as exc:
+                    report(entry.path, exc)
+                    continue
+                if is_dir:
+                    subdirs.append((entry.path, rel + "/"))
+                    continue
+                fmt = format_of_name(name)
+                if fmt is None:
+                    stats.ignored += 1
+                    continue
+                stats.media += 1
+                yield rel, fmt
+        # Folders are pushed after the listing closes: one open directory at a time.
+        for path, rel in reversed(subdirs):
+            try:
+                key = _dir_key(path)
+                if key in excluded or os.path.lexists(os.path.join(path, QUARANTINE_MARKER)):
+                    stats.excluded_dirs += 1
+                    continue
+            except OSError as exc:
+                report(path, exc)
+                continue
+            if follow_symlinks:
+                if key in seen_dirs:
+                    stats.symlinks += 1
+                    continue
+                seen_dirs.add(key)
+            stack.append((path, rel))
+
+
+def _inside(path: str, real_root: str) -> bool:
+    return path == real_root or path.startswith(real_root.rstrip(os.sep) + os.sep)

@@ -1,0 +1,268 @@
+"""Run check chunks on a pool of workers, a few chunks ahead, and survive workers that die.
+
+The pool is a ``concurrent.futures`` executor:
+
+- ``loky`` (default): joblib's reusable process pool on this machine;
+- ``threads``: a thread pool in this process (no isolation: see :mod:`dsclean.scanning.worker`);
+- ``dask``: a Dask distributed cluster, through the Client's own
+  ``concurrent.futures`` executor. Dask, not a home-made protocol, ships the
+  chunks, and re-runs a chunk elsewhere when a worker is lost.
+
+Chunks stream in from discovery; at most two per worker slot are in flight, so
+memory is bounded however long the stream is; verdicts come back in completion
+order, in this process, which is also where quarantine moves happen (on the
+shared file system: no file contents ever travel through a scheduler).
+
+When a loky worker dies (a decoder segfaults, aborts, or hits the per-file
+timeout) every chunk in flight is lost with the pool: those files are
+re-checked one per fresh process (:func:`isolate`), so the culprit is named
+exactly (``decoder_crash`` with the signal, or ``timeout``) and its neighbours
+keep their normal verdicts. On Dask, each chunk runs in a loky pool beside the
+Dask worker (:func:`check_chunk_on_dask_worker`) and is isolated there the
+same way, so a bad file never takes a Dask worker down.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import time
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator
+
+from .. import reasons as R
+from ..errors import UserError
+from ..formats import format_of_name, kind_of
+from .check import CheckOptions
+from .verdict import Verdict
+from .worker import check_chunk, check_chunk_in_thread
+
+BACKENDS = ("loky", "threads", "dask")
+
+#: extra seconds the parent grants an isolated check beyond its files' --timeout before killing it
+_GRACE = 5.0
+
+
+@dataclass
+class Pool:
+    """An executor, the task its workers run, how many chunks it works on at once, how to let it go."""
+
+    executor: Executor
+    task: Callable[[str, list[str], CheckOptions], list[Verdict]]
+    slots: int
+    close: Callable[[], None]
+
+
+def make_pool(backend: str, workers: int, scheduler: str | None = None) -> Pool:
+    """A fresh pool for ``backend`` (``scheduler``: a Dask address or scheduler file, for ``dask``)."""
+    if backend == "loky":
+        from joblib.externals.loky import get_reusable_executor
+
+        # After a worker died the old pool is broken; get_reusable_executor then builds a new one.
+        return Pool(get_reusable_executor(max_workers=workers, timeout=60), check_chunk, workers, lambda: None)
+    if backend == "threads":
+        from concurrent.futures import ThreadPoolExecutor
+
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dsclean-check")
+        return Pool(pool, check_chunk_in_thread, workers, lambda: pool.shutdown(wait=False, cancel_futures=True))
+    if backend == "dask":
+        return _dask_pool(scheduler)
+    raise UserError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+
+
+def _dask_pool(scheduler: str | None) -> Pool:
+    try:
+        from distributed import Client
+    except ImportError:
+        raise UserError("--backend dask needs Dask distributed: pip install 'dsclean[dask]'") from None
+    if not scheduler:
+        raise UserError("--backend dask needs --scheduler tcp://HOST:PORT or a scheduler file")
+    try:
+        if os.path.isfile(scheduler):
+            client = Client(scheduler_file=scheduler, timeout=30)
+        else:
+            client = Client(scheduler, timeout=30)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise UserError(f"cannot reach the Dask scheduler {scheduler}: {exc}") from exc
+    slots = sum(client.nthreads().values())
+    if not slots:
+        client.close()
+        raise UserError(f"the Dask cluster at {scheduler} has no workers")
+    return Pool(client.get_executor(pure=False), check_chunk_on_dask_worker, slots, client.close)
+
+
+def _lost_worker(exc: BaseException) -> bool:
+    """A process pool broke, or Dask gave up on a task whose workers kept dying."""
+    return isinstance(exc, BrokenProcessPool) or type(exc).__name__ == "KilledWorker"
+
+
+def run_checks(
+    root: str,
+    chunks: Iterable[list[str]],
+    options: CheckOptions,
+    workers: int,
+    backend: str = "loky",
+    scheduler: str | None = None,
+) -> Iterator[list[Verdict]]:
+    """Yield verdict chunks as they finish. Closing the generator cancels what is still queued."""
+    pool = make_pool(backend, workers, scheduler)
+    source = iter(chunks)
+    in_flight: dict[Future, list[str]] = {}
+    try:
+        while True:
+            while len(in_flight) < 2 * pool.slots:
+                chunk = next(source, None)
+                if chunk is None:
+                    break
+                in_flight[pool.executor.submit(pool.task, root, chunk, options)] = chunk
+            if not in_flight:
+                return
+            done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+            lost: list[list[str]] = []
+            for future in done:
+                chunk = in_flight.pop(future)
+                exc = future.exception()
+                if exc is None:
+                    yield future.result()
+                elif _lost_worker(exc):
+                    lost.append(chunk)
+                else:
+                    raise exc
+            if lost:
+                if backend == "loky":  # the whole pool is gone, and with it every chunk still in flight
+                    lost += in_flight.values()
+                    in_flight.clear()
+                for chunk in lost:
+                    yield isolate(root, chunk, options, workers)
+                if backend == "loky":
+                    pool = make_pool(backend, workers, scheduler)
+    finally:
+        for future in in_flight:
+            future.cancel()
+        pool.close()
+
+
+# ---- fresh processes: one chunk, or one file, per process -------------------------------------
+
+_context = None
+_DAEMONIC = (
+    "this process is daemonic and cannot start the processes dsclean checks files in (Dask workers are, "
+    "by default): start the Dask workers with DASK_DISTRIBUTED__WORKER__DAEMON=False or "
+    "`distributed.worker.daemon: false` in the Dask config"
+)
+
+
+def _fresh_process_context():
+    """A forkserver: each child forks from a clean, single-threaded, pre-imported server."""
+    global _context
+    if _context is None:
+        _context = multiprocessing.get_context("forkserver")
+        _context.set_forkserver_preload(
+            ["dsclean.scanning.worker", "dsclean.scanning.check_image", "dsclean.scanning.check_audio"])
+    return _context
+
+
+def _child(conn, root: str, rels: list[str], options: CheckOptions) -> None:
+    conn.send(check_chunk(root, rels, options))
+    conn.close()
+
+
+@dataclass
+class _Outcome:
+    rels: list[str]
+    verdicts: list[Verdict] | None  # None: the child died or was killed
+    exitcode: int | None
+    overdue: bool
+
+
+def _in_children(root: str, groups: list[list[str]], options: CheckOptions, parallel: int) -> Iterator[_Outcome]:
+    """Run each group of files in its own fresh process, ``parallel`` at a time."""
+    if multiprocessing.current_process().daemon:
+        raise UserError(_DAEMONIC)
+    ctx = _fresh_process_context()
+    queue = list(groups)
+    running: dict = {}  # pipe end -> (process, rels, started)
+    while queue or running:
+        while queue and len(running) < max(1, parallel):
+            rels = queue.pop(0)
+            parent_end, child_end = ctx.Pipe(duplex=False)
+            proc = ctx.Process(target=_child, args=(child_end, root, rels, options), daemon=True)
+            proc.start()
+            child_end.close()
+            running[parent_end] = (proc, rels, time.monotonic())
+        # A pipe end is ready when the child sent its verdicts, or died (EOF). Reading before
+        # joining matters: a child with a large result blocks in send() until it is read.
+        ready = multiprocessing.connection.wait(list(running), timeout=0.5)
+        now = time.monotonic()
+        for conn in list(running):
+            proc, rels, started = running[conn]
+            overdue = options.timeout > 0 and now - started > len(rels) * options.timeout + _GRACE
+            if conn not in ready and not overdue:
+                continue
+            del running[conn]
+            try:
+                verdicts = conn.recv() if conn in ready else None
+            except EOFError:  # the child died before sending anything
+                verdicts = None
+            if verdicts is None:
+                proc.join(timeout=0 if overdue else 2.0)  # EOF: let a dying child finish dying
+                if proc.is_alive():
+                    proc.kill()
+            proc.join()
+            conn.close()
+            yield _Outcome(rels, verdicts, proc.exitcode, overdue and verdicts is None)
+
+
+def isolate(root: str, rels: list[str], options: CheckOptions, parallel: int = 1) -> list[Verdict]:
+    """Check each file in its own fresh process; name the ones that kill it."""
+    out = []
+    for o in _in_children(root, [[rel] for rel in rels], options, parallel):
+        out += o.verdicts if o.verdicts is not None else [_failure(root, o.rels[0], options, o.exitcode, o.overdue)]
+    return out
+
+
+def check_chunk_on_dask_worker(root: str, rels: list[str], options: CheckOptions) -> list[Verdict]:
+    """Dask task: check the chunk in the Dask worker's own local loky pool, isolating if it breaks.
+
+    Dask runs tasks in threads, where no per-file timer, memory ceiling or
+    stderr capture is possible, and a segfault would take the whole Dask
+    worker down. So the chunk runs in a loky process next to the worker (one
+    pool per Dask worker, reused across tasks, as in a local scan); if a file
+    kills it, the chunk is re-checked file by file in fresh processes here.
+    """
+    from joblib.externals.loky import get_reusable_executor
+
+    if multiprocessing.current_process().daemon:
+        raise UserError(_DAEMONIC)
+    try:
+        from distributed import get_worker
+
+        threads = get_worker().state.nthreads
+    except (ImportError, ValueError):  # not on a Dask worker (called directly)
+        threads = 1
+    try:
+        return get_reusable_executor(max_workers=threads, timeout=300).submit(check_chunk, root, rels, options).result()
+    except BrokenProcessPool:
+        return isolate(root, rels, options)
+
+
+def _failure(root: str, rel: str, options: CheckOptions, exitcode: int | None, overdue: bool) -> Verdict:
+    """The verdict for a file whose own checking process died or overran."""
+    fmt = format_of_name(rel)
+    v = Verdict(path=rel, kind=kind_of(fmt) if fmt else "unknown")
+    try:
+        st = os.stat(os.path.join(root, rel))
+        v.size, v.mtime_ns = st.st_size, st.st_mtime_ns
+    except OSError as exc:
+        v.detail = f"(stat failed: {exc.strerror})"
+    if overdue or exitcode == -signal.SIGALRM:
+        return v.mark(R.BAD, R.TIMEOUT, f"check took longer than {options.timeout:g} s; the worker was killed")
+    if exitcode is not None and exitcode < 0:
+        name = signal.Signals(-exitcode).name
+        if -exitcode == signal.SIGKILL and options.max_memory:
+            return v.mark(R.BAD, R.TOO_LARGE, f"the checking process was killed ({name}), likely out of memory")
+        return v.mark(R.BAD, R.DECODER_CRASH, f"checking this file killed the decoder's process with {name}")
+    return v.mark(R.BAD, R.DECODER_CRASH, f"the checking process exited with code {exitcode} without a verdict")

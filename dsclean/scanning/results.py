@@ -1,0 +1,150 @@
+"""Stage 3: verdicts on disk, and back.
+
+The scan streams verdicts into a Parquet table (every file, columnar, compact
+for millions of rows) and bad/warn ones into a JSONL list for people. Both are
+written to temp files and renamed when the scan ends. Later stages read the
+table with :func:`read_results`.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .. import locations, reasons
+from ..atomic import publish, temp_next_to
+from .verdict import FIELDS, Verdict, encode_path
+
+#: Arrow schema of the results table. ``path`` is binary: the exact bytes of the
+#: file name relative to the root, so non-UTF-8 names survive (decode with os.fsdecode).
+SCHEMA = pa.schema(
+    [
+        pa.field("path", pa.binary(), nullable=False),
+        pa.field("kind", pa.string(), nullable=False),
+        pa.field("status", pa.string(), nullable=False),
+        pa.field("reason", pa.string()),
+        pa.field("detail", pa.string()),
+        pa.field("size", pa.int64()),
+        pa.field("mtime_ns", pa.int64()),
+        pa.field("format", pa.string()),
+        pa.field("width", pa.int32()),
+        pa.field("height", pa.int32()),
+        pa.field("mode", pa.string()),
+        pa.field("frames", pa.int64()),
+        pa.field("sample_rate", pa.int32()),
+        pa.field("channels", pa.int32()),
+        pa.field("duration", pa.float64()),
+        pa.field("subtype", pa.string()),
+    ]
+)
+assert tuple(SCHEMA.names) == FIELDS, "results SCHEMA and Verdict fields must agree"
+
+
+#: key of the results file's schema metadata: {"root", "shard": [i, n] or null, "options"}
+META_KEY = "dsclean"
+
+
+def read_results_meta(path: str) -> dict:
+    """What a results file says about the scan that wrote it (root, shard, check options)."""
+    if os.path.isdir(path):
+        path = os.path.join(path, locations.RESULTS_FILE)
+    metadata = pq.read_schema(path).metadata or {}
+    raw = metadata.get(META_KEY.encode())
+    return json.loads(raw) if raw else {}
+
+
+class ResultsWriter:
+    """Stream verdicts to ``<report_dir>/scan_results.parquet`` and ``problems.jsonl``.
+
+    Rows are buffered up to ``batch_rows`` and written as one Parquet row group,
+    so memory stays bounded however many files are scanned. Both files are
+    written under temp names; :meth:`close` publishes them (fsync + rename), so
+    until then any previous results stay whole.
+    """
+
+    def __init__(self, report_dir: str, *, tag: str = "", meta: dict | None = None, batch_rows: int = 65_536) -> None:
+        os.makedirs(report_dir, exist_ok=True)
+        self.report_dir = report_dir
+        self.results_path = os.path.join(report_dir, locations.tagged(locations.RESULTS_FILE, tag))
+        self.problems_path = os.path.join(report_dir, locations.tagged(locations.PROBLEMS_FILE, tag))
+        self._tmp_results = temp_next_to(self.results_path)
+        self._tmp_problems = temp_next_to(self.problems_path)
+        schema = SCHEMA.with_metadata({META_KEY: json.dumps(meta or {})})
+        self._writer = pq.ParquetWriter(self._tmp_results, schema, compression="zstd")
+        self._problems = open(self._tmp_problems, "w", encoding="utf-8")
+        self._batch_rows = batch_rows
+        self._rows: list[tuple] = []
+        self.rows = 0
+
+    def add(self, v: Verdict, extra: dict | None = None) -> None:
+        """Buffer one verdict; ``extra`` keys (e.g. where it was quarantined) go to the JSONL line only."""
+        row = tuple(vars(v).values())  # dataclass fields, in FIELDS order
+        self._rows.append((encode_path(v.path), *row[1:]))
+        self.rows += 1
+        if v.status != reasons.OK:
+            # ensure_ascii keeps lone surrogates (non-UTF-8 names) as \udcXX: lossless and valid JSON
+            self._problems.write(json.dumps({**v.to_json(), **(extra or {})}) + "\n")
+        if len(self._rows) >= self._batch_rows:
+            self._flush()
+
+    def add_row(self, row: tuple) -> None:
+        """Buffer an ``ok`` row that is already in results-table form (from the scan cache)."""
+        self._rows.append(row)
+        self.rows += 1
+        if len(self._rows) >= self._batch_rows:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._rows:
+            columns = [pa.array(col, type=f.type) for col, f in zip(zip(*self._rows), SCHEMA)]
+            self._writer.write_batch(pa.RecordBatch.from_arrays(columns, schema=self._writer.schema))
+            self._rows = []
+
+    def discard(self) -> None:
+        """Drop the temp files: the previous results (if any) stay as they were."""
+        self._writer.close()
+        self._problems.close()
+        for tmp in (self._tmp_results, self._tmp_problems):
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+    def close(self) -> None:
+        """Write what is buffered and publish both files."""
+        self._flush()
+        self._writer.close()
+        self._problems.close()
+        publish(self._tmp_results, self.results_path)
+        publish(self._tmp_problems, self.problems_path)
+
+
+def read_results(path: str, columns: list[str] | None = None) -> pa.Table:
+    """The results table of a scan: a results file, or a report folder holding one.
+
+    ``path`` is binary (exact file-name bytes); ``os.fsdecode`` gives a ``str``.
+    """
+    if os.path.isdir(path):
+        path = os.path.join(path, locations.RESULTS_FILE)
+    return pq.read_table(path, columns=columns)
+
+
+def iter_verdicts(path: str, *, status: str | None = None):
+    """Yield :class:`Verdict` objects from a results file, one batch in memory at a time."""
+    if os.path.isdir(path):
+        path = os.path.join(path, locations.RESULTS_FILE)
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=65_536):
+        if status is not None:
+            batch = batch.filter(pc.equal(batch.column("status"), status))
+        for row in batch.to_pylist():
+            row["path"] = os.fsdecode(row["path"])
+            yield Verdict(**row)
+
+
+def read_problems(path: str) -> list[dict]:
+    """The bad/warn list of a scan (``problems.jsonl``) as dicts."""
+    if os.path.isdir(path):
+        path = os.path.join(path, locations.PROBLEMS_FILE)
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]

@@ -1,0 +1,433 @@
+"""The scan: discover -> check (parallel) -> verdicts -> quarantine, streamed end to end.
+
+Discovery yields paths lazily; they are cut into chunks and handed to joblib
+(loky processes) a few chunks ahead of the workers, results come back in
+completion order, and each verdict is written and (if bad) quarantined as it
+arrives. Nothing holds a per-file object beyond the chunks in flight and one
+results row group, so memory stays flat for 10 million files.
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import signal
+import sqlite3
+import threading
+import time
+import zlib
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Iterable, Iterator
+
+from .. import locations
+from .. import reasons as R
+from ..atomic import atomic_output
+from ..errors import UserError
+from .cache import ScanCache, options_key, row_to_verdict
+from .check import CheckOptions
+from .discover import DiscoverStats, iter_media
+from .executors import BACKENDS, run_checks
+from .quarantine import Quarantine
+from .results import ResultsWriter
+from .verdict import Verdict, encode_path
+
+
+@dataclass(frozen=True)
+class ScanOptions:
+    """Everything ``dsclean scan`` can be told. The defaults are the CLI's."""
+
+    jobs: int = 0  # 0 = all usable cores (affinity and cgroup quota aware)
+    check: CheckOptions = CheckOptions()
+    quarantine: str | None = None
+    report_dir: str | None = None  # default: the quarantine folder, else <root>/.dsclean
+    dry_run: bool = False  # decide and report, move nothing
+    include_hidden: bool = False
+    follow_symlinks: bool = False
+    chunk_size: int = 32  # files per task sent to a worker
+    backend: str = "loky"  # "loky" (local processes), "threads", or "dask" (a cluster: see scheduler)
+    scheduler: str | None = None  # Dask scheduler address (tcp://host:port) or scheduler file, for backend="dask"
+    shard: tuple[int, int] | None = None  # (i, n): check only files whose path hashes to i mod n
+    use_cache: bool = True  # reuse verdicts of unchanged files from earlier scans of this root
+    rescan: bool = False  # check every file again (the cache is still updated)
+    progress: bool | None = None  # None = only when stderr is a terminal
+
+
+@dataclass
+class ScanSummary:
+    """Counts and locations of one scan; what the CLI prints at the end."""
+
+    root: str
+    files: int = 0
+    bytes: int = 0
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)  # kind -> status -> n
+    bad_reasons: dict[str, int] = field(default_factory=dict)
+    warn_reasons: dict[str, int] = field(default_factory=dict)
+    cached: int = 0  # verdicts reused from the scan cache (file unchanged since it was checked)
+    quarantined: int = 0
+    would_quarantine: int = 0
+    move_errors: list[str] = field(default_factory=list)
+    recovered: dict[str, int] = field(default_factory=dict)
+    discovery: DiscoverStats = field(default_factory=DiscoverStats)
+    elapsed: float = 0.0
+    jobs: int = 1
+    results_path: str = ""
+    problems_path: str = ""
+    quarantine: str | None = None
+    dry_run: bool = False
+    shard: tuple[int, int] | None = None
+    interrupted: bool = False
+    signal: int = 0  # the signal that stopped the scan (SIGINT / SIGTERM), 0 if none
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def bad(self) -> int:
+        return sum(self.bad_reasons.values())
+
+    @property
+    def files_per_s(self) -> float:
+        return self.files / self.elapsed if self.elapsed > 0 else 0.0
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d.update(bad=self.bad, files_per_s=round(self.files_per_s, 1))
+        return d
+
+
+def usable_cores() -> int:
+    """Cores this process may use: affinity mask and cgroup CPU quota, not just os.cpu_count()."""
+    from joblib import cpu_count
+
+    return max(1, cpu_count(only_physical_cores=False))
+
+
+def _chunks(paths: Iterable[str], size: int) -> Iterator[list[str]]:
+    it = iter(paths)
+    while chunk := list(itertools.islice(it, size)):
+        yield chunk
+
+
+class _StopRequest:
+    """Signal handler that asks the scan loop to stop between chunks; a second signal stops at once."""
+
+    def __init__(self) -> None:
+        self.signum = 0
+
+    def __call__(self, signum: int, frame: object) -> None:
+        if self.signum:
+            raise KeyboardInterrupt
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[_StopRequest]:
+    """While scanning, SIGINT/SIGTERM finish the verdict in hand (its move and its row), then stop.
+
+    Raising KeyboardInterrupt at an arbitrary instruction could land between a
+    file's quarantine move and the write of its verdict; a flag checked by the
+    loop cannot.
+    """
+    stop = _StopRequest()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop  # signals are delivered to the main thread only; nothing to install
+        return
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def validate_root(root: str) -> str:
+    """The root as an absolute path, or a :class:`UserError` saying what is wrong with it."""
+    if not os.path.lexists(root):
+        raise UserError(f"scan root {root} does not exist")
+    if not os.path.isdir(root):
+        raise UserError(f"scan root {root} is a file, not a folder" if os.path.exists(root) else f"scan root {root} is a broken symlink")
+    if not os.access(root, os.R_OK | os.X_OK):
+        raise UserError(f"scan root {root} cannot be listed: permission denied")
+    return os.path.abspath(root)
+
+
+def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
+    """Check every media file under ``root``; write results; quarantine bad files unless dry-run."""
+    root = validate_root(root)
+    jobs = options.jobs or usable_cores()
+    if options.backend not in BACKENDS:
+        raise UserError(f"unknown backend {options.backend!r}; choose one of {', '.join(BACKENDS)}")
+    if options.backend == "dask" and not options.scheduler:
+        raise UserError("--backend dask needs --scheduler tcp://HOST:PORT or a scheduler file")
+    quarantine_dir = os.path.abspath(options.quarantine) if options.quarantine else None
+    report_dir = os.path.abspath(
+        options.report_dir or locations.default_report_dir(root, None if options.dry_run else quarantine_dir)
+    )
+    summary = ScanSummary(root=root, jobs=jobs, quarantine=quarantine_dir, dry_run=options.dry_run, shard=options.shard)
+    tag = locations.shard_tag(_valid_shard(options.shard))
+    with contextlib.ExitStack() as stack:
+        quarantine = None
+        if quarantine_dir and not options.dry_run:
+            quarantine = stack.enter_context(Quarantine(quarantine_dir, root, tag))
+            rec = quarantine.recovery
+            summary.recovered = {"completed": rec.completed, "reverted": rec.reverted}
+            summary.notes += rec.refused + rec.bad_lines
+        writer = _open_writer(report_dir, tag, {"root": root, "shard": options.shard, "options": options_key(options.check)})
+        # Publish whatever was decided on success or a clean stop (signals are handled below);
+        # an error leaves the previous results in place.
+        stack.push(lambda exc_type, exc, tb: writer.discard() if exc_type else writer.close())
+        cache = _open_cache(root, report_dir, options, summary, tag)
+        if cache is not None:
+            stack.callback(cache.close)
+        sink = _Sink(summary, writer, quarantine, cache, _progress_bar(options))
+        stack.callback(sink.close_progress)
+        start = time.perf_counter()
+        stack.callback(lambda: setattr(summary, "elapsed", time.perf_counter() - start))
+        media = iter_media(
+            root,
+            exclude=[d for d in (quarantine_dir, report_dir) if d],
+            include_hidden=options.include_hidden,
+            follow_symlinks=options.follow_symlinks,
+            stats=summary.discovery,
+        )
+        if options.shard is not None:
+            media = (m for m in media if in_shard(m[0], options.shard))
+        files = _stat_each(root, media)
+        try:
+            with _stop_on_signals() as stop:
+                to_check = _skip_cached(files, None if options.rescan else cache, sink, options.chunk_size, stop)
+                checks = run_checks(root, to_check, options.check, jobs, options.backend, options.scheduler)
+                for verdicts in checks:
+                    for v in verdicts:
+                        sink.handle(v, fresh=True)
+                    if stop.signum:
+                        checks.close()  # cancel queued chunks; workers finish or are dropped
+                        break
+            summary.signal = stop.signum
+        except KeyboardInterrupt:
+            summary.signal = signal.SIGINT  # a second Ctrl-C: stop now, still keep what was decided
+        summary.interrupted = bool(summary.signal)
+    summary.results_path, summary.problems_path = writer.results_path, writer.problems_path
+    _write_summary(report_dir, summary, tag)
+    if options.shard is None:  # a shard's results are only part of the picture: `dsclean merge` points at the whole
+        note = point_root_at(root, summary.results_path, summary.problems_path, summary.quarantine)
+        summary.notes += [note] if note else []
+    return summary
+
+
+def in_shard(rel: str, shard: tuple[int, int]) -> bool:
+    """Whether shard ``(i, n)`` checks ``rel``: a stable hash of the path's bytes, mod n.
+
+    The same on every machine and run, independent of listing order, so the
+    tasks of a job array need no coordination.
+    """
+    i, n = shard
+    return zlib.crc32(encode_path(rel)) % n == i
+
+
+def _valid_shard(shard: tuple[int, int] | None) -> tuple[int, int] | None:
+    if shard is not None and not (shard[1] >= 1 and 0 <= shard[0] < shard[1]):
+        raise UserError(f"--shard {shard[0]}/{shard[1]}: need 0 <= I < N")
+    return shard
+
+
+def _stat_each(root: str, media: Iterator[tuple[str, str]]) -> Iterator[tuple[str, int, int]]:
+    """``(rel, size, mtime_ns)``; a file that vanished since listing gets -1s and is checked (-> vanished)."""
+    prefix = root.rstrip(os.sep) + os.sep
+    for rel, _ in media:
+        try:
+            st = os.stat(prefix + rel)
+            yield rel, st.st_size, st.st_mtime_ns
+        except OSError:
+            yield rel, -1, -1
+
+
+def _skip_cached(files: Iterator[tuple[str, int, int]], cache: ScanCache | None, sink: "_Sink",
+                 chunk_size: int, stop: "_StopRequest") -> Iterator[list[str]]:
+    """Chunks of files to check: cached verdicts still valid are handled right here instead.
+
+    Stops at a signal too: a long run of cached files yields no chunk to check.
+    """
+    for batch in _chunks(files, 2000):
+        if stop.signum:
+            return
+        hits = cache.lookup(batch) if cache is not None else {}
+        sink.handle_cached(hits)
+        yield from _chunks((rel for rel, _, _ in batch if rel not in hits), chunk_size)
+
+
+def _open_cache(root: str, report_dir: str, options: ScanOptions, summary: ScanSummary, tag: str) -> ScanCache | None:
+    """The root's scan cache (``<root>/.dsclean``), else one in the report folder, else none (with a note).
+
+    Each shard has its own cache file: SQLite must not be shared by processes on
+    different machines over a network file system.
+    """
+    if not options.use_cache:
+        return None
+    for folder in (locations.state_dir(root), report_dir):
+        try:
+            os.makedirs(folder, exist_ok=True)
+            return ScanCache(os.path.join(folder, locations.tagged(locations.CACHE_FILE, tag)), options.check)
+        except (OSError, sqlite3.Error) as exc:
+            reason = f"{folder}: {getattr(exc, 'strerror', None) or exc}"
+    summary.notes.append(f"scan cache disabled ({reason}); the next scan will check every file again")
+    return None
+
+
+def _open_writer(report_dir: str, tag: str, meta: dict) -> ResultsWriter:
+    try:
+        return ResultsWriter(report_dir, tag=tag, meta=meta)
+    except OSError as exc:
+        raise UserError(f"report folder {report_dir} is not writable: {exc.strerror or exc}") from exc
+
+
+@dataclass
+class _Sink:
+    """Where each verdict goes: counts, quarantine (if bad), results, cache, progress bar."""
+
+    summary: ScanSummary
+    writer: ResultsWriter
+    quarantine: Quarantine | None
+    cache: ScanCache | None
+    progress: object | None
+    _shown: int = 0  # files the progress bar has been told about
+
+    def handle(self, v: Verdict, *, fresh: bool) -> None:
+        s = self.summary
+        s.files += 1
+        s.bytes += v.size or 0
+        by_status = s.counts.setdefault(v.kind, {})
+        by_status[v.status] = by_status.get(v.status, 0) + 1
+        if not fresh:
+            s.cached += 1
+        elif self.cache is not None:
+            self.cache.add(v)
+        extra = None
+        if v.status == R.BAD:
+            s.bad_reasons[v.reason or "?"] = s.bad_reasons.get(v.reason or "?", 0) + 1
+            extra = self._quarantine(v)
+        elif v.status == R.WARN:
+            s.warn_reasons[v.reason or "?"] = s.warn_reasons.get(v.reason or "?", 0) + 1
+        self.writer.add(v, extra)
+        self._tick()
+
+    def handle_cached(self, rows: dict[str, tuple]) -> None:
+        """Verdicts from the cache: ``ok`` rows go straight to the results, the rest through :meth:`handle`."""
+        s, counts = self.summary, Counter()
+        for rel, row in rows.items():
+            if row[2] != R.OK:
+                self.handle(row_to_verdict(rel, row), fresh=False)
+                continue
+            counts[row[1]] += 1
+            s.bytes += row[5]
+            self.writer.add_row(row)
+        for kind, n in counts.items():
+            by_status = s.counts.setdefault(kind, {})
+            by_status[R.OK] = by_status.get(R.OK, 0) + n
+        n = sum(counts.values())
+        s.files += n
+        s.cached += n
+        self._tick()
+
+    def _tick(self) -> None:
+        """Move the progress bar every 64 files (tqdm calls are not free)."""
+        if self.progress is not None and self.summary.files - self._shown >= 64:
+            self.progress.set_postfix(bad=self.summary.bad, refresh=False)
+            self.progress.update(self.summary.files - self._shown)
+            self._shown = self.summary.files
+
+    def _quarantine(self, v: Verdict) -> dict | None:
+        if self.quarantine is None:
+            self.summary.would_quarantine += 1
+            return None
+        try:
+            dst = self.quarantine.move(v.path, v.reason)
+        except OSError as exc:
+            msg = f"{v.path}: could not quarantine: {exc.strerror or exc}"
+            self.summary.move_errors.append(msg)
+            return {"quarantine_error": msg}
+        self.summary.quarantined += 1
+        return {"quarantined_as": dst}
+
+    def close_progress(self) -> None:
+        if self.progress is not None:
+            self.progress.set_postfix(bad=self.summary.bad, refresh=False)
+            self.progress.update(self.summary.files - self._shown)
+            self.progress.close()
+
+
+def _progress_bar(options: ScanOptions):
+    import sys
+
+    show = options.progress if options.progress is not None else sys.stderr.isatty()
+    if not show:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(unit=" files", desc="checking", mininterval=0.5, smoothing=0.1, dynamic_ncols=True)
+
+
+def _write_summary(report_dir: str, summary: ScanSummary, tag: str) -> None:
+    with atomic_output(os.path.join(report_dir, locations.tagged(locations.SUMMARY_FILE, tag))) as tmp:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(summary.to_json(), f, indent=2)
+
+
+def point_root_at(root: str, results: str, problems: str, quarantine: str | None) -> str | None:
+    """Record in ``<root>/.dsclean/last_scan.json`` where the results of ``root`` are (for ``dsclean index``).
+
+    Returns a note if the root is not writable (the index then needs --scan-results).
+    """
+    state = locations.state_dir(root)
+    pointer = {
+        "results": results,
+        "problems": problems,
+        "quarantine": quarantine,
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    try:
+        os.makedirs(state, exist_ok=True)
+        with atomic_output(os.path.join(state, locations.LAST_SCAN_FILE)) as tmp:
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(pointer, f, indent=2)
+    except OSError as exc:
+        return f"could not record the results location in {state}: {exc.strerror or exc}"
+    return None
+
+
+def format_summary(s: ScanSummary) -> str:
+    """The human summary printed at the end of ``dsclean scan``."""
+    lines = []
+    mb = s.bytes / 1e6
+    rate = f"{s.files_per_s:,.1f} files/s, {mb / s.elapsed if s.elapsed else 0:,.1f} MB/s"
+    head = "Scan INTERRUPTED after" if s.interrupted else "Scanned"
+    if s.shard is not None:
+        head += f" (shard {s.shard[0]}/{s.shard[1]})"
+    lines.append(f"{head} {s.files:,} files ({mb:,.1f} MB) in {s.elapsed:.1f} s ({rate}, {s.jobs} jobs)")
+    for kind in sorted(s.counts):
+        c = s.counts[kind]
+        lines.append(f"  {kind:<6} " + ", ".join(f"{c.get(st, 0):,} {st}" for st in R.STATUSES))
+    for title, table in (("Bad files by reason", s.bad_reasons), ("Warnings by reason", s.warn_reasons)):
+        if table:
+            lines.append(f"{title}:")
+            lines += [f"  {reason:<20} {n:,}" for reason, n in Counter(table).most_common()]
+    if s.cached:
+        lines.append(f"Re-used {s.cached:,} verdicts of unchanged files from the scan cache (--rescan checks all)")
+    if s.quarantine and not s.dry_run:
+        lines.append(f"Quarantined {s.quarantined:,} files into {s.quarantine}")
+    elif s.would_quarantine:
+        lines.append(f"Would quarantine {s.would_quarantine:,} bad files" + (" (dry run: nothing moved)" if s.dry_run else " (no --quarantine given)"))
+    if s.recovered and any(s.recovered.values()):
+        lines.append(f"Recovered an interrupted earlier run: {s.recovered}")
+    for msg in s.move_errors[:20]:
+        lines.append(f"  error: {msg}")
+    d = s.discovery
+    skipped = [(d.ignored, "non-media files"), (d.hidden, "hidden"), (d.symlinks, "symlinks not followed"),
+               (d.dir_errors, "unreadable folders")]
+    if any(n for n, _ in skipped):
+        lines.append("Not checked: " + ", ".join(f"{n:,} {what}" for n, what in skipped if n))
+    lines += [f"  unreadable folder: {e}" for e in d.first_errors]
+    lines += [f"note: {n}" for n in s.notes]
+    lines.append(f"Results: {s.results_path}")
+    lines.append(f"Problems (bad and warn): {s.problems_path}")
+    return "\n".join(lines)

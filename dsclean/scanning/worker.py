@@ -1,0 +1,95 @@
+"""What runs inside a checking process: a chunk of checks under a time limit and a memory ceiling.
+
+A native decoder can hang in C code where no Python exception reaches it, so
+the time limit is an interval timer whose SIGALRM *terminates* the worker
+(default action). A crash (segfault, abort) or a timeout therefore looks the
+same to the scan: a dead worker, whose chunk :mod:`dsclean.scanning.executors` re-checks
+file by file in fresh processes to name the culprit. The memory ceiling is
+RLIMIT_AS: an allocation past it fails (MemoryError -> ``too_large``) instead of
+waking the OOM killer for the whole machine.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import signal
+import time
+from typing import Iterator
+
+from . import check
+from .check import CheckOptions, check_file
+from .verdict import Verdict
+
+#: Set to "1" only by dsclean's own tests: files named with __segfault__, __abort__, __hang__ or
+#: __oom__ then make the check crash, hang or allocate without bound (real faults, for real tests).
+FAULT_ENV = "DSCLEAN_TEST_FAULTS"
+
+
+def check_chunk(root: str, rels: list[str], options: CheckOptions) -> list[Verdict]:
+    """Worker task: check each file in turn. Depends only on its arguments and the files."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
+    check.load_checkers()  # import the decoders first: under a tight ceiling the import itself could fail
+    set_memory_ceiling(options.max_memory)
+    check.fault_hook = inject_fault if os.environ.get(FAULT_ENV) == "1" else None
+    out = []
+    for rel in rels:
+        with time_limit(options.timeout):
+            out.append(check_file(root, rel, options))
+    return out
+
+
+def check_chunk_in_thread(root: str, rels: list[str], options: CheckOptions) -> list[Verdict]:
+    """Thread-backend task: no time limit, memory ceiling or stderr capture (all process-wide)."""
+    return [check_file(root, rel, options, capture_stderr=False) for rel in rels]
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Kill this process with SIGALRM if the body runs longer than ``seconds`` (0 = no limit)."""
+    if seconds <= 0:
+        yield
+        return
+    previous = signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _address_space() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def set_memory_ceiling(extra_bytes: int) -> None:
+    """Let this process grow by at most ``extra_bytes`` of address space from now (0 = no ceiling)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if extra_bytes <= 0:
+        if soft != hard:
+            resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+        return
+    limit = _address_space() + extra_bytes
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+
+
+def inject_fault(path: str) -> None:
+    """Test-only faults, active only with DSCLEAN_TEST_FAULTS=1 in the worker's environment."""
+    name = os.path.basename(path)
+    if "__segfault__" in name:
+        import ctypes
+
+        ctypes.string_at(0)  # read address 0: SIGSEGV in C, as a broken decoder would
+    elif "__abort__" in name:
+        os.abort()
+    elif "__hang__" in name:
+        while True:
+            time.sleep(3600)
+    elif "__oom__" in name:
+        hog = []
+        while True:
+            hog.append(bytearray(64 << 20))

@@ -1,0 +1,74 @@
+"""Real faults inside a real parallel scan: decoders that segfault, abort, hang or eat memory.
+
+The faults are injected by dsclean.scanning.worker's test-only hook (DSCLEAN_TEST_FAULTS=1), which
+crashes / hangs / allocates when it meets a file whose name carries a marker.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from support import synth
+from support.files import write
+
+import dsclean
+
+
+def _tree(root, n_good=60):
+    for i in range(n_good):
+        write(root, f"c{i % 3}/good{i:03d}.jpg", synth.jpeg(16, 16, seed=i))
+    faults = {
+        "c0/x__segfault__.jpg": ("decoder_crash", "SIGSEGV"),
+        "c1/y__abort__.png": ("decoder_crash", "SIGABRT"),
+        "c2/z__hang__.jpg": ("timeout", "longer than 3 s"),
+        "c1/w__oom__.jpg": ("too_large", "memory"),
+    }
+    for rel in faults:
+        write(root, rel, synth.jpeg(16, 16, seed=999) if rel.endswith(".jpg") else synth.png(8, 8))
+    return faults
+
+
+def test_crashing_hanging_and_hungry_checks_do_not_stop_the_scan(tmp_path):
+    root = tmp_path / "data"
+    faults = _tree(root)
+    env = {**os.environ, "DSCLEAN_TEST_FAULTS": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "dsclean", "scan", str(root), "--jobs", "2", "--timeout", "3", "--max-memory", "256M",
+         "--report", str(tmp_path / "r"), "--quiet"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    verdicts = {v.path: v for v in dsclean.iter_verdicts(str(tmp_path / "r"))}
+    assert len(verdicts) == 64  # every file has exactly one verdict
+    for rel, (reason, words) in faults.items():
+        v = verdicts[rel]
+        assert (v.status, v.reason) == ("bad", reason), (rel, v.detail)
+        assert words in v.detail, (rel, v.detail)
+    good = [v for p, v in verdicts.items() if "good" in p]
+    assert len(good) == 60 and all(v.status == "ok" for v in good)
+
+
+def test_isolation_names_the_culprit_and_keeps_neighbours(tmp_path):
+    from dsclean.scanning.check import CheckOptions
+    from dsclean.scanning.executors import isolate
+
+    root = tmp_path / "data"
+    write(root, "a.jpg", synth.jpeg(8, 8))
+    write(root, "b__segfault__.jpg", synth.jpeg(8, 8))
+    write(root, "c.jpg", synth.HTML_PAGE)
+    os.environ["DSCLEAN_TEST_FAULTS"] = "1"
+    try:
+        out = {v.path: v for v in isolate(str(root), ["a.jpg", "b__segfault__.jpg", "c.jpg"], CheckOptions(), parallel=2)}
+    finally:
+        del os.environ["DSCLEAN_TEST_FAULTS"]
+    assert out["a.jpg"].status == "ok"
+    assert (out["b__segfault__.jpg"].reason, out["b__segfault__.jpg"].size) == ("decoder_crash", os.path.getsize(root / "b__segfault__.jpg"))
+    assert out["c.jpg"].reason == "not_media"
+
+
+def test_fault_markers_are_inert_without_the_test_switch(tmp_path):
+    root = tmp_path / "data"
+    write(root, "x__segfault__.jpg", synth.jpeg(8, 8))
+    s = dsclean.scan(str(root), dsclean.ScanOptions(jobs=1, report_dir=str(tmp_path / "r")))
+    assert s.files == 1 and s.bad == 0

@@ -1,0 +1,336 @@
+"""The scan end to end, through the Python API and the CLI."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pyarrow.parquet as pq
+import pytest
+from support import synth
+from support.files import write
+from support.treegen import contents, make_tree, tree_state
+
+import dsclean
+from dsclean.scanning.scanner import ScanOptions, format_summary, scan
+
+
+def run_cli(*args, cwd=None, timeout=120):
+    return subprocess.run([sys.executable, "-m", "dsclean", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, timeout=timeout)
+
+
+@pytest.fixture
+def tree(tmp_path):
+    root = tmp_path / "data"
+    return root, make_tree(root)
+
+
+def test_scan_quarantines_exactly_the_bad_files(tree, tmp_path):
+    root, expected = tree
+    qdir = tmp_path / "bad"
+    s = scan(str(root), ScanOptions(quarantine=str(qdir), jobs=2, chunk_size=2))
+    assert s.files == len(expected) and s.bad == 6 and s.quarantined == 6
+    assert s.counts["image"] == {"ok": 6, "bad": 6}
+    assert s.bad_reasons == {"truncated": 2, "not_media": 2, "corrupt": 2}
+    remaining = set(tree_state(root))
+    assert remaining == {p for p, st in expected.items() if st == "ok"}
+    assert {p for p in tree_state(qdir)} == {p for p, st in expected.items() if st == "bad"}
+    # results: every file, with its verdict; problems: only the bad ones, with where they went
+    table = dsclean.read_results(str(qdir))
+    rows = {os.fsdecode(p): st for p, st in zip(table["path"].to_pylist(), table["status"].to_pylist())}
+    assert rows == expected
+    problems = dsclean.read_problems(str(qdir))
+    assert {p["path"] for p in problems} == {p for p, st in expected.items() if st == "bad"}
+    assert all(p["quarantined_as"] == p["path"] for p in problems)
+    summary = json.loads((qdir / "scan_summary.json").read_text())
+    assert summary["bad"] == 6 and summary["files"] == 12
+
+
+def test_jobs_do_not_change_verdicts(tree, tmp_path):
+    root, _ = tree
+    verdicts = []
+    for jobs in (1, 2):
+        scan(str(root), ScanOptions(jobs=jobs, report_dir=str(tmp_path / f"r{jobs}"), chunk_size=3))
+        t = dsclean.read_results(str(tmp_path / f"r{jobs}")).sort_by("path").drop_columns(["mtime_ns"])
+        verdicts.append(t.to_pylist())
+    assert verdicts[0] == verdicts[1]
+
+
+def test_dry_run_moves_nothing(tree, tmp_path):
+    root, _ = tree
+    before = tree_state(root)
+    s = scan(str(root), ScanOptions(quarantine=str(tmp_path / "q"), dry_run=True))
+    assert s.would_quarantine == 6 and s.quarantined == 0
+    assert tree_state(root) == before and not (tmp_path / "q").exists()
+    assert "Would quarantine 6 bad files (dry run: nothing moved)" in format_summary(s)
+    assert os.path.exists(root / ".dsclean" / "scan_results.parquet")
+
+
+def test_results_are_found_from_the_root(tree, tmp_path):
+    root, _ = tree
+    scan(str(root), ScanOptions(quarantine=str(tmp_path / "q")))
+    from dsclean.locations import find_scan_results
+
+    assert find_scan_results(str(root)) == str(tmp_path / "q" / "scan_results.parquet")
+
+
+def test_discovery_rules(tmp_path):
+    root = tmp_path / "data"
+    write(root, "a/good.JPG", synth.jpeg(8, 8))  # extension case does not matter
+    write(root, "a/notes.txt", b"hello")  # not media: counted, not checked
+    write(root, ".hidden/x.jpg", b"junk")  # hidden folder: skipped
+    write(root, "a/.x.jpg", b"junk")  # hidden file: skipped
+    os.symlink(root / "a" / "good.JPG", root / "a" / "link.jpg")  # not followed
+    write(tmp_path, "outside/evil.jpg", b"junk")
+    os.symlink(tmp_path / "outside", root / "out")
+    inner_q = root / "q"
+    s = scan(str(root), ScanOptions(quarantine=str(inner_q), jobs=1))
+    assert s.files == 1 and s.bad == 0
+    d = s.discovery
+    assert (d.ignored, d.hidden, d.symlinks) == (1, 2, 2)
+    # A second scan does not look inside the quarantine that now sits inside the root.
+    write(root, "b/bad.jpg", synth.HTML_PAGE)
+    scan(str(root), ScanOptions(quarantine=str(inner_q), jobs=1))
+    s = scan(str(root), ScanOptions(quarantine=str(inner_q), jobs=1))
+    assert s.files == 1 and s.discovery.excluded_dirs == 2  # the quarantine and <root>/.dsclean
+
+
+def test_follow_symlinks_stays_inside_and_never_loops(tmp_path):
+    root = tmp_path / "data"
+    write(root, "a/good.jpg", synth.jpeg(8, 8))
+    os.symlink(root / "a", root / "alias")  # inside: followed
+    os.symlink(root, root / "a" / "loop")  # a loop back to the root
+    write(tmp_path, "outside/x.jpg", synth.jpeg(8, 8))
+    os.symlink(tmp_path / "outside", root / "out")  # escapes: never followed
+    os.symlink(root / "missing.jpg", root / "broken.jpg")
+    s = scan(str(root), ScanOptions(follow_symlinks=True, jobs=1, report_dir=str(tmp_path / "r")))
+    verdicts = {v.path: v for v in dsclean.iter_verdicts(str(tmp_path / "r"))}
+    assert "a/good.jpg" in verdicts and not any(p.startswith("out/") for p in verdicts)
+    assert verdicts["broken.jpg"].reason == "unreadable"
+    assert s.files <= 3
+
+
+def test_non_utf8_and_odd_names(tmp_path):
+    root, qdir = tmp_path / "data", tmp_path / "q"
+    odd = [b"cls/caf\xe9.jpg", b"cls/new\nline.jpg", b"cls/-rf.jpg", "cls/e\u0301.jpg".encode(), "cls/\u00e9.jpg".encode()]
+    for i, name in enumerate(odd):
+        write(root, name, synth.HTML_PAGE + bytes([i]))
+    write(root, b"cls/ok\xff.png", synth.png(8, 8))
+    before = tree_state(root)
+    s = scan(str(root), ScanOptions(quarantine=str(qdir)))
+    assert s.files == 6 and s.quarantined == 5
+    table = pq.read_table(qdir / "scan_results.parquet")
+    assert set(table["path"].to_pylist()) == set(odd) | {b"cls/ok\xff.png"}
+    problems = dsclean.read_problems(str(qdir))
+    assert {os.fsencode(p["path"]) for p in problems} == set(odd)
+    dsclean.restore(str(qdir))
+    assert tree_state(root) == before
+
+
+def test_stderr_of_decoders_stays_out_of_the_terminal(tmp_path):
+    root = tmp_path / "data"
+    tiff = synth.encode_image(synth.photo_like(40, 40), "TIFF")
+    write(root, "t.tif", tiff[: len(tiff) // 3] + tiff[-200:])  # Pillow prints "Corrupt EXIF data" warnings
+    proc = run_cli("scan", root, "--quiet", "--jobs", "1")
+    assert proc.returncode == 0 and proc.stderr == ""
+    v = next(dsclean.iter_verdicts(str(root / ".dsclean")))
+    assert v.status == "bad"
+
+
+# ---- CLI ------------------------------------------------------------------------------------
+
+def test_cli_scan_summary_and_exit_codes(tree, tmp_path):
+    root, _ = tree
+    proc = run_cli("scan", root, "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert "Scanned 12 files" in proc.stdout and "not_media" in proc.stdout and "files/s" in proc.stdout
+    assert run_cli("scan", root, "--dry-run", "--check", "--quiet").returncode == 1
+    out = run_cli("scan", root, "--dry-run", "--json")
+    assert json.loads(out.stdout)["bad"] == 6
+
+
+def test_cli_check_passes_on_a_clean_tree(tmp_path):
+    write(tmp_path / "d", "a.jpg", synth.jpeg(8, 8))
+    assert run_cli("scan", tmp_path / "d", "--check", "--quiet").returncode == 0
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["scan", "{tmp}/missing"], "does not exist"),
+        (["scan", "{tmp}/afile"], "is a file, not a folder"),
+        (["scan", "{tmp}/d", "--quarantine", "{tmp}/afile/q"], "not writable"),
+        (["scan", "{tmp}/d", "--jobs", "many"], "not a whole number"),
+        (["restore", "{tmp}/d"], "not a dsclean quarantine folder"),
+    ],
+)
+def test_cli_user_errors_are_clear_and_exit_2(tmp_path, args, message):
+    (tmp_path / "afile").write_text("x")
+    write(tmp_path / "d", "a.jpg", synth.jpeg(8, 8))
+    proc = run_cli(*[a.format(tmp=tmp_path) for a in args])
+    assert proc.returncode == 2 and message in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_cli_second_scan_into_the_same_quarantine_is_refused(tree, tmp_path):
+    root, _ = tree
+    from dsclean.scanning.quarantine import Quarantine
+
+    with Quarantine(str(tmp_path / "q"), str(root)):
+        proc = run_cli("scan", root, "--quarantine", tmp_path / "q")
+    assert proc.returncode == 2 and "in use by another dsclean process" in proc.stderr
+
+
+def test_cli_restore_round_trip(tree, tmp_path):
+    root, _ = tree
+    before = tree_state(root)
+    assert run_cli("scan", root, "--quarantine", tmp_path / "q", "--quiet").returncode == 0
+    assert tree_state(root) != before
+    proc = run_cli("restore", tmp_path / "q")
+    assert proc.returncode == 0 and "6 restored" in proc.stdout
+    assert tree_state(root) == before
+
+
+def test_cli_lists_reason_codes():
+    out = run_cli("reasons").stdout
+    for code in dsclean.REASONS:
+        assert code in out
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_cli_interrupt_flushes_results(tmp_path, sig, code):
+    root = tmp_path / "data"
+    good = synth.jpeg(256, 256)
+    for i in range(2000):  # unique bytes: bad pages numbered, good JPEGs with a numbered tail after EOI
+        write(root, f"c/{i}.jpg", synth.HTML_PAGE + str(i).encode() if i % 2 else good + str(i).encode())
+    proc = subprocess.Popen([sys.executable, "-m", "dsclean", "scan", str(root), "--quarantine", str(tmp_path / "q"),
+                             "--jobs", "1", "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not (tmp_path / "q" / "manifest.jsonl").exists() and time.time() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.2)
+    assert proc.poll() is None, "scan finished before it could be interrupted"
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err
+    table = dsclean.read_results(str(tmp_path / "q"))
+    assert 0 < table.num_rows < 2000
+    assert len(contents(root, tmp_path / "q")) == 2000
+    moved = sum(1 for _ in (tmp_path / "q" / "c").iterdir())
+    assert moved == sum(1 for s in table["status"].to_pylist() if s == "bad")
+
+
+def test_kill_9_mid_scan_loses_nothing_and_next_run_recovers(tmp_path):
+    root, qdir = tmp_path / "data", tmp_path / "q"
+    for i in range(300):
+        write(root, f"c/{i}.jpg", synth.HTML_PAGE + str(i).encode() if i % 2 else synth.jpeg(32, 32, seed=i))
+    original = sorted(tree_state(root).values())
+    for delay in (0.5, 0.9, 1.3):
+        proc = subprocess.Popen([sys.executable, "-m", "dsclean", "scan", str(root), "--quarantine", str(qdir),
+                                 "--jobs", "2", "--quiet"])
+        time.sleep(delay)
+        proc.kill()
+        proc.wait()
+        assert set(contents(root, qdir)) == set(original)
+    assert run_cli("scan", root, "--quarantine", qdir, "--quiet").returncode == 0
+    assert contents(root, qdir) == original
+    assert len(tree_state(root)) == 150
+    assert run_cli("restore", qdir).returncode == 0
+    assert sorted(tree_state(root).values()) == original
+
+
+def test_permission_denied_files_and_folders_as_an_unprivileged_user(tmp_path):
+    """Run the scan as 'nobody' so permission errors are real even when the suite runs as root."""
+    import shutil
+    import tempfile
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to switch to an unprivileged user")
+    base = tempfile.mkdtemp(prefix="dsclean-perm-")
+    try:
+        os.chmod(base, 0o777)
+        root = os.path.join(base, "data")
+        write(root, "ok.jpg", synth.jpeg(8, 8))
+        write(root, "locked.jpg", synth.jpeg(8, 8))
+        write(root, "closed/x.jpg", synth.jpeg(8, 8))
+        for d, _, files in os.walk(root):
+            os.chmod(d, 0o777)
+            for f in files:
+                os.chmod(os.path.join(d, f), 0o644)
+        os.chmod(os.path.join(root, "locked.jpg"), 0)
+        os.chmod(os.path.join(root, "closed"), 0)
+        report = os.path.join(base, "report")
+        # The interpreter lives under /root, so import everything as root, then drop to 'nobody'.
+        drop = (
+            "import os, sys, PIL.Image, pyarrow.parquet, joblib, concurrent.futures.thread, dsclean.cli, dsclean.scanning.scanner\n"
+            "import dsclean.scanning.check_image, dsclean.scanning.executors\n"
+            "PIL.Image.init()\n"
+            "os.setgid(65534); os.setuid(65534)\n"
+            "sys.exit(dsclean.cli.main(sys.argv[1:]))\n"
+        )
+        # Threads: loky would start new interpreters, which 'nobody' may not execute from /root.
+        proc = subprocess.run([sys.executable, "-c", drop, "scan", root, "--report", report, "--backend", "threads"],
+                              capture_output=True, text=True, cwd=base)
+        assert proc.returncode == 0, proc.stderr
+        assert "1 unreadable folders" in proc.stdout and "closed" in proc.stdout
+        verdicts = {v.path: v for v in dsclean.iter_verdicts(report)}
+        assert verdicts["locked.jpg"].reason == "unreadable" and "Permission denied" in verdicts["locked.jpg"].detail
+        assert verdicts["ok.jpg"].status == "ok"
+    finally:
+        for d, dirs, _ in os.walk(base):
+            for x in dirs:
+                os.chmod(os.path.join(d, x), 0o755)
+        shutil.rmtree(base)
+
+
+def test_threads_backend_gives_the_same_verdicts(tree, tmp_path):
+    root, _ = tree
+    rows = []
+    for backend in ("loky", "threads"):
+        scan(str(root), ScanOptions(backend=backend, jobs=2, report_dir=str(tmp_path / backend), use_cache=False))
+        rows.append(dsclean.read_results(str(tmp_path / backend)).sort_by("path").drop_columns(["detail"]).to_pylist())
+    assert rows[0] == rows[1]
+
+
+def test_progress_bar_counts_files_and_bad_ones(tree, tmp_path, capsys):
+    root, _ = tree
+    scan(str(root), ScanOptions(progress=True, jobs=1, report_dir=str(tmp_path / "r")))
+    err = capsys.readouterr().err
+    assert "checking" in err and "12" in err and "bad=6" in err
+
+
+def test_very_long_names_are_scanned_and_quarantined(tmp_path):
+    root, qdir = tmp_path / "data", tmp_path / "q"
+    name = "d/" + "x" * 250 + ".jpg"  # 254 bytes: at the usual 255-byte limit for one name
+    write(root, name, synth.HTML_PAGE)
+    s = scan(str(root), ScanOptions(quarantine=str(qdir), jobs=1))
+    assert s.quarantined == 1 and (qdir / name).exists()
+    assert dsclean.restore(str(qdir)).restored == 1 and (root / name).exists()
+
+
+def test_a_failed_scan_keeps_the_previous_results(tree, tmp_path):
+    root, _ = tree
+    first = scan(str(root), ScanOptions(jobs=1, report_dir=str(tmp_path / "r")))
+    before = dsclean.read_results(str(tmp_path / "r")).num_rows
+    proc = run_cli("scan", root, "--report", tmp_path / "r", "--timeout", "inf")
+    assert proc.returncode == 2 and "--timeout" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run_cli("scan", root, "--report", tmp_path / "r", "--backend", "dask")
+    assert proc.returncode == 2 and "needs --scheduler" in proc.stderr
+    assert dsclean.read_results(str(tmp_path / "r")).num_rows == before == first.files
+    assert not list((tmp_path / "r").glob(".*.tmp"))
+
+
+def test_restore_reports_an_entry_it_cannot_move_and_goes_on(tmp_path):
+    root, qdir = tmp_path / "data", tmp_path / "q"
+    write(root, "cats/a.jpg", synth.HTML_PAGE + b"a")
+    write(root, "dogs/b.jpg", synth.HTML_PAGE + b"b")
+    scan(str(root), ScanOptions(quarantine=str(qdir), jobs=1))
+    os.rmdir(root / "cats")
+    (root / "cats").write_text("a file where the folder was")
+    proc = run_cli("restore", qdir)
+    assert proc.returncode == 1 and "could not restore" in proc.stderr and "Traceback" not in proc.stderr
+    assert (root / "dogs" / "b.jpg").exists()  # the other entry was still restored

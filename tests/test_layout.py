@@ -1,0 +1,149 @@
+"""The package layout is the pipeline: stage packages, no import cycles, lazy heavy imports."""
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+import dsclean
+
+PKG = os.path.dirname(os.path.abspath(dsclean.__file__))
+REPO = os.path.dirname(PKG)
+
+#: stage -> the stages it may import (common top-level modules are open to all)
+ALLOWED = {
+    "scanning": set(),
+    "index": {"scanning"},
+    "data": {"index"},
+    "diagnose": {"index", "data"},
+    "cli": {"scanning", "index", "data", "diagnose"},
+}
+COMMON = {"reasons", "formats", "errors", "atomic", "locations", "argtypes"}
+ENTRY = {"dsclean", "dsclean.__main__"}  # the public API and `python -m dsclean` may import any stage
+
+
+def _modules() -> dict[str, str]:
+    """dotted name -> file, for every module of the package."""
+    found = {}
+    for dirpath, _, files in os.walk(PKG):
+        for f in files:
+            if f.endswith(".py"):
+                rel = os.path.relpath(os.path.join(dirpath, f), os.path.dirname(PKG))[:-3].replace(os.sep, ".")
+                found[rel.removesuffix(".__init__")] = os.path.join(dirpath, f)
+    return found
+
+
+def _imports(name: str, path: str, modules: dict[str, str]) -> set[str]:
+    """Modules of the package that ``name`` imports anywhere (top level or inside functions)."""
+    is_pkg = path.endswith("__init__.py")
+    package = name if is_pkg else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(open(path).read())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                full = f"{target}.{alias.name}"
+                out.add(full if full in modules else target)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+    return {m for m in out if m in modules and m != name}
+
+
+def _stage(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "common"  # `from .. import __version__`
+    return "common" if len(parts) == 2 and parts[1] in COMMON else parts[1]
+
+
+def test_stages_import_only_upstream_stages():
+    modules = _modules()
+    for name, path in modules.items():
+        if name in ENTRY:
+            continue
+        stage = _stage(name)
+        allowed = ALLOWED.get(stage, set()) | {stage}
+        for dep in _imports(name, path, modules):
+            dep_stage = _stage(dep)
+            if dep_stage == "common" and stage != "common":
+                continue
+            assert dep_stage in allowed, f"{name} imports {dep}: stage {stage} may not depend on {dep_stage}"
+
+
+def test_no_import_cycles():
+    modules = _modules()
+    graph = {name: _imports(name, path, modules) - {"dsclean"} for name, path in modules.items()}
+    state: dict[str, int] = {}
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for dep in sorted(graph[node]):
+            if dep.startswith(node + "."):
+                continue  # a package's __init__ naming its own submodules is not a cycle
+            if state.get(dep) == 1:
+                cycle = trail[trail.index(dep):] + [dep] if dep in trail else [node, dep]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if dep not in state:
+                visit(dep, trail + [dep])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+
+
+def _run(code: str) -> str:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_import_dsclean_is_cheap():
+    loaded = _run("import sys, dsclean; print(sorted(m for m in ('torch', 'pyarrow', 'joblib') if m in sys.modules))")
+    assert loaded == "[]"
+
+
+def test_scan_index_info_import_no_torch(tmp_path):
+    from support import synth
+    from support.files import write
+
+    write(tmp_path / "data", "cats/a.jpg", synth.jpeg(32, 32))
+    write(tmp_path / "data", "dogs/b.png", synth.png(32, 32))
+    root, report, index = tmp_path / "data", tmp_path / "report", tmp_path / "i.arrow"
+    code = (
+        "import sys, dsclean.cli\n"
+        f"assert dsclean.cli.main(['scan', {str(root)!r}, '--report', {str(report)!r}, '--backend', 'threads', '-q']) == 0\n"
+        f"assert dsclean.cli.main(['index', {str(root)!r}, '-o', {str(index)!r}, '-q']) == 0\n"
+        f"assert dsclean.cli.main(['info', {str(index)!r}]) == 0\n"
+        "print('torch' in sys.modules)\n"
+    )
+    assert _run(code).splitlines()[-1] == "False"
+
+
+def test_public_names_survive_importing_every_subpackage():
+    # A subpackage named like a public function would replace it as an attribute of dsclean.
+    code = ("import importlib, pkgutil, dsclean\n"
+            "for m in pkgutil.walk_packages(dsclean.__path__, 'dsclean.'):\n"
+            "    if m.name != 'dsclean.__main__':\n"
+            "        importlib.import_module(m.name)\n"
+            "print(all(getattr(dsclean, n) is getattr(importlib.import_module('dsclean.' + dsclean._EXPORTS[n]), n)"
+            " for n in dsclean.__all__), callable(dsclean.scan))")
+    assert _run(code) == "True True"
+
+
+def test_wheel_has_every_stage_and_no_test_support(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                    "-w", str(tmp_path), REPO], check=True, capture_output=True)
+    (wheel,) = [f for f in os.listdir(tmp_path) if f.endswith(".whl")]
+    names = zipfile.ZipFile(tmp_path / wheel).namelist()
+    packages = {os.path.dirname(n) for n in names if n.endswith("__init__.py")}
+    assert {"dsclean", "dsclean/scanning", "dsclean/index", "dsclean/data", "dsclean/diagnose", "dsclean/cli"} <= packages
+    assert not [n for n in names if "synth" in n or n.startswith("tests/") or "/support/" in n]
+    assert "dsclean/scanning/check_image.py" in names
