@@ -15,13 +15,13 @@ MANIFEST_FILE = "manifest.jsonl"  # in a quarantine folder: the move journal
 LOCK_FILE = ".dsclean.lock"  # in a quarantine folder: held while a scan or restore runs
 
 
-def shard_tag(shard: tuple[int, int] | None) -> str:
-    """'' for a whole scan; '.shard-0003-of-0016' for shard 3 of 16 (file names of a job-array task)."""
-    return "" if shard is None else f".shard-{shard[0]:04d}-of-{shard[1]:04d}"
+def part_tag(part: tuple[int, int] | None) -> str:
+    """'' for a whole scan; '.part-0003-of-0016' for part 3 of 16 (file names of a job-array task)."""
+    return "" if part is None else f".part-{part[0]:04d}-of-{part[1]:04d}"
 
 
 def tagged(name: str, tag: str) -> str:
-    """``scan_results.parquet`` + tag -> ``scan_results.shard-0003-of-0016.parquet``."""
+    """``scan_results.parquet`` + tag -> ``scan_results.part-0003-of-0016.parquet``."""
     stem, ext = os.path.splitext(name)
     return f"{stem}{tag}{ext}"
 

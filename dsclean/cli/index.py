@@ -28,7 +28,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--labels", metavar="FILE.csv", help="labels from a CSV with columns path,label (flat layouts)")
     p.add_argument("--no-labels", action="store_true", help="no labels: every label is -1")
     p.add_argument("--scan-results", metavar="FILE", nargs="+",
-                   help="scan results to exclude bad files: one file, or every shard's of a job array "
+                   help="scan results to exclude bad files: one file, or every part's of a job array "
                         "(default: the last scan of ROOT)")
     p.add_argument("--exclude", action="append", default=[], metavar="DIR", help="a folder to leave out (repeatable)")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")

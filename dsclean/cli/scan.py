@@ -36,8 +36,8 @@ def add_scan_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="with --backend dask: the scheduler's tcp://HOST:PORT, or a scheduler file")
     p.add_argument("--shard", type=argtypes.shard, metavar="I/N",
-                   help="check only shard I of N (0 <= I < N; a stable hash of each path), for job arrays; "
-                        "combine the shards' results with dsclean merge")
+                   help="check only part I of N (0 <= I < N; a stable hash of each path), for job arrays; "
+                        "combine the parts' results with dsclean merge")
     p.add_argument("--timeout", type=argtypes.timeout, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                    help=f"a file whose check takes longer is bad/timeout; its worker is replaced (default {DEFAULT_TIMEOUT:g}; 0 = none)")
     p.add_argument("--max-memory", type=argtypes.size, default=0, metavar="SIZE",
@@ -121,9 +121,9 @@ def cmd_recover(args: argparse.Namespace) -> int:
 
 
 def add_merge_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("merge", help="combine the results of a job array's shards (scan --shard I/N) into one")
-    p.add_argument("results", metavar="RESULTS", nargs="+", help="every shard's scan_results.shard-*.parquet")
-    p.add_argument("-o", "--output", metavar="DIR", help="where to write the merged results (default: the first shard's folder)")
+    p = sub.add_parser("merge", help="combine the results of a job array's parts (scan --shard I/N) into one")
+    p.add_argument("results", metavar="RESULTS", nargs="+", help="every part's scan_results.part-*.parquet")
+    p.add_argument("-o", "--output", metavar="DIR", help="where to write the merged results (default: the first part's folder)")
     p.set_defaults(func=cmd_merge)
 
 
@@ -131,7 +131,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     from ..scanning.merge import merge
 
     s = merge(args.results, args.output)
-    print(f"merged {s.shards} shards of {s.root}: {s.rows:,} files, {s.bad:,} bad")
+    print(f"merged {s.parts} parts of {s.root}: {s.rows:,} files, {s.bad:,} bad")
     print(f"Results: {s.results_path}\nProblems (bad and warn): {s.problems_path}")
     for note in s.notes:
         print(f"note: {note}", file=sys.stderr)

@@ -239,8 +239,8 @@ def _sniff_kind(full: str, summary: IndexSummary) -> int:
 
 
 def _read_scan_results(paths: list[str]) -> pa.Table:
-    """One scan's results file, or the N shard results of a job array (validated, see dsclean.scanning.merge)."""
-    from ..scanning.merge import read_shards
+    """One scan's results file, or the N part results of a job array (validated, see dsclean.scanning.merge)."""
+    from ..scanning.merge import read_parts
     from ..scanning.results import read_results
 
     columns = ["path", "status", "size", *FACTS]
@@ -249,7 +249,7 @@ def _read_scan_results(paths: list[str]) -> pa.Table:
             raise UserError(f"{path}: scan results not found")
     try:
         if len(paths) > 1:
-            return read_shards(paths).select(columns)
+            return read_parts(paths).select(columns)
         return read_results(paths[0], columns=columns)
     except (pa.ArrowException, OSError, KeyError) as exc:
         raise UserError(f"{', '.join(paths)}: cannot read scan results ({exc})") from exc

@@ -1,8 +1,8 @@
-"""Combine the results of a job array's shards (``dsclean scan --shard I/N``) into one scan's results.
+"""Combine the results of a job array's parts (``dsclean scan --shard I/N``) into one scan's results.
 
-Refuses what would silently give a wrong dataset: files that are not shard
-results, shards of different scans (root, N or check options differ), a shard
-given twice, a missing shard, or a path that appears in two shards.
+Refuses what would silently give a wrong dataset: files that are not part
+results, parts of different scans (root, N or check options differ), a part
+given twice, a missing part, or a path that appears in two parts.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from .results import META_KEY, SCHEMA, read_results_meta
 @dataclass
 class MergeSummary:
     root: str
-    shards: int
+    parts: int
     rows: int = 0
     bad: int = 0
     results_path: str = ""
@@ -31,8 +31,8 @@ class MergeSummary:
     notes: list[str] = field(default_factory=list)
 
 
-def check_shards(paths: list[str]) -> tuple[str, int, dict]:
-    """Validate that ``paths`` are exactly the N shards of one scan; returns (root, N, meta of shard 0)."""
+def check_parts(paths: list[str]) -> tuple[str, int, dict]:
+    """Validate that ``paths`` are exactly the N parts of one scan; returns (root, N, meta of part 0)."""
     if not paths:
         raise UserError("no results files given")
     metas: list[tuple[str, dict]] = []
@@ -44,7 +44,7 @@ def check_shards(paths: list[str]) -> tuple[str, int, dict]:
         except (OSError, pa.ArrowInvalid) as exc:
             raise UserError(f"{path}: not a readable results file ({exc})") from exc
         if not meta.get("shard"):
-            raise UserError(f"{path}: not a shard's results (scan it with --shard I/N)")
+            raise UserError(f"{path}: not a part's results (scan it with --shard I/N)")
         _refuse_unfinished(path)
         metas.append((path, meta))
     first_path, first = metas[0]
@@ -53,22 +53,22 @@ def check_shards(paths: list[str]) -> tuple[str, int, dict]:
     for path, meta in metas:
         for key in ("root", "options"):
             if meta.get(key) != first.get(key):
-                raise UserError(f"{path} and {first_path} are shards of different scans ({key} differs)")
+                raise UserError(f"{path} and {first_path} are parts of different scans ({key} differs)")
         i, m = meta["shard"]
         if m != n:
-            raise UserError(f"{path} is shard {i}/{m} but {first_path} is one of {n} shards")
+            raise UserError(f"{path} is part {i}/{m} but {first_path} is one of {n} parts")
         if i in seen:
-            raise UserError(f"shard {i}/{n} is given twice: {seen[i]} and {path}")
+            raise UserError(f"part {i}/{n} is given twice: {seen[i]} and {path}")
         seen[i] = path
     missing = sorted(set(range(n)) - set(seen))
     if missing:
-        raise UserError(f"missing shards of {n}: " + ", ".join(f"{i}/{n}" for i in missing))
+        raise UserError(f"missing parts of {n}: " + ", ".join(f"{i}/{n}" for i in missing))
     return first["root"], n, first
 
 
-def read_shards(paths: list[str]) -> pa.Table:
-    """The validated shards' rows as one table (for ``dsclean index --scan-results A B ...``)."""
-    check_shards(paths)
+def read_parts(paths: list[str]) -> pa.Table:
+    """The validated parts' rows as one table (for ``dsclean index --scan-results A B ...``)."""
+    check_parts(paths)
     table = pa.concat_tables([pq.read_table(p).cast(SCHEMA) for p in paths])
     _refuse_overlap(table, paths)
     return table
@@ -78,25 +78,25 @@ def _refuse_overlap(table: pa.Table, paths: list[str]) -> None:
     if pc.count_distinct(table["path"]).as_py() != table.num_rows:
         counts = pc.value_counts(table["path"])
         dup = next(c["values"] for c in counts.to_pylist() if c["counts"] > 1)
-        raise UserError(f"{os.fsdecode(dup)} appears in more than one shard's results: overlapping shards "
-                        "(did the tree change between the tasks?); re-run the shards")
+        raise UserError(f"{os.fsdecode(dup)} appears in more than one part's results: overlapping parts "
+                        "(did the tree change between the tasks?); re-run the parts")
 
 
 def merge(paths: list[str], output_dir: str | None = None) -> MergeSummary:
     """Write ``scan_results.parquet`` + ``problems.jsonl`` of the whole scan into ``output_dir``.
 
-    Default output: the folder of the first shard. Also records the merged
+    Default output: the folder of the first part. Also records the merged
     results as the root's last scan, so ``dsclean index ROOT`` finds them.
     """
     from .scanner import point_root_at
 
-    root, n, meta = check_shards(paths)
+    root, n, meta = check_parts(paths)
     output_dir = os.path.abspath(output_dir or os.path.dirname(os.path.abspath(paths[0])))
     os.makedirs(output_dir, exist_ok=True)
-    summary = MergeSummary(root=root, shards=n)
+    summary = MergeSummary(root=root, parts=n)
     summary.results_path = os.path.join(output_dir, locations.RESULTS_FILE)
     summary.problems_path = os.path.join(output_dir, locations.PROBLEMS_FILE)
-    table = read_shards(paths)  # the path column decides overlap; rows are then streamed shard by shard
+    table = read_parts(paths)  # the path column decides overlap; rows are then streamed part by part
     summary.rows, summary.bad = table.num_rows, pc.sum(pc.equal(table["status"], "bad")).as_py() or 0
     del table
     tmp = temp_next_to(summary.results_path)
@@ -114,14 +114,14 @@ def merge(paths: list[str], output_dir: str | None = None) -> MergeSummary:
                 with open(problems, "rb") as f:
                     out.write(f.read())
             else:
-                summary.notes.append(f"{problems} not found: its shard's bad/warn list is not in the merged one")
+                summary.notes.append(f"{problems} not found: its part's bad/warn list is not in the merged one")
     note = point_root_at(root, summary.results_path, summary.problems_path, None)
     summary.notes += [note] if note else []
     return summary
 
 
 def _sibling(results_path: str, name: str) -> str:
-    """``x/scan_results.shard-0001-of-0004.parquet`` + problems.jsonl -> ``x/problems.shard-0001-of-0004.jsonl``."""
+    """``x/scan_results.part-0001-of-0004.parquet`` + problems.jsonl -> ``x/problems.part-0001-of-0004.jsonl``."""
     folder, base = os.path.split(results_path)
     stem, _ = os.path.splitext(locations.RESULTS_FILE)
     tag = os.path.splitext(base)[0][len(stem):]
@@ -133,14 +133,14 @@ def _problems_of(results_path: str) -> str:
 
 
 def _refuse_unfinished(results_path: str) -> None:
-    """A shard stopped by a signal (e.g. a job array's time limit) published only part of its files."""
+    """A part stopped by a signal (e.g. a job array's time limit) published only part of its files."""
     summary_path = _sibling(results_path, locations.SUMMARY_FILE)
     try:
         with open(summary_path, encoding="utf-8") as f:
             summary = json.load(f)
     except (OSError, ValueError) as exc:
         raise UserError(f"{results_path}: its summary {summary_path} is missing or unreadable ({exc}); "
-                        "cannot tell whether the shard finished") from exc
+                        "cannot tell whether the part finished") from exc
     if summary.get("interrupted"):
-        raise UserError(f"{results_path}: that shard was interrupted before it finished; run it again "
+        raise UserError(f"{results_path}: that part was interrupted before it finished; run it again "
                         "(it resumes from its scan cache), then merge")

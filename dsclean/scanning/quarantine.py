@@ -224,9 +224,9 @@ class Quarantine:
     """An open, locked quarantine folder that bad files can be moved into.
 
     Opening recovers any half-done move from an earlier run. Only one process
-    may hold a quarantine folder at a time, except that each shard of a
-    job-array scan (``tag``, see :func:`dsclean.locations.shard_tag`) has a
-    journal and a lock of its own: shards move disjoint sets of files.
+    may hold a quarantine folder at a time, except that each part of a
+    job-array scan (``tag``, see :func:`dsclean.locations.part_tag`) has a
+    journal and a lock of its own: parts move disjoint sets of files.
     """
 
     def __init__(self, qdir: str, root: str, tag: str = "") -> None:
@@ -248,7 +248,7 @@ class Quarantine:
     def move(self, rel: str, reason: str | None = None) -> str:
         """Move ``root/rel`` into the quarantine; returns its path relative to the quarantine.
 
-        If another process takes the chosen name first (shards share the folder),
+        If another process takes the chosen name first (parts share the folder),
         the move is journaled as aborted and retried under the next free name.
         """
         while True:
@@ -335,7 +335,7 @@ def recover_open(qdir: str, journal: Journal) -> RecoveryReport:
 
 
 def _journals(qdir: str) -> list[str]:
-    """Tags of the manifests in a quarantine folder ('' for a whole scan's, one per shard)."""
+    """Tags of the manifests in a quarantine folder ('' for a whole scan's, one per part)."""
     qdir = os.path.abspath(qdir)
     stem, ext = os.path.splitext(locations.MANIFEST_FILE)
     tags = sorted(name[len(stem) : -len(ext)] for name in os.listdir(qdir) if name.startswith(stem) and name.endswith(ext)) \
@@ -365,7 +365,7 @@ def _merge(total: RecoveryReport, part: RecoveryReport) -> None:
 
 
 def recover(qdir: str) -> RecoveryReport:
-    """Lock a quarantine folder and repair half-done moves left by a killed run (every shard's manifest)."""
+    """Lock a quarantine folder and repair half-done moves left by a killed run (every part's manifest)."""
     qdir, total = os.path.abspath(qdir), RecoveryReport()
     for tag in _journals(qdir):
         with _locked_journal(qdir, tag) as journal:

@@ -48,7 +48,7 @@ META_KEY = "dsclean"
 
 
 def read_results_meta(path: str) -> dict:
-    """What a results file says about the scan that wrote it (root, shard, check options)."""
+    """What a results file says about the scan that wrote it (root, part, check options)."""
     if os.path.isdir(path):
         path = os.path.join(path, locations.RESULTS_FILE)
     metadata = pq.read_schema(path).metadata or {}

@@ -164,7 +164,7 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
         options.report_dir or locations.default_report_dir(root, None if options.dry_run else quarantine_dir)
     )
     summary = ScanSummary(root=root, jobs=jobs, quarantine=quarantine_dir, dry_run=options.dry_run, shard=options.shard)
-    tag = locations.shard_tag(_valid_shard(options.shard))
+    tag = locations.part_tag(_valid_part(options.shard))
     with contextlib.ExitStack() as stack:
         quarantine = None
         if quarantine_dir and not options.dry_run:
@@ -191,7 +191,7 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
             stats=summary.discovery,
         )
         if options.shard is not None:
-            media = (m for m in media if in_shard(m[0], options.shard))
+            media = (m for m in media if in_part(m[0], options.shard))
         files = _stat_each(root, media)
         try:
             with _stop_on_signals() as stop:
@@ -209,26 +209,26 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
         summary.interrupted = bool(summary.signal)
     summary.results_path, summary.problems_path = writer.results_path, writer.problems_path
     _write_summary(report_dir, summary, tag)
-    if options.shard is None:  # a shard's results are only part of the picture: `dsclean merge` points at the whole
+    if options.shard is None:  # a part's results are only part of the picture: `dsclean merge` points at the whole
         note = point_root_at(root, summary.results_path, summary.problems_path, summary.quarantine)
         summary.notes += [note] if note else []
     return summary
 
 
-def in_shard(rel: str, shard: tuple[int, int]) -> bool:
-    """Whether shard ``(i, n)`` checks ``rel``: a stable hash of the path's bytes, mod n.
+def in_part(rel: str, part: tuple[int, int]) -> bool:
+    """Whether part ``(i, n)`` checks ``rel``: a stable hash of the path's bytes, mod n.
 
     The same on every machine and run, independent of listing order, so the
     tasks of a job array need no coordination.
     """
-    i, n = shard
+    i, n = part
     return zlib.crc32(encode_path(rel)) % n == i
 
 
-def _valid_shard(shard: tuple[int, int] | None) -> tuple[int, int] | None:
-    if shard is not None and not (shard[1] >= 1 and 0 <= shard[0] < shard[1]):
-        raise UserError(f"--shard {shard[0]}/{shard[1]}: need 0 <= I < N")
-    return shard
+def _valid_part(part: tuple[int, int] | None) -> tuple[int, int] | None:
+    if part is not None and not (part[1] >= 1 and 0 <= part[0] < part[1]):
+        raise UserError(f"--shard {part[0]}/{part[1]}: need 0 <= I < N")
+    return part
 
 
 def _stat_each(root: str, media: Iterator[tuple[str, str]]) -> Iterator[tuple[str, int, int]]:
@@ -259,7 +259,7 @@ def _skip_cached(files: Iterator[tuple[str, int, int]], cache: ScanCache | None,
 def _open_cache(root: str, report_dir: str, options: ScanOptions, summary: ScanSummary, tag: str) -> ScanCache | None:
     """The root's scan cache (``<root>/.dsclean``), else one in the report folder, else none (with a note).
 
-    Each shard has its own cache file: SQLite must not be shared by processes on
+    Each part has its own cache file: SQLite must not be shared by processes on
     different machines over a network file system.
     """
     if not options.use_cache:
@@ -402,7 +402,7 @@ def format_summary(s: ScanSummary) -> str:
     rate = f"{s.files_per_s:,.1f} files/s, {mb / s.elapsed if s.elapsed else 0:,.1f} MB/s"
     head = "Scan INTERRUPTED after" if s.interrupted else "Scanned"
     if s.shard is not None:
-        head += f" (shard {s.shard[0]}/{s.shard[1]})"
+        head += f" (part {s.shard[0]}/{s.shard[1]})"
     lines.append(f"{head} {s.files:,} files ({mb:,.1f} MB) in {s.elapsed:.1f} s ({rate}, {s.jobs} jobs)")
     for kind in sorted(s.counts):
         c = s.counts[kind]

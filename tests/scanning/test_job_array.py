@@ -1,4 +1,4 @@
-"""Job-array shards: disjoint, complete, mergeable, and one index identical to a single-machine run."""
+"""Job-array parts: disjoint, complete, mergeable, and one index identical to a single-machine run."""
 from __future__ import annotations
 
 import glob
@@ -12,8 +12,8 @@ from support.treegen import make_tree, tree_state
 
 import dsclean
 from dsclean.errors import UserError
-from dsclean.scanning.merge import merge, read_shards
-from dsclean.scanning.scanner import ScanOptions, in_shard, scan
+from dsclean.scanning.merge import merge, read_parts
+from dsclean.scanning.scanner import ScanOptions, in_part, scan
 
 N = 3
 
@@ -25,39 +25,39 @@ def tree(tmp_path):
     return root
 
 
-def _shard_scans(root, report, **kw):
+def _part_scans(root, report, **kw):
     return [scan(str(root), ScanOptions(shard=(i, N), report_dir=str(report), jobs=1, **kw)) for i in range(N)]
 
 
-def test_shards_partition_the_files(tree, tmp_path):
-    summaries = _shard_scans(tree, tmp_path / "r")
+def test_parts_partition_the_files(tree, tmp_path):
+    summaries = _part_scans(tree, tmp_path / "r")
     assert sum(s.files for s in summaries) == 42 and all(s.files > 0 for s in summaries)
-    files = sorted(glob.glob(str(tmp_path / "r" / "scan_results.shard-*-of-0003.parquet")))
+    files = sorted(glob.glob(str(tmp_path / "r" / "scan_results.part-*-of-0003.parquet")))
     assert len(files) == N
     paths = [set(pq.read_table(f, columns=["path"])["path"].to_pylist()) for f in files]
     assert not (paths[0] & paths[1] or paths[0] & paths[2] or paths[1] & paths[2])
     for i, ps in enumerate(paths):
-        assert all(in_shard(os.fsdecode(p), (i, N)) for p in ps)
+        assert all(in_part(os.fsdecode(p), (i, N)) for p in ps)
 
 
-def test_shard_assignment_is_stable():
+def test_part_assignment_is_stable():
     # fixed values: a change here would reshuffle every running job array
-    assert [in_shard(p, (0, 4)) for p in ("a.jpg", "cats/1.png", "x/y/z.wav")] == [
+    assert [in_part(p, (0, 4)) for p in ("a.jpg", "cats/1.png", "x/y/z.wav")] == [
         __import__("zlib").crc32(p.encode()) % 4 == 0 for p in ("a.jpg", "cats/1.png", "x/y/z.wav")]
 
 
 def test_merge_then_index_equals_a_single_machine_run(tree, tmp_path):
     single = scan(str(tree), ScanOptions(report_dir=str(tmp_path / "single"), jobs=1))
     dsclean.build_index(str(tree), str(tmp_path / "single.arrow"), scan_results=single.results_path)
-    _shard_scans(tree, tmp_path / "shards")
-    files = sorted(glob.glob(str(tmp_path / "shards" / "scan_results.shard-*.parquet")))
+    _part_scans(tree, tmp_path / "parts")
+    files = sorted(glob.glob(str(tmp_path / "parts" / "scan_results.part-*.parquet")))
     m = merge(files, str(tmp_path / "merged"))
-    assert (m.rows, m.bad, m.shards) == (42, 12, N)
+    assert (m.rows, m.bad, m.parts) == (42, 12, N)
     merged = dsclean.read_results(str(tmp_path / "merged")).sort_by("path").drop_columns(["mtime_ns"])
     alone = dsclean.read_results(single.results_path).sort_by("path").drop_columns(["mtime_ns"])
     assert merged.equals(alone)
     assert len(dsclean.read_problems(str(tmp_path / "merged"))) == 12
-    # index from the merged results, and straight from the shard files: both identical to the single run
+    # index from the merged results, and straight from the part files: both identical to the single run
     dsclean.build_index(str(tree), str(tmp_path / "merged.arrow"), scan_results=m.results_path)
     dsclean.build_index(str(tree), str(tmp_path / "direct.arrow"), scan_results=files)
     ref = dsclean.IndexedDataset(str(tmp_path / "single.arrow"))
@@ -68,68 +68,68 @@ def test_merge_then_index_equals_a_single_machine_run(tree, tmp_path):
     assert len(ref) == 30
 
 
-def test_merge_refuses_missing_duplicate_and_foreign_shards(tree, tmp_path):
-    _shard_scans(tree, tmp_path / "r")
-    files = sorted(glob.glob(str(tmp_path / "r" / "scan_results.shard-*.parquet")))
-    with pytest.raises(UserError, match="missing shards of 3: 1/3"):
+def test_merge_refuses_missing_duplicate_and_foreign_parts(tree, tmp_path):
+    _part_scans(tree, tmp_path / "r")
+    files = sorted(glob.glob(str(tmp_path / "r" / "scan_results.part-*.parquet")))
+    with pytest.raises(UserError, match="missing parts of 3: 1/3"):
         merge([files[0], files[2]])
-    with pytest.raises(UserError, match="shard 0/3 is given twice"):
-        read_shards([files[0], files[0], files[1], files[2]])
+    with pytest.raises(UserError, match="part 0/3 is given twice"):
+        read_parts([files[0], files[0], files[1], files[2]])
     whole = scan(str(tree), ScanOptions(report_dir=str(tmp_path / "whole"), jobs=1))
-    with pytest.raises(UserError, match="not a shard's results"):
+    with pytest.raises(UserError, match="not a part's results"):
         merge([*files, whole.results_path])
     other = tmp_path / "other"
     make_tree(other, n_good=3, n_bad=0)
     scan(str(other), ScanOptions(shard=(1, N), report_dir=str(tmp_path / "o"), jobs=1))
-    foreign = str(tmp_path / "o" / "scan_results.shard-0001-of-0003.parquet")
+    foreign = str(tmp_path / "o" / "scan_results.part-0001-of-0003.parquet")
     with pytest.raises(UserError, match="different scans"):
         merge([files[0], foreign, files[2]])
 
 
-def test_merge_refuses_overlapping_shards(tree, tmp_path):
-    """Two shard files that both claim a path (e.g. a tree that changed between tasks) are refused."""
-    _shard_scans(tree, tmp_path / "r")
-    files = sorted(glob.glob(str(tmp_path / "r" / "scan_results.shard-*.parquet")))
+def test_merge_refuses_overlapping_parts(tree, tmp_path):
+    """Two part files that both claim a path (e.g. a tree that changed between tasks) are refused."""
+    _part_scans(tree, tmp_path / "r")
+    files = sorted(glob.glob(str(tmp_path / "r" / "scan_results.part-*.parquet")))
     t0, t1 = pq.read_table(files[0]), pq.read_table(files[1])
     import pyarrow as pa
 
     pq.write_table(pa.concat_tables([t1, t0.slice(0, 1).cast(t1.schema)]), files[1])
-    with pytest.raises(UserError, match="more than one shard"):
+    with pytest.raises(UserError, match="more than one part"):
         merge(files)
 
 
-def test_sharded_quarantine_with_concurrent_shards_and_restore(tree, tmp_path):
+def test_parted_quarantine_with_concurrent_parts_and_restore(tree, tmp_path):
     before = tree_state(tree)
     procs = [subprocess.Popen([sys.executable, "-m", "dsclean", "scan", str(tree), "--shard", f"{i}/{N}",
                                "--quarantine", str(tmp_path / "q"), "--jobs", "1", "--quiet"]) for i in range(N)]
-    assert [p.wait(timeout=120) for p in procs] == [0] * N  # concurrently, into one folder: a lock per shard
+    assert [p.wait(timeout=120) for p in procs] == [0] * N  # concurrently, into one folder: a lock per part
     assert len(tree_state(tree)) == 30 and len(list((tmp_path / "q").rglob("bad*"))) == 12
-    assert len(glob.glob(str(tmp_path / "q" / "manifest.shard-*.jsonl"))) == N
+    assert len(glob.glob(str(tmp_path / "q" / "manifest.part-*.jsonl"))) == N
     out = subprocess.run([sys.executable, "-m", "dsclean", "merge",
-                          *sorted(glob.glob(str(tmp_path / "q" / "scan_results.shard-*.parquet")))],
+                          *sorted(glob.glob(str(tmp_path / "q" / "scan_results.part-*.parquet")))],
                          capture_output=True, text=True)
     assert out.returncode == 0 and "42 files, 12 bad" in out.stdout
     assert dsclean.restore(str(tmp_path / "q")).restored == 12
     assert tree_state(tree) == before
 
 
-def test_cli_shard_argument_errors(tree):
+def test_cli_part_argument_errors(tree):
     for bad in ("3/3", "x", "1/0", "-1/2"):
         proc = subprocess.run([sys.executable, "-m", "dsclean", "scan", str(tree), "--shard", bad],
                               capture_output=True, text=True)
         assert proc.returncode == 2 and "--shard" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_merge_refuses_an_interrupted_shard(tree, tmp_path):
+def test_merge_refuses_an_interrupted_part(tree, tmp_path):
     import json
 
-    _shard_scans(tree, tmp_path / "r")
-    files = sorted(glob.glob(str(tmp_path / "r" / "scan_results.shard-*.parquet")))
-    summary = tmp_path / "r" / "scan_summary.shard-0001-of-0003.json"
+    _part_scans(tree, tmp_path / "r")
+    files = sorted(glob.glob(str(tmp_path / "r" / "scan_results.part-*.parquet")))
+    summary = tmp_path / "r" / "scan_summary.part-0001-of-0003.json"
     data = json.loads(summary.read_text())
     summary.write_text(json.dumps({**data, "interrupted": True}))  # as a SIGTERM at a time limit leaves it
     with pytest.raises(UserError, match="interrupted before it finished"):
         merge(files)
     summary.unlink()
-    with pytest.raises(UserError, match="cannot tell whether the shard finished"):
+    with pytest.raises(UserError, match="cannot tell whether the part finished"):
         merge(files)
