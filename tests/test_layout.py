@@ -22,7 +22,7 @@ ALLOWED = {
     "diagnose": {"index", "data"},
     "cli": {"scanning", "index", "data", "diagnose"},
 }
-COMMON = {"reasons", "formats", "errors", "atomic", "locations", "argtypes"}
+COMMON = {"reasons", "formats", "errors", "atomic", "locations", "argtypes", "hashing", "jsonpaths"}
 ENTRY = {"dsclean", "dsclean.__main__"}  # the public API and `python -m dsclean` may import any stage
 
 

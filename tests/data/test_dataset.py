@@ -14,6 +14,7 @@ import pytest
 import soundfile as sf
 import torch
 from PIL import Image
+from support.transforms import to_array
 from torch.utils.data import DataLoader
 
 from dsclean import IndexedDataset, collate_skip_none
@@ -67,10 +68,6 @@ def write_raw_index(path: str, root: str, rels: list[bytes], sizes: list[int]) -
     with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
         w.write_table(table)
     return path
-
-
-def to_array(img) -> np.ndarray:
-    return np.array(img)
 
 
 # ----------------------------------------------------------------------------- sequence protocol

@@ -11,7 +11,8 @@ import functools
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dsclean import REASONS, synth
+from dsclean import REASONS
+from support import synth
 from dsclean.reasons import STATUSES
 from dsclean.scanning.check import check_file
 
