@@ -17,11 +17,32 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def current_umask() -> int:
+    """The process's umask, read without changing it where Linux allows (``/proc/self/status``)."""
+    try:
+        with open("/proc/self/status", "rb") as f:  # bytes: no codec import (works after a setuid, too)
+            for line in f:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)  # elsewhere: the classic set-and-restore
+    os.umask(mask)
+    return mask
+
+
 def temp_next_to(final: str) -> str:
-    """A new empty temp file in ``final``'s folder (so the rename is atomic), named after it."""
+    """A new empty temp file in ``final``'s folder (so the rename is atomic), named after it.
+
+    Created with the user's umask (``mkstemp`` alone makes it 0600), so a team on a
+    shared file system can read results, reports and indexes.
+    """
     parent = os.path.dirname(os.path.abspath(final)) or "."
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(final)}.", suffix=".tmp", dir=parent)
-    os.close(fd)
+    try:
+        os.fchmod(fd, 0o666 & ~current_umask())
+    finally:
+        os.close(fd)
     return tmp
 
 
@@ -41,7 +62,11 @@ def atomic_output(final: str, *, directory: bool = False) -> Iterator[str]:
     """
     parent = os.path.dirname(os.path.abspath(final)) or "."
     base = os.path.basename(final)
-    tmp = tempfile.mkdtemp(prefix=f".{base}.", suffix=".tmp", dir=parent) if directory else temp_next_to(final)
+    if directory:
+        tmp = tempfile.mkdtemp(prefix=f".{base}.", suffix=".tmp", dir=parent)
+        os.chmod(tmp, 0o777 & ~current_umask())
+    else:
+        tmp = temp_next_to(final)
     try:
         yield tmp
         if directory:

@@ -16,6 +16,7 @@ FORMATS: dict[str, tuple[str, tuple[str, ...]]] = {
     "bmp": (IMAGE, (".bmp",)),
     "tiff": (IMAGE, (".tif", ".tiff")),
     "webp": (IMAGE, (".webp",)),
+    "ppm": (IMAGE, (".ppm", ".pgm")),  # Netpbm: PPM (colour) and PGM (grey), plain or raw
     "wav": (AUDIO, (".wav",)),
     "flac": (AUDIO, (".flac",)),
     "ogg": (AUDIO, (".ogg",)),
@@ -24,6 +25,9 @@ FORMATS: dict[str, tuple[str, tuple[str, ...]]] = {
 
 EXT_TO_FORMAT: dict[str, str] = {ext: fmt for fmt, (_, exts) in FORMATS.items() for ext in exts}
 MEDIA_EXTENSIONS: frozenset[str] = frozenset(EXT_TO_FORMAT)
+
+#: torchvision's ``IMG_EXTENSIONS``, the files ``ImageFolder`` takes (no .gif); ``dsclean index --files imagefolder``
+IMAGEFOLDER_EXTENSIONS: tuple[str, ...] = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
 #: how many leading bytes :func:`sniff` needs
 SNIFF_BYTES = 16
@@ -76,6 +80,8 @@ def sniff(head: bytes) -> str | None:
             return fmt
     if _is_mp3_frame_sync(head):
         return "mp3"
+    if head[:1] == b"P" and head[1:2] in (b"1", b"2", b"3", b"4", b"5", b"6") and head[2:3].isspace():
+        return "ppm"  # Netpbm magic: P1-P6 and whitespace
     return None
 
 

@@ -1,16 +1,36 @@
-"""Where dsclean's own files live: one place for every file name and default folder."""
+"""Where dsclean's own files live: one place for every file name, folder and the results lookup.
+
+Nothing of dsclean's goes inside a dataset root. What dsclean remembers about a
+root lives in a per-root *state folder* outside it::
+
+    <base>/roots/<hash of realpath(ROOT)>/      root.json, last_scan.json, scan_cache.sqlite, ...
+
+``<base>`` is ``--state-dir DIR``, else ``$DSCLEAN_STATE_DIR``, else
+``$XDG_CACHE_HOME/dsclean`` (``~/.cache/dsclean``). On a cluster without a shared
+``$HOME``, point ``DSCLEAN_STATE_DIR`` at a shared path so every node and teammate
+finds the same state.
+
+:func:`find_results` is the ONE rule every command uses to find a root's scan results.
+"""
 from __future__ import annotations
 
+import glob
+import hashlib
 import json
 import os
+import time
 
-#: hidden folder inside a scanned root for default reports (skipped by discovery: it is a dot-name)
-STATE_DIR = ".dsclean"
+#: the folder older dsclean versions wrote inside a root; read (never written, never deleted)
+LEGACY_STATE_DIR = ".dsclean"
+STATE_DIR = LEGACY_STATE_DIR  # old name, kept for code written against it
+STATE_ENV = "DSCLEAN_STATE_DIR"
 RESULTS_FILE = "scan_results.parquet"  # every verdict, one row per file
 PROBLEMS_FILE = "problems.jsonl"  # bad and warn verdicts, one JSON object per line
 SUMMARY_FILE = "scan_summary.json"  # counts, elapsed time, options
-CACHE_FILE = "scan_cache.sqlite"  # in <root>/.dsclean: verdicts by (path, size, mtime) for re-scans
-LAST_SCAN_FILE = "last_scan.json"  # in <root>/.dsclean: where the last scan of this root wrote its results
+CACHE_FILE = "scan_cache.sqlite"  # in the state folder: verdicts by (path, size, mtime) for re-scans
+LAST_SCAN_FILE = "last_scan.json"  # in the state folder: where the last scan of this root wrote its results
+ROOT_FILE = "root.json"  # in the state folder: which root it belongs to (for people browsing the cache)
+INDEX_LOCK_FILE = "index.lock"  # in the state folder: held while IndexedDataset.from_folder builds
 MANIFEST_FILE = "manifest.jsonl"  # in a quarantine folder: the move journal
 LOCK_FILE = ".dsclean.lock"  # in a quarantine folder: held while a scan or restore runs
 
@@ -26,36 +46,219 @@ def tagged(name: str, tag: str) -> str:
     return f"{stem}{tag}{ext}"
 
 
+# --------------------------------------------------------------------------- folders
+
+
+def state_base(state_dir: str | None = None) -> tuple[str, str]:
+    """``(folder holding every root's state, where that choice came from)``: the first of
+    ``--state-dir``, ``$DSCLEAN_STATE_DIR``, ``$XDG_CACHE_HOME/dsclean``."""
+    return state_bases(state_dir)[0]
+
+
+def state_bases(state_dir: str | None = None) -> list[tuple[str, str]]:
+    """Every state base to look in, in lookup order, without repeats."""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    candidates = [(state_dir, "--state-dir"), (os.environ.get(STATE_ENV), STATE_ENV),
+                  (os.path.join(cache, "dsclean"), "the per-user state folder")]
+    out: list[tuple[str, str]] = []
+    for base, source in candidates:
+        if base and os.path.abspath(base) not in [b for b, _ in out]:
+            out.append((os.path.abspath(base), source))
+    return out
+
+
+def root_key(root: str) -> str:
+    """A stable name for a root: the first 24 hex digits of SHA-256 of its real path's bytes."""
+    return hashlib.sha256(os.fsencode(os.path.realpath(root))).hexdigest()[:24]
+
+
+def root_state_dir(root: str, state_dir: str | None = None) -> str:
+    """``<base>/roots/<hash of realpath(root)>``: dsclean's memory of ``root`` (not created here)."""
+    return os.path.join(state_base(state_dir)[0], "roots", root_key(root))
+
+
+def make_root_state_dir(root: str, state_dir: str | None = None) -> str:
+    """Create the root's state folder (and its ``root.json``) if needed; returns it. Raises OSError."""
+    folder = root_state_dir(root, state_dir)
+    os.makedirs(folder, exist_ok=True)
+    label = os.path.join(folder, ROOT_FILE)
+    if not os.path.exists(label):
+        _write_json(label, {"root": os.path.realpath(root)})
+    return folder
+
+
+def legacy_state_dir(root: str) -> str:
+    """``ROOT/.dsclean``, where dsclean < 0.2 kept its state (read only now)."""
+    return os.path.join(root, LEGACY_STATE_DIR)
+
+
 def state_dir(root: str) -> str:
-    return os.path.join(root, STATE_DIR)
+    """The root's state folder (old name of :func:`root_state_dir`)."""
+    return root_state_dir(root)
 
 
-def default_report_dir(root: str, quarantine: str | None) -> str:
-    """Reports go next to the quarantine when there is one, else into ``<root>/.dsclean``."""
-    return quarantine if quarantine else state_dir(root)
+def default_report_dir(root: str, quarantine: str | None, state_dir: str | None = None) -> str:
+    """Reports go next to the quarantine when there is one, else into the root's state folder."""
+    return quarantine if quarantine else root_state_dir(root, state_dir)
 
 
-def find_scan_results(root: str) -> str | None:
-    """The results file of the last scan of ``root``, or None.
+def is_inside(path: str, root: str) -> bool:
+    """Whether ``path`` is ``root`` or lies below it, after resolving symlinks in both."""
+    real, real_root = os.path.realpath(path), os.path.realpath(root)
+    return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
 
-    Looks at ``<root>/.dsclean/last_scan.json`` (written by every scan that
-    could write there), then at ``<root>/.dsclean/scan_results.parquet``.
+
+# --------------------------------------------------------------------------- the last-scan pointer
+
+
+def write_pointer(root: str, results: list[str], *, problems: list[str], summary: list[str] | None = None,
+                  quarantine: str | None = None, options: str | None = None, part: tuple[int, int] | None = None,
+                  state_dir: str | None = None) -> str | None:
+    """Record where the results of ``root`` are, in its state folder (``last_scan.json``; a part's own file).
+
+    Returns a note when the state folder is not writable (commands then need ``--scan-results``).
     """
-    pointer = os.path.join(state_dir(root), LAST_SCAN_FILE)
-    results = _read_pointer(pointer)
-    if results and os.path.exists(results):
-        return results
-    fixed = os.path.join(state_dir(root), RESULTS_FILE)
-    return fixed if os.path.exists(fixed) else None
-
-
-def _read_pointer(pointer: str) -> str | None:
-    """The results path recorded in a last-scan pointer; None if there is no usable pointer."""
-    if not os.path.isfile(pointer):
-        return None
     try:
-        with open(pointer, encoding="utf-8") as f:
+        folder = make_root_state_dir(root, state_dir)
+        path = os.path.join(folder, tagged(LAST_SCAN_FILE, part_tag(part)))
+        _write_json(path, {
+            "root": os.path.realpath(root),
+            "results": [os.path.abspath(p) for p in results],
+            "problems": [os.path.abspath(p) for p in problems],
+            "summary": [os.path.abspath(p) for p in summary or []],
+            "quarantine": os.path.abspath(quarantine) if quarantine else None,
+            "options": options,
+            "part": list(part) if part else None,
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "finished_ns": time.time_ns(),
+        })
+    except OSError as exc:
+        where = root_state_dir(root, state_dir)
+        return (f"could not record the results location in {where}: {exc.strerror or exc}; "
+                "later commands need --scan-results or --state-dir")
+    return None
+
+
+def read_pointer(path: str) -> dict | None:
+    """A last-scan pointer's content, or None if there is none (or it is unreadable)."""
+    try:
+        with open(path, encoding="utf-8") as f:
             data = json.load(f)
-    except (OSError, ValueError):  # unreadable or half-written by hand: fall back to the fixed location
+    except (OSError, ValueError):
         return None
-    return data.get("results") if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        return None
+    results = data.get("results")
+    if isinstance(results, str):  # written by dsclean 0.1: one path
+        data["results"] = [results]
+        data["problems"] = [data["problems"]] if isinstance(data.get("problems"), str) else []
+    if not isinstance(data.get("results"), list) or not all(isinstance(p, str) for p in data["results"]):
+        return None
+    return data
+
+
+def last_scan(root: str, state_dir: str | None = None) -> tuple[dict | None, str]:
+    """The newest pointer of ``root`` in one state folder: the whole scan's or a complete set of parts'.
+
+    Returns ``(pointer, path of the pointer file)``; parts come back as one pointer
+    listing every part's results.
+    """
+    folder = root_state_dir(root, state_dir)
+    whole_path = os.path.join(folder, LAST_SCAN_FILE)
+    best, best_path = read_pointer(whole_path), whole_path
+    parts = _complete_parts(folder)
+    if parts is not None and (best is None or parts[0].get("finished_ns", 0) > best.get("finished_ns", 0)):
+        best, best_path = parts
+    return best, best_path
+
+
+def _complete_parts(folder: str) -> tuple[dict, str] | None:
+    """The newest complete set of part pointers in ``folder`` merged into one pointer, or None."""
+    by_n: dict[int, dict[int, dict]] = {}
+    for path in glob.glob(os.path.join(glob.escape(folder), tagged(LAST_SCAN_FILE, ".part-*-of-*"))):
+        p = read_pointer(path)
+        if p and isinstance(p.get("part"), list) and len(p["part"]) == 2:
+            i, n = p["part"]
+            by_n.setdefault(n, {})[i] = p
+    complete = [(n, got) for n, got in by_n.items() if set(got) == set(range(n))]
+    if not complete:
+        return None
+    n, got = max(complete, key=lambda c: min(p.get("finished_ns", 0) for p in c[1].values()))
+    ordered = [got[i] for i in range(n)]
+    merged = {**ordered[0], "part": None, "finished_ns": min(p.get("finished_ns", 0) for p in ordered),
+              "results": [r for p in ordered for r in p["results"]],
+              "problems": [r for p in ordered for r in p.get("problems", [])]}
+    return merged, os.path.join(folder, tagged(LAST_SCAN_FILE, f".part-*-of-{n:04d}"))
+
+
+# --------------------------------------------------------------------------- the lookup rule
+
+
+def find_results(root: str, scan_results: list[str] | str | None = None,
+                 state_dir: str | None = None) -> tuple[list[str], str]:
+    """The scan results of ``root``: ``(paths, which source was used)``. THE rule of every command.
+
+    1. ``scan_results`` given (``--scan-results``): those files;
+    2. ``state_dir`` (``--state-dir``) or ``$DSCLEAN_STATE_DIR``: the pointer in that state folder;
+    3. the pointer in the per-user state folder;
+    4. a legacy ``ROOT/.dsclean`` left by dsclean 0.1 (read only: dsclean never writes or deletes it);
+    5. none: ``([], "none ...")``.
+
+    A pointer whose results files are gone is skipped (and said so). Several paths
+    mean the parts of one job array. The description is one line for the user.
+    """
+    if scan_results:
+        paths = [scan_results] if isinstance(scan_results, str) else list(scan_results)
+        return paths, "--scan-results " + " ".join(paths)
+    skipped: list[str] = []
+    for base, source in state_bases(state_dir):
+        pointer, where = last_scan(root, base)
+        if pointer is None:
+            continue
+        missing = [p for p in pointer["results"] if not os.path.exists(p)]
+        if missing:
+            skipped.append(f"{where} names results that no longer exist ({missing[0]})")
+            continue
+        return pointer["results"], f"the last scan of {root}, recorded in {where} ({source})" + _also(skipped)
+    legacy = _legacy_results(root)
+    if legacy:
+        return [legacy], (f"{legacy}, left inside the root by an older dsclean (read only: dsclean no longer "
+                          f"writes there; you may delete {legacy_state_dir(root)})" + _also(skipped))
+    return [], f"none: no recorded scan of {root}" + _also(skipped)
+
+
+def _also(skipped: list[str]) -> str:
+    return "".join(f"; skipped: {s}" for s in skipped)
+
+
+def _legacy_results(root: str) -> str | None:
+    folder = legacy_state_dir(root)
+    pointer = read_pointer(os.path.join(folder, LAST_SCAN_FILE))
+    if pointer and pointer["results"] and all(os.path.exists(p) for p in pointer["results"]) \
+            and len(pointer["results"]) == 1:
+        return pointer["results"][0]
+    fixed = os.path.join(folder, RESULTS_FILE)
+    return fixed if os.path.isfile(fixed) else None
+
+
+def find_scan_results(root: str, state_dir: str | None = None) -> str | None:
+    """The one results file of ``root``'s last scan by :func:`find_results`, or None.
+
+    Kept for callers written before the lookup rule; several part files (an unmerged
+    job array) raise a :class:`~dsclean.errors.UserError` asking for ``dsclean merge``.
+    """
+    paths, _ = find_results(root, state_dir=state_dir)
+    if len(paths) > 1:
+        from .errors import UserError
+
+        raise UserError(f"the last scan of {root} is {len(paths)} unmerged parts; run dsclean merge "
+                        + " ".join(paths))
+    return paths[0] if paths else None
+
+
+def _write_json(path: str, data: dict) -> None:
+    from .atomic import atomic_output
+
+    with atomic_output(path) as tmp:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2)

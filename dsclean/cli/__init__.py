@@ -3,9 +3,11 @@
 One module per command group (:mod:`.scan`, :mod:`.index`, :mod:`.diagnose`):
 each parses, calls the API, prints.
 
-Exit codes: 0 done; 1 ``--check`` found bad files (or a restore refused
-entries); 2 usage error or bad input (message, no traceback); 130/143
-interrupted by SIGINT/SIGTERM after flushing what was decided.
+Exit codes (:mod:`.exit_codes`, the README's table): 0 done; 1 findings (``--check``
+found bad files, a restore refused entries, ...); 2 usage error or bad input, before
+anything changed (message, no traceback); 3 incomplete: some moves or writes failed,
+state consistent, every failure listed; 130/143 interrupted by SIGINT/SIGTERM after
+flushing what was decided.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from typing import Sequence
 from .. import __version__
 from ..errors import UserError
 from . import diagnose, index, scan
-from .exit_codes import EXIT_OK, EXIT_USAGE
+from .exit_codes import EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,6 +48,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 128 + signal.SIGINT
     except BrokenPipeError:
         return EXIT_OK
+    except OSError as exc:  # a write failed partway (a full disk, a read-only folder); what was done is consistent
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"dsclean {args.command}: error: could not finish: {exc.strerror or exc}{where}", file=sys.stderr)
+        return EXIT_INCOMPLETE
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from .. import argtypes
@@ -50,7 +51,9 @@ def add_parsers(sub) -> None:
     run = p.add_mutually_exclusive_group()
     run.add_argument("--batches", type=argtypes.positive, metavar="N", help="stop after N batches")
     run.add_argument("--seconds", type=argtypes.seconds, metavar="S", help="stop after S seconds (default 10)")
-    p.add_argument("--all", action="store_true", help="with --num-workers 0: load every sample, list every failure")
+    p.add_argument("--all", action="store_true",
+                   help="with --num-workers 0: load every sample; failures grouped by reason with counts")
+    p.add_argument("--tracebacks", action="store_true", help="with --all: also print every failure's full traceback")
     p.add_argument("--root", metavar="DIR", help="where the files are (default: the root recorded in the index)")
     p.add_argument("--interval", type=argtypes.seconds, default=0.5, metavar="S", help="seconds between memory samples")
     p.add_argument("--plot", metavar="FILE.png", help="also write a plot of the memory over time (needs matplotlib)")
@@ -98,9 +101,25 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0 if exp.recognized else 1
 
 
+def _check_root(index: str, root: str | None) -> None:
+    """A moved dataset: name this command's flag (--root), not the Python argument."""
+    from ..index.store import read_meta
+
+    meta = read_meta(index)
+    where = root if root is not None else meta["root"]
+    if not os.path.isdir(where):
+        if root is not None:
+            raise UserError(f"--root {root}: no such folder")
+        raise UserError(f"{index}: the files were indexed under {where}, which is not a folder now; "
+                        "if the dataset moved, pass --root NEW_LOCATION")
+
+
 def cmd_probe(args: argparse.Namespace) -> int:
     from ..diagnose import probe
 
+    _check_root(args.index, args.root)
+    if args.tracebacks and not args.all:
+        raise UserError("--tracebacks goes with --all")
     if args.all:
         if args.num_workers not in (None, 0):
             raise UserError("--all loads every sample in the main process: use it with --num-workers 0")
@@ -110,7 +129,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"samples": tried, "failures": [f.__dict__ for f in failures]}, indent=2))
         else:
-            print(probe.format_failures(tried, failures))
+            print(probe.format_failures(tried, failures, tracebacks=args.tracebacks))
         return 1 if failures else 0
     if args.plot:
         probe.require_matplotlib()  # fail before the run, not after it

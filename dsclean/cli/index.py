@@ -8,8 +8,11 @@ from __future__ import annotations
 import argparse
 import json
 
+from .. import argtypes
 from ..index.build import IndexSummary, build_index
 from ..index.store import index_info
+from .exit_codes import EXIT_OK
+from .scan import add_location_options, add_symlink_options
 
 _MAX_CLASSES_SHOWN = 30
 
@@ -29,7 +32,17 @@ def add_parsers(sub) -> None:
     p.add_argument("--no-labels", action="store_true", help="no labels: every label is -1")
     p.add_argument("--scan-results", metavar="FILE", nargs="+",
                    help="scan results to exclude bad files: one file, or every part's of a job array "
-                        "(default: the last scan of ROOT)")
+                        "(default: the last scan of ROOT, found through the state folder)")
+    p.add_argument("--no-check", action="store_true",
+                   help="do not decode files the scan did not cover (never scanned, changed, restored): "
+                        "confirm them by magic bytes only")
+    p.add_argument("--jobs", "-j", type=argtypes.count, default=0, metavar="N",
+                   help="processes checking files the scan did not cover (default: all usable cores)")
+    p.add_argument("--files", choices=("dsclean", "imagefolder"), default="dsclean",
+                   help="which files: dsclean (media it can check; hidden files skipped; default) or imagefolder "
+                        "(torchvision's exact rule: IMG_EXTENSIONS, hidden files included, symlinks followed)")
+    add_symlink_options(p)
+    add_location_options(p)
     p.add_argument("--exclude", action="append", default=[], metavar="DIR", help="a folder to leave out (repeatable)")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     p.set_defaults(func=cmd_index)
@@ -51,21 +64,37 @@ def cmd_index(args: argparse.Namespace) -> int:
         scan_results=args.scan_results,
         exclude=tuple(args.exclude or ()),
         progress=not args.quiet,
+        check=not args.no_check,
+        jobs=args.jobs,
+        files=args.files,
+        symlinks=args.symlinks,
+        state_dir=args.state_dir,
+        allow_inside_root=args.allow_inside_root,
     )
     if not args.quiet:
         print(format_summary(summary))
-    return 0
+    return EXIT_OK
 
 
 def format_summary(s: IndexSummary) -> str:
-    lines = [f"indexed {s.rows} files in {s.classes} classes ({s.labels} labels) -> {s.output} "
+    lines = [f"indexed {s.rows} files in {s.classes} classes ({s.labels} labels, {s.files} file rule) -> {s.output} "
              f"({s.format}, {_human(s.index_bytes)}; media {_human(s.media_bytes)})"]
-    left_out = [("excluded as bad by the scan", s.excluded_bad), ("not media (magic bytes)", s.not_media),
+    checked = f" (not covered by the scan: never scanned, changed or restored; {s.checked_from_cache} known to " \
+              "the scan cache)" if s.checked else ""
+    left_out = [("excluded as bad by the scan", s.excluded_bad),
+                ("checked here" + checked, s.checked),
+                ("bad, found by that check and left out", s.checked_bad),
+                ("not media (magic bytes, --no-check)", s.not_media),
                 ("unreadable", s.unreadable), ("skipped without a label", s.unlabeled),
-                ("changed since the scan (facts not copied)", s.changed_since_scan),
-                ("not in the scan results (magic bytes checked)", s.unscanned)]
+                ("changed since the scan", s.changed_since_scan),
+                ("not in the scan results", s.unscanned)]
     lines += [f"  {n:>10}  {what}" for what, n in left_out if n]
-    lines.append(f"  scan results: {s.scan_results or 'none'}")
+    if s.checked_bad_reasons:
+        lines.append("  left out by reason: " + ", ".join(f"{r} {n}" for r, n in s.checked_bad_reasons.items()))
+        lines += [f"    bad: {p}" for p in s.bad_paths[:20]]
+        if s.checked_bad > 20:
+            lines.append(f"    ... and {s.checked_bad - 20} more (dsclean scan ROOT --quarantine DIR moves them aside)")
+    lines.append(f"  scan results: {s.results_source or 'none'}")
     return "\n".join(lines)
 
 

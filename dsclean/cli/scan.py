@@ -1,4 +1,4 @@
-"""``dsclean scan``, ``restore``, ``recover``, ``merge`` and ``reasons``: argparse wiring and output.
+"""``dsclean scan``, ``restore``, ``recover``, ``status``, ``merge`` and ``reasons``: argparse wiring and output.
 
 :func:`add_parsers` registers the commands; each handler calls the scanning API
 (:mod:`dsclean.scanning`), prints, and returns an exit code (:mod:`dsclean.cli.exit_codes`).
@@ -12,14 +12,34 @@ import sys
 
 from .. import argtypes
 from .. import reasons as R
-from .exit_codes import EXIT_FOUND_BAD, EXIT_OK
+from .exit_codes import EXIT_FOUND_BAD, EXIT_INCOMPLETE, EXIT_OK
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     add_scan_parser(sub)
     add_restore_parser(sub)
+    add_status_parser(sub)
     add_merge_parser(sub)
     add_reasons_parser(sub)
+
+
+def add_location_options(p: argparse.ArgumentParser) -> None:
+    """``--state-dir`` and ``--allow-inside-root``, shared by the commands that work on a root."""
+    p.add_argument("--state-dir", metavar="DIR",
+                   help="where dsclean keeps what it knows about each root (default: $DSCLEAN_STATE_DIR, "
+                        "else $XDG_CACHE_HOME/dsclean); a shared path lets job arrays and teammates find results")
+    p.add_argument("--allow-inside-root", action="store_true",
+                   help="accept an output folder inside ROOT (ImageFolder would see it as a class)")
+
+
+def add_symlink_options(p: argparse.ArgumentParser) -> None:
+    """``--symlinks none|inside|all`` and its older spelling ``--follow-symlinks`` (= inside)."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--symlinks", choices=("none", "inside", "all"),
+                   help="symlinks to follow: none (default), inside (targets inside ROOT), all (e.g. a symlink farm); "
+                        "a loop is detected and skipped")
+    g.add_argument("--follow-symlinks", action="store_const", const="inside", dest="symlinks",
+                   help="the same as --symlinks inside")
 
 
 def add_scan_parser(sub: argparse._SubParsersAction) -> None:
@@ -28,7 +48,8 @@ def add_scan_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("scan", help="check every image/audio file under ROOT; quarantine the broken ones")
     p.add_argument("root", metavar="ROOT", help="folder to scan")
     p.add_argument("--quarantine", metavar="DIR", help="move bad files to DIR/<path relative to ROOT> (journaled)")
-    p.add_argument("--report", metavar="DIR", help="where to write results (default: the quarantine folder, else ROOT/.dsclean)")
+    p.add_argument("--report", metavar="DIR", help="where to write results (default: the quarantine folder, "
+                                                   "else the root's state folder; never inside ROOT)")
     p.add_argument("--jobs", "-j", type=argtypes.count, default=0, metavar="N", help="worker processes (default: all usable cores)")
     p.add_argument("--backend", choices=("loky", "threads", "dask"), default="loky",
                    help="loky: worker processes here, with crash/timeout/memory isolation (default); "
@@ -51,7 +72,8 @@ def add_scan_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dry-run", action="store_true", help="decide and report, move nothing")
     p.add_argument("--rescan", action="store_true", help="check every file again, ignoring the scan cache of unchanged files")
     p.add_argument("--include-hidden", action="store_true", help="also scan dot-named files and folders")
-    p.add_argument("--follow-symlinks", action="store_true", help="follow symlinks that stay inside ROOT")
+    add_symlink_options(p)
+    add_location_options(p)
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar, no summary (errors still print)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_scan)
@@ -59,7 +81,7 @@ def add_scan_parser(sub: argparse._SubParsersAction) -> None:
 
 def cmd_scan(args: argparse.Namespace) -> int:
     from ..scanning.check import CheckOptions
-    from ..scanning.scanner import ScanOptions, format_summary, scan
+    from ..scanning.scanner import ScanOptions, format_summary, move_failure_line, scan
 
     options = ScanOptions(
         jobs=args.jobs,
@@ -73,7 +95,9 @@ def cmd_scan(args: argparse.Namespace) -> int:
         report_dir=args.report,
         dry_run=args.dry_run,
         include_hidden=args.include_hidden,
-        follow_symlinks=args.follow_symlinks,
+        symlinks=args.symlinks,
+        state_dir=args.state_dir,
+        allow_inside_root=args.allow_inside_root,
         progress=False if (args.quiet or args.json) else None,
     )
     summary = scan(args.root, options)
@@ -81,18 +105,26 @@ def cmd_scan(args: argparse.Namespace) -> int:
         print(json.dumps(summary.to_json(), indent=2))
     elif not args.quiet:
         print(format_summary(summary))
-    for msg in summary.move_errors if args.quiet else ():
+    for msg in summary.move_errors[:20] if args.quiet else ():
         print(f"dsclean: {msg}", file=sys.stderr)
     if summary.interrupted:
         print(f"dsclean scan: interrupted by {signal.Signals(summary.signal).name}; results so far were saved",
               file=sys.stderr)
         return 128 + summary.signal
+    if summary.incomplete:
+        print(f"dsclean scan: incomplete: {move_failure_line(summary)}; every failed path is in "
+              f"{summary.problems_path}", file=sys.stderr)
+        return EXIT_INCOMPLETE
     return EXIT_FOUND_BAD if args.check and summary.bad else EXIT_OK
 
 
 def add_restore_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("restore", help="move quarantined files back to where they came from")
     p.add_argument("quarantine", metavar="DIR", help="a quarantine folder written by dsclean scan")
+    p.add_argument("--root", metavar="NEW",
+                   help="the dataset's new location, when it moved since the scan (default: the recorded root; "
+                        "refused if it no longer exists)")
+    p.add_argument("--state-dir", metavar="DIR", help="state folder base, to update the last scan's records")
     p.set_defaults(func=cmd_restore)
     p = sub.add_parser("recover", help="finish or revert moves left half-done by a killed scan (scan does this too)")
     p.add_argument("quarantine", metavar="DIR", help="a quarantine folder written by dsclean scan")
@@ -100,18 +132,24 @@ def add_restore_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _print_report(report, verb: str) -> int:
-    print(f"{verb}: {report.restored} restored, {report.completed} half-done moves completed, {report.reverted} reverted")
+    failed = f", {len(report.failed)} FAILED" if report.failed else ""
+    print(f"{verb}: {report.restored} restored, {report.completed} half-done moves completed, "
+          f"{report.reverted} reverted{failed}")
+    for msg in report.failed:
+        print(f"failed: {msg}", file=sys.stderr)
     for msg in report.refused:
         print(f"refused: {msg}", file=sys.stderr)
     for msg in report.bad_lines:
         print(f"skipped unreadable manifest line: {msg}", file=sys.stderr)
+    if report.failed:
+        return EXIT_INCOMPLETE
     return EXIT_FOUND_BAD if report.refused else EXIT_OK
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    from ..scanning.quarantine import restore
+    from ..scanning.records import restore
 
-    return _print_report(restore(args.quarantine), "restore")
+    return _print_report(restore(args.quarantine, args.root, args.state_dir), "restore")
 
 
 def cmd_recover(args: argparse.Namespace) -> int:
@@ -120,17 +158,34 @@ def cmd_recover(args: argparse.Namespace) -> int:
     return _print_report(recover(args.quarantine), "recover")
 
 
+def add_status_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("status", help="what a quarantine holds (moved, restored, failed, by reason), or a root's last scan")
+    p.add_argument("path", metavar="DIR|ROOT", help="a quarantine folder, or a dataset root")
+    p.add_argument("--json", action="store_true", help="print the status as JSON")
+    p.add_argument("--state-dir", metavar="DIR", help="state folder base to look in for a root's last scan")
+    p.set_defaults(func=cmd_status)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from ..scanning.records import format_status, status
+
+    st = status(args.path, args.state_dir)
+    print(json.dumps(st.to_json(), indent=2) if args.json else format_status(st))
+    return EXIT_OK
+
+
 def add_merge_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("merge", help="combine the results of a job array's parts (scan --shard I/N) into one")
     p.add_argument("results", metavar="RESULTS", nargs="+", help="every part's scan_results.part-*.parquet")
     p.add_argument("-o", "--output", metavar="DIR", help="where to write the merged results (default: the first part's folder)")
+    p.add_argument("--state-dir", metavar="DIR", help="state folder base where the merged results are recorded")
     p.set_defaults(func=cmd_merge)
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
     from ..scanning.merge import merge
 
-    s = merge(args.results, args.output)
+    s = merge(args.results, args.output, args.state_dir)
     print(f"merged {s.parts} parts of {s.root}: {s.rows:,} files, {s.bad:,} bad")
     print(f"Results: {s.results_path}\nProblems (bad and warn): {s.problems_path}")
     for note in s.notes:

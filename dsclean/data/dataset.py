@@ -14,22 +14,26 @@ dataset sends only its options (a few hundred bytes).
 """
 from __future__ import annotations
 
+import collections.abc
 import logging
 import operator
 import os
 import stat
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 from torch.utils.data import Dataset
 
+from .. import formats
 from ..errors import UserError
-from ..index.store import KINDS, MappedIndex, open_index, read_meta
+from ..index.store import KINDS, NPY_META, MappedIndex, open_index, read_meta
 from .loaders import DEFAULT_LOADERS
 
 logger = logging.getLogger("dsclean")
 
 _ON_ERROR = ("raise", "skip")
+#: IndexedDataset(follow_symlinks=...): links must stay inside the root, or may lead anywhere
+_FOLLOW = ("inside", "all")
 #: folders whose real path is remembered per process (the cache is cleared when full)
 _FOLDER_CACHE = 65_536
 
@@ -52,32 +56,62 @@ class UnsafePathError(SampleError):
     """An index entry is absolute or leads outside the root. Never skipped, even with ``on_error="skip"``."""
 
 
-class IndexedDataset(Dataset):
-    """``(sample, label)`` pairs from a dsclean index (Arrow file or npy folder).
+def resolve_source(source: str | os.PathLike) -> tuple[str, str]:
+    """What ``IndexedDataset``'s first argument names: ``(format, path)``. One place, one branch per kind.
 
-    - ``root``: where the files are; defaults to the root recorded at build time
-      (pass it for a moved dataset).
+    A file is an Arrow index; a folder holding ``meta.json`` is an npy index; any
+    other folder is a dataset that has no index yet (a :class:`UserError` pointing to
+    :meth:`IndexedDataset.from_folder`).
+    """
+    path = os.fspath(source)
+    if os.path.isfile(path):
+        return "arrow", path
+    if os.path.isdir(path):
+        if os.path.isfile(os.path.join(path, NPY_META)):
+            return "npy", path
+        raise UserError(f"{path} is a folder but not a dsclean index. For a dataset folder (the ImageFolder layout) "
+                        f"use IndexedDataset.from_folder({path!r}), or first run: dsclean scan {path} --quarantine "
+                        f"DIR && dsclean index {path} -o INDEX.arrow")
+    raise UserError(f"{path}: index not found")
+
+
+class IndexedDataset(Dataset):
+    """``(sample, label)`` pairs from a dsclean index (Arrow file or npy folder): a drop-in for ``ImageFolder``.
+
+    The arguments follow torchvision's order, so ``IndexedDataset(index, transform)``
+    works where ``ImageFolder(root, transform)`` did; ``.samples``/``.imgs``,
+    ``.targets``, ``.classes``, ``.class_to_idx`` and ``.extensions`` are there too.
+
     - ``loader(path)``: replaces the default loaders (images: PIL RGB; audio:
       ``(tensor (channels, frames), sample_rate)``). ``transform`` gets the
       sample, ``target_transform`` the label, as in torchvision.
+    - ``root``: where the files are; defaults to the root recorded at build time
+      (pass it for a moved dataset).
     - ``on_error="raise"`` raises :class:`SampleError`; ``"skip"`` returns
-      ``None`` for a sample that cannot be loaded (logged once per index) -- use
-      :func:`collate_skip_none`. Errors in transforms always raise, and so do
-      unsafe paths (:class:`UnsafePathError`).
+      ``None`` for a sample that cannot be loaded (a warning on the ``dsclean``
+      logger, once per sample and process) -- use :func:`collate_skip_none`.
+      Errors in transforms always raise, and so do unsafe paths (:class:`UnsafePathError`).
     - ``check_stale``: compare each file's size with the index before loading it
       (one ``stat``); a changed file is reported as stale instead of being decoded
       as something else. Turn it off only for a custom ``loader`` that does not
       read the file system.
+    - ``follow_symlinks``: ``"inside"`` (default) refuses a path that leads out of
+      the root through a symlink; ``"all"`` follows links anywhere (a symlink farm).
+      Only this argument decides: never the index's metadata.
 
     The constructor reads only the index metadata. The columns are mapped
     lazily in each process on first access (re-opened after a fork).
     """
 
-    def __init__(self, index: str, *, root: str | None = None, transform: Callable | None = None,
-                 target_transform: Callable | None = None, loader: Callable[[str], Any] | None = None,
-                 on_error: str = "raise", check_stale: bool = True) -> None:
+    def __init__(self, index: str | os.PathLike, transform: Callable | None = None,
+                 target_transform: Callable | None = None, loader: Callable[[str], Any] | None = None, *,
+                 root: str | None = None, on_error: str = "raise", check_stale: bool = True,
+                 follow_symlinks: str = "inside") -> None:
         if on_error not in _ON_ERROR:
             raise ValueError(f"on_error must be one of {_ON_ERROR}, not {on_error!r}")
+        if follow_symlinks not in _FOLLOW:
+            raise ValueError(f"follow_symlinks must be one of {_FOLLOW}, not {follow_symlinks!r}")
+        _, index = resolve_source(index)
         meta = read_meta(index)
         self.index = index
         self.root = root if root is not None else meta["root"]
@@ -88,8 +122,33 @@ class IndexedDataset(Dataset):
         self.loader = loader
         self.on_error = on_error
         self.check_stale = check_stale
+        self.follow_symlinks = follow_symlinks
         self._reset()
         self._meta = meta
+
+    @classmethod
+    def from_folder(cls, root: str | os.PathLike, transform: Callable | None = None,
+                    target_transform: Callable | None = None, loader: Callable[[str], Any] | None = None, *,
+                    files: str = "dsclean", symlinks: str | None = None, check: bool = True, jobs: int = 0,
+                    state_dir: str | None = None, progress: bool = False, **kwargs) -> "IndexedDataset":
+        """Index a dataset folder now (into its state folder, never into it) and open the index.
+
+        An up-to-date index of the folder is reused; under DDP one process builds
+        (under a lock) while the others wait. ``files="imagefolder"`` takes exactly
+        the files torchvision's ``ImageFolder`` takes (and follows symlinks, so the
+        dataset gets ``follow_symlinks="all"``). Files are checked as in
+        ``dsclean index`` (``check=False``: magic bytes only); bad ones are left out.
+        Other keyword arguments go to the constructor.
+        """
+        from ..index.folder import index_folder
+
+        root = os.fspath(root)
+        index, _ = index_folder(root, files=files, symlinks=symlinks, check=check, jobs=jobs, state_dir=state_dir,
+                                progress=progress)
+        links = read_meta(index).get("symlinks")
+        if links == "all":  # the caller asked for it (files="imagefolder" or symlinks="all"): not the metadata's say
+            kwargs.setdefault("follow_symlinks", "all")
+        return cls(index, transform, target_transform, loader, root=root, **kwargs)
 
     # -- process-local state: never pickled ------------------------------------------
 
@@ -104,7 +163,7 @@ class IndexedDataset(Dataset):
     def __getstate__(self) -> dict:
         """Only the options: a worker re-maps the index itself (cheap spawn)."""
         return {k: getattr(self, k) for k in ("index", "root", "transform", "target_transform", "loader", "on_error",
-                                                   "check_stale")}
+                                                   "check_stale", "follow_symlinks")}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -143,11 +202,24 @@ class IndexedDataset(Dataset):
         return {c: i for i, c in enumerate(self.meta["classes"])}
 
     @property
-    def targets(self) -> np.ndarray:
-        """All labels: a read-only numpy view over the mapping (not a list)."""
-        view = self._mapped().labels.view()
+    def targets(self) -> "Targets":
+        """All labels: a read-only numpy view over the mapping (zero copy) that indexes and iterates as ints."""
+        view = self._mapped().labels.view(Targets)
         view.flags.writeable = False
         return view
+
+    @property
+    def samples(self) -> "Samples":
+        """``(path, label)`` pairs like ``ImageFolder.samples``: a lazy read-only sequence over the mapping."""
+        return Samples(self)
+
+    imgs = samples  # torchvision's older name
+
+    @property
+    def extensions(self) -> tuple[str, ...]:
+        """The file extensions the index was built from (``ImageFolder.extensions``)."""
+        recorded = self.meta.get("extensions")
+        return tuple(recorded) if isinstance(recorded, list) else tuple(sorted(formats.MEDIA_EXTENSIONS))
 
     def _position(self, i) -> int:
         n = len(self)
@@ -224,10 +296,16 @@ class IndexedDataset(Dataset):
             raise self._unsafe(j, rel, "refused: the path is absolute or escapes the root")
         full = os.path.join(self.root, rel)
         folder = rel.rpartition("/")[0]
+        if self.follow_symlinks == "all":  # the caller's choice: links may lead anywhere
+            try:
+                return full, os.stat(full)
+            except OSError:
+                return full, None
         if folder:
             outside = self._folder_outside(folder)
             if outside is not None:
-                raise self._unsafe(j, rel, f"refused: its folder resolves to {outside}, outside the root")
+                raise self._unsafe(j, rel, f"refused: its folder resolves to {outside}, outside the root "
+                                           "(IndexedDataset(..., follow_symlinks='all') follows such links)")
         try:
             st = os.lstat(full)
         except OSError:
@@ -235,7 +313,8 @@ class IndexedDataset(Dataset):
         if stat.S_ISLNK(st.st_mode):
             real = os.path.realpath(full)
             if not self._inside(real):
-                raise self._unsafe(j, rel, f"refused: it resolves to {real}, outside the root")
+                raise self._unsafe(j, rel, f"refused: it resolves to {real}, outside the root "
+                                           "(IndexedDataset(..., follow_symlinks='all') follows such links)")
             try:
                 st = os.stat(full)
             except OSError:
@@ -277,3 +356,67 @@ class IndexedDataset(Dataset):
 
 class StaleEntryError(OSError):
     """The file's size differs from the one recorded in the index."""
+
+
+class Targets(np.ndarray):
+    """``IndexedDataset.targets``: the label column as a read-only zero-copy numpy view that acts like a list.
+
+    ``targets[i]`` and iteration give Python ``int`` (as ``ImageFolder.targets``, a
+    list, does); ``len``, slicing, ``np.bincount(targets)``, ``torch.as_tensor`` work
+    as on any array; arithmetic gives plain arrays.
+    """
+
+    def __getitem__(self, key):
+        out = super().__getitem__(key)
+        return int(out) if isinstance(out, np.integer) else out
+
+    def __iter__(self) -> Iterator[int]:
+        for start in range(0, len(self), 65_536):  # a block of Python ints at a time, never the whole list
+            yield from np.ndarray.__getitem__(self, slice(start, start + 65_536)).tolist()
+
+    def __bool__(self) -> bool:
+        return len(self) > 0
+
+    def __array_wrap__(self, arr, context=None, return_scalar=False):
+        arr = np.asarray(arr)
+        return arr[()] if return_scalar else arr
+
+    def index(self, value: int) -> int:
+        """Position of the first ``value`` (``list.index``)."""
+        hits = np.flatnonzero(np.asarray(self) == value)
+        if not len(hits):
+            raise ValueError(f"{value} is not in targets")
+        return int(hits[0])
+
+    def count(self, value: int) -> int:
+        """How many samples have label ``value`` (``list.count``)."""
+        return int(np.count_nonzero(np.asarray(self) == value))
+
+
+class Samples(collections.abc.Sequence):
+    """``IndexedDataset.samples``/``.imgs``: ``(full path, label)`` pairs made on demand from the mapped columns.
+
+    Read-only, and never a materialised list: each item is built when it is asked
+    for, so a worker that touches it creates no per-sample objects it keeps.
+    """
+
+    def __init__(self, dataset: IndexedDataset) -> None:
+        self._ds = dataset
+
+    def __len__(self) -> int:
+        return len(self._ds)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        ds = self._ds
+        j = ds._position(i)
+        idx = ds._mapped()
+        return os.path.join(ds.root, os.fsdecode(idx.path_bytes(j))), int(idx.labels[j])
+
+    def __iter__(self) -> Iterator[tuple[str, int]]:
+        for j in range(len(self)):
+            yield self[j]
+
+    def __repr__(self) -> str:
+        return f"<{len(self)} (path, label) samples of {self._ds.index}>"

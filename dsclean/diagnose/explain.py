@@ -12,13 +12,21 @@ The three failure kinds users meet, by the text PyTorch prints:
   DataLoader worker process 0.`` followed by the worker's traceback: Python code in
   the Dataset (a broken file, a transform) raised.
 
-Two more are recognised because they are frequent and need other fixes:
+More are recognised because they are frequent and need other fixes:
 ``crash`` (segmentation fault / abort / floating-point exception in native code, e.g.
-a decoder on a malformed file) and ``open_files`` (``Too many open files``).
+a decoder on a malformed file), ``open_files`` (``Too many open files``), ``timeout``
+(``DataLoader timed out after N seconds``: a worker produced no batch within the
+``timeout=`` the loader was given) and ``empty_class`` (torchvision's ``ImageFolder``
+refusing a class folder without images, e.g. a stray dsclean or quarantine folder).
 Anything else is ``unknown``; the CLI then exits 1 (0 when the text was recognised).
 
-When a log holds several, the most specific wins: shm, exception, crash, open_files, oom
-(a bus error is also "killed by signal", a shm failure can surface as a caught exception).
+When a log holds several, the most specific wins: shm, exception, crash, open_files,
+timeout, empty_class, oom (a bus error is also "killed by signal", a shm failure can
+surface as a caught exception).
+
+When the text comes from torchvision's ``ImageFolder``/``DatasetFolder`` (no dsclean
+index yet), the fixes start with ``dsclean scan`` rather than with commands that
+need an index.
 """
 from __future__ import annotations
 
@@ -26,6 +34,7 @@ import re
 from dataclasses import asdict, dataclass, field
 
 OOM, SHM, EXCEPTION, CRASH, OPEN_FILES, UNKNOWN = "oom", "shm", "exception", "crash", "open_files", "unknown"
+TIMEOUT, EMPTY_CLASS = "timeout", "empty_class"
 
 _PATTERNS: list[tuple[str, re.Pattern]] = [
     (SHM, re.compile(r"bus error|out of shared memory|insufficient shared memory|"
@@ -36,6 +45,8 @@ _PATTERNS: list[tuple[str, re.Pattern]] = [
     (CRASH, re.compile(r"killed by signal: (?:Segmentation fault|Aborted|Floating point exception|Illegal instruction)"
                        r"|Unexpected (?:segmentation fault|floating-point exception) encountered in worker", re.I)),
     (OPEN_FILES, re.compile(r"Too many open files|received 0 items of ancdata", re.I)),
+    (TIMEOUT, re.compile(r"DataLoader timed out after [\d.]+ seconds", re.I)),
+    (EMPTY_CLASS, re.compile(r"Found no valid file for the classes? ", re.I)),
     (OOM, re.compile(r"killed by signal: Killed|exited unexpectedly(?! with exit code)|Killed process \d+|"
                      r"Out of memory: Kill|OOMKilled", re.I)),
 ]
@@ -44,6 +55,17 @@ _EXIT_CODE = re.compile(r"exit code (-?\d+)")
 _SIGNAL = re.compile(r"killed by signal: ([A-Za-z -]+)")
 _CAUGHT = re.compile(r"Caught (\w+) in DataLoader worker process (\d+)")
 _SAMPLE = re.compile(r"sample (\d+) \((.+?) under (.+?)\): (.*)")
+_TIMEOUT = re.compile(r"timed out after ([\d.]+) seconds")
+#: text that comes from torchvision's folder datasets (a user without a dsclean index)
+_IMAGEFOLDER = re.compile(r"torchvision[/\\]datasets[/\\]folder\.py|\bImageFolder\b|\bDatasetFolder\b|"
+                          r"\bpil_loader\b|\bdefault_loader\b|Found no valid file for the class")
+#: the first steps for a folder dataset: find and move the broken files, then index what is left
+_SCAN_FIRST = [
+    "dsclean scan ROOT --quarantine DIR: decodes every file under your ImageFolder root (in isolated processes) and "
+    "moves the broken ones aside, journaled (nothing is deleted, nothing is written into ROOT)",
+    "then IndexedDataset.from_folder(ROOT, transform) (or dsclean index ROOT -o INDEX.arrow and "
+    "IndexedDataset(INDEX, transform)): a drop-in for ImageFolder with flat worker memory",
+]
 _DECODE_HINTS = ("UnidentifiedImageError", "cannot identify image file", "image file is truncated", "truncated",
                  "LibsndfileError", "Error opening", "broken data stream", "DecompressionBombError", "SampleError",
                  "StaleEntryError", "not a valid", "Premature end", "Invalid data")
@@ -97,6 +119,8 @@ def explain(text: str) -> Explanation:
     """Classify a DataLoader error (message or whole log) and explain it."""
     kind, evidence = classify(text)
     exp = _BUILDERS[kind](text)
+    if kind != UNKNOWN and _IMAGEFOLDER.search(text) and "IndexedDataset" not in text:
+        exp.fixes = _SCAN_FIRST + [f for f in exp.fixes if f not in _SCAN_FIRST and "dsclean scan" not in f]
     exp.evidence = evidence
     pids = _PIDS.search(evidence) or _PIDS.search(text)
     if pids:
@@ -157,7 +181,7 @@ def _exception(text: str) -> Explanation:
         exp.sample = {"index": int(sample.group(1)), "path": sample.group(2), "root": sample.group(3)}
         exp.cause += f"; the failing file is {sample.group(2)} (sample {sample.group(1)})"
     exp.fixes.append("dsclean probe INDEX --num-workers 0 --all: loads every sample in the main process and lists "
-                     "each failing one with its path and full traceback (not just the first)")
+                     "every failure (not just the first), grouped by reason with counts (--tracebacks: each in full)")
     if any(h in text for h in _DECODE_HINTS):
         exp.fixes.append("a file does not decode: dsclean scan ROOT --quarantine DIR, then rebuild the index "
                          "(dsclean index ROOT -o INDEX)")
@@ -186,6 +210,35 @@ def _open_files(text: str) -> Explanation:
     ])
 
 
+def _timeout(text: str) -> Explanation:
+    m = _TIMEOUT.search(text)
+    seconds = f" {m.group(1)} seconds" if m else ""
+    return Explanation(TIMEOUT, "DataLoader timed out",
+                       f"no worker delivered a batch within the loader's timeout={seconds.strip() or 'N seconds'}: "
+                       "a decoder stuck on a malformed file, slow or stalled storage (a network file system), a "
+                       "transform that hangs, or a deadlock after fork (threads or locks held in the parent)", [
+        "dsclean scan ROOT --quarantine DIR: a file that hangs its decoder becomes bad/timeout (--timeout) and is "
+        "moved aside instead of stalling training",
+        "dsclean probe INDEX --num-workers W: samples/s and per-worker memory; a stall shows as no batches",
+        "dsclean probe INDEX --num-workers 0 --all: every sample in this process, failures grouped by reason",
+        "raise DataLoader(timeout=...) for slow storage, or use multiprocessing_context='spawn' if the parent "
+        "starts threads before the loader",
+    ])
+
+
+def _empty_class(text: str) -> Explanation:
+    return Explanation(EMPTY_CLASS, "ImageFolder found a class folder without images",
+                       "torchvision's ImageFolder treats every folder under its root as a class, hidden ones too, "
+                       "and refuses one without image files; with allow_empty=True it keeps it and every label "
+                       "after it shifts by one. A folder left in the data tree (an old dsclean's .dsclean, a "
+                       "quarantine or report folder inside ROOT) is the usual culprit", [
+        "move that folder out of ROOT: dsclean >= 0.2 writes nothing into ROOT (its state lives in "
+        "$XDG_CACHE_HOME/dsclean or --state-dir; a leftover ROOT/.dsclean can be deleted)",
+        "dsclean index ROOT -o INDEX.arrow --files imagefolder: ImageFolder's exact file rule, leaving dsclean's "
+        "own folders out; IndexedDataset(INDEX, transform) then replaces ImageFolder",
+    ])
+
+
 def _unknown(text: str) -> Explanation:
     return Explanation(UNKNOWN, "not a known DataLoader failure",
                        "the text holds none of the messages PyTorch prints when a worker dies "
@@ -197,7 +250,8 @@ def _unknown(text: str) -> Explanation:
     ])
 
 
-_BUILDERS = {OOM: _oom, SHM: _shm, EXCEPTION: _exception, CRASH: _crash, OPEN_FILES: _open_files, UNKNOWN: _unknown}
+_BUILDERS = {OOM: _oom, SHM: _shm, EXCEPTION: _exception, CRASH: _crash, OPEN_FILES: _open_files,
+             TIMEOUT: _timeout, EMPTY_CLASS: _empty_class, UNKNOWN: _unknown}
 
 
 def format_explanation(exp: Explanation) -> str:

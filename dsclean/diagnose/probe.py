@@ -21,6 +21,7 @@ full traceback, not just the first.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import time
@@ -377,14 +378,39 @@ def format_probe(result: ProbeResult, ascii_only: bool | None = None) -> str:
     return "\n".join(lines)
 
 
-def format_failures(tried: int, failures: list[SampleFailure]) -> str:
-    """Every failing sample with its path and full traceback."""
+def failure_reason(error: str) -> str:
+    """The kind of a failure without what differs per file: ``"OSError: image file is truncated"``.
+
+    ``error`` is ``"SampleError: sample 3 (cats/x.jpg under /data): OSError: image file is
+    truncated (5 bytes not processed)"``: the sample prefix, quoted paths, parentheses
+    and numbers go, so failures of one kind group together.
+    """
+    cause = re.sub(r"^\w+: sample \d+ \(.*? under .*?\): ", "", error)
+    cause = re.sub(r"'[^']*'|\"[^\"]*\"|\([^)]*\)", "", cause)
+    cause = re.sub(r"\d+", "N", cause)
+    return re.sub(r"\s+", " ", cause).strip(" :") or error
+
+
+def format_failures(tried: int, failures: list[SampleFailure], *, tracebacks: bool = False,
+                    examples: int = 5) -> str:
+    """Failures grouped by reason with counts and example paths; every traceback only with ``tracebacks``."""
     lines = [f"loaded {tried} samples in the main process: {len(failures)} failed"]
+    groups: dict[str, list[SampleFailure]] = {}
     for f in failures:
-        lines.append("")
-        lines.append(f"sample {f.index}: {f.path}")
-        lines.append(f"  {f.error}")
-        lines.extend(f"    {ln}" for ln in f.traceback.rstrip().splitlines())
+        groups.setdefault(failure_reason(f.error), []).append(f)
+    for reason, members in sorted(groups.items(), key=lambda g: -len(g[1])):
+        lines.append(f"  {len(members):>6}  {reason}")
+        lines += [f"            sample {f.index}: {f.path}" for f in members[:examples]]
+        if len(members) > examples:
+            lines.append(f"            ... and {len(members) - examples} more (--json lists all)")
+    if tracebacks:
+        for f in failures:
+            lines.append("")
+            lines.append(f"sample {f.index}: {f.path}")
+            lines.append(f"  {f.error}")
+            lines.extend(f"    {ln}" for ln in f.traceback.rstrip().splitlines())
+    elif failures:
+        lines.append("full tracebacks: --tracebacks")
     return "\n".join(lines)
 
 

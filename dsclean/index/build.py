@@ -10,8 +10,10 @@ Labels and sample order (torchvision ``ImageFolder``'s, or a CSV) are in :mod:`d
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import struct
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -24,7 +26,10 @@ import pyarrow.compute as pc
 from .. import formats, locations, reasons
 from ..atomic import atomic_output
 from ..errors import UserError
-from ..scanning.discover import DiscoverStats, iter_media
+from ..scanning.cache import options_from_key, options_key
+from ..scanning.check import CheckOptions
+from ..scanning.discover import DiscoverStats, iter_media, symlink_mode
+from ..scanning.results import SCHEMA as RESULTS_SCHEMA
 from .labels import apply_csv_labels, folder_classes, read_labels_csv, sort_key
 from .store import (
     FACTS,
@@ -43,6 +48,13 @@ logger = logging.getLogger("dsclean")
 
 #: rows per record batch while streaming the build (bounded memory)
 CHUNK_ROWS = 65_536
+#: the file rules of ``--files``: dsclean's (media it can check; hidden and AppleDouble files skipped)
+#: or torchvision ImageFolder's (IMG_EXTENSIONS, hidden files included, symlinks followed)
+FILE_RULES = ("dsclean", "imagefolder")
+#: bad paths kept for the summary (all of them are counted)
+MAX_LISTED = 1000
+
+
 @dataclass
 class IndexSummary:
     """What a build did: written rows and everything left out, with the reason."""
@@ -52,17 +64,26 @@ class IndexSummary:
     rows: int = 0
     classes: int = 0
     labels: str = "folder"  # folder / csv / none
+    files: str = "dsclean"  # the file rule: dsclean / imagefolder
+    symlinks: str = "none"
     excluded_bad: int = 0  # marked bad by the scan results
-    not_media: int = 0  # magic bytes do not match any media format (only checked without a verdict)
+    checked: int = 0  # files without a current verdict, checked by the index itself
+    checked_from_cache: int = 0  # ... of which the scan cache already knew (unchanged since an earlier check)
+    checked_bad: int = 0  # ... found bad and left out
+    checked_bad_reasons: dict[str, int] = field(default_factory=dict)
+    bad_paths: list[str] = field(default_factory=list)  # the first MAX_LISTED files left out as bad by the check
+    not_media: int = 0  # --no-check: magic bytes do not match any media format
     unreadable: int = 0  # could not be stat'ed or read while indexing
     unlabeled: int = 0  # no class: a file directly in the root (folder labels) or not in the CSV
-    unscanned: int = 0  # not in the scan results: checked by magic bytes only
-    changed_since_scan: int = 0  # size differs from the scan's: its facts were not copied
+    unscanned: int = 0  # not in the scan results
+    changed_since_scan: int = 0  # size or mtime differ from the scan's
     scan_results: str | None = None
+    results_source: str = ""  # which step of the lookup rule found the scan results
     media_bytes: int = 0
     index_bytes: int = 0
     large_paths: bool = False
     elapsed: float = 0.0
+    discovery: DiscoverStats = field(default_factory=DiscoverStats)
     notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
@@ -83,8 +104,25 @@ def build_index(
     exclude: Iterable[str] = (),
     progress: bool = False,
     large_path_bytes: int | None = None,
+    check: bool = True,
+    jobs: int = 0,
+    files: str = "dsclean",
+    symlinks: str | None = None,
+    state_dir: str | None = None,
+    allow_inside_root: bool = False,
 ) -> IndexSummary:
     """Index the media files under ``root`` into ``output`` (Arrow file or npy folder).
+
+    Scan results are found by :func:`dsclean.locations.find_results` (``scan_results``,
+    ``state_dir``, the root's last-scan pointer, a legacy ``ROOT/.dsclean``). Files the
+    scan marked bad are left out; files without a current verdict (never scanned,
+    changed since, restored) are checked here with the scan's recorded options on
+    ``jobs`` processes, their verdicts go into the scan cache, and bad ones are left
+    out. ``check=False`` (``--no-check``) confirms such files by magic bytes only.
+
+    ``files``: ``"dsclean"`` (default) or ``"imagefolder"`` (torchvision's exact file
+    rule). ``symlinks``: ``"none"``/``"inside"``/``"all"`` (default: none; all for
+    the imagefolder rule). An index that would be empty is refused.
 
     ``progress=True`` (the CLI) prints progress and notes to stderr; otherwise
     notes are logged on the ``dsclean`` logger. ``large_path_bytes`` overrides
@@ -94,43 +132,115 @@ def build_index(
     fmt = resolve_format(output, format)
     _check_root(root)
     _check_output(output, fmt)
+    if files not in FILE_RULES:
+        raise UserError(f"unknown file rule {files!r}: use {' or '.join(FILE_RULES)}")
     if labels_csv is not None and no_labels:
         raise UserError("--labels and --no-labels cannot be used together: pick one way to label")
+    if not allow_inside_root and locations.is_inside(output, root):
+        raise UserError(f"the index {output} is inside the dataset root {root}: it would become part of the data "
+                        "(an npy folder is one more class for ImageFolder). Write it outside ROOT, or pass "
+                        "--allow-inside-root to accept that")
     mode = "csv" if labels_csv is not None else "none" if no_labels else "folder"
-    summary = IndexSummary(output=output, format=fmt, labels=mode)
+    links = symlink_mode(symlinks if symlinks is not None else ("all" if files == "imagefolder" else None))
+    summary = IndexSummary(output=output, format=fmt, labels=mode, files=files, symlinks=links)
     csv_labels = read_labels_csv(labels_csv) if labels_csv is not None else None  # fail before the walk
 
-    if isinstance(scan_results, str):
-        scan_results = [scan_results]
-    results_paths = list(scan_results or []) or [p for p in [locations.find_scan_results(root)] if p]
-    results = _read_scan_results(results_paths) if results_paths else None
+    results_paths, summary.results_source = locations.find_results(root, scan_results, state_dir)
+    _note(summary, f"scan results: {summary.results_source}", progress)
+    results, check_options = _read_scan_results(results_paths) if results_paths else (None, CheckOptions())
     summary.scan_results = ", ".join(results_paths) or None
-    if results is None:
-        _note(summary, f"no scan results found for {root}; indexing by extension/magic bytes only (no decoding)", progress)
+    if results is None and not check:
+        _note(summary, f"no scan results found for {root}; --no-check: indexing by extension/magic bytes only "
+              "(no decoding)", progress)
 
     exclude = (*exclude, output)  # an npy index written inside the root is not a class folder
-    classes = folder_classes(root, exclude) if mode == "folder" else []
-    table = _walk(root, exclude, classes, sniff_all=results is None, summary=summary, progress=progress)
-    if results is not None:
+    classes = folder_classes(root, exclude, include_hidden=files == "imagefolder") if mode == "folder" else []
+    table, fingerprint = _walk(root, exclude, classes, sniff_all=results is None and not check, summary=summary,
+                               progress=progress)
+    if check:
+        if results is None:
+            _note(summary, f"{root} was never scanned: checking every file ({table.num_rows:,}) the way dsclean scan "
+                  "would (verdicts go to the scan cache, so a later scan reuses them); --no-check skips this",
+                  progress)
+        table = _judge(root, table, results, check_options, summary, jobs=jobs, state_dir=state_dir,
+                       progress=progress)
+    elif results is not None:
         table = _apply_results(root, table, results, summary)
     if csv_labels is not None:
         table, summary.unlabeled = apply_csv_labels(root, table, csv_labels)
         classes = csv_labels.classes
+    if table.num_rows == 0:
+        raise UserError(_empty_message(root, summary))
     threshold = LARGE_PATH_BYTES if large_path_bytes is None else large_path_bytes
     table = _sort_and_finalize(table, by_label=mode == "folder", threshold=threshold, summary=summary)
     summary.rows = table.num_rows
     summary.classes = len(classes)
     summary.media_bytes = int(pc.sum(table.column("size")).as_py() or 0)
     meta = make_meta(root, classes, mode, table.num_rows, summary.scan_results)
+    meta.update(files=files, symlinks=links, extensions=list(_extensions(files)), checked=check,
+                check_options=options_key(check_options), tree=fingerprint)
+    _empty_class_notes(summary, table, classes, mode, progress)
     writer = write_arrow if fmt == "arrow" else write_npy
     with atomic_output(output, directory=fmt == "npy") as tmp:
         writer(table, tmp, meta)
     summary.index_bytes = disk_size(output)
     summary.elapsed = round(time.monotonic() - t0, 3)
-    if summary.unscanned and results is not None:
+    for note in _discovery_notes(summary.discovery, files):
+        _note(summary, note, progress)
+    if summary.unscanned and results is not None and not check:
         _note(summary, f"{summary.unscanned} files are not in the scan results {summary.scan_results} "
-              "(new since the scan?); they were checked by magic bytes only", progress)
+              "(new since the scan?); --no-check: they were checked by magic bytes only", progress)
     return summary
+
+
+def _extensions(files: str) -> tuple[str, ...]:
+    """The file extensions an index of this rule takes (``IndexedDataset.extensions``)."""
+    return formats.IMAGEFOLDER_EXTENSIONS if files == "imagefolder" else tuple(sorted(formats.MEDIA_EXTENSIONS))
+
+
+def discover(root: str, exclude: Iterable[str], files: str, symlinks: str, stats: DiscoverStats):
+    """The media files an index of this file rule takes: ``(rel, format)`` from :func:`iter_media`."""
+    imagefolder = files == "imagefolder"
+    return iter_media(root, exclude=exclude, include_hidden=imagefolder, symlinks=symlinks, stats=stats,
+                      extensions=frozenset(formats.IMAGEFOLDER_EXTENSIONS) if imagefolder else None)
+
+
+def _empty_message(root: str, s: IndexSummary) -> str:
+    """Why nothing is left to index, from the counts."""
+    d = s.discovery
+    why = [f"{n:,} {what}" for n, what in (
+        (s.excluded_bad + s.checked_bad, "bad"), (s.not_media, "not media"), (s.unreadable, "unreadable"),
+        (s.unlabeled, "without a label (files directly in ROOT have no class folder)" if s.labels == "folder"
+         else "not in the labels CSV"),
+        (d.symlinks, "symlinks not followed (--symlinks inside|all)"),
+        (d.outside_links, "symlinks leading outside ROOT (--symlinks all follows them)"),
+        (d.hidden, "hidden files skipped"), (d.ignored, "files with other extensions")) if n]
+    return f"{root}: the index would be empty, refusing to write {s.output}: " + (
+        "; ".join(why) if why else "no media files found") + "."
+
+
+def _empty_class_notes(s: IndexSummary, table: pa.Table, classes: list[str], mode: str, progress: bool) -> None:
+    """ImageFolder refuses a class folder without files (unless allow_empty=True); say which ones."""
+    if mode != "folder" or not classes:
+        return
+    counts = np.bincount(table.column("label").to_numpy(), minlength=len(classes))
+    empty = [c for c, n in zip(classes, counts) if n == 0]
+    if empty:
+        _note(s, f"{len(empty)} class folders have no files in the index ({', '.join(empty[:5])}"
+              f"{', ...' if len(empty) > 5 else ''}): they keep their label (like ImageFolder(allow_empty=True)); "
+              "ImageFolder without allow_empty refuses them", progress)
+
+
+def _discovery_notes(d: DiscoverStats, files: str) -> list[str]:
+    notes = []
+    if d.outside_links:
+        notes.append(f"{d.outside_links:,} symlinks lead outside ROOT and were not followed (--symlinks all)")
+    if d.loops:
+        notes.append(f"{d.loops:,} linked folders were already visited (a loop or a second link) and were skipped")
+    if d.excluded_dirs and files == "imagefolder":
+        notes.append(f"{d.excluded_dirs} dsclean folders (a quarantine, or a legacy .dsclean) were left out; "
+                     "torchvision's ImageFolder would list them as classes")
+    return notes
 
 
 def _check_root(root: str) -> None:
@@ -176,18 +286,31 @@ _BUILD_SCHEMA = pa.schema(
 
 
 def _walk(root: str, exclude: Iterable[str], classes: list[str], *, sniff_all: bool,
-          summary: IndexSummary, progress: bool) -> pa.Table:
-    """Stream discovery into record batches of compact columns; Python lists never exceed a chunk."""
+          summary: IndexSummary, progress: bool) -> tuple[pa.Table, dict]:
+    """Stream discovery into record batches of compact columns; Python lists never exceed a chunk.
+
+    Also returns the tree's fingerprint (every discovered media file's path, size and
+    mtime), so :func:`dsclean.index.folder.index_folder` can tell an up-to-date index.
+    """
     class_to_idx = {c: i for i, c in enumerate(classes)}
     folder_labels = summary.labels == "folder"
-    stats = DiscoverStats()
+    stats = summary.discovery
     batches: list[pa.RecordBatch] = []
     cols: dict[str, list] = {name: [] for name in _BUILD_SCHEMA.names}
     seen = 0
-    for rel, fmt in iter_media(root, exclude=exclude, stats=stats):
+    prints = Fingerprint()
+    for rel, fmt in discover(root, exclude, summary.files, summary.symlinks, stats):
         seen += 1
         if progress and seen % 100_000 == 0:
             print(f"\rindexing: {seen} files", end="", file=sys.stderr, flush=True)
+        full = os.path.join(root, rel)
+        try:
+            st = os.stat(full)
+        except OSError:
+            prints.add(rel, -1, -1)
+            summary.unreadable += 1
+            continue
+        prints.add(rel, st.st_size, st.st_mtime_ns)
         label = -1
         if folder_labels:
             cls, sep, _ = rel.partition("/")
@@ -195,13 +318,7 @@ def _walk(root: str, exclude: Iterable[str], classes: list[str], *, sniff_all: b
                 summary.unlabeled += 1
                 continue
             label = class_to_idx[cls]
-        full = os.path.join(root, rel)
-        try:
-            st = os.stat(full)
-        except OSError:
-            summary.unreadable += 1
-            continue
-        kind = KIND_CODE[formats.kind_of(fmt)]
+        kind = KIND_CODE[formats.kind_of(fmt)] if fmt else KIND_CODE[formats.IMAGE]
         if sniff_all:
             kind = _sniff_kind(full, summary)
             if kind < 0:
@@ -220,7 +337,34 @@ def _walk(root: str, exclude: Iterable[str], classes: list[str], *, sniff_all: b
     if progress and seen >= 100_000:
         print(file=sys.stderr)
     summary.unreadable += stats.dir_errors
-    return pa.Table.from_batches(batches, schema=_BUILD_SCHEMA)
+    return pa.Table.from_batches(batches, schema=_BUILD_SCHEMA), prints.to_json()
+
+
+class Fingerprint:
+    """An order-independent digest of a tree's media files: count and sum of per-file hashes (mod 2**64)."""
+
+    def __init__(self) -> None:
+        self.files, self.total = 0, 0
+
+    def add(self, rel: str, size: int, mtime_ns: int) -> None:
+        h = hashlib.blake2b(os.fsencode(rel) + b"\0" + struct.pack("<qq", size, mtime_ns), digest_size=8)
+        self.total = (self.total + int.from_bytes(h.digest(), "little")) & 0xFFFF_FFFF_FFFF_FFFF
+        self.files += 1
+
+    def to_json(self) -> dict:
+        return {"files": self.files, "fingerprint": f"{self.total:016x}"}
+
+
+def tree_fingerprint(root: str, files: str, symlinks: str, exclude: Iterable[str] = ()) -> dict:
+    """The fingerprint :func:`build_index` records for ``root`` under this file rule (a stat per file)."""
+    prints = Fingerprint()
+    for rel, _ in discover(root, exclude, files, symlinks, DiscoverStats()):
+        try:
+            st = os.stat(os.path.join(root, rel))
+            prints.add(rel, st.st_size, st.st_mtime_ns)
+        except OSError:
+            prints.add(rel, -1, -1)
+    return prints.to_json()
 
 
 def _sniff_kind(full: str, summary: IndexSummary) -> int:
@@ -238,25 +382,100 @@ def _sniff_kind(full: str, summary: IndexSummary) -> int:
     return KIND_CODE[formats.kind_of(real)]
 
 
-def _read_scan_results(paths: list[str]) -> pa.Table:
-    """One scan's results file, or the N part results of a job array (validated, see dsclean.scanning.merge)."""
+def _read_scan_results(paths: list[str]) -> tuple[pa.Table, CheckOptions]:
+    """One scan's results, or the N part results of a job array (validated); and the scan's check options."""
     from ..scanning.merge import read_parts
-    from ..scanning.results import read_results
+    from ..scanning.results import read_results, read_results_meta
 
-    columns = ["path", "status", "size", *FACTS]
+    columns = ["path", "kind", "status", "reason", "size", "mtime_ns", *FACTS]
     for path in paths:
         if not os.path.exists(path):
             raise UserError(f"{path}: scan results not found")
     try:
-        if len(paths) > 1:
-            return read_parts(paths).select(columns)
-        return read_results(paths[0], columns=columns)
-    except (pa.ArrowException, OSError, KeyError) as exc:
+        table = read_parts(paths).select(columns) if len(paths) > 1 else read_results(paths[0], columns=columns)
+        meta = read_results_meta(paths[0])
+    except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
         raise UserError(f"{', '.join(paths)}: cannot read scan results ({exc})") from exc
+    return table, options_from_key(meta.get("options"))
+
+
+def _judge(root: str, table: pa.Table, results: pa.Table | None, options: CheckOptions, summary: IndexSummary,
+           *, jobs: int, state_dir: str | None, progress: bool) -> pa.Table:
+    """Keep what has a current good verdict; check the rest here (cache, then workers); drop what is bad.
+
+    A verdict is current when the scan saw the file with the same size and mtime.
+    Facts come from the current verdict. Vectorized joins on the path column; no
+    Python set of paths.
+    """
+    n = table.num_rows
+    paths, sizes, mtimes = table.column("path"), table.column("size"), table.column("mtime_ns")
+    if results is not None:
+        where = pc.index_in(paths, value_set=one_chunk(results.column("path")))
+        scanned = pc.is_valid(where)
+        same = pc.and_(pc.equal(results.column("size").take(where), sizes),
+                       pc.equal(results.column("mtime_ns").take(where), mtimes))
+        current = pc.fill_null(same, False)
+        summary.unscanned = int(pc.sum(pc.invert(scanned)).as_py() or 0)
+        summary.changed_since_scan = int(pc.sum(pc.and_(scanned, pc.invert(current))).as_py() or 0)
+    else:
+        where = pa.nulls(n, pa.int32())
+        current = pa.array(np.zeros(n, dtype=bool))
+    stale = pc.invert(current)
+    summary.checked = int(pc.sum(stale).as_py() or 0)
+    fresh = None
+    if summary.checked:
+        from ..scanning.scanner import usable_cores
+        from .checking import check_rows, open_cache
+
+        cache = open_cache(os.path.join(locations.make_root_state_dir(root, state_dir), locations.CACHE_FILE)
+                           if _state_writable(root, state_dir) else None, options)
+        try:
+            fresh, summary.checked_from_cache = check_rows(
+                root, one_chunk(paths.filter(stale)), sizes.filter(stale).to_numpy(),
+                mtimes.filter(stale).to_numpy(), options, jobs=jobs or usable_cores(), cache=cache, progress=progress)
+        finally:
+            if cache is not None:
+                cache.close()
+    fwhere = pc.index_in(paths, value_set=one_chunk(fresh.column("path"))) if fresh is not None \
+        else pa.nulls(n, pa.int32())
+
+    def pick(name: str) -> pa.ChunkedArray | pa.Array:
+        """Column ``name`` of the current scan verdict, else of the fresh check, per row."""
+        typ = RESULTS_SCHEMA.field(name).type
+        old = results.column(name).take(where) if results is not None else pa.nulls(n, typ)
+        new = fresh.column(name).take(fwhere) if fresh is not None else pa.nulls(n, typ)
+        return pc.if_else(current, old.cast(typ), new.cast(typ))
+
+    status = pick("status")
+    bad = pc.or_(pc.fill_null(pc.equal(status, reasons.BAD), False), pc.is_null(status))
+    gone = pc.fill_null(pc.equal(pick("reason"), reasons.VANISHED), False)
+    summary.excluded_bad = int(pc.sum(pc.and_(bad, current)).as_py() or 0)
+    checked_bad = pc.and_(bad, stale)
+    summary.checked_bad = int(pc.sum(checked_bad).as_py() or 0)
+    if summary.checked_bad:
+        reasons_col = pc.fill_null(pick("reason"), "unchecked").filter(checked_bad)
+        summary.checked_bad_reasons = {r["values"]: r["counts"] for r in pc.value_counts(reasons_col).to_pylist()}
+        summary.bad_paths = [os.fsdecode(p) for p in paths.filter(checked_bad).slice(0, MAX_LISTED).to_pylist()]
+    summary.unreadable += int(pc.sum(pc.and_(gone, pc.invert(bad))).as_py() or 0)
+    for name, typ in FACTS.items():
+        table = table.append_column(pa.field(name, typ), pick(name).cast(typ))
+    if fresh is not None:  # the checked files' kind is what their content is
+        kinds = pc.if_else(pc.equal(pick("kind"), formats.AUDIO), KIND_CODE[formats.AUDIO], KIND_CODE[formats.IMAGE])
+        kinds = pc.if_else(current, table.column("kind"), kinds.cast(pa.int8()))
+        table = table.set_column(table.schema.get_field_index("kind"), "kind", kinds)
+    return table.filter(pc.invert(pc.or_(bad, gone)))
+
+
+def _state_writable(root: str, state_dir: str | None) -> bool:
+    try:
+        locations.make_root_state_dir(root, state_dir)
+        return True
+    except OSError:
+        return False
 
 
 def _apply_results(root: str, table: pa.Table, results: pa.Table, summary: IndexSummary) -> pa.Table:
-    """Drop files the scan marked bad and copy its facts, with one vectorized lookup.
+    """``--no-check``: drop files the scan marked bad and copy its facts, with one vectorized lookup.
 
     ``index_in`` hashes the results' path column once; no Python set of paths.
     Files missing from the results are checked by magic bytes, like a build without results.
@@ -265,7 +484,9 @@ def _apply_results(root: str, table: pa.Table, results: pa.Table, summary: Index
     status = results.column("status").take(where)
     bad = pc.fill_null(pc.equal(status, reasons.BAD), False)
     summary.excluded_bad = int(pc.sum(bad).as_py() or 0)
-    same_size = pc.fill_null(pc.equal(results.column("size").take(where), table.column("size")), True)
+    same_size = pc.fill_null(pc.and_(pc.equal(results.column("size").take(where), table.column("size")),
+                                     pc.equal(results.column("mtime_ns").take(where), table.column("mtime_ns"))),
+                             True)
     for name, typ in FACTS.items():
         values = results.column(name).take(where).cast(typ)
         values = pc.if_else(same_size, values, pa.scalar(None, typ))

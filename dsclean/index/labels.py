@@ -2,7 +2,8 @@
 
 Folder labels follow torchvision's documented ``ImageFolder`` rules: classes are
 ``sorted(entry.name for entry in os.scandir(root) if entry.is_dir())`` (minus
-dot-folders and quarantine folders, which discovery never enters), and samples
+quarantine folders, which discovery never enters, and dot-folders unless the
+ImageFolder file rule is used), and samples
 come in ``sorted(os.walk(class_dir))`` order with ``sorted(fnames)`` per folder.
 :func:`sort_key` turns that order into one byte string per file, so the build
 can sort millions of rows with Arrow instead of Python.
@@ -25,19 +26,23 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import UserError
+from ..locations import LEGACY_STATE_DIR
 from ..scanning.discover import QUARANTINE_MARKER
 
 
-def folder_classes(root: str, exclude: Iterable[str]) -> list[str]:
-    """ImageFolder classes: sorted names of the folders directly under the root.
+def folder_classes(root: str, exclude: Iterable[str], *, include_hidden: bool = False) -> list[str]:
+    """ImageFolder classes: sorted names of the folders directly under the root (symlinks followed).
 
-    Like discovery, dot-folders, quarantine folders and ``exclude`` are left out.
+    Like discovery, quarantine folders, a legacy ``.dsclean`` and ``exclude`` are left
+    out, and so are dot-folders unless ``include_hidden`` (torchvision's rule keeps them).
     """
     excluded = {os.path.realpath(d) for d in exclude}
     names = []
     with os.scandir(root) as it:
         for entry in it:
-            if entry.name.startswith(".") or not entry.is_dir():
+            if entry.name == LEGACY_STATE_DIR or (entry.name.startswith(".") and not include_hidden):
+                continue
+            if not entry.is_dir():
                 continue
             if os.path.realpath(entry.path) in excluded:
                 continue

@@ -57,6 +57,10 @@ def resolve_format(output: str, fmt: str | None) -> str:
     by_name = "arrow" if name.endswith(_ARROW_SUFFIXES) else "npy" if name.endswith(_NPY_SUFFIXES) else None
     if by_name is None and os.path.isdir(output):
         by_name = "npy"
+    ext = os.path.splitext(os.path.basename(output.rstrip("/\\")))[1]
+    if by_name is None and fmt is None and ext:
+        raise UserError(f"{output}: an index is NAME.arrow (one Arrow file) or NAME.npy (a folder of arrays), "
+                        f"not {ext}; rename the output, or pass --format arrow|npy to keep this name")
     if fmt is not None and by_name is not None and fmt != by_name:
         raise UserError(f"{output}: the name says an {by_name} index but --format {fmt} was given; "
                         "rename the output or drop --format")

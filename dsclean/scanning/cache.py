@@ -32,6 +32,21 @@ def options_key(options: CheckOptions) -> str:
     return json.dumps({"dsclean": __version__, **fields}, sort_keys=True)
 
 
+def options_from_key(key: str | None) -> CheckOptions:
+    """The check options a results file or pointer recorded (:func:`options_key`); defaults if none.
+
+    Fields this version does not know are ignored, missing ones take their defaults.
+    """
+    import dataclasses
+
+    try:
+        data = json.loads(key) if key else {}
+    except ValueError:
+        data = {}
+    known = {f.name for f in dataclasses.fields(CheckOptions)}
+    return CheckOptions(**{k: v for k, v in (data if isinstance(data, dict) else {}).items() if k in known})
+
+
 #: verdicts that depend on the environment (permissions, load, limits, a file in motion), not on
 #: the bytes: a later scan must check again (a chmod changes neither size nor mtime)
 NOT_CACHED = frozenset({R.VANISHED, R.CHANGED, R.UNREADABLE, R.TIMEOUT, R.TOO_LARGE, R.DECODER_CRASH})

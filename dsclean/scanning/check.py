@@ -50,11 +50,13 @@ fault_hook: Callable[[str], None] | None = None
 
 
 _CHECKERS: dict[str, Checker] = {}
+#: formats whose checker module is not ``check_<kind>``
+_MODULES = {"ppm": "check_pnm"}
 
 
 def load_checkers() -> None:
     """Import every checker module now (workers do this before applying a memory ceiling)."""
-    for fmt in ("jpeg", "wav"):
+    for fmt in ("jpeg", "wav", "ppm"):
         _checker(fmt)
 
 
@@ -63,7 +65,7 @@ def _checker(fmt: str) -> Checker:
     if fmt not in _CHECKERS:
         import importlib
 
-        module = importlib.import_module(f".check_{kind_of(fmt)}", __package__)
+        module = importlib.import_module(f".{_MODULES.get(fmt, 'check_' + kind_of(fmt))}", __package__)
         _CHECKERS.update(module.CHECKERS)
     return _CHECKERS[fmt]
 

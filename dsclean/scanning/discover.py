@@ -6,12 +6,15 @@ it goes, so 10 million files never become a 10-million-item list. Conventions:
 - media = a known extension (case-insensitive, see :mod:`dsclean.formats`);
   other files are counted, not yielded;
 - dot-names (files and folders) are skipped unless ``include_hidden``;
-- symlinks are not followed unless ``follow_symlinks``; when followed, a link
-  whose target leaves the root is skipped, and each real folder is entered once
-  (no loops);
-- folders in ``exclude``, folders holding a quarantine marker file and
-  ``<root>/.dsclean`` are never entered, so a quarantine inside the root is
-  never scanned;
+- symlinks (``symlinks=``): ``"none"`` (default) follows none; ``"inside"`` follows
+  links whose target stays inside the root; ``"all"`` follows every link (symlink
+  farms whose class folders point at storage elsewhere). Each real folder is
+  entered once, so a loop is detected and counted, never followed;
+- ``extensions`` (lower-case, with the dot) replaces dsclean's media list, for the
+  ImageFolder file rule;
+- folders in ``exclude``, folders holding a quarantine marker file and a legacy
+  ``<root>/.dsclean`` (left by dsclean 0.1) are never entered, so a quarantine
+  inside the root is never scanned;
 - a folder that cannot be listed is reported through ``on_error`` and skipped.
 """
 from __future__ import annotations
@@ -20,11 +23,24 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
-from ..formats import format_of_name
-from ..locations import STATE_DIR
+from ..formats import EXT_TO_FORMAT, format_of_name
+from ..locations import LEGACY_STATE_DIR
 
 #: file written into every quarantine folder; discovery never enters a folder holding it
 QUARANTINE_MARKER = ".dsclean-quarantine"
+#: how symlinks are treated: none followed, only those staying inside the root, or all
+SYMLINK_MODES = ("none", "inside", "all")
+
+
+def symlink_mode(symlinks: str | None = None, follow_symlinks: bool = False) -> str:
+    """The mode from ``--symlinks`` (checked), or ``"inside"`` for the older ``--follow-symlinks``."""
+    if symlinks is None:
+        return "inside" if follow_symlinks else "none"
+    if symlinks not in SYMLINK_MODES:
+        from ..errors import UserError
+
+        raise UserError(f"symlinks must be one of {', '.join(SYMLINK_MODES)}, not {symlinks!r}")
+    return symlinks
 
 
 @dataclass
@@ -34,7 +50,9 @@ class DiscoverStats:
     media: int = 0
     ignored: int = 0  # files with a non-media extension
     hidden: int = 0  # dot-named files and folders skipped
-    symlinks: int = 0  # links not followed (or leading outside the root)
+    symlinks: int = 0  # links not followed (symlinks="none")
+    outside_links: int = 0  # links leading outside the root, not followed (symlinks="inside")
+    loops: int = 0  # linked folders already entered (a loop, or a second link to one folder)
     excluded_dirs: int = 0  # quarantine / report folders skipped
     dir_errors: int = 0  # folders that could not be listed
     first_errors: list[str] = field(default_factory=list)  # the first few messages, for the summary
@@ -54,6 +72,8 @@ def iter_media(
     exclude: Iterable[str] = (),
     include_hidden: bool = False,
     follow_symlinks: bool = False,
+    symlinks: str | None = None,
+    extensions: frozenset[str] | None = None,
     stats: DiscoverStats | None = None,
     on_error: ErrorHandler | None = None,
 ) -> Iterator[tuple[str, str]]:
@@ -63,10 +83,12 @@ def iter_media(
     ``os.scandir`` gives), so non-UTF-8 names round-trip through ``os.fsencode``.
     """
     stats = stats if stats is not None else DiscoverStats()
+    mode = symlink_mode(symlinks, follow_symlinks)
+    follow = mode != "none"
     real_root = os.path.realpath(root)
     # An exclude folder that does not exist yet cannot be inside the tree.
     excluded = {_dir_key(d) for d in exclude if os.path.isdir(d)}
-    seen_dirs: set[tuple[int, int]] = {_dir_key(root)} if follow_symlinks else set()
+    seen_dirs: set[tuple[int, int]] = {_dir_key(root)} if follow else set()
 
     def report(path: str, exc: OSError) -> None:
         stats.dir_errors += 1
@@ -95,7 +117,7 @@ def iter_media(
                     report(top, exc)
                     break
                 name = entry.name
-                if name == STATE_DIR and not prefix:  # dsclean's own folder in the root
+                if name == LEGACY_STATE_DIR and not prefix:  # an older dsclean's folder in the root
                     stats.excluded_dirs += 1
                     continue
                 if name.startswith(".") and not include_hidden:
@@ -104,11 +126,11 @@ def iter_media(
                 rel = prefix + name
                 try:
                     is_link = entry.is_symlink()
-                    if is_link and not follow_symlinks:
+                    if is_link and not follow:
                         stats.symlinks += 1
                         continue
-                    if is_link and not _inside(os.path.realpath(entry.path), real_root):
-                        stats.symlinks += 1
+                    if is_link and mode == "inside" and not _inside(os.path.realpath(entry.path), real_root):
+                        stats.outside_links += 1
                         continue
                     is_dir = entry.is_dir(follow_symlinks=True)
                 except OSError as exc:
@@ -117,7 +139,7 @@ def iter_media(
                 if is_dir:
                     subdirs.append((entry.path, rel + "/"))
                     continue
-                fmt = format_of_name(name)
+                fmt = format_of_name(name) if extensions is None else _listed_format(name, extensions)
                 if fmt is None:
                     stats.ignored += 1
                     continue
@@ -133,12 +155,20 @@ def iter_media(
             except OSError as exc:
                 report(path, exc)
                 continue
-            if follow_symlinks:
+            if follow:
                 if key in seen_dirs:
-                    stats.symlinks += 1
+                    stats.loops += 1
                     continue
                 seen_dirs.add(key)
             stack.append((path, rel))
+
+
+def _listed_format(name: str, extensions: frozenset[str]) -> str | None:
+    """The format of a name whose extension is in ``extensions`` (torchvision's ``lower().endswith``), else None."""
+    head, dot, ext = name.lower().rpartition(".")
+    if not dot or "." + ext not in extensions:
+        return None
+    return EXT_TO_FORMAT.get("." + ext, "")
 
 
 def _inside(path: str, real_root: str) -> bool:

@@ -82,14 +82,13 @@ def _refuse_overlap(table: pa.Table, paths: list[str]) -> None:
                         "(did the tree change between the tasks?); re-run the parts")
 
 
-def merge(paths: list[str], output_dir: str | None = None) -> MergeSummary:
+def merge(paths: list[str], output_dir: str | None = None, state_dir: str | None = None) -> MergeSummary:
     """Write ``scan_results.parquet`` + ``problems.jsonl`` of the whole scan into ``output_dir``.
 
-    Default output: the folder of the first part. Also records the merged
-    results as the root's last scan, so ``dsclean index ROOT`` finds them.
+    Default output: the folder of the first part. Also records the merged results
+    as the root's last scan (its state folder's ``last_scan.json``), so
+    ``dsclean index ROOT`` finds them.
     """
-    from .scanner import point_root_at
-
     root, n, meta = check_parts(paths)
     output_dir = os.path.abspath(output_dir or os.path.dirname(os.path.abspath(paths[0])))
     os.makedirs(output_dir, exist_ok=True)
@@ -115,7 +114,9 @@ def merge(paths: list[str], output_dir: str | None = None) -> MergeSummary:
                     out.write(f.read())
             else:
                 summary.notes.append(f"{problems} not found: its part's bad/warn list is not in the merged one")
-    note = point_root_at(root, summary.results_path, summary.problems_path, None)
+    note = locations.write_pointer(root, [summary.results_path], problems=[summary.problems_path],
+                                   quarantine=_part_quarantine(paths[0]), options=meta.get("options"),
+                                   state_dir=state_dir)
     summary.notes += [note] if note else []
     return summary
 
@@ -126,6 +127,17 @@ def _sibling(results_path: str, name: str) -> str:
     stem, _ = os.path.splitext(locations.RESULTS_FILE)
     tag = os.path.splitext(base)[0][len(stem):]
     return os.path.join(folder, locations.tagged(name, tag))
+
+
+def _part_quarantine(results_path: str) -> str | None:
+    """The quarantine folder a part moved its bad files into (from its summary), if any."""
+    try:
+        with open(_sibling(results_path, locations.SUMMARY_FILE), encoding="utf-8") as f:
+            summary = json.load(f)
+    except (OSError, ValueError):
+        return None
+    q = summary.get("quarantine") if isinstance(summary, dict) and not summary.get("dry_run") else None
+    return q if isinstance(q, str) else None
 
 
 def _problems_of(results_path: str) -> str:

@@ -45,6 +45,7 @@ class RecoveryReport:
     reverted: int = 0  # moves that had not happened, marked aborted
     restored: int = 0  # files moved back by restore
     refused: list[str] = field(default_factory=list)  # entries not followed, with the reason
+    failed: list[str] = field(default_factory=list)  # moves back that failed (I/O error), with the error
     bad_lines: list[str] = field(default_factory=list)  # manifest lines that could not be parsed
 
 
@@ -113,6 +114,15 @@ class _State:
 
     intents: dict[str, dict] = field(default_factory=dict)
     outcome: dict[str, str] = field(default_factory=dict)  # id -> "done" / "abort"
+    errors: dict[str, str] = field(default_factory=dict)  # id -> why the move failed (aborts with an error)
+
+
+def _in_quarantine(state: _State) -> list[tuple[str, dict]]:
+    """``(id, move entry)`` of every file the journal says is in the quarantine now (moved, not restored)."""
+    restored = {str(e.get("of")) for i, e in state.intents.items()
+                if e["op"] == "restore" and state.outcome.get(i) == "done"}
+    return [(i, e) for i, e in state.intents.items()
+            if e["op"] == "move" and state.outcome.get(i) == "done" and i not in restored]
 
 
 def _fold(path: str, report: RecoveryReport) -> _State:
@@ -123,12 +133,15 @@ def _fold(path: str, report: RecoveryReport) -> _State:
             state.intents.setdefault(ident, e)  # a duplicated line changes nothing
         elif op in ("done", "abort"):
             state.outcome[ident] = op
+            if op == "abort" and e.get("error"):
+                state.errors[ident] = str(e["error"])
     return state
 
 
-def _endpoints(entry: dict, qdir: str) -> tuple[str, str] | None:
-    """(from, to) absolute paths of a journaled move, or None if the entry is unsafe."""
-    root, src, dst = entry.get("root"), _safe_rel(entry.get("src")), _safe_rel(entry.get("dst"))
+def _endpoints(entry: dict, qdir: str, root: str | None = None) -> tuple[str, str] | None:
+    """(from, to) absolute paths of a journaled move (``root`` overrides the recorded one), or None if unsafe."""
+    root = root or entry.get("root")
+    src, dst = _safe_rel(entry.get("src")), _safe_rel(entry.get("dst"))
     if not isinstance(root, str) or not os.path.isabs(root) or src is None or dst is None:
         return None
     original, quarantined = os.path.join(root, src), os.path.join(qdir, dst)
@@ -244,30 +257,37 @@ class Quarantine:
         remove_stale_temps(self.qdir, tuple(locations.tagged(name, tag) for name in
                                             (locations.RESULTS_FILE, locations.PROBLEMS_FILE, locations.SUMMARY_FILE)))
         self.moved = 0
+        self.moved_ids: set[str] = set()  # journal ids of the moves done through this object
 
-    def move(self, rel: str, reason: str | None = None) -> str:
+    def move(self, rel: str, reason: str | None = None, *, detail: str | None = None, kind: str | None = None) -> str:
         """Move ``root/rel`` into the quarantine; returns its path relative to the quarantine.
 
         If another process takes the chosen name first (parts share the folder),
-        the move is journaled as aborted and retried under the next free name.
+        the move is journaled as aborted and retried under the next free name. A
+        failed move is journaled as aborted with its error. A file whose folder
+        resolves outside the root (a symlinked folder) is never moved: an
+        :class:`OutsideRootError`. A symlink is moved as the link, never its target.
         """
+        source = os.path.join(self.root, rel)
+        if not _inside(source, self.root):
+            raise OutsideRootError(source, os.path.realpath(os.path.dirname(source)))
         while True:
             dst = self._free_name(rel)
             ident = uuid.uuid4().hex
             entry = {"op": "move", "id": ident, "root": self.root, "src": rel, "dst": dst}
-            if reason:
-                entry["reason"] = reason
+            entry.update({k: v for k, v in (("reason", reason), ("kind", kind), ("detail", detail)) if v})
             self.journal.append(entry)
             try:
-                move_file(os.path.join(self.root, rel), os.path.join(self.qdir, dst))
+                move_file(source, os.path.join(self.qdir, dst))
             except FileExistsError:
                 self.journal.append({"op": "abort", "id": ident})
                 continue
-            except OSError:
-                self.journal.append({"op": "abort", "id": ident})
+            except OSError as exc:
+                self.journal.append({"op": "abort", "id": ident, "error": exc.strerror or str(exc)})
                 raise
             self.journal.append({"op": "done", "id": ident})
             self.moved += 1
+            self.moved_ids.add(ident)
             return dst
 
     def _free_name(self, rel: str) -> str:
@@ -290,6 +310,14 @@ class Quarantine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class OutsideRootError(OSError):
+    """A file reached through a symlinked folder lies outside the root: dsclean never moves it."""
+
+    def __init__(self, path: str, real_folder: str) -> None:
+        super().__init__(errno.EXDEV, f"its folder resolves to {real_folder}, outside ROOT through a symlink "
+                         "(dsclean moves links, never files outside ROOT)", path)
 
 
 def _check_placement(qdir: str, root: str) -> None:
@@ -361,6 +389,7 @@ def _merge(total: RecoveryReport, part: RecoveryReport) -> None:
     total.reverted += part.reverted
     total.restored += part.restored
     total.refused += part.refused
+    total.failed += part.failed
     total.bad_lines += part.bad_lines
 
 
@@ -373,41 +402,63 @@ def recover(qdir: str) -> RecoveryReport:
     return total
 
 
-def restore(qdir: str) -> RecoveryReport:
+def restore(qdir: str, root: str | None = None) -> RecoveryReport:
     """Move every quarantined file back to where it came from, journaled like the way in.
 
-    Refuses (and reports) entries whose paths are absolute, contain ``..``, or
-    whose destination folder resolves outside the recorded root through a
-    symlink; never overwrites a file that has reappeared at the original path.
+    ``root``: the dataset's new location when it moved since the scan (``--root``).
+    Without it, a recorded root that no longer exists is refused before anything
+    moves (restoring would silently recreate the old path). Refuses (and reports)
+    entries whose paths are absolute, contain ``..``, or whose destination folder
+    resolves outside the root through a symlink; never overwrites a file that has
+    reappeared at the original path. A move back that fails is listed in ``failed``.
     """
     qdir, total = os.path.abspath(qdir), RecoveryReport()
+    root = _restore_root(qdir, root)
     for tag in _journals(qdir):
         with _locked_journal(qdir, tag) as journal:
             report = recover_open(qdir, journal)
             state = _fold(journal.path, RecoveryReport())  # again, with recovery's outcomes; bad lines already reported
-            restored_moves = {
-                str(e.get("of")) for i, e in state.intents.items()
-                if e["op"] == "restore" and state.outcome.get(i) == "done"
-            }
-            for ident, entry in state.intents.items():
-                if entry["op"] != "move" or state.outcome.get(ident) != "done" or ident in restored_moves:
-                    continue
+            for ident, entry in _in_quarantine(state):
                 try:
-                    _restore_one(ident, entry, qdir, journal, report)
+                    _restore_one(ident, entry, qdir, journal, report, root)
                 except OSError as exc:
-                    report.refused.append(f"entry {ident}: could not restore: {exc.strerror or exc} ({exc.filename})")
+                    report.failed.append(f"entry {ident}: could not restore: {exc.strerror or exc} ({exc.filename})")
             _merge(total, report)
     return total
 
 
-def _restore_one(ident: str, entry: dict, qdir: str, journal: Journal, report: RecoveryReport) -> None:
-    ends = _endpoints(entry, qdir)
+def _restore_root(qdir: str, root: str | None) -> str | None:
+    """The root to restore into: ``root`` (checked), or None to use each entry's recorded root (checked)."""
+    recorded = set()
+    for tag in _journals(qdir):
+        state = _fold(os.path.join(qdir, locations.tagged(locations.MANIFEST_FILE, tag)), RecoveryReport())
+        recorded |= {e["root"] for _, e in _in_quarantine(state)
+                     if isinstance(e.get("root"), str) and os.path.isabs(e["root"])}  # others are refused per entry
+    if root is not None:
+        if not os.path.isdir(root):
+            raise UserError(f"--root {root}: no such folder")
+        if len(recorded) > 1:
+            raise UserError(f"{qdir} holds files of {len(recorded)} roots ({', '.join(sorted(recorded))}); "
+                            "--root can only stand for one")
+        return os.path.abspath(root)
+    missing = sorted(r for r in recorded if not os.path.isdir(r))
+    if missing:
+        raise UserError(f"the dataset root recorded in {qdir}, {missing[0]}, no longer exists (moved or not "
+                        "mounted?); restoring would recreate it: pass --root NEW_LOCATION to restore into "
+                        "the moved tree")
+    return None
+
+
+def _restore_one(ident: str, entry: dict, qdir: str, journal: Journal, report: RecoveryReport,
+                 root: str | None = None) -> None:
+    ends = _endpoints(entry, qdir, root)
     if ends is None:
         report.refused.append(f"entry {ident}: path is absolute or contains '..'; not restored")
         return
     original, quarantined = ends
-    if not _inside(original, entry["root"]) or not _inside(quarantined, qdir):
-        report.refused.append(f"entry {ident}: {original} resolves outside {entry['root']} (symlink); not restored")
+    base = root or entry["root"]
+    if not _inside(original, base) or not _inside(quarantined, qdir):
+        report.refused.append(f"entry {ident}: {original} resolves outside {base} (symlink); not restored")
         return
     if not os.path.lexists(quarantined):
         report.refused.append(f"entry {ident}: {quarantined} is missing; nothing to restore")
@@ -415,7 +466,7 @@ def _restore_one(ident: str, entry: dict, qdir: str, journal: Journal, report: R
     if os.path.lexists(original):
         report.refused.append(f"entry {ident}: {original} exists again; not overwritten")
         return
-    back = {"op": "restore", "id": uuid.uuid4().hex, "of": ident, "root": entry["root"]}
+    back = {"op": "restore", "id": uuid.uuid4().hex, "of": ident, "root": base}
     back.update(src=entry["src"], dst=entry["dst"])
     journal.append(back)
     move_file(quarantined, original)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -111,10 +112,12 @@ class ResultsWriter:
             if os.path.exists(tmp):
                 os.unlink(tmp)
 
-    def close(self) -> None:
-        """Write what is buffered and publish both files."""
+    def close(self, more_problems: Iterable[dict] = ()) -> None:
+        """Write what is buffered, append ``more_problems`` lines (files quarantined earlier), publish both files."""
         self._flush()
         self._writer.close()
+        for line in more_problems:
+            self._problems.write(json.dumps(line) + "\n")
         self._problems.close()
         publish(self._tmp_results, self.results_path)
         publish(self._tmp_problems, self.problems_path)

@@ -27,9 +27,10 @@ from ..atomic import atomic_output
 from ..errors import UserError
 from .cache import ScanCache, options_key, row_to_verdict
 from .check import CheckOptions
-from .discover import DiscoverStats, iter_media
+from .discover import DiscoverStats, iter_media, symlink_mode
 from .executors import BACKENDS, run_checks
 from .quarantine import Quarantine
+from .records import quarantine_state, quarantined_records
 from .results import ResultsWriter
 from .verdict import Verdict, encode_path
 
@@ -41,10 +42,13 @@ class ScanOptions:
     jobs: int = 0  # 0 = all usable cores (affinity and cgroup quota aware)
     check: CheckOptions = CheckOptions()
     quarantine: str | None = None
-    report_dir: str | None = None  # default: the quarantine folder, else <root>/.dsclean
+    report_dir: str | None = None  # default: the quarantine folder, else the root's state folder
     dry_run: bool = False  # decide and report, move nothing
     include_hidden: bool = False
-    follow_symlinks: bool = False
+    follow_symlinks: bool = False  # the older spelling of symlinks="inside"
+    symlinks: str | None = None  # "none" (default), "inside" (links staying in ROOT) or "all"
+    state_dir: str | None = None  # base of the per-root state folders (default: $DSCLEAN_STATE_DIR, else per user)
+    allow_inside_root: bool = False  # accept a quarantine or report folder inside ROOT (ImageFolder sees a class)
     chunk_size: int = 32  # files per task sent to a worker
     backend: str = "loky"  # "loky" (local processes), "threads", or "dask" (a cluster: see scheduler)
     scheduler: str | None = None  # Dask scheduler address (tcp://host:port) or scheduler file, for backend="dask"
@@ -65,16 +69,21 @@ class ScanSummary:
     bad_reasons: dict[str, int] = field(default_factory=dict)
     warn_reasons: dict[str, int] = field(default_factory=dict)
     cached: int = 0  # verdicts reused from the scan cache (file unchanged since it was checked)
+    checked_bytes: int = 0  # bytes of the files decoded by this run (not from the cache)
     quarantined: int = 0
     would_quarantine: int = 0
-    move_errors: list[str] = field(default_factory=list)
+    move_failures: int = 0  # moves that failed: the scan is incomplete (exit 3)
+    move_failure_reasons: dict[str, int] = field(default_factory=dict)  # error -> count
+    move_errors: list[str] = field(default_factory=list)  # the first MAX_LISTED messages; all are in problems
     recovered: dict[str, int] = field(default_factory=dict)
     discovery: DiscoverStats = field(default_factory=DiscoverStats)
     elapsed: float = 0.0
     jobs: int = 1
     results_path: str = ""
     problems_path: str = ""
+    state_dir: str = ""  # the root's state folder (scan cache, last-scan pointer)
     quarantine: str | None = None
+    quarantine_state: dict | None = None  # what the quarantine holds now, by its journal (all runs)
     dry_run: bool = False
     shard: tuple[int, int] | None = None
     interrupted: bool = False
@@ -84,6 +93,11 @@ class ScanSummary:
     @property
     def bad(self) -> int:
         return sum(self.bad_reasons.values())
+
+    @property
+    def incomplete(self) -> bool:
+        """Some moves failed: the state is consistent, every failure is in the problems file."""
+        return self.move_failures > 0
 
     @property
     def files_per_s(self) -> float:
@@ -152,30 +166,46 @@ def validate_root(root: str) -> str:
 
 
 def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
-    """Check every media file under ``root``; write results; quarantine bad files unless dry-run."""
+    """Check every media file under ``root``; write results; quarantine bad files unless dry-run.
+
+    Nothing is written inside ``root`` except moving bad files out: results go to the
+    report folder (default: the quarantine, else the root's state folder), the scan
+    cache and the last-scan pointer to the root's state folder (:mod:`dsclean.locations`).
+    """
     root = validate_root(root)
     jobs = options.jobs or usable_cores()
     if options.backend not in BACKENDS:
         raise UserError(f"unknown backend {options.backend!r}; choose one of {', '.join(BACKENDS)}")
     if options.backend == "dask" and not options.scheduler:
         raise UserError("--backend dask needs --scheduler tcp://HOST:PORT or a scheduler file")
+    symlinks = symlink_mode(options.symlinks, options.follow_symlinks)
     quarantine_dir = os.path.abspath(options.quarantine) if options.quarantine else None
+    state = locations.root_state_dir(root, options.state_dir)
     report_dir = os.path.abspath(
-        options.report_dir or locations.default_report_dir(root, None if options.dry_run else quarantine_dir)
+        options.report_dir or locations.default_report_dir(root, None if options.dry_run else quarantine_dir,
+                                                           options.state_dir)
     )
-    summary = ScanSummary(root=root, jobs=jobs, quarantine=quarantine_dir, dry_run=options.dry_run, shard=options.shard)
+    moving = quarantine_dir is not None and not options.dry_run
+    _check_folders(root, quarantine_dir if moving else None, report_dir, state, options.allow_inside_root)
+    if moving:
+        _refuse_read_only(root, report_dir)
+    summary = ScanSummary(root=root, jobs=jobs, quarantine=quarantine_dir, dry_run=options.dry_run, shard=options.shard,
+                          state_dir=state)
     tag = locations.part_tag(_valid_part(options.shard))
     with contextlib.ExitStack() as stack:
         quarantine = None
-        if quarantine_dir and not options.dry_run:
+        if moving:
             quarantine = stack.enter_context(Quarantine(quarantine_dir, root, tag))
             rec = quarantine.recovery
             summary.recovered = {"completed": rec.completed, "reverted": rec.reverted}
             summary.notes += rec.refused + rec.bad_lines
         writer = _open_writer(report_dir, tag, {"root": root, "shard": options.shard, "options": options_key(options.check)})
         # Publish whatever was decided on success or a clean stop (signals are handled below);
-        # an error leaves the previous results in place.
-        stack.push(lambda exc_type, exc, tb: writer.discard() if exc_type else writer.close())
+        # an error leaves the previous results in place. The problems file also lists every file
+        # the quarantine held before this run (the journal is the source of truth).
+        earlier = (lambda: quarantined_records(quarantine_dir, root, [tag] if tag else None, quarantine.moved_ids)) \
+            if quarantine is not None else (lambda: ())
+        stack.push(lambda exc_type, exc, tb: writer.discard() if exc_type else writer.close(earlier()))
         cache = _open_cache(root, report_dir, options, summary, tag)
         if cache is not None:
             stack.callback(cache.close)
@@ -187,7 +217,7 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
             root,
             exclude=[d for d in (quarantine_dir, report_dir) if d],
             include_hidden=options.include_hidden,
-            follow_symlinks=options.follow_symlinks,
+            symlinks=symlinks,
             stats=summary.discovery,
         )
         if options.shard is not None:
@@ -208,11 +238,55 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
             summary.signal = signal.SIGINT  # a second Ctrl-C: stop now, still keep what was decided
         summary.interrupted = bool(summary.signal)
     summary.results_path, summary.problems_path = writer.results_path, writer.problems_path
-    _write_summary(report_dir, summary, tag)
-    if options.shard is None:  # a part's results are only part of the picture: `dsclean merge` points at the whole
-        note = point_root_at(root, summary.results_path, summary.problems_path, summary.quarantine)
-        summary.notes += [note] if note else []
+    if moving:
+        summary.quarantine_state = quarantine_state(quarantine_dir, [tag] if tag else None).to_json()
+    summary_path = _write_summary(report_dir, summary, tag)
+    note = locations.write_pointer(root, [summary.results_path], problems=[summary.problems_path],
+                                   summary=[summary_path], quarantine=quarantine_dir if moving else None,
+                                   options=options_key(options.check), part=options.shard, state_dir=options.state_dir)
+    summary.notes += [note] if note else []
+    summary.notes += _link_notes(summary.discovery)
     return summary
+
+
+#: how many move failures are kept in memory for the screen; all of them are in the problems file
+MAX_LISTED = 1000
+
+
+def _check_folders(root: str, quarantine: str | None, report: str, state: str, allow_inside: bool) -> None:
+    """Refuse dsclean folders inside ROOT (unless allowed) and a quarantine or report that is a file."""
+    for what, folder in (("quarantine folder", quarantine), ("report folder", report)):
+        if folder and os.path.exists(folder) and not os.path.isdir(folder):
+            raise UserError(f"{what} {folder} is a file, not a folder")
+    for what, folder, flag in (("quarantine folder", quarantine, "--quarantine"), ("report folder", report, "--report"),
+                               ("state folder", state, "--state-dir / DSCLEAN_STATE_DIR")):
+        if folder and not allow_inside and locations.is_inside(folder, root):
+            raise UserError(
+                f"the {what} {folder} is inside the dataset root {root}: torchvision's ImageFolder (and anything "
+                f"else that lists the tree) would see it as one more class and shift the labels after it. "
+                f"Choose a {flag} outside ROOT, or pass --allow-inside-root to accept that folder in ROOT")
+
+
+def _refuse_read_only(root: str, report_dir: str) -> None:
+    """A quarantining scan of a read-only root could move nothing: say so before checking a single file."""
+    try:
+        read_only = bool(os.statvfs(root).f_flag & os.ST_RDONLY)
+    except OSError:
+        return
+    if read_only:
+        raise UserError(f"{root} is on a read-only file system: bad files cannot be moved out of it. Run "
+                        f"dsclean scan --dry-run to check and report only (results go to {report_dir}), "
+                        "or remount it read-write to quarantine")
+
+
+def _link_notes(d: DiscoverStats) -> list[str]:
+    notes = []
+    if d.outside_links:
+        notes.append(f"{d.outside_links:,} symlinks lead outside ROOT and were not followed "
+                     "(--symlinks all follows them, e.g. a symlink farm)")
+    if d.loops:
+        notes.append(f"{d.loops:,} linked folders were already visited (a loop or a second link) and were skipped")
+    return notes
 
 
 def in_part(rel: str, part: tuple[int, int]) -> bool:
@@ -257,20 +331,26 @@ def _skip_cached(files: Iterator[tuple[str, int, int]], cache: ScanCache | None,
 
 
 def _open_cache(root: str, report_dir: str, options: ScanOptions, summary: ScanSummary, tag: str) -> ScanCache | None:
-    """The root's scan cache (``<root>/.dsclean``), else one in the report folder, else none (with a note).
+    """The root's scan cache (in its state folder), else one in the report folder, else none (with a note).
 
     Each part has its own cache file: SQLite must not be shared by processes on
     different machines over a network file system.
     """
     if not options.use_cache:
         return None
-    for folder in (locations.state_dir(root), report_dir):
+    reasons = []
+    try:
+        folders = [locations.make_root_state_dir(root, options.state_dir), report_dir]
+    except OSError as exc:
+        reasons.append(f"{exc.filename or summary.state_dir}: {exc.strerror or exc}")
+        folders = [report_dir]
+    for folder in folders:
         try:
             os.makedirs(folder, exist_ok=True)
             return ScanCache(os.path.join(folder, locations.tagged(locations.CACHE_FILE, tag)), options.check)
         except (OSError, sqlite3.Error) as exc:
-            reason = f"{folder}: {getattr(exc, 'strerror', None) or exc}"
-    summary.notes.append(f"scan cache disabled ({reason}); the next scan will check every file again")
+            reasons.append(f"{folder}: {getattr(exc, 'strerror', None) or exc}")
+    summary.notes.append(f"scan cache disabled ({'; '.join(reasons)}); the next scan will check every file again")
     return None
 
 
@@ -300,8 +380,10 @@ class _Sink:
         by_status[v.status] = by_status.get(v.status, 0) + 1
         if not fresh:
             s.cached += 1
-        elif self.cache is not None:
-            self.cache.add(v)
+        else:
+            s.checked_bytes += v.size or 0
+            if self.cache is not None:
+                self.cache.add(v)
         extra = None
         if v.status == R.BAD:
             s.bad_reasons[v.reason or "?"] = s.bad_reasons.get(v.reason or "?", 0) + 1
@@ -341,10 +423,15 @@ class _Sink:
             self.summary.would_quarantine += 1
             return None
         try:
-            dst = self.quarantine.move(v.path, v.reason)
+            dst = self.quarantine.move(v.path, v.reason, detail=v.detail, kind=v.kind)
         except OSError as exc:
-            msg = f"{v.path}: could not quarantine: {exc.strerror or exc}"
-            self.summary.move_errors.append(msg)
+            s = self.summary
+            error = exc.strerror or str(exc)
+            msg = f"{v.path}: could not quarantine: {error}"
+            s.move_failures += 1
+            s.move_failure_reasons[error] = s.move_failure_reasons.get(error, 0) + 1
+            if len(s.move_errors) < MAX_LISTED:
+                s.move_errors.append(msg)
             return {"quarantine_error": msg}
         self.summary.quarantined += 1
         return {"quarantined_as": dst}
@@ -367,39 +454,32 @@ def _progress_bar(options: ScanOptions):
     return tqdm(unit=" files", desc="checking", mininterval=0.5, smoothing=0.1, dynamic_ncols=True)
 
 
-def _write_summary(report_dir: str, summary: ScanSummary, tag: str) -> None:
-    with atomic_output(os.path.join(report_dir, locations.tagged(locations.SUMMARY_FILE, tag))) as tmp:
+def _write_summary(report_dir: str, summary: ScanSummary, tag: str) -> str:
+    path = os.path.join(report_dir, locations.tagged(locations.SUMMARY_FILE, tag))
+    with atomic_output(path) as tmp:
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(summary.to_json(), f, indent=2)
+    return path
 
 
-def point_root_at(root: str, results: str, problems: str, quarantine: str | None) -> str | None:
-    """Record in ``<root>/.dsclean/last_scan.json`` where the results of ``root`` are (for ``dsclean index``).
-
-    Returns a note if the root is not writable (the index then needs --scan-results).
-    """
-    state = locations.state_dir(root)
-    pointer = {
-        "results": results,
-        "problems": problems,
-        "quarantine": quarantine,
-        "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-    try:
-        os.makedirs(state, exist_ok=True)
-        with atomic_output(os.path.join(state, locations.LAST_SCAN_FILE)) as tmp:
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(pointer, f, indent=2)
-    except OSError as exc:
-        return f"could not record the results location in {state}: {exc.strerror or exc}"
-    return None
+def move_failure_line(s: ScanSummary) -> str:
+    """``73 of 93 moves failed: Read-only file system`` (errors with counts when there are several)."""
+    attempts = s.quarantined + s.move_failures
+    reasons = s.move_failure_reasons
+    why = next(iter(reasons)) if len(reasons) == 1 else ", ".join(f"{n:,} {r}" for r, n in
+                                                                   Counter(reasons).most_common())
+    return f"{s.move_failures:,} of {attempts:,} moves failed: {why}"
 
 
 def format_summary(s: ScanSummary) -> str:
     """The human summary printed at the end of ``dsclean scan``."""
     lines = []
     mb = s.bytes / 1e6
-    rate = f"{s.files_per_s:,.1f} files/s, {mb / s.elapsed if s.elapsed else 0:,.1f} MB/s"
+    checked = s.files - s.cached
+    if checked:  # MB/s of what was decoded: cached verdicts cost a stat, not a decode
+        rate = f"{s.files_per_s:,.1f} files/s, {s.checked_bytes / 1e6 / s.elapsed if s.elapsed else 0:,.1f} MB/s decoded"
+    else:
+        rate = "every verdict from the scan cache, nothing decoded" if s.files else "nothing to check"
     head = "Scan INTERRUPTED after" if s.interrupted else "Scanned"
     if s.shard is not None:
         head += f" (part {s.shard[0]}/{s.shard[1]})"
@@ -415,15 +495,25 @@ def format_summary(s: ScanSummary) -> str:
         lines.append(f"Re-used {s.cached:,} verdicts of unchanged files from the scan cache (--rescan checks all)")
     if s.quarantine and not s.dry_run:
         lines.append(f"Quarantined {s.quarantined:,} files into {s.quarantine}")
+        q = s.quarantine_state or {}
+        if q.get("moved", 0) != s.quarantined:
+            by = ", ".join(f"{r} {n:,}" for r, n in q.get("by_reason", {}).items())
+            lines.append(f"The quarantine now holds {q.get('moved', 0):,} files of all runs ({by}); "
+                         f"all are listed in {s.problems_path}")
     elif s.would_quarantine:
         lines.append(f"Would quarantine {s.would_quarantine:,} bad files" + (" (dry run: nothing moved)" if s.dry_run else " (no --quarantine given)"))
     if s.recovered and any(s.recovered.values()):
         lines.append(f"Recovered an interrupted earlier run: {s.recovered}")
-    for msg in s.move_errors[:20]:
-        lines.append(f"  error: {msg}")
+    if s.move_failures:
+        lines.append(f"INCOMPLETE: {move_failure_line(s)}; every failed path is in {s.problems_path} "
+                     "(field quarantine_error)")
+        lines += [f"  error: {msg}" for msg in s.move_errors[:20]]
+        if s.move_failures > 20:
+            lines.append(f"  ... and {s.move_failures - 20:,} more")
     d = s.discovery
-    skipped = [(d.ignored, "non-media files"), (d.hidden, "hidden"), (d.symlinks, "symlinks not followed"),
-               (d.dir_errors, "unreadable folders")]
+    skipped = [(d.ignored, "non-media files"), (d.hidden, "hidden (--include-hidden)"),
+               (d.symlinks, "symlinks not followed (--symlinks inside|all)"),
+               (d.outside_links, "symlinks leading outside ROOT"), (d.dir_errors, "unreadable folders")]
     if any(n for n, _ in skipped):
         lines.append("Not checked: " + ", ".join(f"{n:,} {what}" for n, what in skipped if n))
     lines += [f"  unreadable folder: {e}" for e in d.first_errors]

@@ -229,7 +229,8 @@ def test_skip_and_collate(index, images, caplog):
     images_, labels = zip(*loader)
     assert [len(b) for b in labels] == [2, 2]
     assert torch.cat(labels).tolist() == [0, 0, 1, 1]
-    assert collate_skip_none([None, None]) is None
+    empty_x, empty_y = collate_skip_none([None, None])  # an all-bad batch: empty, same structure as the last
+    assert empty_x.shape == (0, 4, 4, 3) and empty_y.shape == (0,) and empty_y.dtype == torch.int64
 
 
 def test_stale_entry(index, images):

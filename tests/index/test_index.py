@@ -98,7 +98,8 @@ def test_round_trip(tree, tmp_path, name):
     s = build_index(tree, out)
     assert s.format == name.split(".")[1]
     assert s.rows == 4 and s.classes == 3
-    assert s.not_media == 1  # the HTML page saved as .jpg
+    assert s.checked == 5 and s.checked_bad_reasons == {"not_media": 1}  # never scanned: decoded here
+    assert s.bad_paths == ["dogs/fake.jpg"]  # the HTML page saved as .jpg
     assert s.unlabeled == 1  # loose.png: no class folder
     idx = open_index(out)
     assert rel_paths(out) == ["birds/song.wav", "cats/a.png", "cats/sub/b.jpg", "dogs/c.png"]
@@ -128,12 +129,16 @@ def test_npy_folder_is_pickle_free(tree, tmp_path):
     assert np.load(os.path.join(out, "paths.npy")).dtype == np.uint8
 
 
-def test_empty_tree(tmp_path):
+def test_an_empty_index_is_refused_with_the_reason(tmp_path):
     (tmp_path / "empty").mkdir()
     for name in ("e.arrow", "e.npy"):
-        s = build_index(str(tmp_path / "empty"), str(tmp_path / name), no_labels=True)
-        assert s.rows == 0
-        assert index_info(str(tmp_path / name))["rows"] == 0
+        with pytest.raises(UserError, match="the index would be empty.*no media files found"):
+            build_index(str(tmp_path / "empty"), str(tmp_path / name), no_labels=True)
+        assert not os.path.exists(tmp_path / name)
+    write(tmp_path / "bad", "cats/x.jpg", b"<html>not an image</html>")
+    write(tmp_path / "bad", "loose.png")
+    with pytest.raises(UserError, match=r"would be empty.*1 bad; 1 without a label"):
+        build_index(str(tmp_path / "bad"), str(tmp_path / "b.arrow"))
 
 
 # ----------------------------------------------------------------------------- ImageFolder equivalence
@@ -298,53 +303,89 @@ def test_non_utf8_name_round_trips(tmp_path, fmt):
 # ----------------------------------------------------------------------------- scan results
 
 
-def test_bad_files_excluded_and_facts_joined(tree, tmp_path):
-    results = write_results(
+def _seen(tree, rel) -> dict:
+    """The size and mtime a scan records for a file as it is now."""
+    st = os.stat(os.path.join(tree, rel))
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _hand_made_results(tree, tmp_path) -> str:
+    return write_results(
         tmp_path / "report" / "scan_results.parquet",
         [
-            {"path": "cats/a.png", "status": "bad", "reason": "corrupt"},
-            {"path": "cats/sub/b.jpg", "status": "warn", "width": 6, "height": 5,
-             "size": os.path.getsize(os.path.join(tree, "cats/sub/b.jpg"))},
-            {"path": "dogs/c.png", "status": "ok", "width": 4, "height": 4, "size": 1},  # changed since the scan
+            {"path": "cats/a.png", "status": "bad", "reason": "corrupt", **_seen(tree, "cats/a.png")},
+            {"path": "cats/sub/b.jpg", "status": "warn", "width": 6, "height": 5, **_seen(tree, "cats/sub/b.jpg")},
+            {"path": "dogs/c.png", "status": "ok", "width": 40, "height": 40, "size": 1, "mtime_ns": 1},  # changed
             {"path": "birds/song.wav", "status": "ok", "kind": "audio", "sample_rate": 8000, "frames": 100,
-             "channels": 2},
-            {"path": "dogs/fake.jpg", "status": "bad", "reason": "not_media"},
+             "channels": 2, **_seen(tree, "birds/song.wav")},
+            {"path": "dogs/fake.jpg", "status": "bad", "reason": "not_media", **_seen(tree, "dogs/fake.jpg")},
         ],
     )
+
+
+def _facts(out) -> dict:
+    with pa.memory_map(out) as src:
+        t = pa.ipc.open_file(src).read_all()
+    return {os.fsdecode(r["path"]): r for r in t.to_pylist()}
+
+
+def test_bad_files_excluded_facts_joined_and_a_changed_file_checked_again(tree, tmp_path):
+    results = _hand_made_results(tree, tmp_path)
     out = str(tmp_path / "i.arrow")
     s = build_index(tree, out, scan_results=results)
     assert s.excluded_bad == 2 and s.changed_since_scan == 1 and s.unscanned == 0
+    assert s.checked == 1 and s.checked_bad == 0  # dogs/c.png changed since the scan: decoded again here
     assert rel_paths(out) == ["birds/song.wav", "cats/sub/b.jpg", "dogs/c.png"]
-    with pa.memory_map(out) as src:
-        t = pa.ipc.open_file(src).read_all()
-    facts = {os.fsdecode(r["path"]): r for r in t.to_pylist()}
+    facts = _facts(out)
     assert facts["cats/sub/b.jpg"]["width"] == 6 and facts["cats/sub/b.jpg"]["height"] == 5
-    assert facts["dogs/c.png"]["width"] is None  # size differs from the scan's: facts not trusted
+    assert (facts["dogs/c.png"]["width"], facts["dogs/c.png"]["height"]) == (4, 4)  # from the new check
     assert (facts["birds/song.wav"]["sample_rate"], facts["birds/song.wav"]["frames"]) == (8000, 100)
     assert facts["birds/song.wav"]["channels"] == 2
 
 
-def test_default_results_location_and_unscanned_files(tree, tmp_path):
+def test_no_check_keeps_the_magic_bytes_mode(tree, tmp_path):
+    results = _hand_made_results(tree, tmp_path)
+    out = str(tmp_path / "i.arrow")
+    s = build_index(tree, out, scan_results=results, check=False)
+    assert s.checked == 0 and s.excluded_bad == 2 and s.changed_since_scan == 1
+    assert rel_paths(out) == ["birds/song.wav", "cats/sub/b.jpg", "dogs/c.png"]
+    assert _facts(out)["dogs/c.png"]["width"] is None  # changed since the scan: facts not trusted, not re-checked
+
+
+def test_legacy_results_inside_the_root_are_read_and_unscanned_files_checked(tree, tmp_path):
     write_results(os.path.join(tree, ".dsclean", "scan_results.parquet"),
-                  [{"path": "cats/a.png", "status": "bad"}, {"path": "dogs/c.png", "status": "ok"}])
+                  [{"path": "cats/a.png", "status": "bad", **_seen(tree, "cats/a.png")},
+                   {"path": "dogs/c.png", "status": "ok", **_seen(tree, "dogs/c.png")}])
+    listing = sorted(os.walk(tree))
     out = str(tmp_path / "i.npy")
     s = build_index(tree, out)
-    assert s.scan_results.endswith("scan_results.parquet") and not s.notes[:1] == ["no scan results"]
+    assert s.scan_results == os.path.join(tree, ".dsclean", "scan_results.parquet")
+    assert "older dsclean" in s.results_source and "you may delete" in s.results_source
     assert s.excluded_bad == 1
-    # files missing from the results are checked by magic bytes: the HTML .jpg goes
-    assert s.unscanned == 3 and s.not_media == 1
+    # files missing from the results are decoded here: the HTML .jpg goes, as bad
+    assert s.unscanned == 3 and s.checked == 3 and s.checked_bad_reasons == {"not_media": 1}
     assert rel_paths(out) == ["birds/song.wav", "cats/sub/b.jpg", "dogs/c.png"]
-    assert any("not in the scan results" in n for n in s.notes)
+    assert sorted(os.walk(tree)) == listing  # the legacy folder is read, never written
 
 
-def test_no_results_prints_note_and_sniffs(tree, tmp_path, capsys):
+def test_never_scanned_root_is_fully_checked_and_says_so(tree, tmp_path, capsys):
     out = str(tmp_path / "i.arrow")
     assert run_cli(["index", tree, "-o", out]) == 0
     captured = capsys.readouterr()
-    assert f"no scan results found for {tree}; indexing by extension/magic bytes only (no decoding)" in captured.err
+    assert f"scan results: none: no recorded scan of {tree}" in captured.err
+    assert f"{tree} was never scanned: checking every file (5)" in captured.err
     assert "dogs/fake.jpg" not in rel_paths(out)
     assert "indexed 4 files in 3 classes" in captured.out
-    assert "not media" in captured.out
+    assert "bad, found by that check and left out" in captured.out and "bad: dogs/fake.jpg" in captured.out
+
+
+def test_no_results_and_no_check_sniffs_magic_bytes(tree, tmp_path, capsys):
+    out = str(tmp_path / "i.arrow")
+    assert run_cli(["index", tree, "-o", out, "--no-check"]) == 0
+    captured = capsys.readouterr()
+    assert "--no-check: indexing by extension/magic bytes only (no decoding)" in captured.err
+    assert "dogs/fake.jpg" not in rel_paths(out)
+    assert "not media (magic bytes, --no-check)" in captured.out
 
 
 def test_missing_scan_results_file(tree, tmp_path):
@@ -361,10 +402,13 @@ def test_quarantine_folder_not_indexed(tree, tmp_path):
     assert "quarantine" not in open_index(out).meta["classes"]
 
 
-def test_npy_index_inside_root_is_not_a_class(tree):
+def test_npy_index_inside_root_is_refused_unless_allowed_and_then_not_a_class(tree):
     out = os.path.join(tree, "index.npy")
-    build_index(tree, out)
-    build_index(tree, out)  # rebuilt over itself: the old index folder is not a class either
+    with pytest.raises(UserError, match="inside the dataset root.*--allow-inside-root"):
+        build_index(tree, out)
+    assert not os.path.exists(out)
+    build_index(tree, out, allow_inside_root=True)
+    build_index(tree, out, allow_inside_root=True)  # rebuilt over itself: the old index folder is not a class either
     assert open_index(out).meta["classes"] == ["birds", "cats", "dogs"]
 
 

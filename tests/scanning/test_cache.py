@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from support import synth
 from support.files import write
@@ -72,7 +73,9 @@ def test_rerun_after_kill_9_resumes_from_the_cache(tmp_path):
         write(root, f"c/{i}.jpg", good + str(i).encode())
     proc = subprocess.Popen([sys.executable, "-m", "dsclean", "scan", str(root), "--jobs", "1", "--quiet",
                              "--report", str(tmp_path / "r")])
-    cache = root / ".dsclean" / "scan_cache.sqlite"
+    from dsclean.locations import root_state_dir
+
+    cache = Path(root_state_dir(str(root))) / "scan_cache.sqlite"
     deadline = time.time() + 120
     while time.time() < deadline and _cached_rows(cache) == 0:  # wait for the first commit
         time.sleep(0.05)

@@ -1,0 +1,89 @@
+"""Index a dataset folder on the spot, into its state folder: ``IndexedDataset.from_folder``.
+
+For users with a torchvision-style folder and no index yet. The index is written to
+the root's state folder (never into the dataset), reused while the tree is unchanged
+(same media files, sizes and mtimes, same class folders: the fingerprint
+:func:`dsclean.index.build.build_index` records), and built by ONE process at a time:
+under DDP every rank calls this, one takes the lock and builds, the others wait on the
+lock and then reuse what it wrote.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import logging
+import os
+from typing import Iterator
+
+from .. import locations
+from ..errors import UserError
+from ..scanning.discover import symlink_mode
+from .build import FILE_RULES, build_index, tree_fingerprint
+from .labels import folder_classes
+from .store import read_meta
+
+logger = logging.getLogger("dsclean")
+
+
+def folder_index_path(root: str, *, files: str = "dsclean", symlinks: str = "none", check: bool = True,
+                      state_dir: str | None = None) -> str:
+    """Where :func:`index_folder` keeps the index of ``root`` built with these options."""
+    key = hashlib.sha256(f"{files}|{symlinks}|{check}".encode()).hexdigest()[:8]
+    return os.path.join(locations.root_state_dir(root, state_dir), f"index-{files}-{key}.arrow")
+
+
+def index_folder(root: str, *, files: str = "dsclean", symlinks: str | None = None, check: bool = True,
+                 jobs: int = 0, scan_results: str | list[str] | None = None, state_dir: str | None = None,
+                 progress: bool = False) -> tuple[str, bool]:
+    """The path of an up-to-date index of ``root`` in its state folder, and whether this call built it."""
+    if not os.path.isdir(root):
+        raise UserError(f"{root}: no such folder")
+    if files not in FILE_RULES:
+        raise UserError(f"unknown file rule {files!r}: use {' or '.join(FILE_RULES)}")
+    root = os.path.abspath(root)
+    links = symlink_mode(symlinks if symlinks is not None else ("all" if files == "imagefolder" else None))
+    try:
+        folder = locations.make_root_state_dir(root, state_dir)
+    except OSError as exc:
+        raise UserError(f"cannot create the state folder of {root}: {exc.strerror or exc} ({exc.filename}); "
+                        "pass state_dir= (or set DSCLEAN_STATE_DIR) to a writable folder") from exc
+    out = folder_index_path(root, files=files, symlinks=links, check=check, state_dir=state_dir)
+    with _exclusive(os.path.join(folder, locations.INDEX_LOCK_FILE), root):
+        if up_to_date(out, root, files, links):
+            logger.info("reusing the index of %s: %s (the tree is unchanged)", root, out)
+            return out, False
+        build_index(root, out, files=files, symlinks=links, check=check, jobs=jobs, scan_results=scan_results,
+                    state_dir=state_dir, progress=progress)
+        return out, True
+
+
+def up_to_date(index: str, root: str, files: str, symlinks: str) -> bool:
+    """Whether ``index`` was built from ``root`` as it is now (same files, sizes, mtimes and classes)."""
+    if not os.path.isfile(index):
+        return False
+    try:
+        meta = read_meta(index)
+    except UserError:
+        return False
+    if meta.get("root") != os.path.abspath(root) or meta.get("files") != files or meta.get("symlinks") != symlinks:
+        return False
+    if meta.get("labels") == "folder" and \
+            meta.get("classes") != folder_classes(root, (), include_hidden=files == "imagefolder"):
+        return False
+    return meta.get("tree") == tree_fingerprint(root, files, symlinks)
+
+
+@contextlib.contextmanager
+def _exclusive(path: str, root: str) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (created if needed); wait, saying so, while another process holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            logger.warning("waiting for another process that is indexing %s (lock %s)", root, path)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock

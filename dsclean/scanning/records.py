@@ -1,0 +1,257 @@
+"""What a quarantine holds, from its journal: the source of truth for problems files, summaries and status.
+
+A scan's ``problems.jsonl`` and ``scan_summary.json`` describe more than the run
+that wrote them: every file quarantined so far (by this or an earlier, resumed or
+repeated run) is listed with its reason, and a file that was restored leaves the
+list. Both come from folding the journal(s) of the quarantine folder.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Iterable, Iterator
+
+from .. import locations
+from ..atomic import atomic_output
+from ..jsonpaths import path_fields
+from .quarantine import RecoveryReport, _fold, _in_quarantine, _journals
+
+
+@dataclass
+class QuarantineState:
+    """The state of a quarantine folder, by its journals (every part's)."""
+
+    quarantine: str
+    roots: list[str] = field(default_factory=list)
+    moved: int = 0  # files in the quarantine now
+    restored: int = 0  # files moved back by restore
+    failed: int = 0  # moves that failed (and were not done later)
+    pending: int = 0  # moves a killed run left without an outcome: dsclean recover finishes them
+    by_reason: dict[str, int] = field(default_factory=dict)  # files in the quarantine, by reason
+    failures: dict[str, int] = field(default_factory=dict)  # failed moves, by error
+    bad_lines: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _folds(qdir: str, tags: Iterable[str] | None, report: RecoveryReport):
+    for tag in (tags if tags is not None else _journals(qdir)):
+        path = os.path.join(qdir, locations.tagged(locations.MANIFEST_FILE, tag))
+        if os.path.exists(path):
+            yield _fold(path, report)
+
+
+def quarantine_state(qdir: str, tags: Iterable[str] | None = None) -> QuarantineState:
+    """Count what the journal(s) of ``qdir`` say: moved, restored, failed, pending, by reason."""
+    qdir = os.path.abspath(qdir)
+    report = RecoveryReport()
+    st = QuarantineState(qdir)
+    roots: set[str] = set()
+    reasons: Counter = Counter()
+    failures: Counter = Counter()
+    for state in _folds(qdir, tags, report):
+        here = _in_quarantine(state)
+        held = {(e.get("root"), e.get("src")) for _, e in here}
+        st.moved += len(here)
+        reasons.update(str(e.get("reason") or "?") for _, e in here)
+        roots |= {e["root"] for e in state.intents.values() if isinstance(e.get("root"), str)}
+        st.restored += sum(1 for i, e in state.intents.items() if e["op"] == "restore" and state.outcome.get(i) == "done")
+        st.pending += sum(1 for i in state.intents if i not in state.outcome)
+        failed = {}
+        for i, error in state.errors.items():
+            e = state.intents.get(i, {})
+            key = (e.get("root"), e.get("src"))
+            if e.get("op") == "move" and key not in held:
+                failed[key] = error  # the last error of each file that is still not moved
+        st.failed += len(failed)
+        failures.update(failed.values())
+    st.roots = sorted(roots)
+    st.by_reason = dict(reasons.most_common())
+    st.failures = dict(failures.most_common())
+    st.bad_lines = report.bad_lines
+    return st
+
+
+def quarantined_records(qdir: str, root: str, tags: Iterable[str] | None = None,
+                        skip_ids: set[str] | frozenset = frozenset()) -> Iterator[dict]:
+    """A problems-file line for every file of ``root`` in the quarantine now (except ``skip_ids``)."""
+    qdir = os.path.abspath(qdir)
+    for state in _folds(qdir, tags, RecoveryReport()):
+        for ident, e in _in_quarantine(state):
+            if ident in skip_ids or e.get("root") != root:
+                continue
+            line = {**path_fields(e["src"]), "kind": e.get("kind"), "status": "bad", "reason": e.get("reason"),
+                    "detail": e.get("detail") or "quarantined by an earlier run", "quarantined_as": e.get("dst")}
+            yield {k: v for k, v in line.items() if v is not None}
+
+
+def refresh_after_restore(qdir: str, report_dirs: Iterable[str]) -> list[str]:
+    """Drop restored files from the problems files and update the summaries in ``report_dirs``.
+
+    The journal decides: a problems line with ``quarantined_as`` that the journal no
+    longer holds in ``qdir`` goes. Returns the files rewritten.
+    """
+    qdir = os.path.abspath(qdir)
+    held: set[str] = set()
+    for state in _folds(qdir, None, RecoveryReport()):
+        held |= {str(e.get("dst")) for _, e in _in_quarantine(state)}
+    state = quarantine_state(qdir)
+    rewritten = []
+    for folder in dict.fromkeys(os.path.abspath(d) for d in report_dirs):
+        if not os.path.isdir(folder):
+            continue
+        for name in os.listdir(folder):
+            path = os.path.join(folder, name)
+            if _is_named(name, locations.PROBLEMS_FILE) and _drop_lines(path, held):
+                rewritten.append(path)
+            elif _is_named(name, locations.SUMMARY_FILE) and _update_summary(path, qdir, state):
+                rewritten.append(path)
+    return rewritten
+
+
+def _is_named(name: str, base: str) -> bool:
+    stem, ext = os.path.splitext(base)
+    return name == base or (name.startswith(stem + ".part-") and name.endswith(ext))
+
+
+def _drop_lines(path: str, held: set[str]) -> bool:
+    """Rewrite a problems file without the lines of files the quarantine no longer holds."""
+    with open(path, "rb") as f:
+        lines = f.readlines()
+    keep = []
+    for raw in lines:
+        try:
+            obj = json.loads(raw)
+        except ValueError:
+            keep.append(raw)  # not ours to judge
+            continue
+        if not (isinstance(obj, dict) and obj.get("quarantined_as") is not None and obj["quarantined_as"] not in held):
+            keep.append(raw)
+    if len(keep) == len(lines):
+        return False
+    with atomic_output(path) as tmp, open(tmp, "wb") as out:
+        out.writelines(keep)
+    return True
+
+
+def _update_summary(path: str, qdir: str, state: QuarantineState) -> bool:
+    try:
+        with open(path, encoding="utf-8") as f:
+            summary = json.load(f)
+    except (OSError, ValueError):
+        return False
+    if not isinstance(summary, dict) or summary.get("quarantine") != qdir:
+        return False
+    summary["quarantine_state"] = state.to_json()
+    with atomic_output(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=2)
+    return True
+
+
+# --------------------------------------------------------------------------- restore and status
+
+
+def restore(qdir: str, root: str | None = None, state_dir: str | None = None) -> RecoveryReport:
+    """Move every quarantined file back (:func:`dsclean.scanning.quarantine.restore`), then update the records.
+
+    Restored files leave the problems files and the summaries: those in the
+    quarantine folder and those the root's last-scan pointer names for this quarantine.
+    """
+    from .quarantine import restore as restore_files
+
+    report = restore_files(qdir, root)
+    if report.restored:
+        refresh_after_restore(qdir, _report_dirs(qdir, state_dir))
+    return report
+
+
+def _report_dirs(qdir: str, state_dir: str | None) -> list[str]:
+    """The quarantine folder, and the report folders of last scans that quarantined into it."""
+    qdir = os.path.abspath(qdir)
+    dirs = [qdir]
+    for root in quarantine_state(qdir).roots:
+        for base, _ in locations.state_bases(state_dir):
+            pointer, _ = locations.last_scan(root, base)
+            if pointer and pointer.get("quarantine") == qdir:
+                dirs += [os.path.dirname(p) for p in pointer.get("problems", [])]
+    return dirs
+
+
+@dataclass
+class Status:
+    """What ``dsclean status`` reports for a quarantine folder or a dataset root."""
+
+    path: str
+    kind: str  # "quarantine" or "root"
+    results: list[str] = field(default_factory=list)
+    source: str = ""  # which step of the lookup rule found the results
+    last_scan: dict | None = None  # the pointer
+    summary: dict | None = None  # the last scan's summary counts
+    quarantine: QuarantineState | None = None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def status(path: str, state_dir: str | None = None) -> Status:
+    """The state of a quarantine folder (by its journal), or of a root (its last scan and its quarantine)."""
+    from ..errors import UserError
+
+    if not os.path.isdir(path):
+        raise UserError(f"{path}: no such folder (dsclean status takes a quarantine folder or a dataset root)")
+    path = os.path.abspath(path)
+    stem, ext = os.path.splitext(locations.MANIFEST_FILE)
+    if any(n.startswith(stem) and n.endswith(ext) for n in os.listdir(path)):
+        return Status(path, "quarantine", quarantine=quarantine_state(path))
+    found, source = locations.find_results(path, state_dir=state_dir)
+    st = Status(path, "root", results=found, source=source)
+    for base, _ in locations.state_bases(state_dir):
+        pointer, _ = locations.last_scan(path, base)
+        if pointer and pointer["results"] == found:
+            st.last_scan = pointer
+            break
+    if st.last_scan:
+        for summary_path in st.last_scan.get("summary", [])[:1]:
+            try:
+                with open(summary_path, encoding="utf-8") as f:
+                    full = json.load(f)
+                st.summary = {k: full.get(k) for k in ("files", "bad", "bad_reasons", "warn_reasons", "quarantined",
+                                                        "move_failures", "interrupted", "dry_run")}
+            except (OSError, ValueError):
+                pass
+        q = st.last_scan.get("quarantine")
+        if q and os.path.isdir(q):
+            st.quarantine = quarantine_state(q)
+    return st
+
+
+def format_status(st: Status) -> str:
+    lines = []
+    if st.kind == "root":
+        lines.append(f"root {st.path}")
+        lines.append(f"  results: {', '.join(st.results) or 'none'}")
+        lines.append(f"  found by: {st.source}")
+        if st.last_scan:
+            lines.append(f"  last scan finished {st.last_scan.get('finished')}")
+        if st.summary:
+            s = st.summary
+            reasons = ", ".join(f"{r} {n:,}" for r, n in (s.get("bad_reasons") or {}).items())
+            lines.append(f"  {s.get('files') or 0:,} files, {s.get('bad') or 0:,} bad" + (f" ({reasons})" if reasons else "")
+                         + (" (dry run)" if s.get("dry_run") else "") + (" INTERRUPTED" if s.get("interrupted") else ""))
+            if s.get("move_failures"):
+                lines.append(f"  {s['move_failures']:,} moves failed in that scan (see its problems file)")
+    q = st.quarantine
+    if q is not None:
+        lines.append(f"quarantine {q.quarantine}" + (f" (root {', '.join(q.roots)})" if q.roots else ""))
+        by = ", ".join(f"{r} {n:,}" for r, n in q.by_reason.items())
+        lines.append(f"  in quarantine: {q.moved:,} files" + (f" ({by})" if by else ""))
+        lines.append(f"  restored:      {q.restored:,}")
+        fails = ", ".join(f"{r} {n:,}" for r, n in q.failures.items())
+        lines.append(f"  failed moves:  {q.failed:,}" + (f" ({fails})" if fails else ""))
+        if q.pending:
+            lines.append(f"  half-done:     {q.pending:,} (a killed run; dsclean recover {q.quarantine} finishes them)")
+        lines += [f"  unreadable journal line: {b}" for b in q.bad_lines]
+    return "\n".join(lines)
