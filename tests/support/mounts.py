@@ -1,0 +1,33 @@
+"""Real tmpfs mounts for tests (the suite runs as root in CI): read-only trees, read-only subfolders."""
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from typing import Iterator
+
+import pytest
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(args, capture_output=True, text=True)
+
+
+@contextlib.contextmanager
+def tmpfs(path, size: str = "8m") -> Iterator[str]:
+    """Mount a fresh tmpfs at ``path`` (created if needed); unmounted afterwards. Skips where mounting is impossible."""
+    path = str(path)
+    os.makedirs(path, exist_ok=True)
+    proc = _run("mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", path)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN): {proc.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        _run("umount", "-l", path)
+
+
+def make_read_only(path) -> None:
+    """Remount the tmpfs at ``path`` read-only."""
+    proc = _run("mount", "-o", "remount,ro", str(path))
+    assert proc.returncode == 0, proc.stderr
