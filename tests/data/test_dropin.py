@@ -71,7 +71,7 @@ def test_targets_behave_like_a_list_and_stay_a_zero_copy_array(index):
     assert list(t) == [0, 0, 0, 1, 1] and all(type(x) is int for x in t)
     assert np.bincount(t).tolist() == [3, 2]
     assert collections.Counter(t) == {0: 3, 1: 2} and t.count(1) == 2 and t.index(1) == 3
-    assert torch.as_tensor(np.asarray(t)).tolist() == [0, 0, 0, 1, 1]
+    assert torch.tensor(t).tolist() == [0, 0, 0, 1, 1]  # torch.tensor(dataset.targets), as training code does
     assert bool(t) and type(t + 1) is np.ndarray and (t == 1).sum() == 2
     with pytest.raises(ValueError):
         t[0] = 3

@@ -217,3 +217,61 @@ def test_cli_errors(tmp_path, capsys):
         _cli(["explain", "x", "--file", "y"], capsys)
     with pytest.raises(UserError, match="nope.log: cannot read"):
         _cli(["explain", "--file", str(tmp_path / "nope.log")], capsys)
+
+
+# ----------------------------------------------------------------------------- issue 10: wording
+
+
+def test_dataloader_timeout_is_recognised():
+    exp = explain("Traceback ...\nRuntimeError: DataLoader timed out after 120 seconds")
+    assert exp.kind == "timeout" and exp.recognized and "timeout=120 seconds" in exp.cause
+    assert any(f.startswith("dsclean scan") for f in exp.fixes)
+
+
+def test_real_dataloader_timeout_text_is_recognised():
+    """The message the installed PyTorch raises when a worker stalls past timeout=."""
+    import time
+
+    class Slow(Dataset):
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, i):
+            time.sleep(3)
+            return i
+
+    loader = DataLoader(Slow(), batch_size=1, num_workers=1, timeout=0.5)
+    it = iter(loader)
+    try:
+        with pytest.raises(RuntimeError) as info:
+            next(it)
+    finally:
+        it._shutdown_workers()
+    assert explain(str(info.value)).kind == "timeout"
+
+
+IMAGEFOLDER_TRACE = """Traceback (most recent call last):
+  File "main.py", line 300, in train
+    for i, (images, target) in enumerate(train_loader):
+OSError: Caught OSError in DataLoader worker process 3.
+Original Traceback (most recent call last):
+  File "/usr/lib/python3/site-packages/torchvision/datasets/folder.py", line 245, in __getitem__
+    sample = self.loader(path)
+  File "/usr/lib/python3/site-packages/torchvision/datasets/folder.py", line 264, in pil_loader
+    return img.convert("RGB")
+OSError: image file is truncated (7 bytes not processed)
+"""
+
+
+def test_an_imagefolder_user_without_an_index_is_told_to_scan_first():
+    exp = explain(IMAGEFOLDER_TRACE)
+    assert exp.kind == EXCEPTION
+    assert exp.fixes[0].startswith("dsclean scan ROOT --quarantine DIR")
+    assert "from_folder" in exp.fixes[1]
+    assert not explain(CAUGHT).fixes[0].startswith("dsclean scan")  # an IndexedDataset user: probe first
+
+
+def test_imagefolder_empty_class_is_explained():
+    exp = explain("FileNotFoundError: Found no valid file for the classes .dsclean. Supported extensions are: .jpg")
+    assert exp.kind == "empty_class" and "allow_empty" in exp.cause
+    assert any("--files imagefolder" in f for f in exp.fixes)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 
@@ -240,3 +241,48 @@ def test_plot_when_matplotlib_is_installed(png_index, tmp_path, capsys):
     code, text = _cli(["probe", png_index, "--batches", "10", "--batch-size", "8", "--interval", "0.1",
                        "--plot", str(out)], capsys)
     assert code == 0 and out.stat().st_size > 0 and "plot written" in text
+
+
+# ----------------------------------------------------------------------------- issue 10: wording
+
+
+def test_all_groups_failures_by_reason(broken_set, capsys):
+    index, broken = broken_set
+    from dsclean.index.store import read_meta
+
+    root = read_meta(index)["root"]
+    for i in range(2):  # two more files gone: one reason, three files
+        os.remove(os.path.join(root, "good", f"{i}.png"))
+    code, out = _cli(["probe", index, "--all"], capsys)
+    assert code == 1 and "Traceback" not in out and "full tracebacks: --tracebacks" in out
+    counts = {line.split(None, 1)[1]: int(line.split()[0]) for line in out.splitlines()[1:]
+              if line[:8].strip().isdigit()}
+    assert counts["FileNotFoundError: [Errno N] No such file or directory"] == 3
+    assert sum(counts.values()) == 7 and len(counts) == 5
+    assert re.search(r"sample \d+: good/0.png\n", out) and re.search(r"sample \d+: good/1.png\n", out)
+    code, out = _cli(["probe", index, "--all", "--tracebacks"], capsys)
+    assert sum(line.startswith("sample ") for line in out.splitlines()) == 7  # each failure in full
+    assert "Traceback (most recent call last)" in out
+
+
+def test_failure_reason_drops_what_differs_per_file():
+    from dsclean.diagnose.probe import failure_reason
+
+    a = failure_reason("SampleError: sample 3 (bad/a.png under /d): OSError: image file is truncated (5 bytes not processed)")
+    b = failure_reason("SampleError: sample 9 (x/b.png under /d): OSError: image file is truncated (12 bytes not processed)")
+    assert a == b == "OSError: image file is truncated"
+
+
+def test_probe_names_its_own_flag_for_a_moved_dataset(broken_set, tmp_path, capsys):
+    import shutil
+
+    from dsclean.errors import UserError
+    from dsclean.index.store import read_meta
+
+    index, _ = broken_set
+    shutil.move(read_meta(index)["root"], str(tmp_path / "moved"))
+    with pytest.raises(UserError, match="--root NEW_LOCATION") as info:
+        _cli(["probe", index, "--all"], capsys)
+    assert "root=" not in str(info.value)
+    code, _ = _cli(["probe", index, "--all", "--root", str(tmp_path / "moved")], capsys)
+    assert code == 1  # found the files at the new place (and the broken ones)
