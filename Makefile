@@ -16,13 +16,16 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test,plot,dask]'
 	touch $@
 
-# The demo works on a copy: the repo's own sample_data is never moved.
+# The demo works on a copy: the repo's own sample_data is never moved, and dsclean's own
+# state (last-scan pointers, scan cache) goes to demo/state instead of ~/.cache/dsclean.
+demo: export DSCLEAN_STATE_DIR = $(CURDIR)/demo/state
 demo: setup
 	rm -rf demo && mkdir demo && cp -r sample_data demo/data
 	$(DSCLEAN) scan demo/data/images --quarantine demo/quarantine/images
 	$(DSCLEAN) index demo/data/images -o demo/images.arrow
 	$(DSCLEAN) scan demo/data/audio --quarantine demo/quarantine/audio
 	$(DSCLEAN) index demo/data/audio -o demo/audio.arrow
+	$(DSCLEAN) status demo/quarantine/images
 	$(DSCLEAN) info demo/images.arrow
 	$(PY) -c "from dsclean import IndexedDataset; ds = IndexedDataset('demo/images.arrow'); \
 	img, label = ds[0]; print(f'IndexedDataset: {len(ds)} samples, classes {ds.classes}; sample 0: {ds.path(0)} {img.size} label {label}')"

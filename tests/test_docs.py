@@ -23,7 +23,27 @@ def _options(command: str) -> list[str]:
     return [o for a in parser._actions for o in a.option_strings if o.startswith("--") and o != "--help"]
 
 
-@pytest.mark.parametrize("command", ["scan", "index", "info", "merge", "doctor", "explain", "probe"])
+@pytest.mark.parametrize("command", ["scan", "index", "info", "merge", "restore", "status", "doctor", "explain",
+                                     "probe"])
 def test_every_option_documented(command):
     missing = [o for o in _options(command) if not re.search(rf"`{re.escape(o)}\b", README)]
     assert not missing, f"README does not document dsclean {command} {missing}"
+
+
+def test_exit_code_table_matches_the_code():
+    from dsclean.cli import exit_codes as X
+
+    table = README[README.index("## Exit codes"):README.index("## Where dsclean keeps its files")]
+    for code in (X.EXIT_OK, X.EXIT_FOUND_BAD, X.EXIT_USAGE, X.EXIT_INCOMPLETE):
+        assert f"\n| {code} | " in table
+    assert "| 130 / 143 | interrupted |" in table
+
+
+def test_docs_and_code_agree_on_skipped_samples():
+    from dsclean.data.collate import collate_skip_none
+    from dsclean.data.dataset import IndexedDataset
+
+    readme, collate_doc, dataset_doc = (" ".join(t.split()) for t in (README, collate_skip_none.__doc__,
+                                                                       IndexedDataset.__doc__))
+    assert "empty batch of the same structure" in readme and "EMPTY batch of the same structure" in collate_doc
+    assert "once per sample and process" in readme and "once per sample and process" in dataset_doc

@@ -94,7 +94,7 @@ def format_summary(s: IndexSummary) -> str:
         lines += [f"    bad: {p}" for p in s.bad_paths[:20]]
         if s.checked_bad > 20:
             lines.append(f"    ... and {s.checked_bad - 20} more (dsclean scan ROOT --quarantine DIR moves them aside)")
-    lines.append(f"  scan results: {s.results_source or 'none'}")
+    lines.append(f"  scan results: {s.scan_results or 'none'}")
     return "\n".join(lines)
 
 
