@@ -1,12 +1,13 @@
 """The scan stage: discover -> check (parallel) -> verdicts -> quarantine.
 
 - :mod:`.discover`: stream media paths with ``os.scandir`` (no list of all paths)
-- :mod:`.check`, :mod:`.check_image`, :mod:`.check_audio`: one file in, one verdict out
+- :mod:`.check`, :mod:`.check_image`, :mod:`.check_audio`, :mod:`.check_pnm`: one file in, one verdict out
 - :mod:`.executors`, :mod:`.worker`: chunks on a process pool that survives crashing
   and hanging decoders (loky, threads or Dask)
 - :mod:`.verdict`, :mod:`.results`, :mod:`.cache`: the record, the results table, the
   re-scan cache
 - :mod:`.quarantine`: journaled moves, recovery, restore
+- :mod:`.records`: what a quarantine holds, from its journal (problems lines, summaries, status)
 - :mod:`.scanner`: wires the above together (:func:`dsclean.scan`)
 - :mod:`.merge`: combine the results of a job array's parts
 

@@ -213,7 +213,9 @@ def test_cli_interrupt_flushes_results(tmp_path, sig, code):
     proc = subprocess.Popen([sys.executable, "-m", "dsclean", "scan", str(root), "--quarantine", str(tmp_path / "q"),
                              "--jobs", "1", "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
-    while not (tmp_path / "q" / "manifest.jsonl").exists() and time.time() < deadline:
+    manifest = tmp_path / "q" / "manifest.jsonl"
+    # the journal file is created when the quarantine opens; wait for the first journaled move
+    while not (manifest.exists() and manifest.stat().st_size > 0) and time.time() < deadline:
         time.sleep(0.02)
     time.sleep(0.2)
     assert proc.poll() is None, "scan finished before it could be interrupted"
