@@ -140,6 +140,11 @@ def build_index(
         raise UserError(f"the index {output} is inside the dataset root {root}: it would become part of the data "
                         "(an npy folder is one more class for ImageFolder). Write it outside ROOT, or pass "
                         "--allow-inside-root to accept that")
+    state = locations.root_state_dir(root, state_dir)
+    if check and not allow_inside_root and locations.is_inside(state, root):
+        raise UserError(f"the state folder {state} (--state-dir / DSCLEAN_STATE_DIR) is inside the dataset root "
+                        f"{root}: the scan cache would become part of the data. Choose one outside ROOT, or pass "
+                        "--allow-inside-root to accept that")
     mode = "csv" if labels_csv is not None else "none" if no_labels else "folder"
     links = symlink_mode(symlinks if symlinks is not None else ("all" if files == "imagefolder" else None))
     summary = IndexSummary(output=output, format=fmt, labels=mode, files=files, symlinks=links)

@@ -181,3 +181,11 @@ def test_ppm_and_pgm_get_a_decode_check(tmp_path):
     assert (verdicts["cut.ppm"].status, verdicts["cut.ppm"].reason) == ("bad", "truncated")
     assert verdicts["bomb.pgm"].reason == "decompression_bomb"
     assert verdicts["html.pgm"].reason == "not_media"
+
+
+def test_a_state_folder_inside_the_root_is_refused(tmp_path):
+    root = tmp_path / "data"
+    write(root, "c/a.jpg", synth.jpeg(8, 8))
+    with pytest.raises(UserError, match="state folder .* is inside the dataset root"):
+        build_index(str(root), str(tmp_path / "i.arrow"), state_dir=str(root / ".state"))
+    assert sorted(os.listdir(root)) == ["c"]
