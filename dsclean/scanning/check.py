@@ -97,13 +97,15 @@ def check_file(root: str, rel: str, options: CheckOptions = CheckOptions(), *, c
     return v
 
 
-def check_bytes(data: bytes, name: str, options: CheckOptions = CheckOptions(), *, capture_stderr: bool = True) -> Verdict:
+def check_bytes(data: bytes | bytearray | memoryview, name: str, options: CheckOptions = CheckOptions(), *, capture_stderr: bool = True) -> Verdict:
     """Decide whether ``data`` is a whole, decodable media file of the format ``name``'s extension claims.
 
     Exactly the checks :func:`check_file` runs, as a pure function of its input
     (``size`` is ``len(data)``; ``mtime_ns`` stays None). For bytes that are not on
     disk as a file of their own, e.g. a sample inside a tar shard.
     """
+    if not isinstance(data, bytes):
+        data = bytes(data)  # a memoryview or bytearray: the checkers need an immutable buffer
     v = _new_verdict(name)
     v.size = len(data)
     with _decoder_messages(v, capture_stderr):

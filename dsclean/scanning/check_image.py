@@ -27,7 +27,7 @@ from PIL import Image, PngImagePlugin
 
 from .. import reasons as R
 from . import bmp, gif, jpeg, png, tiff
-from .verdict import Verdict, bad
+from .verdict import Verdict, bad, warn
 
 # libjpeg's recoverable warnings: pixels are wrong but a decoder returns them.
 _JPEG_TRUNCATION = ("Premature end",)
@@ -130,7 +130,13 @@ def _jpeg_failure(data, space: str, message: str, label: str, v: Verdict, opts) 
 
 
 def _check_mpf_pictures(data, v: Verdict, opts) -> None:
-    """Every further image an MPF index lists: inside the file, a JPEG, decoding strictly."""
+    """Every further image an MPF index lists: a JPEG at its offset, decoding strictly.
+
+    Decoders find an image by its offset and read it to its end-of-image marker; they
+    do not use its size. So a size reaching past the end of the file is truncation only
+    when the image really is cut; a whole image with a wrong size is a warning (Pillow's
+    own MPO writer records wrong sizes from the third image on).
+    """
     pictures, count, findings = jpeg.mpf_pictures(data)
     v.add(findings)
     if count == 1:
@@ -138,22 +144,27 @@ def _check_mpf_pictures(data, v: Verdict, opts) -> None:
     v.frames = count
     n = len(data)
     for pic in pictures[: max(0, opts.max_frames - 1)]:
-        label = f"MPF image {pic.number} of {count} (byte {pic.start}, {pic.size} bytes)"
-        if pic.start + pic.size > n:
-            v.add([bad(R.TRUNCATED, f"{label}: lies past the end of the file ({n} bytes)")])
+        label = f"MPF image {pic.number} of {count} (byte {pic.start})"
+        if pic.start >= n:
+            v.add([bad(R.TRUNCATED, f"{label}: starts past the end of the file ({n} bytes)")])
             return
-        part = data[pic.start : pic.start + pic.size]
+        if data[pic.start : pic.start + 2] != b"\xff\xd8":
+            v.add([bad(R.CORRUPT, f"{label}: no JPEG start-of-image marker at its offset")])
+            return
+        part = data[pic.start : min(n, pic.start + pic.size)]
         try:
             height, width, colorspace, _ = simplejpeg.decode_jpeg_header(part)
         except ValueError as exc:
-            v.add([bad(R.CORRUPT, f"{label}: not a readable JPEG ({exc})")])
+            v.add([bad(R.TRUNCATED if part.find(b"\xff\xda") < 0 else R.CORRUPT, f"{label}: JPEG header: {exc}")])
             return
         if opts.max_pixels and width * height > opts.max_pixels:
             v.add([bad(R.DECOMPRESSION_BOMB, f"{label}: {width}x{height} = {width * height} pixels, limit {opts.max_pixels}")])
             return
-        decode_eighth(part, colorspace, label, v, opts)
-        if v.status == R.BAD:
+        if decode_eighth(part, colorspace, label, v, opts) is None:
             return
+        if pic.start + pic.size > n:
+            v.add([warn(R.NONCONFORMING, f"{label}: the MPF index says {pic.size} bytes, {n - pic.start} are left, "
+                                         "yet the image is whole (its recorded size is wrong)")])
     if count - 1 > opts.max_frames - 1:
         v.detail = _join(v.detail, f"decoded the first {opts.max_frames} of {count} MPF images")
 
