@@ -18,7 +18,8 @@ flagged), then times, interleaved, best of --repeats, every contender as a whole
 against, for each format:
 
 - ``dsclean checker``: one process calling ``dsclean.scanning.check.check_file`` on every file
-  (the checker itself: one read per file, every rule, the content hash);
+  (the checker itself: one read per file, every rule, the content hash); the same without the
+  content hash (to show its share), and for FLAC with the STREAMINFO MD5 check on;
 - ``dsclean scan --jobs 1``: the whole command (worker pool start-up, results, cache).
 
 Every contender is one process over all the files (as ``dsclean scan`` is): a Python process
@@ -55,11 +56,15 @@ BATCH = 100_000  # files per process: all of them
 
 CHECKER_LOOP = """
 import sys
-from dsclean.scanning.check import check_file
-root = sys.argv[1]
+from dsclean.scanning import check
+from dsclean.scanning.check import CheckOptions, check_file
+mode, root = sys.argv[1], sys.argv[2]
+options = CheckOptions(flac_md5=mode == "md5")
+if mode == "nohash":  # to show what the content hash costs in the ratios
+    check.content_hash = lambda data: None
 counts = {}
-for rel in sys.argv[2:]:
-    v = check_file(root, rel)
+for rel in sys.argv[3:]:
+    v = check_file(root, rel, options)
     counts[v.status] = counts.get(v.status, 0) + 1
 print(counts.get("bad", 0), counts.get("warn", 0))
 """
@@ -188,8 +193,8 @@ def _tool_failures(tool: str, out: subprocess.CompletedProcess) -> int:
     return 0
 
 
-def checker_loop(folder: str, files: list[str]) -> tuple[int, int]:
-    return _batches([PY, "-c", CHECKER_LOOP, folder], files, folder)
+def checker_loop(folder: str, files: list[str], mode: str = "default") -> tuple[int, int]:
+    return _batches([PY, "-c", CHECKER_LOOP, mode, folder], files, folder)
 
 
 def dsclean_scan(folder: str, files: list[str]) -> tuple[int, int]:
@@ -215,7 +220,10 @@ def contenders(fmt: str, folder: str, files: list[str]) -> list[tuple[str, objec
                  ("libjpeg-turbo floor (header + strict 1/8 grey decode loop)",
                   lambda: _batches([PY, "-c", JPEG_FLOOR], files, folder))],
     }[fmt]
+    extra = [("dsclean checker, FLAC MD5 on (CheckOptions(flac_md5=True))", lambda: checker_loop(folder, files, "md5"))]
     return refs + [("dsclean checker (check_file loop)", lambda: checker_loop(folder, files)),
+                   *(extra if fmt == "flac" else []),
+                   ("dsclean checker without the content hash", lambda: checker_loop(folder, files, "nohash")),
                    ("dsclean scan --jobs 1", lambda: dsclean_scan(folder, files))]
 
 

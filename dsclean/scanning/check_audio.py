@@ -79,13 +79,13 @@ def check_wav(data, v: Verdict, opts: CheckOptions) -> None:
 
 
 def check_flac(data, v: Verdict, opts: CheckOptions) -> None:
-    """FLAC: full decode (libFLAC checks every frame's CRC-8 and CRC-16), the STREAMINFO MD5 of the
-    decoded samples when the encoder recorded one, STREAMINFO's sample count, and on a failed decode
-    the frame that broke or the cut."""
+    """FLAC: full decode (libFLAC checks every frame's CRC-8 and CRC-16), STREAMINFO's sample count,
+    on a failed decode the frame that broke or the cut, and with ``opts.flac_md5`` the STREAMINFO
+    MD5 of the decoded samples when the encoder recorded one."""
     walk = flac.walk(data)
     decoded: list[Finding] = []
     info = walk.info
-    md5 = hashlib.md5() if info is not None and any(info.md5) and 4 <= info.bits <= 32 else None
+    md5 = hashlib.md5() if opts.flac_md5 and info is not None and any(info.md5) and 4 <= info.bits <= 32 else None
     dtype = "int16" if info is not None and info.bits <= 16 else "int32"
     # read no further than STREAMINFO's promise: bytes after the last frame are not libFLAC's to judge
     dec = _decode(data, v, decoded, dtype=dtype, md5=md5, bits=info.bits if info else 16, promised=True)

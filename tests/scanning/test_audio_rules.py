@@ -15,7 +15,7 @@ from support import audiogen as ag
 
 from dsclean import reasons as R
 from dsclean.scanning import check_audio, flac, mp3
-from dsclean.scanning.check import check_bytes
+from dsclean.scanning.check import CheckOptions, check_bytes
 
 SR = 44100
 N = int(ag.SECONDS * ag.SR)  # frames of ag.signal()
@@ -143,16 +143,20 @@ def test_flac_frame_header_damage_is_named():
 
 
 @pytest.mark.parametrize("subtype", ["PCM_S8", "PCM_16", "PCM_24"])
-def test_flac_streaminfo_md5_is_checked(subtype):
+def test_flac_streaminfo_md5_is_checked_when_asked(subtype):
+    md5_on = CheckOptions(flac_md5=True)
     data = bytearray(encode(ag.signal(2), "FLAC", subtype=subtype))
     md5 = flac.walk(bytes(data)).info.md5
     assert any(md5)  # libFLAC's encoder records it
-    assert verdict(bytes(data), "ok.flac")[:2] == (R.OK, None)  # the samples' bytes are packed right for every width
+    v = check_bytes(bytes(data), "ok.flac", md5_on)  # the samples' bytes are packed right for every width
+    assert (v.status, v.reason) == (R.OK, None), v.detail
     i = bytes(data).index(md5)
     data[i] ^= 0x80
     assert len(sf.read(io.BytesIO(bytes(data)))[0]) == N  # nothing else notices
-    assert verdict(bytes(data), "md5.flac") == (
+    v = check_bytes(bytes(data), "md5.flac", md5_on)
+    assert (v.status, v.reason, v.detail) == (
         R.BAD, R.CORRUPT, "FLAC: the MD5 of the decoded samples differs from the STREAMINFO MD5 signature")
+    assert check_bytes(bytes(data), "md5.flac").status == R.OK  # off by default: not hashed
 
 
 # ---- speed work changes no verdict: raw WAV samples are not pushed through a decoder ------------
