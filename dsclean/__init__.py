@@ -15,6 +15,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "CheckOptions": "scanning.check",
     "check_file": "scanning.check",
+    "check_bytes": "scanning.check",
     "DiscoverStats": "scanning.discover",
     "iter_media": "scanning.discover",
     "UserError": "errors",

@@ -25,6 +25,7 @@ CHANGED = "changed"
 DECODER_CRASH = "decoder_crash"
 TIMEOUT = "timeout"
 TOO_LARGE = "too_large"
+NONCONFORMING = "nonconforming"
 
 #: reason code -> what it means (shown by ``dsclean reasons`` and in the README)
 REASONS: dict[str, str] = {
@@ -42,4 +43,6 @@ REASONS: dict[str, str] = {
     DECODER_CRASH: "checking the file killed the decoder's process (segfault, abort, ...); the signal is in the detail",
     TIMEOUT: "checking the file took longer than --timeout seconds",
     TOO_LARGE: "checking the file needed more memory than --max-memory allows",
+    NONCONFORMING: "breaks a rule of its format that common decoders tolerate (e.g. an ID3v2 tag before a FLAC stream, "
+                   "junk after the last MP3 frame, data after a PNG's zlib stream); a warning",
 }

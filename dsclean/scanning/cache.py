@@ -1,7 +1,9 @@
-"""The scan cache: verdicts keyed by (relative path, size, mtime_ns, check options).
+"""The scan cache: verdicts keyed by (relative path, size, mtime_ns, check options, checker version).
 
-One table per set of check options (named by a hash of them), so a scan with
-other options neither sees nor evicts these verdicts.
+One table per set of check options and checker version (named by a hash of
+them), so a scan with other options neither sees nor evicts these verdicts, and
+no verdict outlives a change of the integrity rules
+(:data:`~dsclean.scanning.check.CHECKER_VERSION`).
 
 Lets the next scan of the same root re-check only new or changed files, so a
 re-scan of an unchanged tree costs about a ``stat()`` per file. SQLite in WAL
@@ -17,7 +19,7 @@ import time
 from typing import Iterable
 
 from .. import reasons as R
-from .check import CheckOptions
+from .check import CHECKER_VERSION, CheckOptions
 from .verdict import FIELDS, Verdict, encode_path
 
 _COLUMNS = ", ".join(FIELDS)
@@ -25,11 +27,11 @@ _LOOKUP_BATCH = 500  # SQLite parameters per IN (...) query
 
 
 def options_key(options: CheckOptions) -> str:
-    """Everything that can change a verdict besides the file itself: a changed option re-checks."""
+    """Everything that can change a verdict besides the file itself: a changed option or rule re-checks."""
     from .. import __version__
 
     fields = {**options.__dict__, "timeout": float(options.timeout)}  # 1 and 1.0 are the same option
-    return json.dumps({"dsclean": __version__, **fields}, sort_keys=True)
+    return json.dumps({"dsclean": __version__, "checker": CHECKER_VERSION, **fields}, sort_keys=True)
 
 
 def options_from_key(key: str | None) -> CheckOptions:

@@ -1,26 +1,37 @@
-"""Stage 2: check one file. A pure function of (root, relative path, options).
+"""Stage 2: check one file. A pure function of its bytes (and its name, for the claimed format).
 
-:func:`check_file` never raises for a problem with the file: every outcome is a
-:class:`~dsclean.scanning.verdict.Verdict`. It confirms the format from the magic bytes,
-then runs that format's checker (:mod:`dsclean.scanning.check_image`,
-:mod:`dsclean.scanning.check_audio`), which combines a full decode with the format's own
-integrity rules. Whatever native decoders print on the C-level stderr is
-captured and kept in the verdict's detail.
+:func:`check_file` reads a file once (or maps it, when large) and runs every check on
+those bytes; :func:`check_bytes` runs exactly the same checks on bytes already in hand
+(e.g. a sample sliced out of a tar shard). Neither raises for a problem with the file:
+every outcome is a :class:`~dsclean.scanning.verdict.Verdict`. The format comes from the
+name's extension, confirmed by the magic bytes; then that format's checker
+(:mod:`dsclean.scanning.check_image`, :mod:`dsclean.scanning.check_audio`) combines a
+real decode with the format's own integrity rules (the format modules: ``jpeg``,
+``png``, ``gif``, ``tiff``, ``bmp``, ``wav``, ``flac``, ``ogg``, ``mp3``). Whatever
+native decoders print on the C-level stderr is captured and kept in the verdict's detail.
 """
 from __future__ import annotations
 
 import atexit
 import contextlib
 import errno
+import mmap
 import os
+import stat
 import tempfile
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Union
 
 from .. import reasons as R
 from ..formats import SNIFF_BYTES, format_of_name, is_prefix_of_magic, kind_of, sniff
+from ..hashing import content_hash
 from .verdict import Verdict
+
+#: The version of the integrity rules. Bump it with every change that can change a verdict
+#: (a new rule, a rule made stricter or more tolerant): it is part of the scan cache key and of
+#: the results' recorded options, so no verdict outlives the rules that made it.
+CHECKER_VERSION = 2
 
 #: Pillow's own default for MAX_IMAGE_PIXELS (about 89.5 Mpx): above it an image is a decompression bomb.
 DEFAULT_MAX_PIXELS = 89_478_485
@@ -28,6 +39,11 @@ DEFAULT_MAX_PIXELS = 89_478_485
 DEFAULT_MAX_FRAMES = 256
 #: seconds one file's check may take before its worker is killed (see dsclean.scanning.worker)
 DEFAULT_TIMEOUT = 60.0
+#: files larger than this are mapped instead of read (their pages stay page cache, not process memory)
+MAP_THRESHOLD = 64 << 20
+
+#: what checkers get: the file's bytes, or a read-only map of them
+Data = Union[bytes, mmap.mmap]
 
 
 @dataclass(frozen=True)
@@ -37,15 +53,18 @@ class CheckOptions:
     lenient: bool = False  # recoverable decoder warnings become `warn` instead of `bad`
     max_pixels: int = DEFAULT_MAX_PIXELS
     max_frames: int = DEFAULT_MAX_FRAMES
+    # Also check FLAC's STREAMINFO MD5 against the decoded samples. Off by default: hashing every
+    # sample costs ~15% of a FLAC check, and every frame's CRC-16 already covers every byte.
+    flac_md5: bool = False
     # Enforced around the check by the worker process (dsclean.scanning.worker), not by check_file:
     timeout: float = DEFAULT_TIMEOUT  # seconds per file; 0 = none
     max_memory: int = 0  # bytes of address space a check may add; 0 = no ceiling
 
 
-Checker = Callable[[str, Verdict, CheckOptions], None]
+Checker = Callable[[Data, Verdict, CheckOptions], None]
 
-#: Test-only: called with each file's path at the start of its check. dsclean.scanning.worker installs
-#: a fault injector here when DSCLEAN_TEST_FAULTS=1; it is None in every real run.
+#: Test-only: called with each file's path (or name) at the start of its check. dsclean.scanning.worker
+#: installs a fault injector here when DSCLEAN_TEST_FAULTS=1; it is None in every real run.
 fault_hook: Callable[[str], None] | None = None
 
 
@@ -73,28 +92,57 @@ def _checker(fmt: str) -> Checker:
 def check_file(root: str, rel: str, options: CheckOptions = CheckOptions(), *, capture_stderr: bool = True) -> Verdict:
     """Decide whether ``root/rel`` is a whole, decodable media file.
 
-    ``capture_stderr=False`` leaves fd 2 alone: redirecting it is process-wide,
-    so threads checking side by side must not do it.
+    The file is opened once: its bytes are read (or mapped, above :data:`MAP_THRESHOLD`)
+    and every check runs on them. ``capture_stderr=False`` leaves fd 2 alone:
+    redirecting it is process-wide, so threads checking side by side must not do it.
     """
-    claimed = format_of_name(rel) or ""
-    v = Verdict(path=rel, kind=kind_of(claimed) if claimed else "unknown")
-    path = os.path.join(root, rel)
+    v = _new_verdict(rel)
+    with _decoder_messages(v, capture_stderr):
+        _check_path(os.path.join(root, rel), v, options)
+    return v
+
+
+def check_bytes(data: bytes | bytearray | memoryview, name: str, options: CheckOptions = CheckOptions(), *, capture_stderr: bool = True) -> Verdict:
+    """Decide whether ``data`` is a whole, decodable media file of the format ``name``'s extension claims.
+
+    Exactly the checks :func:`check_file` runs, as a pure function of its input
+    (``size`` is ``len(data)``; ``mtime_ns`` stays None). For bytes that are not on
+    disk as a file of their own, e.g. a sample inside a tar shard.
+    """
+    if not isinstance(data, bytes):
+        data = bytes(data)  # a memoryview or bytearray: the checkers need an immutable buffer
+    v = _new_verdict(name)
+    v.size = len(data)
+    with _decoder_messages(v, capture_stderr):
+        _check_data(data, name, v, options)
+    return v
+
+
+def _new_verdict(name: str) -> Verdict:
+    claimed = format_of_name(name)
+    return Verdict(path=name, kind=kind_of(claimed) if claimed else "unknown")
+
+
+@contextlib.contextmanager
+def _decoder_messages(v: Verdict, capture_stderr: bool) -> Iterator[None]:
+    """Keep what decoders said (Python warnings and C-level stderr) in the verdict's detail."""
     if not capture_stderr:
-        _check(path, claimed, v, options)
-        return v
+        yield
+        return
     with capture_c_stderr() as captured, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        _check(path, claimed, v, options)
+        yield
     said = [f"{w.category.__name__}: {w.message}" for w in caught[:5]]
     text = " | ".join(filter(None, [*said, captured.text()]))
     if text:
         v.detail = f"{v.detail}; decoder said: {text}" if v.detail else f"decoder said: {text}"
-    return v
 
 
-def _check(path: str, claimed: str, v: Verdict, options: CheckOptions) -> None:
+def _check_path(path: str, v: Verdict, options: CheckOptions) -> None:
+    """Open once, read (or map) the bytes, check them; note a file that changed meanwhile."""
     try:
-        st = os.stat(path)
+        # O_NONBLOCK: a FIFO named like media must not block the open (it is refused below)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         if os.path.islink(path):
             v.mark(R.BAD, R.UNREADABLE, "broken symlink")
@@ -104,11 +152,27 @@ def _check(path: str, claimed: str, v: Verdict, options: CheckOptions) -> None:
     except OSError as exc:
         v.mark(R.BAD, R.UNREADABLE, _os_error_text(exc))
         return
-    v.size, v.mtime_ns = st.st_size, st.st_mtime_ns
-    if st.st_size == 0:
-        v.mark(R.BAD, R.EMPTY, "file is 0 bytes")
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            v.mark(R.BAD, R.UNREADABLE, "not a regular file")
+            return
+        v.size, v.mtime_ns = st.st_size, st.st_mtime_ns
+        data = _read_all(fd, st.st_size)
+    except OSError as exc:
+        v.mark(R.BAD, R.UNREADABLE, _os_error_text(exc))
         return
-    _check_content(path, claimed, v, options)
+    except MemoryError:
+        v.mark(R.BAD, R.TOO_LARGE, f"reading the {st.st_size:,}-byte file needs more memory than allowed" + (
+            f" (--max-memory {options.max_memory:,} bytes)" if options.max_memory else ""))
+        return
+    finally:
+        os.close(fd)
+    try:
+        _check_data(data, path, v, options)
+    finally:
+        if isinstance(data, mmap.mmap):
+            data.close()
     try:
         after = os.stat(path)
     except OSError:
@@ -119,29 +183,44 @@ def _check(path: str, claimed: str, v: Verdict, options: CheckOptions) -> None:
         seen = f" (the check saw: {v.status} {v.reason}: {v.detail})" if v.status != R.OK else ""
         v.status, v.reason = R.WARN, R.CHANGED
         v.detail = "file changed or disappeared while being checked; scan again later" + seen
+        v.content_hash = None  # the bytes hashed are no longer the file's
 
 
-def _check_content(path: str, claimed: str, v: Verdict, options: CheckOptions) -> None:
+def _read_all(fd: int, size: int) -> Data:
+    """The file's bytes: one read for the usual file, a read-only map above MAP_THRESHOLD."""
+    if size > MAP_THRESHOLD:
+        return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    data = os.read(fd, size)
+    if len(data) < size:  # a short read (or the file shrank meanwhile: the stat after notices)
+        parts = [data]
+        while chunk := os.read(fd, max(size - len(data), 1 << 16)):
+            parts.append(chunk)
+        data = b"".join(parts)
+    return data
+
+
+def _check_data(data: Data, name: str, v: Verdict, options: CheckOptions) -> None:
+    """Every check, on the bytes in hand: hash, empty, magic bytes, the format's checker."""
+    claimed = format_of_name(name) or ""
     try:
         if fault_hook is not None:
-            fault_hook(path)
-        with open(path, "rb") as f:
-            head = f.read(SNIFF_BYTES)
-        real = sniff(head)
+            fault_hook(name)
+        v.content_hash = content_hash(data)
+        if len(data) == 0:
+            v.mark(R.BAD, R.EMPTY, "file is 0 bytes")
+            return
+        head = bytes(data[:SNIFF_BYTES])
+        real = _sniff(data, head)
         if real is None:
             if is_prefix_of_magic(head, claimed):
-                v.mark(R.BAD, R.TRUNCATED, f"file is {v.size} bytes, cut inside the {claimed} signature")
+                v.mark(R.BAD, R.TRUNCATED, f"file is {len(data)} bytes, cut inside the {claimed} signature")
             else:
                 v.mark(R.BAD, R.NOT_MEDIA, f"content is not {claimed}: starts with {_preview(head)}")
             return
         v.format, v.kind = real, kind_of(real)
-        _checker(real)(path, v, options)
+        _checker(real)(data, v, options)
         if real != claimed and v.status == R.OK:
             v.mark(R.WARN, R.EXTENSION_MISMATCH, f"content is {real}, extension says {claimed}")
-    except FileNotFoundError:
-        v.mark(R.WARN, R.VANISHED, "file disappeared while being checked")
-    except OSError as exc:
-        v.mark(R.BAD, R.UNREADABLE, _os_error_text(exc))
     except MemoryError:
         v.mark(R.BAD, R.TOO_LARGE, "the check ran out of memory" + (
             f" (ceiling --max-memory {options.max_memory:,} bytes)" if options.max_memory else ""))
@@ -149,6 +228,19 @@ def _check_content(path: str, claimed: str, v: Verdict, options: CheckOptions) -
         raise  # a broken installation says nothing about the file
     except Exception as exc:  # a decoder's own exception on damaged data is a verdict, not a crash
         v.mark(R.BAD, R.CORRUPT, f"{type(exc).__name__}: {exc}")
+
+
+def _sniff(data: Data, head: bytes) -> str | None:
+    """The real format from the magic bytes, looking past an ID3v2 tag for a FLAC stream
+    (libFLAC skips such a tag; the FLAC spec does not allow it: the FLAC checker warns)."""
+    real = sniff(head)
+    if real == "mp3" and head[:3] == b"ID3":
+        from .id3 import id3v2_end
+
+        end = id3v2_end(data, 0)
+        if end is not None and data[end : end + 4] == b"fLaC":
+            return "flac"
+    return real
 
 
 def _os_error_text(exc: OSError) -> str:

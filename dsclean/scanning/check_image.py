@@ -1,24 +1,33 @@
-"""Image checkers: a real decode plus each format's own integrity rules.
+"""Image checkers: a real decode (or, for PNG, every checksum and length) plus each format's own rules.
 
 Why not ``Image.verify()``: it checks little beyond PNG chunk CRCs and misses
-truncation. Why not only ``Image.load()``: Pillow discards libjpeg's
-"Corrupt JPEG data" warnings, so a JPEG damaged mid-stream loads "fine" with
-wrong pixels. So JPEG goes through libjpeg-turbo in strict mode (simplejpeg),
-PNG gets a chunk walk (lengths, CRCs, IEND) before Pillow decodes the pixels,
-and every format is decoded frame by frame up to ``max_frames``.
+truncation. Why not only ``Image.load()``: Pillow discards libjpeg's "Corrupt JPEG
+data" warnings, so a JPEG damaged mid-stream loads "fine" with wrong pixels; it
+decodes a GIF cut between frames; it never looks at a PNG's Adler-32. So:
+
+- JPEG goes through libjpeg-turbo in strict mode (simplejpeg) at 1/8 scale, every
+  image of a multi-picture (MPF/MPO) file;
+- PNG/APNG: every chunk's CRC, the chunk order, and every image's zlib stream
+  (Adler-32, inflated length, filter bytes) in :mod:`dsclean.scanning.png`; Pillow
+  reads the header chunks (facts, bomb limit, its own chunk rules) but unfilters no pixel;
+- GIF, BMP, TIFF, WebP: a full Pillow decode of every frame up to ``max_frames``, after
+  the container walks of :mod:`~dsclean.scanning.gif`, :mod:`~dsclean.scanning.bmp` and
+  :mod:`~dsclean.scanning.tiff`.
+
+Checkers take the file's bytes (``bytes`` or a read-only ``mmap``) and fill the verdict.
 """
 from __future__ import annotations
 
 import io
 import struct
 import warnings
-import zlib
 
 import simplejpeg
-from PIL import Image
+from PIL import Image, PngImagePlugin
 
 from .. import reasons as R
-from .verdict import Verdict
+from . import bmp, gif, jpeg, png, tiff
+from .verdict import Verdict, bad, warn
 
 # libjpeg's recoverable warnings: pixels are wrong but a decoder returns them.
 _JPEG_TRUNCATION = ("Premature end",)
@@ -34,11 +43,6 @@ def fast_decode_space(colorspace: str) -> str:
     return "CMYK" if colorspace in ("CMYK", "YCCK") else "GRAY"
 
 
-def _read(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
-
-
 def _too_many_pixels(v: Verdict, width: int, height: int, max_pixels: int) -> bool:
     """Fill the size facts; mark empty / decompression bomb. True if decoding must not go on."""
     v.width, v.height = width, height
@@ -51,15 +55,17 @@ def _too_many_pixels(v: Verdict, width: int, height: int, max_pixels: int) -> bo
     return False
 
 
-def check_jpeg(path: str, v: Verdict, opts) -> None:
-    """libjpeg-turbo decode with warnings as errors, at 1/8 scale, grey.
+# --------------------------------------------------------------------------- JPEG
+
+
+def check_jpeg(data, v: Verdict, opts) -> None:
+    """libjpeg-turbo decode with warnings as errors, at 1/8 scale, grey; then every MPF image the same way.
 
     The scaled grey decode still entropy-decodes every coefficient of every
     component, so truncation and corrupt data are seen, at a fraction of the
-    IDCT and colour cost (tests/test_check_image.py checks that it flags
+    IDCT and colour cost (tests/scanning/test_check_image.py checks that it flags
     exactly what a full-size RGB decode flags).
     """
-    data = _read(path)
     try:
         height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
     except ValueError as exc:
@@ -71,14 +77,26 @@ def check_jpeg(path: str, v: Verdict, opts) -> None:
     v.mode = _JPEG_MODE.get(colorspace, "RGB")
     if _too_many_pixels(v, width, height, opts.max_pixels):
         return
-    space = fast_decode_space(colorspace)
-    try:
-        simplejpeg.decode_jpeg(data, colorspace=space, strict=True, **_FAST)
-    except ValueError as exc:
-        _jpeg_failure(data, space, str(exc), v, opts)
+    thumbnail = decode_eighth(data, colorspace, "JPEG", v, opts)
+    # ^ THE 1/8-scale grey decode (CMYK for CMYK sources; None when the decode failed or a JPEG
+    #   variant went to Pillow): perceptual facts of the image (e.g. a thumbnail hash) hook in here.
+    if thumbnail is None:
         return
     if data.rfind(b"\xff\xd9") < 0:  # belt and braces: libjpeg fakes a missing EOI with a warning
         v.mark(R.BAD, R.TRUNCATED, "JPEG end-of-image marker (FFD9) missing")
+        return
+    _check_mpf_pictures(data, v, opts)
+
+
+def decode_eighth(data, colorspace: str, label: str, v: Verdict, opts):
+    """The strict 1/8-scale decode of one JPEG; marks ``v`` on failure. Returns the pixels (a numpy
+    array), or None if the decode failed (or an unsupported variant was handed to Pillow)."""
+    space = fast_decode_space(colorspace)
+    try:
+        return simplejpeg.decode_jpeg(data, colorspace=space, strict=True, **_FAST)
+    except ValueError as exc:
+        _jpeg_failure(data, space, str(exc), label, v, opts)
+        return None
 
 
 def _jpeg_reason(message: str) -> str:
@@ -89,7 +107,7 @@ def _jpeg_reason(message: str) -> str:
     return R.CORRUPT
 
 
-def _jpeg_failure(data: bytes, space: str, message: str, v: Verdict, opts) -> None:
+def _jpeg_failure(data, space: str, message: str, label: str, v: Verdict, opts) -> None:
     """Strict decode failed: a recoverable warning (lenient: warn) or a hard error."""
     reason = _jpeg_reason(message)
     try:
@@ -100,108 +118,160 @@ def _jpeg_failure(data: bytes, space: str, message: str, v: Verdict, opts) -> No
         reason = _jpeg_reason(message)
     if reason == R.UNSUPPORTED:
         # A JPEG variant libjpeg-turbo's fast path does not take (e.g. 12-bit): let Pillow try.
-        v.status, v.reason, v.detail = R.OK, None, ""
-        _check_with_pillow(data, v, opts)
+        if label == "JPEG":
+            v.status, v.reason, v.detail, v.frames = R.OK, None, "", None
+        _check_with_pillow(bytes(data), v, opts, label=f"{label}: " if label != "JPEG" else "")
         return
     if recoverable and opts.lenient:
-        v.mark(R.WARN, reason, f"recoverable JPEG warning: {message}")
+        v.mark(R.WARN, reason, f"{label}: recoverable JPEG warning: {message}" if label != "JPEG"
+               else f"recoverable JPEG warning: {message}")
     else:
-        v.mark(R.BAD, reason, f"JPEG decode: {message}")
+        v.add([bad(reason, f"{label}: JPEG decode: {message}" if label != "JPEG" else f"JPEG decode: {message}")])
 
 
-def check_png(path: str, v: Verdict, opts) -> None:
-    """Walk every chunk (length, CRC, IEND), then decode the pixels with Pillow."""
-    data = _read(path)
-    if not _png_chunks_ok(data, v):
+def _check_mpf_pictures(data, v: Verdict, opts) -> None:
+    """Every further image an MPF index lists: a JPEG at its offset, decoding strictly.
+
+    Decoders find an image by its offset and read it to its end-of-image marker; they
+    do not use its size. So a size reaching past the end of the file is truncation only
+    when the image really is cut; a whole image with a wrong size is a warning (Pillow's
+    own MPO writer records wrong sizes from the third image on).
+    """
+    pictures, count, findings = jpeg.mpf_pictures(data)
+    v.add(findings)
+    if count == 1:
         return
+    v.frames = count
+    n = len(data)
+    for pic in pictures[: max(0, opts.max_frames - 1)]:
+        label = f"MPF image {pic.number} of {count} (byte {pic.start})"
+        if pic.start >= n:
+            v.add([bad(R.TRUNCATED, f"{label}: starts past the end of the file ({n} bytes)")])
+            return
+        if data[pic.start : pic.start + 2] != b"\xff\xd8":
+            v.add([bad(R.CORRUPT, f"{label}: no JPEG start-of-image marker at its offset")])
+            return
+        part = data[pic.start : min(n, pic.start + pic.size)]
+        try:
+            height, width, colorspace, _ = simplejpeg.decode_jpeg_header(part)
+        except ValueError as exc:
+            v.add([bad(R.TRUNCATED if part.find(b"\xff\xda") < 0 else R.CORRUPT, f"{label}: JPEG header: {exc}")])
+            return
+        if opts.max_pixels and width * height > opts.max_pixels:
+            v.add([bad(R.DECOMPRESSION_BOMB, f"{label}: {width}x{height} = {width * height} pixels, limit {opts.max_pixels}")])
+            return
+        if decode_eighth(part, colorspace, label, v, opts) is None:
+            return
+        if pic.start + pic.size > n:
+            v.add([warn(R.NONCONFORMING, f"{label}: the MPF index says {pic.size} bytes, {n - pic.start} are left, "
+                                         "yet the image is whole (its recorded size is wrong)")])
+    if count - 1 > opts.max_frames - 1:
+        v.detail = _join(v.detail, f"decoded the first {opts.max_frames} of {count} MPF images")
+
+
+# --------------------------------------------------------------------------- PNG
+
+
+def check_png(data, v: Verdict, opts) -> None:
+    """Chunks (CRC, order), then Pillow's header read (facts, bomb limit), then every image's zlib data."""
+    layout = png.read_chunks(data)
+    v.add(layout.findings)
+    if layout.failed:
+        return
+    if layout.trailing:
+        v.detail = _join(v.detail, f"{layout.trailing} bytes after IEND")
+    if not _pillow_png_header(data, layout, v, opts):
+        return
+    v.add(png.check_image_data(data, layout, opts.max_frames))
+    if len(layout.images) > opts.max_frames and v.status != R.BAD:
+        v.detail = _join(v.detail, f"inflated the first {opts.max_frames} of {len(layout.images)} frames")
+
+
+def _pillow_png_header(data, layout: png.Layout, v: Verdict, opts) -> bool:
+    """What Pillow reads without decoding: the chunks before the image data (Image.open), and the
+    ancillary chunks after it, through Pillow's own chunk handlers as its load() would call them.
+    So a PNG Pillow refuses to load stays bad, though no pixel is unfiltered here."""
+    fp = io.BytesIO(data if isinstance(data, bytes) else bytes(data))
+    try:
+        # The plugin class itself, not Image.open: its own exception says why (Image.open would only say
+        # "cannot identify"); the size limit Image.open would apply is _too_many_pixels' (--max-pixels).
+        with PngImagePlugin.PngImageFile(fp) as im:
+            v.mode, v.frames = im.mode, getattr(im, "n_frames", 1)
+            if _too_many_pixels(v, im.width, im.height, opts.max_pixels):
+                return False
+            stream = PngImagePlugin.PngStream(fp)
+            stream.im_mode, stream.im_size = im.mode, im.size
+            for ctype, at, length in layout.late_chunks:
+                fp.seek(at)
+                try:
+                    stream.call(ctype, at, length)
+                except (EOFError, AttributeError, UnicodeDecodeError):
+                    pass  # what Pillow's load_end skips: unknown chunks, chunks that end its reading
+    except Exception as exc:  # Pillow refuses the header or an ancillary chunk: loading it would fail too
+        v.add([bad(_pillow_reason(str(exc)), f"Pillow refuses it: {type(exc).__name__}: {exc}")])
+        return False
+    return True
+
+
+# --------------------------------------------------------------------------- GIF, BMP, TIFF, WebP
+
+
+def check_gif(data, v: Verdict, opts) -> None:
+    """The block walk (where the GIF ends, what lies after), then a full Pillow decode of every frame."""
+    walk = gif.walk(data)
+    v.add(walk.findings)
+    if walk.trailer is not None and walk.trailer + 1 < len(data):
+        v.detail = _join(v.detail, f"{len(data) - walk.trailer - 1} bytes after the GIF trailer")
     _check_with_pillow(data, v, opts)
 
 
-#: the critical chunks of the PNG specification; any other chunk whose name starts upper-case
-#: is critical-but-unknown, which a decoder must refuse (APNG's acTL/fcTL/fdAT are ancillary)
-_PNG_CRITICAL = frozenset({b"IHDR", b"PLTE", b"IDAT", b"IEND"})
-
-
-def _png_chunks_ok(data: bytes, v: Verdict) -> bool:
-    view = memoryview(data)
-    pos, n, first = 8, len(data), True
-    while True:
-        if pos + 8 > n:
-            v.mark(R.BAD, R.TRUNCATED, f"PNG ends at byte {n} without an IEND chunk")
-            return False
-        length, ctype = struct.unpack_from(">I4s", data, pos)
-        name = ctype.decode("latin-1")
-        if first and ctype != b"IHDR":
-            v.mark(R.BAD, R.CORRUPT, f"PNG first chunk is {name!r}, not IHDR")
-            return False
-        first = False
-        if length > 0x7FFFFFFF or not ctype.isalpha():
-            v.mark(R.BAD, R.CORRUPT, f"PNG chunk at byte {pos} is malformed (type {ctype!r}, length {length})")
-            return False
-        if ctype[0] < 0x61 and ctype not in _PNG_CRITICAL:  # upper-case first letter: critical
-            v.mark(R.BAD, R.UNSUPPORTED, f"PNG has a critical chunk {name!r} no PNG decoder knows (PNG spec: reject it)")
-            return False
-        end = pos + 12 + length
-        if end > n:
-            v.mark(R.BAD, R.TRUNCATED, f"PNG chunk {name} at byte {pos} needs {length} bytes; file ends at {n}")
-            return False
-        (stored,) = struct.unpack_from(">I", data, end - 4)
-        if zlib.crc32(view[pos + 4 : end - 4]) != stored:
-            v.mark(R.BAD, R.CORRUPT, f"PNG chunk {name} at byte {pos} fails its CRC")
-            return False
-        pos = end
-        if ctype == b"IEND":
-            if pos < n:
-                v.detail = f"{n - pos} bytes after IEND"
-            return True
-
-
-def check_pillow_format(path: str, v: Verdict, opts) -> None:
-    """GIF, BMP, TIFF, WebP: container rules, then a full Pillow decode."""
-    data = _read(path)
-    if v.format == "gif" and not data.rstrip(b"\x00").endswith(b"\x3b"):
-        # Pillow decodes a cut GIF without complaint when the cut falls between frames.
+def check_bmp(data, v: Verdict, opts) -> None:
+    """RLE bitmaps walked run by run, then a full Pillow decode."""
+    v.add(bmp.rle_findings(data))
+    if v.status != R.BAD:
         _check_with_pillow(data, v, opts)
-        v.mark(R.BAD, R.TRUNCATED, "GIF trailer (0x3B) missing")
+
+
+def check_tiff(data, v: Verdict, opts) -> None:
+    """Every directory (page) and every strip/tile inside the file, then Pillow decodes every page."""
+    walk = tiff.walk(data)
+    v.add(walk.findings)
+    if v.status != R.BAD:
+        _check_with_pillow(data, v, opts)
+
+
+def check_webp(data, v: Verdict, opts) -> None:
+    """The RIFF size against the bytes present, then Pillow decodes every frame."""
+    (declared,) = struct.unpack_from("<I", data, 4)
+    if declared + 8 > len(data):
+        v.mark(R.BAD, R.TRUNCATED, f"WebP RIFF header declares {declared + 8} bytes; file has {len(data)}")
         return
-    if v.format == "tiff":
-        if len(data) < 8:
-            v.mark(R.BAD, R.TRUNCATED, f"TIFF header needs 8 bytes; file has {len(data)}")
-            return
-        # Writers put the first IFD (the image directory) after the pixel data: a cut file loses it.
-        (ifd,) = struct.unpack_from("<I" if data[:2] == b"II" else ">I", data, 4)
-        if ifd + 2 > len(data):
-            v.mark(R.BAD, R.TRUNCATED, f"TIFF directory at byte {ifd} lies past the end of the file ({len(data)} bytes)")
-            return
-    if v.format == "webp":
-        (declared,) = struct.unpack_from("<I", data, 4)
-        if declared + 8 > len(data):
-            v.mark(R.BAD, R.TRUNCATED, f"WebP RIFF header declares {declared + 8} bytes; file has {len(data)}")
-            return
     _check_with_pillow(data, v, opts)
 
 
-def _check_with_pillow(data: bytes, v: Verdict, opts) -> None:
+def _check_with_pillow(data, v: Verdict, opts, label: str = "") -> None:
     """Open (bomb check first), then load every frame up to ``opts.max_frames``."""
     Image.MAX_IMAGE_PIXELS = opts.max_pixels or None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(io.BytesIO(data)) as im:
-                v.mode = im.mode
-                if _too_many_pixels(v, im.width, im.height, opts.max_pixels):
-                    return
+            with Image.open(io.BytesIO(data if isinstance(data, bytes) else bytes(data))) as im:
+                if not label:
+                    v.mode = im.mode
+                    if _too_many_pixels(v, im.width, im.height, opts.max_pixels):
+                        return
                 n_frames = getattr(im, "n_frames", 1)
-                v.frames = n_frames
+                if not label:
+                    v.frames = n_frames
                 for i in range(min(n_frames, opts.max_frames)):
                     im.seek(i)
                     im.load()
                 if n_frames > opts.max_frames:
-                    v.detail = f"decoded the first {opts.max_frames} of {n_frames} frames"
+                    v.detail = _join(v.detail, f"decoded the first {opts.max_frames} of {n_frames} frames")
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-        v.mark(R.BAD, R.DECOMPRESSION_BOMB, str(exc))
+        v.add([bad(R.DECOMPRESSION_BOMB, f"{label}{exc}")])
     except Exception as exc:  # Pillow raises OSError/ValueError/SyntaxError/... on damaged data
-        v.mark(R.BAD, _pillow_reason(str(exc)), f"{type(exc).__name__}: {exc}")
+        v.add([bad(_pillow_reason(str(exc)), f"{label}{type(exc).__name__}: {exc}")])
 
 
 def _pillow_reason(message: str) -> str:
@@ -213,11 +283,15 @@ def _pillow_reason(message: str) -> str:
     return R.CORRUPT
 
 
+def _join(detail: str, more: str) -> str:
+    return f"{detail}; {more}" if detail else more
+
+
 CHECKERS = {
     "jpeg": check_jpeg,
     "png": check_png,
-    "gif": check_pillow_format,
-    "bmp": check_pillow_format,
-    "tiff": check_pillow_format,
-    "webp": check_pillow_format,
+    "gif": check_gif,
+    "bmp": check_bmp,
+    "tiff": check_tiff,
+    "webp": check_webp,
 }

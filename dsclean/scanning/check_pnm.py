@@ -7,6 +7,7 @@ the check. The pixel limit (``--max-pixels``) is applied from the header, before
 """
 from __future__ import annotations
 
+import io
 import warnings
 
 from PIL import Image
@@ -15,13 +16,13 @@ from .. import reasons as R
 from .verdict import Verdict
 
 
-def check_pnm(path: str, v: Verdict, opts) -> None:
+def check_pnm(data, v: Verdict, opts) -> None:
     """Open with Pillow (the pixel limit from the header first), then decode every pixel."""
     Image.MAX_IMAGE_PIXELS = opts.max_pixels or None  # as the other Pillow checks do: one value per run
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(path, formats=["PPM"]) as im:
+            with Image.open(io.BytesIO(data), formats=["PPM"]) as im:
                 v.width, v.height, v.mode, v.frames = im.width, im.height, im.mode, 1
                 if im.width <= 0 or im.height <= 0:
                     v.mark(R.BAD, R.EMPTY, f"image is {im.width}x{im.height} pixels")

@@ -39,6 +39,7 @@ SCHEMA = pa.schema(
         pa.field("channels", pa.int32()),
         pa.field("duration", pa.float64()),
         pa.field("subtype", pa.string()),
+        pa.field("content_hash", pa.binary(16)),  # BLAKE2b-128 of the file's bytes; null if not read
     ]
 )
 assert tuple(SCHEMA.names) == FIELDS, "results SCHEMA and Verdict fields must agree"

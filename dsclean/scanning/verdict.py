@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from dataclasses import dataclass
+from typing import Iterable, NamedTuple
 
 from .. import reasons
 
@@ -41,6 +42,8 @@ class Verdict:
     channels: int | None = None
     duration: float | None = None
     subtype: str | None = None
+    # BLAKE2b-128 of the bytes the check read (dsclean.hashing.content_hash); None if not read
+    content_hash: bytes | None = None
 
     def mark(self, status: str, reason: str | None, detail: str = "") -> "Verdict":
         """Set the outcome, keeping the worse one if a verdict is already bad."""
@@ -50,9 +53,39 @@ class Verdict:
                 self.detail = f"{self.detail}; {detail}" if self.detail else detail
         return self
 
+    def add(self, findings: Iterable["Finding"]) -> "Verdict":
+        """Apply rule findings: the worst status wins, with the reason of the *first* finding of that
+        status (rules run most specific first); every finding's detail is kept, in order."""
+        for f in findings:
+            if reasons.STATUSES.index(f.status) > reasons.STATUSES.index(self.status):
+                self.status, self.reason = f.status, f.reason
+            self.detail = f"{self.detail}; {f.detail}" if self.detail else f.detail
+        return self
+
     def to_json(self) -> dict:
-        """A JSON-safe dict (lone surrogates survive ``json.dumps`` with its default ensure_ascii)."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        """A JSON-safe dict (lone surrogates survive ``json.dumps`` with its default ensure_ascii;
+        ``content_hash`` as hex)."""
+        out = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        if self.content_hash is not None:
+            out["content_hash"] = self.content_hash.hex()
+        return out
+
+
+class Finding(NamedTuple):
+    """What one integrity rule found. ``detail`` names the rule and where it fired,
+    e.g. "PNG frame 3: zlib data check failed (Adler-32)"."""
+
+    status: str  # reasons.WARN or reasons.BAD
+    reason: str
+    detail: str
+
+
+def bad(reason: str, detail: str) -> Finding:
+    return Finding(reasons.BAD, reason, detail)
+
+
+def warn(reason: str, detail: str) -> Finding:
+    return Finding(reasons.WARN, reason, detail)
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(Verdict))

@@ -341,9 +341,9 @@ def test_file_changing_while_checked_is_a_warning_not_bad(tmp_path, monkeypatch)
     (tmp_path / "growing.jpg").write_bytes(data[: len(data) // 2])
     real = check_image.CHECKERS["jpeg"]
 
-    def grows_while_read(path, v, opts):
-        real(path, v, opts)  # sees half a JPEG: truncated
-        with open(path, "ab") as f:  # ... while the writer finishes the file
+    def grows_while_read(data, v, opts):
+        real(data, v, opts)  # sees half a JPEG: truncated
+        with open(tmp_path / "growing.jpg", "ab") as f:  # ... while the writer finishes the file
             f.write(data[len(data) // 2 :])
 
     monkeypatch.setitem(check_image.CHECKERS, "jpeg", grows_while_read)

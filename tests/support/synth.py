@@ -134,7 +134,7 @@ def ogg_set_serial(data: bytes, serial: int = 1) -> bytes:
     libsndfile picks a random serial per file; fixing it makes generated Ogg
     files byte-for-byte reproducible.
     """
-    from dsclean.scanning.check_audio import ogg_crc
+    from dsclean.scanning.ogg import ogg_crc
 
     out, pos = bytearray(data), 0
     while pos + 27 <= len(out) and out[pos : pos + 4] == b"OggS":
@@ -145,3 +145,106 @@ def ogg_set_serial(data: bytes, serial: int = 1) -> bytes:
         struct.pack_into("<I", out, pos + 22, ogg_crc(bytes(out[pos : pos + length])))
         pos += length
     return bytes(out)
+
+
+# --- containers built piece by piece (for the structural rules) ------------------------------
+
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def png_chunks(data: bytes) -> list[tuple[bytes, bytes]]:
+    """(type, payload) of every chunk of a well-formed PNG."""
+    out, pos = [], 8
+    while pos < len(data):
+        length = struct.unpack_from(">I", data, pos)[0]
+        out.append((data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]))
+        pos += 12 + length
+    return out
+
+
+def png_build(chunks: list[tuple[bytes, bytes]]) -> bytes:
+    """A PNG from (type, payload) pairs, every CRC computed."""
+    return PNG_SIGNATURE + b"".join(png_chunk(t, p) for t, p in chunks)
+
+
+def png_ihdr(width: int, height: int, bit_depth: int = 8, colour_type: int = 2, interlace: int = 0) -> bytes:
+    return struct.pack(">IIBBBBB", width, height, bit_depth, colour_type, 0, 0, interlace)
+
+
+def png_from_stream(width: int, height: int, stream: bytes, *, bit_depth: int = 8, colour_type: int = 2,
+                    interlace: int = 0, plte: bytes | None = None) -> bytes:
+    """A PNG whose IDAT holds ``stream`` (a zlib stream of filtered rows, made by the caller)."""
+    chunks = [(b"IHDR", png_ihdr(width, height, bit_depth, colour_type, interlace))]
+    if plte is not None:
+        chunks.append((b"PLTE", plte))
+    return png_build(chunks + [(b"IDAT", stream), (b"IEND", b"")])
+
+
+def png_filtered_rows(width: int, height: int, channels: int = 3, filter_type: int = 0, seed: int = 0) -> bytes:
+    """Non-interlaced 8-bit rows, each led by its filter type byte: what a PNG's zlib stream inflates to."""
+    rng = np.random.default_rng(seed)
+    rows = rng.integers(0, 256, (height, width * channels), dtype=np.uint8)
+    return b"".join(bytes([filter_type]) + r.tobytes() for r in rows)
+
+
+def apng(frames: int = 3, size: int = 24, seed: int = 0, default_image: bool = False) -> bytes:
+    """An animated PNG written by Pillow (``default_image``: the IDAT image is not part of the animation)."""
+    imgs = [photo_like(size, size, seed + i) for i in range(frames + default_image)]
+    buf = io.BytesIO()
+    imgs[0].save(buf, "PNG", save_all=True, append_images=imgs[1:], default_image=default_image)
+    return buf.getvalue()
+
+
+def mpo(images: int = 2, width: int = 48, height: int = 32, seed: int = 0) -> bytes:
+    """A multi-picture JPEG (MPO: an MPF index in the first image's APP2), written by Pillow."""
+    imgs = [photo_like(width, height, seed + i) for i in range(images)]
+    buf = io.BytesIO()
+    imgs[0].save(buf, "MPO", save_all=True, append_images=imgs[1:])
+    return buf.getvalue()
+
+
+def tiff_pages(pages: int = 3, size: int = 16, seed: int = 0, **params) -> bytes:
+    """A multi-page TIFF written by Pillow."""
+    imgs = [photo_like(size, size, seed + i) for i in range(pages)]
+    buf = io.BytesIO()
+    imgs[0].save(buf, "TIFF", save_all=True, append_images=imgs[1:], **params)
+    return buf.getvalue()
+
+
+def bmp_rle(width: int, height: int, rle: bytes, bits: int = 8) -> bytes:
+    """A BI_RLE8 (bits=8) or BI_RLE4 (bits=4) BMP holding the run-length stream ``rle`` and a grey palette."""
+    colours = 1 << bits
+    palette = b"".join(bytes([i * 255 // (colours - 1)] * 3 + [0]) for i in range(colours))
+    offset = 14 + 40 + len(palette)
+    info = struct.pack("<IiiHHIIiiII", 40, width, height, 1, bits, 1 if bits == 8 else 2, len(rle), 2835, 2835, colours, 0)
+    return b"BM" + struct.pack("<IHHI", offset + len(rle), 0, 0, offset) + info + palette + rle
+
+
+def rle8_rows(width: int, height: int, seed: int = 0) -> bytes:
+    """A valid RLE8 stream: every row as runs of up to 255 pixels, end of line, then end of bitmap."""
+    rng = np.random.default_rng(seed)
+    out = bytearray()
+    for _ in range(height):
+        x = 0
+        while x < width:
+            n = int(rng.integers(1, min(255, width - x) + 1))
+            out += bytes([n, int(rng.integers(0, 256))])
+            x += n
+        out += b"\x00\x00"
+    return bytes(out[:-2]) + b"\x00\x01"  # the last end-of-line is replaced by end-of-bitmap
+
+
+def png_interlaced(width: int, height: int, seed: int = 0, bit_depth: int = 8, colour_type: int = 2) -> bytes:
+    """An Adam7-interlaced PNG of random pixels (Pillow cannot write interlaced PNGs; it reads them)."""
+    channels = {0: 1, 2: 3, 4: 2, 6: 4}[colour_type]
+    rng = np.random.default_rng(seed)
+    raw = bytearray()
+    for x0, y0, dx, dy in ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2)):
+        w, h = -(-(width - x0) // dx), -(-(height - y0) // dy)
+        if w <= 0 or h <= 0:
+            continue
+        stride = (w * channels * bit_depth + 7) // 8
+        for _ in range(h):
+            raw += b"\0" + rng.integers(0, 256, stride, dtype=np.uint8).tobytes()
+    return png_from_stream(width, height, zlib.compress(bytes(raw)), bit_depth=bit_depth, colour_type=colour_type, interlace=1)

@@ -1,0 +1,92 @@
+"""JPEG structure: the header's marker segments and the Multi-Picture Format (MPF) index.
+
+A multi-picture JPEG (MPO: stereo cameras, phones' depth or gain maps, large previews)
+is a primary JPEG followed by more JPEGs, listed in an APP2 "MPF" segment of the
+primary's header (CIPA DC-007): a TIFF-structured index whose MP Entry tag (0xB002)
+gives, for each image, its size and its offset from the start of the MP header. The
+image checker decodes every one of them; this module only finds them.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from .. import reasons as R
+from .verdict import Finding, warn
+
+_MP_ENTRY = 0xB002
+_STANDALONE = frozenset({0x01, *range(0xD0, 0xD9)})  # markers without a length: TEM, RSTn, SOI
+
+
+@dataclass(frozen=True)
+class Picture:
+    """One image listed in the MPF index (the primary, number 0, is not listed here)."""
+
+    number: int  # position in the MPF index, from 0
+    start: int  # file offset of its SOI
+    size: int
+
+
+def mpf_pictures(data) -> tuple[list[Picture], int, list[Finding]]:
+    """The additional images an MPF index lists: (pictures, images in the index, findings).
+
+    A file without an MPF segment gives ([], 1, []). An index that cannot be read is a
+    warning: every decoder then shows the primary image alone (Pillow says so too).
+    """
+    segment = _find_mpf(data)
+    if segment is None:
+        return [], 1, []
+    base, end = segment
+    try:
+        return _read_index(data, base, end)
+    except (struct.error, ValueError) as exc:
+        return [], 1, [warn(R.NONCONFORMING, f"JPEG MPF index at byte {base} cannot be read ({exc}): "
+                                             "decoders show the primary image only")]
+
+
+def _find_mpf(data) -> tuple[int, int] | None:
+    """(start of the MP header, end of its APP2 segment), walking the header's marker segments up to SOS."""
+    n, pos = len(data), 2
+    while pos + 4 <= n:
+        if data[pos] != 0xFF:
+            return None  # not where a marker should be: libjpeg judges the header, not this walk
+        marker = data[pos + 1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        if marker in _STANDALONE:
+            pos += 2
+            continue
+        if marker in (0xDA, 0xD9):  # start of scan / end of image: no more header segments
+            return None
+        (length,) = struct.unpack_from(">H", data, pos + 2)
+        if marker == 0xE2 and data[pos + 4 : pos + 8] == b"MPF\0":
+            return pos + 8, pos + 2 + length
+        pos += 2 + length
+    return None
+
+
+def _read_index(data, base: int, end: int) -> tuple[list[Picture], int, list[Finding]]:
+    order = bytes(data[base : base + 4])
+    if order not in (b"II*\0", b"MM\0*"):
+        raise ValueError(f"byte order mark {order!r}")
+    e = "<" if order[0] == 0x49 else ">"
+    (ifd,) = struct.unpack_from(e + "I", data, base + 4)
+    (count,) = struct.unpack_from(e + "H", data, base + ifd)
+    for i in range(count):
+        tag, _type, n, value = struct.unpack_from(e + "HHII", data, base + ifd + 2 + 12 * i)
+        if tag == _MP_ENTRY:
+            break
+    else:
+        raise ValueError("no MP Entry tag")
+    if n % 16 or not n:
+        raise ValueError(f"MP Entry holds {n} bytes, not a multiple of 16")
+    at = base + value
+    if at + n > end:
+        raise ValueError(f"MP Entry list at byte {at} runs past its APP2 segment")
+    pictures = []
+    for k in range(n // 16):
+        _attr, size, offset = struct.unpack_from(e + "III", data, at + 16 * k)
+        if k:  # entry 0 is the primary image itself (offset 0)
+            pictures.append(Picture(k, base + offset, size))
+    return pictures, n // 16, []

@@ -1,0 +1,300 @@
+#!/usr/bin/env python3
+"""Benchmark: each format's checker against the C checker people use for it, side by side, as whole processes.
+
+Needs the reference tools (Debian/Ubuntu; not needed by CI or the tests):
+
+    apt-get install -y jpeginfo pngcheck flac
+
+Generates valid files (so every contender should pass all of them; the table shows what each
+flagged), then times, interleaved, best of --repeats, every contender as a whole process
+(start-up included) over the same files, read from the page cache:
+
+- PNG (600 photo-like PNGs):   ``pngcheck -q``;
+- FLAC (2,000 short FLACs):    ``flac -t -s``, and a bare ``soundfile.read`` loop;
+- WAV (2,000 short WAVs):      a bare ``soundfile.read`` loop;
+- JPEG (3,000 photo JPEGs):    ``jpeginfo -c``, and a loop of libjpeg-turbo's own decode as the
+                               checker does it (header + strict 1/8-scale grey decode: the floor);
+
+against, for each format:
+
+- ``dsclean checker``: one process calling ``dsclean.scanning.check.check_file`` on every file
+  (the checker itself: one read per file, every rule, the content hash); the same without the
+  content hash (to show its share), and for FLAC with the STREAMINFO MD5 check on;
+- ``dsclean scan --jobs 1``: the whole command (worker pool start-up, results, cache).
+
+Every contender is one process over all the files (as ``dsclean scan`` is): a Python process
+pays its start-up and imports (~0.25 CPU-s with numpy) once, as a C tool does.
+Ratios are speeds against the format's reference, measured in the same run (higher is better
+for dsclean): per CPU-second of the whole process tree (user + system time of every process,
+workers included: "per core", and steady on a shared machine) and per wall-clock second. Then the cost of the content hash (BLAKE2b-128 of the bytes already read) per
+format: hashing the files' bytes alone against the checker's time for the same files.
+
+    python scripts/bench_checkers.py [--png 600] [--flac 2000] [--wav 2000] [--jpeg 3000] [--repeats 3]
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(REPO, "tests"))  # tests/support: media synthesis
+from support import synth  # noqa: E402
+
+PY = sys.executable
+BATCH = 100_000  # files per process: all of them
+
+CHECKER_LOOP = """
+import sys
+from dsclean.scanning import check
+from dsclean.scanning.check import CheckOptions, check_file
+mode, root = sys.argv[1], sys.argv[2]
+options = CheckOptions(flac_md5=mode == "md5")
+if mode == "nohash":  # to show what the content hash costs in the ratios
+    check.content_hash = lambda data: None
+counts = {}
+for rel in sys.argv[3:]:
+    v = check_file(root, rel, options)
+    counts[v.status] = counts.get(v.status, 0) + 1
+print(counts.get("bad", 0), counts.get("warn", 0))
+"""
+
+SF_LOOP = """
+import sys, soundfile
+bad = 0
+for p in sys.argv[1:]:
+    try:
+        soundfile.read(p)
+    except Exception:
+        bad += 1
+print(bad, 0)
+"""
+
+JPEG_FLOOR = """
+import sys, simplejpeg
+bad = 0
+for p in sys.argv[1:]:
+    with open(p, "rb") as f:
+        data = f.read()
+    try:
+        h, w, cs, _ = simplejpeg.decode_jpeg_header(data)
+        simplejpeg.decode_jpeg(data, colorspace="CMYK" if cs in ("CMYK", "YCCK") else "GRAY", strict=True,
+                               min_height=1, min_width=1, fastdct=True, fastupsample=True)
+    except ValueError:
+        bad += 1
+print(bad, 0)
+"""
+
+HASH_COST = """
+import sys, time
+from dsclean.hashing import content_hash
+from dsclean.scanning.check import check_file
+root, rels = sys.argv[1], sys.argv[2:]
+datas = []
+for rel in rels:
+    with open(root + "/" + rel, "rb") as f:
+        datas.append(f.read())
+for rel in rels[:50]:
+    check_file(root, rel)  # warm up: decoders loaded
+best_hash = best_check = float("inf")
+for _ in range(3):
+    t = time.perf_counter()
+    for d in datas:
+        content_hash(d)
+    best_hash = min(best_hash, time.perf_counter() - t)
+    t = time.perf_counter()
+    for rel in rels:
+        check_file(root, rel)
+    best_check = min(best_check, time.perf_counter() - t)
+print(best_hash / len(rels), best_check / len(rels))
+"""
+
+
+# ---------------------------------------------------------------------------- data
+
+
+def make_pngs(folder: str, n: int, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    bases = [synth.photo_like(1024, 768, seed=seed + i) for i in range(6)]
+    for i in range(n):
+        x, y = (int(v) for v in rng.integers(0, 400, 2))
+        img = bases[i % len(bases)].crop((x, y, x + 512, y + 384))
+        _write(folder, f"p{i:05d}.png", synth.encode_image(img, "PNG"))
+
+
+def make_jpegs(folder: str, n: int, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    bases = [synth.photo_like(1024, 1024, seed=seed + i) for i in range(8)]
+    for i in range(n):
+        x, y = (int(v) for v in rng.integers(0, 512, 2))
+        img = bases[i % len(bases)].crop((x, y, x + 512, y + 512 - int(rng.integers(0, 128))))
+        data = synth.encode_image(img, "JPEG", quality=int(rng.integers(75, 96)), progressive=bool(rng.random() < 0.2))
+        _write(folder, f"j{i:05d}.jpg", data)
+
+
+def make_audio(folder: str, n: int, fmt: str, seed: int = 0) -> None:
+    """Short stereo 44.1 kHz 16-bit clips of 0.5-1.5 s: tones with a little noise, like speech or music snippets."""
+    import soundfile as sf
+
+    rng = np.random.default_rng(seed)
+    for i in range(n):
+        x = synth.tone(float(rng.uniform(0.5, 1.5)), 44100, channels=2, seed=i)
+        buf = io.BytesIO()
+        sf.write(buf, x, 44100, format=fmt.upper(), subtype="PCM_16")
+        _write(folder, f"a{i:05d}.{fmt}", buf.getvalue())
+
+
+def _children_cpu() -> float:
+    """User + system CPU seconds of every finished child process so far (their children included once reaped)."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _write(folder: str, name: str, data: bytes) -> None:
+    with open(os.path.join(folder, name), "wb") as f:
+        f.write(data)
+
+
+# ---------------------------------------------------------------------------- contenders
+
+
+def _batches(cmd: list[str], files: list[str], cwd: str) -> tuple[int, int]:
+    """Run ``cmd + files`` (in batches of BATCH); sum the (bad, warn) each prints (or count failing files)."""
+    bad = warn = 0
+    for start in range(0, len(files), BATCH):
+        out = subprocess.run(cmd + files[start : start + BATCH], cwd=cwd, capture_output=True, text=True)
+        b, w = out.stdout.split()[-2:] if cmd[0] == PY else ("0", "0")
+        bad, warn = bad + int(b), warn + int(w)
+        if cmd[0] != PY:
+            bad += _tool_failures(cmd[0], out)
+    return bad, warn
+
+
+def _tool_failures(tool: str, out: subprocess.CompletedProcess) -> int:
+    name = os.path.basename(tool)
+    if name == "jpeginfo":
+        return sum(1 for line in out.stdout.splitlines() if line.strip() and not line.rstrip().endswith("OK"))
+    if name == "pngcheck":  # -q: one line per file with a problem, nothing else
+        return sum(1 for line in out.stdout.splitlines() if line.strip())
+    if name == "flac":
+        return out.stderr.count("ERROR")
+    return 0
+
+
+def checker_loop(folder: str, files: list[str], mode: str = "default") -> tuple[int, int]:
+    return _batches([PY, "-c", CHECKER_LOOP, mode, folder], files, folder)
+
+
+def dsclean_scan(folder: str, files: list[str]) -> tuple[int, int]:
+    with tempfile.TemporaryDirectory() as report:
+        proc = subprocess.run([PY, "-m", "dsclean", "scan", folder, "--jobs", "1", "--dry-run", "--rescan", "--quiet",
+                               "--json", "--report", report], capture_output=True, text=True)
+    import json
+
+    summary = json.loads(proc.stdout)
+    return summary.get("bad", 0), sum(summary.get("warn_reasons", {}).values())
+
+
+def contenders(fmt: str, folder: str, files: list[str]) -> list[tuple[str, object]]:
+    """(name, fn) for one format; fn() -> (bad, warn), or None when the tool is not installed. The first is the reference."""
+    tool = {"png": "pngcheck", "flac": "flac", "jpeg": "jpeginfo"}.get(fmt)
+    exe = shutil.which(tool) if tool else None
+    refs = {
+        "png": [("pngcheck -q", lambda: _batches([exe, "-q"], files, folder) if exe else None)],
+        "flac": [("flac -t -s", lambda: _batches([exe, "-t", "-s"], files, folder) if exe else None),
+                 ("soundfile.read loop", lambda: _batches([PY, "-c", SF_LOOP], files, folder))],
+        "wav": [("soundfile.read loop", lambda: _batches([PY, "-c", SF_LOOP], files, folder))],
+        "jpeg": [("jpeginfo -c", lambda: _batches([exe, "-c"], files, folder) if exe else None),
+                 ("libjpeg-turbo floor (header + strict 1/8 grey decode loop)",
+                  lambda: _batches([PY, "-c", JPEG_FLOOR], files, folder))],
+    }[fmt]
+    extra = [("dsclean checker, FLAC MD5 on (CheckOptions(flac_md5=True))", lambda: checker_loop(folder, files, "md5"))]
+    return refs + [("dsclean checker (check_file loop)", lambda: checker_loop(folder, files)),
+                   *(extra if fmt == "flac" else []),
+                   ("dsclean checker without the content hash", lambda: checker_loop(folder, files, "nohash")),
+                   ("dsclean scan --jobs 1", lambda: dsclean_scan(folder, files))]
+
+
+def bench_format(fmt: str, n: int, repeats: int, base_dir: str) -> list[str]:
+    folder = os.path.join(base_dir, fmt)
+    os.makedirs(folder)
+    t0 = time.perf_counter()
+    {"png": make_pngs, "jpeg": make_jpegs}.get(fmt, lambda f, k: make_audio(f, k, fmt))(folder, n)
+    files = sorted(os.listdir(folder))
+    mb = sum(os.path.getsize(os.path.join(folder, f)) for f in files) / 1e6
+    for f in files:  # warm the page cache
+        with open(os.path.join(folder, f), "rb") as fh:
+            fh.read()
+    print(f"{fmt}: generated {len(files)} files ({mb:.1f} MB) in {time.perf_counter() - t0:.0f} s", flush=True)
+    entries = contenders(fmt, folder, files)
+    walls: dict[str, list[float]] = {name: [] for name, _ in entries}
+    cpus: dict[str, list[float]] = {name: [] for name, _ in entries}
+    flagged: dict[str, tuple[int, int] | None] = {}
+    for _ in range(repeats):  # interleaved: the machine is shared and noisy
+        for name, fn in entries:
+            before, start = _children_cpu(), time.perf_counter()
+            result = fn()
+            walls[name].append(time.perf_counter() - start)
+            cpus[name].append(_children_cpu() - before)
+            flagged[name] = result
+    ref = next(name for name, _ in entries if flagged[name] is not None)
+    base_cpu, base_wall = min(cpus[ref]), min(walls[ref])
+    lines = [f"\n### {fmt.upper()}: {len(files):,} files, {mb:.1f} MB (whole processes, start-up included; best of {repeats})\n",
+             f"| contender | CPU ms per file | files per CPU-second | vs {ref}, CPU | vs {ref}, wall | flagged bad / warn |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for name, _ in entries:
+        if flagged[name] is None:
+            lines.append(f"| {name} | not installed (apt-get install -y jpeginfo pngcheck flac) | | | | |")
+            continue
+        cpu, wall = min(cpus[name]), min(walls[name])
+        lines.append(f"| {name} | {cpu / len(files) * 1e3:.2f} | {len(files) / cpu:,.0f} | {base_cpu / cpu:.2f}x | "
+                     f"{base_wall / wall:.2f}x | {flagged[name][0]} / {flagged[name][1]} |")
+    hash_s, check_s = (float(x) for x in subprocess.run([PY, "-c", HASH_COST, folder, *files[:1000]], capture_output=True,
+                                                         text=True, cwd=folder).stdout.split())
+    lines.append(f"\ncontent hash: {hash_s * 1e6:.0f} µs per file = {hash_s / check_s:.1%} of the checker's "
+                 f"{check_s * 1e6:.0f} µs per file (in-process, best of 3, {min(len(files), 1000)} files)")
+    print("\n".join(lines), flush=True)
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--png", type=int, default=600)
+    ap.add_argument("--flac", type=int, default=2000)
+    ap.add_argument("--wav", type=int, default=2000)
+    ap.add_argument("--jpeg", type=int, default=3000)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--only", choices=["png", "flac", "wav", "jpeg"], action="append", help="run only these formats")
+    args = ap.parse_args()
+    base = tempfile.mkdtemp(prefix="dsclean-bench-checkers-")
+    load_before = os.getloadavg()
+    out = []
+    try:
+        for fmt in args.only or ["png", "flac", "wav", "jpeg"]:
+            out += bench_format(fmt, getattr(args, fmt), args.repeats, base)
+    finally:
+        shutil.rmtree(base)
+    load_after = os.getloadavg()
+    print("\n".join([
+        "",
+        f"machine: {platform.node()}, {os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}",
+        f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        f"load average before / after: {load_before[0]:.1f} / {load_after[0]:.1f} (other processes were running)",
+        "command: python scripts/bench_checkers.py " + " ".join(sys.argv[1:]),
+    ]))
+
+
+if __name__ == "__main__":
+    main()
