@@ -12,7 +12,11 @@ SUMMARY_FILE = "scan_summary.json"  # counts, elapsed time, options
 CACHE_FILE = "scan_cache.sqlite"  # in <root>/.dsclean: verdicts by (path, size, mtime) for re-scans
 LAST_SCAN_FILE = "last_scan.json"  # in <root>/.dsclean: where the last scan of this root wrote its results
 MANIFEST_FILE = "manifest.jsonl"  # in a quarantine folder: the move journal
-LOCK_FILE = ".dsclean.lock"  # in a quarantine folder: held while a scan or restore runs
+LOCK_FILE = ".dsclean.lock"  # in a quarantine folder: held while a scan or restore runs; in a shard folder: by pack
+# A packed shard set (dsclean pack): the shards plus these three files, side by side.
+PACKED_INDEX_FILE = "index.arrow"  # the packed index: per sample its shard, offset, size, label, kind, checksum
+SHARD_LIST_FILE = "shardindex.json"  # the shard list in wids' format (relative urls, nsamples, filesize)
+PACK_STATE_FILE = "pack.json"  # the source index's identity and the options, for resuming
 
 
 def part_tag(part: tuple[int, int] | None) -> str:

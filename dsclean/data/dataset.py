@@ -14,6 +14,7 @@ dataset sends only its options (a few hundred bytes).
 """
 from __future__ import annotations
 
+import io
 import logging
 import operator
 import os
@@ -25,6 +26,7 @@ from torch.utils.data import Dataset
 
 from ..errors import UserError
 from ..index.store import KINDS, MappedIndex, open_index, read_meta
+from . import shards
 from .loaders import DEFAULT_LOADERS
 
 logger = logging.getLogger("dsclean")
@@ -69,19 +71,32 @@ class IndexedDataset(Dataset):
       as something else. Turn it off only for a custom ``loader`` that does not
       read the file system.
 
+    A packed shard set (the folder ``dsclean pack`` wrote) works the same way:
+    each sample's bytes are sliced out of a per-process ``mmap`` of its shard
+    (at most ``max_open_shards`` maps open; see :mod:`dsclean.data.shards`), the
+    default loaders decode them from memory, a custom ``loader`` gets a binary
+    file object, ``path(i)`` is the original relative path (for reference: it is
+    not opened), and ``root=`` is refused. The folder can be moved.
+
     The constructor reads only the index metadata. The columns are mapped
     lazily in each process on first access (re-opened after a fork).
     """
 
     def __init__(self, index: str, *, root: str | None = None, transform: Callable | None = None,
                  target_transform: Callable | None = None, loader: Callable[[str], Any] | None = None,
-                 on_error: str = "raise", check_stale: bool = True) -> None:
+                 on_error: str = "raise", check_stale: bool = True,
+                 max_open_shards: int = shards.DEFAULT_MAX_OPEN) -> None:
         if on_error not in _ON_ERROR:
             raise ValueError(f"on_error must be one of {_ON_ERROR}, not {on_error!r}")
-        meta = read_meta(index)
+        self.packed = shards.is_packed_set(index)
+        if self.packed and root is not None:
+            raise UserError(f"{index}: is a packed shard set: its samples are inside its shards, so root= does "
+                            "not apply (the set finds its shards relative to its own folder)")
+        meta = read_meta(shards.packed_index(index) if self.packed else index)
         self.index = index
-        self.root = root if root is not None else meta["root"]
-        if not os.path.isdir(self.root):
+        self.max_open_shards = max_open_shards
+        self.root = None if self.packed else root if root is not None else meta["root"]
+        if not self.packed and not os.path.isdir(self.root):
             raise UserError(f"{index}: its root {self.root} is not a folder; pass root= if the dataset moved")
         self.transform = transform
         self.target_transform = target_transform
@@ -96,6 +111,7 @@ class IndexedDataset(Dataset):
     def _reset(self) -> None:
         self._meta: dict | None = None
         self._idx: MappedIndex | None = None
+        self._packed_set: shards.PackedSet | None = None
         self._pid: int | None = None
         self._real_root: str | None = None
         self._folders: dict[str, str | None] = {}
@@ -104,7 +120,7 @@ class IndexedDataset(Dataset):
     def __getstate__(self) -> dict:
         """Only the options: a worker re-maps the index itself (cheap spawn)."""
         return {k: getattr(self, k) for k in ("index", "root", "transform", "target_transform", "loader", "on_error",
-                                                   "check_stale")}
+                                                   "check_stale", "packed", "max_open_shards")}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -114,9 +130,13 @@ class IndexedDataset(Dataset):
         """The mapped columns of this process; (re)opened on first use and after a fork."""
         pid = os.getpid()
         if self._idx is None or self._pid != pid:
-            self._idx = open_index(self.index)
+            if self.packed:
+                self._packed_set = shards.PackedSet(self.index, self.max_open_shards)
+                self._idx = self._packed_set.idx
+            else:
+                self._idx = open_index(self.index)
             self._pid = pid
-            self._real_root = os.path.realpath(self.root)
+            self._real_root = None if self.packed else os.path.realpath(self.root)
             self._folders = {}
             self._logged = set()
             if self._meta is None:
@@ -126,7 +146,7 @@ class IndexedDataset(Dataset):
     @property
     def meta(self) -> dict:
         if self._meta is None:
-            self._meta = read_meta(self.index)
+            self._meta = read_meta(shards.packed_index(self.index) if self.packed else self.index)
         return self._meta
 
     # -- sequence protocol -------------------------------------------------------------
@@ -158,8 +178,21 @@ class IndexedDataset(Dataset):
         return j
 
     def path(self, i: int) -> str:
-        """The relative path of sample ``i`` (``str``; ``os.fsencode`` gives the exact bytes)."""
+        """The relative path of sample ``i`` (``str``; ``os.fsencode`` gives the exact bytes).
+
+        For a packed set it is the file's original path, for reference: it is not opened.
+        """
         return os.fsdecode(self._mapped().path_bytes(self._position(i)))
+
+    def raw(self, i: int) -> bytes:
+        """The bytes of sample ``i``, undecoded: from its shard, or read from its file."""
+        j = self._position(i)
+        idx = self._mapped()
+        if self.packed:
+            return self._packed_set.read(j)
+        full, _ = self._resolve(j, os.fsdecode(idx.path_bytes(j)))
+        with open(full, "rb") as f:
+            return f.read()
 
     def __getitem__(self, i):
         j = self._position(i)
@@ -185,9 +218,10 @@ class IndexedDataset(Dataset):
 
     def _load(self, j: int, raw: bytes, label: int, size: int, kind: int):
         rel = os.fsdecode(raw)
-        full, st = self._resolve(j, rel)  # outside the try: a refusal is never skipped
+        if not self.packed:
+            full, st = self._resolve(j, rel)  # outside the try: a refusal is never skipped
         try:
-            sample = self._read(full, st, size, kind)
+            sample = self._read_packed(j, kind) if self.packed else self._read(full, st, size, kind)
         except Exception as exc:  # any loader failure becomes a SampleError naming index, path and cause
             err = self._error(j, rel, f"{type(exc).__name__}: {exc}")
             if self.on_error == "skip":
@@ -211,6 +245,10 @@ class IndexedDataset(Dataset):
         if self.loader is not None:
             return self.loader(full)
         return DEFAULT_LOADERS[KINDS[kind]](full)
+
+    def _read_packed(self, j: int, kind: int):
+        data = io.BytesIO(self._packed_set.read(j))
+        return self.loader(data) if self.loader is not None else DEFAULT_LOADERS[KINDS[kind]](data)
 
     def _resolve(self, j: int, rel: str) -> tuple[str, os.stat_result | None]:
         """The full path and its stat (None if it has none); refuses paths that leave the root.
@@ -261,6 +299,8 @@ class IndexedDataset(Dataset):
         return UnsafePathError(self._message(j, rel, cause), index=j, path=rel, root=self.root)
 
     def _message(self, j: int, rel: str, cause: str) -> str:
+        if self.packed:
+            return f"sample {j} ({rel}, packed in {self.index}): {cause}"
         return f"sample {j} ({rel} under {self.root}): {cause}"
 
     def _error(self, j: int, rel: str, cause: str) -> SampleError:
