@@ -1,11 +1,12 @@
 """The ``dsclean`` command: a thin layer of argparse over the Python API.
 
-One module per command group (:mod:`.scan`, :mod:`.index`, :mod:`.diagnose`):
+One module per command group (:mod:`.scan`, :mod:`.index`, :mod:`.diagnose`, :mod:`.pack`):
 each parses, calls the API, prints.
 
 Exit codes: 0 done; 1 ``--check`` found bad files (or a restore refused
-entries); 2 usage error or bad input (message, no traceback); 130/143
-interrupted by SIGINT/SIGTERM after flushing what was decided.
+entries, or ``verify`` found problems); 2 usage error or bad input (message,
+no traceback); 3 incomplete (some writes failed, state consistent, failures
+listed); 130/143 interrupted by SIGINT/SIGTERM after flushing what was decided.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Sequence
 
 from .. import __version__
 from ..errors import UserError
-from . import diagnose, index, scan
+from . import diagnose, index, pack, scan
 from .exit_codes import EXIT_OK, EXIT_USAGE
 
 
@@ -27,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     scan.add_parsers(sub)
     index.add_parsers(sub)
     diagnose.add_parsers(sub)
+    pack.add_parsers(sub)
     return parser
 
 
