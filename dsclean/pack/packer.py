@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from .. import locations
 from ..atomic import remove_stale_temps
 from ..errors import UserError
-from ..hashing import content_hash_file
+from ..hashing import content_hash, content_hash_file
 from ..index.store import open_index, read_meta
 from . import state
 from .plan import Layout, Plan, make_layout, make_plan
@@ -102,10 +102,19 @@ def _prepare(index: str, output: str, options: PackOptions) -> _Context:
         raise UserError(f"{index}: its root {root} is not a folder (moved?); the files to pack must be there")
     idx = open_index(index)
     plan = make_plan(idx, layout)
-    identity = content_hash_file(index).hex()
+    identity = _identity(index)
     rec = state.record(index=index, identity=identity, rows=len(idx), root=root, layout=layout.to_json(),
                        shards=plan.shards)
     return _Context(index, out, meta, plan, identity, rec)
+
+
+def _identity(index: str) -> str:
+    """The source index's content hash (an npy index: of its files' names and hashes, in name order)."""
+    if not os.path.isdir(index):
+        return content_hash_file(index).hex()
+    parts = [f"{n}:{content_hash_file(os.path.join(index, n)).hex()}" for n in sorted(os.listdir(index))
+             if os.path.isfile(os.path.join(index, n))]
+    return content_hash("\n".join(parts).encode("utf-8", "surrogateescape")).hex()
 
 
 def _job(ctx: _Context, k: int, options: PackOptions) -> ShardJob:
