@@ -106,7 +106,9 @@ def _read_source(root: str, rel: bytes, size: int, mtime_ns: int, inline_limit: 
     try:
         _same_as_indexed(full, os.fstat(fd), size, mtime_ns)
         if size <= inline_limit:
-            data = b"".join(_blocks(fd, size, full))
+            data = os.pread(fd, size + 1, 0)  # one more byte: a file that grew is caught by the same call
+            if len(data) != size:
+                raise SourceProblem(f"{full}: changed while it was packed ({len(data)} bytes read, not {size})")
             _same_as_indexed(full, os.fstat(fd), size, mtime_ns)
             return _Source(data, None, size, content_hash(data), media_ext(rel_s, data[:16]), full)
         h = new_hasher()
