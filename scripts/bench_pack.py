@@ -58,7 +58,7 @@ def _fsync(path: str) -> None:
 
 
 def bench_throughput(work: str, index: str, root: str, mb: float, repeats: int) -> list[str]:
-    from dsclean.pack.packer import PackOptions, pack
+    from dsclean.pack.packer import PackOptions, pack_shards
 
     def tar(sync: bool) -> float:
         out = os.path.join(work, "x.tar")
@@ -74,7 +74,7 @@ def bench_throughput(work: str, index: str, root: str, mb: float, repeats: int) 
         out = os.path.join(work, "shards-bench")
         shutil.rmtree(out, ignore_errors=True)
         t = time.perf_counter()
-        s = pack(index, out, PackOptions(shard_size=256 << 20, jobs=jobs))
+        s = pack_shards(index, out, PackOptions(shard_size=256 << 20, jobs=jobs))
         t = time.perf_counter() - t
         assert s.complete
         shutil.rmtree(out)
@@ -208,7 +208,7 @@ def run_memory_variant(variant: str, target: str, workers: int, state: str) -> d
 
 def bench_memory(work: str, rows: int, workers: int) -> list[str]:
     from dsclean.index.build import build_index
-    from dsclean.pack.packer import PackOptions, pack
+    from dsclean.pack.packer import PackOptions, pack_shards
 
     root = os.path.join(work, "tiny")
     payload = b"\xff\xd8\xff\xe0" + bytes(196)  # 200 bytes that sniff as JPEG (the loader only reads them)
@@ -226,7 +226,7 @@ def bench_memory(work: str, rows: int, workers: int) -> list[str]:
     indexed = time.perf_counter() - t
     shards = os.path.join(work, "tiny-shards")
     t = time.perf_counter()
-    s = pack(index, shards, PackOptions(jobs=workers))
+    s = pack_shards(index, shards, PackOptions(jobs=workers))
     packed = time.perf_counter() - t
     assert s.complete and s.samples == rows
     shard_bytes = sum(os.path.getsize(os.path.join(shards, f)) for f in os.listdir(shards) if f.endswith(".tar"))
@@ -265,7 +265,7 @@ def main() -> int:
         print(json.dumps(run_memory_variant(spec["variant"], spec["target"], spec["workers"], spec["state"])))
         return 0
     from dsclean.index.build import build_index
-    from dsclean.pack.packer import PackOptions, pack
+    from dsclean.pack.packer import PackOptions, pack_shards
 
     work = args.out or tempfile.mkdtemp(prefix="dsclean-bench-pack-")
     os.makedirs(work, exist_ok=True)
@@ -284,7 +284,7 @@ def main() -> int:
                 print("\n".join(bench_throughput(work, index, root, mb, args.repeats)) + "\n")
             if "read" in only:
                 shards = os.path.join(work, "jpeg-shards")
-                pack(index, shards, PackOptions(shard_size=64 << 20))
+                pack_shards(index, shards, PackOptions(shard_size=64 << 20))
                 print("\n".join(bench_read(index, shards, args.repeats)) + "\n")
         if "memory" in only:
             print("\n".join(bench_memory(work, args.rows, args.workers)))

@@ -54,13 +54,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_pack(args: argparse.Namespace) -> int:
-    from ..pack.packer import PackOptions, finish_pack, pack
+    from ..pack.packer import PackOptions, finish_pack, pack_shards
 
     options = PackOptions(shard_size=args.shard_size, samples_per_shard=args.samples_per_shard,
                           shuffle=args.shuffle, name=args.name, jobs=args.jobs, backend=args.backend,
                           scheduler=args.scheduler, part=args.part, skip_changed=args.skip_changed,
                           progress=not (args.quiet or args.json) and sys.stderr.isatty())
-    summary = (finish_pack if args.finish else pack)(args.index, args.output, options)
+    summary = (finish_pack if args.finish else pack_shards)(args.index, args.output, options)
     if args.json:
         print(json.dumps(summary.to_json(), indent=2))
     elif not args.quiet:
@@ -94,9 +94,9 @@ def format_pack(s) -> str:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from ..pack.verify import verify
+    from ..pack.verify import verify_shards
 
-    report = verify(args.folder, jobs=args.jobs)
+    report = verify_shards(args.folder, jobs=args.jobs)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:

@@ -123,7 +123,7 @@ def _job(ctx: _Context, k: int, options: PackOptions) -> ShardJob:
                     skip_changed=options.skip_changed, inline_limit=options.inline_limit)
 
 
-def pack(index: str, output: str, options: PackOptions = PackOptions()) -> PackSummary:
+def pack_shards(index: str, output: str, options: PackOptions = PackOptions()) -> PackSummary:
     """Pack ``index`` into shards in ``output`` (created, or resumed); see the module docstring.
 
     Raises :class:`UserError` for bad input before anything is written. Shards that

@@ -83,7 +83,7 @@ class _Task:
     have_index: bool
 
 
-def verify(folder: str, *, jobs: int = 1) -> VerifyReport:
+def verify_shards(folder: str, *, jobs: int = 1) -> VerifyReport:
     """Check the shard set in ``folder``; a :class:`UserError` when it is not a shard set at all."""
     _is_shard_set(folder)
     report = VerifyReport(folder=folder)

@@ -16,14 +16,14 @@ from torch.utils.data import DataLoader
 from dsclean import IndexedDataset
 from dsclean.data.dataset import SampleError
 from dsclean.errors import UserError
-from dsclean.pack.packer import PackOptions, pack
+from dsclean.pack.packer import PackOptions, pack_shards
 
 
 @pytest.fixture(scope="module")
 def sets(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("shards")
     root, index = make_indexed(tmp)
-    pack(index, str(tmp / "shards"), PackOptions(samples_per_shard=4, shuffle=3))
+    pack_shards(index, str(tmp / "shards"), PackOptions(samples_per_shard=4, shuffle=3))
     return index, str(tmp / "shards")
 
 

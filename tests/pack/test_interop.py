@@ -10,7 +10,7 @@ import pytest
 from support.packing import make_indexed
 
 from dsclean import IndexedDataset
-from dsclean.pack.packer import PackOptions, pack
+from dsclean.pack.packer import PackOptions, pack_shards
 
 webdataset = pytest.importorskip("webdataset")
 wids = pytest.importorskip("wids")
@@ -21,7 +21,7 @@ def packed(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("interop")
     _, index = make_indexed(tmp)
     out = tmp / "shards"
-    s = pack(index, str(out), PackOptions(samples_per_shard=5, shuffle=11))
+    s = pack_shards(index, str(out), PackOptions(samples_per_shard=5, shuffle=11))
     return out, s.shards
 
 

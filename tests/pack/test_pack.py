@@ -21,7 +21,7 @@ from dsclean.errors import UserError
 from dsclean.hashing import content_hash
 from dsclean.index.build import build_index
 from dsclean.index.store import open_index
-from dsclean.pack.packer import PackOptions, finish_pack, pack
+from dsclean.pack.packer import PackOptions, finish_pack, pack_shards
 from dsclean.pack.plan import shuffled
 from dsclean.pack.samples import sample_key
 
@@ -34,7 +34,7 @@ def _members(tar: Path) -> list[str]:
 
 
 def _pack(index, out, **kw):
-    return pack(index, str(out), PackOptions(**kw))
+    return pack_shards(index, str(out), PackOptions(**kw))
 
 
 def test_members_keys_json_and_the_packed_index(tmp_path):
@@ -163,7 +163,7 @@ def test_changed_and_missing_sources_stop_the_pack_or_are_skipped(tmp_path, caps
 def test_big_files_are_streamed_and_checked_twice(tmp_path):
     root, index = make_indexed(tmp_path)
     a = _pack(index, tmp_path / "inline", samples_per_shard=6)
-    b = pack(index, str(tmp_path / "streamed"), PackOptions(samples_per_shard=6, inline_limit=512))
+    b = pack_shards(index, str(tmp_path / "streamed"), PackOptions(samples_per_shard=6, inline_limit=512))
     assert a.complete and b.complete
     assert folder_digests(tmp_path / "inline") == folder_digests(tmp_path / "streamed")
 

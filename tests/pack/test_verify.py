@@ -11,15 +11,15 @@ from support.packing import folder_digests, make_indexed
 
 from dsclean.cli import main
 from dsclean.errors import UserError
-from dsclean.pack.packer import PackOptions, pack
-from dsclean.pack.verify import verify
+from dsclean.pack.packer import PackOptions, pack_shards
+from dsclean.pack.verify import verify_shards
 
 
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("verify")
     _, index = make_indexed(tmp)
-    pack(index, str(tmp / "shards"), PackOptions(samples_per_shard=5))
+    pack_shards(index, str(tmp / "shards"), PackOptions(samples_per_shard=5))
     return tmp / "shards"
 
 
@@ -82,7 +82,7 @@ def test_truncated_missing_and_extra_shards_and_temp_files(copy):
     os.unlink(copy / "data-000003.tar")
     shutil.copy(copy / "data-000000.tar", copy / "stray.tar")
     (copy / ".data-000003.tar.x1y2.tmp").write_bytes(b"half a shard")
-    r = verify(str(copy))
+    r = verify_shards(str(copy))
     assert not r.ok
     assert any("broken tar" in p and "runs past the end" in p for p in _problems(r, "data-000002.tar"))
     assert any("shard list says" in p for p in _problems(r, "data-000002.tar"))
@@ -93,19 +93,19 @@ def test_truncated_missing_and_extra_shards_and_temp_files(copy):
 
 def test_repeated_keys_across_shards(copy):
     shutil.copy(copy / "data-000000.tar", copy / "data-000001.tar")
-    r = verify(str(copy))
+    r = verify_shards(str(copy))
     assert any("5 sample keys appear more than once" in p for p in r.problems)
 
 
 def test_damaged_header_padding_order_and_labels(copy):
     m = _member(copy, "data-000000.tar", ".json")
     _poke(copy / "data-000000.tar", m.offset + 10, b"Z")  # a header byte: its checksum fails
-    r = verify(str(copy))
+    r = verify_shards(str(copy))
     assert any("bad header" in p for p in _problems(r, "data-000000.tar"))
     cls = _member(copy, "data-000001.tar", ".cls")
     _poke(copy / "data-000001.tar", cls.offset_data, b"9")  # a wrong label
     _poke(copy / "data-000001.tar", cls.offset_data + 5, b"!")  # junk in the padding
-    r = verify(str(copy))
+    r = verify_shards(str(copy))
     probs = _problems(r, "data-000001.tar")
     assert any("label '9', the packed index says" in p for p in probs)
     assert any("padding" in p for p in probs)
@@ -121,16 +121,16 @@ def test_samples_out_of_order_against_the_index(copy, tmp_path):
             import io
 
             t.addfile(m, io.BytesIO(data))
-    r = verify(str(copy))
+    r = verify_shards(str(copy))
     assert any("samples are missing, extra or out of order" in p for p in _problems(r, "data-000001.tar"))
 
 
 def test_a_damaged_packed_index_or_shard_list_is_a_problem(copy):
     (copy / "shardindex.json").write_text("{not json")
-    r = verify(str(copy))
+    r = verify_shards(str(copy))
     assert not r.ok and any("unreadable shard list" in p for p in r.problems)
     shutil.copy(copy / "data-000000.tar", copy / "index.arrow")  # garbage in place of the index
-    r = verify(str(copy))
+    r = verify_shards(str(copy))
     assert not r.ok and any("not a readable Arrow index" in p for p in r.problems)
 
 
@@ -139,6 +139,6 @@ def test_not_a_shard_set_is_a_usage_error(tmp_path, capsys):
     (tmp_path / "half").mkdir()
     (tmp_path / "half" / "pack.json").write_text("{}")
     with pytest.raises(UserError, match="unfinished pack"):
-        verify(str(tmp_path / "half"))
+        verify_shards(str(tmp_path / "half"))
     assert main(["verify", str(tmp_path)]) == 2
     assert "not a shard set" in capsys.readouterr().err
