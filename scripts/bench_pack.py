@@ -5,7 +5,7 @@
                                  [--only throughput,read,memory] [--out DIR]
 
 1. throughput: ``dsclean pack`` (jobs 1 and 2) against ``tar -cf`` of the same files
-   (and ``tar -cf`` followed by an fsync, since pack fsyncs every shard); page cache warm;
+   (and ``tar -cf`` followed by an fsync, since pack fsyncs every shard), 16 MiB shards; page cache warm;
    interleaved, best of ``--repeats``.
 2. read: random-access reads of every sample in a random order through IndexedDataset,
    from the shards against from the original small files: raw bytes and decoded
@@ -74,7 +74,7 @@ def bench_throughput(work: str, index: str, root: str, mb: float, repeats: int) 
         out = os.path.join(work, "shards-bench")
         shutil.rmtree(out, ignore_errors=True)
         t = time.perf_counter()
-        s = pack_shards(index, out, PackOptions(shard_size=256 << 20, jobs=jobs))
+        s = pack_shards(index, out, PackOptions(shard_size=16 << 20, jobs=jobs))
         t = time.perf_counter() - t
         assert s.complete
         shutil.rmtree(out)
