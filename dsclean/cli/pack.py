@@ -81,8 +81,9 @@ def format_pack(s) -> str:
         head = (f"packed {s.samples:,} samples into {s.shards} shards -> {s.output} "
                 f"(wrote {s.written}, reused {s.reused}; {s.bytes_written / 2**20:.1f} MiB in {s.elapsed:.1f} s)")
     else:
+        why = "interrupted" if s.signal else "fix the errors below and"
         head = (f"incomplete: wrote {s.written} of {s.shards} shards ({s.reused} already there) -> {s.output}; "
-                "fix the errors below and run the same command to resume")
+                f"{why} run the same command to resume")
     lines = [head]
     if s.skipped:
         lines.append(f"  {len(s.skipped)} samples left out (--skip-changed):")
