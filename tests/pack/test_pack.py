@@ -258,3 +258,25 @@ def test_audio_only_and_images_only_pack(tmp_path):
     build_index(str(root), str(tmp_path / "a.arrow"))
     s = _pack(str(tmp_path / "a.arrow"), tmp_path / "s")
     assert s.complete and s.samples == 5 and s.shards == 1
+
+
+def test_sigint_finishes_the_shard_in_hand_then_exits_130(tmp_path):
+    import signal
+
+    root = tmp_path / "data"
+    for i in range(100):
+        write(root, f"c{i % 2}/{i:03d}.jpg", synth.jpeg(32, 32, seed=i))
+    index = str(tmp_path / "i.arrow")
+    build_index(str(root), index)
+    out = tmp_path / "s"
+    cmd = [PY, "-m", "dsclean", "pack", index, "--samples-per-shard", "1", "-q", "-o", str(out)]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(list(out.glob("*.tar")) if out.exists() else []) < 5:
+        time.sleep(0.002)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in err
+    names = os.listdir(out)
+    assert 5 <= len([n for n in names if n.endswith(".tar")]) < 100 and not [n for n in names if n.endswith(".tmp")]
+    assert subprocess.run(cmd, check=True).returncode == 0 and main(["verify", str(out)]) == 0
