@@ -49,6 +49,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                        "and shard list. Reads only.")
     p.add_argument("folder", metavar="DIR", help="the shard folder")
     p.add_argument("--jobs", "-j", type=argtypes.positive, default=1, metavar="N", help="shards checked at once (default 1)")
+    p.add_argument("--decode", action="store_true",
+                   help="also run the scan's checks on every sample's bytes, in the scan's isolated worker pool")
     p.add_argument("--json", action="store_true", help="print the report as JSON (per shard: shard, ok, problems)")
     p.set_defaults(func=cmd_verify)
 
@@ -97,7 +99,12 @@ def format_pack(s) -> str:
 def cmd_verify(args: argparse.Namespace) -> int:
     from ..pack.verify import verify_shards
 
-    report = verify_shards(args.folder, jobs=args.jobs)
+    decode = None
+    if args.decode:
+        from ..scanning.check import CheckOptions
+
+        decode = CheckOptions()
+    report = verify_shards(args.folder, jobs=args.jobs, decode=decode)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:

@@ -83,8 +83,12 @@ class _Task:
     have_index: bool
 
 
-def verify_shards(folder: str, *, jobs: int = 1) -> VerifyReport:
-    """Check the shard set in ``folder``; a :class:`UserError` when it is not a shard set at all."""
+def verify_shards(folder: str, *, jobs: int = 1, decode=None) -> VerifyReport:
+    """Check the shard set in ``folder``; a :class:`UserError` when it is not a shard set at all.
+
+    ``decode``: a :class:`dsclean.scanning.check.CheckOptions` to also run the scan's checks on
+    every sample's bytes (:mod:`.decode`); a ``bad`` verdict is a problem, a ``warn`` a note.
+    """
     _is_shard_set(folder)
     report = VerifyReport(folder=folder)
     shardlist = _try(report, lambda: read_shard_list(folder))
@@ -107,6 +111,8 @@ def verify_shards(folder: str, *, jobs: int = 1) -> VerifyReport:
             raise KeyboardInterrupt
     position = {n: i for i, n in enumerate(names)}
     report.shards.sort(key=lambda s: position[s.shard])
+    if decode is not None:
+        _decode(report, names, decode, jobs)
     report.samples = sum(s.samples for s in report.shards)
     if idx is not None and report.samples != len(idx) and not any(not s.ok for s in report.shards):
         report.problems.append(f"the shards hold {report.samples} samples, the packed index {len(idx)}")
@@ -281,6 +287,20 @@ def _against_index(rep: ShardReport, key: str, m, cls, mm, idx, row: int, digest
             rep.add(f"label {text!r}, the packed index says {label}", key=key, member=cls.name if cls else None)
     elif cls is not None:
         rep.add("a .cls member for a sample the packed index has no label for", key=key, member=cls.name)
+
+
+def _decode(report: VerifyReport, names: list[str], options, jobs: int) -> None:
+    from .decode import decode_members
+
+    by_name = {s.shard: s for s in report.shards}
+    with stop_on_signals() as stop:
+        for shard, member, v in decode_members(report.folder, names, options, jobs):
+            if v.status == "bad":
+                by_name[shard].add(f"decode: {v.reason}: {v.detail}", key=member.partition(".")[0], member=member)
+            elif v.status == "warn":
+                report.notes.append(f"{shard}: {member}: decode warning: {v.reason}: {v.detail}")
+            if stop.signum:
+                raise KeyboardInterrupt
 
 
 def _unique_keys(report: VerifyReport, keys: list[np.ndarray]) -> None:
