@@ -31,7 +31,7 @@ from .write import INLINE_LIMIT, ShardJob, ShardResult, read_back, write_shard
 
 
 #: files of the folder a killed run may have left temp copies of (shards' temps are their writers' to remove)
-_OWN_FILES = (locations.PACKED_INDEX_FILE, locations.SHARD_LIST_FILE)
+_OWN_FILES = (locations.PACKED_INDEX_FILE, locations.SHARD_LIST_FILE, locations.PACK_STATE_FILE)
 
 
 @dataclass(frozen=True)

@@ -65,8 +65,9 @@ def read_state(output: str) -> dict | None:
 
 
 def _ours(name: str) -> bool:
-    """dsclean's own lock files: they do not make a folder non-empty."""
-    return name == locations.LOCK_FILE or (name.startswith(".dsclean.part-") and name.endswith(".lock"))
+    """dsclean's lock files and a killed run's temp ``pack.json``: they do not make a folder non-empty."""
+    return (name == locations.LOCK_FILE or (name.startswith(".dsclean.part-") and name.endswith(".lock"))
+            or (name.startswith(f".{locations.PACK_STATE_FILE}.") and name.endswith(".tmp")))
 
 
 def prepare_output(output: str, rec: dict) -> bool:

@@ -137,6 +137,12 @@ def test_output_must_be_empty_or_the_same_pack(tmp_path, capsys):
     assert "packs another index" in capsys.readouterr().err
     assert main(["pack", index, "-o", str(root / "packed")]) == 2  # never into the dataset
     assert "inside the dataset" in capsys.readouterr().err and not (root / "packed").exists()
+    killed = tmp_path / "killed-at-start"  # a run killed before its pack.json was in place
+    killed.mkdir()
+    (killed / ".dsclean.lock").write_bytes(b"")
+    (killed / ".pack.json.x1y2.tmp").write_text("{")
+    assert main(["pack", index, "-o", str(killed), "-q"]) == 0
+    assert not (killed / ".pack.json.x1y2.tmp").exists()  # removed under the folder's lock
     with pytest.raises(SystemExit) as exit_:
         main(["pack", index, "-o", str(tmp_path / "s2"), "--shard-size", "lots"])
     assert exit_.value.code == 2 and "is not a size" in capsys.readouterr().err
