@@ -43,6 +43,19 @@ _DROP_WINDOW = 2 << 20
 MADV_AFTER_READ: int | None = mmap.MADV_DONTNEED
 
 
+def release(mm: mmap.mmap, start: int, end: int) -> None:
+    """Unmap the pages around ``[start, end)`` from this process (they stay in the page cache).
+
+    Widened to the 2 MiB windows a read of that range may have mapped, so a process that
+    reads a shard through a map keeps a flat resident size. No-op when MADV_AFTER_READ is None.
+    """
+    if MADV_AFTER_READ is None or end <= start:
+        return
+    lo = start - start % _DROP_WINDOW
+    hi = min(len(mm), end + (-end % _DROP_WINDOW))
+    mm.madvise(MADV_AFTER_READ, lo, hi - lo)
+
+
 def is_packed_set(path: str) -> bool:
     """A folder holding ``shardindex.json`` and the packed ``index.arrow``."""
     return os.path.isdir(path) and all(os.path.isfile(os.path.join(path, n))
@@ -107,10 +120,8 @@ class PackedSet:
             raise ValueError(f"sample bytes {offset}..{offset + size} lie outside {self.shard_path(shard)} "
                              f"({len(mm)} bytes): the packed index does not match the shard")
         data = mm[offset:offset + size]
-        if MADV_AFTER_READ is not None and size:
-            start = offset - offset % _DROP_WINDOW
-            end = min(len(mm), offset + size + (-(offset + size) % _DROP_WINDOW))
-            mm.madvise(MADV_AFTER_READ, start, end - start)
+        if size:
+            release(mm, offset, offset + size)
         return data
 
     def _map(self, shard: int) -> mmap.mmap:

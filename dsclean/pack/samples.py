@@ -23,6 +23,7 @@ from ..jsonpaths import path_fields
 
 KEY_BYTES = 8  # 16 hex digits
 KEY_RE = re.compile(r"[0-9a-f]{16}")
+_BLOCK_ROWS = 65_536
 
 
 def sample_key(rel: bytes) -> str:
@@ -32,11 +33,13 @@ def sample_key(rel: bytes) -> str:
 
 def key_numbers(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
     """Every row's key as a big-endian uint64 (``f"{k:016x}"`` is the key), from an index's path buffers."""
-    out = bytearray(KEY_BYTES * (len(offsets) - 1))
+    n = len(offsets) - 1
+    out = bytearray(KEY_BYTES * n)
     blob = memoryview(np.ascontiguousarray(data)).cast("B")
-    starts, ends = offsets[:-1].tolist(), offsets[1:].tolist()
-    for i, (s, e) in enumerate(zip(starts, ends)):
-        out[i * KEY_BYTES:(i + 1) * KEY_BYTES] = hashlib.blake2b(blob[s:e], digest_size=KEY_BYTES).digest()
+    for lo in range(0, n, _BLOCK_ROWS):  # Python ints for one block of rows at a time, never for all
+        hi = min(n, lo + _BLOCK_ROWS)
+        for i, s, e in zip(range(lo, hi), offsets[lo:hi].tolist(), offsets[lo + 1:hi + 1].tolist()):
+            out[i * KEY_BYTES:(i + 1) * KEY_BYTES] = hashlib.blake2b(blob[s:e], digest_size=KEY_BYTES).digest()
     return np.frombuffer(bytes(out), ">u8").astype(np.uint64)
 
 

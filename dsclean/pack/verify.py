@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .. import locations
-from ..data.shards import open_packed_index, read_shard_list
+from ..data.shards import open_packed_index, read_shard_list, release
 from ..errors import UserError
 from ..hashing import content_hash
 from .runner import run_tasks, stop_on_signals
@@ -30,6 +30,8 @@ from .tarformat import BLOCK, TarError, iter_members
 
 #: problems listed per shard at most (the count says how many more)
 MAX_PROBLEMS = 50
+#: pages of a shard read so far are unmapped every this many bytes (see dsclean.data.shards.release)
+_RELEASE_EVERY = 64 << 20
 _TEMP_RE = re.compile(r"^\..+\.tmp$")
 
 
@@ -231,7 +233,11 @@ def _groups(mm, rep: ShardReport):
 
 def _check_samples(task: _Task, rep: ShardReport, mm, idx, keys: list[int]) -> None:
     row = task.start
+    released = 0
     for key, members in _groups(mm, rep):
+        if members[0].offset - released > _RELEASE_EVERY:  # keep this process's resident size flat
+            release(mm, released, members[0].offset - _RELEASE_EVERY // 2)
+            released = members[0].offset - _RELEASE_EVERY // 2
         rep.samples += 1
         keys.append(int(key, 16))
         names = [m.name for m in members]

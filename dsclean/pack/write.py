@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..atomic import atomic_output
+from ..data.shards import release
 from ..hashing import DIGEST_SIZE, content_hash, new_hasher
 from ..index.store import KINDS, read_table
 from ..jsonpaths import path_fields
@@ -28,6 +29,8 @@ from .tarformat import BLOCK, TarError, end_of_archive, header, iter_members, me
 
 #: files up to this size are read once into memory; bigger ones are streamed twice (hash, then copy)
 INLINE_LIMIT = 64 << 20
+#: reading a shard back, the pages behind are unmapped every this many bytes
+_RELEASE_EVERY = 64 << 20
 _BLOCK = 1 << 20
 
 
@@ -154,7 +157,7 @@ def write_shard(job: ShardJob) -> ShardResult:
     try:
         with atomic_output(job.path) as tmp, open(tmp, "wb", buffering=_BLOCK) as out:
             pos = 0
-            for i, row in enumerate(table.to_pylist()):
+            for i, row in enumerate(_rows(table)):
                 try:
                     src = _read_source(job.root, row["path"], row["size"], row["mtime_ns"], job.inline_limit)
                 except SourceProblem as exc:
@@ -186,6 +189,12 @@ def write_shard(job: ShardJob) -> ShardResult:
     result.checksums = bytes(sums)
     result.filesize = os.path.getsize(job.path)
     return result
+
+
+def _rows(table):
+    """The table's rows as dicts, a few thousand at a time (a shard of tiny samples can hold 100,000s)."""
+    for batch in table.to_batches(max_chunksize=4096):
+        yield from batch.to_pylist()
 
 
 def _write_sample(out, pos: int, row: dict, src: _Source, classes: tuple[str, ...]) -> tuple[int, int]:
@@ -256,8 +265,13 @@ def read_back(job: ShardJob) -> ShardResult:
     with open(job.path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        released = 0
         try:
             for key, members in _samples(mm, job.path):
+                first = min(m.offset for m in members.values())
+                if first - released > _RELEASE_EVERY:  # keep this process's resident size flat
+                    release(mm, released, first - _RELEASE_EVERY // 2)
+                    released = first - _RELEASE_EVERY // 2
                 while p < len(planned) and planned[p] != key:
                     result.skipped.append({**path_fields(paths[p]), "why": "left out by an earlier run"})
                     p += 1

@@ -52,3 +52,12 @@ def test_the_walk_is_strict():
         t.addfile(info)
     with pytest.raises(TarError, match="not a regular file"):
         list(iter_members(link.getvalue()))
+
+
+def test_any_valid_ustar_member_is_read_not_only_dsclean_headers():
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as t:
+        info = tarfile.TarInfo("k.jpg")  # another tool's fields: its own mtime, mode, owner
+        info.size, info.mtime, info.mode, info.uname = 3, 1_700_000_000, 0o600, "someone"
+        t.addfile(info, io.BytesIO(b"abc"))
+    assert [(m.name, m.offset, m.size) for m in iter_members(buf.getvalue())] == [("k.jpg", 512, 3)]
