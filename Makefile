@@ -1,4 +1,4 @@
-# Quick start:  make demo   (set up, then scan + index a copy of sample_data)
+# Quick start:  make demo   (set up, then scan + index + pack a copy of sample_data)
 #               make test   (set up, then run the test suite)
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -27,6 +27,8 @@ demo: setup
 	$(DSCLEAN) index demo/data/audio -o demo/audio.arrow
 	$(DSCLEAN) status demo/quarantine/images
 	$(DSCLEAN) info demo/images.arrow
+	$(DSCLEAN) pack demo/images.arrow -o demo/shards --samples-per-shard 10
+	$(DSCLEAN) verify demo/shards
 	$(PY) -c "from dsclean import IndexedDataset; ds = IndexedDataset('demo/images.arrow'); \
 	img, label = ds[0]; print(f'IndexedDataset: {len(ds)} samples, classes {ds.classes}; sample 0: {ds.path(0)} {img.size} label {label}')"
 

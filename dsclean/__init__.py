@@ -1,6 +1,7 @@
 """dsclean: make image and audio training data safe to feed to PyTorch.
 
-Pipeline: discover -> check (parallel) -> verdicts -> quarantine -> index -> IndexedDataset.
+Pipeline: discover -> check (parallel) -> verdicts -> quarantine -> index -> IndexedDataset,
+or index -> pack (WebDataset shards) -> verify -> IndexedDataset / webdataset.
 
 Public names are imported on first use, so ``import dsclean`` stays cheap and
 torch is loaded only by code that touches the Dataset.
@@ -45,6 +46,11 @@ _EXPORTS = {
     "probe_index": "diagnose.probe",
     "probe_dataset": "diagnose.probe",
     "check_all": "diagnose.probe",
+    "pack_shards": "pack.packer",
+    "finish_pack": "pack.packer",
+    "PackOptions": "pack.packer",
+    "PackSummary": "pack.packer",
+    "verify_shards": "pack.verify",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -32,7 +32,11 @@ LAST_SCAN_FILE = "last_scan.json"  # in the state folder: where the last scan of
 ROOT_FILE = "root.json"  # in the state folder: which root it belongs to (for people browsing the cache)
 INDEX_LOCK_FILE = "index.lock"  # in the state folder: held while IndexedDataset.from_folder builds
 MANIFEST_FILE = "manifest.jsonl"  # in a quarantine folder: the move journal
-LOCK_FILE = ".dsclean.lock"  # in a quarantine folder: held while a scan or restore runs
+LOCK_FILE = ".dsclean.lock"  # in a quarantine folder: held while a scan or restore runs; in a shard folder: by pack
+# A packed shard set (dsclean pack): the shards plus these three files, side by side.
+PACKED_INDEX_FILE = "index.arrow"  # the packed index: per sample its shard, offset, size, label, kind, checksum
+SHARD_LIST_FILE = "shardindex.json"  # the shard list in wids' format (relative urls, nsamples, filesize)
+PACK_STATE_FILE = "pack.json"  # the source index's identity and the options, for resuming
 
 
 def part_tag(part: tuple[int, int] | None) -> str:

@@ -1,10 +1,10 @@
 """The ``dsclean`` command: a thin layer of argparse over the Python API.
 
-One module per command group (:mod:`.scan`, :mod:`.index`, :mod:`.diagnose`):
+One module per command group (:mod:`.scan`, :mod:`.index`, :mod:`.diagnose`, :mod:`.pack`):
 each parses, calls the API, prints.
 
 Exit codes (:mod:`.exit_codes`, the README's table): 0 done; 1 findings (``--check``
-found bad files, a restore refused entries, ...); 2 usage error or bad input, before
+found bad files, a restore refused entries, ``verify`` found problems, ...); 2 usage error or bad input, before
 anything changed (message, no traceback); 3 incomplete: some moves or writes failed,
 state consistent, every failure listed; 130/143 interrupted by SIGINT/SIGTERM after
 flushing what was decided.
@@ -18,7 +18,7 @@ from typing import Sequence
 
 from .. import __version__
 from ..errors import UserError
-from . import diagnose, index, scan
+from . import diagnose, index, pack, scan
 from .exit_codes import EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE
 
 
@@ -29,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     scan.add_parsers(sub)
     index.add_parsers(sub)
     diagnose.add_parsers(sub)
+    pack.add_parsers(sub)
     return parser
 
 

@@ -15,6 +15,7 @@ dataset sends only its options (a few hundred bytes).
 from __future__ import annotations
 
 import collections.abc
+import io
 import logging
 import operator
 import os
@@ -27,6 +28,7 @@ from torch.utils.data import Dataset
 from .. import formats
 from ..errors import UserError
 from ..index.store import KINDS, NPY_META, MappedIndex, open_index, read_meta
+from . import shards
 from .loaders import DEFAULT_LOADERS
 
 logger = logging.getLogger("dsclean")
@@ -59,14 +61,17 @@ class UnsafePathError(SampleError):
 def resolve_source(source: str | os.PathLike) -> tuple[str, str]:
     """What ``IndexedDataset``'s first argument names: ``(format, path)``. One place, one branch per kind.
 
-    A file is an Arrow index; a folder holding ``meta.json`` is an npy index; any
-    other folder is a dataset that has no index yet (a :class:`UserError` pointing to
-    :meth:`IndexedDataset.from_folder`).
+    A file is an Arrow index; a folder holding ``shardindex.json`` + ``index.arrow``
+    is a packed shard set (``dsclean pack``); a folder holding ``meta.json`` is an npy
+    index; any other folder is a dataset that has no index yet (a :class:`UserError`
+    pointing to :meth:`IndexedDataset.from_folder`).
     """
     path = os.fspath(source)
     if os.path.isfile(path):
         return "arrow", path
     if os.path.isdir(path):
+        if shards.is_packed_set(path):
+            return "packed", path
         if os.path.isfile(os.path.join(path, NPY_META)):
             return "npy", path
         raise UserError(f"{path} is a folder but not a dsclean index. For a dataset folder (the ImageFolder layout) "
@@ -99,6 +104,13 @@ class IndexedDataset(Dataset):
       the root through a symlink; ``"all"`` follows links anywhere (a symlink farm).
       Only this argument decides: never the index's metadata.
 
+    A packed shard set (the folder ``dsclean pack`` wrote) works the same way:
+    each sample's bytes are sliced out of a per-process ``mmap`` of its shard
+    (at most ``max_open_shards`` maps open; see :mod:`dsclean.data.shards`), the
+    default loaders decode them from memory, a custom ``loader`` gets a binary
+    file object, ``path(i)`` is the original relative path (for reference: it is
+    not opened), and ``root=`` is refused. The folder can be moved.
+
     The constructor reads only the index metadata. The columns are mapped
     lazily in each process on first access (re-opened after a fork).
     """
@@ -106,16 +118,21 @@ class IndexedDataset(Dataset):
     def __init__(self, index: str | os.PathLike, transform: Callable | None = None,
                  target_transform: Callable | None = None, loader: Callable[[str], Any] | None = None, *,
                  root: str | None = None, on_error: str = "raise", check_stale: bool = True,
-                 follow_symlinks: str = "inside") -> None:
+                 follow_symlinks: str = "inside", max_open_shards: int = shards.DEFAULT_MAX_OPEN) -> None:
         if on_error not in _ON_ERROR:
             raise ValueError(f"on_error must be one of {_ON_ERROR}, not {on_error!r}")
         if follow_symlinks not in _FOLLOW:
             raise ValueError(f"follow_symlinks must be one of {_FOLLOW}, not {follow_symlinks!r}")
-        _, index = resolve_source(index)
-        meta = read_meta(index)
+        kind, index = resolve_source(index)
+        self.packed = kind == "packed"
+        if self.packed and root is not None:
+            raise UserError(f"{index}: is a packed shard set: its samples are inside its shards, so root= does "
+                            "not apply (the set finds its shards relative to its own folder)")
+        meta = read_meta(shards.packed_index(index) if self.packed else index)
         self.index = index
-        self.root = root if root is not None else meta["root"]
-        if not os.path.isdir(self.root):
+        self.max_open_shards = max_open_shards
+        self.root = None if self.packed else root if root is not None else meta["root"]
+        if not self.packed and not os.path.isdir(self.root):
             raise UserError(f"{index}: its root {self.root} is not a folder; pass root= if the dataset moved")
         self.transform = transform
         self.target_transform = target_transform
@@ -155,6 +172,7 @@ class IndexedDataset(Dataset):
     def _reset(self) -> None:
         self._meta: dict | None = None
         self._idx: MappedIndex | None = None
+        self._packed_set: shards.PackedSet | None = None
         self._pid: int | None = None
         self._real_root: str | None = None
         self._folders: dict[str, str | None] = {}
@@ -163,7 +181,7 @@ class IndexedDataset(Dataset):
     def __getstate__(self) -> dict:
         """Only the options: a worker re-maps the index itself (cheap spawn)."""
         return {k: getattr(self, k) for k in ("index", "root", "transform", "target_transform", "loader", "on_error",
-                                                   "check_stale", "follow_symlinks")}
+                                                   "check_stale", "follow_symlinks", "packed", "max_open_shards")}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -173,9 +191,13 @@ class IndexedDataset(Dataset):
         """The mapped columns of this process; (re)opened on first use and after a fork."""
         pid = os.getpid()
         if self._idx is None or self._pid != pid:
-            self._idx = open_index(self.index)
+            if self.packed:
+                self._packed_set = shards.PackedSet(self.index, self.max_open_shards)
+                self._idx = self._packed_set.idx
+            else:
+                self._idx = open_index(self.index)
             self._pid = pid
-            self._real_root = os.path.realpath(self.root)
+            self._real_root = None if self.packed else os.path.realpath(self.root)
             self._folders = {}
             self._logged = set()
             if self._meta is None:
@@ -185,7 +207,7 @@ class IndexedDataset(Dataset):
     @property
     def meta(self) -> dict:
         if self._meta is None:
-            self._meta = read_meta(self.index)
+            self._meta = read_meta(shards.packed_index(self.index) if self.packed else self.index)
         return self._meta
 
     # -- sequence protocol -------------------------------------------------------------
@@ -230,8 +252,21 @@ class IndexedDataset(Dataset):
         return j
 
     def path(self, i: int) -> str:
-        """The relative path of sample ``i`` (``str``; ``os.fsencode`` gives the exact bytes)."""
+        """The relative path of sample ``i`` (``str``; ``os.fsencode`` gives the exact bytes).
+
+        For a packed set it is the file's original path, for reference: it is not opened.
+        """
         return os.fsdecode(self._mapped().path_bytes(self._position(i)))
+
+    def raw(self, i: int) -> bytes:
+        """The bytes of sample ``i``, undecoded: from its shard, or read from its file."""
+        j = self._position(i)
+        idx = self._mapped()
+        if self.packed:
+            return self._packed_set.read(j)
+        full, _ = self._resolve(j, os.fsdecode(idx.path_bytes(j)))
+        with open(full, "rb") as f:
+            return f.read()
 
     def __getitem__(self, i):
         j = self._position(i)
@@ -257,9 +292,10 @@ class IndexedDataset(Dataset):
 
     def _load(self, j: int, raw: bytes, label: int, size: int, kind: int):
         rel = os.fsdecode(raw)
-        full, st = self._resolve(j, rel)  # outside the try: a refusal is never skipped
+        if not self.packed:
+            full, st = self._resolve(j, rel)  # outside the try: a refusal is never skipped
         try:
-            sample = self._read(full, st, size, kind)
+            sample = self._read_packed(j, kind) if self.packed else self._read(full, st, size, kind)
         except Exception as exc:  # any loader failure becomes a SampleError naming index, path and cause
             err = self._error(j, rel, f"{type(exc).__name__}: {exc}")
             if self.on_error == "skip":
@@ -283,6 +319,10 @@ class IndexedDataset(Dataset):
         if self.loader is not None:
             return self.loader(full)
         return DEFAULT_LOADERS[KINDS[kind]](full)
+
+    def _read_packed(self, j: int, kind: int):
+        data = io.BytesIO(self._packed_set.read(j))
+        return self.loader(data) if self.loader is not None else DEFAULT_LOADERS[KINDS[kind]](data)
 
     def _resolve(self, j: int, rel: str) -> tuple[str, os.stat_result | None]:
         """The full path and its stat (None if it has none); refuses paths that leave the root.
@@ -340,6 +380,8 @@ class IndexedDataset(Dataset):
         return UnsafePathError(self._message(j, rel, cause), index=j, path=rel, root=self.root)
 
     def _message(self, j: int, rel: str, cause: str) -> str:
+        if self.packed:
+            return f"sample {j} ({rel}, packed in {self.index}): {cause}"
         return f"sample {j} ({rel} under {self.root}): {cause}"
 
     def _error(self, j: int, rel: str, cause: str) -> SampleError:
@@ -412,7 +454,8 @@ class Samples(collections.abc.Sequence):
         ds = self._ds
         j = ds._position(i)
         idx = ds._mapped()
-        return os.path.join(ds.root, os.fsdecode(idx.path_bytes(j))), int(idx.labels[j])
+        rel = os.fsdecode(idx.path_bytes(j))  # a packed set has no root: its paths are for reference
+        return (rel if ds.root is None else os.path.join(ds.root, rel)), int(idx.labels[j])
 
     def __iter__(self) -> Iterator[tuple[str, int]]:
         for j in range(len(self)):

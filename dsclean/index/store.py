@@ -20,7 +20,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -170,6 +170,8 @@ class MappedIndex:
     sizes: np.ndarray
     mtimes: np.ndarray
     owner: object = None
+    #: extra columns asked for by name (e.g. a packed index's shard/offset/checksum), as numpy views
+    extra: dict = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -231,14 +233,22 @@ def _npy_meta(path: str) -> dict:
     return _check_meta(path, meta)
 
 
-def open_index(path: str) -> MappedIndex:
-    """Memory-map an index (Arrow file or npy folder); refuses what cannot be mapped zero-copy."""
+def open_index(path: str, extra: dict[str, pa.DataType] | None = None) -> MappedIndex:
+    """Memory-map an index (Arrow file or npy folder); refuses what cannot be mapped zero-copy.
+
+    ``extra``: more columns to map (name -> Arrow type; Arrow files only), in ``MappedIndex.extra``.
+    A ``fixed_size_binary(w)`` column maps as a ``(rows, w)`` uint8 array.
+    """
     if not os.path.exists(path):
         raise UserError(f"{path}: index not found")
-    return _open_npy(path) if index_format(path) == "npy" else _open_arrow(path)
+    if index_format(path) == "npy":
+        if extra:
+            raise UserError(f"{path}: an npy index has no {', '.join(extra)} column")
+        return _open_npy(path)
+    return _open_arrow(path, extra or {})
 
 
-def _open_arrow(path: str) -> MappedIndex:
+def _open_arrow(path: str, extra: dict[str, pa.DataType]) -> MappedIndex:
     try:
         source = pa.memory_map(path, "r")
         reader = pa.ipc.open_file(source)
@@ -259,8 +269,14 @@ def _open_arrow(path: str) -> MappedIndex:
         raise UserError(f"{path}: corrupt index ({exc})") from exc
     cols = {n: _primitive_view(batch.column(n), dt)
             for n, dt in (("label", np.int64), ("kind", np.int8), ("size", np.int64), ("mtime_ns", np.int64))}
+    more = {}
+    for name, typ in extra.items():
+        if name not in batch.schema.names or batch.column(name).type != typ or batch.column(name).null_count:
+            raise UserError(f"{path}: corrupt index (no {name} column of type {typ} without nulls)")
+        more[name] = _fixed_binary_view(batch.column(name)) if pa.types.is_fixed_size_binary(typ) else \
+            _primitive_view(batch.column(name), typ.to_pandas_dtype())
     return MappedIndex(path, "arrow", meta, offsets, data, cols["label"], cols["kind"], cols["size"],
-                       cols["mtime_ns"], owner=(source, batch))
+                       cols["mtime_ns"], owner=(source, batch), extra=more)
 
 
 _REQUIRED = {"label": pa.int64(), "kind": pa.int8(), "size": pa.int64(), "mtime_ns": pa.int64()}
@@ -298,6 +314,16 @@ def _primitive_view(arr: pa.Array, dtype) -> np.ndarray:
     return view
 
 
+def _fixed_binary_view(arr: pa.Array) -> np.ndarray:
+    width = arr.type.byte_width
+    buf = arr.buffers()[1]
+    if buf is None:
+        return np.zeros((0, width), np.uint8)
+    view = np.frombuffer(buf, np.uint8).reshape(-1, width)[arr.offset: arr.offset + len(arr)]
+    view.flags.writeable = False
+    return view
+
+
 def _load_npy(folder: str, name: str) -> np.ndarray:
     path = os.path.join(folder, f"{name}.npy")
     try:
@@ -314,6 +340,34 @@ def _open_npy(path: str) -> MappedIndex:
         raise UserError(f"{path}: corrupt index (column lengths disagree); rebuild it with dsclean index")
     return MappedIndex(path, "npy", meta, cols["offsets"], cols["paths"], cols["labels"], cols["kinds"],
                        cols["sizes"], cols["mtimes"], owner=None)
+
+
+def read_table(path: str, rows: np.ndarray | None = None) -> pa.Table:
+    """The index's columns (path, label, kind, size, mtime_ns and the facts) as an Arrow table.
+
+    ``rows``: only these row positions, in this order (``take``); the whole index otherwise.
+    Both formats (an npy index's ``-1`` facts come back as nulls). Zero-copy views until ``take``.
+    """
+    idx = open_index(path)
+    if idx.format == "arrow":
+        batch = idx.owner[1]
+        table = pa.Table.from_batches([batch]).select(["path", "label", "kind", "size", "mtime_ns", *FACTS])
+    else:
+        offsets = np.asarray(idx.offsets, np.int64)
+        paths = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(idx), [
+            None, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(idx.data))])
+        cols = {"path": paths, "label": np.asarray(idx.labels), "kind": np.asarray(idx.kinds),
+                "size": np.asarray(idx.sizes), "mtime_ns": np.asarray(idx.mtimes)}
+        for name, typ in FACTS.items():
+            values = np.asarray(_load_npy(path, name))
+            cols[name] = pa.array(values, typ, mask=values < 0)
+        table = pa.table(cols)
+    if rows is not None:
+        table = table.take(pa.array(rows, pa.int64()))
+    if pa.types.is_large_binary(table.schema.field("path").type) and \
+            int(pc.sum(pc.binary_length(table.column("path"))).as_py() or 0) <= LARGE_PATH_BYTES:
+        table = table.set_column(0, "path", table.column("path").cast(pa.binary()))
+    return table
 
 
 def index_info(path: str) -> dict:

@@ -73,7 +73,12 @@ def make_pool(backend: str, workers: int, scheduler: str | None = None) -> Pool:
     raise UserError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
 
 
-def _dask_pool(scheduler: str | None) -> Pool:
+def connect_dask(scheduler: str | None):
+    """A Dask ``Client`` of the cluster at ``scheduler`` (address or scheduler file) and its worker threads.
+
+    Clear errors when Dask is missing, no scheduler is given or reachable, or it has no workers.
+    Shared by every command with ``--backend dask``.
+    """
     try:
         from distributed import Client
     except ImportError:
@@ -91,6 +96,11 @@ def _dask_pool(scheduler: str | None) -> Pool:
     if not slots:
         client.close()
         raise UserError(f"the Dask cluster at {scheduler} has no workers")
+    return client, slots
+
+
+def _dask_pool(scheduler: str | None) -> Pool:
+    client, slots = connect_dask(scheduler)
     return Pool(client.get_executor(pure=False), check_chunk_on_dask_worker, slots, client.close)
 
 

@@ -1,0 +1,11 @@
+"""Stage: pack a cleaned index into WebDataset tar shards, finish a job array's parts, verify shard sets.
+
+Modules: :mod:`.samples` (keys and members of a sample), :mod:`.tarformat`
+(the tar layout), :mod:`.plan` (which sample goes where), :mod:`.write` (one
+shard), :mod:`.runner` (the pool), :mod:`.state` (``pack.json``, parts, locks),
+:mod:`.publish` (packed index and ``shardindex.json``), :mod:`.packer` (the
+``pack_shards`` and ``finish_pack`` functions), :mod:`.verify` (``dsclean verify``),
+:mod:`.decode` (``verify --decode``, interim: via temp files until the checkers take bytes).
+
+Nothing imports this package but the CLI (and ``dsclean``'s lazy exports).
+"""

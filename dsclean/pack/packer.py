@@ -1,0 +1,243 @@
+"""``dsclean pack``: the surviving samples of an index, as WebDataset tar shards with a packed index.
+
+Flow: open the source index -> plan (keys, order, shards; :mod:`.plan`) ->
+check or create the folder's ``pack.json`` (:mod:`.state`) -> write the
+missing shards on a pool (:mod:`.write`, :mod:`.runner`) -> read back the
+shards an earlier run wrote -> write the packed index and ``shardindex.json``
+(:mod:`.publish`).
+
+Job arrays: ``part=(I, N)`` writes only the shards whose number is I mod N
+and leaves a part marker; :func:`finish_pack` then checks every part and
+writes the packed index and the shard list.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+from .. import locations
+from ..atomic import remove_stale_temps
+from ..errors import UserError
+from ..hashing import content_hash, content_hash_file
+from ..index.store import open_index, read_meta
+from . import state
+from .plan import Layout, Plan, make_layout, make_plan
+from .publish import publish
+from .runner import run_tasks, stop_on_signals
+from .tarformat import TarError
+from .write import INLINE_LIMIT, ShardJob, ShardResult, read_back, write_shard
+
+
+#: files of the folder a killed run may have left temp copies of (shards' temps are their writers' to remove)
+_OWN_FILES = (locations.PACKED_INDEX_FILE, locations.SHARD_LIST_FILE, locations.PACK_STATE_FILE)
+
+
+@dataclass(frozen=True)
+class PackOptions:
+    """How to pack. The layout options (shard size or count, shuffle, name) decide the bytes."""
+
+    shard_size: int | None = None  # bytes per shard (default 1 GiB when samples_per_shard is None)
+    samples_per_shard: int | None = None
+    shuffle: int | None = None  # seed of the permutation; None = index order
+    name: str | None = None  # shard file name format (default data-{:06d}.tar)
+    jobs: int = 1  # shards written at once (loky processes)
+    backend: str = "loky"  # loky | dask
+    scheduler: str | None = None  # with dask: address or scheduler file
+    part: tuple[int, int] | None = None  # (I, N): only shards I mod N, for job arrays
+    skip_changed: bool = False  # leave changed/missing sources out (reported) instead of stopping
+    progress: bool = False  # print progress to stderr
+    inline_limit: int = INLINE_LIMIT  # files up to this size are read once into memory
+
+
+@dataclass
+class PackSummary:
+    output: str
+    shards: int = 0  # in the plan
+    written: int = 0  # shards written by this run
+    reused: int = 0  # shards found complete from an earlier run
+    samples: int = 0  # in the packed index (0 until it is written)
+    bytes_written: int = 0  # shard bytes this run wrote
+    skipped: list[dict] = field(default_factory=list)  # samples left out (path fields + why)
+    failures: list[str] = field(default_factory=list)  # shards that could not be written, and why
+    complete: bool = False  # the packed index and shard list are written
+    resumed: bool = False
+    part: tuple[int, int] | None = None
+    signal: int = 0  # SIGINT/SIGTERM that stopped the run
+    elapsed: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class _Context:
+    index: str
+    output: str
+    meta: dict
+    plan: Plan
+    identity: str
+    record: dict
+
+
+def _prepare(index: str, output: str, options: PackOptions) -> _Context:
+    layout = make_layout(options.shard_size, options.samples_per_shard, options.shuffle, options.name)
+    if options.jobs < 1:
+        raise UserError(f"--jobs must be 1 or more, not {options.jobs}")
+    index = os.path.abspath(index)
+    if os.path.isdir(index) and os.path.isfile(os.path.join(index, locations.SHARD_LIST_FILE)):
+        raise UserError(f"{index}: is a packed shard set; pack takes the index written by dsclean index")
+    meta = read_meta(index)
+    root = str(meta["root"])
+    out = os.path.abspath(output)
+    real_out, real_root = os.path.realpath(out), os.path.realpath(root)
+    if real_out == real_root or real_out.startswith(real_root.rstrip(os.sep) + os.sep):
+        raise UserError(f"{output}: is inside the dataset {root}; dsclean never writes into the data it packs: "
+                        "choose a folder outside it")
+    if meta.get("packed"):
+        raise UserError(f"{index}: is a packed index (of shards); pack the source index instead")
+    if not os.path.isdir(root):
+        raise UserError(f"{index}: its root {root} is not a folder (moved?); the files to pack must be there")
+    idx = open_index(index)
+    plan = make_plan(idx, layout)
+    identity = _identity(index)
+    rec = state.record(index=index, identity=identity, rows=len(idx), root=root, layout=layout.to_json(),
+                       shards=plan.shards)
+    return _Context(index, out, meta, plan, identity, rec)
+
+
+def _identity(index: str) -> str:
+    """The source index's content hash (an npy index: of its files' names and hashes, in name order)."""
+    if not os.path.isdir(index):
+        return content_hash_file(index).hex()
+    parts = [f"{n}:{content_hash_file(os.path.join(index, n)).hex()}" for n in sorted(os.listdir(index))
+             if os.path.isfile(os.path.join(index, n))]
+    return content_hash("\n".join(parts).encode("utf-8", "surrogateescape")).hex()
+
+
+def _job(ctx: _Context, k: int, options: PackOptions) -> ShardJob:
+    return ShardJob(number=k, output=ctx.output, name=ctx.plan.shard_name(k), index=ctx.index,
+                    root=str(ctx.meta["root"]), rows=ctx.plan.rows(k), classes=tuple(ctx.meta.get("classes", [])),
+                    skip_changed=options.skip_changed, inline_limit=options.inline_limit)
+
+
+def pack_shards(index: str, output: str, options: PackOptions = PackOptions()) -> PackSummary:
+    """Pack ``index`` into shards in ``output`` (created, or resumed); see the module docstring.
+
+    Raises :class:`UserError` for bad input before anything is written. Shards that
+    could not be written are listed in ``summary.failures`` (``complete`` is then False).
+    """
+    t0 = time.monotonic()
+    ctx = _prepare(index, output, options)
+    summary = PackSummary(output=ctx.output, shards=ctx.plan.shards, part=options.part)
+    summary.resumed = state.prepare_output(ctx.output, ctx.record)
+    with state.locked(ctx.output, options.part):
+        if options.part is None:
+            remove_stale_temps(ctx.output, _OWN_FILES)
+        mine = [k for k in range(ctx.plan.shards) if options.part is None or k % options.part[1] == options.part[0]]
+        missing = [k for k in mine if not os.path.isfile(os.path.join(ctx.output, ctx.plan.shard_name(k)))]
+        summary.reused = len(mine) - len(missing)
+        results = _write(ctx, missing, options, summary)
+        if summary.failures or summary.signal:
+            return _done(summary, t0)
+        if options.part is not None:
+            _read_back_all(ctx, [k for k in mine if k not in results], options, results)
+            state.write_part(ctx.output, ctx.record, options.part, mine,
+                             [s for k in mine for s in results[k].skipped])
+            summary.skipped = [s for k in mine for s in results[k].skipped]
+            return _done(summary, t0)
+        if not results and _published(ctx.output):
+            summary.complete = True
+            summary.samples = int(read_meta(os.path.join(ctx.output, locations.PACKED_INDEX_FILE))["rows"])
+            summary.notes.append("every shard was already there: nothing to do")
+            return _done(summary, t0)
+        _read_back_all(ctx, [k for k in range(ctx.plan.shards) if k not in results], options, results)
+        _finish(ctx, results, summary)
+    return _done(summary, t0)
+
+
+def finish_pack(index: str, output: str, options: PackOptions = PackOptions()) -> PackSummary:
+    """The job array's last step: check every part, then write the packed index and the shard list."""
+    t0 = time.monotonic()
+    if options.part is not None:
+        raise UserError("--finish and --part cannot be used together: finish runs once, after every part")
+    ctx = _prepare(index, output, options)
+    summary = PackSummary(output=ctx.output, shards=ctx.plan.shards, resumed=True)
+    existing = state.read_state(ctx.output)
+    if existing is None:
+        raise UserError(f"{output}: no {locations.PACK_STATE_FILE}: nothing was packed there yet")
+    state.prepare_output(ctx.output, ctx.record)  # the same pack, or a clear refusal
+    with state.locked(ctx.output, None):
+        remove_stale_temps(ctx.output, _OWN_FILES)
+        state.check_parts(ctx.output, ctx.record)
+        absent = [ctx.plan.shard_name(k) for k in range(ctx.plan.shards)
+                  if not os.path.isfile(os.path.join(ctx.output, ctx.plan.shard_name(k)))]
+        if absent:
+            raise UserError(f"{output}: every part finished but {len(absent)} shards are missing "
+                            f"(e.g. {absent[0]}); run their parts again")
+        results: dict[int, ShardResult] = {}
+        _read_back_all(ctx, list(range(ctx.plan.shards)), options, results)
+        summary.reused = ctx.plan.shards
+        _finish(ctx, results, summary)
+    return _done(summary, t0)
+
+
+def _write(ctx: _Context, numbers: list[int], options: PackOptions, summary: PackSummary) -> dict[int, ShardResult]:
+    results: dict[int, ShardResult] = {}
+    with stop_on_signals() as stop:
+        jobs = (_job(ctx, k, options) for k in numbers)
+        for r in run_tasks(write_shard, jobs, backend=options.backend, jobs=options.jobs,
+                           scheduler=options.scheduler, stop=stop):
+            if r.error:
+                summary.failures.append(r.error)
+                stop.stop()  # let the shards in flight finish, start no more
+                continue
+            results[r.number] = r
+            summary.written += 1
+            summary.bytes_written += r.filesize
+            summary.skipped += r.skipped
+            if options.progress:
+                print(f"\rpack: {summary.written + summary.reused}/{summary.shards} shards", end="",
+                      file=sys.stderr, flush=True)
+        summary.signal = stop.signum
+    if options.progress and numbers:
+        print(file=sys.stderr)
+    return results
+
+
+def _read_back_all(ctx: _Context, numbers: list[int], options: PackOptions, results: dict[int, ShardResult]) -> None:
+    """Records of shards an earlier run (or another part) wrote, read from the shards themselves."""
+    if not numbers:
+        return
+    with stop_on_signals() as stop:
+        try:
+            for r in run_tasks(read_back, (_job(ctx, k, options) for k in numbers), backend=options.backend,
+                               jobs=options.jobs, scheduler=options.scheduler, stop=stop):
+                results[r.number] = r
+        except TarError as exc:
+            raise UserError(f"{exc}; remove that shard and pack again to rebuild it") from exc
+        if stop.signum:
+            raise KeyboardInterrupt
+
+
+def _finish(ctx: _Context, results: dict[int, ShardResult], summary: PackSummary) -> None:
+    for k in range(ctx.plan.shards):
+        if not results[k].written:
+            summary.skipped += results[k].skipped
+    try:
+        summary.samples = publish(ctx.output, ctx.index, ctx.meta, ctx.plan, results, ctx.identity)
+    except OSError as exc:
+        summary.failures.append(f"{ctx.output}: cannot write the packed index or shard list: {exc.strerror or exc}")
+        return
+    summary.complete = True
+
+
+def _published(output: str) -> bool:
+    return all(os.path.isfile(os.path.join(output, n)) for n in (locations.PACKED_INDEX_FILE, locations.SHARD_LIST_FILE))
+
+
+def _done(summary: PackSummary, t0: float) -> PackSummary:
+    summary.elapsed = round(time.monotonic() - t0, 3)
+    return summary

@@ -1,0 +1,156 @@
+"""Which sample goes into which shard, in which order: a pure function of the index and the options.
+
+Because the plan depends on nothing else, any shard can be (re)built alone:
+by a resumed pack, by one task of a job array, or by a Dask worker, and the
+bytes are the same.
+
+- Order: the index's row order, or with ``--shuffle SEED`` a permutation
+  defined here (rows sorted by splitmix64 of their key mixed with the seed),
+  so it never changes with a numpy version.
+- Shards: ``--samples-per-shard N`` cuts every N samples; ``--shard-size SIZE``
+  closes a shard before the sample that would take its estimated tar size
+  (headers, media bytes with padding, and 2 KiB for the label and JSON
+  members) past SIZE; a shard always holds at least one sample.
+"""
+from __future__ import annotations
+
+import hashlib
+import string
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import locations
+from ..errors import UserError
+from ..index.store import MappedIndex
+from .samples import key_numbers
+from .tarformat import BLOCK
+
+DEFAULT_SHARD_SIZE = 1 << 30  # 1 GiB
+DEFAULT_NAME = "data-{:06d}.tar"
+#: estimated bytes of a sample's .cls and .json members, headers included
+_SIDE_MEMBERS = 4 * BLOCK
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The options that decide the shards' bytes (and so must match to resume)."""
+
+    shard_size: int | None = None  # None with samples_per_shard; else the target bytes per shard
+    samples_per_shard: int | None = None
+    shuffle: int | None = None  # the seed
+    name: str = DEFAULT_NAME
+
+    def to_json(self) -> dict:
+        return {"shard_size": self.shard_size, "samples_per_shard": self.samples_per_shard,
+                "shuffle": self.shuffle, "name": self.name}
+
+
+def make_layout(shard_size: int | None, samples_per_shard: int | None, shuffle: int | None,
+                name: str | None) -> Layout:
+    """Check the options (clear errors) and fill in the defaults."""
+    if shard_size is not None and samples_per_shard is not None:
+        raise UserError("--shard-size and --samples-per-shard cannot be used together: pick one")
+    if samples_per_shard is not None and samples_per_shard < 1:
+        raise UserError(f"--samples-per-shard must be 1 or more, not {samples_per_shard}")
+    if shard_size is not None and shard_size < 1:
+        raise UserError(f"--shard-size must be more than 0 bytes, not {shard_size}")
+    if samples_per_shard is None and shard_size is None:
+        shard_size = DEFAULT_SHARD_SIZE
+    name = DEFAULT_NAME if name is None else name
+    check_name(name)
+    return Layout(shard_size, samples_per_shard, shuffle, name)
+
+
+def check_name(name: str) -> None:
+    """A shard name format: one integer field, a plain file name, a different name per shard."""
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(name) if f is not None]
+        first, second, big = name.format(0), name.format(1), name.format(10**7)
+    except (ValueError, IndexError, KeyError, TypeError) as exc:
+        raise UserError(f"--name {name!r} is not a format string for the shard number, like "
+                        f"{DEFAULT_NAME!r} ({exc})") from None
+    if len(fields) != 1:
+        raise UserError(f"--name {name!r} must have exactly one {{}} field for the shard number")
+    if first == second or first == big:
+        raise UserError(f"--name {name!r} gives the same name to different shards")
+    for shown in (first, big):
+        if "/" in shown or "\\" in shown or "\0" in shown or shown.startswith(".") or not shown.strip():
+            raise UserError(f"--name {name!r} gives {shown!r}: a shard name must be a plain file name "
+                            "that does not start with '.'")
+        if shown in (locations.PACKED_INDEX_FILE, locations.SHARD_LIST_FILE, locations.PACK_STATE_FILE) \
+                or shown.startswith("pack.part-"):
+            raise UserError(f"--name {name!r} gives {shown!r}, a name dsclean uses for its own files")
+
+
+@dataclass
+class Plan:
+    """``order``: source-index rows in pack order; shard ``k`` is ``order[bounds[k]:bounds[k + 1]]``."""
+
+    order: np.ndarray  # int64
+    bounds: np.ndarray  # int64, shards + 1 entries
+    keys: np.ndarray  # uint64 key number of every source row (by source position)
+    layout: Layout
+
+    @property
+    def shards(self) -> int:
+        return len(self.bounds) - 1
+
+    def rows(self, shard: int) -> np.ndarray:
+        return self.order[self.bounds[shard]:self.bounds[shard + 1]]
+
+    def shard_name(self, shard: int) -> str:
+        return self.layout.name.format(shard)
+
+
+def make_plan(idx: MappedIndex, layout: Layout) -> Plan:
+    """Keys (refusing duplicates), order, shard boundaries."""
+    n = len(idx)
+    if n == 0:
+        raise UserError(f"{idx.path}: the index has no samples to pack")
+    keys = key_numbers(np.asarray(idx.offsets, np.int64), idx.data)
+    _refuse_duplicate_keys(idx, keys)
+    order = np.arange(n, dtype=np.int64) if layout.shuffle is None else shuffled(keys, layout.shuffle)
+    if layout.samples_per_shard is not None:
+        bounds = np.append(np.arange(0, n, layout.samples_per_shard, dtype=np.int64), n)
+    else:
+        sizes = np.asarray(idx.sizes, np.int64)[order]
+        est = BLOCK + sizes + (-sizes % BLOCK) + _SIDE_MEMBERS
+        bounds = _cut(np.cumsum(est), layout.shard_size)
+    return Plan(order, bounds.astype(np.int64), keys, layout)
+
+
+def _cut(cum: np.ndarray, target: int) -> np.ndarray:
+    """Greedy boundaries over cumulative sizes: each shard holds what fits in ``target`` (at least one)."""
+    n = len(cum)
+    bounds, start, base = [0], 0, 0
+    while start < n:
+        end = max(int(np.searchsorted(cum, base + target, side="right")), start + 1)
+        bounds.append(end)
+        base, start = int(cum[end - 1]), end
+    return np.asarray(bounds, np.int64)
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        z = x + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def shuffled(keys: np.ndarray, seed: int) -> np.ndarray:
+    """The seeded permutation: rows sorted by a keyed mix of their sample key (stable for ties)."""
+    salt = np.uint64(int.from_bytes(hashlib.blake2b(str(seed).encode(), digest_size=8).digest(), "big"))
+    return np.argsort(_splitmix64(keys ^ salt), kind="stable").astype(np.int64)
+
+
+def _refuse_duplicate_keys(idx: MappedIndex, keys: np.ndarray) -> None:
+    order = np.argsort(keys, kind="stable")
+    same = np.flatnonzero(keys[order][1:] == keys[order][:-1])
+    if same.size:
+        a, b = int(order[same[0]]), int(order[same[0] + 1])
+        pa_, pb = idx.path_bytes(a), idx.path_bytes(b)
+        why = "the same path twice" if pa_ == pb else "a 64-bit key collision (vanishingly rare)"
+        raise UserError(f"{idx.path}: rows {a} ({pa_!r}) and {b} ({pb!r}) get the same sample key "
+                        f"{int(keys[a]):016x}: {why}; rebuild the index without the duplicate")

@@ -1,0 +1,67 @@
+"""One sample in a shard: its key, its members and what goes into them.
+
+A sample is ``<key>.<ext>`` (the original bytes), ``<key>.cls`` (the label as
+text; absent when the sample has no label) and ``<key>.json`` (original path,
+label, class name, size, checksum, kind and media facts). The members are
+adjacent and ordered by name, as WebDataset readers group them.
+
+The key is 16 hex digits of BLAKE2b of the relative path's bytes: no ``.`` or
+``/`` (webdataset splits member names at the first dot), unique (pack refuses
+a collision, naming both paths), and the same whatever the order or the
+shard a sample lands in.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+import numpy as np
+
+from ..formats import FORMATS, format_of_name, sniff
+from ..jsonpaths import path_fields
+
+KEY_BYTES = 8  # 16 hex digits
+KEY_RE = re.compile(r"[0-9a-f]{16}")
+_BLOCK_ROWS = 65_536
+
+
+def sample_key(rel: bytes) -> str:
+    """The sample key of a relative path (exact bytes): 16 lower-case hex digits."""
+    return hashlib.blake2b(rel, digest_size=KEY_BYTES).hexdigest()
+
+
+def key_numbers(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
+    """Every row's key as a big-endian uint64 (``f"{k:016x}"`` is the key), from an index's path buffers."""
+    n = len(offsets) - 1
+    out = bytearray(KEY_BYTES * n)
+    blob = memoryview(np.ascontiguousarray(data)).cast("B")
+    for lo in range(0, n, _BLOCK_ROWS):  # Python ints for one block of rows at a time, never for all
+        hi = min(n, lo + _BLOCK_ROWS)
+        for i, s, e in zip(range(lo, hi), offsets[lo:hi].tolist(), offsets[lo + 1:hi + 1].tolist()):
+            out[i * KEY_BYTES:(i + 1) * KEY_BYTES] = hashlib.blake2b(blob[s:e], digest_size=KEY_BYTES).digest()
+    return np.frombuffer(bytes(out), ">u8").astype(np.uint64)
+
+
+def media_ext(rel: str, head: bytes) -> str:
+    """The lower-case canonical extension of the sample's real format (magic bytes first, then the name)."""
+    fmt = sniff(head) or format_of_name(rel)
+    if fmt is None:  # not media by content nor by name: an index only holds media, so this is a bad index
+        raise ValueError(f"{rel}: not a media file (no known format by content or name)")
+    return FORMATS[fmt][1][0][1:]
+
+
+def member_order(ext: str, labelled: bool) -> list[str]:
+    """The member extensions of one sample, in the order they are written (sorted by name)."""
+    return sorted([ext, "json", *(["cls"] if labelled else [])])
+
+
+def json_record(rel: bytes, *, label: int, classes: list[str], kind: str, size: int, checksum: bytes,
+                facts: dict) -> bytes:
+    """The ``<key>.json`` member: deterministic (sorted keys, compact, ASCII)."""
+    rec = {**path_fields(rel), "kind": kind, "size": size, "checksum": checksum.hex()}
+    if label >= 0:
+        rec["label"] = label
+        rec["class"] = classes[label] if label < len(classes) else None
+    rec.update({k: v for k, v in facts.items() if v is not None})
+    return json.dumps(rec, sort_keys=True, separators=(",", ":")).encode("ascii")

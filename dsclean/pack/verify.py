@@ -1,0 +1,336 @@
+"""``dsclean verify DIR``: fsck for a packed shard set. Reads only; never modifies a shard.
+
+Checks, per shard: the tar structure (every header, nothing past the end, the
+end-of-archive blocks), member names (``<16 hex>.<ext>``), the members of a
+sample adjacent and ordered by name, one media member and one ``.json`` per
+sample, ``.cls`` exactly when labelled and equal to the label, and against
+the packed index: the same samples in the same order, every media member's
+offset, size and checksum (:func:`dsclean.hashing.content_hash` of its bytes)
+and the JSON's checksum. Across the set: the shard list against the packed
+index (names, counts, file sizes), missing shards, extra ``.tar`` files in
+the folder, sample keys unique. A killed pack's temp files are notes.
+"""
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import re
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from .. import locations
+from ..data.shards import open_packed_index, read_shard_list, release
+from ..errors import UserError
+from ..hashing import content_hash
+from .runner import run_tasks, stop_on_signals
+from .samples import KEY_RE, sample_key
+from .tarformat import BLOCK, TarError, iter_members
+
+#: problems listed per shard at most (the count says how many more)
+MAX_PROBLEMS = 50
+#: pages of a shard read so far are unmapped every this many bytes (see dsclean.data.shards.release)
+_RELEASE_EVERY = 64 << 20
+_TEMP_RE = re.compile(r"^\..+\.tmp$")
+
+
+@dataclass
+class ShardReport:
+    shard: str
+    ok: bool = True
+    samples: int = 0
+    problems: list[dict] = field(default_factory=list)
+    more_problems: int = 0  # beyond MAX_PROBLEMS
+
+    def add(self, problem: str, key: str | None = None, member: str | None = None) -> None:
+        self.ok = False
+        if len(self.problems) < MAX_PROBLEMS:
+            self.problems.append({"key": key, "member": member, "problem": problem})
+        else:
+            self.more_problems += 1
+
+    def to_json(self) -> dict:
+        out = {"shard": self.shard, "ok": self.ok, "samples": self.samples, "problems": self.problems}
+        if self.more_problems:
+            out["more_problems"] = self.more_problems
+        return out
+
+
+@dataclass
+class VerifyReport:
+    folder: str
+    ok: bool = True
+    samples: int = 0
+    bytes: int = 0
+    shards: list[ShardReport] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # about the set: index, shard list, keys
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["shards"] = [s.to_json() for s in self.shards]
+        return d
+
+
+@dataclass(frozen=True)
+class _Task:
+    folder: str
+    name: str
+    number: int
+    filesize: int | None  # from the shard list (None: not known)
+    nsamples: int | None
+    start: int  # the shard's rows in the packed index: [start, end)
+    end: int
+    have_index: bool
+
+
+def verify_shards(folder: str, *, jobs: int = 1, decode=None) -> VerifyReport:
+    """Check the shard set in ``folder``; a :class:`UserError` when it is not a shard set at all.
+
+    ``decode``: a :class:`dsclean.scanning.check.CheckOptions` to also run the scan's checks on
+    every sample's bytes (:mod:`.decode`); a ``bad`` verdict is a problem, a ``warn`` a note.
+    """
+    _is_shard_set(folder)
+    report = VerifyReport(folder=folder)
+    shardlist = _try(report, lambda: read_shard_list(folder))
+    idx = _try(report, lambda: open_packed_index(folder))
+    names = _names(report, shardlist, idx)
+    bounds = _bounds(report, idx, len(names)) if idx is not None else None
+    tasks = []
+    for k, name in enumerate(names):
+        entry = shardlist[k] if shardlist is not None and k < len(shardlist) else {}
+        start, end = (int(bounds[k]), int(bounds[k + 1])) if bounds is not None else (0, 0)
+        tasks.append(_Task(folder, name, k, entry.get("filesize"), entry.get("nsamples"), start, end,
+                           bounds is not None))
+    keys = []
+    with stop_on_signals() as stop:
+        for shard_report, shard_keys in run_tasks(verify_shard, tasks, backend="loky", jobs=jobs,
+                                                  scheduler=None, stop=stop):
+            report.shards.append(shard_report)
+            keys.append(shard_keys)
+        if stop.signum:
+            raise KeyboardInterrupt
+    position = {n: i for i, n in enumerate(names)}
+    report.shards.sort(key=lambda s: position[s.shard])
+    if decode is not None:
+        _decode(report, names, decode, jobs)
+    report.samples = sum(s.samples for s in report.shards)
+    if idx is not None and report.samples != len(idx) and not any(not s.ok for s in report.shards):
+        report.problems.append(f"the shards hold {report.samples} samples, the packed index {len(idx)}")
+    _unique_keys(report, keys)
+    _other_files(report, set(names))
+    report.bytes = sum(os.path.getsize(os.path.join(folder, n)) for n in names if os.path.isfile(os.path.join(folder, n)))
+    report.ok = not report.problems and all(s.ok for s in report.shards)
+    return report
+
+
+def _is_shard_set(folder: str) -> None:
+    if not os.path.isdir(folder):
+        raise UserError(f"{folder}: not a folder; dsclean verify takes a folder written by dsclean pack")
+    has = {n: os.path.isfile(os.path.join(folder, n))
+           for n in (locations.SHARD_LIST_FILE, locations.PACKED_INDEX_FILE, locations.PACK_STATE_FILE)}
+    if not has[locations.SHARD_LIST_FILE] and not has[locations.PACKED_INDEX_FILE]:
+        if has[locations.PACK_STATE_FILE]:
+            raise UserError(f"{folder}: an unfinished pack (no {locations.SHARD_LIST_FILE} or "
+                            f"{locations.PACKED_INDEX_FILE} yet): run the same dsclean pack command again to finish it")
+        raise UserError(f"{folder}: not a shard set (no {locations.SHARD_LIST_FILE} nor {locations.PACKED_INDEX_FILE})")
+
+
+def _try(report: VerifyReport, fn):
+    try:
+        return fn()
+    except UserError as exc:
+        report.problems.append(str(exc))
+        return None
+
+
+def _names(report: VerifyReport, shardlist: list[dict] | None, idx) -> list[str]:
+    """Shard file names: the shard list's, checked against the packed index's name format and count."""
+    packed = idx.meta.get("packed", {}) if idx is not None else {}
+    from_index = None
+    if isinstance(packed.get("name"), str) and isinstance(packed.get("shards"), int):
+        try:
+            from_index = [packed["name"].format(k) for k in range(packed["shards"])]
+        except (ValueError, IndexError, KeyError):
+            report.problems.append(f"the packed index's shard name format {packed['name']!r} is unusable")
+    elif idx is not None:
+        report.problems.append("the packed index's metadata has no shard name format and count")
+    if shardlist is None:
+        return from_index or []
+    names = [s["url"] for s in shardlist]
+    if from_index is not None and names != from_index:
+        report.problems.append(f"the shard list names {len(names)} shards, the packed index {len(from_index)} "
+                               f"(first difference: {next((a, b) for a, b in zip(names + [None], from_index + [None]) if a != b)})")
+    return names
+
+
+def _bounds(report: VerifyReport, idx, shards: int) -> np.ndarray | None:
+    """Each shard's rows in the packed index (which lists samples in shard order)."""
+    col = np.asarray(idx.extra["shard"], np.int64)
+    if len(col) and (np.any(np.diff(col) < 0) or col[0] < 0 or col[-1] >= shards):
+        report.problems.append("the packed index's shard column is not in shard order or names shards "
+                               "outside the shard list")
+        return None
+    return np.searchsorted(col, np.arange(shards + 1), side="left")
+
+
+def verify_shard(task: _Task) -> tuple[ShardReport, np.ndarray]:
+    """Check one shard (a worker task); returns its report and the keys it holds."""
+    rep = ShardReport(task.name)
+    path = os.path.join(task.folder, task.name)
+    keys: list[int] = []
+    if not os.path.isfile(path):
+        rep.add("missing: the shard list names it but there is no such file")
+        return rep, np.zeros(0, np.uint64)
+    idx = open_packed_index(task.folder) if task.have_index else None
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if task.filesize is not None and size != task.filesize:
+            rep.add(f"the file is {size} bytes, the shard list says {task.filesize}")
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        try:
+            _check_samples(task, rep, mm, idx, keys)
+        except TarError as exc:
+            rep.add(f"broken tar: {exc}")
+        finally:
+            if size:
+                mm.close()
+    if task.nsamples is not None and rep.samples != task.nsamples:
+        rep.add(f"{rep.samples} samples in the shard, the shard list says {task.nsamples}")
+    if task.have_index and rep.samples != task.end - task.start:
+        rep.add(f"{rep.samples} samples in the shard, the packed index lists {task.end - task.start}")
+    return rep, np.asarray(keys, np.uint64)
+
+
+def _groups(mm, rep: ShardReport):
+    """``(key, [members])`` per sample; names and adjacency checked."""
+    seen: set[str] = set()
+    key, members = None, []
+    end = 0
+    for m in iter_members(mm):
+        end = m.offset + m.size + (-m.size % BLOCK)
+        if mm[m.offset + m.size:end].count(0) != end - m.offset - m.size:
+            rep.add("non-zero bytes in the padding after the member's data", member=m.name)
+        k, dot, ext = m.name.partition(".")
+        if not dot or not KEY_RE.fullmatch(k) or not ext:
+            rep.add("member name is not <16 hex digits>.<ext>", member=m.name)
+            continue
+        if k != key:
+            if key is not None:
+                yield key, members
+            if k in seen:
+                rep.add("the members of this sample are not adjacent", key=k, member=m.name)
+            seen.add(k)
+            key, members = k, []
+        members.append(m)
+    if key is not None:
+        yield key, members
+    tail = mm[end + 2 * BLOCK:]
+    if tail.count(0) != len(tail):
+        rep.add("non-zero bytes after the end-of-archive blocks")
+
+
+def _check_samples(task: _Task, rep: ShardReport, mm, idx, keys: list[int]) -> None:
+    row = task.start
+    released = 0
+    for key, members in _groups(mm, rep):
+        if members[0].offset - released > _RELEASE_EVERY:  # keep this process's resident size flat
+            release(mm, released, members[0].offset - _RELEASE_EVERY // 2)
+            released = members[0].offset - _RELEASE_EVERY // 2
+        rep.samples += 1
+        keys.append(int(key, 16))
+        names = [m.name for m in members]
+        if names != sorted(names):
+            rep.add(f"members out of order: {names}", key=key)
+        by_ext = {m.name.partition(".")[2]: m for m in members}
+        media = [m for e, m in by_ext.items() if e not in ("cls", "json")]
+        if len(media) != 1 or "json" not in by_ext or len(by_ext) != len(members):
+            rep.add(f"a sample needs one media member and one .json, has {names}", key=key)
+            continue
+        m = media[0]
+        digest = content_hash(memoryview(mm)[m.offset:m.offset + m.size])  # hashed in place, no copy
+        _check_json(rep, key, mm, by_ext["json"], digest)
+        if idx is None:
+            continue
+        if row >= task.end:
+            rep.add("a sample the packed index does not list for this shard", key=key, member=m.name)
+            continue
+        _against_index(rep, key, m, by_ext.get("cls"), mm, idx, row, digest)
+        row += 1
+
+
+def _check_json(rep: ShardReport, key: str, mm, member, digest: bytes) -> None:
+    try:
+        meta = json.loads(bytes(mm[member.offset:member.offset + member.size]))
+        recorded = meta["checksum"]
+    except (ValueError, KeyError, TypeError) as exc:
+        rep.add(f"unreadable sample json ({exc})", key=key, member=member.name)
+        return
+    if recorded != digest.hex():
+        rep.add(f"the media bytes' checksum {digest.hex()} differs from the json's {recorded}", key=key,
+                member=member.name)
+
+
+def _against_index(rep: ShardReport, key: str, m, cls, mm, idx, row: int, digest: bytes) -> None:
+    want_key = sample_key(idx.path_bytes(row))
+    if want_key != key:
+        rep.add(f"the packed index lists {want_key} ({os.fsdecode(idx.path_bytes(row))}) here: samples are "
+                "missing, extra or out of order", key=key, member=m.name)
+        return
+    offset, size = int(idx.extra["offset"][row]), int(idx.sizes[row])
+    if (m.offset, m.size) != (offset, size):
+        rep.add(f"at byte {m.offset}, {m.size} bytes; the packed index says byte {offset}, {size} bytes",
+                key=key, member=m.name)
+    want = bytes(idx.extra["checksum"][row])
+    if digest != want:
+        rep.add(f"checksum mismatch: the bytes hash to {digest.hex()}, the packed index recorded {want.hex()}",
+                key=key, member=m.name)
+    label = int(idx.labels[row])
+    if label >= 0:
+        text = bytes(mm[cls.offset:cls.offset + cls.size]).decode("ascii", "replace") if cls else None
+        if text != str(label):
+            rep.add(f"label {text!r}, the packed index says {label}", key=key, member=cls.name if cls else None)
+    elif cls is not None:
+        rep.add("a .cls member for a sample the packed index has no label for", key=key, member=cls.name)
+
+
+def _decode(report: VerifyReport, names: list[str], options, jobs: int) -> None:
+    from .decode import decode_members
+
+    by_name = {s.shard: s for s in report.shards}
+    with stop_on_signals() as stop:
+        for shard, member, v in decode_members(report.folder, names, options, jobs):
+            if v.status == "bad":
+                by_name[shard].add(f"decode: {v.reason}: {v.detail}", key=member.partition(".")[0], member=member)
+            elif v.status == "warn":
+                report.notes.append(f"{shard}: {member}: decode warning: {v.reason}: {v.detail}")
+            if stop.signum:
+                raise KeyboardInterrupt
+
+
+def _unique_keys(report: VerifyReport, keys: list[np.ndarray]) -> None:
+    allkeys = np.concatenate(keys) if keys else np.zeros(0, np.uint64)
+    if not len(allkeys):
+        return
+    s = np.sort(allkeys)
+    dup = s[1:][s[1:] == s[:-1]]
+    if dup.size:
+        report.problems.append(f"{dup.size} sample keys appear more than once across the shards "
+                               f"(e.g. {int(dup[0]):016x})")
+
+
+def _other_files(report: VerifyReport, names: set[str]) -> None:
+    own = {locations.SHARD_LIST_FILE, locations.PACKED_INDEX_FILE, locations.PACK_STATE_FILE}
+    for entry in sorted(os.listdir(report.folder)):
+        if entry in names or entry in own:
+            continue
+        if _TEMP_RE.match(entry):
+            report.notes.append(f"{entry}: a temp file a killed dsclean left (harmless; pack removes it when it "
+                                "writes that file again)")
+        elif entry.endswith(".tar"):
+            extra = ShardReport(entry)
+            extra.add("extra shard: a .tar file the shard list does not name")
+            report.shards.append(extra)
+        elif not (entry.startswith(".dsclean") or entry.startswith("pack.part-")):
+            report.notes.append(f"{entry}: not part of the shard set")

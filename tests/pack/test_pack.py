@@ -1,0 +1,288 @@
+"""dsclean pack: shard layout, determinism, options, resuming, changed sources, a full disk."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from support import synth
+from support.files import write
+from support.packing import folder_digests, make_indexed, make_media
+
+from dsclean.cli import main
+from dsclean.errors import UserError
+from dsclean.hashing import content_hash
+from dsclean.index.build import build_index
+from dsclean.index.store import open_index
+from dsclean.pack.packer import PackOptions, finish_pack, pack_shards
+from dsclean.pack.plan import shuffled
+from dsclean.pack.samples import sample_key
+
+PY = sys.executable
+
+
+def _members(tar: Path) -> list[str]:
+    with tarfile.open(tar) as t:
+        return t.getnames()
+
+
+def _pack(index, out, **kw):
+    return pack_shards(index, str(out), PackOptions(**kw))
+
+
+def test_members_keys_json_and_the_packed_index(tmp_path):
+    root, index = make_indexed(tmp_path)
+    s = _pack(index, tmp_path / "shards", samples_per_shard=5)
+    src = open_index(index)
+    assert s.complete and s.samples == len(src) == 18 and s.shards == 4 and s.written == 4
+    names = sum((_members(tmp_path / "shards" / f"data-{k:06d}.tar") for k in range(4)), [])
+    # one sample = adjacent members, sorted by name, keyed by 16 hex digits of BLAKE2b of the path bytes
+    keys = [sample_key(src.path_bytes(i)) for i in range(len(src))]
+    assert [n.split(".")[0] for n in names[::3]] == keys  # index order, 3 members each (labelled)
+    for i in range(0, len(names), 3):
+        group = names[i:i + 3]
+        assert group == sorted(group) and {n.split(".", 1)[1] for n in group} >= {"cls", "json"}
+    exts = {n.split(".", 1)[1] for n in names} - {"cls", "json"}
+    assert exts == {"jpg", "png", "wav", "flac"}  # canonical lower-case, .JPEG -> jpg, real format of a PNG named .jpg
+    packed = open_index(str(tmp_path / "shards" / "index.arrow"),
+                        extra={"shard": pa.int32(), "offset": pa.int64(), "checksum": pa.binary(16)})
+    with tarfile.open(tmp_path / "shards" / "data-000000.tar") as t:
+        t0 = {m.name: m for m in t.getmembers()}
+    for row in range(len(packed)):
+        rel = packed.path_bytes(row)
+        with open(os.fsencode(root) + b"/" + rel, "rb") as f:
+            data = f.read()
+        assert bytes(packed.extra["checksum"][row]) == content_hash(data)
+        assert packed.extra["shard"][row] == row // 5 and packed.sizes[row] == len(data)
+        with open(tmp_path / "shards" / f"data-{row // 5:06d}.tar", "rb") as f:
+            f.seek(int(packed.extra["offset"][row]))
+            assert f.read(len(data)) == data
+    # the json member of the non-UTF-8 name: path (surrogateescape) + path_b64 (exact bytes)
+    row = next(r for r in range(len(packed)) if packed.path_bytes(r) == b"cats/caf\xe9.jpg")
+    with tarfile.open(tmp_path / "shards" / f"data-{row // 5:06d}.tar") as t:
+        rec = json.loads(t.extractfile(f"{sample_key(b'cats/caf' + bytes([0xe9]) + b'.jpg')}.json").read())
+    assert rec["path_b64"] == "Y2F0cy9jYWbpLmpwZw==" and rec["class"] == "cats" and rec["label"] == 0
+    assert rec["checksum"] == bytes(packed.extra["checksum"][row]).hex() and rec["kind"] == "image"
+    # fixed header fields
+    m = next(iter(t0.values()))
+    assert (m.mtime, m.uid, m.gid, m.uname, m.gname, m.mode) == (946684800, 0, 0, "", "", 0o644)
+    shardlist = json.loads((tmp_path / "shards" / "shardindex.json").read_text())
+    assert shardlist["__kind__"] == "wids-shard-index-v1" and shardlist["wids_version"] == 1
+    assert [s["url"] for s in shardlist["shardlist"]] == [f"data-{k:06d}.tar" for k in range(4)]
+    assert [s["nsamples"] for s in shardlist["shardlist"]] == [5, 5, 5, 3]
+    assert [s["filesize"] for s in shardlist["shardlist"]] == \
+        [os.path.getsize(tmp_path / "shards" / s["url"]) for s in shardlist["shardlist"]]
+
+
+def test_unlabelled_index_has_no_cls_members(tmp_path):
+    root = tmp_path / "flat"
+    make_media(root, n_images=3, n_audio=0, odd_name=False)
+    build_index(str(root), str(tmp_path / "i.arrow"), no_labels=True)
+    _pack(str(tmp_path / "i.arrow"), tmp_path / "s")
+    names = _members(tmp_path / "s" / "data-000000.tar")
+    assert len(names) == 6 and not [n for n in names if n.endswith(".cls")]
+
+
+def test_byte_identical_across_runs_jobs_and_shuffle_is_a_stable_permutation(tmp_path):
+    _, index = make_indexed(tmp_path)
+    _pack(index, tmp_path / "a", samples_per_shard=4, shuffle=7)
+    time.sleep(0.01)
+    _pack(index, tmp_path / "b", samples_per_shard=4, shuffle=7, jobs=2)
+    assert folder_digests(tmp_path / "a") == folder_digests(tmp_path / "b")
+    _pack(index, tmp_path / "c", samples_per_shard=4, shuffle=8)
+    src = open_index(index)
+    key_of = {sample_key(src.path_bytes(i)): i for i in range(len(src))}
+    order_a = [key_of[n.split(".")[0]] for k in range(5) for n in _members(tmp_path / "a" / f"data-{k:06d}.tar")[::3]]
+    order_c = [key_of[n.split(".")[0]] for k in range(5) for n in _members(tmp_path / "c" / f"data-{k:06d}.tar")[::3]]
+    assert sorted(order_a) == list(range(len(src))) and order_a != list(range(len(src))) and order_a != order_c
+    # the permutation is dsclean's own function of keys and seed (pinned: it must never change between versions)
+    keys = np.array([1, 2, 3, 4, 5], np.uint64)
+    assert shuffled(keys, 7).tolist() == shuffled(keys, 7).tolist()
+    assert shuffled(keys, 7).tolist() == [0, 2, 4, 3, 1]
+
+
+def test_shard_size_targets_bytes_and_options_are_checked(tmp_path):
+    _, index = make_indexed(tmp_path)
+    s = _pack(index, tmp_path / "s", shard_size=8 * 1024)
+    sizes = [os.path.getsize(tmp_path / "s" / f"data-{k:06d}.tar") for k in range(s.shards)]
+    assert s.shards > 2 and max(sizes[:-1]) <= 8 * 1024 + 10240 + 4096  # target plus the end record and one estimate's slack
+    with pytest.raises(UserError, match="cannot be used together"):
+        _pack(index, tmp_path / "x", shard_size=1000, samples_per_shard=3)
+    for bad in ("data.tar", "{:06d}/x.tar", ".{:03d}.tar", "{}-{}.tar", "index.arrow{:.0s}"):
+        with pytest.raises(UserError, match="--name"):
+            _pack(index, tmp_path / "x", name=bad)
+    s = _pack(index, tmp_path / "named", samples_per_shard=10, name="train-{:03d}.tar")
+    assert sorted(p for p in os.listdir(tmp_path / "named") if p.endswith(".tar")) == ["train-000.tar", "train-001.tar"]
+
+
+def test_output_must_be_empty_or_the_same_pack(tmp_path, capsys):
+    root, index = make_indexed(tmp_path)
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    assert main(["pack", index, "-o", str(tmp_path / "busy")]) == 2
+    assert "is not empty" in capsys.readouterr().err and (tmp_path / "busy" / "notes.txt").read_text() == "mine"
+    assert main(["pack", index, "-o", str(tmp_path / "s"), "--samples-per-shard", "4", "-q"]) == 0
+    assert main(["pack", index, "-o", str(tmp_path / "s"), "--samples-per-shard", "5"]) == 2
+    assert "samples_per_shard 4 (asked: 5)" in capsys.readouterr().err
+    write(root, "cats/new.jpg", synth.jpeg(10, 10, seed=5))
+    build_index(str(root), index)  # another index content: refused
+    assert main(["pack", index, "-o", str(tmp_path / "s"), "--samples-per-shard", "4"]) == 2
+    assert "packs another index" in capsys.readouterr().err
+    assert main(["pack", index, "-o", str(root / "packed")]) == 2  # never into the dataset
+    assert "inside the dataset" in capsys.readouterr().err and not (root / "packed").exists()
+    killed = tmp_path / "killed-at-start"  # a run killed before its pack.json was in place
+    killed.mkdir()
+    (killed / ".dsclean.lock").write_bytes(b"")
+    (killed / ".pack.json.x1y2.tmp").write_text("{")
+    assert main(["pack", index, "-o", str(killed), "-q"]) == 0
+    assert not (killed / ".pack.json.x1y2.tmp").exists()  # removed under the folder's lock
+    with pytest.raises(SystemExit) as exit_:
+        main(["pack", index, "-o", str(tmp_path / "s2"), "--shard-size", "lots"])
+    assert exit_.value.code == 2 and "is not a size" in capsys.readouterr().err
+
+
+def test_changed_and_missing_sources_stop_the_pack_or_are_skipped(tmp_path, capsys):
+    root, index = make_indexed(tmp_path)
+    victim = root / "dogs" / "img001.jpg"
+    victim.write_bytes(victim.read_bytes() + b"\0")  # changed since indexing
+    os.unlink(root / "speech" / "tone000.wav")  # gone since indexing
+    assert main(["pack", index, "-o", str(tmp_path / "s"), "--samples-per-shard", "4"]) == 3
+    err = capsys.readouterr().err
+    assert f"{victim}: changed since it was indexed (size" in err and "--skip-changed" in err
+    assert not (tmp_path / "s" / "index.arrow").exists()
+    assert not [n for n in os.listdir(tmp_path / "s") if n.startswith(".data-")]  # no temp left behind
+    assert main(["pack", index, "-o", str(tmp_path / "s"), "--samples-per-shard", "4", "--skip-changed", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["complete"] and out["samples"] == 16
+    assert sorted(x["path"] for x in out["skipped"]) == ["dogs/img001.jpg", "speech/tone000.wav"]
+    assert "gone since it was indexed" in " ".join(x["why"] for x in out["skipped"])
+    assert main(["verify", str(tmp_path / "s")]) == 0
+
+
+def test_big_files_are_streamed_and_checked_twice(tmp_path):
+    root, index = make_indexed(tmp_path)
+    a = _pack(index, tmp_path / "inline", samples_per_shard=6)
+    b = pack_shards(index, str(tmp_path / "streamed"), PackOptions(samples_per_shard=6, inline_limit=512))
+    assert a.complete and b.complete
+    assert folder_digests(tmp_path / "inline") == folder_digests(tmp_path / "streamed")
+
+
+def test_npy_source_index_packs_the_same(tmp_path):
+    root, index = make_indexed(tmp_path)
+    build_index(str(root), str(tmp_path / "data.npy"))
+    _pack(index, tmp_path / "a", samples_per_shard=6)
+    _pack(str(tmp_path / "data.npy"), tmp_path / "b", samples_per_shard=6)
+    da, db = folder_digests(tmp_path / "a"), folder_digests(tmp_path / "b")
+    assert {k: v for k, v in da.items() if k.endswith(".tar")} == {k: v for k, v in db.items() if k.endswith(".tar")}
+
+
+def test_a_deleted_shard_is_rebuilt_byte_identical(tmp_path):
+    _, index = make_indexed(tmp_path)
+    _pack(index, tmp_path / "s", samples_per_shard=4)
+    before = folder_digests(tmp_path / "s")
+    os.unlink(tmp_path / "s" / "data-000002.tar")
+    keep = os.stat(tmp_path / "s" / "data-000001.tar")
+    s = _pack(index, tmp_path / "s", samples_per_shard=4)
+    assert s.written == 1 and s.reused == 4 and s.resumed and folder_digests(tmp_path / "s") == before
+    assert os.stat(tmp_path / "s" / "data-000001.tar").st_ino == keep.st_ino  # not rewritten
+
+
+def test_kill_9_mid_pack_then_rerun_finishes_only_the_missing_shards(tmp_path):
+    root = tmp_path / "data"
+    for i in range(300):
+        write(root, f"c{i % 3}/{i:04d}.jpg", synth.jpeg(64, 64, seed=i))
+    index = str(tmp_path / "i.arrow")
+    build_index(str(root), index)
+    cmd = [PY, "-m", "dsclean", "pack", index, "--samples-per-shard", "1", "-q", "-o"]  # 300 shards, each fsynced
+    subprocess.run(cmd + [str(tmp_path / "ref")], check=True)
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(cmd + [str(out)])
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len([n for n in os.listdir(out) if n.endswith(".tar")] if out.exists() else []) < 20:
+        time.sleep(0.002)
+    proc.kill()
+    proc.wait()
+    done = {n: os.stat(out / n).st_ino for n in os.listdir(out) if n.endswith(".tar")}
+    assert 20 <= len(done) < 300 and not (out / "index.arrow").exists(), "the pack was not killed mid-way"
+    r = subprocess.run(cmd + [str(out), "--json"], capture_output=True, text=True, check=True)
+    summary = json.loads(r.stdout)
+    assert summary["reused"] == len(done) and summary["written"] == 300 - len(done) and summary["complete"]
+    assert all(os.stat(out / n).st_ino == ino for n, ino in done.items())  # the finished shards were not rewritten
+    assert folder_digests(out) == folder_digests(tmp_path / "ref")
+    assert not [n for n in os.listdir(out) if n.endswith(".tmp")]
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A real 1 MiB tmpfs mount (tests run as root)."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_a_full_disk_leaves_no_partial_shard_named_as_a_shard(tmp_path, small_tmpfs, capsys):
+    root = tmp_path / "data"
+    for i in range(40):
+        write(root, f"c{i % 2}/{i:03d}.png", synth.png(160, 160, seed=i))  # ~28 KB each, ~1.1 MB in all
+    index = str(tmp_path / "i.arrow")
+    build_index(str(root), index)
+    out = small_tmpfs / "shards"
+    assert main(["pack", index, "-o", str(out), "--samples-per-shard", "4"]) == 3
+    err = capsys.readouterr().err
+    assert "cannot write the shard" in err and "No space left on device" in err
+    names = os.listdir(out)
+    shards = [n for n in names if n.endswith(".tar")]
+    assert shards and not [n for n in names if n.endswith(".tmp")] and "index.arrow" not in names
+    for n in shards:  # every file named as a shard is a complete one
+        with tarfile.open(out / n) as t:
+            assert len(t.getnames()) == 12
+    # space freed (here: the folder moved to a bigger disk), the same command finishes it
+    moved = tmp_path / "moved"
+    subprocess.run(["cp", "-a", str(out), str(moved)], check=True)
+    assert main(["pack", index, "-o", str(moved), "--samples-per-shard", "4", "-q"]) == 0
+    assert main(["verify", str(moved)]) == 0
+    assert main(["pack", index, "-o", str(tmp_path / "ref"), "--samples-per-shard", "4", "-q"]) == 0
+    assert folder_digests(moved) == folder_digests(tmp_path / "ref")
+
+
+def test_audio_only_and_images_only_pack(tmp_path):
+    root = tmp_path / "audio"
+    make_media(root, n_images=0, n_audio=5, odd_name=False)
+    build_index(str(root), str(tmp_path / "a.arrow"))
+    s = _pack(str(tmp_path / "a.arrow"), tmp_path / "s")
+    assert s.complete and s.samples == 5 and s.shards == 1
+
+
+def test_sigint_finishes_the_shard_in_hand_then_exits_130(tmp_path):
+    import signal
+
+    root = tmp_path / "data"
+    for i in range(100):
+        write(root, f"c{i % 2}/{i:03d}.jpg", synth.jpeg(32, 32, seed=i))
+    index = str(tmp_path / "i.arrow")
+    build_index(str(root), index)
+    out = tmp_path / "s"
+    cmd = [PY, "-m", "dsclean", "pack", index, "--samples-per-shard", "1", "-q", "-o", str(out)]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(list(out.glob("*.tar")) if out.exists() else []) < 5:
+        time.sleep(0.002)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in err
+    names = os.listdir(out)
+    assert 5 <= len([n for n in names if n.endswith(".tar")]) < 100 and not [n for n in names if n.endswith(".tmp")]
+    assert subprocess.run(cmd, check=True).returncode == 0 and main(["verify", str(out)]) == 0

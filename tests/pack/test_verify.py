@@ -1,0 +1,170 @@
+"""dsclean verify: every kind of damage is found, reported per shard, and nothing is modified."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import tarfile
+
+import pytest
+from support.packing import folder_digests, make_indexed
+
+from dsclean.cli import main
+from dsclean.errors import UserError
+from dsclean.pack.packer import PackOptions, pack_shards
+from dsclean.pack.verify import verify_shards
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("verify")
+    _, index = make_indexed(tmp)
+    pack_shards(index, str(tmp / "shards"), PackOptions(samples_per_shard=5))
+    return tmp / "shards"
+
+
+@pytest.fixture
+def copy(packed, tmp_path):
+    dst = tmp_path / "shards"
+    shutil.copytree(packed, dst)
+    return dst
+
+
+def _problems(report, shard=None) -> list[str]:
+    out = list(report.problems) if shard is None else []
+    for s in report.shards:
+        if shard is None or s.shard == shard:
+            out += [p["problem"] for p in s.problems]
+    return out
+
+
+def _member(folder, shard: str, suffix: str) -> tarfile.TarInfo:
+    with tarfile.open(folder / shard) as t:
+        return next(m for m in t.getmembers() if m.name.endswith(suffix))
+
+
+def _poke(path, offset: int, data: bytes) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(data)
+
+
+def test_a_good_set_passes_in_json_and_text(packed, capsys):
+    before = folder_digests(packed)
+    assert main(["verify", str(packed), "--json", "--jobs", "2"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] and out["samples"] == 18 and not out["problems"]
+    assert [(s["shard"], s["ok"], s["problems"]) for s in out["shards"]] == \
+        [(f"data-{k:06d}.tar", True, []) for k in range(4)]
+    assert main(["verify", str(packed)]) == 0 and "ok:" in capsys.readouterr().out
+    assert folder_digests(packed) == before  # read only
+
+
+def test_a_flipped_media_byte_is_a_checksum_mismatch(copy, capsys):
+    m = _member(copy, "data-000001.tar", ".jpg")
+    _poke(copy / "data-000001.tar", m.offset_data + m.size // 2, b"\x00\x01\x02")
+    before = folder_digests(copy)
+    assert main(["verify", str(copy), "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    bad = [s for s in out["shards"] if not s["ok"]]
+    assert [s["shard"] for s in bad] == ["data-000001.tar"]
+    key = m.name.split(".")[0]
+    by_member = {p["member"]: p for p in bad[0]["problems"]}  # against the packed index and the sample's own json
+    assert set(by_member) == {m.name, f"{key}.json"} and {p["key"] for p in by_member.values()} == {key}
+    assert "checksum mismatch" in by_member[m.name]["problem"]
+    assert "differs from the json" in by_member[f"{key}.json"]["problem"]
+    assert folder_digests(copy) == before  # never modifies shards
+
+
+def test_truncated_missing_and_extra_shards_and_temp_files(copy):
+    with open(copy / "data-000002.tar", "r+b") as f:
+        f.truncate(3000)
+    os.unlink(copy / "data-000003.tar")
+    shutil.copy(copy / "data-000000.tar", copy / "stray.tar")
+    (copy / ".data-000003.tar.x1y2.tmp").write_bytes(b"half a shard")
+    r = verify_shards(str(copy))
+    assert not r.ok
+    assert any("broken tar" in p and "runs past the end" in p for p in _problems(r, "data-000002.tar"))
+    assert any("shard list says" in p for p in _problems(r, "data-000002.tar"))
+    assert _problems(r, "data-000003.tar") == ["missing: the shard list names it but there is no such file"]
+    assert _problems(r, "stray.tar") == ["extra shard: a .tar file the shard list does not name"]
+    assert [n for n in r.notes if n.startswith(".data-000003.tar.x1y2.tmp: a temp file")]
+
+
+def test_repeated_keys_across_shards(copy):
+    shutil.copy(copy / "data-000000.tar", copy / "data-000001.tar")
+    r = verify_shards(str(copy))
+    assert any("5 sample keys appear more than once" in p for p in r.problems)
+
+
+def test_damaged_header_padding_order_and_labels(copy):
+    m = _member(copy, "data-000000.tar", ".json")
+    _poke(copy / "data-000000.tar", m.offset + 10, b"Z")  # a header byte: its checksum fails
+    r = verify_shards(str(copy))
+    assert any("bad header" in p for p in _problems(r, "data-000000.tar"))
+    cls = _member(copy, "data-000001.tar", ".cls")
+    _poke(copy / "data-000001.tar", cls.offset_data, b"9")  # a wrong label
+    _poke(copy / "data-000001.tar", cls.offset_data + 5, b"!")  # junk in the padding
+    r = verify_shards(str(copy))
+    probs = _problems(r, "data-000001.tar")
+    assert any("label '9', the packed index says" in p for p in probs)
+    assert any("padding" in p for p in probs)
+
+
+def test_samples_out_of_order_against_the_index(copy, tmp_path):
+    # rebuild shard 1 with its first two samples swapped (a valid tar, wrong order)
+    with tarfile.open(copy / "data-000001.tar") as t:
+        members = [(m, t.extractfile(m).read()) for m in t.getmembers()]
+    swapped = members[3:6] + members[0:3] + members[6:]
+    with tarfile.open(copy / "data-000001.tar", "w", format=tarfile.USTAR_FORMAT) as t:
+        for m, data in swapped:
+            import io
+
+            t.addfile(m, io.BytesIO(data))
+    r = verify_shards(str(copy))
+    assert any("samples are missing, extra or out of order" in p for p in _problems(r, "data-000001.tar"))
+
+
+def test_a_damaged_packed_index_or_shard_list_is_a_problem(copy):
+    (copy / "shardindex.json").write_text("{not json")
+    r = verify_shards(str(copy))
+    assert not r.ok and any("unreadable shard list" in p for p in r.problems)
+    shutil.copy(copy / "data-000000.tar", copy / "index.arrow")  # garbage in place of the index
+    r = verify_shards(str(copy))
+    assert not r.ok and any("not a readable Arrow index" in p for p in r.problems)
+
+
+def test_not_a_shard_set_is_a_usage_error(tmp_path, capsys):
+    assert main(["verify", str(tmp_path / "nope")]) == 2
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "pack.json").write_text("{}")
+    with pytest.raises(UserError, match="unfinished pack"):
+        verify_shards(str(tmp_path / "half"))
+    assert main(["verify", str(tmp_path)]) == 2
+    assert "not a shard set" in capsys.readouterr().err
+
+
+def test_decode_runs_the_scans_checks_on_every_sample(tmp_path, capsys):
+    from support import synth
+    from support.files import write
+
+    from dsclean.index.build import build_index
+
+    root = tmp_path / "data"
+    for i in range(6):
+        write(root, f"c{i % 2}/ok{i}.jpg", synth.jpeg(32, 32, seed=i))
+    write(root, "c0/cut.jpg", synth.truncate(synth.jpeg(64, 64, seed=9), 0.6))  # passes the magic-byte index
+    write(root, "c1/bad.png", synth.png_break_crc(synth.png(16, 16, seed=3)))
+    build_index(str(root), str(tmp_path / "i.arrow"))
+    pack_shards(str(tmp_path / "i.arrow"), str(tmp_path / "s"), PackOptions(samples_per_shard=3))
+    assert main(["verify", str(tmp_path / "s")]) == 0  # the bytes are what was packed
+    capsys.readouterr()
+    ours = lambda: {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("dsclean-verify-decode-")}  # noqa: E731
+    temps_before = ours()
+    assert main(["verify", str(tmp_path / "s"), "--decode", "--json", "--jobs", "2"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    found = {p["member"].split(".")[1]: p["problem"] for s in out["shards"] for p in s["problems"]}
+    assert set(found) == {"jpg", "png"}
+    assert found["jpg"].startswith("decode: truncated") and found["png"].startswith("decode: corrupt")
+    assert ours() - temps_before == set()  # its temp folder is gone
