@@ -5,7 +5,7 @@ Modules: :mod:`.samples` (keys and members of a sample), :mod:`.tarformat`
 shard), :mod:`.runner` (the pool), :mod:`.state` (``pack.json``, parts, locks),
 :mod:`.publish` (packed index and ``shardindex.json``), :mod:`.packer` (the
 ``pack_shards`` and ``finish_pack`` functions), :mod:`.verify` (``dsclean verify``),
-:mod:`.decode` (``verify --decode``, interim: via temp files until the checkers take bytes).
+:mod:`.decode` (``verify --decode``: the scan's checks on each sample's bytes, in the scan's isolated pool).
 
 Nothing imports this package but the CLI (and ``dsclean``'s lazy exports).
 """

@@ -38,7 +38,7 @@ from ..errors import UserError
 from ..formats import format_of_name, kind_of
 from .check import CheckOptions
 from .verdict import Verdict
-from .worker import check_chunk, check_chunk_in_thread
+from .worker import FileSlices, check_chunk, check_chunk_in_thread, item_name
 
 BACKENDS = ("loky", "threads", "dask")
 
@@ -260,14 +260,18 @@ def check_chunk_on_dask_worker(root: str, rels: list[str], options: CheckOptions
 
 
 def _failure(root: str, rel: str, options: CheckOptions, exitcode: int | None, overdue: bool) -> Verdict:
-    """The verdict for a file whose own checking process died or overran."""
-    fmt = format_of_name(rel)
-    v = Verdict(path=rel, kind=kind_of(fmt) if fmt else "unknown")
-    try:
-        st = os.stat(os.path.join(root, rel))
-        v.size, v.mtime_ns = st.st_size, st.st_mtime_ns
-    except OSError as exc:
-        v.detail = f"(stat failed: {exc.strerror})"
+    """The verdict for a file (or byte range, see :class:`FileSlices`) whose own checking process died or overran."""
+    name = item_name(root, rel)
+    fmt = format_of_name(name)
+    v = Verdict(path=name, kind=kind_of(fmt) if fmt else "unknown")
+    if isinstance(root, FileSlices):
+        v.size = rel[3]
+    else:
+        try:
+            st = os.stat(os.path.join(root, rel))
+            v.size, v.mtime_ns = st.st_size, st.st_mtime_ns
+        except OSError as exc:
+            v.detail = f"(stat failed: {exc.strerror})"
     if overdue or exitcode == -signal.SIGALRM:
         return v.mark(R.BAD, R.TIMEOUT, f"check took longer than {options.timeout:g} s; the worker was killed")
     if exitcode is not None and exitcode < 0:

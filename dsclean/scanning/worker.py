@@ -12,18 +12,47 @@ from __future__ import annotations
 
 import contextlib
 import os
+from dataclasses import dataclass
 import resource
 import signal
 import time
 from typing import Iterator
 
 from . import check
-from .check import CheckOptions, check_file
+from .check import CheckOptions, check_bytes, check_file
 from .verdict import Verdict
 
 #: Set to "1" only by dsclean's own tests: files named with __segfault__, __abort__, __hang__ or
 #: __oom__ then make the check crash, hang or allocate without bound (real faults, for real tests).
 FAULT_ENV = "DSCLEAN_TEST_FAULTS"
+
+
+@dataclass(frozen=True)
+class FileSlices:
+    """A check source whose items are byte ranges inside the files of one folder (e.g. samples in tar shards).
+
+    Pass it where the scan passes its root folder. Items are ``(file, name, offset, size)``:
+    each check reads the range with one ``pread`` and runs :func:`check_bytes` on it, so
+    the same pool, time limit, memory ceiling and crash isolation apply. The verdict's
+    ``path`` is ``file/name``.
+    """
+
+    folder: str
+
+
+def check_item(source, item, options: CheckOptions, *, capture_stderr: bool = True) -> Verdict:
+    """One check, whatever the source: a file under a root folder, or a byte range of a file."""
+    if isinstance(source, FileSlices):
+        file, name, offset, size = item
+        with open(os.path.join(source.folder, file), "rb") as f:
+            data = os.pread(f.fileno(), size, offset)
+        return check_bytes(data, f"{file}/{name}", options, capture_stderr=capture_stderr)
+    return check_file(source, item, options, capture_stderr=capture_stderr)
+
+
+def item_name(source, item) -> str:
+    """The verdict path an item gets (also when its check never returned)."""
+    return f"{item[0]}/{item[1]}" if isinstance(source, FileSlices) else item
 
 
 def check_chunk(root: str, rels: list[str], options: CheckOptions) -> list[Verdict]:
@@ -35,13 +64,13 @@ def check_chunk(root: str, rels: list[str], options: CheckOptions) -> list[Verdi
     out = []
     for rel in rels:
         with time_limit(options.timeout):
-            out.append(check_file(root, rel, options))
+            out.append(check_item(root, rel, options))
     return out
 
 
 def check_chunk_in_thread(root: str, rels: list[str], options: CheckOptions) -> list[Verdict]:
     """Thread-backend task: no time limit, memory ceiling or stderr capture (all process-wide)."""
-    return [check_file(root, rel, options, capture_stderr=False) for rel in rels]
+    return [check_item(root, rel, options, capture_stderr=False) for rel in rels]
 
 
 @contextlib.contextmanager

@@ -72,3 +72,27 @@ def test_fault_markers_are_inert_without_the_test_switch(tmp_path):
     write(root, "x__segfault__.jpg", synth.jpeg(8, 8))
     s = dsclean.scan(str(root), dsclean.ScanOptions(jobs=1, report_dir=str(tmp_path / "r")))
     assert s.files == 1 and s.bad == 0
+
+
+def test_byte_ranges_are_checked_in_the_same_isolated_pool(tmp_path):
+    """FileSlices (samples inside one file, as `verify --decode` checks shards): same verdicts, same isolation."""
+    good, cut = synth.jpeg(32, 32, seed=1), synth.truncate(synth.jpeg(64, 64, seed=2), 0.6)
+    blob = good + cut + good
+    (tmp_path / "blob").write_bytes(blob)
+    items = [("blob", "a.jpg", 0, len(good)), ("blob", "b.jpg", len(good), len(cut)),
+             ("blob", "x__segfault__.jpg", len(good) + len(cut), len(good))]
+    code = (
+        "import sys\n"
+        "from dsclean.scanning.check import CheckOptions\n"
+        "from dsclean.scanning.executors import run_checks\n"
+        "from dsclean.scanning.worker import FileSlices\n"
+        f"items = {items!r}\n"
+        f"for chunk in run_checks(FileSlices({str(tmp_path)!r}), [items], CheckOptions(), 1):\n"
+        "    for v in chunk:\n"
+        "        print(v.path, v.status, v.reason, v.size)\n"
+    )
+    env = {**os.environ, "DSCLEAN_TEST_FAULTS": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=True)
+    got = sorted(line.split() for line in out.stdout.splitlines())
+    assert got == [["blob/a.jpg", "ok", "None", str(len(good))], ["blob/b.jpg", "bad", "truncated", str(len(cut))],
+                   ["blob/x__segfault__.jpg", "bad", "decoder_crash", str(len(good))]]
