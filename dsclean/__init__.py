@@ -41,6 +41,17 @@ _EXPORTS = {
     "probe_index": "diagnose.probe",
     "probe_dataset": "diagnose.probe",
     "check_all": "diagnose.probe",
+    "FLAGS": "quality.flags",
+    "FlagOptions": "quality.flags",
+    "Facts": "quality.facts",
+    "image_facts": "quality.image",
+    "AudioStats": "quality.audio",
+    "facts_from_path": "quality.files",
+    "find_duplicates": "dups.finder",
+    "DupsOptions": "dups.finder",
+    "DupsResult": "dups.finder",
+    "write_groups": "dups.finder",
+    "quarantine_duplicates": "dups.moves",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -25,6 +25,7 @@ CHANGED = "changed"
 DECODER_CRASH = "decoder_crash"
 TIMEOUT = "timeout"
 TOO_LARGE = "too_large"
+DUPLICATE = "duplicate"
 
 #: reason code -> what it means (shown by ``dsclean reasons`` and in the README)
 REASONS: dict[str, str] = {
@@ -42,4 +43,5 @@ REASONS: dict[str, str] = {
     DECODER_CRASH: "checking the file killed the decoder's process (segfault, abort, ...); the signal is in the detail",
     TIMEOUT: "checking the file took longer than --timeout seconds",
     TOO_LARGE: "checking the file needed more memory than --max-memory allows",
+    DUPLICATE: "an extra copy of a file kept elsewhere (exact or near duplicate); moved only by dsclean dups --quarantine",
 }

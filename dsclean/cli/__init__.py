@@ -16,7 +16,7 @@ from typing import Sequence
 
 from .. import __version__
 from ..errors import UserError
-from . import diagnose, index, scan
+from . import diagnose, dups, index, scan
 from .exit_codes import EXIT_OK, EXIT_USAGE
 
 
@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     scan.add_parsers(sub)
     index.add_parsers(sub)
     diagnose.add_parsers(sub)
+    dups.add_parsers(sub)
     return parser
 
 

@@ -25,22 +25,19 @@ _N = 64
 _STEPS = int(round(MAX_CROP * _N))
 
 
-def _resampler(lo: float, hi: float, n: int = _N) -> np.ndarray:
-    """(n x n) matrix that linearly resamples the window [lo, hi) of a length-n axis back to n samples."""
-    pos = lo + (np.arange(n) + 0.5) * (hi - lo) / n - 0.5
-    pos = np.clip(pos, 0, n - 1)
-    left = np.floor(pos).astype(int)
-    right = np.minimum(left + 1, n - 1)
-    w = pos - left
-    m = np.zeros((n, n))
-    m[np.arange(n), left] += 1 - w
-    m[np.arange(n), right] += w
-    return m
+def _window(lo: float, hi: float, n: int = _N) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Linear resampling of the window [lo, hi) of a length-n axis back to n samples: (left, right, weight)."""
+    pos = np.clip(lo + (np.arange(n) + 0.5) * (hi - lo) / n - 0.5, 0, n - 1)
+    left = np.floor(pos).astype(np.intp)
+    return left, np.minimum(left + 1, n - 1), pos - left
 
 
-#: every crop window of one axis: (len(windows), n, n)
-_WINDOWS = np.stack([_resampler(lo, _N - hi) for lo in range(_STEPS + 1) for hi in range(_STEPS + 1)])
-_IDENTITY = 0  # index of the (0, 0) window
+# Every crop window of one axis: each side moves in by 0.._STEPS pixels (of 64). Index 0 is the whole axis.
+_W = [_window(lo, _N - hi) for lo in range(_STEPS + 1) for hi in range(_STEPS + 1)]
+_LEFT = np.stack([w[0] for w in _W])  # (windows, n)
+_RIGHT = np.stack([w[1] for w in _W])
+_WEIGHT = np.stack([w[2] for w in _W])
+_IDENTITY = 0
 
 
 def _normalise(x: np.ndarray) -> np.ndarray:
@@ -55,19 +52,44 @@ def correlation(a: np.ndarray, b: np.ndarray) -> float:
     return float((_normalise(np.asarray(a, np.float64)) * _normalise(np.asarray(b, np.float64))).sum())
 
 
-def _best_crop_of(big: np.ndarray, small: np.ndarray) -> float:
-    """Best correlation of ``small`` with a crop window of ``big`` (alternating per-axis search)."""
+def _rows(img: np.ndarray, k: np.ndarray | int) -> np.ndarray:
+    """Row window(s) ``k`` of ``img``: (n, n) -> (n, n) for one window, (len(k), n, n) for an array of them."""
+    w = _WEIGHT[k][..., None]
+    return img[_LEFT[k]] * (1 - w) + img[_RIGHT[k]] * w
+
+
+def _cols(img: np.ndarray, k: np.ndarray | int) -> np.ndarray:
+    """Column window(s) ``k`` of ``img`` (see :func:`_rows`)."""
+    return np.swapaxes(_rows(np.swapaxes(img, -1, -2), k), -1, -2)
+
+
+def _scores(stack: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Correlation of each image in ``stack`` (k, n, n) with a normalised ``target`` (zero mean, unit norm).
+
+    Plain element-wise numpy (no BLAS): these products are small, and a threaded BLAS on a
+    busy machine spends more time synchronising than multiplying.
+    """
+    flat = stack.reshape(len(stack), -1)
+    dot = (flat * target.ravel()).sum(axis=1)  # the target has zero mean: the stack's means drop out
+    var = (flat * flat).sum(axis=1) - flat.sum(axis=1) ** 2 / flat.shape[1]
+    return np.divide(dot, np.sqrt(np.maximum(var, 0.0)), out=np.zeros_like(dot), where=var > 1e-9)
+
+
+_ALL = np.arange(len(_W))
+
+
+def _best_crop_of(big: np.ndarray, small: np.ndarray, enough: float) -> float:
+    """Best correlation of ``small`` with a crop window of ``big``: rows, then columns, twice."""
     target = _normalise(small)
-    iy = ix = _IDENTITY
+    ix = _IDENTITY
     best = -1.0
     for _ in range(2):
-        rows = _WINDOWS @ big @ _WINDOWS[ix].T  # every row window, columns fixed
-        scores = (_normalise(rows) * target).sum(axis=(-2, -1))
-        iy = int(scores.argmax())
-        cols = (_WINDOWS[iy] @ big) @ _WINDOWS.transpose(0, 2, 1)  # every column window, rows fixed
-        scores = (_normalise(cols) * target).sum(axis=(-2, -1))
+        iy = int(_scores(_rows(_cols(big, ix), _ALL), target).argmax())  # every row window, columns fixed
+        scores = _scores(_cols(_rows(big, iy), _ALL), target)  # every column window, rows fixed
         ix = int(scores.argmax())
         best = max(best, float(scores[ix]))
+        if best >= enough:
+            break
     return best
 
 
@@ -83,4 +105,5 @@ def similarity(a: np.ndarray, b: np.ndarray, enough: float = DEFAULT_MIN_CORRELA
     direct = correlation(a, b)
     if direct >= enough:
         return direct
-    return max(direct, _best_crop_of(a, b), _best_crop_of(b, a))
+    best = max(direct, _best_crop_of(a, b, enough))
+    return best if best >= enough else max(best, _best_crop_of(b, a, enough))

@@ -108,23 +108,33 @@ def image_facts_from_pil(im: Image.Image) -> ImageFacts:
     return image_facts(np.asarray(small), colour_stored=colour, orientation=orientation)
 
 
-def open_reduced(path: str) -> Image.Image:
-    """Open an image and decode its first frame as cheaply as Pillow allows (JPEG: DCT-domain 1/2..1/8)."""
+def open_reduced(path: str) -> tuple[Image.Image, tuple[int, int]]:
+    """Open an image and decode its first frame as cheaply as Pillow allows (JPEG: DCT-domain 1/2..1/8).
+
+    Returns the image and its stored (width, height): ``draft`` makes ``im.size`` the reduced size.
+    """
     im = Image.open(path)
-    if im.format == "JPEG":
-        im.draft(im.mode if im.mode in ("L", "RGB") else "RGB", (thumbnail.SIZE, thumbnail.SIZE))
-    im.load()
-    return im
+    size = im.size
+    try:
+        if im.format == "JPEG":
+            im.draft(im.mode if im.mode in ("L", "RGB") else "RGB", (thumbnail.SIZE, thumbnail.SIZE))
+        im.load()
+    except BaseException:
+        im.close()
+        raise
+    return im, size
 
 
 def image_facts_from_path(path: str) -> ImageFacts:
     """Facts of an image file, decoding only its first frame, at the smallest scale that keeps 64 px."""
-    with open_reduced(path) as im:
+    im, _ = open_reduced(path)
+    with im:
         return image_facts_from_pil(im)
 
 
 def thumbnail_from_path(path: str) -> np.ndarray:
     """The canonical 64x64 grey thumbnail of an image file, as uint8 (what dups' fine check compares)."""
-    with open_reduced(path) as im:
+    im, _ = open_reduced(path)
+    with im:
         small = thumbnail.to_uint8(im)
         return np.clip(np.rint(thumbnail.canonical(small)), 0, 255).astype(np.uint8)
