@@ -31,6 +31,8 @@ def add_parsers(sub) -> None:
                    help="scan results to exclude bad files: one file, or every part's of a job array "
                         "(default: the last scan of ROOT)")
     p.add_argument("--exclude", action="append", default=[], metavar="DIR", help="a folder to leave out (repeatable)")
+    p.add_argument("--dedup", action="store_true",
+                   help="leave out exact duplicates (same content hash), keeping the first in path order")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     p.set_defaults(func=cmd_index)
 
@@ -51,6 +53,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         scan_results=args.scan_results,
         exclude=tuple(args.exclude or ()),
         progress=not args.quiet,
+        dedup=args.dedup,
     )
     if not args.quiet:
         print(format_summary(summary))
@@ -63,8 +66,11 @@ def format_summary(s: IndexSummary) -> str:
     left_out = [("excluded as bad by the scan", s.excluded_bad), ("not media (magic bytes)", s.not_media),
                 ("unreadable", s.unreadable), ("skipped without a label", s.unlabeled),
                 ("changed since the scan (facts not copied)", s.changed_since_scan),
-                ("not in the scan results (magic bytes checked)", s.unscanned)]
+                ("not in the scan results (magic bytes checked)", s.unscanned),
+                ("exact duplicates left out (--dedup; the first by path order kept)", s.duplicates)]
     lines += [f"  {n:>10}  {what}" for what, n in left_out if n]
+    if s.hashed:
+        lines.append(f"  {s.hashed} files hashed for --dedup (no current content_hash in the scan results)")
     lines.append(f"  scan results: {s.scan_results or 'none'}")
     return "\n".join(lines)
 

@@ -18,7 +18,7 @@ from ..quality import flags as F
 from ..quality.files import facts_from_path
 from ..quality.flags import FlagOptions
 from ..quality.image import thumbnail_from_path
-from ..scanning.worker import set_memory_ceiling, time_limit
+from ..scanning.worker import FAULT_ENV, inject_fault, set_memory_ceiling, time_limit
 
 KIND_CODES = {None: -1, formats.IMAGE: 0, formats.AUDIO: 1}
 
@@ -41,12 +41,19 @@ def _enter(limits: Limits) -> None:
     set_memory_ceiling(limits.max_memory)
 
 
+def _fault(path: str) -> None:
+    """The scan's test-only fault injection (files named __segfault__, __hang__, ...), same switch."""
+    if os.environ.get(FAULT_ENV) == "1":
+        inject_fault(path)
+
+
 def facts_chunk(root: str, rels: list[str], limits: Limits) -> list[Row]:
     """Content hash and image facts of each file (audio: hash only; dups compares images)."""
     _enter(limits)
     out = []
     for rel in rels:
         with time_limit(limits.timeout):
+            _fault(os.path.join(root, rel))
             out.append(facts_row(os.path.join(root, rel), limits.flag_options))
     return out
 
@@ -71,6 +78,7 @@ def thumbs_chunk(root: str, rels: list[str], limits: Limits) -> list[np.ndarray 
     out = []
     for rel in rels:
         with time_limit(limits.timeout):
+            _fault(os.path.join(root, rel))
             try:
                 out.append(thumbnail_from_path(os.path.join(root, rel)))
             except (Exception, MemoryError):  # undecodable now (changed since?): the pair is not confirmed

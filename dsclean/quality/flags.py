@@ -28,7 +28,7 @@ FLAGS: dict[str, str] = {
     DARK: "image: mean luma below --dark (default 0.10 of full scale)",
     BRIGHT: "image: mean luma above --bright (default 0.92 of full scale)",
     LOW_INFORMATION: "image: nearly one flat tone (luma std below --min-contrast, default 0.02); left out of near-duplicate search",
-    BLURRY: "image: Laplacian variance of the 64x64 thumbnail below --blurry (default 30); not judged for images under 64 px or flat ones",
+    BLURRY: "image: Laplacian variance of the 64x64 thumbnail below --blurry (default 0.02) times the luma variance; not judged under 64 px or when flat",
     TINY: "image: shorter side below --tiny pixels (default 32)",
     ODD_ASPECT: "image: longer side more than --odd-aspect times the shorter (default 4)",
     SILENT: "audio: RMS level below --silence (default 0.001, -60 dBFS) over all channels",
@@ -46,7 +46,7 @@ class FlagOptions:
     dark: float = 0.10  # mean luma (0..1) below this: dark
     bright: float = 0.92  # mean luma above this: bright
     min_contrast: float = 0.02  # luma std (0..1) below this: low_information (about 5 of 255 levels)
-    blurry: float = 30.0  # Laplacian variance of the 64x64 thumbnail below this: blurry
+    blurry: float = 0.02  # sharpness / luma variance (both in 0..255 units) below this: blurry (contrast-free)
     tiny: int = 32  # shorter side (pixels) below this: tiny
     odd_aspect: float = 4.0  # longer / shorter side above this: odd_aspect
     silence: float = 1e-3  # RMS (0..1) over all channels below this: silent
@@ -75,8 +75,9 @@ def image_flags(facts: ImageFacts | None, width: int | None, height: int | None,
     flat = facts.contrast is not None and facts.contrast < options.min_contrast
     if flat:
         out.append(LOW_INFORMATION)
-    elif facts.sharpness is not None and facts.sharpness < options.blurry:
-        out.append(BLURRY)
+    elif facts.sharpness is not None and facts.contrast is not None:
+        if facts.sharpness < options.blurry * (255.0 * facts.contrast) ** 2:
+            out.append(BLURRY)
     return out
 
 
