@@ -39,8 +39,8 @@ def available() -> bool:
     return _package_dir("skimage", "data") is not None
 
 
-def sources() -> dict[str, Image.Image]:
-    """name -> RGB picture, every one a different scene (sorted by name)."""
+def sources(max_side: int | None = None) -> dict[str, Image.Image]:
+    """name -> RGB picture, every one a different scene (sorted by name); shrunk to ``max_side`` if given."""
     found: dict[str, Image.Image] = {}
     for pkg, sub, names in (("skimage", ("data",), SKIMAGE_FILES),
                             ("matplotlib", ("mpl-data", "sample_data"), MATPLOTLIB_FILES)):
@@ -56,6 +56,12 @@ def sources() -> dict[str, Image.Image]:
             w, h = im.size
             for i, (x, y) in enumerate([(0, 0), (w // 2, 0), (0, h // 2), (w // 2, h // 2)]):
                 found[f"{name}.tile{i}"] = im.crop((x, y, x + w // 2, y + h // 2))
+    if max_side:
+        for name, im in found.items():
+            if max(im.size) > max_side:
+                scale = max_side / max(im.size)
+                found[name] = im.resize((max(1, round(im.width * scale)), max(1, round(im.height * scale))),
+                                        Image.Resampling.LANCZOS)
     return dict(sorted(found.items()))
 
 
@@ -113,4 +119,47 @@ def file_bytes(im: Image.Image, fmt: str) -> tuple[bytes, str]:
         return encode(im, "JPEG", quality=50), ".jpg"
     if fmt == "JPEG":
         return encode(im, "JPEG", quality=90), ".jpg"
-    return encode(im, "PNG"), ".png"
+    return encode(im, "PNG", compress_level=1), ".png"
+
+
+def write_set(folder, seed: int = 0, max_side: int | None = None) -> dict[tuple[str, str], str]:
+    """Originals (PNG) under ``folder/train/orig``, every edit under ``train/<edit>`` or ``val/<edit>``.
+
+    Returns (root, relative path) -> source name, for :func:`score`. Two edits
+    (``crop``, ``brighten``) go to the ``val`` split: those groups leak.
+    """
+    truth: dict[tuple[str, str], str] = {}
+    for i, (name, im) in enumerate(sources(max_side).items()):
+        stem = name.replace(".", "_")
+        data, ext = file_bytes(im, "PNG")
+        truth[_put(folder, "train", f"orig/{stem}{ext}", data)] = name
+        for how in EDITS:
+            copy, fmt = edit(im, how, seed=seed * 1000 + i)
+            data, ext = file_bytes(copy, fmt)
+            split = "val" if how in ("crop", "brighten") else "train"
+            truth[_put(folder, split, f"{how}/{stem}{ext}", data)] = name
+    return truth
+
+
+def _put(folder, split: str, rel: str, data: bytes) -> tuple[str, str]:
+    path = os.path.join(str(folder), split, rel)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+    return os.path.join(str(folder), split), rel
+
+
+def score(groups: list[list[tuple[str, str]]], truth: dict[tuple[str, str], str]) -> dict:
+    """Recall: edited copies grouped with their original. False groups: groups holding two sources."""
+    group_of = {m: g for g, members in enumerate(groups) for m in members}
+    originals = {src: key for key, src in truth.items() if key[1].startswith("orig/")}
+    copies = [(key, src) for key, src in truth.items() if not key[1].startswith("orig/")]
+    found = sum(key in group_of and group_of.get(originals[src]) == group_of[key] for key, src in copies)
+    missed: dict[str, int] = {}
+    for key, src in copies:
+        if not (key in group_of and group_of.get(originals[src]) == group_of[key]):
+            edit_name = key[1].split("/")[0]
+            missed[edit_name] = missed.get(edit_name, 0) + 1
+    mixed = sum(len({truth[m] for m in members}) > 1 for members in groups)
+    return {"copies": len(copies), "found": found, "recall": found / len(copies), "false_groups": mixed,
+            "groups": len(groups), "sources": len(originals), "missed_by_edit": missed}
