@@ -102,14 +102,33 @@ def near_pairs(hashes: np.ndarray, radius: int) -> tuple[np.ndarray, np.ndarray,
     """Pairs (i, j), i < j, of positions whose hashes differ in at most ``radius`` bits, and their distances.
 
     Sorted by (i, j). Each pair at distance <= radius is found with probability
-    >= 99% (identical hashes: always); no farther pair is returned.
+    >= 99% (identical hashes: always); no farther pair is returned. Identical
+    hashes are searched once (resized copies often share every bit).
     """
     empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+    hashes = np.ascontiguousarray(hashes, dtype=np.uint64)
     if len(hashes) < 2 or radius < 0:
         return empty
     if len(hashes) >= 1 << 32:
         raise ValueError("near_pairs handles fewer than 2**32 hashes")
-    hs = _Hashes(hashes)
+    unique, inverse, counts = np.unique(hashes, return_inverse=True, return_counts=True)
+    ua, ub, ud = _unique_pairs(unique, radius)
+    members = np.argsort(inverse, kind="stable")  # positions grouped by hash value, ascending
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    parts = [_across(ua, ub, ud, members, starts, counts), _within(members, starts, counts)]
+    i = np.concatenate([p[0] for p in parts])
+    j = np.concatenate([p[1] for p in parts])
+    d = np.concatenate([p[2] for p in parts])
+    lo, hi = np.minimum(i, j), np.maximum(i, j)
+    order = np.lexsort((hi, lo))
+    return lo[order], hi[order], d[order]
+
+
+def _unique_pairs(unique: np.ndarray, radius: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The LSH search over distinct hash values."""
+    if len(unique) < 2 or radius == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    hs = _Hashes(unique)
     p = plan(hs, radius)
     found: list[np.ndarray] = []  # pair codes i << 32 | j
     stored = 0
@@ -122,11 +141,41 @@ def near_pairs(hashes: np.ndarray, radius: int) -> tuple[np.ndarray, np.ndarray,
             found = [np.unique(np.concatenate(found))]
             stored = len(found[0])
     if not found:
-        return empty
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
     codes = np.unique(np.concatenate(found))
     i = (codes >> np.uint64(32)).astype(np.int64)
     j = (codes & _MASK32).astype(np.int64)
     return i, j, popcount64(hs.h[i] ^ hs.h[j]).astype(np.int64)
+
+
+def _across(ua, ub, ud, members, starts, counts):
+    """Every (position of value a, position of value b) for each close pair of distinct values (a, b)."""
+    ca, cb = counts[ua], counts[ub]
+    n = ca * cb
+    pair = np.repeat(np.arange(len(ua)), n)
+    k = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)  # index inside the pair's ca x cb block
+    i = members[starts[ua][pair] + k // cb[pair]]
+    j = members[starts[ub][pair] + k % cb[pair]]
+    return i, j, ud[pair]
+
+
+def _within(members, starts, counts):
+    """Every pair of positions that share one hash value (distance 0): offset 1 inside each run, then 2, ..."""
+    multi = np.flatnonzero(counts >= 2)
+    run_start, run_len = starts[multi], counts[multi]
+    pos = np.repeat(run_start, run_len) + np.arange(int(run_len.sum())) - np.repeat(np.cumsum(run_len) - run_len, run_len)
+    end = np.repeat(run_start + run_len, run_len)
+    i_parts, j_parts = [], []
+    offset = 1
+    while len(pos):
+        live = pos + offset < end
+        pos, end = pos[live], end[live]
+        i_parts.append(members[pos])
+        j_parts.append(members[pos + offset])
+        offset += 1
+    i = np.concatenate(i_parts) if i_parts else np.zeros(0, np.int64)
+    j = np.concatenate(j_parts) if j_parts else np.zeros(0, np.int64)
+    return i, j, np.zeros(len(i), np.int64)
 
 
 def _close_pairs(keys: np.ndarray, order: np.ndarray, h: np.ndarray, radius: int):

@@ -25,17 +25,17 @@ TOO_SHORT = "too_short"
 
 #: flag code -> what it means (the README table is tested against this)
 FLAGS: dict[str, str] = {
-    DARK: "image: mean luma below --dark (default 0.10 of full scale)",
-    BRIGHT: "image: mean luma above --bright (default 0.92 of full scale)",
-    LOW_INFORMATION: "image: nearly one flat tone (luma std below --min-contrast, default 0.02); left out of near-duplicate search",
-    BLURRY: "image: Laplacian variance of the 64x64 thumbnail below --blurry (default 0.02) times the luma variance; not judged under 64 px or when flat",
-    TINY: "image: shorter side below --tiny pixels (default 32)",
-    ODD_ASPECT: "image: longer side more than --odd-aspect times the shorter (default 4)",
-    SILENT: "audio: RMS level below --silence (default 0.001, -60 dBFS) over all channels",
+    DARK: "image: mean luma below dark (default 0.10 of full scale)",
+    BRIGHT: "image: mean luma above bright (default 0.92 of full scale)",
+    LOW_INFORMATION: "image: nearly one flat tone (luma std below min_contrast, default 0.02); left out of near-duplicate search",
+    BLURRY: "image: Laplacian variance of the 64x64 thumbnail below blurry (default 0.02) times the luma variance; not judged under 64 px or when flat",
+    TINY: "image: shorter side below tiny pixels (default 32)",
+    ODD_ASPECT: "image: longer side more than odd_aspect times the shorter (default 4)",
+    SILENT: "audio: RMS level over all channels below silence (default 0.001, -60 dBFS)",
     SILENT_CHANNEL: "audio: some but not all channels are silent (RMS below -60 dBFS)",
-    CLIPPED: "audio: more than --clipped of the samples (default 0.001) at or within 1 LSB of full scale",
-    DC_OFFSET: "audio: a channel's mean sample value beyond --dc-offset (default 0.05 of full scale)",
-    TOO_SHORT: "audio: shorter than --too-short seconds (default 0.1)",
+    CLIPPED: "audio: more than clipped of the samples (default 0.001) at or within 1 LSB of full scale",
+    DC_OFFSET: "audio: a channel's mean sample value beyond dc_offset (default 0.05 of full scale)",
+    TOO_SHORT: "audio: shorter than too_short seconds (default 0.1)",
 }
 
 
