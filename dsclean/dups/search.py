@@ -137,7 +137,7 @@ def _unique_pairs(unique: np.ndarray, radius: int) -> tuple[np.ndarray, np.ndarr
         for codes in _close_pairs(keys, order, hs.h, radius):
             found.append(codes)
             stored += len(codes)
-        if stored > 4 * len(hs.h) + (1 << 20):  # many near pairs: drop those found by several tables
+        if stored > len(hs.h) + (1 << 18):  # many near pairs: drop those found by several tables
             found = [np.unique(np.concatenate(found))]
             stored = len(found[0])
     if not found:
