@@ -171,6 +171,16 @@ def bench_accuracy(radius: int) -> None:
         print("\nrecall by edit at K=%d: " % radius + ", ".join(
             f"{edit} " + "/".join(f"{(dist[m][0][[c[1][1].startswith(edit + '/') for c in copies]] <= radius).mean():.0%}"
                                   for m in methods) for edit in realphotos.EDITS))
+        from dsclean.quality.compare import DEFAULT_MIN_CORRELATION, similarity
+        from dsclean.quality.image import thumbnail_from_path
+
+        thumbs = {key: thumbnail_from_path(os.path.join(*key)) for key in truth}
+        pos = np.array([similarity(thumbs[a], thumbs[b], 2.0) for a, b in copies])  # 2.0: always search crops
+        originals = list(origin.values())
+        neg = np.array([similarity(thumbs[a], thumbs[b], 2.0) for a, b in itertools.combinations(originals, 2)])
+        print(f"\nfine check (64x64 correlation, crop search): copies min {pos.min():.3f} (5th percentile "
+              f"{np.percentile(pos, 5):.3f}); {len(neg)} pairs of different originals max {neg.max():.3f}; "
+              f"threshold {DEFAULT_MIN_CORRELATION}")
         t = time.perf_counter()
         result = find_duplicates([os.path.join(tmp, "train"), os.path.join(tmp, "val")], DupsOptions(near=radius))
         elapsed = time.perf_counter() - t
