@@ -42,7 +42,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))  # tests/support: the real-photo set
 
-from dsclean.dups.finder import DEFAULT_NEAR  # noqa: E402
+from dsclean.dups import DEFAULT_NEAR  # noqa: E402
 
 CHILD = r"""
 import json, sys, time

@@ -23,8 +23,8 @@ def _fraction(text: str) -> float:
 
 
 def add_parsers(sub) -> None:
-    from ..dups.finder import DEFAULT_NEAR
-    from ..quality.compare import DEFAULT_MIN_CORRELATION
+    from ..dups import DEFAULT_NEAR
+    from ..quality import DEFAULT_MIN_CORRELATION
 
     p = sub.add_parser(
         "dups", help="find exact and near-duplicate files, and duplicates leaking across splits",

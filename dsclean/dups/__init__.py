@@ -6,3 +6,6 @@ results, else computed in :mod:`.worker` processes run by :mod:`.pool`);
 :mod:`.grouping` confirms them with the fine check and forms groups;
 :mod:`.finder` is the API; :mod:`.moves` quarantines extra copies.
 """
+
+#: default ``--near``: Hamming distance on the 64-bit hash (README "Why K = 8": recall and search cost measured)
+DEFAULT_NEAR = 8

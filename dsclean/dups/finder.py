@@ -18,13 +18,11 @@ from ..errors import UserError
 from ..jsonpaths import path_fields
 from ..quality.compare import DEFAULT_MIN_CORRELATION, similarity
 from ..quality.flags import FlagOptions
+from . import DEFAULT_NEAR
 from .collect import Inventory, collect
 from .grouping import Group, NearStats, group
 from .pool import run_chunks
 from .worker import Limits, thumbs_chunk
-
-#: default --near: Hamming distance on the 64-bit hash (see README: recall and search cost measured)
-DEFAULT_NEAR = 8
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import DEFAULT_MIN_CORRELATION as _DEFAULT
+
 #: how far each side of a crop window may move in, as a fraction of the side
 MAX_CROP = 0.08
 #: correlation at or above which two thumbnails show the same picture (copies measured >= 0.84,
 #: different pictures <= 0.63 on the real-photo set of scripts/bench_dups.py)
-DEFAULT_MIN_CORRELATION = 0.75
+DEFAULT_MIN_CORRELATION = _DEFAULT
 _N = 64
 _STEPS = int(round(MAX_CROP * _N))
 
