@@ -51,6 +51,18 @@ _EXPORTS = {
     "PackOptions": "pack.packer",
     "PackSummary": "pack.packer",
     "verify_shards": "pack.verify",
+
+    "FLAGS": "quality.flags",
+    "FlagOptions": "quality.flags",
+    "Facts": "quality.facts",
+    "image_facts": "quality.image",
+    "AudioStats": "quality.audio",
+    "facts_from_path": "quality.files",
+    "find_duplicates": "dups.finder",
+    "DupsOptions": "dups.finder",
+    "DupsResult": "dups.finder",
+    "write_groups": "dups.finder",
+    "quarantine_duplicates": "dups.moves",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -27,6 +27,8 @@ TIMEOUT = "timeout"
 TOO_LARGE = "too_large"
 NONCONFORMING = "nonconforming"
 
+DUPLICATE = "duplicate"
+
 #: reason code -> what it means (shown by ``dsclean reasons`` and in the README)
 REASONS: dict[str, str] = {
     TRUNCATED: "the file ends early: missing end marker, fewer bytes or frames than its header promises",
@@ -45,4 +47,6 @@ REASONS: dict[str, str] = {
     TOO_LARGE: "checking the file needed more memory than --max-memory allows",
     NONCONFORMING: "breaks a rule of its format that common decoders tolerate (e.g. an ID3v2 tag before a FLAC stream, "
                    "junk after the last MP3 frame, data after a PNG's zlib stream); a warning",
+
+    DUPLICATE: "an extra copy of a file kept elsewhere (exact or near duplicate); moved only by dsclean dups --quarantine",
 }

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from dsclean import REASONS
+from dsclean import FLAGS, REASONS
 from dsclean.cli import build_parser
 
 README = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")).read()
@@ -17,6 +17,11 @@ def test_reason_code_documented_with_its_meaning(code):
     assert f"| `{code}` | {REASONS[code]} |" in README
 
 
+@pytest.mark.parametrize("code", sorted(FLAGS))
+def test_flag_documented_with_its_meaning(code):
+    assert f"| `{code}` | {FLAGS[code]} |" in README
+
+
 def _options(command: str) -> list[str]:
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     parser = sub.choices[command]
@@ -24,7 +29,7 @@ def _options(command: str) -> list[str]:
 
 
 @pytest.mark.parametrize("command", ["scan", "index", "info", "merge", "restore", "status", "doctor", "explain",
-                                     "probe", "pack", "verify"])
+                                     "probe", "pack", "verify", "dups"])
 def test_every_option_documented(command):
     missing = [o for o in _options(command) if not re.search(rf"`{re.escape(o)}\b", README)]
     assert not missing, f"README does not document dsclean {command} {missing}"

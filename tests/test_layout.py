@@ -16,12 +16,14 @@ REPO = os.path.dirname(PKG)
 
 #: stage -> the stages it may import (common top-level modules are open to all)
 ALLOWED = {
-    "scanning": set(),
+    "quality": set(),  # pure per-file facts: numpy, Pillow, soundfile and the common modules only
+    "scanning": {"quality"},  # the scan will compute facts from its own decode
     "index": {"scanning"},
     "data": {"index"},
     "diagnose": {"index", "data"},
     "pack": {"scanning", "index", "data"},
-    "cli": {"scanning", "index", "data", "diagnose", "pack"},
+    "dups": {"scanning", "index", "quality"},
+    "cli": {"scanning", "index", "data", "diagnose", "pack", "quality", "dups"},
 }
 COMMON = {"reasons", "formats", "errors", "atomic", "locations", "argtypes", "hashing", "jsonpaths"}
 ENTRY = {"dsclean", "dsclean.__main__"}  # the public API and `python -m dsclean` may import any stage
@@ -146,6 +148,6 @@ def test_wheel_has_every_stage_and_no_test_support(tmp_path):
     names = zipfile.ZipFile(tmp_path / wheel).namelist()
     packages = {os.path.dirname(n) for n in names if n.endswith("__init__.py")}
     assert {"dsclean", "dsclean/scanning", "dsclean/index", "dsclean/data", "dsclean/diagnose", "dsclean/pack",
-            "dsclean/cli"} <= packages
+            "dsclean/cli", "dsclean/quality", "dsclean/dups"} <= packages
     assert not [n for n in names if "synth" in n or n.startswith("tests/") or "/support/" in n]
     assert "dsclean/scanning/check_image.py" in names

@@ -18,7 +18,7 @@ from typing import Sequence
 
 from .. import __version__
 from ..errors import UserError
-from . import diagnose, index, pack, scan
+from . import diagnose, dups, index, pack, scan
 from .exit_codes import EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE
 
 
@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_parsers(sub)
     diagnose.add_parsers(sub)
     pack.add_parsers(sub)
+    dups.add_parsers(sub)
     return parser
 
 

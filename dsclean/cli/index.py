@@ -44,6 +44,8 @@ def add_parsers(sub) -> None:
     add_symlink_options(p)
     add_location_options(p)
     p.add_argument("--exclude", action="append", default=[], metavar="DIR", help="a folder to leave out (repeatable)")
+    p.add_argument("--dedup", action="store_true",
+                   help="leave out exact duplicates (same content hash), keeping the first in path order")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     p.set_defaults(func=cmd_index)
 
@@ -70,6 +72,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         symlinks=args.symlinks,
         state_dir=args.state_dir,
         allow_inside_root=args.allow_inside_root,
+        dedup=args.dedup,
     )
     if not args.quiet:
         print(format_summary(summary))
@@ -87,8 +90,11 @@ def format_summary(s: IndexSummary) -> str:
                 ("not media (magic bytes, --no-check)", s.not_media),
                 ("unreadable", s.unreadable), ("skipped without a label", s.unlabeled),
                 ("changed since the scan", s.changed_since_scan),
-                ("not in the scan results", s.unscanned)]
+                ("not in the scan results", s.unscanned),
+                ("exact duplicates left out (--dedup; the first by path order kept)", s.duplicates)]
     lines += [f"  {n:>10}  {what}" for what, n in left_out if n]
+    if s.hashed:
+        lines.append(f"  {s.hashed} files hashed for --dedup (no current content_hash in the scan results)")
     if s.checked_bad_reasons:
         lines.append("  left out by reason: " + ", ".join(f"{r} {n}" for r, n in s.checked_bad_reasons.items()))
         lines += [f"    bad: {p}" for p in s.bad_paths[:20]]

@@ -77,6 +77,8 @@ class IndexSummary:
     unlabeled: int = 0  # no class: a file directly in the root (folder labels) or not in the CSV
     unscanned: int = 0  # not in the scan results
     changed_since_scan: int = 0  # size or mtime differ from the scan's
+    duplicates: int = 0  # --dedup: exact duplicates left out (the first by path order kept)
+    hashed: int = 0  # --dedup: files hashed here because the scan results had no current content_hash
     scan_results: str | None = None
     results_source: str = ""  # which step of the lookup rule found the scan results
     media_bytes: int = 0
@@ -110,6 +112,7 @@ def build_index(
     symlinks: str | None = None,
     state_dir: str | None = None,
     allow_inside_root: bool = False,
+    dedup: bool = False,
 ) -> IndexSummary:
     """Index the media files under ``root`` into ``output`` (Arrow file or npy folder).
 
@@ -126,7 +129,8 @@ def build_index(
 
     ``progress=True`` (the CLI) prints progress and notes to stderr; otherwise
     notes are logged on the ``dsclean`` logger. ``large_path_bytes`` overrides
-    the 2 GiB threshold for 64-bit path offsets (for tests).
+    the 2 GiB threshold for 64-bit path offsets (for tests). ``dedup=True`` leaves
+    out exact duplicates (same content hash), keeping the first in index order.
     """
     t0 = time.monotonic()
     fmt = resolve_format(output, format)
@@ -178,6 +182,8 @@ def build_index(
         raise UserError(_empty_message(root, summary))
     threshold = LARGE_PATH_BYTES if large_path_bytes is None else large_path_bytes
     table = _sort_and_finalize(table, by_label=mode == "folder", threshold=threshold, summary=summary)
+    if dedup:
+        table = _drop_exact_duplicates(root, table, results_paths if results is not None else [], summary)
     summary.rows = table.num_rows
     summary.classes = len(classes)
     summary.media_bytes = int(pc.sum(table.column("size")).as_py() or 0)
@@ -563,3 +569,41 @@ def _finalize(table: pa.Table, *, large: bool) -> pa.Table:
     return table.select(_INDEX_COLUMNS).cast(schema).combine_chunks()
 
 
+
+
+def _drop_exact_duplicates(root: str, table: pa.Table, results_paths: list[str], summary: IndexSummary) -> pa.Table:
+    """Keep the first row (index order) of each content hash: from the scan results where current, else hashed here."""
+    from ..hashing import DIGEST_SIZE, content_hash_file
+    from ..scanning.results import read_results
+
+    n = table.num_rows
+    digests = np.zeros((n, DIGEST_SIZE), dtype=np.uint8)
+    known = np.zeros(n, dtype=bool)
+    for path in results_paths:
+        try:
+            res = read_results(path, columns=["path", "size", "content_hash"])
+        except (KeyError, pa.ArrowInvalid):  # results written before content hashes were recorded
+            continue
+        where = pc.index_in(table.column("path").cast(pa.binary()), value_set=one_chunk(res.column("path")))
+        hit = pc.and_(pc.is_valid(where), pc.fill_null(pc.equal(res.column("size").take(where), table.column("size")), False))
+        hashes = res.column("content_hash").take(where).cast(pa.binary(DIGEST_SIZE)).combine_chunks()
+        hit = pc.and_(hit, pc.is_valid(hashes)).to_numpy(zero_copy_only=False) & ~known
+        if not hit.any():
+            continue
+        data = np.frombuffer(hashes.buffers()[1], np.uint8)[hashes.offset * DIGEST_SIZE:]
+        digests[hit] = data[: n * DIGEST_SIZE].reshape(n, DIGEST_SIZE)[hit]
+        known |= hit
+    for i in np.flatnonzero(~known):
+        rel = os.fsdecode(table.column("path")[int(i)].as_py())
+        try:
+            digests[i] = np.frombuffer(content_hash_file(os.path.join(root, rel)), np.uint8)
+        except OSError:
+            continue  # unreadable now: kept, it cannot be shown to be a copy
+        summary.hashed += 1
+        known[i] = True
+    keys = np.ascontiguousarray(digests).view(np.dtype((np.void, DIGEST_SIZE))).ravel()
+    _, first = np.unique(keys, return_index=True)
+    keep = ~known
+    keep[first] = True
+    summary.duplicates = int(n - keep.sum())
+    return table.filter(pa.array(keep)).combine_chunks() if summary.duplicates else table

@@ -1,0 +1,135 @@
+"""``dsclean dups``: argparse wiring and human output over :mod:`dsclean.dups`."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .. import argtypes
+from .exit_codes import EXIT_FOUND_BAD, EXIT_INCOMPLETE, EXIT_OK
+
+_SHOWN = 10  # groups spanning splits printed in the summary
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not -1.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be from -1 to 1")
+    return value
+
+
+def add_parsers(sub) -> None:
+    from ..dups import DEFAULT_NEAR
+    from ..quality import DEFAULT_MIN_CORRELATION
+
+    p = sub.add_parser(
+        "dups", help="find exact and near-duplicate files, and duplicates leaking across splits",
+        description="Group exact duplicates (same bytes) and near duplicates (the same picture resized, "
+        "recompressed, slightly cropped, brightened or re-encoded) over one or more roots; "
+        "each root is a split (train/ val/ test/): groups that span splits are leakage and come first.")
+    p.add_argument("roots", nargs="+", metavar="ROOT", help="folders to compare; each one is a split")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the groups as JSON lines (groups.jsonl)")
+    p.add_argument("--near", type=argtypes.count, default=DEFAULT_NEAR, metavar="K",
+                   help=f"near duplicates: hashes at most K bits apart, then the fine check (default {DEFAULT_NEAR}; 0 = exact only)")
+    p.add_argument("--min-similarity", type=_fraction, default=DEFAULT_MIN_CORRELATION, metavar="C",
+                   help=f"the fine check's correlation threshold for near candidates (default {DEFAULT_MIN_CORRELATION})")
+    p.add_argument("--no-verify", action="store_true", help="skip the fine check: the hash distance alone decides")
+    p.add_argument("--check", action="store_true", help="exit 1 if any group spans two or more roots (leakage, for CI)")
+    p.add_argument("--quarantine", metavar="DIR",
+                   help="move the extra copies to DIR/<root name>/<path> (journaled; restore with dsclean restore)")
+    p.add_argument("--keep", choices=("first", "largest", "most-pixels"), default="first",
+                   help="with --quarantine: which copy each root keeps (default first; ties go to the first)")
+    p.add_argument("--drop-from", metavar="SPLIT",
+                   help="with --quarantine: in groups spanning splits, move this root's copies too")
+    p.add_argument("--dry-run", action="store_true", help="with --quarantine: say what would move, move nothing")
+    p.add_argument("--no-results", action="store_true", help="ignore scan results: compute every file's facts here")
+    p.add_argument("--jobs", "-j", type=argtypes.count, default=0, metavar="N", help="worker processes (default: all usable cores)")
+    p.add_argument("--timeout", type=argtypes.timeout, default=60.0, metavar="SECONDS",
+                   help="a file whose decode takes longer is left out of near search (default 60; 0 = none)")
+    p.add_argument("--max-memory", type=argtypes.size, default=0, metavar="SIZE",
+                   help="memory one file's decode may add in a worker, e.g. 2G (default: no limit)")
+    p.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=cmd_dups)
+
+
+def cmd_dups(args: argparse.Namespace) -> int:
+    from ..dups.finder import DupsOptions, find_duplicates, write_groups
+    from ..dups.moves import quarantine_duplicates, resolve_split
+    from ..errors import UserError
+
+    if (args.drop_from or args.keep != "first" or args.dry_run) and not args.quarantine:
+        raise UserError("--keep, --drop-from and --dry-run go with --quarantine DIR")
+    if args.drop_from:
+        resolve_split(list(args.roots), args.drop_from)  # a typo fails before any work
+    options = DupsOptions(near=args.near, min_similarity=args.min_similarity, verify=not args.no_verify,
+                          jobs=args.jobs, timeout=args.timeout, max_memory=args.max_memory,
+                          use_results=not args.no_results)
+    result = find_duplicates(args.roots, options, quarantine=args.quarantine)
+    s = result.summary
+    if args.output:
+        write_groups(result, args.output)
+    report = None
+    if args.quarantine:
+        report = quarantine_duplicates(result, args.quarantine, args.keep, args.drop_from, dry_run=args.dry_run)
+        s.moved, s.move_errors, s.kept_across_splits = report.moved, report.errors, report.left_across_splits
+        if report.changed:
+            s.notes.append(f"{report.changed} files changed since their facts were taken: left in place")
+    if args.json:
+        print(json.dumps(s.to_json(), indent=2))
+    elif not args.quiet:
+        print(format_summary(result, report, dry_run=args.dry_run))
+    if s.move_errors:
+        for e in s.move_errors:
+            print(f"dsclean dups: could not move {e}", file=sys.stderr)
+        return EXIT_INCOMPLETE
+    if args.check and s.leaking_groups:
+        return EXIT_FOUND_BAD
+    return EXIT_OK
+
+
+def format_summary(result, report=None, dry_run: bool = False) -> str:
+    s, inv = result.summary, result.inventory
+    ns = s.near_stats
+    lines = [f"{s.files} files ({s.images} images) in {len(s.roots)} root(s): "
+             f"{s.exact_groups} exact and {s.near_groups} near-duplicate groups, "
+             f"{s.duplicate_files} extra copies; {s.leaking_groups} groups span splits ({s.elapsed:.1f} s)"]
+    if s.near:
+        lines.append(f"  near search (K={s.near}): {ns['searched']} pictures, {ns['candidates']} candidate pairs, "
+                     f"{ns['confirmed']} confirmed, {ns['rejected']} rejected by the fine check"
+                     + (f", {ns['unverifiable']} could not be decoded again" if ns["unverifiable"] else ""))
+        if ns["low_information"]:
+            lines.append(f"  {ns['low_information']} near-constant pictures (low_information) left out of near search")
+    lines.append(f"  facts: {s.from_results} from scan results, {s.computed} computed here"
+                 + (f"; {s.excluded_bad} files the scan marked bad left out" if s.excluded_bad else "")
+                 + (f"; {s.undecodable} images could not be decoded (exact duplicates only)" if s.undecodable else ""))
+    for f in s.failed[:5]:
+        lines.append(f"  left out: {f}")
+    if len(s.failed) > 5:
+        lines.append(f"  ... and {len(s.failed) - 5} more files left out")
+    records = result.records()
+    shown = 0
+    for rec, g in zip(records, result.groups):
+        if len(g.splits(inv)) < 2 or shown >= _SHOWN:
+            break
+        shown += 1
+        members = ", ".join(os.path.join(m["root"], m["path"]) for m in rec["members"][:4])
+        more = f" (+{len(rec['members']) - 4})" if len(rec["members"]) > 4 else ""
+        lines.append(f"  leak {rec['kind']}: {members}{more}")
+    if s.leaking_groups > shown:
+        lines.append(f"  ... {s.leaking_groups - shown} more groups span splits" + ("" if s.output else " (-o FILE lists all)"))
+    if s.output:
+        lines.append(f"  groups: {s.output}")
+    if report is not None:
+        verb = "would move" if dry_run else "moved"
+        count = report.planned if dry_run else report.moved
+        lines.append(f"  {verb} {count} extra copies to " + ", ".join(sorted(set(report.destinations.values()))))
+        if report.left_across_splits:
+            lines.append(f"  {report.left_across_splits} copies in other splits left in place (--drop-from SPLIT moves them)")
+    for note in s.notes:
+        lines.append(f"  note: {note}")
+    return "\n".join(lines)

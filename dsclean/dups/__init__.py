@@ -1,0 +1,11 @@
+"""Exact and near duplicates over one or more roots, and leakage across splits (``dsclean dups``).
+
+:mod:`.collect` gathers each file's content hash and perceptual hash (from scan
+results, else computed in :mod:`.worker` processes run by :mod:`.pool`);
+:mod:`.search` finds hash pairs within K bits without comparing all pairs;
+:mod:`.grouping` confirms them with the fine check and forms groups;
+:mod:`.finder` is the API; :mod:`.moves` quarantines extra copies.
+"""
+
+#: default ``--near``: Hamming distance on the 64-bit hash (README "Why K = 8": recall and search cost measured)
+DEFAULT_NEAR = 8

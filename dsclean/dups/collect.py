@@ -1,0 +1,252 @@
+"""Gather, for every media file under the roots, what dups compares: content hash and perceptual hash.
+
+Per root: the last scan's results (:func:`dsclean.locations.find_scan_results`)
+give the facts of files unchanged since (same size and mtime); files the scan
+marked bad are left out; everything else (new or changed files, results
+without fact columns, a root never scanned) is computed in worker processes
+(:mod:`dsclean.dups.worker`). Rows are kept as column arrays (no object per file),
+built in batches of ``BATCH`` files.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .. import locations, reasons
+from ..formats import IMAGE, format_of_name, kind_of
+from ..errors import UserError
+from ..hashing import DIGEST_SIZE
+from ..quality import flags as F
+from ..scanning.discover import DiscoverStats, iter_media
+from ..scanning.verdict import encode_path
+from .pool import run_chunks
+from .worker import KIND_CODES, Limits, facts_chunk
+
+BATCH = 65_536
+CHUNK = 32  # files per worker task
+
+_DEAD = (None, None, -1, None, None, None, None, False, "checking this file killed its worker (crash or --timeout)")
+
+
+@dataclass
+class Inventory:
+    """Column arrays, one entry per file; ``roots[root[i]]`` and ``path[i]`` name file i."""
+
+    roots: list[str]
+    root: np.ndarray  # int32 index into roots
+    path: pa.Array  # binary: exact name bytes relative to the root
+    size: np.ndarray  # int64
+    mtime_ns: np.ndarray  # int64
+    kind: np.ndarray  # int8: 0 image, 1 audio, -1 not media / unknown
+    pixels: np.ndarray  # int64 width * height, -1 unknown
+    content_hash: np.ndarray  # (N, 16) uint8
+    has_hash: np.ndarray  # bool
+    phash: np.ndarray  # uint64
+    has_phash: np.ndarray  # bool
+    low_information: np.ndarray  # bool
+    excluded_bad: int = 0  # marked bad by the scan: not compared
+    from_results: int = 0  # facts taken from scan results
+    computed: int = 0  # facts computed here
+    failed: list[str] = field(default_factory=list)  # files that could not be read / killed a worker
+    undecodable: int = 0  # hashed but not decoded (no perceptual hash)
+    results_files: list[str | None] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.root)
+
+    def rel(self, i: int) -> bytes:
+        return self.path[i].as_py()
+
+
+class _Columns:
+    """Rows appended one at a time, flushed to numpy arrays every BATCH rows."""
+
+    NAMES = ("root", "path", "size", "mtime_ns", "kind", "pixels", "content_hash", "has_hash", "phash",
+             "has_phash", "low_information")
+
+    def __init__(self) -> None:
+        self.parts: dict[str, list] = {n: [] for n in self.NAMES}
+        self.rows: dict[str, list] = {n: [] for n in self.NAMES}
+
+    def add(self, root: int, path: bytes, size, mtime, kind, width, height, chash, phash, low) -> None:
+        r = self.rows
+        r["root"].append(root)
+        r["path"].append(path)
+        r["size"].append(-1 if size is None else size)
+        r["mtime_ns"].append(-1 if mtime is None else mtime)
+        r["kind"].append(kind)
+        r["pixels"].append(width * height if width and height else -1)
+        r["content_hash"].append(chash if chash else bytes(DIGEST_SIZE))
+        r["has_hash"].append(chash is not None)
+        r["phash"].append(0 if phash is None else phash)
+        r["has_phash"].append(phash is not None)
+        r["low_information"].append(bool(low))
+        if len(r["root"]) >= BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        r = self.rows
+        if not r["root"]:
+            return
+        p = self.parts
+        p["root"].append(np.array(r["root"], np.int32))
+        p["path"].append(pa.array(r["path"], pa.binary()))
+        for name, typ in (("size", np.int64), ("mtime_ns", np.int64), ("kind", np.int8), ("pixels", np.int64),
+                          ("has_hash", bool), ("has_phash", bool), ("low_information", bool)):
+            p[name].append(np.array(r[name], typ))
+        p["content_hash"].append(np.frombuffer(b"".join(r["content_hash"]), np.uint8).reshape(-1, DIGEST_SIZE))
+        p["phash"].append(np.array(r["phash"], np.uint64))
+        self.rows = {n: [] for n in self.NAMES}
+
+    def inventory(self, roots: list[str]) -> Inventory:
+        self.flush()
+        p = self.parts
+        if not p["root"]:
+            empty = {n: np.zeros(0, t) for n, t in (("root", np.int32), ("size", np.int64), ("mtime_ns", np.int64),
+                                                    ("kind", np.int8), ("pixels", np.int64), ("has_hash", bool),
+                                                    ("phash", np.uint64), ("has_phash", bool),
+                                                    ("low_information", bool))}
+            return Inventory(roots=roots, path=pa.array([], pa.binary()),
+                             content_hash=np.zeros((0, DIGEST_SIZE), np.uint8), **empty)
+        cols = {n: np.concatenate(p[n]) for n in self.NAMES if n != "path"}
+        path = pa.concat_arrays(p["path"]) if len(p["path"]) > 1 else p["path"][0]
+        return Inventory(roots=roots, path=path, **cols)
+
+
+def validate_root(root: str) -> str:
+    if not os.path.isdir(root):
+        raise UserError(f"{root}: no such folder" if not os.path.exists(root) else f"{root}: not a folder")
+    if not os.access(root, os.R_OK | os.X_OK):
+        raise UserError(f"{root}: cannot be listed: permission denied")
+    return os.path.abspath(root)
+
+
+def collect(roots: list[str], *, limits: Limits = Limits(), workers: int = 1, exclude: tuple[str, ...] = (),
+            use_results: bool = True, progress=None) -> Inventory:
+    """Facts of every media file under ``roots`` (paths as given), from scan results or computed."""
+    abs_roots = [validate_root(r) for r in roots]
+    seen = {}
+    for given, real in zip(roots, abs_roots):
+        key = os.path.realpath(real)
+        if key in seen:
+            raise UserError(f"{given} and {seen[key]} are the same folder; give each root once")
+        seen[key] = given
+    cols = _Columns()
+    stats = {"bad": 0, "from_results": 0, "computed": 0, "undecodable": 0}
+    failed: list[str] = []
+    results_files = []
+    for index, (given, root) in enumerate(zip(roots, abs_roots)):
+        results_path = locations.find_scan_results(root) if use_results else None
+        results_files.append(results_path)
+        results = _read_results(results_path) if results_path else None
+        todo = _from_results(index, root, results, cols, stats, exclude)
+        for rels, rows in run_chunks(facts_chunk, root, _chunks(todo, CHUNK), limits, workers, lambda rel: _DEAD):
+            for rel, row in zip(rels, rows):
+                size, mtime, kind, w, h, chash, phash, low, error = row
+                if chash is None:
+                    failed.append(f"{os.path.join(given, rel)}: {error}")
+                    continue
+                stats["computed"] += 1
+                if kind == KIND_CODES["image"] and phash is None:
+                    stats["undecodable"] += 1
+                cols.add(index, encode_path(rel), size, mtime, kind, w, h, chash, phash, low)
+                if progress:
+                    progress(1)
+    inv = cols.inventory(list(roots))
+    inv.excluded_bad, inv.from_results, inv.computed = stats["bad"], stats["from_results"], stats["computed"]
+    inv.undecodable, inv.failed, inv.results_files = stats["undecodable"], failed, results_files
+    return inv
+
+
+_RESULT_COLUMNS = ("path", "status", "size", "mtime_ns", "width", "height", "content_hash", "phash", "flags")
+
+
+def _read_results(path: str) -> pa.Table | None:
+    """The useful columns of a results file (any subset of the fact columns may be missing)."""
+    import pyarrow.parquet as pq
+
+    try:
+        names = pq.read_schema(path).names
+        if "path" not in names or "status" not in names:
+            raise UserError(f"{path}: not a dsclean scan results file (no path/status columns)")
+        table = pq.read_table(path, columns=[c for c in _RESULT_COLUMNS if c in names]).combine_chunks()
+    except (pa.ArrowException, OSError) as exc:
+        raise UserError(f"{path}: cannot read scan results ({exc})") from exc
+    return table if table.num_rows else None
+
+
+def _chunks(items: Iterator[str], size: int) -> Iterator[list[str]]:
+    chunk: list[str] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _from_results(index: int, root: str, results: pa.Table | None, cols: _Columns, stats: dict,
+                  exclude: tuple[str, ...]) -> Iterator[str]:
+    """Add the files whose facts the results hold; yield the relative paths that need computing."""
+    media = iter_media(root, exclude=exclude, stats=DiscoverStats())
+    while True:
+        batch = [rel for rel, _ in _take(media, BATCH)]
+        if not batch:
+            return
+        if results is None:
+            yield from batch
+            continue
+        yield from _match_batch(index, root, batch, results, cols, stats)
+
+
+def _take(it, n):
+    for _ in range(n):
+        nxt = next(it, None)
+        if nxt is None:
+            return
+        yield nxt
+
+
+def _match_batch(index: int, root: str, batch: list[str], results: pa.Table, cols: _Columns,
+                 stats: dict) -> Iterator[str]:
+    """One batch: rows of the results aligned with the batch by one hash lookup, then a stat per file."""
+    encoded = [encode_path(rel) for rel in batch]
+    where = pc.index_in(pa.array(encoded, pa.binary()), value_set=results.column("path").chunk(0))
+    found = where.is_valid().to_pylist()
+    rows = results.take(pc.fill_null(where, 0))
+    py = {n: rows.column(n).to_pylist() if n in rows.column_names else [None] * len(batch)
+          for n in _RESULT_COLUMNS if n != "path"}
+    for i, (rel, raw) in enumerate(zip(batch, encoded)):
+        if not found[i]:
+            yield rel
+            continue
+        if py["status"][i] == reasons.BAD:
+            stats["bad"] += 1
+            continue
+        try:
+            st = os.stat(os.path.join(root, rel))
+        except OSError:
+            yield rel  # the worker reports it
+            continue
+        flags = py["flags"][i] or []
+        image = _is_image(rel)
+        usable = (py["size"][i] == st.st_size and py["mtime_ns"][i] == st.st_mtime_ns
+                  and py["content_hash"][i] is not None
+                  and (py["phash"][i] is not None or F.LOW_INFORMATION in flags or not image))
+        if not usable:
+            yield rel
+            continue
+        stats["from_results"] += 1
+        cols.add(index, raw, st.st_size, st.st_mtime_ns, KIND_CODES["image" if image else "audio"],
+                 py["width"][i], py["height"][i], py["content_hash"][i], py["phash"][i], F.LOW_INFORMATION in flags)
+
+
+def _is_image(rel: str) -> bool:
+    fmt = format_of_name(rel)
+    return fmt is not None and kind_of(fmt) == IMAGE

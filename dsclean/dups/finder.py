@@ -1,0 +1,172 @@
+"""``dsclean dups`` as a Python API: find exact and near duplicates over one or more roots (splits).
+
+:func:`find_duplicates` gathers facts (:mod:`.collect`), groups (:mod:`.grouping`),
+and returns a :class:`DupsResult`; :func:`write_groups` writes the JSONL described
+in FACTS.md; :func:`quarantine_duplicates` moves the extras (:mod:`.moves`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from ..atomic import atomic_output
+from ..errors import UserError
+from ..jsonpaths import path_fields
+from ..quality.compare import DEFAULT_MIN_CORRELATION, similarity
+from ..quality.flags import FlagOptions
+from . import DEFAULT_NEAR
+from .collect import Inventory, collect
+from .grouping import Group, NearStats, group
+from .pool import run_chunks
+from .worker import Limits, thumbs_chunk
+
+
+@dataclass(frozen=True)
+class DupsOptions:
+    """Everything ``dsclean dups`` can be told about finding. The defaults are the CLI's."""
+
+    near: int = DEFAULT_NEAR  # max Hamming distance of near duplicates; 0 = exact only
+    min_similarity: float = DEFAULT_MIN_CORRELATION  # the fine check's threshold; 0 would skip nothing
+    verify: bool = True  # run the fine check on candidate pairs (off: the hash alone decides)
+    jobs: int = 0  # worker processes; 0 = usable cores
+    timeout: float = 60.0  # seconds per file in a worker; 0 = none
+    max_memory: int = 0  # bytes one file's decode may add in a worker; 0 = none
+    use_results: bool = True  # take facts from each root's last scan results where they are current
+    exclude: tuple[str, ...] = ()  # folders to leave out (the quarantine is always left out)
+    flag_options: FlagOptions = FlagOptions()
+
+
+@dataclass
+class DupsSummary:
+    """Counts of one run; what the CLI prints."""
+
+    roots: list[str]
+    files: int = 0
+    images: int = 0
+    exact_groups: int = 0
+    near_groups: int = 0
+    duplicate_files: int = 0  # files in groups beyond one per group
+    leaking_groups: int = 0  # groups spanning two or more roots (splits)
+    near: int = DEFAULT_NEAR
+    near_stats: dict = field(default_factory=dict)
+    from_results: int = 0
+    computed: int = 0
+    excluded_bad: int = 0
+    undecodable: int = 0
+    failed: list[str] = field(default_factory=list)
+    elapsed: float = 0.0
+    output: str | None = None
+    moved: int = 0
+    move_errors: list[str] = field(default_factory=list)
+    kept_across_splits: int = 0  # extras in another split, left in place (no --drop-from)
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class DupsResult:
+    """The groups (in output order) over the inventory they index, and the summary."""
+
+    inventory: Inventory
+    groups: list[Group]
+    summary: DupsSummary
+
+    def records(self):
+        """Yield each group as the JSON-ready dict written to groups.jsonl."""
+        inv = self.inventory
+        for n, g in enumerate(self.groups):
+            yield {
+                "group": n,
+                "kind": g.kind,
+                "members": [{"root": inv.roots[inv.root[i]], **path_fields(inv.rel(i)), "distance": int(d)}
+                            for i, d in zip(g.members, g.distance)],
+                "splits": [inv.roots[r] for r in g.splits(inv)],
+            }
+
+
+def _workers(jobs: int) -> int:
+    if jobs:
+        return jobs
+    from ..scanning.scanner import usable_cores
+
+    return usable_cores()
+
+
+def find_duplicates(roots: list[str] | str, options: DupsOptions = DupsOptions(), *,
+                    quarantine: str | None = None, progress=None) -> DupsResult:
+    """Exact and near duplicate groups over ``roots`` (each root is one split; names as given)."""
+    t0 = time.monotonic()
+    roots = [roots] if isinstance(roots, str) else list(roots)
+    if not roots:
+        raise UserError("give at least one root folder")
+    if options.near < 0 or options.near > 32:
+        raise UserError(f"--near {options.near}: must be from 0 (exact duplicates only) to 32 bits")
+    workers = _workers(options.jobs)
+    limits = Limits(options.timeout, options.max_memory, options.flag_options)
+    exclude = tuple(options.exclude) + ((os.path.abspath(quarantine),) if quarantine else ())
+    inv = collect(roots, limits=limits, workers=workers, exclude=exclude, use_results=options.use_results,
+                  progress=progress)
+    verify = _verifier(inv, limits, workers, options.min_similarity) if options.verify else None
+    groups, near_stats = group(inv, options.near, verify)
+    s = DupsSummary(roots=list(roots), near=options.near, near_stats=asdict(near_stats))
+    s.files, s.images = len(inv), int((inv.kind == 0).sum())
+    s.exact_groups = sum(g.kind == "exact" for g in groups)
+    s.near_groups = len(groups) - s.exact_groups
+    s.duplicate_files = sum(len(g.members) - 1 for g in groups)
+    s.leaking_groups = sum(len(g.splits(inv)) > 1 for g in groups)
+    s.from_results, s.computed, s.excluded_bad = inv.from_results, inv.computed, inv.excluded_bad
+    s.undecodable, s.failed = inv.undecodable, inv.failed
+    s.elapsed = round(time.monotonic() - t0, 3)
+    return DupsResult(inv, groups, s)
+
+
+def _verifier(inv: Inventory, limits: Limits, workers: int, threshold: float):
+    """The fine check over candidate pairs: 1 confirmed, 0 rejected, -1 a picture could not be decoded."""
+
+    def verify(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        thumbs = _thumbnails(inv, np.unique(np.concatenate((a, b))), limits, workers)
+        out = np.zeros(len(a), dtype=np.int8)
+        for k, (i, j) in enumerate(zip(a.tolist(), b.tolist())):
+            ti, tj = thumbs.get(i), thumbs.get(j)
+            if ti is None or tj is None:
+                out[k] = -1
+            else:
+                out[k] = similarity(ti, tj, threshold) >= threshold
+        return out
+
+    return verify
+
+
+def _thumbnails(inv: Inventory, files: np.ndarray, limits: Limits, workers: int) -> dict[int, np.ndarray]:
+    """64x64 grey thumbnails of ``files``, decoded again in the worker pool (4 KiB each)."""
+    out: dict[int, np.ndarray] = {}
+    for r, root in enumerate(inv.roots):
+        mine = files[inv.root[files] == r]
+        rels = [os.fsdecode(inv.rel(int(i))) for i in mine]
+        index = {rel: int(i) for rel, i in zip(rels, mine)}
+        chunks = [rels[k:k + 32] for k in range(0, len(rels), 32)]
+        for chunk, thumbs in run_chunks(thumbs_chunk, os.path.abspath(root), chunks, limits, workers,
+                                        lambda rel: None):
+            for rel, t in zip(chunk, thumbs):
+                if t is not None:
+                    out[index[rel]] = t
+    return out
+
+
+def write_groups(result: DupsResult, output: str) -> None:
+    """One JSON object per group (FACTS.md), written to a temp file and renamed."""
+    parent = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(parent):
+        raise UserError(f"{output}: the folder {parent} does not exist")
+    if os.path.isdir(output):
+        raise UserError(f"{output}: is a folder; -o takes a file name such as groups.jsonl")
+    with atomic_output(output) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        for record in result.records():
+            f.write(json.dumps(record) + "\n")
+    result.summary.output = output

@@ -1,0 +1,125 @@
+"""Move the extra copies of each group aside, through the scan's journaled quarantine.
+
+Per group: each root (split) keeps one member, chosen by ``keep`` (``first``: the
+first in the group's order, i.e. the representative when it is in that root;
+``largest``: most bytes; ``most-pixels``: most width x height; ties go to the
+first); its other members in that root are moved. A root's copy is never
+moved because of a copy in another root, unless that root is ``drop_from``:
+then all its members go, as long as another root keeps one. Each root's files
+go to ``DIR/<root name>/<path>``, a quarantine of its own (journal, lock), so
+``dsclean restore DIR/<root name>`` puts them back. Reason: ``duplicate``.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from .. import reasons
+from ..errors import UserError
+from ..scanning.quarantine import Quarantine
+from .finder import DupsResult
+
+KEEP = ("first", "largest", "most-pixels")
+
+
+@dataclass
+class MoveReport:
+    planned: int = 0  # extra copies chosen to move
+    moved: int = 0
+    errors: list[str] = field(default_factory=list)
+    left_across_splits: int = 0  # copies in another root kept because no --drop-from names it
+    changed: int = 0  # files that changed since their facts were taken: left in place
+    destinations: dict[str, str] = field(default_factory=dict)  # root as given -> its quarantine subfolder
+
+
+def subfolders(roots: list[str]) -> list[str]:
+    """A distinct subfolder name per root: its base name, with ~2, ~3 ... on clashes."""
+    names: list[str] = []
+    for root in roots:
+        base = os.path.basename(os.path.normpath(os.path.abspath(root))) or "root"
+        name, n = base, 1
+        while name in names:
+            n += 1
+            name = f"{base}~{n}"
+        names.append(name)
+    return names
+
+
+def resolve_split(roots: list[str], split: str) -> int:
+    """The index of the root ``split`` names (as given, or the same folder)."""
+    if split in roots:
+        return roots.index(split)
+    for i, root in enumerate(roots):
+        if os.path.exists(split) and os.path.realpath(split) == os.path.realpath(root):
+            return i
+    raise UserError(f"--drop-from {split}: not one of the roots given ({', '.join(roots)})")
+
+
+def plan_moves(result: DupsResult, keep: str = "first", drop_from: str | None = None) -> tuple[list[int], int]:
+    """(files to move, copies left because they are in another split), per the rules above."""
+    if keep not in KEEP:
+        raise UserError(f"--keep {keep}: choose one of {', '.join(KEEP)}")
+    inv = result.inventory
+    drop = resolve_split(inv.roots, drop_from) if drop_from is not None else None
+    moves: list[int] = []
+    left = 0
+    for g in result.groups:
+        by_root: dict[int, list[int]] = {}
+        for m in g.members:
+            by_root.setdefault(int(inv.root[m]), []).append(m)
+        roots_kept = [r for r in by_root if r != drop]
+        for r, members in by_root.items():
+            if r == drop and roots_kept:
+                moves += members
+                continue
+            keeper = _choose(inv, members, keep)
+            moves += [m for m in members if m != keeper]
+        if drop is None and len(by_root) > 1:
+            left += len(by_root) - 1
+    return moves, left
+
+
+def _choose(inv, members: list[int], keep: str) -> int:
+    if keep == "first":
+        return members[0]
+    score = inv.size if keep == "largest" else inv.pixels
+    best = members[0]
+    for m in members[1:]:
+        if score[m] > score[best]:
+            best = m
+    return best
+
+
+def quarantine_duplicates(result: DupsResult, qdir: str, keep: str = "first", drop_from: str | None = None,
+                          dry_run: bool = False) -> MoveReport:
+    """Move every extra copy into ``qdir/<root name>/``, journaled; never overwrites, never deletes."""
+    moves, left = plan_moves(result, keep, drop_from)
+    inv = result.inventory
+    report = MoveReport(planned=len(moves), left_across_splits=left)
+    names = subfolders(inv.roots)
+    report.destinations = {root: os.path.join(qdir, name) for root, name in zip(inv.roots, names)}
+    if dry_run or not moves:
+        return report
+    by_root: dict[int, list[int]] = {}
+    for m in moves:
+        by_root.setdefault(int(inv.root[m]), []).append(m)
+    for r, files in sorted(by_root.items()):
+        root = os.path.abspath(inv.roots[r])
+        with Quarantine(os.path.join(qdir, names[r]), root) as q:
+            for m in files:
+                rel = os.fsdecode(inv.rel(m))
+                full = os.path.join(root, rel)
+                try:
+                    st = os.stat(full)
+                except OSError as exc:
+                    report.errors.append(f"{full}: {exc.strerror or exc}")
+                    continue
+                if (st.st_size, st.st_mtime_ns) != (int(inv.size[m]), int(inv.mtime_ns[m])):
+                    report.changed += 1
+                    continue
+                try:
+                    q.move(rel, reasons.DUPLICATE)
+                    report.moved += 1
+                except OSError as exc:
+                    report.errors.append(f"{full}: {exc.strerror or exc}")
+    return report

@@ -1,0 +1,86 @@
+"""What runs in dups' worker processes: facts or thumbnails of a chunk of files, under a time limit.
+
+Each task gets (root, relative paths, limits) and returns plain tuples, so a
+chunk's answer is small to send back. The time limit and memory ceiling are the
+scan's (:mod:`dsclean.scanning.worker`): a decoder that hangs is killed with its
+process, and :mod:`dsclean.dups.pool` re-runs the chunk file by file to name it.
+"""
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import formats
+from ..quality import flags as F
+from ..quality.files import facts_from_path
+from ..quality.flags import FlagOptions
+from ..quality.image import thumbnail_from_path
+from ..scanning.worker import FAULT_ENV, inject_fault, set_memory_ceiling, time_limit
+
+KIND_CODES = {None: -1, formats.IMAGE: 0, formats.AUDIO: 1}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-file limits in the workers (0 = none), and the flag thresholds."""
+
+    timeout: float = 60.0
+    max_memory: int = 0
+    flag_options: FlagOptions = FlagOptions()
+
+
+#: one file's answer: (size, mtime_ns, kind code, width, height, content_hash, phash, low_information, error)
+Row = tuple
+
+
+def _enter(limits: Limits) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
+    set_memory_ceiling(limits.max_memory)
+
+
+def _fault(path: str) -> None:
+    """The scan's test-only fault injection (files named __segfault__, __hang__, ...), same switch."""
+    if os.environ.get(FAULT_ENV) == "1":
+        inject_fault(path)
+
+
+def facts_chunk(root: str, rels: list[str], limits: Limits) -> list[Row]:
+    """Content hash and image facts of each file (audio: hash only; dups compares images)."""
+    _enter(limits)
+    out = []
+    for rel in rels:
+        with time_limit(limits.timeout):
+            _fault(os.path.join(root, rel))
+            out.append(facts_row(os.path.join(root, rel), limits.flag_options))
+    return out
+
+
+def facts_row(path: str, options: FlagOptions = FlagOptions()) -> Row:
+    """One file's row; an unreadable file gives (None, ..., error)."""
+    try:
+        ff = facts_from_path(path, options, decode=(formats.IMAGE,))
+    except OSError as exc:
+        return (None, None, -1, None, None, None, None, False, f"cannot read: {exc.strerror or exc}")
+    except MemoryError:
+        return (None, None, -1, None, None, None, None, False, "out of memory")
+    facts = ff.facts
+    low = bool(facts and F.LOW_INFORMATION in facts.flags)
+    return (ff.size, ff.mtime_ns, KIND_CODES.get(ff.kind, -1), ff.width, ff.height,
+            facts.content_hash if facts else None, facts.phash if facts else None, low, ff.error)
+
+
+def thumbs_chunk(root: str, rels: list[str], limits: Limits) -> list[np.ndarray | None]:
+    """The canonical 64x64 grey thumbnail of each image (None if it cannot be decoded)."""
+    _enter(limits)
+    out = []
+    for rel in rels:
+        with time_limit(limits.timeout):
+            _fault(os.path.join(root, rel))
+            try:
+                out.append(thumbnail_from_path(os.path.join(root, rel)))
+            except (Exception, MemoryError):  # undecodable now (changed since?): the pair is not confirmed
+                out.append(None)
+    return out

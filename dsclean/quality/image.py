@@ -1,0 +1,140 @@
+"""Image facts from a thumbnail: brightness, contrast, entropy, sharpness, grayscale, orientation, phash.
+
+The scan calls :func:`image_facts` with the pixels its own check decoded (the
+1/8-scale JPEG decode, or a Pillow frame through :func:`image_facts_from_pil`);
+``dsclean dups`` and unscanned roots use :func:`image_facts_from_path`, which
+decodes as little as Pillow allows (``draft`` for JPEG: the DCT-domain downscale).
+All of them end in the same canonical 64 x 64 grey thumbnail (:mod:`.thumbnail`).
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image
+
+from . import thumbnail
+from .phash import phash
+
+#: EXIF tag number of Orientation
+_ORIENTATION = 0x0112
+#: a colour image is stored grey when no thumbnail pixel's channels spread by more than this (0..255)
+GRAY_SPREAD = 4
+
+
+@dataclass
+class ImageFacts:
+    """What an image is like; every field None when it could not be computed (see FACTS.md)."""
+
+    phash: int | None = None  # 64-bit perceptual hash (dsclean.quality.phash)
+    brightness: float | None = None  # mean luma, 0..1
+    contrast: float | None = None  # std of luma, 0..1
+    entropy: float | None = None  # Shannon entropy of the 256-bin luma histogram, bits
+    sharpness: float | None = None  # variance of the Laplacian of the 64x64 thumbnail (0..255 units)
+    grayscale: bool | None = None  # a colour-stored image whose channels are all equal
+    orientation: int | None = None  # EXIF orientation 1..8
+
+
+def image_facts(pixels: np.ndarray, *, colour_stored: bool | None = None, orientation: int | None = None) -> ImageFacts:
+    """Facts of a decoded image or thumbnail: an (H, W) grey or (H, W, 3) RGB uint8 array.
+
+    ``colour_stored``: whether the file stores colour (a grey array of a colour
+    file leaves ``grayscale`` unknown); RGB pixels imply it. Sharpness needs the
+    pixels at least 64 x 64 (a smaller image would be upsampled, which blurs it):
+    the scan passes its decode at the smallest scale that keeps both sides >= 64.
+    """
+    pixels = np.asarray(pixels)
+    is_rgb = pixels.ndim == 3 and pixels.shape[2] >= 3
+    thumb = thumbnail.canonical(pixels)
+    facts = thumbnail_facts(thumb, sharp=pixels.shape[0] >= thumbnail.SIZE and pixels.shape[1] >= thumbnail.SIZE)
+    facts.orientation = orientation if orientation in range(1, 9) else None
+    if is_rgb:
+        facts.grayscale = is_grey_rgb(pixels[..., :3])
+    elif colour_stored is False:
+        facts.grayscale = False
+    return facts
+
+
+def thumbnail_facts(thumb: np.ndarray, *, sharp: bool = True) -> ImageFacts:
+    """Brightness, contrast, entropy, sharpness and phash of a canonical 64x64 float grey thumbnail."""
+    counts = np.bincount(np.clip(np.rint(thumb), 0, 255).astype(np.intp).ravel(), minlength=256)
+    p = counts[counts > 0] / thumb.size
+    entropy = float(-(p * np.log2(p)).sum()) + 0.0
+    return ImageFacts(
+        phash=phash(thumb),
+        brightness=float(thumb.mean() / 255.0),
+        contrast=float(thumb.std() / 255.0),
+        entropy=entropy,
+        sharpness=laplacian_variance(thumb) if sharp else None,
+    )
+
+
+def laplacian_variance(grey: np.ndarray) -> float:
+    """Variance of the 4-neighbour Laplacian over the interior pixels: high when edges are crisp."""
+    g = np.asarray(grey, dtype=np.float64)
+    lap = g[1:-1, :-2] + g[1:-1, 2:] + g[:-2, 1:-1] + g[2:, 1:-1] - 4.0 * g[1:-1, 1:-1]
+    return float(lap.var())
+
+
+def is_grey_rgb(rgb: np.ndarray) -> bool:
+    """True if the channels of an RGB image agree everywhere (after area-averaging to 64x64)."""
+    im = Image.fromarray(np.ascontiguousarray(rgb, dtype=np.uint8), "RGB")
+    if im.width > thumbnail.SIZE and im.height > thumbnail.SIZE:
+        im = im.resize((thumbnail.SIZE, thumbnail.SIZE), Image.Resampling.BOX)
+    a = np.asarray(im, dtype=np.int16)
+    return bool((a.max(axis=2) - a.min(axis=2)).max() <= GRAY_SPREAD)
+
+
+def exif_orientation(im: Image.Image) -> int | None:
+    """EXIF orientation (1..8) of an open image, or None (no EXIF, no tag, unreadable EXIF)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            value = im.getexif().get(_ORIENTATION)
+    except Exception:  # a damaged EXIF block says nothing about the pixels; the fact is just unknown
+        return None
+    return value if isinstance(value, int) and 1 <= value <= 8 else None
+
+
+def image_facts_from_pil(im: Image.Image) -> ImageFacts:
+    """Facts of an open (loaded or draft-reduced) Pillow image, e.g. the first frame the scan decoded."""
+    orientation = exif_orientation(im)
+    colour = im.mode not in ("1", "L", "LA", "La", "I", "I;16", "I;16B", "I;16L", "I;16N", "F")
+    small = thumbnail.to_uint8(im)
+    if small.width > 4 * thumbnail.SIZE and small.height > 4 * thumbnail.SIZE:
+        factor = min(small.width, small.height) // (2 * thumbnail.SIZE)
+        small = small.reduce(factor)  # cheap box reduction before the exact resize
+    return image_facts(np.asarray(small), colour_stored=colour, orientation=orientation)
+
+
+def open_reduced(path: str) -> tuple[Image.Image, tuple[int, int]]:
+    """Open an image and decode its first frame as cheaply as Pillow allows (JPEG: DCT-domain 1/2..1/8).
+
+    Returns the image and its stored (width, height): ``draft`` makes ``im.size`` the reduced size.
+    """
+    im = Image.open(path)
+    size = im.size
+    try:
+        if im.format == "JPEG":
+            im.draft(im.mode if im.mode in ("L", "RGB") else "RGB", (thumbnail.SIZE, thumbnail.SIZE))
+        im.load()
+    except BaseException:
+        im.close()
+        raise
+    return im, size
+
+
+def image_facts_from_path(path: str) -> ImageFacts:
+    """Facts of an image file, decoding only its first frame, at the smallest scale that keeps 64 px."""
+    im, _ = open_reduced(path)
+    with im:
+        return image_facts_from_pil(im)
+
+
+def thumbnail_from_path(path: str) -> np.ndarray:
+    """The canonical 64x64 grey thumbnail of an image file, as uint8 (what dups' fine check compares)."""
+    im, _ = open_reduced(path)
+    with im:
+        small = thumbnail.to_uint8(im)
+        return np.clip(np.rint(thumbnail.canonical(small)), 0, 255).astype(np.uint8)

@@ -1,0 +1,85 @@
+"""The 64-bit perceptual hash: signs of the lowest DCT frequencies of a windowed grey thumbnail.
+
+Classic pHash (the 8x8 lowest DCT coefficients against their median) is robust to
+resizing, recompression and brightness, but not to crops: a 5% crop shifts the
+picture under the fixed DCT basis, and the coefficients that describe the border
+change most (measured in ``scripts/bench_dups.py``: 73-76% of 3-5% crops within 8
+bits). This hash keeps the rest of pHash and damps the border:
+
+1. the canonical grey thumbnail averaged down to 32 x 32, mean removed (brightness drops out);
+2. a Hann window, so the border a crop removes weighs little;
+3. the 2-D DCT; its 64 lowest-frequency AC coefficients (1 <= u + v <= 10, zig-zag order);
+4. bit i is set when coefficient i is positive (the window and the mean removal centre
+   them on zero; scaling the contrast changes no sign).
+
+A near-constant image has no structure to hash: its bits are noise. Such images are
+flagged ``low_information`` and left out of near search.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+#: side of the thumbnail the DCT is taken of
+DCT_SIZE = 32
+#: the hash takes the first 64 AC coefficients (u, v) with 1 <= u + v <= MAX_FREQUENCY, zig-zag order
+MAX_FREQUENCY = 10
+BITS = 64
+
+
+def _dct_matrix(n: int) -> np.ndarray:
+    """Orthonormal DCT-II matrix: ``D @ x`` is the DCT of a length-n column."""
+    k = np.arange(n)[:, None]
+    x = np.arange(n)[None, :]
+    m = np.cos(np.pi * (2 * x + 1) * k / (2 * n)) * np.sqrt(2.0 / n)
+    m[0] /= np.sqrt(2.0)
+    return m
+
+
+def _low_frequencies() -> list[tuple[int, int]]:
+    """The first BITS (u, v) with 1 <= u + v <= MAX_FREQUENCY in zig-zag order (diagonal by diagonal)."""
+    cells = [(u, v) for u in range(MAX_FREQUENCY + 1) for v in range(MAX_FREQUENCY + 1) if 1 <= u + v <= MAX_FREQUENCY]
+    return sorted(cells, key=lambda p: (p[0] + p[1], p[1] if (p[0] + p[1]) % 2 else p[0]))[:BITS]
+
+
+_D = _dct_matrix(DCT_SIZE)
+_ZZ = _low_frequencies()
+_ROWS = np.array([i for i, _ in _ZZ])
+_COLS = np.array([j for _, j in _ZZ])
+_hann = np.hanning(DCT_SIZE + 8)[4:-4]
+_WINDOW = np.outer(_hann, _hann)
+_WEIGHTS = (1 << np.arange(BITS, dtype=np.uint64)).astype(np.uint64)
+
+
+def low_frequencies(thumb: np.ndarray) -> np.ndarray:
+    """The 64 windowed low-frequency DCT coefficients of a 64x64 (or 32x32) grey thumbnail."""
+    t = np.asarray(thumb, dtype=np.float64)
+    if t.shape == (2 * DCT_SIZE, 2 * DCT_SIZE):
+        t = t.reshape(DCT_SIZE, 2, DCT_SIZE, 2).mean(axis=(1, 3))
+    if t.shape != (DCT_SIZE, DCT_SIZE):
+        raise ValueError(f"phash needs a {2 * DCT_SIZE}x{2 * DCT_SIZE} or {DCT_SIZE}x{DCT_SIZE} thumbnail, got {t.shape}")
+    d = _D @ ((t - t.mean()) * _WINDOW) @ _D.T
+    return d[_ROWS, _COLS]
+
+
+def phash(thumb: np.ndarray) -> int:
+    """The 64-bit hash of a canonical grey thumbnail, as an int in [0, 2**64)."""
+    bits = low_frequencies(thumb) > 0
+    return int(np.bitwise_or.reduce(_WEIGHTS[bits])) if bits.any() else 0
+
+
+def hamming(a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray | int:
+    """Bits that differ between 64-bit hashes (ints, or uint64 arrays element-wise)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return (a ^ b).bit_count()
+    return popcount64(np.bitwise_xor(np.asarray(a, dtype=np.uint64), np.asarray(b, dtype=np.uint64)))
+
+
+_BYTE_BITS = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)
+
+
+def popcount64(x: np.ndarray) -> np.ndarray:
+    """Set bits of each uint64 (numpy >= 2 has a native kernel; older numpy a byte table)."""
+    x = np.ascontiguousarray(x, dtype=np.uint64)
+    if hasattr(np, "bitwise_count"):
+        return np.bitwise_count(x)
+    return _BYTE_BITS[x.view(np.uint8)].reshape(*x.shape, 8).sum(axis=-1, dtype=np.uint8)

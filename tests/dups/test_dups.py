@@ -1,0 +1,207 @@
+"""dsclean dups end to end: real files, real worker processes, the JSONL format, --check, quarantine."""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from PIL import Image
+from support import synth
+from support.files import write
+
+import dsclean
+from dsclean.cli import main
+from dsclean.dups.finder import DupsOptions, find_duplicates
+from dsclean.quality.files import facts_from_path
+
+OPTS = DupsOptions(jobs=2, timeout=30)
+
+
+def _resized_jpeg(seed: int, size=(200, 150), quality=60) -> bytes:
+    return synth.encode_image(synth.photo_like(320, 240, seed=seed).resize(size), "JPEG", quality=quality)
+
+
+@pytest.fixture
+def splits(tmp_path):
+    """train/val/test with exact copies, a near copy leaking into val, and distinct pictures."""
+    train, val, test = tmp_path / "train", tmp_path / "val", tmp_path / "test"
+    a = synth.jpeg(320, 240, seed=1)
+    write(train, "cats/a.jpg", a)
+    write(train, "cats/a_copy.jpg", a)  # exact, same split
+    write(val, "cats/a.jpg", a)  # exact, leaks into val
+    write(train, "dogs/b.png", synth.encode_image(synth.photo_like(320, 240, seed=2), "PNG"))
+    write(test, "dogs/b_small.jpg", _resized_jpeg(2))  # near copy of b, leaks into test
+    for i in range(3, 9):
+        write(train, f"other/{i}.jpg", synth.jpeg(320, 240, seed=i))
+    return tmp_path
+
+
+def _records(path):
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def test_groups_jsonl_format_order_and_check(splits, capsys):
+    out = splits / "groups.jsonl"
+    roots = [str(splits / "train"), str(splits / "val"), str(splits / "test")]
+    code = main(["dups", *roots, "-o", str(out), "--check", "-j", "2"])
+    assert code == 1  # groups span splits
+    recs = _records(out)
+    assert [r["group"] for r in recs] == list(range(len(recs)))
+    exact = next(r for r in recs if r["kind"] == "exact")
+    assert exact["members"] == [
+        {"root": roots[0], "path": "cats/a.jpg", "distance": 0},
+        {"root": roots[0], "path": "cats/a_copy.jpg", "distance": 0},
+        {"root": roots[1], "path": "cats/a.jpg", "distance": 0},
+    ]
+    assert exact["splits"] == roots[:2]
+    near = next(r for r in recs if r["kind"] == "near")
+    assert [(m["root"], m["path"]) for m in near["members"]] == [(roots[0], "dogs/b.png"), (roots[2], "dogs/b_small.jpg")]
+    assert 0 < near["members"][1]["distance"] <= 8 and near["splits"] == [roots[0], roots[2]]
+    assert len(recs) == 2  # the six other pictures are in no group
+    assert "2 groups span splits" in capsys.readouterr().out
+
+
+def test_check_passes_without_leakage(splits):
+    assert main(["dups", str(splits / "train"), "--check", "-q", "-j", "2"]) == 0
+
+
+def test_exact_only_and_json_summary(splits, capsys):
+    assert main(["dups", str(splits / "train"), str(splits / "test"), "--near", "0", "--json", "-j", "2"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert (s["exact_groups"], s["near_groups"], s["leaking_groups"]) == (1, 0, 0)
+    assert s["computed"] == s["files"] == 10
+
+
+def test_non_utf8_names_get_path_b64(tmp_path):
+    data = synth.png(48, 48, seed=3)
+    write(tmp_path / "r", b"caf\xe9.png", data)
+    write(tmp_path / "r", "cafe.png", data)
+    result = find_duplicates([str(tmp_path / "r")], OPTS)
+    (rec,) = list(result.records())
+    odd = next(m for m in rec["members"] if "path_b64" in m)
+    assert base64.b64decode(odd["path_b64"]) == b"caf\xe9.png"
+
+
+def test_distinct_pictures_and_flat_frames_are_not_near_duplicates(tmp_path):
+    root = tmp_path / "r"
+    for i in range(12):
+        write(root, f"p{i}.jpg", synth.jpeg(256, 192, seed=100 + i))
+    write(root, "black_small.png", synth.encode_image(Image.new("RGB", (64, 64)), "PNG"))
+    write(root, "black_big.png", synth.encode_image(Image.new("RGB", (300, 200)), "PNG"))
+    write(root, "black_big_copy.png", synth.encode_image(Image.new("RGB", (300, 200)), "PNG"))
+    result = find_duplicates([str(root)], OPTS)
+    assert [(g.kind, len(g.members)) for g in result.groups] == [("exact", 2)]  # only the byte-identical frames
+    assert result.summary.near_stats["low_information"] == 2
+
+
+def test_hostile_files_do_not_stop_dups(tmp_path):
+    # fresh worker processes with the scan's test-only fault hook on (DSCLEAN_TEST_FAULTS=1)
+    root = tmp_path / "r"
+    a = synth.jpeg(128, 128, seed=5)
+    write(root, "a.jpg", a)
+    write(root, "a2.jpg", a)
+    write(root, "x__segfault__.jpg", synth.jpeg(64, 64, seed=6))
+    write(root, "y__hang__.jpg", synth.jpeg(64, 64, seed=7))
+    proc = subprocess.run([sys.executable, "-m", "dsclean", "dups", str(root), "--timeout", "2", "-j", "2", "--json"],
+                          capture_output=True, text=True, env={**os.environ, "DSCLEAN_TEST_FAULTS": "1"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    s = json.loads(proc.stdout)
+    assert (s["exact_groups"], s["duplicate_files"]) == (1, 1)
+    assert sorted(f.split("/")[-1].split(":")[0] for f in s["failed"]) == ["x__segfault__.jpg", "y__hang__.jpg"]
+
+
+def test_uses_current_scan_results_and_skips_bad_files(tmp_path):
+    root = tmp_path / "r"
+    a = synth.jpeg(128, 128, seed=8)
+    for name in ("a.jpg", "b.jpg"):
+        write(root, name, a)
+    cut = synth.truncate(synth.jpeg(128, 128, seed=9), 0.6)
+    write(root, "cut1.jpg", cut)
+    write(root, "cut2.jpg", cut)
+    # results as the scan writes them once it records facts (FACTS.md columns), pointed to by last_scan.json
+    rows = []
+    for name in ("a.jpg", "b.jpg", "cut1.jpg", "cut2.jpg"):
+        path = str(root / name)
+        st, ff = os.stat(path), facts_from_path(path)
+        rows.append({"path": name.encode(), "status": "bad" if "cut" in name else "ok", "size": st.st_size,
+                     "mtime_ns": st.st_mtime_ns, "width": 128, "height": 128,
+                     "content_hash": ff.facts.content_hash, "phash": ff.facts.phash, "flags": ff.facts.flags})
+    os.makedirs(root / ".dsclean")
+    schema = pa.schema([("path", pa.binary()), ("status", pa.string()), ("size", pa.int64()), ("mtime_ns", pa.int64()),
+                        ("width", pa.int32()), ("height", pa.int32()), ("content_hash", pa.binary(16)),
+                        ("phash", pa.uint64()), ("flags", pa.list_(pa.string()))])
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), root / ".dsclean" / "scan_results.parquet")
+    write(root, "new.jpg", a)  # not in the results: computed
+    result = find_duplicates([str(root)], OPTS)
+    s = result.summary
+    assert (s.from_results, s.computed, s.excluded_bad) == (2, 1, 2)
+    assert [sorted(_rel(result, g)) for g in result.groups] == [["a.jpg", "b.jpg", "new.jpg"]]
+
+
+def _rel(result, g):
+    return [result.inventory.rel(i).decode() for i in g.members]
+
+
+def test_never_scanned_root_and_missing_root(tmp_path, capsys):
+    assert main(["dups", str(tmp_path / "nope")]) == 2
+    assert "no such folder" in capsys.readouterr().err
+    assert main(["dups", str(tmp_path), "--keep", "largest"]) == 2  # --keep without --quarantine
+
+
+# ---- quarantine -------------------------------------------------------------------------------
+
+
+def _listing(root):
+    """Media files under ``root`` (not dsclean's own: state folder, quarantine marker, lock, journal)."""
+    return sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs
+                  if ".dsclean" not in d and not f.startswith(".") and f != "manifest.jsonl")
+
+
+def test_quarantine_keeps_one_per_split_and_never_moves_across_without_drop_from(splits):
+    q = splits / "q"
+    roots = [str(splits / "train"), str(splits / "val"), str(splits / "test")]
+    assert main(["dups", *roots, "--quarantine", str(q), "-q", "-j", "2"]) == 0
+    assert "cats/a_copy.jpg" not in _listing(splits / "train")  # the same-split extra moved
+    assert "cats/a.jpg" in _listing(splits / "val") and "dogs/b_small.jpg" in _listing(splits / "test")
+    assert os.path.exists(q / "train" / "cats" / "a_copy.jpg")
+    manifest = [json.loads(line) for line in open(q / "train" / "manifest.jsonl")]
+    assert [e.get("reason") for e in manifest if e["op"] == "move"] == ["duplicate"]
+    dsclean.restore(str(q / "train"))
+    assert "cats/a_copy.jpg" in _listing(splits / "train")
+
+
+def test_drop_from_moves_that_splits_copies(splits):
+    q = splits / "q"
+    roots = [str(splits / "train"), str(splits / "val"), str(splits / "test")]
+    assert main(["dups", *roots, "--quarantine", str(q), "--drop-from", roots[2], "-q", "-j", "2"]) == 0
+    assert "dogs/b_small.jpg" not in _listing(splits / "test")
+    assert os.path.exists(q / "test" / "dogs" / "b_small.jpg")
+    assert "cats/a.jpg" in _listing(splits / "val")  # val is not the dropped split
+    assert main(["dups", *roots, "--quarantine", str(q), "--drop-from", "nowhere"]) == 2
+
+
+@pytest.mark.parametrize("keep, kept", [("first", "a.jpg"), ("largest", "b.png"), ("most-pixels", "c.jpg")])
+def test_keep_policies(tmp_path, keep, kept):
+    root = tmp_path / "r"
+    img = synth.photo_like(320, 240, seed=11)
+    write(root, "a.jpg", synth.encode_image(img.resize((160, 120)), "JPEG", quality=95))
+    write(root, "b.png", synth.encode_image(img.resize((200, 150)), "PNG"))  # most bytes
+    write(root, "c.jpg", synth.encode_image(img, "JPEG", quality=50))  # most pixels
+    assert main(["dups", str(root), "--quarantine", str(tmp_path / "q"), "--keep", keep, "-q", "-j", "2"]) == 0
+    assert _listing(root) == [kept]
+    assert sorted(_listing(tmp_path / "q" / "r")) == sorted({"a.jpg", "b.png", "c.jpg"} - {kept})
+
+
+def test_dry_run_moves_nothing(splits, capsys):
+    roots = [str(splits / "train")]
+    before = _listing(splits / "train")
+    assert main(["dups", *roots, "--quarantine", str(splits / "q"), "--dry-run", "-j", "2"]) == 0
+    assert _listing(splits / "train") == before
+    assert "would move 1 extra copies" in capsys.readouterr().out
