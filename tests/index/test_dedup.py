@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import os
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from support import synth
 from support.files import write
 
@@ -45,19 +43,13 @@ def test_without_dedup_everything_stays(tmp_path):
 
 
 def test_dedup_uses_content_hash_from_scan_results(tmp_path):
+    import dsclean
+
     root = tmp_path / "d"
     a = _tree(root)
-    rows = []
-    for rel in ("cats/a.jpg", "cats/z_copy.jpg", "dogs/a_again.jpg", "dogs/b.png", "dogs/c.png"):
-        data = open(root / rel, "rb").read()
-        rows.append({"path": rel.encode(), "kind": "image", "status": "ok", "size": len(data),
-                     "width": 32, "height": 32, "sample_rate": None, "frames": 1, "channels": None,
-                     "content_hash": content_hash(data)})
-    results = tmp_path / "scan_results.parquet"
-    schema = pa.schema([("path", pa.binary()), ("kind", pa.string()), ("status", pa.string()), ("size", pa.int64()),
-                        ("width", pa.int32()), ("height", pa.int32()), ("sample_rate", pa.int32()),
-                        ("frames", pa.int64()), ("channels", pa.int32()), ("content_hash", pa.binary(16))])
-    pq.write_table(pa.Table.from_pylist(rows, schema=schema), results)
-    assert content_hash(a) == rows[0]["content_hash"]
-    s = build_index(str(root), str(tmp_path / "i.arrow"), scan_results=str(results), dedup=True)
-    assert (s.duplicates, s.hashed, s.rows) == (2, 0, 3)
+    dsclean.scan(str(root), dsclean.ScanOptions(report_dir=str(tmp_path / "r"), jobs=1, progress=False))
+    hashes = dict(zip(dsclean.read_results(str(tmp_path / "r")).column("path").to_pylist(),
+                      dsclean.read_results(str(tmp_path / "r")).column("content_hash").to_pylist()))
+    assert hashes[b"cats/a.jpg"] == content_hash(a)
+    s = build_index(str(root), str(tmp_path / "i.arrow"), dedup=True)
+    assert (s.duplicates, s.hashed, s.rows) == (2, 0, 3)  # every hash came from the scan: nothing read again
