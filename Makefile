@@ -1,4 +1,4 @@
-# Quick start:  make demo   (set up, then scan + index a copy of sample_data)
+# Quick start:  make demo   (set up, then scan + index + report on a copy of sample_data)
 #               make test   (set up, then run the test suite)
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -19,10 +19,11 @@ $(VENV)/.installed: pyproject.toml
 # The demo works on a copy: the repo's own sample_data is never moved.
 demo: setup
 	rm -rf demo && mkdir demo && cp -r sample_data demo/data
-	$(DSCLEAN) scan demo/data/images --quarantine demo/quarantine/images
+	$(DSCLEAN) scan demo/data/images --quarantine demo/quarantine/images --html demo/report-images.html
 	$(DSCLEAN) index demo/data/images -o demo/images.arrow
 	$(DSCLEAN) scan demo/data/audio --quarantine demo/quarantine/audio
 	$(DSCLEAN) index demo/data/audio -o demo/audio.arrow
+	$(DSCLEAN) report demo/data/audio -o demo/report-audio.html
 	$(DSCLEAN) info demo/images.arrow
 	$(PY) -c "from dsclean import IndexedDataset; ds = IndexedDataset('demo/images.arrow'); \
 	img, label = ds[0]; print(f'IndexedDataset: {len(ds)} samples, classes {ds.classes}; sample 0: {ds.path(0)} {img.size} label {label}')"
@@ -32,6 +33,7 @@ test: setup
 
 bench: setup
 	$(PY) scripts/bench_scan.py
+	$(PY) scripts/bench_report.py
 
 clean:
 	rm -rf demo $(VENV)

@@ -41,6 +41,9 @@ _EXPORTS = {
     "probe_index": "diagnose.probe",
     "probe_dataset": "diagnose.probe",
     "check_all": "diagnose.probe",
+    "write_report": "report.build",
+    "ReportOptions": "report.build",
+    "ReportSummary": "report.build",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -23,7 +23,7 @@ def _options(command: str) -> list[str]:
     return [o for a in parser._actions for o in a.option_strings if o.startswith("--") and o != "--help"]
 
 
-@pytest.mark.parametrize("command", ["scan", "index", "info", "merge", "doctor", "explain", "probe"])
+@pytest.mark.parametrize("command", ["scan", "index", "info", "merge", "doctor", "explain", "probe", "report"])
 def test_every_option_documented(command):
     missing = [o for o in _options(command) if not re.search(rf"`{re.escape(o)}\b", README)]
     assert not missing, f"README does not document dsclean {command} {missing}"

@@ -20,7 +20,8 @@ ALLOWED = {
     "index": {"scanning"},
     "data": {"index"},
     "diagnose": {"index", "data"},
-    "cli": {"scanning", "index", "data", "diagnose"},
+    "report": {"scanning"},  # reads scan results, the quarantine journal and the worker guards
+    "cli": {"scanning", "index", "data", "diagnose", "report"},
 }
 COMMON = {"reasons", "formats", "errors", "atomic", "locations", "argtypes", "hashing", "jsonpaths"}
 ENTRY = {"dsclean", "dsclean.__main__"}  # the public API and `python -m dsclean` may import any stage
@@ -144,6 +145,8 @@ def test_wheel_has_every_stage_and_no_test_support(tmp_path):
     (wheel,) = [f for f in os.listdir(tmp_path) if f.endswith(".whl")]
     names = zipfile.ZipFile(tmp_path / wheel).namelist()
     packages = {os.path.dirname(n) for n in names if n.endswith("__init__.py")}
-    assert {"dsclean", "dsclean/scanning", "dsclean/index", "dsclean/data", "dsclean/diagnose", "dsclean/cli"} <= packages
+    assert {"dsclean", "dsclean/scanning", "dsclean/index", "dsclean/data", "dsclean/diagnose", "dsclean/report",
+            "dsclean/cli"} <= packages
     assert not [n for n in names if "synth" in n or n.startswith("tests/") or "/support/" in n]
     assert "dsclean/scanning/check_image.py" in names
+    assert {"dsclean/report/assets/report.css", "dsclean/report/assets/report.js"} <= set(names)  # the page's own CSS/JS

@@ -16,7 +16,7 @@ from typing import Sequence
 
 from .. import __version__
 from ..errors import UserError
-from . import diagnose, index, scan
+from . import diagnose, index, report, scan
 from .exit_codes import EXIT_OK, EXIT_USAGE
 
 
@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     scan.add_parsers(sub)
     index.add_parsers(sub)
     diagnose.add_parsers(sub)
+    report.add_parsers(sub)
     return parser
 
 
@@ -36,6 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # shown in reports: how the command was run
     try:
         return int(args.func(args) or 0)
     except UserError as exc:

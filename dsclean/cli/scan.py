@@ -54,6 +54,7 @@ def add_scan_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--follow-symlinks", action="store_true", help="follow symlinks that stay inside ROOT")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar, no summary (errors still print)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report of the scan to FILE (see dsclean report)")
     p.set_defaults(func=cmd_scan)
 
 
@@ -61,6 +62,10 @@ def cmd_scan(args: argparse.Namespace) -> int:
     from ..scanning.check import CheckOptions
     from ..scanning.scanner import ScanOptions, format_summary, scan
 
+    if args.html:
+        from ..report.source import check_output
+
+        check_output(args.html, args.root)  # refuse a report inside the dataset before anything changes
     options = ScanOptions(
         jobs=args.jobs,
         check=CheckOptions(lenient=args.lenient, max_pixels=args.max_pixels, max_frames=max(1, args.max_frames),
@@ -75,6 +80,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
         include_hidden=args.include_hidden,
         follow_symlinks=args.follow_symlinks,
         progress=False if (args.quiet or args.json) else None,
+        command=("dsclean", *getattr(args, "argv", ())),
     )
     summary = scan(args.root, options)
     if args.json:
@@ -83,11 +89,22 @@ def cmd_scan(args: argparse.Namespace) -> int:
         print(format_summary(summary))
     for msg in summary.move_errors if args.quiet else ():
         print(f"dsclean: {msg}", file=sys.stderr)
+    if args.html:
+        _write_html(args, summary)
     if summary.interrupted:
         print(f"dsclean scan: interrupted by {signal.Signals(summary.signal).name}; results so far were saved",
               file=sys.stderr)
         return 128 + summary.signal
     return EXIT_FOUND_BAD if args.check and summary.bad else EXIT_OK
+
+
+def _write_html(args: argparse.Namespace, summary) -> None:
+    from ..report.build import ReportOptions, write_report
+    from .report import format_report_summary
+
+    report = write_report(summary.results_path, args.html, ReportOptions(jobs=args.jobs, command=("dsclean", *args.argv)))
+    if not (args.quiet or args.json):
+        print(format_report_summary(report))
 
 
 def add_restore_parser(sub: argparse._SubParsersAction) -> None:
