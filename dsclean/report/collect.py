@@ -93,6 +93,7 @@ def collect(results_path: str, columns: list[str], scrub: Scrubber, caps: Caps =
     flags: dict[str, Gallery] = {}
     fact_counts: Counter = Counter()
     wanted = [c for c in (*CARD_COLUMNS, "channels", *data.facts) if c in present and c != "content_hash"]
+    clean = _Cleaner(scrub)
     for batch in pq.ParquetFile(results_path).iter_batches(batch_size=BATCH_ROWS, columns=wanted):
         t = pa.Table.from_batches([batch])
         data.files += t.num_rows
@@ -111,13 +112,16 @@ def collect(results_path: str, columns: list[str], scrub: Scrubber, caps: Caps =
         if problems.num_rows:
             for row in problems.group_by(["status", "reason"]).aggregate([("status", "count")]).to_pylist():
                 reasons[(row["status"], row["reason"] or "?")] += row["status_count"]
-            _problems(problems, data, galleries, reasons, scrub, caps)
-        kept = t.filter(pc.not_equal(status, R.BAD))
+            _problems(problems, data, galleries, clean, caps)
+        if not data.facts:
+            continue
+        kept = pc.not_equal(status, R.BAD)  # facts describe files that stay in the dataset
+        of_kind = {k: pc.and_(kept, pc.equal(t["kind"], k)) for k in ("image", "audio")}
         for o, top in outliers.items():
-            top.add(kept, o)
+            top.add(t, o, of_kind[o.kind])
         if "flags" in present:
-            _flags(kept, flags, caps, scrub)
-        _fact_counts(kept, fact_counts)
+            _flags(t, kept, flags, caps, scrub)
+        _fact_counts(t, kept, fact_counts)
 
     data.counts = {}
     for (kind, st), n in sorted(counts.items()):
@@ -156,8 +160,23 @@ def item_from_row(row: dict, scrub: Scrubber) -> Item:
     )
 
 
-def _problems(problems: pa.Table, data: ReportData, galleries: dict, reasons: Counter, scrub: Scrubber,
-              caps: Caps) -> None:
+class _Cleaner:
+    """Display text of decoder messages, remembered: the same few messages repeat across thousands of files."""
+
+    def __init__(self, scrub: Scrubber, size: int = 10_000) -> None:
+        self.scrub, self.size, self.seen = scrub, size, {}
+
+    def __call__(self, text: str | None) -> str:
+        text = text or ""
+        out = self.seen.get(text)
+        if out is None:
+            if len(self.seen) >= self.size:
+                self.seen.clear()
+            out = self.seen[text] = self.scrub(display(text))
+        return out
+
+
+def _problems(problems: pa.Table, data: ReportData, galleries: dict, clean: _Cleaner, caps: Caps) -> None:
     """Table rows (up to the cap) and gallery items (up to the cap per reason) from a batch's bad/warn rows."""
     room = caps.table - len(data.problems)
     full = {key for key, g in galleries.items() if len(g.items) >= caps.per_reason}
@@ -167,28 +186,33 @@ def _problems(problems: pa.Table, data: ReportData, galleries: dict, reasons: Co
         problems = problems.filter(pc.invert(pc.is_in(keys, pa.array([f"{s}\x00{r}" for s, r in full], pa.string()))))
     cols = [c for c in CARD_COLUMNS if c in problems.column_names]
     for i, row in enumerate(problems.select(cols).to_pylist()):
-        item = None
         if i < room:
-            item = item_from_row(row, scrub)
-            data.problems.append(_table_row(item, caps))
+            data.problems.append(_table_row(row, clean, caps))
         key = (row["status"], row["reason"] or "?")
         g = galleries.get(key)
         if g is None:
             g = galleries[key] = Gallery(anchor=f"{row['status']}-{key[1]}", title=key[1], total=0,
                                          status=row["status"], reason=key[1], blurb=R.REASONS.get(key[1], ""))
         if len(g.items) < caps.per_reason:
-            g.items.append(item or item_from_row(row, scrub))
+            g.items.append(item_from_row(row, clean.scrub))
 
 
-def _table_row(item: Item, caps: Caps) -> list:
-    if item.width and item.height:
-        dims = f"{item.width}×{item.height}"
-    elif item.duration is not None and not math.isnan(item.duration):
-        dims = f"{item.duration:.2f} s"
+def _table_row(row: dict, clean: _Cleaner, caps: Caps) -> list:
+    """One row of the problems table, in :data:`TABLE_COLUMNS` order."""
+    import os
+
+    w, h, duration = row.get("width"), row.get("height"), row.get("duration")
+    if w and h:
+        dims = f"{w}×{h}"
+    elif duration is not None and not math.isnan(duration):
+        dims = f"{duration:.2f} s"
     else:
         dims = ""
-    detail = item.detail if len(item.detail) <= caps.detail_chars else item.detail[: caps.detail_chars] + "…"
-    return [item.path, item.status, item.reason or "", item.kind, item.format or "", item.size, dims, detail]
+    detail = clean(row.get("detail"))
+    if len(detail) > caps.detail_chars:
+        detail = detail[: caps.detail_chars] + "…"
+    return [display(os.fsdecode(row["path"])), row["status"], row["reason"] or "", row.get("kind") or "",
+            row.get("format") or "", row.get("size"), dims, detail]
 
 
 def _classes(t: pa.Table, status: pa.ChunkedArray, classes: Counter) -> None:
@@ -262,17 +286,19 @@ class _TopK:
         self.heap: list[tuple[float, int, dict]] = []  # min-heap on score: the weakest candidate on top
         self.seq = 0
 
-    def add(self, t: pa.Table, o: Outlier) -> None:
-        t = t.filter(pc.and_(pc.is_valid(t[o.column]), pc.equal(t["kind"], o.kind)))
-        if not t.num_rows:
+    def add(self, t: pa.Table, o: Outlier, rows_mask: pa.ChunkedArray) -> None:
+        """Consider the rows of ``t`` where ``rows_mask`` holds (only the k best are ever turned into dicts)."""
+        col = t[o.column]
+        idx = np.flatnonzero(pc.and_(rows_mask, pc.is_valid(col)).to_numpy())
+        if not len(idx):
             return
-        values = t[o.column].to_numpy(zero_copy_only=False).astype(np.float64)
+        values = col.take(pa.array(idx)).to_numpy().astype(np.float64)
         score = {"low": -values, "high": values, "abs": np.abs(values)}[o.order]
         score = np.where(np.isfinite(score), score, -np.inf)
         n = min(self.k, len(score))
         best = np.argpartition(-score, n - 1)[:n]
         cols = [c for c in CARD_COLUMNS if c in t.column_names]
-        rows = t.select(cols).take(pa.array(best)).to_pylist()
+        rows = t.select(cols).take(pa.array(idx[best])).to_pylist()
         for i, row in zip(best, rows):
             if not np.isfinite(score[i]):
                 continue
@@ -293,12 +319,13 @@ class _TopK:
         return Gallery(anchor=anchor, title=o.title, total=len(items), items=items, blurb=o.blurb)
 
 
-def _flags(t: pa.Table, flags: dict[str, Gallery], caps: Caps, scrub: Scrubber) -> None:
-    col = t["flags"]
+def _flags(t: pa.Table, kept: pa.ChunkedArray, flags: dict[str, Gallery], caps: Caps, scrub: Scrubber) -> None:
+    rows = np.flatnonzero(kept.to_numpy())
+    col = t["flags"].take(pa.array(rows))
     flat = pc.list_flatten(col)
     if not len(flat):
         return
-    parents = pc.list_parent_indices(col)
+    parents = pa.array(rows[pc.list_parent_indices(col).to_numpy()])  # back to rows of t
     cols = [c for c in CARD_COLUMNS if c in t.column_names]
     for row in pc.value_counts(flat).to_pylist():
         flag, n = row["values"], row["counts"]
@@ -317,11 +344,14 @@ def _flags(t: pa.Table, flags: dict[str, Gallery], caps: Caps, scrub: Scrubber) 
                 g.items.append(item)
 
 
-def _fact_counts(t: pa.Table, counts: Counter) -> None:
-    names = t.column_names
-    if "grayscale" in names:
-        counts["grayscale images (colour stored, all channels equal)"] += int(pc.sum(pc.fill_null(t["grayscale"], False).cast(pa.int64())).as_py() or 0)
-    if "orientation" in names:
-        counts["images with an EXIF rotation (orientation 2..8)"] += int(pc.sum(pc.greater(t["orientation"], 1).cast(pa.int64())).as_py() or 0)
-    if "silent_channels" in names:
-        counts["audio files with a silent channel"] += int(pc.sum(pc.not_equal(t["silent_channels"], 0).cast(pa.int64())).as_py() or 0)
+def _fact_counts(t: pa.Table, kept: pa.ChunkedArray, counts: Counter) -> None:
+    """Counts of yes/no facts over the files that stay."""
+    tests = {
+        "grayscale": ("grayscale images (colour stored, all channels equal)", lambda c: c),
+        "orientation": ("images with an EXIF rotation (orientation 2..8)", lambda c: pc.greater(c, 1)),
+        "silent_channels": ("audio files with a silent channel", lambda c: pc.not_equal(c, 0)),
+    }
+    for column, (label, test) in tests.items():
+        if column in t.column_names:
+            hits = pc.and_(kept, pc.fill_null(test(t[column]), False))
+            counts[label] += int(pc.sum(hits.cast(pa.int64())).as_py() or 0)

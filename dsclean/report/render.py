@@ -145,7 +145,7 @@ def card(item: Item) -> str:
     kind_cls = "thumb audio" if item.kind == "audio" else "thumb"
     if t is not None and t.data_uri:
         pic = (f'<img src="{t.data_uri}" width="{t.width}" height="{t.height}" alt="{esc("thumbnail of " + item.path)}" '
-               'decoding="async">')
+               'decoding="async" loading="lazy">')  # off-screen thumbnails load as they scroll into view
     else:
         pic = f'<div class="ph">{esc(t.note if t else "no thumbnail (--no-thumbnails)")}</div>'
     badge = f'<span class="badge {esc(item.status)}">{esc(item.reason)}</span> ' if item.reason else ""

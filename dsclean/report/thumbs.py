@@ -44,7 +44,7 @@ NOT_DECODED = {
     R.TIMEOUT: "not decoded again: checking it took too long",
     R.TOO_LARGE: "not decoded again: checking it needed too much memory",
 }
-CHUNK = 8  # files per worker task
+CHUNK = 32  # files per worker task
 CUT_RED = (220, 30, 40)
 
 
@@ -361,10 +361,21 @@ def _run(jobs: list[Job], limits: ThumbLimits, workers: int, stats: dict) -> lis
         started = time.monotonic()
         try:
             results[i] = executor.submit(render_chunk, [jobs[i]], limits).result()[0]
-        except BrokenProcessPool:
+        except BrokenProcessPool as exc:
             stats["failed"] += 1
-            took = time.monotonic() - started
-            why = (f"took longer than {limits.timeout:g} s" if limits.timeout and took >= limits.timeout
-                   else "crashed the decoder")
-            results[i] = Result(None, note=f"no thumbnail: decoding it {why}")
+            results[i] = Result(None, note=f"no thumbnail: decoding it {_why_died(exc, time.monotonic() - started, limits)}")
     return results  # type: ignore[return-value]
+
+
+def _why_died(exc: BaseException, took: float, limits: ThumbLimits) -> str:
+    """What killed a worker that was making one thumbnail, from the signal loky reports when it can.
+
+    SIGALRM is the time limit (:func:`dsclean.scanning.worker.time_limit`); any other signal is the
+    decoder crashing. Without a signal, the time it took decides.
+    """
+    import re
+
+    signals = re.findall(r"\b(SIG[A-Z]+)\b", str(exc))
+    if "SIGALRM" in signals or (not signals and limits.timeout and took >= limits.timeout):
+        return f"took longer than {limits.timeout:g} s"
+    return f"crashed the decoder ({signals[0]})" if signals else "crashed the decoder"

@@ -94,7 +94,13 @@ def test_every_section_is_there(visit):
 
 
 def test_every_thumbnail_decodes(visit, report):
-    images = visit.page.evaluate("Array.from(document.images).map(i => [i.complete, i.naturalWidth, i.naturalHeight])")
+    # Thumbnails load lazily as they scroll into view; ask for all of them, and wait until each has decoded.
+    images = visit.page.evaluate("""async () => {
+        const imgs = Array.from(document.images);
+        imgs.forEach(i => { i.loading = "eager"; });
+        await Promise.all(imgs.map(i => i.decode().catch(() => null)));
+        return imgs.map(i => [i.complete, i.naturalWidth, i.naturalHeight]);
+    }""")
     assert len(images) == report.read_text(encoding="utf-8").count('<img src="data:image/') >= 20
     assert all(done and w > 0 and h > 0 for done, w, h in images), images
 
