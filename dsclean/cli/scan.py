@@ -102,7 +102,8 @@ def _write_html(args: argparse.Namespace, summary) -> None:
     from ..report.build import ReportOptions, write_report
     from .report import format_report_summary
 
-    report = write_report(summary.results_path, args.html, ReportOptions(jobs=args.jobs, command=("dsclean", *getattr(args, "argv", ()))))
+    options = ReportOptions(jobs=args.jobs, command=("dsclean", *getattr(args, "argv", ())))
+    report = write_report(summary.results_path, args.html, options)
     if not (args.quiet or args.json):
         print(format_report_summary(report))
 
