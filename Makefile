@@ -1,4 +1,4 @@
-# Quick start:  make demo   (set up, then scan + index + pack a copy of sample_data)
+# Quick start:  make demo   (set up, then scan + index + pack + report on a copy of sample_data)
 #               make test   (set up, then run the test suite)
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -21,11 +21,12 @@ $(VENV)/.installed: pyproject.toml
 demo: export DSCLEAN_STATE_DIR = $(CURDIR)/demo/state
 demo: setup
 	rm -rf demo && mkdir demo && cp -r sample_data demo/data
-	$(DSCLEAN) scan demo/data/images --quarantine demo/quarantine/images
+	$(DSCLEAN) scan demo/data/images --quarantine demo/quarantine/images --html demo/report-images.html
 	$(DSCLEAN) index demo/data/images -o demo/images.arrow
 	$(DSCLEAN) scan demo/data/audio --quarantine demo/quarantine/audio
 	$(DSCLEAN) index demo/data/audio -o demo/audio.arrow
 	$(DSCLEAN) status demo/quarantine/images
+	$(DSCLEAN) report demo/data/audio -o demo/report-audio.html
 	$(DSCLEAN) info demo/images.arrow
 	$(DSCLEAN) pack demo/images.arrow -o demo/shards --samples-per-shard 10
 	$(DSCLEAN) verify demo/shards
@@ -37,6 +38,7 @@ test: setup
 
 bench: setup
 	$(PY) scripts/bench_scan.py
+	$(PY) scripts/bench_report.py
 
 clean:
 	rm -rf demo $(VENV)

@@ -63,6 +63,10 @@ _EXPORTS = {
     "DupsResult": "dups.finder",
     "write_groups": "dups.finder",
     "quarantine_duplicates": "dups.moves",
+
+    "write_report": "report.build",
+    "ReportOptions": "report.build",
+    "ReportSummary": "report.build",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -23,7 +23,8 @@ ALLOWED = {
     "diagnose": {"index", "data"},
     "pack": {"scanning", "index", "data"},
     "dups": {"scanning", "index", "quality"},
-    "cli": {"scanning", "index", "data", "diagnose", "pack", "quality", "dups"},
+    "report": {"scanning"},  # reads scan results, the quarantine journal and the worker guards
+    "cli": {"scanning", "index", "data", "diagnose", "pack", "quality", "dups", "report"},
 }
 COMMON = {"reasons", "formats", "errors", "atomic", "locations", "argtypes", "hashing", "jsonpaths"}
 ENTRY = {"dsclean", "dsclean.__main__"}  # the public API and `python -m dsclean` may import any stage
@@ -148,6 +149,7 @@ def test_wheel_has_every_stage_and_no_test_support(tmp_path):
     names = zipfile.ZipFile(tmp_path / wheel).namelist()
     packages = {os.path.dirname(n) for n in names if n.endswith("__init__.py")}
     assert {"dsclean", "dsclean/scanning", "dsclean/index", "dsclean/data", "dsclean/diagnose", "dsclean/pack",
-            "dsclean/cli", "dsclean/quality", "dsclean/dups"} <= packages
+            "dsclean/cli", "dsclean/quality", "dsclean/dups", "dsclean/report"} <= packages
     assert not [n for n in names if "synth" in n or n.startswith("tests/") or "/support/" in n]
     assert "dsclean/scanning/check_image.py" in names
+    assert {"dsclean/report/assets/report.css", "dsclean/report/assets/report.js"} <= set(names)  # the page's own CSS/JS

@@ -18,7 +18,7 @@ from typing import Sequence
 
 from .. import __version__
 from ..errors import UserError
-from . import diagnose, dups, index, pack, scan
+from . import diagnose, dups, index, pack, report, scan
 from .exit_codes import EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE
 
 
@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     diagnose.add_parsers(sub)
     pack.add_parsers(sub)
     dups.add_parsers(sub)
+    report.add_parsers(sub)
     return parser
 
 
@@ -40,6 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # shown in reports: how the command was run
     try:
         return int(args.func(args) or 0)
     except UserError as exc:

@@ -76,6 +76,7 @@ def add_scan_parser(sub: argparse._SubParsersAction) -> None:
     add_location_options(p)
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar, no summary (errors still print)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report of the scan to FILE (see dsclean report)")
     p.set_defaults(func=cmd_scan)
 
 
@@ -83,6 +84,10 @@ def cmd_scan(args: argparse.Namespace) -> int:
     from ..scanning.check import CheckOptions
     from ..scanning.scanner import ScanOptions, format_summary, move_failure_line, scan
 
+    if args.html:
+        from ..report.source import check_output
+
+        check_output(args.html, args.root)  # refuse a report inside the dataset before anything changes
     options = ScanOptions(
         jobs=args.jobs,
         check=CheckOptions(lenient=args.lenient, max_pixels=args.max_pixels, max_frames=max(1, args.max_frames),
@@ -99,6 +104,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
         state_dir=args.state_dir,
         allow_inside_root=args.allow_inside_root,
         progress=False if (args.quiet or args.json) else None,
+        command=("dsclean", *getattr(args, "argv", ())),
     )
     summary = scan(args.root, options)
     if args.json:
@@ -107,6 +113,8 @@ def cmd_scan(args: argparse.Namespace) -> int:
         print(format_summary(summary))
     for msg in summary.move_errors[:20] if args.quiet else ():
         print(f"dsclean: {msg}", file=sys.stderr)
+    if args.html:
+        _write_html(args, summary)
     if summary.interrupted:
         print(f"dsclean scan: interrupted by {signal.Signals(summary.signal).name}; results so far were saved",
               file=sys.stderr)
@@ -116,6 +124,16 @@ def cmd_scan(args: argparse.Namespace) -> int:
               f"{summary.problems_path}", file=sys.stderr)
         return EXIT_INCOMPLETE
     return EXIT_FOUND_BAD if args.check and summary.bad else EXIT_OK
+
+
+def _write_html(args: argparse.Namespace, summary) -> None:
+    from ..report.build import ReportOptions, write_report
+    from .report import format_report_summary
+
+    options = ReportOptions(jobs=args.jobs, command=("dsclean", *getattr(args, "argv", ())))
+    report = write_report(summary.results_path, args.html, options)
+    if not (args.quiet or args.json):
+        print(format_report_summary(report))
 
 
 def add_restore_parser(sub: argparse._SubParsersAction) -> None:

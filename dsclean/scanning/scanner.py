@@ -56,6 +56,7 @@ class ScanOptions:
     use_cache: bool = True  # reuse verdicts of unchanged files from earlier scans of this root
     rescan: bool = False  # check every file again (the cache is still updated)
     progress: bool | None = None  # None = only when stderr is a terminal
+    command: tuple[str, ...] = ()  # the command line that started the scan, recorded in the summary
 
 
 @dataclass
@@ -89,6 +90,7 @@ class ScanSummary:
     interrupted: bool = False
     signal: int = 0  # the signal that stopped the scan (SIGINT / SIGTERM), 0 if none
     notes: list[str] = field(default_factory=list)
+    command: list[str] = field(default_factory=list)  # the command line, when the scan came from one
 
     @property
     def bad(self) -> int:
@@ -190,7 +192,7 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
     if moving:
         _refuse_read_only(root, report_dir)
     summary = ScanSummary(root=root, jobs=jobs, quarantine=quarantine_dir, dry_run=options.dry_run, shard=options.shard,
-                          state_dir=state)
+                          state_dir=state, command=list(options.command))
     tag = locations.part_tag(_valid_part(options.shard))
     with contextlib.ExitStack() as stack:
         quarantine = None

@@ -1,0 +1,145 @@
+"""``write_report``: a scan's results -> one self-contained HTML file.
+
+Steps: find the scan (:mod:`.source`), read its results once (:mod:`.collect`),
+add duplicate groups (:mod:`.duplicates`), make thumbnails in isolated workers
+(:mod:`.thumbs`), render (:mod:`.render`), write to a temp file and rename.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+
+from ..atomic import atomic_output
+from .collect import Caps, collect
+from .duplicates import exact_duplicates, read_groups
+from .render import render
+from .safe import Scrubber, display
+from .source import check_output, locate, open_source
+from .thumbs import ThumbLimits, make_thumbnails
+
+DEFAULT_OUTPUT = "report.html"
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    """What ``dsclean report`` can be told. The defaults are the CLI's."""
+
+    dups: str | None = None  # a `dsclean dups` groups file (JSONL); else exact duplicates from the scan's hashes
+    thumbnails: bool = True  # False: no picture of any file in the report (privacy)
+    absolute_paths: bool = False  # keep absolute paths of this machine in the report
+    jobs: int = 0  # thumbnail worker processes; 0 = usable cores
+    caps: Caps = Caps()
+    limits: ThumbLimits | None = None  # None: defaults, with the scan's own pixel limit
+    command: tuple[str, ...] = ()  # the command line that made the report, shown in it
+
+
+@dataclass
+class ReportSummary:
+    """What :func:`write_report` wrote."""
+
+    output: str
+    bytes: int = 0
+    files: int = 0
+    problems: int = 0
+    thumbnails: int = 0
+    placeholders: int = 0
+    failed: int = 0  # thumbnails whose decoder crashed or overran (placeholders instead)
+    elapsed: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+def write_report(target: str, output: str = DEFAULT_OUTPUT, options: ReportOptions = ReportOptions()) -> ReportSummary:
+    """Write the HTML report of the scan behind ``target`` (a root, a results folder or file) to ``output``."""
+    start = time.perf_counter()
+    src = open_source(target)
+    out = check_output(output, src.root)
+    named = {src.root: "ROOT", src.results_dir: "RESULTS"}
+    if src.quarantine:
+        named[src.quarantine] = "QUARANTINE"
+    scrub = Scrubber(named, keep=options.absolute_paths)
+    data = collect(src.results_path, src.columns, scrub, options.caps)
+    _describe(data, src, scrub, options)
+    if options.dups:
+        data.duplicates = read_groups(options.dups, scrub)
+    elif "content_hash" in src.columns:
+        data.duplicates = exact_duplicates(src.results_path, data.files, scrub)
+    stats = {"made": 0, "placeholders": 0, "failed": 0}
+    if options.thumbnails:
+        items = list(data.items())
+        found = locate(src, {i.rel for i in items if i.rel and i.source is None})
+        for i in items:
+            if i.rel and i.source is None:
+                i.source = found.get(i.rel)
+        stats = make_thumbnails(items, _limits(src, options), _jobs(options.jobs), scrub)
+    else:
+        data.thumbnails = "off"
+    html = render(data)
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with atomic_output(out) as tmp:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(html)
+        _readable_as_umask_allows(tmp)
+    return ReportSummary(output=out, bytes=os.path.getsize(out), files=data.files, problems=data.problems_total,
+                         thumbnails=stats["made"], placeholders=stats["placeholders"], failed=stats["failed"],
+                         elapsed=time.perf_counter() - start)
+
+
+def _describe(data, src, scrub: Scrubber, options: ReportOptions) -> None:
+    """The page's title and the scan's own facts: where, how, how long (from scan_summary.json)."""
+    from .. import __version__
+
+    root = src.root.rstrip(os.sep)
+    data.title = display(root if options.absolute_paths else os.path.basename(root) or root)
+    data.root = display(root) if options.absolute_paths else data.title
+    data.results = display(scrub(src.results_path))
+    data.generated = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    data.version = __version__
+    data.report_command = display(scrub.command(list(options.command)))
+    summary = src.summary or {}
+    if isinstance(summary.get("command"), list):
+        data.scan_command = display(scrub.command([str(a) for a in summary["command"]]))
+    if isinstance(summary.get("elapsed"), (int, float)):
+        data.elapsed = float(summary["elapsed"])
+    if isinstance(summary.get("quarantined"), int) and summary.get("quarantine"):
+        data.quarantined = summary["quarantined"]
+    if summary.get("interrupted"):
+        data.notes.append("The scan was interrupted: these results cover only the files checked before it stopped.")
+    raw = src.meta.get("options")
+    try:
+        opts = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        opts = None
+    if isinstance(opts, dict):
+        data.scan_options = {k: v for k, v in opts.items() if k != "dsclean"}
+    if data.problems_total > len(data.problems):
+        data.notes.append(f"The problems table holds the first {len(data.problems):,} of {data.problems_total:,}.")
+
+
+def _readable_as_umask_allows(path: str) -> None:
+    """A report is for sharing: give it the mode a plain new file gets (temp files start private)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
+
+
+def _limits(src, options: ReportOptions) -> ThumbLimits:
+    if options.limits is not None:
+        return options.limits
+    raw = src.meta.get("options")
+    try:
+        opts = json.loads(raw) if isinstance(raw, str) else (raw or {})
+    except ValueError:
+        opts = {}
+    pixels = opts.get("max_pixels") if isinstance(opts, dict) else None
+    # The scan's own limit; a scan without one (0) still gets Pillow's default: thumbnails always have a limit.
+    return ThumbLimits(max_pixels=pixels) if isinstance(pixels, int) and pixels > 0 else ThumbLimits()
+
+
+def _jobs(jobs: int) -> int:
+    if jobs:
+        return jobs
+    from joblib import cpu_count
+
+    return max(1, cpu_count(only_physical_cores=False))

@@ -1,0 +1,152 @@
+"""Duplicate groups for the report: exact duplicates from the scan's content hashes, or ``dsclean dups`` groups.
+
+Exact duplicates are found in two streaming passes over the ``content_hash``
+column (counts per hash, then the members of the groups shown), partitioned
+by the hash's first byte so memory stays bounded for tens of millions of rows.
+A groups file (``dsclean dups -o groups.jsonl``, format in FACTS.md) is read
+line by line; only the groups shown are kept.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .. import reasons as R
+from ..errors import UserError
+from ..formats import format_of_name, kind_of
+from ..jsonpaths import path_bytes
+from .collect import BATCH_ROWS, CARD_COLUMNS, item_from_row
+from .model import DupGroup, Duplicates, Item
+from .safe import Scrubber, display
+from .source import safe_rel
+
+#: rows of hashes counted at once (one partition of the first pass)
+PARTITION_ROWS = 2_000_000
+
+
+def exact_duplicates(results_path: str, rows: int, scrub: Scrubber, max_groups: int = 50,
+                     max_members: int = 8) -> Duplicates | None:
+    """Groups of files (not marked bad) with the same ``content_hash``; None when nothing was hashed."""
+    pf = pq.ParquetFile(results_path)
+    parts = max(1, -(-rows // PARTITION_ROWS))
+    dup_counts: dict[bytes, int] = {}
+    hashed = 0
+    for p in range(parts):
+        chunks = []
+        for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=["content_hash", "status"]):
+            hashes = _kept_hashes(batch)
+            hashed += len(hashes) if p == 0 else 0
+            if parts > 1 and len(hashes):
+                first = np.frombuffer(hashes.buffers()[1], dtype=np.uint8, count=len(hashes) * 16,
+                                      offset=hashes.offset * 16)[::16]
+                hashes = hashes.filter(pa.array(first % parts == p))
+            chunks.append(hashes)
+        if not chunks:
+            continue
+        counts = pc.value_counts(pa.chunked_array(chunks, pa.binary(16)))
+        many = counts.filter(pc.greater(counts.field("counts"), 1))
+        dup_counts.update(zip(many.field("values").to_pylist(), many.field("counts").to_pylist()))
+    if not hashed:
+        return None
+    out = Duplicates(source="hashes", total_groups=len(dup_counts), exact_groups=len(dup_counts),
+                     total_files=sum(dup_counts.values()))
+    if not dup_counts:
+        return out
+    shown = sorted(dup_counts, key=lambda h: (-dup_counts[h], h))[:max_groups]
+    members: dict[bytes, list[Item]] = {h: [] for h in shown}
+    dup_set = pa.array(list(dup_counts), pa.binary(16))
+    seen: set[bytes] = set()
+    columns = ["content_hash", *[c for c in CARD_COLUMNS if c in pf.schema_arrow.names]]
+    for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=columns):
+        t = pa.Table.from_batches([batch])
+        t = t.filter(pc.and_(pc.not_equal(t["status"], R.BAD), pc.is_in(t["content_hash"].cast(pa.binary(16)), dup_set)))
+        for row in t.to_pylist():
+            h = bytes(row["content_hash"])
+            size = row.get("size") or 0
+            if h in seen:
+                out.wasted_bytes += size
+            else:
+                seen.add(h)
+            if h in members and len(members[h]) < max_members:
+                members[h].append(item_from_row(row, scrub))
+    for h in shown:
+        items = sorted(members[h], key=lambda i: i.rel)
+        out.groups.append(DupGroup(kind="exact", members=items, total_members=dup_counts[h]))
+    out.groups.sort(key=lambda g: (-g.total_members, g.members[0].rel if g.members else ""))
+    return out
+
+
+def _kept_hashes(batch: pa.RecordBatch) -> pa.Array:
+    """The non-null 16-byte hashes of rows not marked bad, as a fixed-size binary array."""
+    hashes = batch.column(batch.schema.get_field_index("content_hash"))
+    keep = pc.and_(pc.is_valid(hashes), pc.not_equal(batch.column(batch.schema.get_field_index("status")), R.BAD))
+    hashes = hashes.filter(keep)
+    if hashes.type != pa.binary(16):
+        hashes = hashes.cast(pa.binary(16))
+    return hashes
+
+
+def read_groups(path: str, scrub: Scrubber, max_groups: int = 50, max_members: int = 8) -> Duplicates:
+    """The first groups of a ``dsclean dups`` groups file (groups spanning splits first), and totals of all."""
+    out = Duplicates(source=display(os.path.basename(path)))
+    leaking: list[DupGroup] = []
+    others: list[DupGroup] = []
+    base = os.path.dirname(os.path.abspath(path))
+    try:
+        f = open(path, encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"--dups {path}: cannot read: {exc.strerror or exc}") from exc
+    with f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                g = json.loads(line)
+                members = g["members"]
+                kind = str(g.get("kind", "exact"))
+                splits = [display(s) for s in g.get("splits") or []]
+                if not isinstance(members, list):
+                    raise TypeError("members is not a list")
+            except (ValueError, KeyError, TypeError) as exc:
+                raise UserError(f"--dups {path}:{number}: not a dsclean dups group ({exc})") from exc
+            out.total_groups += 1
+            out.total_files += len(members)
+            out.exact_groups += kind == "exact"
+            out.near_groups += kind == "near"
+            leak = len(set(splits)) > 1
+            out.leaking_groups += leak
+            bucket = leaking if leak else others
+            if len(bucket) < max_groups:
+                items = [_member(m, base, scrub) for m in members[:max_members]]
+                bucket.append(DupGroup(kind=kind, members=items, splits=splits, total_members=len(members)))
+    out.groups = (leaking + others)[:max_groups]
+    return out
+
+
+def _member(m: dict, base: str, scrub: Scrubber) -> Item:
+    """A group member: shown as split + path, read from its root (as given to dsclean dups, else next to the file)."""
+    if not isinstance(m, dict):
+        return Item(path=display(m), note="(not a member record)")
+    root = str(m.get("root", ""))
+    try:
+        raw = path_bytes(m)
+    except (ValueError, TypeError):
+        raw = os.fsencode(str(m.get("path", "")))
+    rel = os.fsdecode(raw)
+    shown_root = root if scrub.keep else os.path.basename(root.rstrip("/")) or root
+    distance = m.get("distance")
+    note = " · ".join(filter(None, [display(shown_root), f"distance {distance}" if distance else ""]))
+    fmt = format_of_name(rel)
+    item = Item(path=display(rel), note=note, kind=kind_of(fmt) if fmt else "unknown")  # no rel: not under the scan root
+    if safe_rel(rel):
+        for folder in (root, os.path.join(base, root)) if not os.path.isabs(root) else (root,):
+            candidate = os.path.join(folder, rel)
+            if os.path.isfile(candidate):
+                item.source = os.path.abspath(candidate)
+                break
+    return item

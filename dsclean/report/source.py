@@ -1,0 +1,149 @@
+"""Which scan a report is about, and where that scan's files are now.
+
+``dsclean report`` takes a dataset root (its results are found the way
+``dsclean index`` finds them) or a results folder / file directly. Files the
+scan moved are found through the quarantine journal (``manifest.jsonl``), so a
+report made after quarantining still shows what was removed.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+from .. import locations
+from ..errors import UserError
+
+REQUIRED_COLUMNS = ("path", "kind", "status", "reason", "detail")
+
+
+@dataclass
+class Source:
+    """A scan's results and what is known about the scan that wrote them."""
+
+    results_path: str  # the results (Parquet) file
+    root: str  # the scanned root, absolute (the one given, else the one the results record)
+    columns: list[str]  # columns of the results table
+    meta: dict = field(default_factory=dict)  # the results file's own metadata (root, options)
+    summary: dict | None = None  # scan_summary.json, when it is there
+    quarantine: str | None = None  # the quarantine folder, when there is one
+
+    @property
+    def results_dir(self) -> str:
+        return os.path.dirname(self.results_path)
+
+
+def open_source(target: str) -> Source:
+    """The scan behind ``target``: a dataset root, a results folder, or a results file."""
+    from ..scanning.results import read_results_meta
+
+    root_given = None
+    if os.path.isfile(target):
+        results = target
+    elif os.path.isdir(target):
+        results = os.path.join(target, locations.RESULTS_FILE)
+        if not os.path.isfile(results):
+            root_given = os.path.abspath(target)
+            results = locations.find_scan_results(target)
+            if results is None:
+                raise UserError(f"{target}: no scan results found (neither a results folder nor a scanned root); "
+                                f"run `dsclean scan {target}` first, or give the folder its results were written to")
+    else:
+        raise UserError(f"{target} does not exist")
+    results = os.path.abspath(results)
+    try:
+        import pyarrow.parquet as pq
+
+        columns = pq.read_schema(results).names
+        meta = read_results_meta(results)
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise UserError(f"{results} is not a readable dsclean results file: {exc}") from exc
+    missing = [c for c in REQUIRED_COLUMNS if c not in columns]
+    if missing:
+        raise UserError(f"{results} is not a dsclean results file: no column {', '.join(missing)}")
+    root = root_given or meta.get("root") or ""
+    summary = _read_summary(results)
+    return Source(results, root, columns, meta, summary, _quarantine_of(results, summary))
+
+
+def _read_summary(results: str) -> dict | None:
+    """The scan_summary.json written next to a results file (part-tagged names too), if readable."""
+    folder, name = os.path.split(results)
+    stem_r, _ = os.path.splitext(locations.RESULTS_FILE)
+    stem_s, ext_s = os.path.splitext(locations.SUMMARY_FILE)
+    tag = os.path.splitext(name)[0][len(stem_r):] if name.startswith(stem_r) else None
+    if tag is None:
+        return None
+    path = os.path.join(folder, stem_s + tag + ext_s)
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _quarantine_of(results: str, summary: dict | None) -> str | None:
+    q = (summary or {}).get("quarantine")
+    if isinstance(q, str) and os.path.isdir(q):
+        return q
+    folder = os.path.dirname(results)
+    stem, ext = os.path.splitext(locations.MANIFEST_FILE)
+    if any(n.startswith(stem) and n.endswith(ext) for n in os.listdir(folder)):
+        return folder
+    return None
+
+
+def safe_rel(rel: object) -> bool:
+    """A relative path that stays below its folder (journal and groups entries are not trusted)."""
+    return isinstance(rel, str) and bool(rel) and not os.path.isabs(rel) and ".." not in rel.split("/") and "\x00" not in rel
+
+
+def quarantined_locations(quarantine: str, root: str, rels: set[str]) -> dict[str, str]:
+    """Where the journal says each of ``rels`` (moved from ``root``) is now, for moves done and not undone."""
+    from ..scanning.quarantine import read_journal
+
+    stem, ext = os.path.splitext(locations.MANIFEST_FILE)
+    moved: dict[str, tuple[str, str]] = {}  # move id -> (src, dst)
+    done: set[str] = set()
+    restored_moves: dict[str, str] = {}  # restore id -> the move it undoes
+    for name in sorted(os.listdir(quarantine)):
+        if not (name.startswith(stem) and name.endswith(ext)):
+            continue
+        for e in read_journal(os.path.join(quarantine, name)):
+            op, ident = e["op"], str(e["id"])
+            if op == "move" and e.get("src") in rels and e.get("root") == root and safe_rel(e.get("dst")):
+                moved[ident] = (e["src"], e["dst"])
+            elif op == "restore":
+                restored_moves[ident] = str(e.get("of"))
+            elif op == "done":
+                done.add(ident)
+    undone = {of for ident, of in restored_moves.items() if ident in done}
+    return {src: os.path.join(quarantine, dst) for ident, (src, dst) in moved.items()
+            if ident in done and ident not in undone}
+
+
+def locate(source: Source, rels: set[str]) -> dict[str, str]:
+    """Absolute path of each of ``rels`` (relative to the scan root): in place, else in the quarantine."""
+    found: dict[str, str] = {}
+    prefix = source.root.rstrip(os.sep) + os.sep if source.root else None
+    for rel in rels:
+        if prefix and safe_rel(rel) and os.path.lexists(prefix + rel):
+            found[rel] = prefix + rel
+    missing = rels - found.keys()
+    if missing and source.quarantine and source.root:
+        found.update(quarantined_locations(source.quarantine, source.meta.get("root") or source.root, missing))
+    return found
+
+
+def check_output(output: str, root: str | None) -> str:
+    """The report's absolute path; refuses a folder, and any place inside the dataset being reported on."""
+    out = os.path.abspath(output)
+    if os.path.isdir(out):
+        raise UserError(f"{output} is a folder; give the report's file name, e.g. {os.path.join(output, 'report.html')}")
+    if root:
+        real_parent, real_root = os.path.realpath(os.path.dirname(out)), os.path.realpath(root)
+        if real_parent == real_root or real_parent.startswith(real_root.rstrip(os.sep) + os.sep):
+            raise UserError(f"{output} is inside the dataset {root}; dsclean never writes into a dataset: "
+                            "write the report somewhere else (-o FILE)")
+    return out

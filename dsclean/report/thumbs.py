@@ -1,0 +1,381 @@
+"""Thumbnails of the files a report shows, made in isolated worker processes.
+
+The files a report shows are mostly the broken ones, so every thumbnail is
+made the way the scan checks a file: in a loky worker process, under a time
+limit (SIGALRM kills the worker), a memory ceiling (RLIMIT_AS) and a pixel
+limit (Pillow's decompression-bomb guard), all from
+:mod:`dsclean.scanning.worker`. When a worker dies, the files in flight are
+re-done one at a time; the one that kills it again gets a placeholder. The
+report process itself never decodes a file.
+
+What comes back is always re-encoded (a small JPEG, or a PNG waveform), never
+the file's own bytes:
+
+- images: what still decodes (Pillow with ``LOAD_TRUNCATED_IMAGES``); for a
+  bad image whose lower part did not decode, the missing part is hatched in red
+  and a red line marks the cut;
+- audio: a waveform (min/max per column); for a WAV or FLAC that promises
+  more frames than it holds, the missing tail is hatched and the cut marked.
+"""
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import struct
+import time
+import warnings
+from concurrent.futures import as_completed
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Callable, NamedTuple
+
+from .. import reasons as R
+from .model import Item, Thumb
+
+#: reasons whose files are not decoded again: nothing would come out, or decoding is what went wrong
+NOT_DECODED = {
+    R.EMPTY: "empty: nothing to show",
+    R.NOT_MEDIA: "not media: nothing to show",
+    R.UNREADABLE: "the file could not be read",
+    R.VANISHED: "the file disappeared during the scan",
+    R.DECOMPRESSION_BOMB: "not decoded: it declares more pixels than the limit",
+    R.DECODER_CRASH: "not decoded again: checking it crashed the decoder",
+    R.TIMEOUT: "not decoded again: checking it took too long",
+    R.TOO_LARGE: "not decoded again: checking it needed too much memory",
+}
+CHUNK = 32  # files per worker task
+CUT_RED = (220, 30, 40)
+
+
+@dataclass(frozen=True)
+class ThumbLimits:
+    """Limits of one thumbnail's making (picklable: travels to the workers)."""
+
+    size: int = 128  # longest side in pixels
+    wave_width: int = 192
+    wave_height: int = 56
+    timeout: float = 20.0  # seconds per file; the worker is killed past it
+    max_memory: int = 1 << 30  # bytes of address space one thumbnail may add
+    max_pixels: int = 89_478_485  # Pillow's default; the scan's --max-pixels when it recorded one
+    quality: int = 70  # JPEG quality
+
+
+# ---- in the worker -------------------------------------------------------------------------------
+
+#: one job: (source path, kind, whether to look for a cut)
+Job = tuple[str, str, bool]
+
+
+class Result(NamedTuple):
+    """A worker's answer for one file."""
+
+    mime: str | None  # None: no picture; the note says why
+    data: bytes = b""  # the re-encoded thumbnail
+    note: str = ""
+    width: int = 0
+    height: int = 0
+    cut: bool = False  # the picture marks where decoding stops
+
+
+def render_chunk(jobs: list[Job], limits: ThumbLimits) -> list[Result]:
+    """Worker task: one result per job, each under the time limit, all under the memory ceiling."""
+    from ..scanning.worker import FAULT_ENV, inject_fault, set_memory_ceiling, time_limit
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
+    _load_decoders()  # before the ceiling: importing under a tight ceiling could fail
+    set_memory_ceiling(limits.max_memory)
+    faults = os.environ.get(FAULT_ENV) == "1"  # dsclean's own tests only: real crashes and hangs
+    out = []
+    for path, kind, find_cut in jobs:
+        with time_limit(limits.timeout):
+            out.append(render(path, kind, find_cut, limits, inject_fault if faults else None))
+    return out
+
+
+def _load_decoders() -> None:
+    import numpy  # noqa: F401
+    import soundfile  # noqa: F401
+    from PIL import Image, ImageDraw  # noqa: F401
+
+    Image.init()
+
+
+def render(path: str, kind: str, find_cut: bool, limits: ThumbLimits,
+           fault: Callable[[str], None] | None = None) -> Result:
+    """One thumbnail, or a note saying why there is none. Never raises for a bad file.
+
+    ``fault``: dsclean's own tests only (a real crash, hang or allocation where a decoder would be).
+    """
+    try:
+        if fault is not None:
+            fault(path)
+        if kind == "image":
+            return _image(path, find_cut, limits)
+        if kind == "audio":
+            return _waveform(path, limits)
+        return Result(None, note="not an image or audio file")
+    except MemoryError:
+        return Result(None, note="decoding it needs more memory than the thumbnail limit")
+    except Exception as exc:  # a decoder's own error on damaged data: the note says what it was
+        return Result(None, note=f"does not decode: {type(exc).__name__}: {exc}"[:300])
+
+
+def _image(path: str, find_cut: bool, limits: ThumbLimits) -> Result:
+    import io
+
+    import numpy as np
+    from PIL import Image, ImageFile
+
+    saved = ImageFile.LOAD_TRUNCATED_IMAGES, Image.MAX_IMAGE_PIXELS
+    ImageFile.LOAD_TRUNCATED_IMAGES = True  # show what decodes
+    Image.MAX_IMAGE_PIXELS = limits.max_pixels
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as im:
+                fmt = im.format
+                im.draft("RGB", (limits.size, limits.size))  # JPEG: let libjpeg decode at 1/2..1/8 scale
+                im.load()
+                im = _rgb(im)
+    finally:
+        ImageFile.LOAD_TRUNCATED_IMAGES, Image.MAX_IMAGE_PIXELS = saved
+    im.thumbnail((limits.size, limits.size), Image.Resampling.BILINEAR, reducing_gap=2.0)
+    note, cut = "", False
+    if find_cut:
+        pixels = np.asarray(im)
+        from_top = fmt == "BMP"  # BMP rows are stored bottom-up: a cut file misses its top
+        good = _decoded_rows(pixels[::-1] if from_top else pixels)
+        if good == 0:
+            return Result(None, note="nothing of the picture decodes")
+        if good < im.height:
+            _mark_cut(im, good, from_top)
+            cut = True
+            note = f"decodes {'up' if from_top else 'down'} to the red line; the rest of the file is missing or broken"
+        else:
+            note = "the picture decodes whole at this size; the damage is elsewhere in the file"
+    buf = io.BytesIO()
+    im.save(buf, "JPEG", quality=limits.quality, optimize=True)
+    return Result("image/jpeg", buf.getvalue(), note, im.width, im.height, cut)
+
+
+def _rgb(im):
+    """Any Pillow mode as RGB: 16-bit and float greys scaled to 8 bits, transparency over light grey."""
+    import numpy as np
+    from PIL import Image
+
+    if im.mode in ("I", "I;16", "I;16B", "I;16L", "F"):
+        a = np.asarray(im, dtype=np.float64)
+        lo, hi = np.nanmin(a), np.nanmax(a)
+        a = (a - lo) * (255.0 / (hi - lo)) if hi > lo else np.zeros_like(a)
+        return Image.fromarray(np.nan_to_num(a).astype(np.uint8), "L").convert("RGB")
+    if im.mode in ("RGBA", "LA", "PA") or (im.mode == "P" and "transparency" in im.info):
+        rgba = im.convert("RGBA")
+        back = Image.new("RGBA", rgba.size, (235, 235, 235, 255))
+        return Image.alpha_composite(back, rgba).convert("RGB")
+    return im.convert("RGB")
+
+
+def _decoded_rows(pixels) -> int:
+    """Rows from the top before a run of identical, flat rows that reaches the bottom (a decoder's fill)."""
+    import numpy as np
+
+    a = pixels.astype(np.int16)
+    flat = (a.max(axis=(1, 2)) - a.min(axis=(1, 2))) <= 2
+    same = (np.abs(a[:, 0, :] - a[-1, 0, :]) <= 2).all(axis=1)
+    fill = flat & same
+    k = len(fill)
+    while k > 0 and fill[k - 1]:
+        k -= 1
+    return k
+
+
+def _mark_cut(im, good: int, from_top: bool) -> None:
+    """Hatch the rows that did not decode in red and draw the cut as a red line."""
+    from PIL import Image, ImageDraw
+
+    w, h = im.size
+    y0, y1 = (0, h - good) if from_top else (good, h)
+    overlay = Image.new("RGBA", (w, h), (0, 0, 0, 0))
+    d = ImageDraw.Draw(overlay)
+    d.rectangle([0, y0, w, y1], fill=(*CUT_RED, 60))
+    for x in range(-h, w, 8):
+        d.line([(x, y1), (x + (y1 - y0), y0)], fill=(*CUT_RED, 150), width=1)
+    cut = y1 if from_top else y0
+    d.rectangle([0, max(0, cut - 1), w, min(h, cut + 1)], fill=(*CUT_RED, 255))
+    im.paste(Image.alpha_composite(im.convert("RGBA"), overlay).convert("RGB"))
+
+
+def _claimed_frames(path: str) -> int | None:
+    """Frames a WAV's data chunk or a FLAC's STREAMINFO promise (header bytes only), else None."""
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if head[:4] == b"fLaC" and len(head) >= 26:
+        total = int.from_bytes(head[18:26], "big") & ((1 << 36) - 1)
+        return total or None
+    if head[:4] in (b"RIFF", b"RF64") and head[8:12] == b"WAVE":
+        pos, align = 12, None
+        while pos + 8 <= len(head):
+            cid, size = head[pos:pos + 4], struct.unpack("<I", head[pos + 4:pos + 8])[0]
+            if cid == b"fmt " and pos + 22 <= len(head):
+                align = struct.unpack("<H", head[pos + 20:pos + 22])[0]
+            if cid == b"data":
+                return size // align if align and size != 0xFFFFFFFF else None
+            pos += 8 + size + (size & 1)
+    return None
+
+
+def _waveform(path: str, limits: ThumbLimits) -> Result:
+    """A min/max waveform of the whole file (long files: of evenly spaced windows)."""
+    import io
+
+    import numpy as np
+    import soundfile as sf
+    from PIL import Image, ImageDraw
+
+    w, h = limits.wave_width, limits.wave_height
+    lo, hi = np.zeros(w), np.zeros(w)
+    bad_cols = np.zeros(w, dtype=bool)
+    claimed = _claimed_frames(path)
+    note, error, cut = "", None, False
+    with sf.SoundFile(path) as f:
+        total = max(f.frames, claimed or 0)
+        if total <= 0:
+            return Result(None, note="no audio frames")
+        step = max(1, -(-total // w))
+        window = min(step, 1 << 14)  # frames read per column: all of them for short files
+        decoded = 0
+        for col in range(w):
+            start = col * step
+            if start >= f.frames:
+                break
+            try:
+                if window < step:
+                    f.seek(start)
+                block = f.read(window, dtype="float32", always_2d=True)
+            except (RuntimeError, sf.LibsndfileError) as exc:
+                error = exc
+                break
+            if not len(block):
+                break
+            decoded = start + len(block)
+            if not np.isfinite(block).all():
+                bad_cols[col] = True
+                block = np.nan_to_num(block, nan=0.0, posinf=1.0, neginf=-1.0)
+            lo[col], hi[col] = float(block.min()), float(block.max())
+    img = Image.new("RGB", (w, h), (246, 247, 249))
+    d = ImageDraw.Draw(img)
+    mid = (h - 1) / 2
+    d.line([(0, mid), (w, mid)], fill=(200, 205, 212))
+    for col in range(w):
+        if col * step >= decoded:
+            break
+        a, b = np.clip([lo[col], hi[col]], -1, 1)
+        color = CUT_RED if bad_cols[col] or max(abs(a), abs(b)) >= 0.999 else (37, 99, 235)
+        d.line([(col, mid - b * mid), (col, mid - a * mid)], fill=color)
+    cut_col = min(w, -(-decoded // step))
+    if decoded < total and cut_col < w:
+        for x in range(cut_col - h, w, 6):
+            d.line([(max(x, cut_col), h - (max(x, cut_col) - x)), (x + h, 0)], fill=(240, 170, 170))
+        d.line([(cut_col, 0), (cut_col, h)], fill=CUT_RED, width=2)
+        cut = True
+        note = f"decodes {decoded / total:.0%} of the {total:,} frames its header promises; the red line is the cut"
+    if error is not None:
+        note = (note + "; " if note else "") + f"decoding stopped: {error}"[:200]
+    if bad_cols.any():
+        note = (note + "; " if note else "") + "red: samples that are NaN, infinite or at full scale"
+    buf = io.BytesIO()
+    img.quantize(colors=16).save(buf, "PNG", optimize=True)
+    return Result("image/png", buf.getvalue(), note, w, h, cut)
+
+
+# ---- in the report process -----------------------------------------------------------------------
+
+
+def placeholder_note(item: Item) -> str | None:
+    """Why ``item`` gets no decode attempt, or None if it should get one."""
+    if item.status != R.OK and item.reason in NOT_DECODED:
+        return NOT_DECODED[item.reason]
+    if item.kind not in ("image", "audio"):
+        return "not an image or audio file"
+    if item.source is None:
+        return "file not found where the scan or the quarantine journal says it is"
+    return None
+
+
+def make_thumbnails(items: list[Item], limits: ThumbLimits, jobs: int,
+                    scrub: Callable[[str], str] = str) -> dict[str, int]:
+    """Set ``item.thumb`` for every item; each source file is decoded once, in an isolated worker.
+
+    ``scrub`` cleans the notes (a decoder's message may name absolute paths).
+
+    Returns counts: ``made``, ``placeholders``, ``failed`` (workers that died or overran).
+    """
+    by_source: dict[tuple[str, str, bool], list[Item]] = {}
+    stats = {"made": 0, "placeholders": 0, "failed": 0}
+    for item in items:
+        note = placeholder_note(item)
+        if note is not None:
+            item.thumb = Thumb(note=note)
+            continue
+        key = (item.source, item.kind, item.status == R.BAD and item.kind == "image")
+        by_source.setdefault(key, []).append(item)
+    results = _run(list(by_source), limits, jobs, stats)
+    for key, result in zip(by_source, results):
+        thumb = _thumb(result, scrub)
+        for item in by_source[key]:
+            item.thumb = thumb
+    stats["made"] = sum(1 for r in results if r.mime is not None)
+    stats["placeholders"] = sum(1 for i in items if i.thumb is not None and i.thumb.data_uri is None)
+    return stats
+
+
+def _thumb(result: Result, scrub: Callable[[str], str]) -> Thumb:
+    note = scrub(result.note)
+    if result.mime is None:
+        return Thumb(note=note)
+    uri = f"data:{result.mime};base64,{base64.b64encode(result.data).decode('ascii')}"
+    return Thumb(data_uri=uri, note=note, width=result.width, height=result.height, cut=result.cut)
+
+
+def _run(jobs: list[Job], limits: ThumbLimits, workers: int, stats: dict) -> list[Result]:
+    """Results in job order: chunks on the reusable loky pool; what a dying worker took down, one at a time."""
+    from joblib.externals.loky import get_reusable_executor
+
+    results: list[Result | None] = [None] * len(jobs)
+    if not jobs:
+        return []
+    executor = get_reusable_executor(max_workers=max(1, workers), timeout=60)
+    starts = range(0, len(jobs), CHUNK)
+    futures = {executor.submit(render_chunk, jobs[s:s + CHUNK], limits): s for s in starts}
+    lost: list[int] = []
+    for future in as_completed(futures):
+        s = futures[future]
+        try:
+            for i, r in enumerate(future.result(), s):
+                results[i] = r
+        except BrokenProcessPool:
+            lost += range(s, min(s + CHUNK, len(jobs)))
+    for i in sorted(lost):
+        executor = get_reusable_executor(max_workers=max(1, workers), timeout=60)
+        started = time.monotonic()
+        try:
+            results[i] = executor.submit(render_chunk, [jobs[i]], limits).result()[0]
+        except BrokenProcessPool as exc:
+            stats["failed"] += 1
+            results[i] = Result(None, note=f"no thumbnail: decoding it {_why_died(exc, time.monotonic() - started, limits)}")
+    return results  # type: ignore[return-value]
+
+
+def _why_died(exc: BaseException, took: float, limits: ThumbLimits) -> str:
+    """What killed a worker that was making one thumbnail, from the signal loky reports when it can.
+
+    SIGALRM is the time limit (:func:`dsclean.scanning.worker.time_limit`); any other signal is the
+    decoder crashing. Without a signal, the time it took decides.
+    """
+    import re
+
+    signals = re.findall(r"\b(SIG[A-Z]+)\b", str(exc))
+    if "SIGALRM" in signals or (not signals and limits.timeout and took >= limits.timeout):
+        return f"took longer than {limits.timeout:g} s"
+    return f"crashed the decoder ({signals[0]})" if signals else "crashed the decoder"
