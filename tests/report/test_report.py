@@ -113,7 +113,8 @@ def test_sections_without_their_facts_are_left_out(page):
     _, html = page
     found = sections(html)
     assert {"summary", "reasons", "composition", "problems"} <= set(found)
-    assert "quality" not in found and "duplicates" not in found  # this scan recorded no facts or hashes
+    assert "quality" not in found  # this scan recorded no quality facts...
+    assert "cats/copy_a.jpg" in found["duplicates"]  # ...but content hashes: exact copies inside the root
     comp = found["composition"]
     assert "Files per class" in comp and "Image resolution" in comp and "Audio duration" in comp
     assert "Audio sample rate" in comp and "1 files sit directly in the root" in comp
@@ -167,7 +168,6 @@ def test_each_facts_section_needs_only_its_own_columns(scanned, tmp_path):
     write_report(str(results), str(out), ReportOptions(thumbnails=False))
     found = sections(out.read_text(encoding="utf-8"))
     assert "Darkest" in found["quality"] and "Blurriest" not in found["quality"]
-    assert "duplicates" not in found
 
 
 def test_dups_groups_file_puts_split_leakage_first(scanned, tmp_path):

@@ -37,12 +37,17 @@ FACT_TYPES = {
 
 
 def add_facts(results: str, facts: dict[str, dict], columns: tuple[str, ...] = tuple(FACT_TYPES)) -> None:
-    """Add ``columns`` to a results file in place; ``facts[path][column]`` gives values (others null)."""
+    """Set ``columns`` of a results file in place (added, or replaced where the scan wrote them);
+    ``facts[path][column]`` gives values (others null)."""
     table = pq.read_table(results)
     paths = [os.fsdecode(p) for p in table["path"].to_pylist()]
     for col in columns:
         values = [facts.get(p, {}).get(col) for p in paths]
-        table = table.append_column(pa.field(col, FACT_TYPES[col]), pa.array(values, FACT_TYPES[col]))
+        field, array = pa.field(col, FACT_TYPES[col]), pa.array(values, FACT_TYPES[col])
+        if col in table.column_names:
+            table = table.set_column(table.column_names.index(col), field, array)
+        else:
+            table = table.append_column(field, array)
     pq.write_table(table, results, compression="zstd")
 
 
