@@ -2,7 +2,10 @@
 
 The pool is a ``concurrent.futures`` executor:
 
-- ``loky`` (default): joblib's reusable process pool on this machine;
+- ``processes`` (default): worker processes on this machine, forked from a
+  forkserver that imported the checkers once (:func:`local_pool`), so a worker
+  starts in milliseconds instead of re-importing Python, Pillow and numpy;
+- ``loky``: joblib's reusable process pool (each worker a fresh interpreter);
 - ``threads``: a thread pool in this process (no isolation: see :mod:`dsclean.scanning.worker`);
 - ``dask``: a Dask distributed cluster, through the Client's own
   ``concurrent.futures`` executor. Dask, not a home-made protocol, ships the
@@ -13,7 +16,7 @@ memory is bounded however long the stream is; verdicts come back in completion
 order, in this process, which is also where quarantine moves happen (on the
 shared file system: no file contents ever travel through a scheduler).
 
-When a loky worker dies (a decoder segfaults, aborts, or hits the per-file
+When a local worker dies (a decoder segfaults, aborts, or hits the per-file
 timeout) every chunk in flight is lost with the pool: those files are
 re-checked one per fresh process (:func:`isolate`), so the culprit is named
 exactly (``decoder_crash`` with the signal, or ``timeout``) and its neighbours
@@ -29,7 +32,7 @@ import os
 import signal
 import time
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures.process import BrokenProcessPool, ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
@@ -38,9 +41,11 @@ from ..errors import UserError
 from ..formats import format_of_name, kind_of
 from .check import CheckOptions
 from .verdict import Verdict
-from .worker import FileSlices, check_chunk, check_chunk_in_thread, item_name
+from .worker import FAULT_ENV, FileSlices, check_chunk, check_chunk_in_thread, item_name, set_fault_switch
 
-BACKENDS = ("loky", "threads", "dask")
+BACKENDS = ("processes", "loky", "threads", "dask")
+#: backends whose workers are processes of this machine (one pool: a dead worker breaks it)
+LOCAL_PROCESSES = ("processes", "loky")
 
 #: extra seconds the parent grants an isolated check beyond its files' --timeout before killing it
 _GRACE = 5.0
@@ -58,6 +63,8 @@ class Pool:
 
 def make_pool(backend: str, workers: int, scheduler: str | None = None) -> Pool:
     """A fresh pool for ``backend`` (``scheduler``: a Dask address or scheduler file, for ``dask``)."""
+    if backend == "processes":
+        return Pool(local_pool(workers), check_chunk, workers, lambda: None)
     if backend == "loky":
         from joblib.externals.loky import get_reusable_executor
 
@@ -104,6 +111,39 @@ def _dask_pool(scheduler: str | None) -> Pool:
     return Pool(client.get_executor(pure=False), check_chunk_on_dask_worker, slots, client.close)
 
 
+_local: tuple[ProcessPoolExecutor, int, str | None] | None = None
+
+
+def local_pool(workers: int) -> ProcessPoolExecutor:
+    """The local worker pool: ``workers`` processes forked from the preloaded forkserver, kept for reuse.
+
+    A pool broken by a dead worker, or of another size, is replaced. The test-only fault switch
+    (:data:`~dsclean.scanning.worker.FAULT_ENV`) is handed to each worker as it starts: forked
+    from the server, a worker sees the server's environment, not this process's current one.
+    """
+    global _local
+    faults = os.environ.get(FAULT_ENV)
+    if _local is not None:
+        pool, size, was = _local
+        if size == workers and was == faults and not getattr(pool, "_broken", False):
+            return pool
+        pool.shutdown(wait=False, cancel_futures=True)
+    pool = ProcessPoolExecutor(workers, mp_context=_fresh_process_context(), initializer=set_fault_switch,
+                               initargs=(faults,))
+    _local = (pool, workers, faults)
+    return pool
+
+
+def start_local_workers() -> None:
+    """Start the forkserver now (it imports the checkers in the background while this process goes on)."""
+    from multiprocessing import forkserver
+
+    if multiprocessing.current_process().daemon:
+        return  # a daemonic process cannot start one; the scan says why when it needs workers
+    _fresh_process_context()
+    forkserver.ensure_running()
+
+
 def _lost_worker(exc: BaseException) -> bool:
     """A process pool broke, or Dask gave up on a task whose workers kept dying."""
     return isinstance(exc, BrokenProcessPool) or type(exc).__name__ == "KilledWorker"
@@ -142,12 +182,12 @@ def run_checks(
                 else:
                     raise exc
             if lost:
-                if backend == "loky":  # the whole pool is gone, and with it every chunk still in flight
+                if backend in LOCAL_PROCESSES:  # the whole pool is gone, and with it every chunk still in flight
                     lost += in_flight.values()
                     in_flight.clear()
                 for chunk in lost:
                     yield isolate(root, chunk, options, workers)
-                if backend == "loky":
+                if backend in LOCAL_PROCESSES:
                     pool = make_pool(backend, workers, scheduler)
     finally:
         for future in in_flight:
@@ -171,11 +211,13 @@ def _fresh_process_context():
     if _context is None:
         _context = multiprocessing.get_context("forkserver")
         _context.set_forkserver_preload(
-            ["dsclean.scanning.worker", "dsclean.scanning.check_image", "dsclean.scanning.check_audio"])
+            ["dsclean.scanning.worker", "dsclean.scanning.check_image", "dsclean.scanning.check_audio",
+             "dsclean.scanning.check_pnm"])
     return _context
 
 
-def _child(conn, root: str, rels: list[str], options: CheckOptions) -> None:
+def _child(conn, root: str, rels: list[str], options: CheckOptions, faults: str | None) -> None:
+    set_fault_switch(faults)
     conn.send(check_chunk(root, rels, options))
     conn.close()
 
@@ -199,7 +241,8 @@ def _in_children(root: str, groups: list[list[str]], options: CheckOptions, para
         while queue and len(running) < max(1, parallel):
             rels = queue.pop(0)
             parent_end, child_end = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_child, args=(child_end, root, rels, options), daemon=True)
+            proc = ctx.Process(target=_child, args=(child_end, root, rels, options, os.environ.get(FAULT_ENV)),
+                               daemon=True)
             proc.start()
             child_end.close()
             running[parent_end] = (proc, rels, time.monotonic())

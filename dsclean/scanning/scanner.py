@@ -28,7 +28,7 @@ from ..errors import UserError
 from .cache import ScanCache, options_key, row_to_verdict
 from .check import CheckOptions
 from .discover import DiscoverStats, iter_media, symlink_mode
-from .executors import BACKENDS, run_checks
+from .executors import BACKENDS, run_checks, start_local_workers
 from .quarantine import Quarantine
 from .records import quarantine_state, quarantined_records
 from .results import ResultsWriter
@@ -50,7 +50,7 @@ class ScanOptions:
     state_dir: str | None = None  # base of the per-root state folders (default: $DSCLEAN_STATE_DIR, else per user)
     allow_inside_root: bool = False  # accept a quarantine or report folder inside ROOT (ImageFolder sees a class)
     chunk_size: int = 32  # files per task sent to a worker
-    backend: str = "loky"  # "loky" (local processes), "threads", or "dask" (a cluster: see scheduler)
+    backend: str = "processes"  # "processes" (local, default), "loky" (joblib's), "threads", or "dask" (see scheduler)
     scheduler: str | None = None  # Dask scheduler address (tcp://host:port) or scheduler file, for backend="dask"
     shard: tuple[int, int] | None = None  # (i, n): check only files whose path hashes to i mod n
     use_cache: bool = True  # reuse verdicts of unchanged files from earlier scans of this root
@@ -181,6 +181,8 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
     if options.backend == "dask" and not options.scheduler:
         raise UserError("--backend dask needs --scheduler tcp://HOST:PORT or a scheduler file")
     symlinks = symlink_mode(options.symlinks, options.follow_symlinks)
+    if options.backend == "processes":
+        start_local_workers()  # the workers' imports overlap with this process's set-up and discovery
     quarantine_dir = os.path.abspath(options.quarantine) if options.quarantine else None
     state = locations.root_state_dir(root, options.state_dir)
     report_dir = os.path.abspath(

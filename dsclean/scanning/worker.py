@@ -62,10 +62,19 @@ def check_chunk(root: str, rels: list[str], options: CheckOptions) -> list[Verdi
     set_memory_ceiling(options.max_memory)
     check.fault_hook = inject_fault if os.environ.get(FAULT_ENV) == "1" else None
     out = []
-    for rel in rels:
-        with time_limit(options.timeout):
+    with Watchdog(options.timeout) as watchdog, check.decoder_messages_for_run():
+        for rel in rels:
+            watchdog.next_file()
             out.append(check_item(root, rel, options))
     return out
+
+
+def set_fault_switch(value: str | None) -> None:
+    """Worker initializer: the test-only fault switch as the parent process had it."""
+    if value is None:
+        os.environ.pop(FAULT_ENV, None)
+    else:
+        os.environ[FAULT_ENV] = value
 
 
 def check_chunk_in_thread(root: str, rels: list[str], options: CheckOptions) -> list[Verdict]:
@@ -86,6 +95,42 @@ def time_limit(seconds: float) -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+class Watchdog:
+    """A per-file time limit for a run of files, without a timer system call per file.
+
+    Like :func:`time_limit`, the interval timer's SIGALRM *terminates* the process
+    (default action: nothing in C can block it). The timer is armed for
+    ``seconds + slack`` and re-armed at the start of a file only when it was last armed
+    more than ``slack`` ago, so each file gets at least ``seconds`` and at most
+    ``seconds + slack`` (slack: a tenth of the limit, at most 1 s); files faster than
+    the slack share one ``setitimer``.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.slack = min(1.0, seconds / 10)
+        self._armed = float("-inf")
+        self._previous = None
+
+    def __enter__(self) -> "Watchdog":
+        if self.seconds > 0:
+            self._previous = signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        return self
+
+    def next_file(self) -> None:
+        """Call as each file's check starts."""
+        if self.seconds > 0:
+            now = time.monotonic()
+            if now - self._armed > self.slack:
+                signal.setitimer(signal.ITIMER_REAL, self.seconds + self.slack)
+                self._armed = now
+
+    def __exit__(self, *exc) -> None:
+        if self.seconds > 0:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._previous)
 
 
 def _address_space() -> int:
