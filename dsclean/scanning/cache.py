@@ -102,6 +102,12 @@ class ScanCache:
         if len(self._pending) >= self._commit_every or time.monotonic() - self._last_commit > self._commit_seconds:
             self.commit()
 
+    def add_rows(self, rows: Iterable[tuple]) -> None:
+        """:meth:`add` for fresh verdicts already in results-table form (rows of worker columns)."""
+        self._pending.extend(r for r in rows if r[5] is not None and r[6] is not None and r[3] not in NOT_CACHED)
+        if len(self._pending) >= self._commit_every or time.monotonic() - self._last_commit > self._commit_seconds:
+            self.commit()
+
     def commit(self) -> None:
         if self._pending:
             marks = ",".join("?" * len(FIELDS))

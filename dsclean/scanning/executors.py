@@ -26,22 +26,26 @@ same way, so a bad file never takes a Dask worker down.
 """
 from __future__ import annotations
 
+import io
 import multiprocessing
 import multiprocessing.connection
+from multiprocessing import context as mp_context, forkserver, popen_forkserver, reduction, spawn, util
+from multiprocessing.context import set_spawning_popen
 import os
 import signal
 import time
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from concurrent.futures.process import BrokenProcessPool, ProcessPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable, Iterable, Iterator
 
 from .. import reasons as R
 from ..errors import UserError
 from ..formats import format_of_name, kind_of
 from .check import CheckOptions
-from .verdict import Verdict
-from .worker import FAULT_ENV, FileSlices, check_chunk, check_chunk_in_thread, item_name, set_fault_switch
+from .verdict import Columns, Verdict, to_columns
+from .worker import FAULT_ENV, as_columns, FileSlices, check_chunk, check_chunk_in_thread, item_name, set_fault_switch
 
 BACKENDS = ("processes", "loky", "threads", "dask")
 #: backends whose workers are processes of this machine (one pool: a dead worker breaks it)
@@ -136,8 +140,6 @@ def local_pool(workers: int) -> ProcessPoolExecutor:
 
 def start_local_workers() -> None:
     """Start the forkserver now (it imports the checkers in the background while this process goes on)."""
-    from multiprocessing import forkserver
-
     if multiprocessing.current_process().daemon:
         return  # a daemonic process cannot start one; the scan says why when it needs workers
     _fresh_process_context()
@@ -156,9 +158,15 @@ def run_checks(
     workers: int,
     backend: str = "loky",
     scheduler: str | None = None,
-) -> Iterator[list[Verdict]]:
-    """Yield verdict chunks as they finish. Closing the generator cancels what is still queued."""
+    columns: bool = False,
+) -> Iterator[list[Verdict]] | Iterator[Columns]:
+    """Yield verdict chunks as they finish. Closing the generator cancels what is still queued.
+
+    ``columns=True``: each chunk comes as :data:`~dsclean.scanning.verdict.Columns` instead of
+    a list of Verdicts (fewer objects to pickle, unpickle and handle: what the scan uses).
+    """
     pool = make_pool(backend, workers, scheduler)
+    shape = to_columns if columns else list
     source = iter(chunks)
     in_flight: dict[Future, list[str]] = {}
     try:
@@ -167,7 +175,8 @@ def run_checks(
                 chunk = next(source, None)
                 if chunk is None:
                     break
-                in_flight[pool.executor.submit(pool.task, root, chunk, options)] = chunk
+                task = partial(as_columns, pool.task) if columns else pool.task
+                in_flight[pool.executor.submit(task, root, chunk, options)] = chunk
             if not in_flight:
                 return
             done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
@@ -186,7 +195,7 @@ def run_checks(
                     lost += in_flight.values()
                     in_flight.clear()
                 for chunk in lost:
-                    yield isolate(root, chunk, options, workers)
+                    yield shape(isolate(root, chunk, options, workers))
                 if backend in LOCAL_PROCESSES:
                     pool = make_pool(backend, workers, scheduler)
     finally:
@@ -205,11 +214,48 @@ _DAEMONIC = (
 )
 
 
+class _WorkerPopen(popen_forkserver.Popen):
+    """Start a process from the forkserver *without* running this process's ``__main__`` in it.
+
+    multiprocessing re-runs the main script in each child (so that functions defined there
+    can be unpickled); dsclean's tasks all live in importable modules, and a user's script
+    without an ``if __name__ == "__main__"`` guard would scan again inside every worker
+    (loky skips the main module the same way). The body is ``popen_forkserver.Popen._launch``
+    with the main-module entries left out of the preparation data.
+    """
+
+    def _launch(self, process_obj):
+        prep = {k: v for k, v in spawn.get_preparation_data(process_obj._name).items() if not k.startswith("init_main")}
+        buf = io.BytesIO()
+        set_spawning_popen(self)
+        try:
+            reduction.dump(prep, buf)
+            reduction.dump(process_obj, buf)
+        finally:
+            set_spawning_popen(None)
+        self.sentinel, w = forkserver.connect_to_new_process(self._fds)
+        parent_w = os.dup(w)  # as in the original: the child watches it to notice its parent's death
+        self.finalizer = util.Finalize(self, util.close_fds, (parent_w, self.sentinel))
+        with open(w, "wb", closefd=True) as f:
+            f.write(buf.getbuffer())
+        self.pid = forkserver.read_signed(self.sentinel)
+
+
+class _WorkerProcess(mp_context.ForkServerProcess):
+    @staticmethod
+    def _Popen(process_obj):
+        return _WorkerPopen(process_obj)
+
+
+class _WorkerContext(mp_context.ForkServerContext):
+    Process = _WorkerProcess
+
+
 def _fresh_process_context():
     """A forkserver: each child forks from a clean, single-threaded, pre-imported server."""
     global _context
     if _context is None:
-        _context = multiprocessing.get_context("forkserver")
+        _context = _WorkerContext()
         _context.set_forkserver_preload(
             ["dsclean.scanning.worker", "dsclean.scanning.check_image", "dsclean.scanning.check_audio",
              "dsclean.scanning.check_pnm"])

@@ -32,7 +32,7 @@ from .executors import BACKENDS, run_checks, start_local_workers
 from .quarantine import Quarantine
 from .records import quarantine_state, quarantined_records
 from .results import ResultsWriter
-from .verdict import Verdict, encode_path
+from .verdict import FIELDS, Columns, Verdict, encode_path, verdict_of_row
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,8 @@ class ScanOptions:
     symlinks: str | None = None  # "none" (default), "inside" (links staying in ROOT) or "all"
     state_dir: str | None = None  # base of the per-root state folders (default: $DSCLEAN_STATE_DIR, else per user)
     allow_inside_root: bool = False  # accept a quarantine or report folder inside ROOT (ImageFolder sees a class)
-    chunk_size: int = 32  # files per task sent to a worker
+    chunk_size: int = 256  # files per task sent to a worker, at most
+    chunk_bytes: int = 4 << 20  # bytes per task, about: a task closes at the first file that reaches it
     backend: str = "processes"  # "processes" (local, default), "loky" (joblib's), "threads", or "dask" (see scheduler)
     scheduler: str | None = None  # Dask scheduler address (tcp://host:port) or scheduler file, for backend="dask"
     shard: tuple[int, int] | None = None  # (i, n): check only files whose path hashes to i mod n
@@ -229,11 +230,12 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
         files = _stat_each(root, media)
         try:
             with _stop_on_signals() as stop:
-                to_check = _skip_cached(files, None if options.rescan else cache, sink, options.chunk_size, stop)
-                checks = run_checks(root, to_check, options.check, jobs, options.backend, options.scheduler)
-                for verdicts in checks:
-                    for v in verdicts:
-                        sink.handle(v, fresh=True)
+                to_check = _skip_cached(files, None if options.rescan else cache, sink, options.chunk_size, stop,
+                                        options.chunk_bytes)
+                checks = run_checks(root, to_check, options.check, jobs, options.backend, options.scheduler,
+                                    columns=True)
+                for columns in checks:
+                    sink.handle_columns(columns)
                     if stop.signum:
                         checks.close()  # cancel queued chunks; workers finish or are dropped
                         break
@@ -321,7 +323,7 @@ def _stat_each(root: str, media: Iterator[tuple[str, str]]) -> Iterator[tuple[st
 
 
 def _skip_cached(files: Iterator[tuple[str, int, int]], cache: ScanCache | None, sink: "_Sink",
-                 chunk_size: int, stop: "_StopRequest") -> Iterator[list[str]]:
+                 chunk_size: int, stop: "_StopRequest", chunk_bytes: int = 0) -> Iterator[list[str]]:
     """Chunks of files to check: cached verdicts still valid are handled right here instead.
 
     Stops at a signal too: a long run of cached files yields no chunk to check.
@@ -331,7 +333,25 @@ def _skip_cached(files: Iterator[tuple[str, int, int]], cache: ScanCache | None,
             return
         hits = cache.lookup(batch) if cache is not None else {}
         sink.handle_cached(hits)
-        yield from _chunks((rel for rel, _, _ in batch if rel not in hits), chunk_size)
+        yield from _sized_chunks(((rel, size) for rel, size, _ in batch if rel not in hits), chunk_size, chunk_bytes)
+
+
+def _sized_chunks(files: Iterable[tuple[str, int]], size: int, max_bytes: int) -> Iterator[list[str]]:
+    """Chunks of at most ``size`` files, closed early once they hold ``max_bytes`` (0 = no byte bound).
+
+    Many small files per task keep the per-task cost (futures, pipes, wake-ups) off each file;
+    the byte bound keeps tasks of large files short, so the workers stay evenly busy.
+    """
+    chunk: list[str] = []
+    held = 0
+    for rel, n in files:
+        chunk.append(rel)
+        held += max(n, 0)
+        if len(chunk) >= size or (max_bytes and held >= max_bytes):
+            yield chunk
+            chunk, held = [], 0
+    if chunk:
+        yield chunk
 
 
 def _open_cache(root: str, report_dir: str, options: ScanOptions, summary: ScanSummary, tag: str) -> ScanCache | None:
@@ -365,6 +385,9 @@ def _open_writer(report_dir: str, tag: str, meta: dict) -> ResultsWriter:
         raise UserError(f"report folder {report_dir} is not writable: {exc.strerror or exc}") from exc
 
 
+_KIND, _STATUS, _SIZE = FIELDS.index("kind"), FIELDS.index("status"), FIELDS.index("size")
+
+
 @dataclass
 class _Sink:
     """Where each verdict goes: counts, quarantine (if bad), results, cache, progress bar."""
@@ -395,6 +418,36 @@ class _Sink:
         elif v.status == R.WARN:
             s.warn_reasons[v.reason or "?"] = s.warn_reasons.get(v.reason or "?", 0) + 1
         self.writer.add(v, extra)
+        self._tick()
+
+    def handle_columns(self, cols: Columns) -> None:
+        """Fresh verdicts of a chunk, as columns: counted and stored in bulk; only bad and warn
+        ones become Verdict objects (for the quarantine and the problems file)."""
+        s = self.summary
+        rows = list(zip(*cols))
+        kinds, statuses, sizes = cols[_KIND], cols[_STATUS], cols[_SIZE]
+        for (kind, status), n in Counter(zip(kinds, statuses)).items():
+            by_status = s.counts.setdefault(kind, {})
+            by_status[status] = by_status.get(status, 0) + n
+        size = sum(filter(None, sizes))
+        s.files += len(rows)
+        s.bytes += size
+        s.checked_bytes += size
+        if statuses.count(R.OK) != len(rows):
+            for row in rows:
+                if row[_STATUS] == R.OK:
+                    continue
+                v = verdict_of_row(row)
+                extra = None
+                if v.status == R.BAD:
+                    s.bad_reasons[v.reason or "?"] = s.bad_reasons.get(v.reason or "?", 0) + 1
+                    extra = self._quarantine(v)
+                elif v.status == R.WARN:
+                    s.warn_reasons[v.reason or "?"] = s.warn_reasons.get(v.reason or "?", 0) + 1
+                self.writer.add_problem(v, extra)
+        if self.cache is not None:
+            self.cache.add_rows(rows)
+        self.writer.add_rows(rows)
         self._tick()
 
     def handle_cached(self, rows: dict[str, tuple]) -> None:

@@ -20,7 +20,7 @@ from typing import Iterator
 
 from . import check
 from .check import CheckOptions, check_bytes, check_file
-from .verdict import Verdict
+from .verdict import Columns, Verdict, to_columns
 
 #: Set to "1" only by dsclean's own tests: files named with __segfault__, __abort__, __hang__ or
 #: __oom__ then make the check crash, hang or allocate without bound (real faults, for real tests).
@@ -67,6 +67,11 @@ def check_chunk(root: str, rels: list[str], options: CheckOptions) -> list[Verdi
             watchdog.next_file()
             out.append(check_item(root, rel, options))
     return out
+
+
+def as_columns(task, root, rels: list, options: CheckOptions) -> Columns:
+    """Run a chunk task and hand its verdicts back as columns (see :data:`~dsclean.scanning.verdict.Columns`)."""
+    return to_columns(task(root, rels, options))
 
 
 def set_fault_switch(value: str | None) -> None:
