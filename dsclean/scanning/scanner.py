@@ -50,7 +50,7 @@ class ScanOptions:
     state_dir: str | None = None  # base of the per-root state folders (default: $DSCLEAN_STATE_DIR, else per user)
     allow_inside_root: bool = False  # accept a quarantine or report folder inside ROOT (ImageFolder sees a class)
     chunk_size: int = 256  # files per task sent to a worker, at most
-    chunk_bytes: int = 4 << 20  # bytes per task, about: a task closes at the first file that reaches it
+    chunk_bytes: int = 4 << 20  # bytes per task, about (files per task follow the mean size checked so far)
     backend: str = "processes"  # "processes" (local, default), "loky" (joblib's), "threads", or "dask" (see scheduler)
     scheduler: str | None = None  # Dask scheduler address (tcp://host:port) or scheduler file, for backend="dask"
     shard: tuple[int, int] | None = None  # (i, n): check only files whose path hashes to i mod n
@@ -227,10 +227,9 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
         )
         if options.shard is not None:
             media = (m for m in media if in_part(m[0], options.shard))
-        files = _stat_each(root, media)
         try:
             with _stop_on_signals() as stop:
-                to_check = _skip_cached(files, None if options.rescan else cache, sink, options.chunk_size, stop,
+                to_check = _skip_cached(root, media, None if options.rescan else cache, sink, options.chunk_size, stop,
                                         options.chunk_bytes)
                 checks = run_checks(root, to_check, options.check, jobs, options.backend, options.scheduler,
                                     columns=True)
@@ -311,45 +310,41 @@ def _valid_part(part: tuple[int, int] | None) -> tuple[int, int] | None:
     return part
 
 
-def _stat_each(root: str, media: Iterator[tuple[str, str]]) -> Iterator[tuple[str, int, int]]:
-    """``(rel, size, mtime_ns)``; a file that vanished since listing gets -1s and is checked (-> vanished)."""
+def _stat_if_cached(root: str, rels: list[str], rows: dict[str, tuple]) -> dict[str, tuple]:
+    """The cached rows whose file still has the recorded size and mtime: one ``stat`` per file the cache
+    knows, none for the others (a first scan stats nothing here: the worker's ``fstat`` gives size and mtime)."""
     prefix = root.rstrip(os.sep) + os.sep
-    for rel, _ in media:
+    hits = {}
+    for rel, row in rows.items():
         try:
             st = os.stat(prefix + rel)
-            yield rel, st.st_size, st.st_mtime_ns
         except OSError:
-            yield rel, -1, -1
+            continue  # vanished since listing: checked (-> vanished)
+        if row[_SIZE] == st.st_size and row[_MTIME] == st.st_mtime_ns:
+            hits[rel] = row
+    return hits
 
 
-def _skip_cached(files: Iterator[tuple[str, int, int]], cache: ScanCache | None, sink: "_Sink",
+def _skip_cached(root: str, media: Iterator[tuple[str, str]], cache: ScanCache | None, sink: "_Sink",
                  chunk_size: int, stop: "_StopRequest", chunk_bytes: int = 0) -> Iterator[list[str]]:
     """Chunks of files to check: cached verdicts still valid are handled right here instead.
 
     Stops at a signal too: a long run of cached files yields no chunk to check.
     """
-    for batch in _chunks(files, 2000):
+    chunk: list[str] = []
+    for batch in _chunks((rel for rel, _ in media), 2000):
         if stop.signum:
             return
-        hits = cache.lookup(batch) if cache is not None else {}
+        hits = _stat_if_cached(root, batch, cache.rows_of(batch)) if cache is not None else {}
+        if cache is not None:
+            cache.hits += len(hits)
         sink.handle_cached(hits)
-        yield from _sized_chunks(((rel, size) for rel, size, _ in batch if rel not in hits), chunk_size, chunk_bytes)
-
-
-def _sized_chunks(files: Iterable[tuple[str, int]], size: int, max_bytes: int) -> Iterator[list[str]]:
-    """Chunks of at most ``size`` files, closed early once they hold ``max_bytes`` (0 = no byte bound).
-
-    Many small files per task keep the per-task cost (futures, pipes, wake-ups) off each file;
-    the byte bound keeps tasks of large files short, so the workers stay evenly busy.
-    """
-    chunk: list[str] = []
-    held = 0
-    for rel, n in files:
-        chunk.append(rel)
-        held += max(n, 0)
-        if len(chunk) >= size or (max_bytes and held >= max_bytes):
-            yield chunk
-            chunk, held = [], 0
+        for rel in batch:
+            if rel not in hits:
+                chunk.append(rel)
+                if len(chunk) >= sink.chunk_files(chunk_size, chunk_bytes):
+                    yield chunk
+                    chunk = []
     if chunk:
         yield chunk
 
@@ -385,7 +380,7 @@ def _open_writer(report_dir: str, tag: str, meta: dict) -> ResultsWriter:
         raise UserError(f"report folder {report_dir} is not writable: {exc.strerror or exc}") from exc
 
 
-_KIND, _STATUS, _SIZE = FIELDS.index("kind"), FIELDS.index("status"), FIELDS.index("size")
+_KIND, _STATUS, _SIZE, _MTIME = (FIELDS.index(f) for f in ("kind", "status", "size", "mtime_ns"))
 
 
 @dataclass
@@ -449,6 +444,20 @@ class _Sink:
             self.cache.add_rows(rows)
         self.writer.add_rows(rows)
         self._tick()
+
+    def chunk_files(self, most: int, chunk_bytes: int) -> int:
+        """Files per task: about ``chunk_bytes`` of files at the mean size checked so far, 1 to ``most``.
+
+        Many small files per task keep the per-task cost (futures, pipes, wake-ups) off each
+        file; few large ones keep tasks short, so the workers stay evenly busy to the end.
+        Until the first verdicts are back, 16.
+        """
+        s = self.summary
+        fresh = s.files - s.cached
+        if not chunk_bytes or not fresh:
+            return min(most, 16) if chunk_bytes else most
+        mean = s.checked_bytes / fresh
+        return max(1, min(most, int(chunk_bytes / mean) if mean > 0 else most))
 
     def handle_cached(self, rows: dict[str, tuple]) -> None:
         """Verdicts from the cache: ``ok`` rows go straight to the results, the rest through :meth:`handle`."""

@@ -23,7 +23,8 @@ from .check import CheckOptions, check_bytes, check_file
 from .verdict import Columns, Verdict, to_columns
 
 #: Set to "1" only by dsclean's own tests: files named with __segfault__, __abort__, __hang__ or
-#: __oom__ then make the check crash, hang or allocate without bound (real faults, for real tests).
+#: __oom__ then make the check crash, hang or allocate without bound (real faults, for real tests);
+#: __stderr__ writes a line to file descriptor 2, as a native decoder's warning does.
 FAULT_ENV = "DSCLEAN_TEST_FAULTS"
 
 
@@ -163,6 +164,8 @@ def inject_fault(path: str) -> None:
         import ctypes
 
         ctypes.string_at(0)  # read address 0: SIGSEGV in C, as a broken decoder would
+    elif "__stderr__" in name:
+        os.write(2, f"warning from the decoder about {name}\n".encode())  # what a C library's fprintf does
     elif "__abort__" in name:
         os.abort()
     elif "__hang__" in name:
