@@ -45,7 +45,7 @@ from ..errors import UserError
 from ..formats import format_of_name, kind_of
 from .check import CheckOptions
 from .verdict import Columns, Verdict, to_columns
-from .worker import FAULT_ENV, as_columns, FileSlices, check_chunk, check_chunk_in_thread, item_name, set_fault_switch
+from .worker import FAULT_ENV, as_columns, FileSlices, check_chunk, check_chunk_in_thread, item_name, set_fault_switch, start_worker
 
 BACKENDS = ("processes", "loky", "threads", "dask")
 #: backends whose workers are processes of this machine (one pool: a dead worker breaks it)
@@ -132,7 +132,7 @@ def local_pool(workers: int) -> ProcessPoolExecutor:
         if size == workers and was == faults and not getattr(pool, "_broken", False):
             return pool
         pool.shutdown(wait=False, cancel_futures=True)
-    pool = ProcessPoolExecutor(workers, mp_context=_fresh_process_context(), initializer=set_fault_switch,
+    pool = ProcessPoolExecutor(workers, mp_context=_fresh_process_context(), initializer=start_worker,
                                initargs=(faults,))
     _local = (pool, workers, faults)
     return pool

@@ -1,9 +1,9 @@
 """The scan: discover -> check (parallel) -> verdicts -> quarantine, streamed end to end.
 
-Discovery yields paths lazily; they are cut into chunks and handed to joblib
-(loky processes) a few chunks ahead of the workers, results come back in
-completion order, and each verdict is written and (if bad) quarantined as it
-arrives. Nothing holds a per-file object beyond the chunks in flight and one
+Discovery yields paths lazily; they are cut into chunks (sized to the mean file
+size seen so far) and handed to worker processes a few chunks ahead of the
+workers, verdicts come back as columns in completion order, and each is written
+and (if bad) quarantined as it arrives. Nothing holds a per-file object beyond the chunks in flight and one
 results row group, so memory stays flat for 10 million files.
 """
 from __future__ import annotations

@@ -11,7 +11,10 @@ waking the OOM killer for the whole machine.
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
+import multiprocessing.connection
 import os
+import threading
 from dataclasses import dataclass
 import resource
 import signal
@@ -75,8 +78,26 @@ def as_columns(task, root, rels: list, options: CheckOptions) -> Columns:
     return to_columns(task(root, rels, options))
 
 
+def start_worker(faults: str | None) -> None:
+    """Initializer of a local pool worker: the fault switch as the scan had it; exit with the scan's process.
+
+    A pool worker is forked from the forkserver and waits on its task queue forever; if the
+    scan's process is killed (kill -9, OOM) nothing else would end it. A thread blocked in
+    one ``poll`` on the parent's sentinel (no CPU, no GIL) ends it when the parent is gone.
+    """
+    set_fault_switch(faults)
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        threading.Thread(target=_exit_with, args=(parent.sentinel,), daemon=True, name="dsclean-orphan-watch").start()
+
+
+def _exit_with(sentinel: int) -> None:
+    multiprocessing.connection.wait([sentinel])
+    os._exit(1)
+
+
 def set_fault_switch(value: str | None) -> None:
-    """Worker initializer: the test-only fault switch as the parent process had it."""
+    """The test-only fault switch as the parent process had it (forked workers see the server's environment)."""
     if value is None:
         os.environ.pop(FAULT_ENV, None)
     else:

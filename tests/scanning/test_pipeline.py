@@ -71,3 +71,38 @@ def test_tasks_follow_the_mean_file_size(tmp_path):
     assert s.files == 40 and s.bad == 0
     paths = sorted(v.path for v in dsclean.iter_verdicts(str(tmp_path / "r")))
     assert paths == sorted(f"s/{i}.jpg" for i in range(40))
+
+
+_KILLED_SCAN = """
+import os, signal
+from dsclean.scanning.check import CheckOptions
+from dsclean.scanning.executors import local_pool
+from dsclean.scanning.worker import check_chunk
+pool = local_pool(2)
+for f in [pool.submit(check_chunk, "/", [], CheckOptions()) for _ in range(4)]:
+    f.result()
+print(" ".join(str(p) for p in pool._processes), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)  # as kill -9 or the OOM killer would end a scan
+"""
+
+
+def test_workers_end_when_the_scan_process_is_killed():
+    """A pool worker waits on its task queue forever; it must not outlive a killed scan."""
+    import time
+
+    out = subprocess.run([sys.executable, "-c", _KILLED_SCAN], capture_output=True, text=True, timeout=120)
+    assert out.returncode == -9
+    pids = [int(p) for p in out.stdout.split()]
+    assert len(pids) == 2
+
+    def alive(pid: int) -> bool:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().split(") ")[-1][0] != "Z"
+        except FileNotFoundError:
+            return False
+
+    deadline = time.monotonic() + 30
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(p) for p in pids)
