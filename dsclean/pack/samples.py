@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import json.encoder
 import re
 
 import numpy as np
@@ -58,10 +59,57 @@ def member_order(ext: str, labelled: bool) -> list[str]:
 
 def json_record(rel: bytes, *, label: int, classes: list[str], kind: str, size: int, checksum: bytes,
                 facts: dict) -> bytes:
-    """The ``<key>.json`` member: deterministic (sorted keys, compact, ASCII)."""
-    rec = {**path_fields(rel), "kind": kind, "size": size, "checksum": checksum.hex()}
+    """The ``<key>.json`` member: deterministic (sorted keys, compact, ASCII), as ``json.dumps`` writes it.
+
+    The usual record (integer facts) is formatted directly, ~3x faster than building
+    a dict for the encoder (it is per sample); anything else goes through the encoder.
+    ``tests/pack/test_pack.py`` checks the two agree byte for byte.
+    """
+    fields = path_fields(rel)
+    if facts.keys() <= _INT_FACTS and all(type(v) is int for v in facts.values() if v is not None):
+        return _fast_record(fields, label, classes, kind, size, checksum, facts)
+    return _slow_record(fields, label, classes, kind, size, checksum, facts)
+
+
+def _slow_record(fields: dict, label: int, classes: list[str], kind: str, size: int, checksum: bytes,
+                 facts: dict) -> bytes:
+    rec = {**fields, "kind": kind, "size": size, "checksum": checksum.hex()}
     if label >= 0:
         rec["label"] = label
         rec["class"] = classes[label] if label < len(classes) else None
     rec.update({k: v for k, v in facts.items() if v is not None})
-    return json.dumps(rec, sort_keys=True, separators=(",", ":")).encode("ascii")
+    return _JSON.encode(rec).encode("ascii")
+
+
+def _fast_record(fields: dict, label: int, classes: list[str], kind: str, size: int, checksum: bytes,
+                 facts: dict) -> bytes:
+    """The same bytes as :func:`_slow_record`, for integer facts: the keys written in sorted order."""
+    out = []
+    get = facts.get
+    if (v := get("channels")) is not None:
+        out.append('"channels":%d' % v)
+    out.append('"checksum":"%s"' % checksum.hex())
+    if label >= 0:
+        out.append('"class":' + (_quote(classes[label]) if label < len(classes) else "null"))
+    if (v := get("frames")) is not None:
+        out.append('"frames":%d' % v)
+    if (v := get("height")) is not None:
+        out.append('"height":%d' % v)
+    out.append('"kind":' + _quote(kind))
+    if label >= 0:
+        out.append('"label":%d' % label)
+    out.append('"path":' + _quote(fields["path"]))
+    if "path_b64" in fields:
+        out.append('"path_b64":' + _quote(fields["path_b64"]))
+    if (v := get("sample_rate")) is not None:
+        out.append('"sample_rate":%d' % v)
+    out.append('"size":%d' % size)
+    if (v := get("width")) is not None:
+        out.append('"width":%d' % v)
+    return ("{" + ",".join(out) + "}").encode("ascii")
+
+
+#: one encoder for every record (``json.dumps`` with options builds a new one per call)
+_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+_quote = json.encoder.encode_basestring_ascii  # what the encoder writes for a str (ensure_ascii)
+_INT_FACTS = frozenset({"channels", "frames", "height", "sample_rate", "width"})
