@@ -35,13 +35,15 @@ def sample_key(rel: bytes) -> str:
 def key_numbers(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
     """Every row's key as a big-endian uint64 (``f"{k:016x}"`` is the key), from an index's path buffers."""
     n = len(offsets) - 1
-    out = bytearray(KEY_BYTES * n)
+    out = np.empty(n, ">u8")
     blob = memoryview(np.ascontiguousarray(data)).cast("B")
-    for lo in range(0, n, _BLOCK_ROWS):  # Python ints for one block of rows at a time, never for all
+    blake2b = hashlib.blake2b
+    for lo in range(0, n, _BLOCK_ROWS):  # Python objects for one block of rows at a time, never for all
         hi = min(n, lo + _BLOCK_ROWS)
-        for i, s, e in zip(range(lo, hi), offsets[lo:hi].tolist(), offsets[lo + 1:hi + 1].tolist()):
-            out[i * KEY_BYTES:(i + 1) * KEY_BYTES] = hashlib.blake2b(blob[s:e], digest_size=KEY_BYTES).digest()
-    return np.frombuffer(bytes(out), ">u8").astype(np.uint64)
+        digests = b"".join([blake2b(blob[s:e], digest_size=KEY_BYTES).digest()
+                            for s, e in zip(offsets[lo:hi].tolist(), offsets[lo + 1:hi + 1].tolist())])
+        out[lo:hi] = np.frombuffer(digests, ">u8")
+    return out.astype(np.uint64)
 
 
 def media_ext(rel: str, head: bytes) -> str:

@@ -47,6 +47,9 @@ def scan_checksums(idx: MappedIndex, keys: np.ndarray) -> tuple[np.ndarray, np.n
     by_key = np.argsort(keys, kind="stable")
     sorted_keys = keys[by_key]
     sizes, mtimes = np.asarray(idx.sizes, np.int64), np.asarray(idx.mtimes, np.int64)
+    index_paths = pa.LargeBinaryArray.from_buffers(  # a zero-copy view of the index's path column
+        pa.large_binary(), n, [None, pa.py_buffer(np.ascontiguousarray(idx.offsets, np.int64)),
+                               pa.py_buffer(np.ascontiguousarray(idx.data))])
     for path in paths:
         if os.path.isdir(path):
             path = os.path.join(path, locations.RESULTS_FILE)
@@ -55,13 +58,13 @@ def scan_checksums(idx: MappedIndex, keys: np.ndarray) -> tuple[np.ndarray, np.n
             if "content_hash" not in pf.schema_arrow.names:  # results of a dsclean that did not hash
                 continue
             for batch in pf.iter_batches(batch_size=_BATCH, columns=_COLUMNS):
-                _match(batch, idx, sorted_keys, by_key, sizes, mtimes, sums, known)
+                _match(batch, index_paths, sorted_keys, by_key, sizes, mtimes, sums, known)
         except (OSError, pa.ArrowException) as exc:
             return sums, known, f"{path}: unreadable ({exc}); every file is hashed"
     return sums, known, source
 
 
-def _match(batch: pa.RecordBatch, idx: MappedIndex, sorted_keys: np.ndarray, by_key: np.ndarray,
+def _match(batch: pa.RecordBatch, index_paths: pa.Array, sorted_keys: np.ndarray, by_key: np.ndarray,
            sizes: np.ndarray, mtimes: np.ndarray, sums: np.ndarray, known: np.ndarray) -> None:
     """Fill ``sums``/``known`` for the index rows this batch of results has a current hash for."""
     usable = pc.and_(pc.is_valid(batch.column("content_hash")), pc.and_(pc.is_valid(batch.column("size")),
@@ -81,11 +84,11 @@ def _match(batch: pa.RecordBatch, idx: MappedIndex, sorted_keys: np.ndarray, by_
     hit = (sorted_keys[at] == rkeys) \
         & (sizes[rows] == batch.column("size").to_numpy()) \
         & (mtimes[rows] == batch.column("mtime_ns").to_numpy())
-    for i in np.flatnonzero(hit):  # the same key: make sure it is the same path (64-bit keys can collide)
-        if data[offsets[i]:offsets[i + 1]].tobytes() != idx.path_bytes(int(rows[i])):
-            hit[i] = False
     if not hit.any():
         return
+    where = np.flatnonzero(hit)  # the same key: make sure it is the same path (64-bit keys can collide)
+    same = pc.equal(rpaths.take(pa.array(where)), index_paths.take(pa.array(rows[where])))
+    hit[where[~same.to_numpy(zero_copy_only=False)]] = False
     fixed = batch.column("content_hash").cast(pa.binary(DIGEST_SIZE))
     digests = np.frombuffer(fixed.buffers()[1], np.uint8)[fixed.offset * DIGEST_SIZE:
                                                           (fixed.offset + len(fixed)) * DIGEST_SIZE]

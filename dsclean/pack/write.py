@@ -170,12 +170,14 @@ def _blocks(fd: int, size: int, full: str):
 
 # --------------------------------------------------------------------------- reading ahead
 #
-# The sources are read (open, fstat, pread, fstat, close, and the hash when the scan's cannot
-# be reused) on a reader thread, a few batches ahead of the thread that formats and writes
-# the tar: those calls release the GIL (hashlib does for buffers over 2 KiB), so reading and
-# writing overlap, on two cores as on one disk. Batches are bounded in rows and bytes.
+# When files must be hashed, the sources are read (open, fstat, pread, fstat, close, hash) on
+# a reader thread, a few batches ahead of the thread that formats and writes the tar: hashlib
+# releases the GIL for buffers over 2 KiB, so hashing runs beside the writing on a second
+# core. When every checksum comes from the scan there is little but the Python per file left
+# to overlap, and handing batches between threads cost more CPU than it saved (measured, see
+# BENCHMARKS.md section 7), so the shard's writer reads them itself. Batches are bounded in rows and bytes.
 
-_READERS = 1
+_READERS = 1  # reader threads of a shard that has files to hash
 _BATCH_ROWS = 64
 _BATCH_BYTES = 8 << 20
 _AHEAD = 3  # batches in flight per reader
@@ -236,7 +238,7 @@ def _read_ahead(job: ShardJob, table, pool: ThreadPoolExecutor | None):
     pending: deque = deque()
     try:
         while True:
-            while len(pending) < _AHEAD * _READERS:
+            while len(pending) < _AHEAD * max(1, _READERS):
                 rows = next(batches, None)
                 if rows is None:
                     break
@@ -252,8 +254,8 @@ def _read_ahead(job: ShardJob, table, pool: ThreadPoolExecutor | None):
 
 
 @contextlib.contextmanager
-def _readers():
-    if not _READERS:
+def _readers(job: ShardJob):
+    if not _READERS or (job.known is not None and job.known.all()):
         yield None
         return
     with ThreadPoolExecutor(_READERS, thread_name_prefix="pack-read") as pool:
@@ -340,7 +342,7 @@ def write_shard(job: ShardJob) -> ShardResult:
     classes = list(job.classes)
     in_hand: list = []
     try:
-        with atomic_output(job.path) as tmp, _readers() as pool:
+        with atomic_output(job.path) as tmp, _readers(job) as pool:
             fd = os.open(tmp, os.O_WRONLY)
             out = _Out(fd)
             try:
