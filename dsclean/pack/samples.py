@@ -69,7 +69,7 @@ def json_record(rel: bytes, *, label: int, classes: list[str], kind: str, size: 
     """
     fields = path_fields(rel)
     if facts.keys() <= _INT_FACTS and all(type(v) is int for v in facts.values() if v is not None):
-        return _fast_record(fields, label, classes, kind, size, checksum, facts)
+        return int_facts_record(fields, label, classes, kind, size, checksum, facts)
     return _slow_record(fields, label, classes, kind, size, checksum, facts)
 
 
@@ -83,9 +83,10 @@ def _slow_record(fields: dict, label: int, classes: list[str], kind: str, size: 
     return _JSON.encode(rec).encode("ascii")
 
 
-def _fast_record(fields: dict, label: int, classes: list[str], kind: str, size: int, checksum: bytes,
+def int_facts_record(fields: dict, label: int, classes: list[str], kind: str, size: int, checksum: bytes,
                  facts: dict) -> bytes:
-    """The same bytes as :func:`_slow_record`, for integer facts: the keys written in sorted order."""
+    """:func:`json_record` for facts that are all ``int`` or None (the index's fact columns are integers),
+    from ``path_fields(rel)``: the same bytes as the encoder's, the keys written in sorted order."""
     out = []
     get = facts.get
     if (v := get("channels")) is not None:

@@ -27,7 +27,7 @@ from ..data.shards import release
 from ..hashing import DIGEST_SIZE, content_hash, new_hasher
 from ..index.store import KINDS, read_table
 from ..jsonpaths import path_fields
-from .samples import KEY_RE, json_record, media_ext, member_order, sample_key
+from .samples import KEY_RE, int_facts_record, media_ext, member_order, sample_key
 from .tarformat import BLOCK, TarError, end_of_archive, header, iter_members, member_bytes, padding
 
 #: files up to this size are read once into memory; bigger ones are streamed twice (hash, then copy)
@@ -100,49 +100,56 @@ class _Source:
     size: int
     checksum: bytes
     ext: str
-    where: str  # the full path, for messages
+    full: bytes  # the full path (for messages: os.fsdecode)
     mtime_ns: int
     hashed: bool  # the checksum was computed from these bytes (False: the scan's, reused)
 
 
-def _read_source(root: str, rel: bytes, size: int, mtime_ns: int, inline_limit: int,
+def _read_source(root: bytes, rel: bytes, size: int, mtime_ns: int, inline_limit: int,
                  known: bytes | None = None) -> _Source:
     """Open and check one source file against the index; small files are read whole.
 
-    ``known``: the scan's checksum of this file (same size and mtime): used instead of hashing.
+    ``root``: the root folder's bytes ending in ``/``. ``known``: the scan's checksum of this
+    file (same size and mtime): used instead of hashing. Per file, so kept to plain calls.
     """
-    rel_s = os.fsdecode(rel)
-    full = os.path.join(root, rel_s)
-    if not rel or os.path.isabs(rel_s) or ".." in rel_s.split("/"):
-        raise SourceProblem(f"{rel_s}: refused: the index path is absolute or escapes the root {root}")
+    if not rel or rel.startswith(b"/") or b".." in rel.split(b"/"):
+        raise SourceProblem(f"{os.fsdecode(rel)}: refused: the index path is absolute or escapes the root "
+                            f"{os.fsdecode(root)}")
+    full = root + rel
     try:
         fd = os.open(full, os.O_RDONLY)
     except FileNotFoundError:
-        raise SourceProblem(f"{full}: missing: the file is gone since it was indexed") from None
+        raise SourceProblem(f"{os.fsdecode(full)}: missing: the file is gone since it was indexed") from None
     except OSError as exc:
-        raise SourceProblem(f"{full}: unreadable: {exc.strerror}") from None
+        raise SourceProblem(f"{os.fsdecode(full)}: unreadable: {exc.strerror}") from None
     keep_open = False
     try:
-        _same_as_indexed(full, os.fstat(fd), size, mtime_ns)
+        st = os.fstat(fd)
+        if st.st_size != size or st.st_mtime_ns != mtime_ns:
+            _same_as_indexed(os.fsdecode(full), st, size, mtime_ns)
         if size <= inline_limit:
             data = os.pread(fd, size + 1, 0)  # one more byte: a file that grew is caught by the same call
             if len(data) != size:
-                raise SourceProblem(f"{full}: changed while it was packed ({len(data)} bytes read, not {size})")
-            _same_as_indexed(full, os.fstat(fd), size, mtime_ns)
+                raise SourceProblem(f"{os.fsdecode(full)}: changed while it was packed ({len(data)} bytes read, "
+                                    f"not {size})")
+            st = os.fstat(fd)
+            if st.st_size != size or st.st_mtime_ns != mtime_ns:
+                _same_as_indexed(os.fsdecode(full), st, size, mtime_ns)
             checksum = known if known is not None else content_hash(data)
-            return _Source(data, None, size, checksum, media_ext(rel_s, data[:16]), full, mtime_ns,
+            return _Source(data, None, size, checksum, media_ext(os.fsdecode(rel), data[:16]), full, mtime_ns,
                            known is None)
+        where = os.fsdecode(full)
         head = os.pread(fd, 16, 0)
         if known is None:
             h = new_hasher()
-            for block in _blocks(fd, size, full):
+            for block in _blocks(fd, size, where):
                 h.update(block)
-            _same_as_indexed(full, os.fstat(fd), size, mtime_ns)
+            _same_as_indexed(where, os.fstat(fd), size, mtime_ns)
         keep_open = True
-        return _Source(None, fd, size, known if known is not None else h.digest(), media_ext(rel_s, head), full,
-                       mtime_ns, known is None)
+        return _Source(None, fd, size, known if known is not None else h.digest(), media_ext(os.fsdecode(rel), head),
+                       full, mtime_ns, known is None)
     except OSError as exc:
-        raise SourceProblem(f"{full}: unreadable: {exc.strerror}") from None
+        raise SourceProblem(f"{os.fsdecode(full)}: unreadable: {exc.strerror}") from None
     finally:
         if not keep_open:
             os.close(fd)
@@ -219,6 +226,7 @@ def _row_batches(table, job: ShardJob):
 
 def _read_batch(root: str, rows: _Rows, inline_limit: int) -> list:
     """The batch's sources, in order; a :class:`SourceProblem` in place of a source that failed its checks."""
+    root = os.path.join(os.fsencode(root), b"")  # ends in /
     out: list = []
     for rel, size, mtime_ns, known in zip(rows.path, rows.size, rows.mtime_ns, rows.known):
         try:
@@ -338,7 +346,7 @@ def write_shard(job: ShardJob) -> ShardResult:
     result = ShardResult(job.number, job.name, written=True)
     _remove_stale_temps(job)
     table = read_table(job.index, job.rows)
-    rows, offsets, sums = [], [], bytearray()
+    kept, offsets, sums = [], [], bytearray()  # kept: positions in job.rows
     classes = list(job.classes)
     in_hand: list = []
     try:
@@ -364,7 +372,7 @@ def write_shard(job: ShardJob) -> ShardResult:
                             finally:
                                 if src.fd is not None:
                                     os.close(src.fd)
-                            rows.append(int(job.rows[batch.start + j]))
+                            kept.append(batch.start + j)
                             offsets.append(media_at)
                             sums += src.checksum
                             result.hashed += src.hashed
@@ -389,7 +397,7 @@ def write_shard(job: ShardJob) -> ShardResult:
         return result
     finally:
         _close_all(in_hand)
-    result.rows = np.asarray(rows, np.int64)
+    result.rows = np.asarray(job.rows, np.int64)[np.asarray(kept, np.int64)]
     result.offsets = np.asarray(offsets, np.int64)
     result.checksums = bytes(sums)
     result.filesize = os.path.getsize(job.path)
@@ -420,8 +428,8 @@ def _write_sample(out: _Out, batch: _Rows, j: int, src: _Source, classes: list[s
             data = b"%d" % label
         else:
             facts = {k: v[j] for k, v in batch.facts.items()}
-            data = json_record(rel, label=label, classes=classes, kind=KINDS[batch.kind[j]],
-                               size=src.size, checksum=src.checksum, facts=facts)
+            fields = {"path": rel.decode("ascii")} if rel.isascii() else path_fields(rel)
+            data = int_facts_record(fields, label, classes, KINDS[batch.kind[j]], src.size, src.checksum, facts)
         size = len(data)
         pad = padding(size)
         parts += (header(f"{key}.{ext}", size), data, pad)
@@ -446,7 +454,8 @@ def _member_order(ext: str, labelled: bool) -> list[str]:
 def _copy_checked(out: _Out, src: _Source) -> None:
     """A big file, streamed into the shard: the bytes must be the ones hashed (or the scan's size)."""
     h = new_hasher() if src.hashed else None
-    for block in _blocks(src.fd, src.size, src.where):
+    where = os.fsdecode(src.full)
+    for block in _blocks(src.fd, src.size, where):
         if h is not None:
             h.update(block)
         view = memoryview(block)
@@ -455,11 +464,11 @@ def _copy_checked(out: _Out, src: _Source) -> None:
         out.wrote(len(block))
     out.pos += src.size
     try:
-        _same_as_indexed(src.where, os.fstat(src.fd), src.size, src.mtime_ns)
+        _same_as_indexed(where, os.fstat(src.fd), src.size, src.mtime_ns)
     except OSError as exc:
-        raise SourceProblem(f"{src.where}: unreadable: {exc.strerror}") from None
+        raise SourceProblem(f"{where}: unreadable: {exc.strerror}") from None
     if h is not None and h.digest() != src.checksum:
-        raise SourceProblem(f"{src.where}: changed while it was packed (its bytes differ between the "
+        raise SourceProblem(f"{where}: changed while it was packed (its bytes differ between the "
                             "checksum pass and the copy)")
 
 

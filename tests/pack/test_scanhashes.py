@@ -17,7 +17,7 @@ from dsclean.index.store import open_index
 from dsclean.jsonpaths import path_fields
 from dsclean.pack import write
 from dsclean.pack.packer import PackOptions, pack_shards
-from dsclean.pack.samples import _fast_record, _slow_record, json_record
+from dsclean.pack.samples import int_facts_record, _slow_record, json_record
 from dsclean.scanning.scanner import ScanOptions
 
 
@@ -122,7 +122,7 @@ def test_the_fast_json_record_is_what_json_dumps_writes():
         facts = {k: r.choice([None, r.randrange(0, 10**12)])
                  for k in ("width", "height", "sample_rate", "frames", "channels")}
         args = (path_fields(rel), label, classes, r.choice(["image", "audio"]), r.randrange(10**11), os.urandom(16), facts)
-        assert _fast_record(*args) == _slow_record(*args)
+        assert int_facts_record(*args) == _slow_record(*args)
     # facts that are not all integers take the encoder's path
     rec = json_record(b"a.wav", label=0, classes=["x"], kind="audio", size=1, checksum=bytes(16),
                       facts={"duration": 1.5, "width": None})
