@@ -350,7 +350,7 @@ def write_shard(job: ShardJob) -> ShardResult:
     classes = list(job.classes)
     in_hand: list = []
     try:
-        with atomic_output(job.path) as tmp, _readers(job) as pool:
+        with atomic_output(job.path, sync_dir=False) as tmp, _readers(job) as pool:
             fd = os.open(tmp, os.O_WRONLY)
             out = _Out(fd)
             try:
