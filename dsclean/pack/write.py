@@ -28,7 +28,7 @@ from ..hashing import DIGEST_SIZE, content_hash, new_hasher
 from ..index.store import KINDS, read_table
 from ..jsonpaths import path_fields
 from .samples import KEY_RE, int_facts_record, media_ext, member_order, sample_key
-from .tarformat import BLOCK, TarError, end_of_archive, header, iter_members, member_bytes, padding
+from .tarformat import BLOCK, TarError, end_of_archive, header, iter_members, padding
 
 #: files up to this size are read once into memory; bigger ones are streamed twice (hash, then copy)
 INLINE_LIMIT = 64 << 20
