@@ -15,7 +15,7 @@ import numpy as np
 from PIL import Image
 
 from . import thumbnail
-from .phash import phash
+from .phash import phash_uint8
 
 #: EXIF tag number of Orientation
 _ORIENTATION = 0x0112
@@ -46,7 +46,7 @@ def image_facts(pixels: np.ndarray, *, colour_stored: bool | None = None, orient
     """
     pixels = np.asarray(pixels)
     is_rgb = pixels.ndim == 3 and pixels.shape[2] >= 3
-    thumb = thumbnail.canonical(pixels)
+    thumb = thumbnail.canonical_uint8(pixels)
     facts = thumbnail_facts(thumb, sharp=pixels.shape[0] >= thumbnail.SIZE and pixels.shape[1] >= thumbnail.SIZE)
     facts.orientation = orientation if orientation in range(1, 9) else None
     if is_rgb:
@@ -56,15 +56,27 @@ def image_facts(pixels: np.ndarray, *, colour_stored: bool | None = None, orient
     return facts
 
 
+_LEVELS = np.arange(256, dtype=np.float64)
+
+
 def thumbnail_facts(thumb: np.ndarray, *, sharp: bool = True) -> ImageFacts:
-    """Brightness, contrast, entropy, sharpness and phash of a canonical 64x64 float grey thumbnail."""
-    counts = np.bincount(np.clip(np.rint(thumb), 0, 255).astype(np.intp).ravel(), minlength=256)
-    p = counts[counts > 0] / thumb.size
+    """Brightness, contrast, entropy, sharpness and phash of a canonical 64x64 grey thumbnail.
+
+    Takes uint8 (as :func:`thumbnail.canonical_uint8` gives) or float values 0..255 (rounded).
+    Mean, spread and entropy all come from the 256-bin histogram: the scan runs this per image.
+    """
+    if thumb.dtype != np.uint8:
+        thumb = np.clip(np.rint(thumb), 0, 255).astype(np.uint8)
+    counts = np.bincount(thumb.ravel(), minlength=256)
+    n = thumb.size
+    mean = float(counts @ _LEVELS) / n
+    variance = max(float(counts @ (_LEVELS * _LEVELS)) / n - mean * mean, 0.0)
+    p = counts[counts > 0] / n
     entropy = float(-(p * np.log2(p)).sum()) + 0.0
     return ImageFacts(
-        phash=phash(thumb),
-        brightness=float(thumb.mean() / 255.0),
-        contrast=float(thumb.std() / 255.0),
+        phash=phash_uint8(thumb, mean),
+        brightness=mean / 255.0,
+        contrast=float(np.sqrt(variance)) / 255.0,
         entropy=entropy,
         sharpness=laplacian_variance(thumb) if sharp else None,
     )
@@ -72,8 +84,9 @@ def thumbnail_facts(thumb: np.ndarray, *, sharp: bool = True) -> ImageFacts:
 
 def laplacian_variance(grey: np.ndarray) -> float:
     """Variance of the 4-neighbour Laplacian over the interior pixels: high when edges are crisp."""
-    g = np.asarray(grey, dtype=np.float64)
-    lap = g[1:-1, :-2] + g[1:-1, 2:] + g[:-2, 1:-1] + g[2:, 1:-1] - 4.0 * g[1:-1, 1:-1]
+    g = np.asarray(grey)
+    g = g.astype(np.int16) if g.dtype == np.uint8 else g.astype(np.float64)  # uint8: exact in int16
+    lap = g[1:-1, :-2] + g[1:-1, 2:] + g[:-2, 1:-1] + g[2:, 1:-1] - 4 * g[1:-1, 1:-1]
     return float(lap.var())
 
 

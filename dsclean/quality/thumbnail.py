@@ -36,12 +36,16 @@ def luma(rgb: np.ndarray) -> np.ndarray:
 
 def canonical(pixels: np.ndarray | Image.Image) -> np.ndarray:
     """The ``SIZE`` x ``SIZE`` float64 grey thumbnail (0..255) of an (H, W) or (H, W, 3) uint8 array."""
+    return canonical_uint8(pixels).astype(np.float64)
+
+
+def canonical_uint8(pixels: np.ndarray | Image.Image) -> np.ndarray:
+    """The same thumbnail as uint8 (Pillow's resize of an 8-bit image gives whole values: nothing is lost)."""
     im = pixels if isinstance(pixels, Image.Image) else _as_image(pixels)
     if im.mode != "L":
         im = im.convert("L")
     shrink = im.width >= SIZE and im.height >= SIZE
-    small = im.resize((SIZE, SIZE), Image.Resampling.BOX if shrink else Image.Resampling.BILINEAR)
-    return np.asarray(small, dtype=np.float64)
+    return np.asarray(im.resize((SIZE, SIZE), Image.Resampling.BOX if shrink else Image.Resampling.BILINEAR))
 
 
 def _as_image(a: np.ndarray) -> Image.Image:
