@@ -45,11 +45,18 @@ def _low_frequencies() -> list[tuple[int, int]]:
 
 _D = _dct_matrix(DCT_SIZE)
 _ZZ = _low_frequencies()
+_ROWS = np.array([u for u, _ in _ZZ])
+_COLS = np.array([v for _, v in _ZZ])
+#: the DCT rows the hash needs (frequencies 0..MAX_FREQUENCY): two small products instead of two 32x32 ones
+_DK = np.ascontiguousarray(_D[: MAX_FREQUENCY + 1])
 _hann = np.hanning(DCT_SIZE + 8)[4:-4]
 _WINDOW = np.outer(_hann, _hann)
-#: the 64 windowed DCT basis images, one row each: row k . (thumbnail - its mean) is coefficient k
-_BASIS = np.stack([np.outer(_D[u], _D[v]) * _WINDOW for u, v in _ZZ]).reshape(BITS, DCT_SIZE * DCT_SIZE)
-_BASIS_SUM = _BASIS.sum(axis=1)
+_WINDOW_QUARTER = _WINDOW * 0.25
+
+
+def _coefficients(windowed: np.ndarray) -> np.ndarray:
+    """The 64 zig-zag low-frequency DCT coefficients of a windowed, mean-free 32x32 array."""
+    return ((_DK @ windowed) @ _DK.T)[_ROWS, _COLS]
 
 
 def low_frequencies(thumb: np.ndarray) -> np.ndarray:
@@ -59,7 +66,7 @@ def low_frequencies(thumb: np.ndarray) -> np.ndarray:
         t = t.reshape(DCT_SIZE, 2, DCT_SIZE, 2).mean(axis=(1, 3))
     if t.shape != (DCT_SIZE, DCT_SIZE):
         raise ValueError(f"phash needs a {2 * DCT_SIZE}x{2 * DCT_SIZE} or {DCT_SIZE}x{DCT_SIZE} thumbnail, got {t.shape}")
-    return _BASIS @ (t - t.mean()).ravel()
+    return _coefficients((t - t.mean()) * _WINDOW)
 
 
 def _bits(coefficients: np.ndarray) -> int:
@@ -80,11 +87,11 @@ def phash(thumb: np.ndarray) -> int:
 
 def phash_uint8(thumb: np.ndarray, mean: float) -> int:
     """:func:`phash` of a 64x64 uint8 thumbnail whose mean is known: the same hash, with fewer steps
-    (2x2 sums in integers, one matrix-vector product; what the scan runs per image)."""
+    (2x2 sums in integers; what the scan runs per image)."""
     a = thumb.astype(np.uint16)
     rows = a[0::2] + a[1::2]
-    sums = (rows[:, 0::2] + rows[:, 1::2]).ravel().astype(np.float64)
-    return _bits(_BASIS @ sums * 0.25 - mean * _BASIS_SUM)
+    sums = rows[:, 0::2] + rows[:, 1::2]
+    return _bits(_coefficients(sums * _WINDOW_QUARTER - mean * _WINDOW))
 
 
 def hamming(a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray | int:
