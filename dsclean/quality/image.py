@@ -15,7 +15,7 @@ import numpy as np
 from PIL import Image
 
 from . import thumbnail
-from .phash import phash_uint8
+from .phash import phash_int16
 
 #: EXIF tag number of Orientation
 _ORIENTATION = 0x0112
@@ -57,6 +57,7 @@ def image_facts(pixels: np.ndarray, *, colour_stored: bool | None = None, orient
 
 
 _LEVELS = np.arange(256, dtype=np.float64)
+_SQUARES = _LEVELS * _LEVELS
 
 
 def thumbnail_facts(thumb: np.ndarray, *, sharp: bool = True) -> ImageFacts:
@@ -70,24 +71,38 @@ def thumbnail_facts(thumb: np.ndarray, *, sharp: bool = True) -> ImageFacts:
     counts = np.bincount(thumb.ravel(), minlength=256)
     n = thumb.size
     mean = float(counts @ _LEVELS) / n
-    variance = max(float(counts @ (_LEVELS * _LEVELS)) / n - mean * mean, 0.0)
-    p = counts[counts > 0] / n
-    entropy = float(-(p * np.log2(p)).sum()) + 0.0
+    variance = max(float(counts @ _SQUARES) / n - mean * mean, 0.0)
+    p = counts[counts > 0] * (1.0 / n)
+    entropy = float(-(p @ np.log2(p))) + 0.0
+    grey = thumb.astype(np.int16)  # exact for the Laplacian and for the hash's 2x2 sums
     return ImageFacts(
-        phash=phash_uint8(thumb, mean),
+        phash=phash_int16(grey, mean),
         brightness=mean / 255.0,
         contrast=float(np.sqrt(variance)) / 255.0,
         entropy=entropy,
-        sharpness=laplacian_variance(thumb) if sharp else None,
+        sharpness=_laplacian_variance_int16(grey) if sharp else None,
     )
 
 
 def laplacian_variance(grey: np.ndarray) -> float:
     """Variance of the 4-neighbour Laplacian over the interior pixels: high when edges are crisp."""
     g = np.asarray(grey)
-    g = g.astype(np.int16) if g.dtype == np.uint8 else g.astype(np.float64)  # uint8: exact in int16
+    if g.dtype == np.uint8:
+        return _laplacian_variance_int16(g.astype(np.int16))
+    g = g.astype(np.float64)
     lap = g[1:-1, :-2] + g[1:-1, 2:] + g[:-2, 1:-1] + g[2:, 1:-1] - 4 * g[1:-1, 1:-1]
     return float(lap.var())
+
+
+def _laplacian_variance_int16(g: np.ndarray) -> float:
+    """:func:`laplacian_variance` of grey values held in int16 (exact: |Laplacian| <= 1020), in few passes."""
+    lap = g[1:-1, :-2] + g[1:-1, 2:]
+    lap += g[:-2, 1:-1]
+    lap += g[2:, 1:-1]
+    lap -= 4 * g[1:-1, 1:-1]
+    flat = lap.ravel().astype(np.float64)
+    m = flat.sum() / flat.size
+    return max(float(flat @ flat) / flat.size - m * m, 0.0)
 
 
 def is_grey_rgb(rgb: np.ndarray) -> bool:

@@ -59,6 +59,10 @@ def _coefficients(windowed: np.ndarray) -> np.ndarray:
     return ((_DK @ windowed) @ _DK.T)[_ROWS, _COLS]
 
 
+#: the coefficients of the window itself: a picture's mean contributes mean times these
+_WINDOW_COEFFICIENTS = _coefficients(_WINDOW)
+
+
 def low_frequencies(thumb: np.ndarray) -> np.ndarray:
     """The 64 windowed low-frequency DCT coefficients of a 64x64 (or 32x32) grey thumbnail."""
     t = np.asarray(thumb, dtype=np.float64)
@@ -85,13 +89,13 @@ def phash(thumb: np.ndarray) -> int:
     return _bits(low_frequencies(thumb))
 
 
-def phash_uint8(thumb: np.ndarray, mean: float) -> int:
-    """:func:`phash` of a 64x64 uint8 thumbnail whose mean is known: the same hash, with fewer steps
-    (2x2 sums in integers; what the scan runs per image)."""
-    a = thumb.astype(np.uint16)
-    rows = a[0::2] + a[1::2]
+def phash_int16(thumb: np.ndarray, mean: float) -> int:
+    """:func:`phash` of a 64x64 thumbnail of whole grey values (held in int16) whose mean is known: the
+    same hash in fewer steps (2x2 sums in integers, the mean removed from the coefficients, not the
+    pixels); what the scan runs per image."""
+    rows = thumb[0::2] + thumb[1::2]
     sums = rows[:, 0::2] + rows[:, 1::2]
-    return _bits(_coefficients(sums * _WINDOW_QUARTER - mean * _WINDOW))
+    return _bits(_coefficients(sums * _WINDOW_QUARTER) - mean * _WINDOW_COEFFICIENTS)
 
 
 def hamming(a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray | int:
