@@ -88,19 +88,29 @@ def raw_pcm(data, at: int, frames: int, channels: int, subtype: str) -> np.ndarr
     return np.frombuffer(data, dtype=dtype, count=count, offset=at).reshape(frames, channels)
 
 
+#: the verdict fields the flags are judged from, in :func:`flags_from` argument order
+FLAG_INPUTS = ("status", "kind", "width", "height", "duration", "channels", "brightness", "contrast", "sharpness",
+               "rms", "peak", "clipped", "dc_offset", "silent_channels")
+
+
 def flags_of(v: Verdict, options: FlagOptions) -> list[str] | None:
-    """The quality flags of a checked file, or None when the scan ran without facts or the file is bad
-    (a bad file is the integrity verdict's business; its partial facts say nothing)."""
-    if v.status == R.BAD:
+    """The quality flags of a checked file (see :func:`flags_from`)."""
+    return flags_from(*(getattr(v, name) for name in FLAG_INPUTS), options)
+
+
+def flags_from(status, kind, width, height, duration, channels, brightness, contrast, sharpness, rms, peak, clipped,
+               dc_offset, silent_channels, options: FlagOptions) -> list[str] | None:
+    """The quality flags of a file from its verdict's fields (:data:`FLAG_INPUTS`), or None when the file
+    is bad (a bad file is the integrity verdict's business; its partial facts say nothing)."""
+    if status == R.BAD:
         return None
-    if v.kind == "image":
-        facts = ImageFacts(brightness=v.brightness, contrast=v.contrast, sharpness=v.sharpness) \
-            if v.brightness is not None else None
-        return image_flags(facts, v.width, v.height, options)
-    if v.kind == "audio":
-        if v.rms is None:
-            return audio_flags(AudioFacts(duration=v.duration), options) if v.duration is not None else []
-        return audio_flags(AudioFacts(duration=v.duration, peak=v.peak, rms=v.rms, clipped=v.clipped,
-                                      dc_offset=v.dc_offset, silent_channels=v.silent_channels,
-                                      channels=v.channels), options)
+    if kind == "image":
+        facts = ImageFacts(brightness=brightness, contrast=contrast, sharpness=sharpness) \
+            if brightness is not None else None
+        return image_flags(facts, width, height, options)
+    if kind == "audio":
+        if rms is None:
+            return audio_flags(AudioFacts(duration=duration), options) if duration is not None else []
+        return audio_flags(AudioFacts(duration=duration, peak=peak, rms=rms, clipped=clipped, dc_offset=dc_offset,
+                                      silent_channels=silent_channels, channels=channels), options)
     return []

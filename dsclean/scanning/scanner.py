@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import operator
 import os
 import signal
 import sqlite3
@@ -34,7 +35,7 @@ from .executors import BACKENDS, run_checks
 from .quarantine import Quarantine
 from .records import quarantine_state, quarantined_records
 from .results import ResultsWriter
-from .verdict import Verdict, encode_path
+from .verdict import FIELDS, Verdict, encode_path
 
 
 @dataclass(frozen=True)
@@ -261,6 +262,8 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
 
 #: how many move failures are kept in memory for the screen; all of them are in the problems file
 MAX_LISTED = 1000
+#: where the flags' inputs sit in a results row (cached rows are tuples in FIELDS order)
+_FLAG_INPUTS = operator.itemgetter(*(FIELDS.index(name) for name in facts_of.FLAG_INPUTS))
 
 
 def check_quarantine_flags(codes: Iterable[str], facts: bool) -> frozenset[str]:
@@ -432,9 +435,17 @@ class _Sink:
         """Verdicts from the cache: ``ok`` rows go straight to the results, the rest through :meth:`handle`."""
         s, counts = self.summary, Counter()
         for rel, row in rows.items():
-            if row[2] != R.OK or self.flag_options is not None:  # flags are derived from the facts here
+            if row[2] != R.OK:
                 self.handle(row_to_verdict(rel, row), fresh=False)
                 continue
+            if self.flag_options is not None:  # flags are derived from the cached facts, with today's thresholds
+                flags = facts_of.flags_from(*_FLAG_INPUTS(row), self.flag_options)
+                if flags and self.quarantine_flags.intersection(flags):
+                    self.handle(row_to_verdict(rel, row), fresh=False)  # moved: the verdict's own path
+                    continue
+                for flag in flags or ():
+                    s.flags[flag] = s.flags.get(flag, 0) + 1
+                row = (*row[:-1], flags)
             counts[row[1]] += 1
             s.bytes += row[5]
             self.writer.add_row(row)
