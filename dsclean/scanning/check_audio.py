@@ -218,7 +218,7 @@ def _decode(data, v: Verdict, findings: list[Finding], *, dtype: str | None = No
 def _raw_pcm_stats(data, at: int, dec: Decoded, f: sf.SoundFile) -> None:
     """Level facts of a raw PCM WAV, from its samples where they lie in the bytes (nothing to decode);
     a layout numpy cannot read in place (u-law, A-law) is decoded by libsndfile for them."""
-    width = f.channels * ({"PCM_U8": 1, "PCM_S8": 1, "PCM_16": 2, "PCM_24": 3, "PCM_32": 4}.get(f.subtype) or 0)
+    width = f.channels * facts_of.PCM_WIDTH.get(f.subtype, 0)
     if not width:
         f.seek(0)
         _decode_blocks(f, Decoded(header_frames=dec.header_frames, stats=dec.stats), None, None, 16, None)

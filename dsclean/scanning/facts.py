@@ -69,10 +69,14 @@ def from_audio(v: Verdict, stats: AudioStats) -> None:
     v.set_facts(stats.result())
 
 
+#: bytes per sample of the PCM subtypes whose samples numpy reads in place
+PCM_WIDTH = {"PCM_U8": 1, "PCM_S8": 1, "PCM_16": 2, "PCM_24": 3, "PCM_32": 4}
+
+
 def raw_pcm(data, at: int, frames: int, channels: int, subtype: str) -> np.ndarray | None:
     """The samples of a PCM WAV where they lie in the bytes, as integers (frames, channels); None if
     the subtype has no plain integer layout or the bytes are not all there."""
-    width = {"PCM_U8": 1, "PCM_S8": 1, "PCM_16": 2, "PCM_24": 3, "PCM_32": 4}.get(subtype)
+    width = PCM_WIDTH.get(subtype)
     if width is None or frames <= 0 or at + frames * channels * width > len(data):
         return None
     count = frames * channels
