@@ -110,7 +110,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.decode:
         from ..scanning.check import CheckOptions
 
-        decode = CheckOptions()
+        decode = CheckOptions(facts=False)  # verdicts only: verify records no quality facts
     report = verify_shards(args.folder, jobs=args.jobs, decode=decode)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
