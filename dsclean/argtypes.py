@@ -78,3 +78,11 @@ def shard(text: str) -> tuple[int, int]:
     if not (n >= 1 and 0 <= i < n):
         raise argparse.ArgumentTypeError(f"{text!r}: need 0 <= I < N")
     return i, n
+
+
+def comma_list(text: str) -> tuple[str, ...]:
+    """``dark,silent`` -> ('dark', 'silent'): one option value, so it can never swallow a positional argument."""
+    items = tuple(part.strip() for part in text.split(","))
+    if not all(items):
+        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated names without empty entries, e.g. dark,silent")
+    return items

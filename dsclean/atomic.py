@@ -46,19 +46,23 @@ def temp_next_to(final: str) -> str:
     return tmp
 
 
-def publish(tmp: str, final: str) -> None:
-    """fsync ``tmp`` and rename it over ``final``, durably."""
+def publish(tmp: str, final: str, *, sync_dir: bool = True) -> None:
+    """fsync ``tmp`` and rename it over ``final``, durably (``sync_dir=False``: the rename is made
+    durable by a later fsync of the folder; ``final`` still only ever names a complete file)."""
     _fsync_file(tmp)
     os.replace(tmp, final)
-    fsync_dir(os.path.dirname(os.path.abspath(final)) or ".")
+    if sync_dir:
+        fsync_dir(os.path.dirname(os.path.abspath(final)) or ".")
 
 
 @contextlib.contextmanager
-def atomic_output(final: str, *, directory: bool = False) -> Iterator[str]:
+def atomic_output(final: str, *, directory: bool = False, sync_dir: bool = True) -> Iterator[str]:
     """Yield a temp path next to ``final``; on success fsync it and rename it over ``final``.
 
     On an exception the temp output is removed and ``final`` is untouched.
     With ``directory=True`` the temp path is a fresh folder (for multi-file outputs).
+    ``sync_dir=False`` (files only) skips the fsync of the parent folder after the rename:
+    for many outputs in one folder whose last one is written with it (pack's shards).
     """
     parent = os.path.dirname(os.path.abspath(final)) or "."
     base = os.path.basename(final)
@@ -83,7 +87,7 @@ def atomic_output(final: str, *, directory: bool = False) -> Iterator[str]:
                 os.rename(tmp, final)
             fsync_dir(parent)
         else:
-            publish(tmp, final)
+            publish(tmp, final, sync_dir=sync_dir)
     except BaseException:
         if directory:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -28,6 +28,7 @@ TOO_LARGE = "too_large"
 NONCONFORMING = "nonconforming"
 
 DUPLICATE = "duplicate"
+FLAGGED = "flagged"
 
 #: reason code -> what it means (shown by ``dsclean reasons`` and in the README)
 REASONS: dict[str, str] = {
@@ -49,4 +50,5 @@ REASONS: dict[str, str] = {
                    "junk after the last MP3 frame, data after a PNG's zlib stream); a warning",
 
     DUPLICATE: "an extra copy of a file kept elsewhere (exact or near duplicate); moved only by dsclean dups --quarantine",
+    FLAGGED: "a whole file with a quality flag named in scan --quarantine-flags (the flag is in the detail); moved only when asked",
 }

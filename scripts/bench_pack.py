@@ -4,9 +4,10 @@
     python scripts/bench_pack.py [--n 5000] [--size 256] [--repeats 3] [--rows 1000000] [--workers 2]
                                  [--only throughput,read,memory] [--out DIR]
 
-1. throughput: ``dsclean pack`` (jobs 1 and 2) against ``tar -cf`` of the same files
-   (and ``tar -cf`` followed by an fsync, since pack fsyncs every shard), 16 MiB shards; page cache warm;
-   interleaved, best of ``--repeats``.
+1. throughput: ``dsclean pack`` (jobs 1 and 2; the files scanned first, so pack reuses the
+   scan's checksums, and with ``--rehash``, hashing every file) against ``tar -cf`` of the same
+   files (and ``tar -cf`` followed by an fsync, since pack fsyncs every shard), 16 MiB shards;
+   page cache warm, and (``cold``, root) dropped before every run; interleaved, best of ``--repeats``.
 2. read: random-access reads of every sample in a random order through IndexedDataset,
    from the shards against from the original small files: raw bytes and decoded
    samples with a warm page cache, raw bytes with the page cache dropped before each
@@ -64,14 +65,19 @@ def _cpu(who: int) -> float:
     return r.ru_utime + r.ru_stime
 
 
-def bench_throughput(work: str, index: str, root: str, mb: float, repeats: int) -> list[str]:
-    """Wall time (best of the repeats) and CPU time (of that run; less sensitive to a loaded machine)."""
+def bench_throughput(work: str, index: str, root: str, mb: float, repeats: int, cold: bool = False) -> list[str]:
+    """Wall time (best of the repeats) and CPU time (of that run; less sensitive to a loaded machine).
+
+    ``cold``: the page cache is dropped before every run of every contender (root only).
+    """
     import resource
 
     from dsclean.pack.packer import PackOptions, pack_shards
 
     def tar(sync: bool) -> tuple[float, float]:
         out = os.path.join(work, "x.tar")
+        if cold:
+            _drop_caches()
         c, t = _cpu(resource.RUSAGE_CHILDREN), time.perf_counter()
         subprocess.run(["tar", "-cf", out, "-C", root, "."], check=True)
         if sync:
@@ -80,18 +86,23 @@ def bench_throughput(work: str, index: str, root: str, mb: float, repeats: int) 
         os.unlink(out)
         return t, c
 
-    def dsclean_pack(jobs: int) -> tuple[float, float]:
+    def dsclean_pack(jobs: int, rehash: bool) -> tuple[float, float]:
         out = os.path.join(work, "shards-bench")
         shutil.rmtree(out, ignore_errors=True)
+        if cold:
+            _drop_caches()
         c, t = _cpu(resource.RUSAGE_SELF), time.perf_counter()
-        s = pack_shards(index, out, PackOptions(shard_size=16 << 20, jobs=jobs))
+        s = pack_shards(index, out, PackOptions(shard_size=16 << 20, jobs=jobs, rehash=rehash))
         t, c = time.perf_counter() - t, _cpu(resource.RUSAGE_SELF) - c
-        assert s.complete
+        assert s.complete and s.hashed == (s.samples if rehash else 0), (s.hashed, s.scan_hashes)
         shutil.rmtree(out)
         return t, (c if jobs == 1 else float("nan"))  # --jobs 2 works in loky processes this one cannot measure
 
     runs = {"tar -cf": lambda: tar(False), "tar -cf, then fsync": lambda: tar(True),
-            "dsclean pack --jobs 1": lambda: dsclean_pack(1), "dsclean pack --jobs 2": lambda: dsclean_pack(2)}
+            "dsclean pack --jobs 1 (checksums from the scan)": lambda: dsclean_pack(1, False),
+            "dsclean pack --jobs 2 (checksums from the scan)": lambda: dsclean_pack(2, False),
+            "dsclean pack --jobs 1 --rehash": lambda: dsclean_pack(1, True),
+            "dsclean pack --jobs 2 --rehash": lambda: dsclean_pack(2, True)}
     for fn in runs.values():  # warm-up: page cache, loky pool
         fn()
     best = {name: (float("inf"), float("nan")) for name in runs}
@@ -101,8 +112,10 @@ def bench_throughput(work: str, index: str, root: str, mb: float, repeats: int) 
     lines = ["| writer | s | MB/s | vs tar -cf | vs tar -cf + fsync | CPU s | CPU vs tar -cf |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     for name, (t, c) in best.items():
+        cpu = (f"{c:.2f} | {c / best['tar -cf'][1]:.1f}x" if c == c
+               else "(in loky workers, not measured) |")
         lines.append(f"| {name} | {t:.2f} | {mb / t:.0f} | {best['tar -cf'][0] / t:.2f}x | "
-                     f"{best['tar -cf, then fsync'][0] / t:.2f}x | {c:.2f} | {c / best['tar -cf'][1]:.1f}x |")
+                     f"{best['tar -cf, then fsync'][0] / t:.2f}x | {cpu} |")
     return lines
 
 
@@ -267,7 +280,8 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--only", default="throughput,read,memory")
+    ap.add_argument("--only", default="throughput,cold,read,memory",
+                    help="comma-separated parts; cold = throughput with the page cache dropped (root)")
     ap.add_argument("--out", default=None, help="work folder (default: a temp folder, removed at the end)")
     ap.add_argument("--_child", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -275,11 +289,13 @@ def main() -> int:
         spec = json.loads(args._child)
         print(json.dumps(run_memory_variant(spec["variant"], spec["target"], spec["workers"], spec["state"])))
         return 0
+    work = args.out or tempfile.mkdtemp(prefix="dsclean-bench-pack-")
+    os.makedirs(work, exist_ok=True)
+    os.environ["DSCLEAN_STATE_DIR"] = os.path.join(work, "state")  # the scan's results and cache: not in ~/.cache
+    from dsclean import ScanOptions, scan
     from dsclean.index.build import build_index
     from dsclean.pack.packer import PackOptions, pack_shards
 
-    work = args.out or tempfile.mkdtemp(prefix="dsclean-bench-pack-")
-    os.makedirs(work, exist_ok=True)
     only = set(args.only.split(","))
     print(f"machine: {os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}")
     print(f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
@@ -289,10 +305,21 @@ def main() -> int:
             root = os.path.join(work, "jpegs")
             mb = make_jpegs(root, args.n, args.size)
             index = os.path.join(work, "jpegs.arrow")
+            t = time.perf_counter()
+            scanned = scan(root, ScanOptions(progress=False))  # records every file's content_hash
+            print(f"{args.n:,} JPEGs of {args.size}x{args.size}, {mb:.1f} MB; dsclean scan: "
+                  f"{time.perf_counter() - t:.1f} s ({scanned.files:,} files)")
             build_index(root, index)
-            print(f"{args.n:,} JPEGs of {args.size}x{args.size}, {mb:.1f} MB\n")
+            print()
             if "throughput" in only:
+                print("page cache warm:\n")
                 print("\n".join(bench_throughput(work, index, root, mb, args.repeats)) + "\n")
+                if "cold" in only:
+                    if _drop_caches():
+                        print("page cache dropped before every run:\n")
+                        print("\n".join(bench_throughput(work, index, root, mb, args.repeats, cold=True)) + "\n")
+                    else:
+                        print("(cold throughput skipped: cannot drop the page cache, not root)\n")
             if "read" in only:
                 shards = os.path.join(work, "jpeg-shards")
                 pack_shards(index, shards, PackOptions(shard_size=64 << 20))

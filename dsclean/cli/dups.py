@@ -47,6 +47,8 @@ def add_parsers(sub) -> None:
                    help="with --quarantine: in groups spanning splits, move this root's copies too")
     p.add_argument("--dry-run", action="store_true", help="with --quarantine: say what would move, move nothing")
     p.add_argument("--no-results", action="store_true", help="ignore scan results: compute every file's facts here")
+    p.add_argument("--state-dir", metavar="DIR",
+                   help="where the roots' last scans are recorded (default: $DSCLEAN_STATE_DIR, else the per-user state folder)")
     p.add_argument("--jobs", "-j", type=argtypes.count, default=0, metavar="N", help="worker processes (default: all usable cores)")
     p.add_argument("--timeout", type=argtypes.timeout, default=60.0, metavar="SECONDS",
                    help="a file whose decode takes longer is left out of near search (default 60; 0 = none)")
@@ -68,8 +70,14 @@ def cmd_dups(args: argparse.Namespace) -> int:
         resolve_split(list(args.roots), args.drop_from)  # a typo fails before any work
     options = DupsOptions(near=args.near, min_similarity=args.min_similarity, verify=not args.no_verify,
                           jobs=args.jobs, timeout=args.timeout, max_memory=args.max_memory,
-                          use_results=not args.no_results)
-    result = find_duplicates(args.roots, options, quarantine=args.quarantine)
+                          use_results=not args.no_results, state_dir=args.state_dir)
+    bar = None if args.quiet or args.json else _progress_bar()
+    try:
+        result = find_duplicates(args.roots, options, quarantine=args.quarantine,
+                                 progress=bar.update if bar is not None else None)
+    finally:
+        if bar is not None:
+            bar.close()
     s = result.summary
     if args.output:
         write_groups(result, args.output)
@@ -92,6 +100,14 @@ def cmd_dups(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _progress_bar():
+    """A tqdm bar on stderr (shown on a terminal) counting the files whose facts dups computes itself."""
+    from tqdm import tqdm
+
+    return tqdm(unit=" files", desc="facts not in scan results", file=sys.stderr, disable=None, mininterval=0.5,
+                dynamic_ncols=True)
+
+
 def format_summary(result, report=None, dry_run: bool = False) -> str:
     s, inv = result.summary, result.inventory
     ns = s.near_stats
@@ -104,6 +120,8 @@ def format_summary(result, report=None, dry_run: bool = False) -> str:
                      + (f", {ns['unverifiable']} could not be decoded again" if ns["unverifiable"] else ""))
         if ns["low_information"]:
             lines.append(f"  {ns['low_information']} near-constant pictures (low_information) left out of near search")
+    for root, source in zip(s.roots, s.results_sources):
+        lines.append(f"  scan results of {root}: {source}")
     lines.append(f"  facts: {s.from_results} from scan results, {s.computed} computed here"
                  + (f"; {s.excluded_bad} files the scan marked bad left out" if s.excluded_bad else "")
                  + (f"; {s.undecodable} images could not be decoded (exact duplicates only)" if s.undecodable else ""))

@@ -40,6 +40,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="after every --part has finished: check them and write the packed index and shard list")
     p.add_argument("--skip-changed", action="store_true",
                    help="leave out (and report) files that changed or vanished since indexing, instead of stopping")
+    p.add_argument("--rehash", action="store_true",
+                   help="hash every file's bytes, instead of reusing the scan's content_hash of files whose size "
+                   "and mtime are unchanged since the scan")
     p.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_pack)
@@ -60,7 +63,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
 
     options = PackOptions(shard_size=args.shard_size, samples_per_shard=args.samples_per_shard,
                           shuffle=args.shuffle, name=args.name, jobs=args.jobs, backend=args.backend,
-                          scheduler=args.scheduler, part=args.part, skip_changed=args.skip_changed,
+                          scheduler=args.scheduler, part=args.part, skip_changed=args.skip_changed, rehash=args.rehash,
                           progress=not (args.quiet or args.json) and sys.stderr.isatty())
     summary = (finish_pack if args.finish else pack_shards)(args.index, args.output, options)
     if args.json:
@@ -87,6 +90,10 @@ def format_pack(s) -> str:
         head = (f"incomplete: wrote {s.written} of {s.shards} shards ({s.reused} already there) -> {s.output}; "
                 f"{why} run the same command to resume")
     lines = [head]
+    if s.written:
+        lines.append(f"  checksums: {s.hashed:,} files hashed, the others' content_hash reused from the scan "
+                     f"results ({s.scan_results})" if s.scan_hashes else f"  checksums: {s.hashed:,} files hashed "
+                     f"(no current content_hash in scan results: {s.scan_results})")
     if s.skipped:
         lines.append(f"  {len(s.skipped)} samples left out (--skip-changed):")
         lines += [f"    {x['path']}: {x['why']}" for x in s.skipped[:_MAX_LISTED]]
@@ -103,7 +110,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.decode:
         from ..scanning.check import CheckOptions
 
-        decode = CheckOptions()
+        decode = CheckOptions(facts=False)  # verdicts only: verify records no quality facts
     report = verify_shards(args.folder, jobs=args.jobs, decode=decode)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))

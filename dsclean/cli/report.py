@@ -23,6 +23,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="thumbnails per bad/warn reason; the rest are counted (default 200)")
     p.add_argument("--jobs", "-j", type=argtypes.count, default=0, metavar="N",
                    help="thumbnail worker processes (default: all usable cores)")
+    p.add_argument("--state-dir", metavar="DIR",
+                   help="where ROOT's last scan is recorded (default: $DSCLEAN_STATE_DIR, else the per-user state folder)")
     p.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
     p.set_defaults(func=cmd_report)
 
@@ -33,9 +35,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     options = ReportOptions(dups=args.dups, thumbnails=not args.no_thumbnails, absolute_paths=args.absolute_paths,
                             jobs=args.jobs, caps=Caps(per_reason=args.max_thumbnails),
-                            command=("dsclean", *getattr(args, "argv", ())))
+                            command=("dsclean", *getattr(args, "argv", ())), state_dir=args.state_dir)
     s = write_report(args.target, args.output, options)
     if not args.quiet:
+        print(f"scan results: {s.results_source}")
         print(format_report_summary(s))
     return EXIT_OK
 

@@ -78,7 +78,59 @@ def add_scan_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar, no summary (errors still print)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report of the scan to FILE (see dsclean report)")
+    add_facts_options(p)
     p.set_defaults(func=cmd_scan)
+
+
+#: flag threshold option -> (FlagOptions field, type, what it means)
+FLAG_OPTIONS = {
+    "--flag-dark": ("dark", float, "image: mean luma (0..1) below this is dark"),
+    "--flag-bright": ("bright", float, "image: mean luma (0..1) above this is bright"),
+    "--flag-min-contrast": ("min_contrast", float, "image: luma std (0..1) below this is low_information"),
+    "--flag-blurry": ("blurry", float, "image: Laplacian variance below this times the luma variance is blurry"),
+    "--flag-tiny": ("tiny", int, "image: shorter side (pixels) below this is tiny"),
+    "--flag-odd-aspect": ("odd_aspect", float, "image: longer side more than this times the shorter is odd_aspect"),
+    "--flag-silence": ("silence", float, "audio: RMS (0..1) below this is silent"),
+    "--flag-clipped": ("clipped", float, "audio: clipped-sample fraction above this is clipped"),
+    "--flag-dc-offset": ("dc_offset", float, "audio: |mean sample| above this on a channel is dc_offset"),
+    "--flag-too-short": ("too_short", float, "audio: seconds below this is too_short"),
+}
+
+
+def _non_negative(kind):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a{'n integer' if kind is int else ' number'}") from None
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
+        return value
+
+    return parse
+
+
+def add_facts_options(p: argparse.ArgumentParser) -> None:
+    """``--facts``, ``--quarantine-flags`` and one ``--flag-*`` threshold per quality flag."""
+    from ..quality.flags import FLAGS, FlagOptions
+
+    p.add_argument("--facts", choices=("all", "none"), default="all",
+                   help="all: record quality facts (perceptual hash, brightness, audio levels, ...) and flags from "
+                        "the check's own decode (default); none: verdicts and content hashes only")
+    p.add_argument("--quarantine-flags", type=argtypes.comma_list, default=(), metavar="FLAG,...",
+                   help="also quarantine whole files carrying any of these quality flags (comma-separated; "
+                        f"reason flagged): {', '.join(FLAGS)}")
+    defaults = FlagOptions()
+    for option, (field, kind, meaning) in FLAG_OPTIONS.items():
+        p.add_argument(option, type=_non_negative(kind), default=getattr(defaults, field), metavar="X",
+                       dest=f"flag_{field}", help=f"{meaning} (default {getattr(defaults, field):g})")
+
+
+def flag_options(args: argparse.Namespace):
+    """The FlagOptions of the ``--flag-*`` options."""
+    from ..quality.flags import FlagOptions
+
+    return FlagOptions(**{field: getattr(args, f"flag_{field}") for field, _, _ in FLAG_OPTIONS.values()})
 
 
 def cmd_scan(args: argparse.Namespace) -> int:
@@ -92,7 +144,9 @@ def cmd_scan(args: argparse.Namespace) -> int:
     options = ScanOptions(
         jobs=args.jobs,
         check=CheckOptions(lenient=args.lenient, max_pixels=args.max_pixels, max_frames=max(1, args.max_frames),
-                           timeout=args.timeout, max_memory=args.max_memory),
+                           timeout=args.timeout, max_memory=args.max_memory, facts=args.facts == "all"),
+        flags=flag_options(args),
+        quarantine_flags=tuple(args.quarantine_flags),
         backend=args.backend,
         scheduler=args.scheduler,
         shard=args.shard,

@@ -1,7 +1,7 @@
 """Gather, for every media file under the roots, what dups compares: content hash and perceptual hash.
 
-Per root: the last scan's results (:func:`dsclean.locations.find_scan_results`)
-give the facts of files unchanged since (same size and mtime); files the scan
+Per root: the last scan's results (:func:`dsclean.locations.find_results`, every part of
+a job array) give the facts of files unchanged since (same size and mtime); files the scan
 marked bad are left out; everything else (new or changed files, results
 without fact columns, a root never scanned) is computed in worker processes
 (:mod:`dsclean.dups.worker`). Rows are kept as column arrays (no object per file),
@@ -54,7 +54,8 @@ class Inventory:
     computed: int = 0  # facts computed here
     failed: list[str] = field(default_factory=list)  # files that could not be read / killed a worker
     undecodable: int = 0  # hashed but not decoded (no perceptual hash)
-    results_files: list[str | None] = field(default_factory=list)
+    results_files: list[list[str]] = field(default_factory=list)  # per root: the results files read
+    results_sources: list[str] = field(default_factory=list)  # per root: where they came from (find_results)
 
     def __len__(self) -> int:
         return len(self.root)
@@ -127,7 +128,7 @@ def validate_root(root: str) -> str:
 
 
 def collect(roots: list[str], *, limits: Limits = Limits(), workers: int = 1, exclude: tuple[str, ...] = (),
-            use_results: bool = True, progress=None) -> Inventory:
+            use_results: bool = True, progress=None, state_dir: str | None = None) -> Inventory:
     """Facts of every media file under ``roots`` (paths as given), from scan results or computed."""
     abs_roots = [validate_root(r) for r in roots]
     seen = {}
@@ -139,11 +140,12 @@ def collect(roots: list[str], *, limits: Limits = Limits(), workers: int = 1, ex
     cols = _Columns()
     stats = {"bad": 0, "from_results": 0, "computed": 0, "undecodable": 0}
     failed: list[str] = []
-    results_files = []
+    results_files, sources = [], []
     for index, (given, root) in enumerate(zip(roots, abs_roots)):
-        results_path = locations.find_scan_results(root) if use_results else None
-        results_files.append(results_path)
-        results = _read_results(results_path) if results_path else None
+        paths, source = locations.find_results(root, state_dir=state_dir) if use_results else ([], "not used (--no-results)")
+        results_files.append(paths)
+        sources.append(source)
+        results = _read_results(paths) if paths else None
         todo = _from_results(index, root, results, cols, stats, exclude)
         for rels, rows in run_chunks(facts_chunk, root, _chunks(todo, CHUNK), limits, workers, lambda rel: _DEAD):
             for rel, row in zip(rels, rows):
@@ -160,23 +162,30 @@ def collect(roots: list[str], *, limits: Limits = Limits(), workers: int = 1, ex
     inv = cols.inventory(list(roots))
     inv.excluded_bad, inv.from_results, inv.computed = stats["bad"], stats["from_results"], stats["computed"]
     inv.undecodable, inv.failed, inv.results_files = stats["undecodable"], failed, results_files
+    inv.results_sources = sources
     return inv
 
 
 _RESULT_COLUMNS = ("path", "status", "size", "mtime_ns", "width", "height", "content_hash", "phash", "flags")
 
 
-def _read_results(path: str) -> pa.Table | None:
-    """The useful columns of a results file (any subset of the fact columns may be missing)."""
+def _read_results(paths: list[str]) -> pa.Table | None:
+    """The useful columns of a scan's results files (one, or every part of a job array), as one table.
+
+    Any subset of the fact columns may be missing; a column only some parts have is null in the others.
+    """
     import pyarrow.parquet as pq
 
-    try:
-        names = pq.read_schema(path).names
-        if "path" not in names or "status" not in names:
-            raise UserError(f"{path}: not a dsclean scan results file (no path/status columns)")
-        table = pq.read_table(path, columns=[c for c in _RESULT_COLUMNS if c in names]).combine_chunks()
-    except (pa.ArrowException, OSError) as exc:
-        raise UserError(f"{path}: cannot read scan results ({exc})") from exc
+    tables = []
+    for path in paths:
+        try:
+            names = pq.read_schema(path).names
+            if "path" not in names or "status" not in names:
+                raise UserError(f"{path}: not a dsclean scan results file (no path/status columns)")
+            tables.append(pq.read_table(path, columns=[c for c in _RESULT_COLUMNS if c in names]))
+        except (pa.ArrowException, OSError) as exc:
+            raise UserError(f"{path}: cannot read scan results ({exc})") from exc
+    table = pa.concat_tables(tables, promote_options="default").combine_chunks()
     return table if table.num_rows else None
 
 

@@ -36,6 +36,7 @@ class DupsOptions:
     timeout: float = 60.0  # seconds per file in a worker; 0 = none
     max_memory: int = 0  # bytes one file's decode may add in a worker; 0 = none
     use_results: bool = True  # take facts from each root's last scan results where they are current
+    state_dir: str | None = None  # where the roots' last scans are recorded (default: $DSCLEAN_STATE_DIR, per user)
     exclude: tuple[str, ...] = ()  # folders to leave out (the quarantine is always left out)
     flag_options: FlagOptions = FlagOptions()
 
@@ -56,6 +57,7 @@ class DupsSummary:
     from_results: int = 0
     computed: int = 0
     excluded_bad: int = 0
+    results_sources: list[str] = field(default_factory=list)  # per root: where its scan results came from
     undecodable: int = 0
     failed: list[str] = field(default_factory=list)
     elapsed: float = 0.0
@@ -100,7 +102,10 @@ def _workers(jobs: int) -> int:
 
 def find_duplicates(roots: list[str] | str, options: DupsOptions = DupsOptions(), *,
                     quarantine: str | None = None, progress=None) -> DupsResult:
-    """Exact and near duplicate groups over ``roots`` (each root is one split; names as given)."""
+    """Exact and near duplicate groups over ``roots`` (each root is one split; names as given).
+
+    ``progress``: called with 1 for each file whose facts are computed here (not taken from scan results).
+    """
     t0 = time.monotonic()
     roots = [roots] if isinstance(roots, str) else list(roots)
     if not roots:
@@ -111,7 +116,7 @@ def find_duplicates(roots: list[str] | str, options: DupsOptions = DupsOptions()
     limits = Limits(options.timeout, options.max_memory, options.flag_options)
     exclude = tuple(options.exclude) + ((os.path.abspath(quarantine),) if quarantine else ())
     inv = collect(roots, limits=limits, workers=workers, exclude=exclude, use_results=options.use_results,
-                  progress=progress)
+                  progress=progress, state_dir=options.state_dir)
     verify = _verifier(inv, limits, workers, options.min_similarity) if options.verify else None
     groups, near_stats = group(inv, options.near, verify)
     s = DupsSummary(roots=list(roots), near=options.near, near_stats=asdict(near_stats))
@@ -122,6 +127,7 @@ def find_duplicates(roots: list[str] | str, options: DupsOptions = DupsOptions()
     s.leaking_groups = sum(len(g.splits(inv)) > 1 for g in groups)
     s.from_results, s.computed, s.excluded_bad = inv.from_results, inv.computed, inv.excluded_bad
     s.undecodable, s.failed = inv.undecodable, inv.failed
+    s.results_sources = list(inv.results_sources)
     s.elapsed = round(time.monotonic() - t0, 3)
     return DupsResult(inv, groups, s)
 

@@ -3,7 +3,8 @@
 Modules: :mod:`.samples` (keys and members of a sample), :mod:`.tarformat`
 (the tar layout), :mod:`.plan` (which sample goes where), :mod:`.write` (one
 shard), :mod:`.runner` (the pool), :mod:`.state` (``pack.json``, parts, locks),
-:mod:`.publish` (packed index and ``shardindex.json``), :mod:`.packer` (the
+:mod:`.publish` (packed index and ``shardindex.json``), :mod:`.scanhashes` (the scan's
+content hashes of unchanged files, reused as checksums), :mod:`.packer` (the
 ``pack_shards`` and ``finish_pack`` functions), :mod:`.verify` (``dsclean verify``),
 :mod:`.decode` (``verify --decode``: the scan's checks on each sample's bytes, in the scan's isolated pool).
 

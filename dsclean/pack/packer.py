@@ -17,6 +17,8 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
+
 from .. import locations
 from ..atomic import remove_stale_temps
 from ..errors import UserError
@@ -26,6 +28,7 @@ from . import state
 from .plan import Layout, Plan, make_layout, make_plan
 from .publish import publish
 from .runner import run_tasks, stop_on_signals
+from .scanhashes import scan_checksums
 from .tarformat import TarError
 from .write import INLINE_LIMIT, ShardJob, ShardResult, read_back, write_shard
 
@@ -49,6 +52,7 @@ class PackOptions:
     skip_changed: bool = False  # leave changed/missing sources out (reported) instead of stopping
     progress: bool = False  # print progress to stderr
     inline_limit: int = INLINE_LIMIT  # files up to this size are read once into memory
+    rehash: bool = False  # hash every file's bytes, even those the scan results hold a current hash for
 
 
 @dataclass
@@ -60,6 +64,9 @@ class PackSummary:
     samples: int = 0  # in the packed index (0 until it is written)
     bytes_written: int = 0  # shard bytes this run wrote
     skipped: list[dict] = field(default_factory=list)  # samples left out (path fields + why)
+    hashed: int = 0  # samples this run hashed (the others written took the scan's current content_hash)
+    scan_hashes: int = 0  # samples of the index with a current content_hash in the scan results
+    scan_results: str = ""  # where those came from (or why none)
     failures: list[str] = field(default_factory=list)  # shards that could not be written, and why
     complete: bool = False  # the packed index and shard list are written
     resumed: bool = False
@@ -80,9 +87,12 @@ class _Context:
     plan: Plan
     identity: str
     record: dict
+    checksums: np.ndarray | None = None  # (rows, 16): the scan's content_hash where current
+    known: np.ndarray | None = None  # bool per row
+    checksum_source: str = ""
 
 
-def _prepare(index: str, output: str, options: PackOptions) -> _Context:
+def _prepare(index: str, output: str, options: PackOptions, *, writing: bool = True) -> _Context:
     layout = make_layout(options.shard_size, options.samples_per_shard, options.shuffle, options.name)
     if options.jobs < 1:
         raise UserError(f"--jobs must be 1 or more, not {options.jobs}")
@@ -105,7 +115,16 @@ def _prepare(index: str, output: str, options: PackOptions) -> _Context:
     identity = _identity(index)
     rec = state.record(index=index, identity=identity, rows=len(idx), root=root, layout=layout.to_json(),
                        shards=plan.shards)
-    return _Context(index, out, meta, plan, identity, rec)
+    ctx = _Context(index, out, meta, plan, identity, rec)
+    if not writing:
+        return ctx
+    if options.rehash:
+        ctx.checksum_source = "none: --rehash (every file is hashed)"
+    else:
+        sums, known, ctx.checksum_source = scan_checksums(idx, plan.keys)
+        if known.any():
+            ctx.checksums, ctx.known = sums, known
+    return ctx
 
 
 def _identity(index: str) -> str:
@@ -118,9 +137,13 @@ def _identity(index: str) -> str:
 
 
 def _job(ctx: _Context, k: int, options: PackOptions) -> ShardJob:
+    rows = ctx.plan.rows(k)
+    known = None if ctx.known is None else ctx.known[rows]
     return ShardJob(number=k, output=ctx.output, name=ctx.plan.shard_name(k), index=ctx.index,
-                    root=str(ctx.meta["root"]), rows=ctx.plan.rows(k), classes=tuple(ctx.meta.get("classes", [])),
-                    skip_changed=options.skip_changed, inline_limit=options.inline_limit)
+                    root=str(ctx.meta["root"]), rows=rows, classes=tuple(ctx.meta.get("classes", [])),
+                    skip_changed=options.skip_changed, inline_limit=options.inline_limit,
+                    checksums=None if known is None or not known.any() else ctx.checksums[rows],
+                    known=None if known is None or not known.any() else known)
 
 
 def pack_shards(index: str, output: str, options: PackOptions = PackOptions()) -> PackSummary:
@@ -131,7 +154,9 @@ def pack_shards(index: str, output: str, options: PackOptions = PackOptions()) -
     """
     t0 = time.monotonic()
     ctx = _prepare(index, output, options)
-    summary = PackSummary(output=ctx.output, shards=ctx.plan.shards, part=options.part)
+    summary = PackSummary(output=ctx.output, shards=ctx.plan.shards, part=options.part,
+                          scan_hashes=0 if ctx.known is None else int(ctx.known.sum()),
+                          scan_results=ctx.checksum_source)
     summary.resumed = state.prepare_output(ctx.output, ctx.record)
     with state.locked(ctx.output, options.part):
         if options.part is None:
@@ -163,7 +188,7 @@ def finish_pack(index: str, output: str, options: PackOptions = PackOptions()) -
     t0 = time.monotonic()
     if options.part is not None:
         raise UserError("--finish and --part cannot be used together: finish runs once, after every part")
-    ctx = _prepare(index, output, options)
+    ctx = _prepare(index, output, options, writing=False)
     summary = PackSummary(output=ctx.output, shards=ctx.plan.shards, resumed=True)
     existing = state.read_state(ctx.output)
     if existing is None:
@@ -197,6 +222,7 @@ def _write(ctx: _Context, numbers: list[int], options: PackOptions, summary: Pac
             results[r.number] = r
             summary.written += 1
             summary.bytes_written += r.filesize
+            summary.hashed += r.hashed
             summary.skipped += r.skipped
             if options.progress:
                 print(f"\rpack: {summary.written + summary.reused}/{summary.shards} shards", end="",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import json.encoder
 import re
 
 import numpy as np
@@ -34,13 +35,15 @@ def sample_key(rel: bytes) -> str:
 def key_numbers(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
     """Every row's key as a big-endian uint64 (``f"{k:016x}"`` is the key), from an index's path buffers."""
     n = len(offsets) - 1
-    out = bytearray(KEY_BYTES * n)
+    out = np.empty(n, ">u8")
     blob = memoryview(np.ascontiguousarray(data)).cast("B")
-    for lo in range(0, n, _BLOCK_ROWS):  # Python ints for one block of rows at a time, never for all
+    blake2b = hashlib.blake2b
+    for lo in range(0, n, _BLOCK_ROWS):  # Python objects for one block of rows at a time, never for all
         hi = min(n, lo + _BLOCK_ROWS)
-        for i, s, e in zip(range(lo, hi), offsets[lo:hi].tolist(), offsets[lo + 1:hi + 1].tolist()):
-            out[i * KEY_BYTES:(i + 1) * KEY_BYTES] = hashlib.blake2b(blob[s:e], digest_size=KEY_BYTES).digest()
-    return np.frombuffer(bytes(out), ">u8").astype(np.uint64)
+        digests = b"".join([blake2b(blob[s:e], digest_size=KEY_BYTES).digest()
+                            for s, e in zip(offsets[lo:hi].tolist(), offsets[lo + 1:hi + 1].tolist())])
+        out[lo:hi] = np.frombuffer(digests, ">u8")
+    return out.astype(np.uint64)
 
 
 def media_ext(rel: str, head: bytes) -> str:
@@ -58,10 +61,58 @@ def member_order(ext: str, labelled: bool) -> list[str]:
 
 def json_record(rel: bytes, *, label: int, classes: list[str], kind: str, size: int, checksum: bytes,
                 facts: dict) -> bytes:
-    """The ``<key>.json`` member: deterministic (sorted keys, compact, ASCII)."""
-    rec = {**path_fields(rel), "kind": kind, "size": size, "checksum": checksum.hex()}
+    """The ``<key>.json`` member: deterministic (sorted keys, compact, ASCII), as ``json.dumps`` writes it.
+
+    The usual record (integer facts) is formatted directly, ~3x faster than building
+    a dict for the encoder (it is per sample); anything else goes through the encoder.
+    ``tests/pack/test_pack.py`` checks the two agree byte for byte.
+    """
+    fields = path_fields(rel)
+    if facts.keys() <= _INT_FACTS and all(type(v) is int for v in facts.values() if v is not None):
+        return int_facts_record(fields, label, classes, kind, size, checksum, facts)
+    return _slow_record(fields, label, classes, kind, size, checksum, facts)
+
+
+def _slow_record(fields: dict, label: int, classes: list[str], kind: str, size: int, checksum: bytes,
+                 facts: dict) -> bytes:
+    rec = {**fields, "kind": kind, "size": size, "checksum": checksum.hex()}
     if label >= 0:
         rec["label"] = label
         rec["class"] = classes[label] if label < len(classes) else None
     rec.update({k: v for k, v in facts.items() if v is not None})
-    return json.dumps(rec, sort_keys=True, separators=(",", ":")).encode("ascii")
+    return _JSON.encode(rec).encode("ascii")
+
+
+def int_facts_record(fields: dict, label: int, classes: list[str], kind: str, size: int, checksum: bytes,
+                 facts: dict) -> bytes:
+    """:func:`json_record` for facts that are all ``int`` or None (the index's fact columns are integers),
+    from ``path_fields(rel)``: the same bytes as the encoder's, the keys written in sorted order."""
+    out = []
+    get = facts.get
+    if (v := get("channels")) is not None:
+        out.append('"channels":%d' % v)
+    out.append('"checksum":"%s"' % checksum.hex())
+    if label >= 0:
+        out.append('"class":' + (_quote(classes[label]) if label < len(classes) else "null"))
+    if (v := get("frames")) is not None:
+        out.append('"frames":%d' % v)
+    if (v := get("height")) is not None:
+        out.append('"height":%d' % v)
+    out.append('"kind":' + _quote(kind))
+    if label >= 0:
+        out.append('"label":%d' % label)
+    out.append('"path":' + _quote(fields["path"]))
+    if "path_b64" in fields:
+        out.append('"path_b64":' + _quote(fields["path_b64"]))
+    if (v := get("sample_rate")) is not None:
+        out.append('"sample_rate":%d' % v)
+    out.append('"size":%d' % size)
+    if (v := get("width")) is not None:
+        out.append('"width":%d' % v)
+    return ("{" + ",".join(out) + "}").encode("ascii")
+
+
+#: one encoder for every record (``json.dumps`` with options builds a new one per call)
+_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+_quote = json.encoder.encode_basestring_ascii  # what the encoder writes for a str (ensure_ascii)
+_INT_FACTS = frozenset({"channels", "frames", "height", "sample_rate", "width"})

@@ -51,22 +51,28 @@ _TEMPLATE[_CHKSUM] = b" " * 8
 _BASE_SUM = sum(_TEMPLATE)
 
 
+_PADS = [bytes(n) for n in range(101)]  # NUL padding of the name field, by length
+_MIDDLE = bytes(_TEMPLATE[100:124])  # mode, uid, gid
+_MTIME_FIELD = bytes(_TEMPLATE[136:148])
+_REST = bytes(_TEMPLATE[156:])  # type, link name, ustar magic, owner names, ...
+
+
 def header(name: str, size: int) -> bytes:
     """The 512-byte header of a regular file member with fixed owner, mode and time (= :func:`library_header`)."""
     raw = name.encode("ascii")
     if len(raw) >= 100 or size >= _MAX_USTAR_SIZE:
         return library_header(name, size)
     size_field = b"%011o\0" % size
-    buf = bytearray(_TEMPLATE)
-    buf[0:len(raw)] = raw
-    buf[_SIZE] = size_field
-    buf[_CHKSUM] = b"%06o\0 " % (_BASE_SUM + sum(raw) + sum(size_field))
-    return bytes(buf)
+    checksum = b"%06o\0 " % (_BASE_SUM + sum(raw) + sum(size_field))
+    return b"".join((raw, _PADS[100 - len(raw)], _MIDDLE, size_field, _MTIME_FIELD, checksum, _REST))
 
 
 def padding(size: int) -> bytes:
     """Zeros that pad ``size`` bytes of data to a whole block."""
-    return b"\0" * (-size % BLOCK)
+    return _ZEROS[-size % BLOCK]
+
+
+_ZEROS = [bytes(n) for n in range(BLOCK)]
 
 
 def member_bytes(size: int) -> int:

@@ -12,9 +12,12 @@ same way: a shard name only ever holds a complete shard.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import mmap
 import os
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,14 +27,16 @@ from ..data.shards import release
 from ..hashing import DIGEST_SIZE, content_hash, new_hasher
 from ..index.store import KINDS, read_table
 from ..jsonpaths import path_fields
-from .samples import KEY_RE, json_record, media_ext, member_order, sample_key
-from .tarformat import BLOCK, TarError, end_of_archive, header, iter_members, member_bytes, padding
+from .samples import KEY_RE, int_facts_record, media_ext, member_order, sample_key
+from .tarformat import BLOCK, TarError, end_of_archive, header, iter_members, padding
 
 #: files up to this size are read once into memory; bigger ones are streamed twice (hash, then copy)
 INLINE_LIMIT = 64 << 20
 #: reading a shard back, the pages behind are unmapped every this many bytes
 _RELEASE_EVERY = 64 << 20
 _BLOCK = 1 << 20
+#: the media facts a sample's .json carries (index columns)
+FACT_NAMES = ("width", "height", "sample_rate", "frames", "channels")
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,10 @@ class ShardJob:
     classes: tuple[str, ...]
     skip_changed: bool = False
     inline_limit: int = INLINE_LIMIT
+    #: per row, the scan's content_hash of the file when it is current (same size and mtime as the
+    #: index), as ``(rows, DIGEST_SIZE)`` uint8; ``known[i]`` False: hash the bytes as they are read
+    checksums: np.ndarray | None = None
+    known: np.ndarray | None = None
 
     @property
     def path(self) -> str:
@@ -66,6 +75,7 @@ class ShardResult:
     skipped: list[dict] = field(default_factory=list)  # path fields + "why"
     error: str | None = None  # the shard could not be written: why (it does not exist)
     written: bool = False  # written by this run (False: read back from an earlier one)
+    hashed: int = 0  # samples whose bytes were hashed here (the others' checksum came from the scan)
 
 
 def make_readable(path: str) -> None:
@@ -90,39 +100,56 @@ class _Source:
     size: int
     checksum: bytes
     ext: str
-    where: str  # the full path, for messages
+    full: bytes  # the full path (for messages: os.fsdecode)
+    mtime_ns: int
+    hashed: bool  # the checksum was computed from these bytes (False: the scan's, reused)
 
 
-def _read_source(root: str, rel: bytes, size: int, mtime_ns: int, inline_limit: int) -> _Source:
-    """Open and check one source file against the index; small files are read whole."""
-    rel_s = os.fsdecode(rel)
-    full = os.path.join(root, rel_s)
-    if not rel or os.path.isabs(rel_s) or ".." in rel_s.split("/"):
-        raise SourceProblem(f"{rel_s}: refused: the index path is absolute or escapes the root {root}")
+def _read_source(root: bytes, rel: bytes, size: int, mtime_ns: int, inline_limit: int,
+                 known: bytes | None = None) -> _Source:
+    """Open and check one source file against the index; small files are read whole.
+
+    ``root``: the root folder's bytes ending in ``/``. ``known``: the scan's checksum of this
+    file (same size and mtime): used instead of hashing. Per file, so kept to plain calls.
+    """
+    if not rel or rel.startswith(b"/") or b".." in rel.split(b"/"):
+        raise SourceProblem(f"{os.fsdecode(rel)}: refused: the index path is absolute or escapes the root "
+                            f"{os.fsdecode(root)}")
+    full = root + rel
     try:
         fd = os.open(full, os.O_RDONLY)
     except FileNotFoundError:
-        raise SourceProblem(f"{full}: missing: the file is gone since it was indexed") from None
+        raise SourceProblem(f"{os.fsdecode(full)}: missing: the file is gone since it was indexed") from None
     except OSError as exc:
-        raise SourceProblem(f"{full}: unreadable: {exc.strerror}") from None
+        raise SourceProblem(f"{os.fsdecode(full)}: unreadable: {exc.strerror}") from None
     keep_open = False
     try:
-        _same_as_indexed(full, os.fstat(fd), size, mtime_ns)
+        st = os.fstat(fd)
+        if st.st_size != size or st.st_mtime_ns != mtime_ns:
+            _same_as_indexed(os.fsdecode(full), st, size, mtime_ns)
         if size <= inline_limit:
             data = os.pread(fd, size + 1, 0)  # one more byte: a file that grew is caught by the same call
             if len(data) != size:
-                raise SourceProblem(f"{full}: changed while it was packed ({len(data)} bytes read, not {size})")
-            _same_as_indexed(full, os.fstat(fd), size, mtime_ns)
-            return _Source(data, None, size, content_hash(data), media_ext(rel_s, data[:16]), full)
-        h = new_hasher()
+                raise SourceProblem(f"{os.fsdecode(full)}: changed while it was packed ({len(data)} bytes read, "
+                                    f"not {size})")
+            st = os.fstat(fd)
+            if st.st_size != size or st.st_mtime_ns != mtime_ns:
+                _same_as_indexed(os.fsdecode(full), st, size, mtime_ns)
+            checksum = known if known is not None else content_hash(data)
+            return _Source(data, None, size, checksum, media_ext(os.fsdecode(rel), data[:16]), full, mtime_ns,
+                           known is None)
+        where = os.fsdecode(full)
         head = os.pread(fd, 16, 0)
-        for block in _blocks(fd, size, full):
-            h.update(block)
-        _same_as_indexed(full, os.fstat(fd), size, mtime_ns)
+        if known is None:
+            h = new_hasher()
+            for block in _blocks(fd, size, where):
+                h.update(block)
+            _same_as_indexed(where, os.fstat(fd), size, mtime_ns)
         keep_open = True
-        return _Source(None, fd, size, h.digest(), media_ext(rel_s, head), full)
+        return _Source(None, fd, size, known if known is not None else h.digest(), media_ext(os.fsdecode(rel), head),
+                       full, mtime_ns, known is None)
     except OSError as exc:
-        raise SourceProblem(f"{full}: unreadable: {exc.strerror}") from None
+        raise SourceProblem(f"{os.fsdecode(full)}: unreadable: {exc.strerror}") from None
     finally:
         if not keep_open:
             os.close(fd)
@@ -148,33 +175,217 @@ def _blocks(fd: int, size: int, full: str):
         raise SourceProblem(f"{full}: changed while it was packed (grew past {size} bytes)")
 
 
+# --------------------------------------------------------------------------- reading ahead
+#
+# When files must be hashed, the sources are read (open, fstat, pread, fstat, close, hash) on
+# a reader thread, a few batches ahead of the thread that formats and writes the tar: hashlib
+# releases the GIL for buffers over 2 KiB, so hashing runs beside the writing on a second
+# core. When every checksum comes from the scan there is little but the Python per file left
+# to overlap, and handing batches between threads cost more CPU than it saved (measured, see
+# BENCHMARKS.md section 7), so the shard's writer reads them itself. Batches are bounded in rows and bytes.
+
+_READERS = 1  # reader threads of a shard that has files to hash
+_BATCH_ROWS = 64
+_BATCH_BYTES = 8 << 20
+_AHEAD = 3  # batches in flight per reader
+
+
+@dataclass
+class _Rows:
+    """The index columns of one batch of a shard's rows, as Python lists."""
+
+    start: int  # position of the first row in the job's rows
+    path: list
+    label: list
+    kind: list
+    size: list
+    mtime_ns: list
+    facts: dict[str, list]
+    known: list  # per row: the scan's checksum (bytes) or None
+
+
+def _row_batches(table, job: ShardJob):
+    """The job's rows in batches of at most ``_BATCH_ROWS`` rows and about ``_BATCH_BYTES`` inline bytes."""
+    sizes = np.asarray(table.column("size"))
+    inline = np.minimum(sizes, job.inline_limit + 1)
+    n, lo = len(sizes), 0
+    while lo < n:
+        hi = min(n, lo + _BATCH_ROWS)
+        over = np.flatnonzero(np.cumsum(inline[lo:hi]) > _BATCH_BYTES)
+        if over.size:
+            hi = lo + max(1, int(over[0]))
+        part = table.slice(lo, hi - lo)
+        if job.known is None:
+            known = [None] * (hi - lo)
+        else:
+            known = [bytes(job.checksums[i]) if job.known[i] else None for i in range(lo, hi)]
+        yield _Rows(lo, *(part.column(c).to_pylist() for c in ("path", "label", "kind", "size", "mtime_ns")),
+                    {k: part.column(k).to_pylist() for k in FACT_NAMES}, known)
+        lo = hi
+
+
+def _read_batch(root: str, rows: _Rows, inline_limit: int) -> list:
+    """The batch's sources, in order; a :class:`SourceProblem` in place of a source that failed its checks."""
+    root = os.path.join(os.fsencode(root), b"")  # ends in /
+    out: list = []
+    for rel, size, mtime_ns, known in zip(rows.path, rows.size, rows.mtime_ns, rows.known):
+        try:
+            out.append(_read_source(root, rel, size, mtime_ns, inline_limit, known))
+        except SourceProblem as exc:
+            out.append(exc)
+    return out
+
+
+def _read_ahead(job: ShardJob, table, pool: ThreadPoolExecutor | None):
+    """``(rows, sources)`` per batch, in order, read ``_AHEAD`` batches ahead on ``pool`` (None: here)."""
+    batches = _row_batches(table, job)
+    if pool is None:
+        for rows in batches:
+            yield rows, _read_batch(job.root, rows, job.inline_limit)
+        return
+    pending: deque = deque()
+    try:
+        while True:
+            while len(pending) < _AHEAD * max(1, _READERS):
+                rows = next(batches, None)
+                if rows is None:
+                    break
+                pending.append((rows, pool.submit(_read_batch, job.root, rows, job.inline_limit)))
+            if not pending:
+                return
+            rows, future = pending.popleft()
+            yield rows, future.result()
+    finally:  # abandoned: the batches read ahead may hold big files' descriptors
+        for _, future in pending:
+            if not future.cancel() and future.exception() is None:
+                _close_all(future.result())
+
+
+@contextlib.contextmanager
+def _readers(job: ShardJob):
+    if not _READERS or (job.known is not None and job.known.all()):
+        yield None
+        return
+    with ThreadPoolExecutor(_READERS, thread_name_prefix="pack-read") as pool:
+        yield pool
+
+
+def _close_all(pending_sources) -> None:
+    for src in pending_sources:
+        if isinstance(src, _Source) and src.fd is not None:
+            os.close(src.fd)
+
+
+# --------------------------------------------------------------------------- writing
+
+
+class _Out:
+    """The shard's bytes, gathered and written with ``writev`` a few MiB at a time (no copy into a buffer).
+
+    Write-behind: every ``_SYNC_EVERY`` bytes an ``fdatasync`` runs on a helper thread
+    while the next samples are gathered, so the disk works during the pack and the
+    shard's final fsync (before its rename) has little left to wait for.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.parts: list = []
+        self.pending = 0
+        self.pos = 0  # bytes of the shard so far (written + gathered)
+        self._unsynced = 0
+        self._sync: Future | None = None
+        self._syncer: ThreadPoolExecutor | None = None
+
+    def add(self, data: bytes) -> None:
+        self.parts.append(data)
+        self.pending += len(data)
+        self.pos += len(data)
+        if self.pending >= _FLUSH_BYTES or len(self.parts) >= _MAX_PARTS:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.parts:
+            return
+        done = os.writev(self.fd, self.parts)
+        if done != self.pending:  # a short write (a signal, a nearly full disk): write the rest plainly
+            rest = memoryview(b"".join(self.parts))[done:]
+            while rest:
+                rest = rest[os.write(self.fd, rest):]
+        self.wrote(self.pending)
+        self.parts, self.pending = [], 0
+
+    def wrote(self, n: int) -> None:
+        """``n`` more bytes are in the file: start a background sync when enough are."""
+        self._unsynced += n
+        if self._unsynced < _SYNC_EVERY or (self._sync is not None and not self._sync.done()):
+            return
+        if self._sync is not None:
+            self._sync.result()  # a failed sync (EIO, ENOSPC) fails the shard
+        if self._syncer is None:
+            self._syncer = ThreadPoolExecutor(1, thread_name_prefix="pack-sync")
+        self._sync = self._syncer.submit(os.fdatasync, self.fd)
+        self._unsynced = 0
+
+    def close(self) -> None:
+        """Wait for the background sync (before the descriptor closes); raises what it raised."""
+        if self._syncer is not None:
+            self._syncer.shutdown(wait=True)
+            self._syncer = None
+            sync, self._sync = self._sync, None
+            if sync is not None:
+                sync.result()
+
+
+_FLUSH_BYTES = 4 << 20
+_SYNC_EVERY = 8 << 20
+_MAX_PARTS = 900  # under IOV_MAX (1024), a sample's members at most added after the check
+
+
 def write_shard(job: ShardJob) -> ShardResult:
     """Build ``job.path`` from the sources; on any failure no file of that name appears."""
     result = ShardResult(job.number, job.name, written=True)
     _remove_stale_temps(job)
     table = read_table(job.index, job.rows)
-    rows, offsets, sums = [], [], bytearray()
+    kept, offsets, sums = [], [], bytearray()  # kept: positions in job.rows
+    classes = list(job.classes)
+    in_hand: list = []
     try:
-        with atomic_output(job.path) as tmp, open(tmp, "wb", buffering=_BLOCK) as out:
-            pos = 0
-            for i, row in enumerate(_rows(table)):
+        with atomic_output(job.path, sync_dir=False) as tmp, _readers(job) as pool:
+            fd = os.open(tmp, os.O_WRONLY)
+            out = _Out(fd)
+            try:
+                reader = _read_ahead(job, table, pool)
                 try:
-                    src = _read_source(job.root, row["path"], row["size"], row["mtime_ns"], job.inline_limit)
-                except SourceProblem as exc:
-                    if not job.skip_changed:
-                        result.error = f"{exc}; rebuild the index, or pack with --skip-changed to leave it out"
-                        raise _Abandon from None
-                    result.skipped.append({**path_fields(row["path"]), "why": str(exc)})
-                    continue
-                try:
-                    media_at, pos = _write_sample(out, pos, row, src, job.classes)
+                    for batch, sources in reader:
+                        in_hand = sources
+                        for j, src in enumerate(sources):
+                            in_hand = sources[j + 1:]
+                            if isinstance(src, SourceProblem):
+                                if not job.skip_changed:
+                                    result.error = (f"{src}; rebuild the index, or pack with --skip-changed "
+                                                    "to leave it out")
+                                    raise _Abandon
+                                result.skipped.append({**path_fields(batch.path[j]), "why": str(src)})
+                                continue
+                            try:
+                                media_at = _write_sample(out, batch, j, src, classes)
+                            finally:
+                                if src.fd is not None:
+                                    os.close(src.fd)
+                            kept.append(batch.start + j)
+                            offsets.append(media_at)
+                            sums += src.checksum
+                            result.hashed += src.hashed
+                        in_hand = []
                 finally:
-                    if src.fd is not None:
-                        os.close(src.fd)
-                rows.append(int(job.rows[i]))
-                offsets.append(media_at)
-                sums += src.checksum
-            out.write(end_of_archive(pos))
+                    reader.close()
+                out.add(end_of_archive(out.pos))
+                out.flush()
+            finally:
+                try:
+                    out.close()
+                finally:
+                    os.close(fd)
             make_readable(tmp)
     except _Abandon:
         return result
@@ -184,57 +395,80 @@ def write_shard(job: ShardJob) -> ShardResult:
     except OSError as exc:
         result.error = f"{job.path}: cannot write the shard: {exc.strerror or exc}"
         return result
-    result.rows = np.asarray(rows, np.int64)
+    finally:
+        _close_all(in_hand)
+    result.rows = np.asarray(job.rows, np.int64)[np.asarray(kept, np.int64)]
     result.offsets = np.asarray(offsets, np.int64)
     result.checksums = bytes(sums)
     result.filesize = os.path.getsize(job.path)
     return result
 
 
-def _rows(table):
-    """The table's rows as dicts, a few thousand at a time (a shard of tiny samples can hold 100,000s)."""
-    for batch in table.to_batches(max_chunksize=4096):
-        yield from batch.to_pylist()
-
-
-def _write_sample(out, pos: int, row: dict, src: _Source, classes: tuple[str, ...]) -> tuple[int, int]:
-    """Write one sample's members in name order; returns (media data offset, new position)."""
-    rel = row["path"]
+def _write_sample(out: _Out, batch: _Rows, j: int, src: _Source, classes: list[str]) -> int:
+    """Gather one sample's members in name order; returns the media data's offset in the shard."""
+    rel = batch.path[j]
     key = sample_key(rel)
-    label = row["label"]
+    label = batch.label[j]
     media_at = -1
-    for ext in member_order(src.ext, label >= 0):
+    parts, pos = out.parts, out.pos
+    for ext in _member_order(src.ext, label >= 0):
         if ext == src.ext:
-            size = src.size
-            out.write(header(f"{key}.{ext}", size))
-            media_at = pos + BLOCK
-            if src.data is None:
+            if src.data is None:  # a big file: streamed straight into the shard
+                out.pos = pos
+                out.add(header(f"{key}.{ext}", src.size))
+                out.flush()
+                media_at = out.pos
                 _copy_checked(out, src)
-            else:
-                out.write(src.data)
+                out.add(padding(src.size))
+                parts, pos = out.parts, out.pos
+                continue
+            data = src.data
+            media_at = pos + BLOCK
+        elif ext == "cls":
+            data = b"%d" % label
         else:
-            if ext == "cls":
-                data = str(label).encode("ascii")
-            else:
-                facts = {k: row.get(k) for k in ("width", "height", "sample_rate", "frames", "channels")}
-                data = json_record(rel, label=label, classes=list(classes), kind=KINDS[row["kind"]],
-                                   size=src.size, checksum=src.checksum, facts=facts)
-            size = len(data)
-            out.write(header(f"{key}.{ext}", size))
-            out.write(data)
-        out.write(padding(size))
-        pos += member_bytes(size)
-    return media_at, pos
+            facts = {k: v[j] for k, v in batch.facts.items()}
+            fields = {"path": rel.decode("ascii")} if rel.isascii() else path_fields(rel)
+            data = int_facts_record(fields, label, classes, KINDS[batch.kind[j]], src.size, src.checksum, facts)
+        size = len(data)
+        pad = padding(size)
+        parts += (header(f"{key}.{ext}", size), data, pad)
+        pos += BLOCK + size + len(pad)
+    out.pending += pos - out.pos
+    out.pos = pos
+    if out.pending >= _FLUSH_BYTES or len(parts) >= _MAX_PARTS:
+        out.flush()
+    return media_at
 
 
-def _copy_checked(out, src: _Source) -> None:
-    """Second pass over a big file: copy it and make sure it is the bytes that were hashed."""
-    h = new_hasher()
-    for block in _blocks(src.fd, src.size, src.where):
-        h.update(block)
-        out.write(block)
-    if h.digest() != src.checksum:
-        raise SourceProblem(f"{src.where}: changed while it was packed (its bytes differ between the "
+_ORDERS: dict[tuple[str, bool], list[str]] = {}
+
+
+def _member_order(ext: str, labelled: bool) -> list[str]:
+    order = _ORDERS.get((ext, labelled))
+    if order is None:
+        order = _ORDERS[(ext, labelled)] = member_order(ext, labelled)
+    return order
+
+
+def _copy_checked(out: _Out, src: _Source) -> None:
+    """A big file, streamed into the shard: the bytes must be the ones hashed (or the scan's size)."""
+    h = new_hasher() if src.hashed else None
+    where = os.fsdecode(src.full)
+    for block in _blocks(src.fd, src.size, where):
+        if h is not None:
+            h.update(block)
+        view = memoryview(block)
+        while view:
+            view = view[os.write(out.fd, view):]
+        out.wrote(len(block))
+    out.pos += src.size
+    try:
+        _same_as_indexed(where, os.fstat(src.fd), src.size, src.mtime_ns)
+    except OSError as exc:
+        raise SourceProblem(f"{where}: unreadable: {exc.strerror}") from None
+    if h is not None and h.digest() != src.checksum:
+        raise SourceProblem(f"{where}: changed while it was packed (its bytes differ between the "
                             "checksum pass and the copy)")
 
 

@@ -53,19 +53,31 @@ class AudioStats:
         self._clipped = 0
 
     def add(self, block: np.ndarray) -> None:
-        """Fold in one block of float samples, shape (frames, channels) or (frames,) for mono."""
+        """Fold in one block of samples, shape (frames, channels) or (frames,) for mono: floats in
+        [-1, 1], or integers at their type's full scale (int16: 32768), as soundfile reads them.
+
+        A few passes over the block (min, max, sums): the scan runs this on every block it decodes.
+        """
         b = np.asarray(block)
         if b.ndim == 1:
             b = b[:, None]
         if not b.size:
             return
-        b = np.nan_to_num(b.astype(np.float64, copy=False), nan=0.0, posinf=1.0, neginf=-1.0)
-        mag = np.abs(b)
+        full = float(1 << (8 * b.dtype.itemsize - 1)) if b.dtype.kind == "i" else 1.0
+        # one contiguous float32 row per channel: reductions along a row are fast, down a column slow
+        ch = np.ascontiguousarray(b.T, dtype=np.float32)
+        hi, lo = float(ch.max()), float(ch.min())
+        if not (np.isfinite(hi) and np.isfinite(lo)):  # NaN/Inf in a float file: counted as 0 / full scale
+            ch = np.nan_to_num(ch, nan=0.0, posinf=full, neginf=-full)
+            hi, lo = float(ch.max()), float(ch.min())
+        peak = max(hi, -lo) / full
         self._frames += b.shape[0]
-        self._peak = max(self._peak, float(mag.max()))
-        self._sum += b.sum(axis=0)
-        self._sumsq += np.einsum("ij,ij->j", b, b)
-        self._clipped += int(np.count_nonzero(mag >= self._clip))
+        self._peak = max(self._peak, peak)
+        for c, row in enumerate(ch):
+            self._sum[c] += float(row.sum(dtype=np.float64)) / full
+            self._sumsq[c] += float(np.dot(row, row)) / (full * full)
+        if peak >= self._clip:  # only a block that reaches the clip level has clipped samples to count
+            self._clipped += int(np.count_nonzero(np.abs(ch) >= self._clip * full))
 
     def result(self) -> AudioFacts:
         """The facts of everything added so far (all None but channels if nothing was)."""

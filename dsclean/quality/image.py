@@ -15,7 +15,7 @@ import numpy as np
 from PIL import Image
 
 from . import thumbnail
-from .phash import phash
+from .phash import phash_int16
 
 #: EXIF tag number of Orientation
 _ORIENTATION = 0x0112
@@ -46,7 +46,7 @@ def image_facts(pixels: np.ndarray, *, colour_stored: bool | None = None, orient
     """
     pixels = np.asarray(pixels)
     is_rgb = pixels.ndim == 3 and pixels.shape[2] >= 3
-    thumb = thumbnail.canonical(pixels)
+    thumb = thumbnail.canonical_uint8(pixels)
     facts = thumbnail_facts(thumb, sharp=pixels.shape[0] >= thumbnail.SIZE and pixels.shape[1] >= thumbnail.SIZE)
     facts.orientation = orientation if orientation in range(1, 9) else None
     if is_rgb:
@@ -56,25 +56,53 @@ def image_facts(pixels: np.ndarray, *, colour_stored: bool | None = None, orient
     return facts
 
 
+_LEVELS = np.arange(256, dtype=np.float64)
+_SQUARES = _LEVELS * _LEVELS
+
+
 def thumbnail_facts(thumb: np.ndarray, *, sharp: bool = True) -> ImageFacts:
-    """Brightness, contrast, entropy, sharpness and phash of a canonical 64x64 float grey thumbnail."""
-    counts = np.bincount(np.clip(np.rint(thumb), 0, 255).astype(np.intp).ravel(), minlength=256)
-    p = counts[counts > 0] / thumb.size
-    entropy = float(-(p * np.log2(p)).sum()) + 0.0
+    """Brightness, contrast, entropy, sharpness and phash of a canonical 64x64 grey thumbnail.
+
+    Takes uint8 (as :func:`thumbnail.canonical_uint8` gives) or float values 0..255 (rounded).
+    Mean, spread and entropy all come from the 256-bin histogram: the scan runs this per image.
+    """
+    if thumb.dtype != np.uint8:
+        thumb = np.clip(np.rint(thumb), 0, 255).astype(np.uint8)
+    counts = np.bincount(thumb.ravel(), minlength=256)
+    n = thumb.size
+    mean = float(counts @ _LEVELS) / n
+    variance = max(float(counts @ _SQUARES) / n - mean * mean, 0.0)
+    p = counts[counts > 0] * (1.0 / n)
+    entropy = float(-(p @ np.log2(p))) + 0.0
+    grey = thumb.astype(np.int16)  # exact for the Laplacian and for the hash's 2x2 sums
     return ImageFacts(
-        phash=phash(thumb),
-        brightness=float(thumb.mean() / 255.0),
-        contrast=float(thumb.std() / 255.0),
+        phash=phash_int16(grey, mean),
+        brightness=mean / 255.0,
+        contrast=float(np.sqrt(variance)) / 255.0,
         entropy=entropy,
-        sharpness=laplacian_variance(thumb) if sharp else None,
+        sharpness=_laplacian_variance_int16(grey) if sharp else None,
     )
 
 
 def laplacian_variance(grey: np.ndarray) -> float:
     """Variance of the 4-neighbour Laplacian over the interior pixels: high when edges are crisp."""
-    g = np.asarray(grey, dtype=np.float64)
-    lap = g[1:-1, :-2] + g[1:-1, 2:] + g[:-2, 1:-1] + g[2:, 1:-1] - 4.0 * g[1:-1, 1:-1]
+    g = np.asarray(grey)
+    if g.dtype == np.uint8:
+        return _laplacian_variance_int16(g.astype(np.int16))
+    g = g.astype(np.float64)
+    lap = g[1:-1, :-2] + g[1:-1, 2:] + g[:-2, 1:-1] + g[2:, 1:-1] - 4 * g[1:-1, 1:-1]
     return float(lap.var())
+
+
+def _laplacian_variance_int16(g: np.ndarray) -> float:
+    """:func:`laplacian_variance` of grey values held in int16 (exact: |Laplacian| <= 1020), in few passes."""
+    lap = g[1:-1, :-2] + g[1:-1, 2:]
+    lap += g[:-2, 1:-1]
+    lap += g[2:, 1:-1]
+    lap -= 4 * g[1:-1, 1:-1]
+    flat = lap.ravel().astype(np.float64)
+    m = flat.sum() / flat.size
+    return max(float(flat @ flat) / flat.size - m * m, 0.0)
 
 
 def is_grey_rgb(rgb: np.ndarray) -> bool:

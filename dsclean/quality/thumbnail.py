@@ -36,12 +36,16 @@ def luma(rgb: np.ndarray) -> np.ndarray:
 
 def canonical(pixels: np.ndarray | Image.Image) -> np.ndarray:
     """The ``SIZE`` x ``SIZE`` float64 grey thumbnail (0..255) of an (H, W) or (H, W, 3) uint8 array."""
+    return canonical_uint8(pixels).astype(np.float64)
+
+
+def canonical_uint8(pixels: np.ndarray | Image.Image) -> np.ndarray:
+    """The same thumbnail as uint8 (Pillow's resize of an 8-bit image gives whole values: nothing is lost)."""
     im = pixels if isinstance(pixels, Image.Image) else _as_image(pixels)
     if im.mode != "L":
         im = im.convert("L")
     shrink = im.width >= SIZE and im.height >= SIZE
-    small = im.resize((SIZE, SIZE), Image.Resampling.BOX if shrink else Image.Resampling.BILINEAR)
-    return np.asarray(small, dtype=np.float64)
+    return np.asarray(im.resize((SIZE, SIZE), Image.Resampling.BOX if shrink else Image.Resampling.BILINEAR))
 
 
 def _as_image(a: np.ndarray) -> Image.Image:
@@ -50,8 +54,9 @@ def _as_image(a: np.ndarray) -> Image.Image:
         raise TypeError(f"thumbnail pixels must be uint8, got {a.dtype}")
     if a.ndim == 3 and a.shape[2] == 1:
         a = a[..., 0]
-    if a.ndim == 2:
-        return Image.fromarray(np.ascontiguousarray(a), "L")
+    if a.ndim == 2:  # frombuffer: no copy, less overhead than fromarray (the scan calls this per JPEG)
+        a = np.ascontiguousarray(a)
+        return Image.frombuffer("L", (a.shape[1], a.shape[0]), a, "raw", "L", 0, 1)
     if a.ndim == 3 and a.shape[2] in (3, 4):
         return Image.fromarray(np.ascontiguousarray(a[..., :3]), "RGB")
     raise ValueError(f"thumbnail must be (H, W) grey or (H, W, 3) RGB, got shape {a.shape}")

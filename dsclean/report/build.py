@@ -33,6 +33,7 @@ class ReportOptions:
     caps: Caps = Caps()
     limits: ThumbLimits | None = None  # None: defaults, with the scan's own pixel limit
     command: tuple[str, ...] = ()  # the command line that made the report, shown in it
+    state_dir: str | None = None  # where a root's last scan is recorded (default: $DSCLEAN_STATE_DIR, per user)
 
 
 @dataclass
@@ -47,24 +48,25 @@ class ReportSummary:
     placeholders: int = 0
     failed: int = 0  # thumbnails whose decoder crashed or overran (placeholders instead)
     elapsed: float = 0.0
+    results_source: str = ""  # where the scan results came from (dsclean.locations.find_results)
     notes: list[str] = field(default_factory=list)
 
 
 def write_report(target: str, output: str = DEFAULT_OUTPUT, options: ReportOptions = ReportOptions()) -> ReportSummary:
     """Write the HTML report of the scan behind ``target`` (a root, a results folder or file) to ``output``."""
     start = time.perf_counter()
-    src = open_source(target)
+    src = open_source(target, options.state_dir)
     out = check_output(output, src.root)
     named = {src.root: "ROOT", src.results_dir: "RESULTS"}
     if src.quarantine:
         named[src.quarantine] = "QUARANTINE"
     scrub = Scrubber(named, keep=options.absolute_paths)
-    data = collect(src.results_path, src.columns, scrub, options.caps)
+    data = collect(src.results_paths, src.columns, scrub, options.caps)
     _describe(data, src, scrub, options)
     if options.dups:
         data.duplicates = read_groups(options.dups, scrub)
     elif "content_hash" in src.columns:
-        data.duplicates = exact_duplicates(src.results_path, data.files, scrub)
+        data.duplicates = exact_duplicates(src.results_paths, data.files, scrub)
     stats = {"made": 0, "placeholders": 0, "failed": 0}
     if options.thumbnails:
         items = list(data.items())
@@ -83,7 +85,7 @@ def write_report(target: str, output: str = DEFAULT_OUTPUT, options: ReportOptio
         _readable_as_umask_allows(tmp)
     return ReportSummary(output=out, bytes=os.path.getsize(out), files=data.files, problems=data.problems_total,
                          thumbnails=stats["made"], placeholders=stats["placeholders"], failed=stats["failed"],
-                         elapsed=time.perf_counter() - start)
+                         elapsed=time.perf_counter() - start, results_source=src.results_source)
 
 
 def _describe(data, src, scrub: Scrubber, options: ReportOptions) -> None:
@@ -93,7 +95,8 @@ def _describe(data, src, scrub: Scrubber, options: ReportOptions) -> None:
     root = src.root.rstrip(os.sep)
     data.title = display(root if options.absolute_paths else os.path.basename(root) or root)
     data.root = display(root) if options.absolute_paths else data.title
-    data.results = display(scrub(src.results_path))
+    data.results = display(scrub(src.results_path)) + (
+        f" (+{len(src.results_paths) - 1} more parts)" if len(src.results_paths) > 1 else "")
     data.generated = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     data.version = __version__
     data.report_command = display(scrub.command(list(options.command)))

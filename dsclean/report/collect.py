@@ -74,8 +74,15 @@ class Caps:
 TABLE_COLUMNS = ["path", "status", "reason", "kind", "format", "size", "dims", "detail"]
 
 
-def collect(results_path: str, columns: list[str], scrub: Scrubber, caps: Caps = Caps()) -> ReportData:
-    """One pass over the results table; returns a :class:`ReportData` without thumbnails or duplicates."""
+def iter_batches(results: str | list[str], columns: list[str]):
+    """Record batches of ``columns`` from a results file, or from each of several (a job array's parts) in turn."""
+    for path in [results] if isinstance(results, str) else results:
+        yield from pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS, columns=columns)
+
+
+def collect(results_path: str | list[str], columns: list[str], scrub: Scrubber, caps: Caps = Caps()) -> ReportData:
+    """One pass over the results table (one file, or every part's); returns a :class:`ReportData`
+    without thumbnails or duplicates."""
     present = set(columns)
     data = ReportData(title="", root="", results="", generated="", version="")
     data.facts = [c for c in FACT_COLUMNS if c in present]
@@ -94,7 +101,7 @@ def collect(results_path: str, columns: list[str], scrub: Scrubber, caps: Caps =
     fact_counts: Counter = Counter()
     wanted = [c for c in (*CARD_COLUMNS, "channels", *data.facts) if c in present and c != "content_hash"]
     clean = _Cleaner(scrub)
-    for batch in pq.ParquetFile(results_path).iter_batches(batch_size=BATCH_ROWS, columns=wanted):
+    for batch in iter_batches(results_path, wanted):
         t = pa.Table.from_batches([batch])
         data.files += t.num_rows
         data.bytes += int(pc.sum(t["size"]).as_py() or 0) if "size" in present else 0

@@ -20,7 +20,7 @@ from .. import reasons as R
 from ..errors import UserError
 from ..formats import format_of_name, kind_of
 from ..jsonpaths import path_bytes
-from .collect import BATCH_ROWS, CARD_COLUMNS, item_from_row
+from .collect import CARD_COLUMNS, item_from_row, iter_batches
 from .model import DupGroup, Duplicates, Item
 from .safe import Scrubber, display
 from .source import safe_rel
@@ -29,16 +29,18 @@ from .source import safe_rel
 PARTITION_ROWS = 2_000_000
 
 
-def exact_duplicates(results_path: str, rows: int, scrub: Scrubber, max_groups: int = 50,
+def exact_duplicates(results_path: str | list[str], rows: int, scrub: Scrubber, max_groups: int = 50,
                      max_members: int = 8) -> Duplicates | None:
-    """Groups of files (not marked bad) with the same ``content_hash``; None when nothing was hashed."""
-    pf = pq.ParquetFile(results_path)
+    """Groups of files (not marked bad) with the same ``content_hash``; None when nothing was hashed.
+    ``results_path``: a results file, or every part's of a job array."""
+    paths = [results_path] if isinstance(results_path, str) else list(results_path)
+    names = pq.ParquetFile(paths[0]).schema_arrow.names
     parts = max(1, -(-rows // PARTITION_ROWS))
     dup_counts: dict[bytes, int] = {}
     hashed = 0
     for p in range(parts):
         chunks = []
-        for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=["content_hash", "status"]):
+        for batch in iter_batches(paths, ["content_hash", "status"]):
             hashes = _kept_hashes(batch)
             hashed += len(hashes) if p == 0 else 0
             if parts > 1 and len(hashes):
@@ -61,8 +63,8 @@ def exact_duplicates(results_path: str, rows: int, scrub: Scrubber, max_groups: 
     members: dict[bytes, list[Item]] = {h: [] for h in shown}
     dup_set = pa.array(list(dup_counts), pa.binary(16))
     seen: set[bytes] = set()
-    columns = ["content_hash", *[c for c in CARD_COLUMNS if c in pf.schema_arrow.names]]
-    for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=columns):
+    columns = ["content_hash", *[c for c in CARD_COLUMNS if c in names]]
+    for batch in iter_batches(paths, columns):
         t = pa.Table.from_batches([batch])
         t = t.filter(pc.and_(pc.not_equal(t["status"], R.BAD), pc.is_in(t["content_hash"].cast(pa.binary(16)), dup_set)))
         for row in t.to_pylist():

@@ -21,36 +21,41 @@ REQUIRED_COLUMNS = ("path", "kind", "status", "reason", "detail")
 class Source:
     """A scan's results and what is known about the scan that wrote them."""
 
-    results_path: str  # the results (Parquet) file
+    results_path: str  # the results (Parquet) file; the first part's, for a job array's unmerged parts
     root: str  # the scanned root, absolute (the one given, else the one the results record)
     columns: list[str]  # columns of the results table
     meta: dict = field(default_factory=dict)  # the results file's own metadata (root, options)
     summary: dict | None = None  # scan_summary.json, when it is there
     quarantine: str | None = None  # the quarantine folder, when there is one
+    results_paths: list[str] = field(default_factory=list)  # every results file (all parts of a job array)
+    results_source: str = ""  # where the results came from (dsclean.locations.find_results), for the user
 
     @property
     def results_dir(self) -> str:
         return os.path.dirname(self.results_path)
 
 
-def open_source(target: str) -> Source:
-    """The scan behind ``target``: a dataset root, a results folder, or a results file."""
+def open_source(target: str, state_dir: str | None = None) -> Source:
+    """The scan behind ``target``: a dataset root (its last scan by :func:`dsclean.locations.find_results`,
+    every part of a job array), a results folder, or a results file."""
     from ..scanning.results import read_results_meta
 
     root_given = None
     if os.path.isfile(target):
-        results = target
+        paths, found = [target], f"the results file {target}"
     elif os.path.isdir(target):
         results = os.path.join(target, locations.RESULTS_FILE)
+        paths, found = [results], f"the results folder {target}"
         if not os.path.isfile(results):
             root_given = os.path.abspath(target)
-            results = locations.find_scan_results(target)
-            if results is None:
-                raise UserError(f"{target}: no scan results found (neither a results folder nor a scanned root); "
-                                f"run `dsclean scan {target}` first, or give the folder its results were written to")
+            paths, found = locations.find_results(target, state_dir=state_dir)
+            if not paths:
+                raise UserError(f"{target}: no scan results found (neither a results folder nor a scanned root: "
+                                f"{found}); run `dsclean scan {target}` first, or give the folder its results were written to")
     else:
         raise UserError(f"{target} does not exist")
-    results = os.path.abspath(results)
+    paths = [os.path.abspath(p) for p in paths]
+    results = paths[0]
     try:
         import pyarrow.parquet as pq
 
@@ -63,7 +68,7 @@ def open_source(target: str) -> Source:
         raise UserError(f"{results} is not a dsclean results file: no column {', '.join(missing)}")
     root = root_given or meta.get("root") or ""
     summary = _read_summary(results)
-    return Source(results, root, columns, meta, summary, _quarantine_of(results, summary))
+    return Source(results, root, columns, meta, summary, _quarantine_of(results, summary), paths, found)
 
 
 def _read_summary(results: str) -> dict | None:

@@ -22,7 +22,13 @@ from .. import reasons as R
 from .check import CHECKER_VERSION, CheckOptions
 from .verdict import FIELDS, Verdict, encode_path
 
-_COLUMNS = ", ".join(FIELDS)
+#: what SQLite stores: every verdict field but the flags (a list; the scan derives them from the facts
+#: with the thresholds of the day, so changing a threshold re-checks nothing)
+_STORED = FIELDS[: FIELDS.index("flags")]
+_COLUMNS = ", ".join(_STORED)
+_PHASH = _STORED.index("phash")
+_GREY = _STORED.index("grayscale")
+_SIGN = 1 << 63  # SQLite integers are signed 64-bit: a uint64 perceptual hash is stored as its int64 bits
 _LOOKUP_BATCH = 500  # SQLite parameters per IN (...) query
 
 
@@ -52,6 +58,26 @@ def options_from_key(key: str | None) -> CheckOptions:
 #: verdicts that depend on the environment (permissions, load, limits, a file in motion), not on
 #: the bytes: a later scan must check again (a chmod changes neither size nor mtime)
 NOT_CACHED = frozenset({R.VANISHED, R.CHANGED, R.UNREADABLE, R.TIMEOUT, R.TOO_LARGE, R.DECODER_CRASH})
+
+
+def _to_db(row: tuple) -> tuple:
+    p = row[_PHASH]
+    return row if p is None or p < _SIGN else (*row[:_PHASH], p - 2 * _SIGN, *row[_PHASH + 1:])
+
+
+def _from_db(row: tuple) -> tuple:
+    """A stored row in results-table form: the phash unsigned again, grayscale a bool again (SQLite
+    keeps 0/1), flags None (the scan derives them)."""
+    p, grey = row[_PHASH], row[_GREY]
+    if (p is None or p >= 0) and grey is None:
+        return (*row, None)
+    out = list(row)
+    if p is not None and p < 0:
+        out[_PHASH] = p + 2 * _SIGN
+    if grey is not None:
+        out[_GREY] = bool(grey)
+    out.append(None)
+    return tuple(out)
 
 
 def row_to_verdict(rel: str, row: tuple) -> Verdict:
@@ -89,7 +115,7 @@ class ScanCache:
             for row in self._db.execute(f"SELECT {_COLUMNS} FROM {self.table} WHERE path IN ({marks})", batch):
                 rel, size, mtime = wanted[row[0]]
                 if row[5] == size and row[6] == mtime:
-                    found[rel] = row
+                    found[rel] = _from_db(row)
         self.hits += len(found)
         return found
 
@@ -102,27 +128,29 @@ class ScanCache:
             batch = keys[start : start + _LOOKUP_BATCH]
             marks = ",".join("?" * len(batch))
             for row in self._db.execute(f"SELECT {_COLUMNS} FROM {self.table} WHERE path IN ({marks})", batch):
-                found[wanted[row[0]]] = row
+                found[wanted[row[0]]] = _from_db(row)
         return found
 
     def add(self, v: Verdict) -> None:
         """Remember a fresh verdict, unless it says more about the moment than about the file."""
         if v.size is None or v.mtime_ns is None or v.reason in NOT_CACHED:
             return
-        row = tuple(vars(v).values())
-        self._pending.append((encode_path(v.path), *row[1:]))
+        row = tuple(vars(v).values())[: len(_STORED)]
+        self._pending.append(_to_db((encode_path(v.path), *row[1:])))
         if len(self._pending) >= self._commit_every or time.monotonic() - self._last_commit > self._commit_seconds:
             self.commit()
 
     def add_rows(self, rows: Iterable[tuple]) -> None:
         """:meth:`add` for fresh verdicts already in results-table form (rows of worker columns)."""
-        self._pending.extend(r for r in rows if r[5] is not None and r[6] is not None and r[3] not in NOT_CACHED)
+        n = len(_STORED)
+        self._pending.extend(_to_db(r[:n]) for r in rows
+                             if r[5] is not None and r[6] is not None and r[3] not in NOT_CACHED)
         if len(self._pending) >= self._commit_every or time.monotonic() - self._last_commit > self._commit_seconds:
             self.commit()
 
     def commit(self) -> None:
         if self._pending:
-            marks = ",".join("?" * len(FIELDS))
+            marks = ",".join("?" * len(_STORED))
             self._pending.sort()  # in key order: ~20% less B-tree work than discovery's hash order
             self._db.execute("BEGIN")
             self._db.executemany(f"INSERT OR REPLACE INTO {self.table} ({_COLUMNS}) VALUES ({marks})", self._pending)

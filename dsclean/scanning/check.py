@@ -56,6 +56,9 @@ class CheckOptions:
     # Also check FLAC's STREAMINFO MD5 against the decoded samples. Off by default: hashing every
     # sample costs ~15% of a FLAC check, and every frame's CRC-16 already covers every byte.
     flac_md5: bool = False
+    # Record quality facts (perceptual hash, levels, ...; dsclean.quality) from the check's own decode.
+    # Never changes a verdict; part of the cache key, so a scan with facts never reuses verdicts without.
+    facts: bool = True
     # Enforced around the check by the worker process (dsclean.scanning.worker), not by check_file:
     timeout: float = DEFAULT_TIMEOUT  # seconds per file; 0 = none
     max_memory: int = 0  # bytes of address space a check may add; 0 = no ceiling

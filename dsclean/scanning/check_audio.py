@@ -33,6 +33,8 @@ import numpy as np
 import soundfile as sf
 
 from .. import reasons as R
+from ..quality.audio import AudioStats
+from . import facts as facts_of
 from . import flac, mp3, ogg, wav
 from .verdict import Finding, Verdict, bad
 
@@ -65,6 +67,7 @@ class Decoded:
     error: str | None = None
     nonfinite: int = 0
     max_abs: float = 0.0
+    stats: AudioStats | None = None  # level facts accumulated over the decoded blocks (facts on)
 
 
 # --------------------------------------------------------------------------- checkers
@@ -74,7 +77,7 @@ def check_wav(data, v: Verdict, opts: CheckOptions) -> None:
     """WAV/RF64: the RIFF chunk walk; libsndfile reads the header and decodes what is encoded."""
     walk = wav.walk(data)
     decoded: list[Finding] = []
-    dec = _decode(data, v, decoded, raw_at=walk.data_start)
+    dec = _decode(data, v, decoded, raw_at=walk.data_start, facts=opts.facts)
     _report(v, decoded + (_decode_findings(dec) if dec else []), walk.findings)
 
 
@@ -88,7 +91,8 @@ def check_flac(data, v: Verdict, opts: CheckOptions) -> None:
     md5 = hashlib.md5() if opts.flac_md5 and info is not None and any(info.md5) and 4 <= info.bits <= 32 else None
     dtype = "int16" if info is not None and info.bits <= 16 else "int32"
     # read no further than STREAMINFO's promise: bytes after the last frame are not libFLAC's to judge
-    dec = _decode(data, v, decoded, dtype=dtype, md5=md5, bits=info.bits if info else 16, promised=True)
+    dec = _decode(data, v, decoded, dtype=dtype, md5=md5, bits=info.bits if info else 16, promised=True,
+                  facts=opts.facts)
     structural = list(walk.findings)
     if dec is not None:
         decoded += _decode_findings(dec)
@@ -125,7 +129,7 @@ def _samples_before_error(data, block: int) -> int:
 def check_ogg(data, v: Verdict, opts: CheckOptions) -> None:
     """Ogg: full decode plus the page walk (libvorbis neither notices lost pages nor a missing end)."""
     decoded: list[Finding] = []
-    dec = _decode(data, v, decoded)
+    dec = _decode(data, v, decoded, facts=opts.facts)
     _report(v, decoded + (_decode_findings(dec) if dec else []), ogg.walk(data))
 
 
@@ -135,7 +139,7 @@ def check_mp3(data, v: Verdict, opts: CheckOptions) -> None:
     count is an estimate from the bitrate, and a VBR stream decodes to fewer frames than that."""
     walk = mp3.walk(data)
     decoded: list[Finding] = []
-    dec = _decode(data, v, decoded)
+    dec = _decode(data, v, decoded, facts=opts.facts)
     if dec is not None and walk.promised is None:
         dec.header_frames = None
     _report(v, decoded + (_decode_findings(dec) if dec else []), walk.findings)
@@ -175,12 +179,13 @@ def _source(data):
 
 
 def _decode(data, v: Verdict, findings: list[Finding], *, dtype: str | None = None, md5=None, bits: int = 16,
-            raw_at: int | None = None, promised: bool = False) -> Decoded | None:
+            raw_at: int | None = None, promised: bool = False, facts: bool = False) -> Decoded | None:
     """Open the header and decode every frame; fill the verdict's audio facts.
 
     ``raw_at``: where a WAV's samples start; for raw PCM subtypes the samples are not
     decoded (nothing can fail), for float ones they are scanned straight from the bytes.
     ``promised``: the header's frame count is a promise (FLAC's STREAMINFO): read that many, no more.
+    ``facts``: also accumulate the level facts (:mod:`dsclean.scanning.facts`) over the decoded blocks.
     """
     try:
         f = sf.SoundFile(_source(data))
@@ -192,8 +197,12 @@ def _decode(data, v: Verdict, findings: list[Finding], *, dtype: str | None = No
     with f:
         v.sample_rate, v.channels, v.subtype = f.samplerate, f.channels, f.subtype
         dec = Decoded(header_frames=f.frames if 0 <= f.frames < _UNKNOWN_FRAMES else None)
+        if facts:
+            dec.stats = AudioStats(f.channels, f.samplerate, f.subtype)
         if raw_at is not None and f.subtype in WAV_RAW_SUBTYPES and dec.header_frames is not None:
             dec.frames = dec.header_frames
+            if dec.stats is not None:
+                _raw_pcm_stats(data, raw_at, dec, f)
         elif raw_at is not None and f.subtype in FLOAT_SUBTYPES and dec.header_frames is not None \
                 and _scan_raw_floats(data, raw_at, dec, f):
             pass
@@ -201,7 +210,25 @@ def _decode(data, v: Verdict, findings: list[Finding], *, dtype: str | None = No
             _decode_blocks(f, dec, dtype, md5, bits, dec.header_frames if promised else None)
     v.frames = dec.frames
     v.duration = dec.frames / f.samplerate if f.samplerate else None
+    if dec.stats is not None and dec.error is None:
+        facts_of.from_audio(v, dec.stats)
     return dec
+
+
+def _raw_pcm_stats(data, at: int, dec: Decoded, f: sf.SoundFile) -> None:
+    """Level facts of a raw PCM WAV, from its samples where they lie in the bytes (nothing to decode);
+    a layout numpy cannot read in place (u-law, A-law) is decoded by libsndfile for them."""
+    width = f.channels * facts_of.PCM_WIDTH.get(f.subtype, 0)
+    if not width:
+        f.seek(0)
+        _decode_blocks(f, Decoded(header_frames=dec.header_frames, stats=dec.stats), None, None, 16, None)
+        return
+    for start in range(0, dec.frames, BLOCK_FRAMES):
+        block = facts_of.raw_pcm(data, at + start * width, min(BLOCK_FRAMES, dec.frames - start), f.channels, f.subtype)
+        if block is None:  # fewer bytes than frames: the chunk walk reports it; no level facts
+            dec.stats = None
+            return
+        dec.stats.add(block)
 
 
 def _scan_raw_floats(data, at: int, dec: Decoded, f: sf.SoundFile) -> bool:
@@ -214,6 +241,8 @@ def _scan_raw_floats(data, at: int, dec: Decoded, f: sf.SoundFile) -> bool:
         samples = np.frombuffer(view, dtype=dtype, count=count, offset=at)
         for start in range(0, count, BLOCK_FRAMES * f.channels):
             _scan_values(samples[start : start + BLOCK_FRAMES * f.channels], dec)
+            if dec.stats is not None:
+                dec.stats.add(samples[start : start + BLOCK_FRAMES * f.channels].reshape(-1, f.channels))
         del samples
     dec.frames = dec.header_frames
     return True
@@ -234,6 +263,8 @@ def _decode_blocks(f: sf.SoundFile, dec: Decoded, dtype: str | None, md5, bits: 
             dec.frames += len(block)
             if scan:
                 _scan_values(block, dec)
+            if dec.stats is not None:
+                dec.stats.add(block)
             if md5 is not None:
                 md5.update(flac.pcm_bytes(block, bits))
     except sf.LibsndfileError as exc:

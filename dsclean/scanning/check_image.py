@@ -26,7 +26,7 @@ import simplejpeg
 from PIL import Image, PngImagePlugin
 
 from .. import reasons as R
-from . import bmp, gif, jpeg, png, tiff
+from . import bmp, facts, gif, jpeg, png, tiff
 from .verdict import Verdict, bad, warn
 
 # libjpeg's recoverable warnings: pixels are wrong but a decoder returns them.
@@ -79,13 +79,15 @@ def check_jpeg(data, v: Verdict, opts) -> None:
         return
     thumbnail = decode_eighth(data, colorspace, "JPEG", v, opts)
     # ^ THE 1/8-scale grey decode (CMYK for CMYK sources; None when the decode failed or a JPEG
-    #   variant went to Pillow): perceptual facts of the image (e.g. a thumbnail hash) hook in here.
+    #   variant went to Pillow): the image's quality facts come from it, below.
     if thumbnail is None:
         return
     if data.rfind(b"\xff\xd9") < 0:  # belt and braces: libjpeg fakes a missing EOI with a warning
         v.mark(R.BAD, R.TRUNCATED, "JPEG end-of-image marker (FFD9) missing")
         return
     _check_mpf_pictures(data, v, opts)
+    if opts.facts and v.status != R.BAD and thumbnail.shape[2] == 1:  # CMYK sources: no grey to take facts from
+        facts.from_grey(v, thumbnail, colour_stored=colorspace != "Gray", orientation=jpeg.exif_orientation(data))
 
 
 def decode_eighth(data, colorspace: str, label: str, v: Verdict, opts):
@@ -185,6 +187,8 @@ def check_png(data, v: Verdict, opts) -> None:
     v.add(png.check_image_data(data, layout, opts.max_frames))
     if len(layout.images) > opts.max_frames and v.status != R.BAD:
         v.detail = _join(v.detail, f"inflated the first {opts.max_frames} of {len(layout.images)} frames")
+    if opts.facts and v.status != R.BAD:
+        facts.from_encoded_image(v, data)  # the chunk check unfilters no pixel: Pillow decodes frame 0 for the facts
 
 
 def _pillow_png_header(data, layout: png.Layout, v: Verdict, opts) -> bool:
@@ -266,6 +270,8 @@ def _check_with_pillow(data, v: Verdict, opts, label: str = "") -> None:
                 for i in range(min(n_frames, opts.max_frames)):
                     im.seek(i)
                     im.load()
+                    if i == 0 and opts.facts and not label:
+                        facts.from_pil(v, im)  # the first frame, as decoded for the check
                 if n_frames > opts.max_frames:
                     v.detail = _join(v.detail, f"decoded the first {opts.max_frames} of {n_frames} frames")
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:

@@ -46,6 +46,12 @@ def mpf_pictures(data) -> tuple[list[Picture], int, list[Finding]]:
 
 def _find_mpf(data) -> tuple[int, int] | None:
     """(start of the MP header, end of its APP2 segment), walking the header's marker segments up to SOS."""
+    return _find_app(data, 0xE2, b"MPF\0")
+
+
+def _find_app(data, app: int, signature: bytes) -> tuple[int, int] | None:
+    """(start of the payload after ``signature``, end of the segment) of the first APPn segment ``app``
+    whose payload starts with ``signature``, walking the header's marker segments up to SOS."""
     n, pos = len(data), 2
     while pos + 4 <= n:
         if data[pos] != 0xFF:
@@ -60,9 +66,39 @@ def _find_mpf(data) -> tuple[int, int] | None:
         if marker in (0xDA, 0xD9):  # start of scan / end of image: no more header segments
             return None
         (length,) = struct.unpack_from(">H", data, pos + 2)
-        if marker == 0xE2 and data[pos + 4 : pos + 8] == b"MPF\0":
-            return pos + 8, pos + 2 + length
+        if marker == app and data[pos + 4 : pos + 4 + len(signature)] == signature:
+            return pos + 4 + len(signature), pos + 2 + length
         pos += 2 + length
+    return None
+
+
+_ORIENTATION = 0x0112
+
+
+def exif_orientation(data) -> int | None:
+    """The EXIF Orientation (1..8) in a JPEG's APP1 segment, or None (no EXIF, no tag, unreadable):
+    IFD0 read straight from the bytes, without a decoder (a fact, never a finding)."""
+    segment = _find_app(data, 0xE1, b"Exif\0\0")
+    if segment is None:
+        return None
+    base, end = segment
+    try:
+        order = bytes(data[base : base + 4])
+        if order not in (b"II*\0", b"MM\0*"):
+            return None
+        e = "<" if order[0] == 0x49 else ">"
+        (ifd,) = struct.unpack_from(e + "I", data, base + 4)
+        (count,) = struct.unpack_from(e + "H", data, base + ifd)
+        for i in range(min(count, 512)):
+            at = base + ifd + 2 + 12 * i
+            if at + 12 > end:
+                return None
+            tag, typ, n = struct.unpack_from(e + "HHI", data, at)
+            if tag == _ORIENTATION:
+                (value,) = struct.unpack_from(e + "H", data, at + 8)
+                return value if typ == 3 and n == 1 and 1 <= value <= 8 else None
+    except struct.error:
+        return None
     return None
 
 

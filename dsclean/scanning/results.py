@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from .. import locations, reasons
 from ..atomic import publish, temp_next_to
+from ..quality.columns import FACT_FIELDS
 from .verdict import FIELDS, Verdict, encode_path
 
 #: Arrow schema of the results table. ``path`` is binary: the exact bytes of the
@@ -40,6 +41,8 @@ SCHEMA = pa.schema(
         pa.field("duration", pa.float64()),
         pa.field("subtype", pa.string()),
         pa.field("content_hash", pa.binary(16)),  # BLAKE2b-128 of the file's bytes; null if not read
+        # the quality facts and flags (FACTS.md): null when not computed (scan --facts none, or not decoded)
+        *[f for f in FACT_FIELDS if f.name != "content_hash"],
     ]
 )
 assert tuple(SCHEMA.names) == FIELDS, "results SCHEMA and Verdict fields must agree"
@@ -86,7 +89,7 @@ class ResultsWriter:
         row = tuple(vars(v).values())  # dataclass fields, in FIELDS order
         self._rows.append((encode_path(v.path), *row[1:]))
         self.rows += 1
-        if v.status != reasons.OK:
+        if v.status != reasons.OK or extra:  # bad/warn, or moved for a quality flag
             # ensure_ascii keeps lone surrogates (non-UTF-8 names) as \udcXX: lossless and valid JSON
             self._problems.write(json.dumps({**v.to_json(), **(extra or {})}) + "\n")
         if len(self._rows) >= self._batch_rows:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import operator
 import os
 import signal
 import sqlite3
@@ -25,6 +26,8 @@ from .. import locations
 from .. import reasons as R
 from ..atomic import atomic_output
 from ..errors import UserError
+from ..quality.flags import FLAGS, FlagOptions
+from . import facts as facts_of
 from .cache import ScanCache, options_key, row_to_verdict
 from .check import CheckOptions
 from .discover import DiscoverStats, iter_media, symlink_mode
@@ -58,6 +61,8 @@ class ScanOptions:
     rescan: bool = False  # check every file again (the cache is still updated)
     progress: bool | None = None  # None = only when stderr is a terminal
     command: tuple[str, ...] = ()  # the command line that started the scan, recorded in the summary
+    flags: FlagOptions = FlagOptions()  # quality flag thresholds (flags need check.facts)
+    quarantine_flags: tuple[str, ...] = ()  # quality flags whose files are quarantined too (reason `flagged`)
 
 
 @dataclass
@@ -71,6 +76,8 @@ class ScanSummary:
     bad_reasons: dict[str, int] = field(default_factory=dict)
     warn_reasons: dict[str, int] = field(default_factory=dict)
     cached: int = 0  # verdicts reused from the scan cache (file unchanged since it was checked)
+    flags: dict[str, int] = field(default_factory=dict)  # quality flag -> files carrying it (facts on)
+    flag_quarantined: int = 0  # files moved for a flag of --quarantine-flags (also counted in quarantined)
     checked_bytes: int = 0  # bytes of the files decoded by this run (not from the cache)
     quarantined: int = 0
     would_quarantine: int = 0
@@ -182,6 +189,7 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
     if options.backend == "dask" and not options.scheduler:
         raise UserError("--backend dask needs --scheduler tcp://HOST:PORT or a scheduler file")
     symlinks = symlink_mode(options.symlinks, options.follow_symlinks)
+    quarantine_flags = check_quarantine_flags(options.quarantine_flags, options.check.facts)
     if options.backend == "processes":
         start_local_workers()  # the workers' imports overlap with this process's set-up and discovery
     quarantine_dir = os.path.abspath(options.quarantine) if options.quarantine else None
@@ -214,7 +222,8 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
         cache = _open_cache(root, report_dir, options, summary, tag)
         if cache is not None:
             stack.callback(cache.close)
-        sink = _Sink(summary, writer, quarantine, cache, _progress_bar(options))
+        sink = _Sink(summary, writer, quarantine, cache, _progress_bar(options),
+                     options.flags if options.check.facts else None, quarantine_flags)
         stack.callback(sink.close_progress)
         start = time.perf_counter()
         stack.callback(lambda: setattr(summary, "elapsed", time.perf_counter() - start))
@@ -256,6 +265,20 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
 
 #: how many move failures are kept in memory for the screen; all of them are in the problems file
 MAX_LISTED = 1000
+#: where the flags' inputs sit in a results row (cached rows are tuples in FIELDS order)
+_FLAG_INPUTS = operator.itemgetter(*(FIELDS.index(name) for name in facts_of.FLAG_INPUTS))
+
+
+def check_quarantine_flags(codes: Iterable[str], facts: bool) -> frozenset[str]:
+    """The flag codes of ``--quarantine-flags``, validated against :data:`dsclean.quality.flags.FLAGS`."""
+    codes = [c for c in codes if c]
+    unknown = [c for c in codes if c not in FLAGS]
+    if unknown:
+        raise UserError(f"--quarantine-flags: unknown flag {', '.join(repr(c) for c in unknown)}; "
+                        f"the flags are {', '.join(FLAGS)}")
+    if codes and not facts:
+        raise UserError("--quarantine-flags needs the facts the flags come from: drop --facts none")
+    return frozenset(codes)
 
 
 def _check_folders(root: str, quarantine: str | None, report: str, state: str, allow_inside: bool) -> None:
@@ -392,10 +415,16 @@ class _Sink:
     quarantine: Quarantine | None
     cache: ScanCache | None
     progress: object | None
+    flag_options: FlagOptions | None = None  # None: the scan takes no facts, so no flags
+    quarantine_flags: frozenset[str] = frozenset()
     _shown: int = 0  # files the progress bar has been told about
 
     def handle(self, v: Verdict, *, fresh: bool) -> None:
         s = self.summary
+        if self.flag_options is not None:
+            v.flags = facts_of.flags_of(v, self.flag_options)
+            for flag in v.flags or ():
+                s.flags[flag] = s.flags.get(flag, 0) + 1
         s.files += 1
         s.bytes += v.size or 0
         by_status = s.counts.setdefault(v.kind, {})
@@ -412,14 +441,18 @@ class _Sink:
             extra = self._quarantine(v)
         elif v.status == R.WARN:
             s.warn_reasons[v.reason or "?"] = s.warn_reasons.get(v.reason or "?", 0) + 1
+        if v.status != R.BAD:
+            extra = self._quarantine_flagged(v) or extra
         self.writer.add(v, extra)
         self._tick()
 
     def handle_columns(self, cols: Columns) -> None:
         """Fresh verdicts of a chunk, as columns: counted and stored in bulk; only bad and warn
-        ones become Verdict objects (for the quarantine and the problems file)."""
+        ones (and files moved for a quality flag) become Verdict objects."""
         s = self.summary
         rows = list(zip(*cols))
+        if self.flag_options is not None:  # flags from the facts, with this scan's thresholds
+            rows = [(*row[:-1], self._flags_of_row(row)) for row in rows]
         kinds, statuses, sizes = cols[_KIND], cols[_STATUS], cols[_SIZE]
         for (kind, status), n in Counter(zip(kinds, statuses)).items():
             by_status = s.counts.setdefault(kind, {})
@@ -428,22 +461,46 @@ class _Sink:
         s.files += len(rows)
         s.bytes += size
         s.checked_bytes += size
-        if statuses.count(R.OK) != len(rows):
-            for row in rows:
-                if row[_STATUS] == R.OK:
-                    continue
-                v = verdict_of_row(row)
-                extra = None
-                if v.status == R.BAD:
-                    s.bad_reasons[v.reason or "?"] = s.bad_reasons.get(v.reason or "?", 0) + 1
-                    extra = self._quarantine(v)
-                elif v.status == R.WARN:
-                    s.warn_reasons[v.reason or "?"] = s.warn_reasons.get(v.reason or "?", 0) + 1
+        for row in rows:
+            if row[_STATUS] == R.OK and not (self.quarantine_flags and row[-1]
+                                             and self.quarantine_flags.intersection(row[-1])):
+                continue
+            v = verdict_of_row(row)
+            extra = None
+            if v.status == R.BAD:
+                s.bad_reasons[v.reason or "?"] = s.bad_reasons.get(v.reason or "?", 0) + 1
+                extra = self._quarantine(v)
+            elif v.status == R.WARN:
+                s.warn_reasons[v.reason or "?"] = s.warn_reasons.get(v.reason or "?", 0) + 1
+            if v.status != R.BAD:
+                extra = self._quarantine_flagged(v) or extra
+            if v.status != R.OK or extra:
                 self.writer.add_problem(v, extra)
         if self.cache is not None:
             self.cache.add_rows(rows)
         self.writer.add_rows(rows)
         self._tick()
+
+    def _flags_of_row(self, row: tuple) -> list[str] | None:
+        flags = facts_of.flags_from(*_FLAG_INPUTS(row), self.flag_options)
+        for flag in flags or ():
+            self.summary.flags[flag] = self.summary.flags.get(flag, 0) + 1
+        return flags
+
+    def _quarantine_flagged(self, v: Verdict) -> dict | None:
+        """Move a file carrying a flag of ``--quarantine-flags`` (reason ``flagged``); None if it has none."""
+        if not (self.quarantine_flags and v.flags):
+            return None
+        hit = next((f for f in v.flags if f in self.quarantine_flags), None)
+        if hit is None:
+            return None
+        s = self.summary
+        if self.quarantine is None:
+            s.flag_quarantined += 1  # would be moved (dry run, or no --quarantine)
+            return None
+        extra = self._quarantine(v, R.FLAGGED, f"quality flag {hit} (--quarantine-flags)")
+        s.flag_quarantined += 1 if "quarantined_as" in (extra or {}) else 0
+        return extra
 
     def chunk_files(self, most: int, chunk_bytes: int) -> int:
         """Files per task: about ``chunk_bytes`` of files at the mean size checked so far, 1 to ``most``.
@@ -466,6 +523,14 @@ class _Sink:
             if row[2] != R.OK:
                 self.handle(row_to_verdict(rel, row), fresh=False)
                 continue
+            if self.flag_options is not None:  # flags are derived from the cached facts, with today's thresholds
+                flags = facts_of.flags_from(*_FLAG_INPUTS(row), self.flag_options)
+                if flags and self.quarantine_flags.intersection(flags):
+                    self.handle(row_to_verdict(rel, row), fresh=False)  # moved: the verdict's own path
+                    continue
+                for flag in flags or ():
+                    s.flags[flag] = s.flags.get(flag, 0) + 1
+                row = (*row[:-1], flags)
             counts[row[1]] += 1
             s.bytes += row[5]
             self.writer.add_row(row)
@@ -484,12 +549,12 @@ class _Sink:
             self.progress.update(self.summary.files - self._shown)
             self._shown = self.summary.files
 
-    def _quarantine(self, v: Verdict) -> dict | None:
+    def _quarantine(self, v: Verdict, reason: str | None = None, detail: str | None = None) -> dict | None:
         if self.quarantine is None:
             self.summary.would_quarantine += 1
             return None
         try:
-            dst = self.quarantine.move(v.path, v.reason, detail=v.detail, kind=v.kind)
+            dst = self.quarantine.move(v.path, reason or v.reason, detail=detail or v.detail, kind=v.kind)
         except OSError as exc:
             s = self.summary
             error = exc.strerror or str(exc)
@@ -557,6 +622,11 @@ def format_summary(s: ScanSummary) -> str:
         if table:
             lines.append(f"{title}:")
             lines += [f"  {reason:<20} {n:,}" for reason, n in Counter(table).most_common()]
+    if s.flags:
+        lines.append("Quality flags (not verdicts): " + ", ".join(f"{f} {n:,}" for f, n in Counter(s.flags).most_common()))
+    if s.flag_quarantined:
+        verb = "quarantined" if s.quarantine and not s.dry_run else "would be quarantined"
+        lines.append(f"  {s.flag_quarantined:,} flagged files {verb} (--quarantine-flags; reason flagged)")
     if s.cached:
         lines.append(f"Re-used {s.cached:,} verdicts of unchanged files from the scan cache (--rescan checks all)")
     if s.quarantine and not s.dry_run:

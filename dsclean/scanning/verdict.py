@@ -44,6 +44,28 @@ class Verdict:
     subtype: str | None = None
     # BLAKE2b-128 of the bytes the check read (dsclean.hashing.content_hash); None if not read
     content_hash: bytes | None = None
+    # quality facts (FACTS.md, dsclean.quality), from the check's own decode; None = not computed
+    phash: int | None = None
+    brightness: float | None = None
+    contrast: float | None = None
+    entropy: float | None = None
+    sharpness: float | None = None
+    grayscale: bool | None = None
+    orientation: int | None = None
+    peak: float | None = None
+    rms: float | None = None
+    clipped: float | None = None
+    dc_offset: float | None = None
+    silent_channels: int | None = None
+    # quality flag codes, set by the scan from the facts and its thresholds (None: facts off, or bad)
+    flags: list[str] | None = None
+
+    def set_facts(self, facts: object) -> None:
+        """Copy the fact fields an ImageFacts or AudioFacts (dsclean.quality) has into this verdict."""
+        for name in FACT_FIELDS:
+            value = getattr(facts, name, None)
+            if value is not None:
+                setattr(self, name, value)
 
     def mark(self, status: str, reason: str | None, detail: str = "") -> "Verdict":
         """Set the outcome, keeping the worse one if a verdict is already bad."""
@@ -89,6 +111,8 @@ def warn(reason: str, detail: str) -> Finding:
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(Verdict))
+#: the per-file fact fields the check fills from its decode (the flags come later, in the scan)
+FACT_FIELDS = FIELDS[FIELDS.index("phash"):FIELDS.index("flags")]
 
 _FS_ENCODING = sys.getfilesystemencoding()
 

@@ -205,3 +205,33 @@ def test_dry_run_moves_nothing(splits, capsys):
     assert main(["dups", *roots, "--quarantine", str(splits / "q"), "--dry-run", "-j", "2"]) == 0
     assert _listing(splits / "train") == before
     assert "would move 1 extra copies" in capsys.readouterr().out
+
+
+def test_reads_every_part_of_a_job_array_and_says_where_results_came_from(tmp_path, capsys):
+    """Real scans with facts, as two parts of a job array: dups decodes nothing and names the source."""
+    from dsclean.scanning.scanner import ScanOptions, scan
+
+    root, state = tmp_path / "r", str(tmp_path / "state")
+    a = synth.jpeg(200, 150, seed=3)
+    write(root, "x/a.jpg", a)
+    write(root, "y/a_copy.jpg", a)
+    for i in range(6):
+        write(root, f"x/{i}.jpg", synth.jpeg(200, 150, seed=10 + i))
+    write(root, "x/cut.jpg", synth.truncate(synth.jpeg(200, 150, seed=30), 0.5))
+    for part in range(2):
+        scan(str(root), ScanOptions(shard=(part, 2), report_dir=str(tmp_path / "rep"), state_dir=state, jobs=1,
+                                    backend="threads"))
+    calls = []
+    result = find_duplicates([str(root)], DupsOptions(jobs=2, timeout=30, state_dir=state), progress=calls.append)
+    s = result.summary
+    assert (s.from_results, s.computed, s.excluded_bad) == (8, 0, 1) and calls == []
+    assert len(result.inventory.results_files[0]) == 2  # both parts' results
+    assert s.results_sources[0].startswith(f"the last scan of {root}")
+    assert [sorted(_rel(result, g)) for g in result.groups] == [["x/a.jpg", "y/a_copy.jpg"]]
+    # a file added since the scan is computed here, and counted by the progress callback
+    write(root, "y/new.jpg", synth.jpeg(200, 150, seed=40))
+    result = find_duplicates([str(root)], DupsOptions(jobs=2, timeout=30, state_dir=state), progress=calls.append)
+    assert (result.summary.from_results, result.summary.computed) == (8, 1) and calls == [1]
+    assert main(["dups", str(root), "--state-dir", state]) == 0
+    out = capsys.readouterr().out
+    assert f"scan results of {root}: the last scan of {root}" in out and "8 from scan results, 1 computed here" in out

@@ -53,7 +53,7 @@ def test_phash_is_pinned():
     y, x = np.mgrid[0:64, 0:64]
     thumb = (128 + 60 * np.sin(x / 9.0) + 40 * np.cos(y / 5.0)).astype(np.float64)
     assert phash(thumb) == phash(thumb.copy())
-    assert phash(thumb) == 0x5BA4C674C26B600F
+    assert phash(thumb) == 0x5124C224C04B6007  # coefficients zero in exact arithmetic give bit 0 (not float noise)
 
 
 def test_hamming_on_arrays_and_ints():

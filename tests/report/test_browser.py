@@ -177,3 +177,26 @@ def test_screenshot_is_not_blank(visit, tmp_path):
     assert shot.height > 1500  # the whole page, not one screen
     assert a.std() > 20 and len(colours) > 500  # text, charts and photos, not one flat colour
     shot.save(tmp_path / "report.png")
+
+
+def test_facts_sections_from_a_real_scan(browser, scanned, tmp_path):
+    """No columns added afterwards: the scan itself recorded the facts and flags the report shows."""
+    out = tmp_path / "facts.html"
+    summary = write_report(str(scanned.root), str(out), ReportOptions(jobs=2, state_dir=str(scanned.state)))
+    assert summary.results_source.startswith(f"the last scan of {scanned.root}")
+    v = Visit(browser, out)
+    try:
+        assert v.errors == []
+
+        def paths(anchor: str) -> list[str]:
+            return v.page.eval_on_selector_all(
+                f"xpath=//h3[@id='{anchor}']/following-sibling::div[contains(@class, 'grid')][1]//div[@class='path']",
+                "ds => ds.map(d => d.textContent)")
+
+        assert v.page.locator("section#quality").count() == 1
+        assert paths("flag-dark") == ["birds/dark.jpg"]  # mean luma 6/255, measured by the scan's decode
+        assert "audio/loud.flac" in paths("flag-clipped")  # a tone driven 3x past full scale
+        assert paths("outlier-brightness-low")[0] == "birds/dark.jpg"
+        assert "audio/tone.wav" not in paths("flag-clipped")
+    finally:
+        v.close()

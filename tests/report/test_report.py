@@ -109,11 +109,19 @@ def test_hostile_names_are_text_and_no_machine_path_leaks(scanned, page, tmp_pat
     assert str(scanned.root) in out.read_text(encoding="utf-8")
 
 
-def test_sections_without_their_facts_are_left_out(page):
+def test_sections_without_their_facts_are_left_out(scanned, page, tmp_path):
     _, html = page
     found = sections(html)
-    assert {"summary", "reasons", "composition", "problems"} <= set(found)
-    assert "quality" not in found  # this scan recorded no quality facts...
+    assert {"summary", "reasons", "composition", "problems", "quality"} <= set(found)  # the scan records facts
+    # the same tree scanned with --facts none (a dry run: the tree stays as the other tests expect it)
+    from dsclean.scanning.check import CheckOptions
+    from dsclean.scanning.scanner import ScanOptions, scan
+
+    scan(str(scanned.root), ScanOptions(dry_run=True, report_dir=str(tmp_path / "r"), state_dir=str(tmp_path / "s"),
+                                        check=CheckOptions(facts=False), jobs=2))
+    write_report(str(tmp_path / "r"), str(tmp_path / "none.html"), ReportOptions(jobs=2))
+    found = sections((tmp_path / "none.html").read_text(encoding="utf-8"))
+    assert "quality" not in found  # no quality facts...
     assert "cats/copy_a.jpg" in found["duplicates"]  # ...but content hashes: exact copies inside the root
     comp = found["composition"]
     assert "Files per class" in comp and "Image resolution" in comp and "Audio duration" in comp

@@ -7,11 +7,11 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 from PIL import Image
-
 from support import synth
 from support.files import write
-from support.resultsgen import add_facts
+from support.resultsgen import FACT_TYPES, add_facts
 
 from dsclean.hashing import content_hash_file
 
@@ -77,5 +77,10 @@ def facts_results(scanned, results: Path, columns: tuple[str, ...] | None = None
             f.update(rms=0.3, peak=0.6, clipped=0.0, dc_offset=0.0, silent_channels=0)
     facts["birds/dark.jpg"].update(brightness=0.02, flags=["dark", "low_information"])
     facts["audio/loud.flac"].update(clipped=0.25, flags=["clipped"])
+    if columns:  # only these facts: drop the other fact columns the scan itself recorded
+        path = str(results / "scan_results.parquet")
+        table = pq.read_table(path)
+        pq.write_table(table.drop_columns([c for c in FACT_TYPES if c in table.column_names and c not in columns]),
+                       path, compression="zstd")
     add_facts(str(results / "scan_results.parquet"), facts, **({"columns": columns} if columns else {}))
     return results

@@ -1,0 +1,120 @@
+"""The scan's quality facts: from what a checker decoded anyway to the verdict's fact fields.
+
+Checkers call these with their own decode (``CheckOptions.facts`` on): the JPEG check's
+1/8-scale grey pixels, the Pillow frame the other image checks load, the audio blocks the
+audio checks decode; PNG (whose check unfilters no pixel) and raw PCM WAV (whose samples
+are not decoded) are the exceptions, read here once more. The computations are
+:mod:`dsclean.quality`'s; this module only feeds them and copies the results into the
+:class:`~dsclean.scanning.verdict.Verdict`.
+
+Facts never change a verdict: a picture whose facts cannot be computed (an exotic pixel
+mode, a decode Pillow refuses where the integrity check passed, no memory left for it)
+keeps null facts. Flags are derived later, in the scan's main process
+(:func:`flags_of`), so a change of threshold needs no re-check.
+"""
+from __future__ import annotations
+
+import io
+import warnings
+
+import numpy as np
+
+from .. import reasons as R
+from ..quality.audio import AudioFacts, AudioStats
+from ..quality.flags import FlagOptions, audio_flags, image_flags
+from ..quality.image import ImageFacts, image_facts, image_facts_from_pil
+from .verdict import Verdict
+
+#: what a decoded picture's facts may raise that says nothing about the file's integrity:
+#: a mode Pillow cannot convert to grey (ValueError/OSError), no memory left for a thumbnail
+_FACT_ERRORS = (ValueError, OSError, TypeError, MemoryError)
+
+
+def from_grey(v: Verdict, grey: np.ndarray, *, colour_stored: bool, orientation: int | None) -> None:
+    """Facts of an image from a grey decode (the JPEG check's 1/8 scale), (H, W) or (H, W, 1) uint8."""
+    if grey.ndim == 3:
+        grey = grey[..., 0]
+    # a grey decode of a colour file cannot tell whether its channels are equal: grayscale stays unknown
+    v.set_facts(image_facts(grey, colour_stored=False if not colour_stored else None, orientation=orientation))
+
+
+def from_pil(v: Verdict, im) -> None:
+    """Facts of an image from a loaded Pillow frame (the other image checks' decode)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            v.set_facts(image_facts_from_pil(im))
+    except _FACT_ERRORS:
+        return  # e.g. a mode with no grey conversion: the facts stay null, the verdict is the check's
+
+
+def from_encoded_image(v: Verdict, data) -> None:
+    """Facts of an image whose check decoded no pixels (PNG): Pillow decodes its first frame here."""
+    from PIL import Image
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with Image.open(io.BytesIO(data if isinstance(data, bytes) else bytes(data))) as im:
+                im.load()
+                v.set_facts(image_facts_from_pil(im))
+    except _FACT_ERRORS:
+        return  # Pillow refuses what the integrity rules accepted, or no memory for it: no facts
+    except (SyntaxError, EOFError, Image.DecompressionBombError):
+        return  # Pillow's other refusals of a file the integrity rules accepted
+
+
+def from_audio(v: Verdict, stats: AudioStats) -> None:
+    """Copy the level facts accumulated over the decoded blocks into the verdict."""
+    v.set_facts(stats.result())
+
+
+#: bytes per sample of the PCM subtypes whose samples numpy reads in place
+PCM_WIDTH = {"PCM_U8": 1, "PCM_S8": 1, "PCM_16": 2, "PCM_24": 3, "PCM_32": 4}
+
+
+def raw_pcm(data, at: int, frames: int, channels: int, subtype: str) -> np.ndarray | None:
+    """The samples of a PCM WAV where they lie in the bytes, as integers (frames, channels); None if
+    the subtype has no plain integer layout or the bytes are not all there."""
+    width = PCM_WIDTH.get(subtype)
+    if width is None or frames <= 0 or at + frames * channels * width > len(data):
+        return None
+    count = frames * channels
+    if width == 3:  # little-endian 24-bit: place the 3 bytes in the top of an int32 (full scale 2**31)
+        raw = np.frombuffer(data, dtype=np.uint8, count=3 * count, offset=at).reshape(count, 3)
+        wide = np.zeros((count, 4), dtype=np.uint8)
+        wide[:, 1:] = raw
+        return wide.view("<i4").reshape(frames, channels)
+    if subtype == "PCM_U8":
+        return (np.frombuffer(data, dtype=np.uint8, count=count, offset=at).astype(np.int16) - 128).astype(np.int8) \
+            .reshape(frames, channels)
+    dtype = {1: "i1", 2: "<i2", 4: "<i4"}[width]
+    return np.frombuffer(data, dtype=dtype, count=count, offset=at).reshape(frames, channels)
+
+
+#: the verdict fields the flags are judged from, in :func:`flags_from` argument order
+FLAG_INPUTS = ("status", "kind", "width", "height", "duration", "channels", "brightness", "contrast", "sharpness",
+               "rms", "peak", "clipped", "dc_offset", "silent_channels")
+
+
+def flags_of(v: Verdict, options: FlagOptions) -> list[str] | None:
+    """The quality flags of a checked file (see :func:`flags_from`)."""
+    return flags_from(*(getattr(v, name) for name in FLAG_INPUTS), options)
+
+
+def flags_from(status, kind, width, height, duration, channels, brightness, contrast, sharpness, rms, peak, clipped,
+               dc_offset, silent_channels, options: FlagOptions) -> list[str] | None:
+    """The quality flags of a file from its verdict's fields (:data:`FLAG_INPUTS`), or None when the file
+    is bad (a bad file is the integrity verdict's business; its partial facts say nothing)."""
+    if status == R.BAD:
+        return None
+    if kind == "image":
+        facts = ImageFacts(brightness=brightness, contrast=contrast, sharpness=sharpness) \
+            if brightness is not None else None
+        return image_flags(facts, width, height, options)
+    if kind == "audio":
+        if rms is None:
+            return audio_flags(AudioFacts(duration=duration), options) if duration is not None else []
+        return audio_flags(AudioFacts(duration=duration, peak=peak, rms=rms, clipped=clipped, dc_offset=dc_offset,
+                                      silent_channels=silent_channels, channels=channels), options)
+    return []

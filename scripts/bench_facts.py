@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Benchmark: what recording quality facts costs the scan, per format (``scan --facts all`` against ``--facts none``).
+
+Same generated files as ``scripts/bench_checkers.py`` (photo-like JPEGs of about 512 x 450, PNGs of
+512 x 384, stereo 44.1 kHz 16-bit FLAC and WAV clips of 0.5-1.5 s). For each format, interleaved,
+best of --repeats:
+
+- ``checker``: one process calling ``check_file`` on every file with ``CheckOptions(facts=True)``
+  and ``facts=False``; the CPU time of the loop alone (process_time around it: no start-up);
+- ``scan``: the whole ``dsclean scan --jobs 1 --rescan --dry-run`` command with ``--facts all`` and
+  ``--facts none``: CPU seconds of the process tree (the worker included), start-up included.
+
+The extra time is the ratio all/none - 1 (lower is better); the issue's goal is <= 10% for JPEG.
+
+    python scripts/bench_facts.py [--jpeg 1500] [--png 200] [--flac 400] [--wav 400] [--repeats 3]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import bench_checkers as bc  # noqa: E402  (its generators; it puts the repo and tests/ on sys.path)
+
+PY = sys.executable
+
+LOOP = """
+import json, os, sys, time
+from dsclean.scanning import check
+from dsclean.scanning.check import CheckOptions, check_file
+facts, folder = sys.argv[1] == "all", sys.argv[2]
+names = sorted(os.listdir(folder))
+check.load_checkers()
+opts = CheckOptions(facts=facts)
+check_file(folder, names[0], opts)  # warm: first-use imports
+t = time.process_time()
+statuses = [check_file(folder, n, opts).status for n in names]
+print(json.dumps({"cpu": time.process_time() - t, "bad": statuses.count("bad")}))
+"""
+
+
+def checker(folder: str, facts: str) -> tuple[float, int]:
+    out = subprocess.run([PY, "-c", LOOP, facts, folder], capture_output=True, text=True, check=True)
+    r = json.loads(out.stdout)
+    return r["cpu"], r["bad"]
+
+
+def scan(folder: str, facts: str) -> tuple[float, int]:
+    with tempfile.TemporaryDirectory() as work:
+        before = bc._children_cpu()
+        out = subprocess.run([PY, "-m", "dsclean", "scan", folder, "--jobs", "1", "--rescan", "--dry-run", "--json",
+                              "--report", os.path.join(work, "r"), "--state-dir", os.path.join(work, "s"),
+                              "--facts", facts], capture_output=True, text=True, check=True)
+        cpu = bc._children_cpu() - before
+    return cpu, json.loads(out.stdout)["bad"]
+
+
+MAKERS = {
+    "jpeg": bc.make_jpegs,
+    "png": bc.make_pngs,
+    "flac": lambda folder, n: bc.make_audio(folder, n, "flac"),
+    "wav": lambda folder, n: bc.make_audio(folder, n, "wav"),
+}
+
+
+def bench(fmt: str, n: int, repeats: int, base: str) -> list[str]:
+    folder = os.path.join(base, fmt)
+    os.makedirs(folder)
+    MAKERS[fmt](folder, n)
+    mb = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder)) / 1e6
+    rows = []
+    for what, run in (("checker (loop CPU)", checker), ("dsclean scan --jobs 1 (process tree CPU)", scan)):
+        best = {"all": float("inf"), "none": float("inf")}
+        for _ in range(repeats):
+            for facts in ("none", "all"):  # interleaved, so drifting load hits both
+                cpu, bad = run(folder, facts)
+                assert bad == 0, f"{fmt}: {bad} valid files judged bad"
+                best[facts] = min(best[facts], cpu)
+        extra = best["all"] / best["none"] - 1
+        per_file = (best["all"] - best["none"]) / n * 1e6
+        rows.append(f"| {fmt.upper()} | {n:,} ({mb:,.0f} MB) | {what} | {best['none']:.2f} | {best['all']:.2f} | "
+                    f"{extra * 100:+.1f}% | {per_file:+,.0f} |")
+        print(rows[-1], flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--jpeg", type=int, default=1500)
+    ap.add_argument("--png", type=int, default=200)
+    ap.add_argument("--flac", type=int, default=400)
+    ap.add_argument("--wav", type=int, default=400)
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.platform()}, "
+          f"{os.cpu_count()} cores, Python {platform.python_version()}")
+    print("| format | files | what | CPU s, --facts none | CPU s, --facts all | extra | extra µs per file |")
+    print("|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as base:
+        for fmt in MAKERS:
+            n = getattr(args, fmt)
+            if n:
+                bench(fmt, n, args.repeats, base)
+
+
+if __name__ == "__main__":
+    main()
