@@ -114,9 +114,19 @@ def main() -> None:
     ap.add_argument("--rescan", type=int, default=100_000, metavar="N",
                     help="also time a re-scan of an unchanged N-file tree against os.walk+stat (0 = skip)")
     ap.add_argument("--only-rescan", action="store_true", help="run only the re-scan benchmark")
+    ap.add_argument("--pipeline", action="store_true",
+                    help="run only the scan-pipeline benchmarks (BENCHMARKS.md section 10): whole processes against "
+                         "jpeginfo, main-process cost per file, worker system calls per file")
+    ap.add_argument("--before", metavar="SRC",
+                    help="with --pipeline: a source tree of an earlier dsclean, measured side by side (PYTHONPATH)")
+    ap.add_argument("--rounds", type=int, default=5, help="with --pipeline: interleaved rounds (medians reported)")
+    ap.add_argument("--tiny", type=int, default=100_000, help="with --pipeline: tiny files for the main-process cost")
     args = ap.parse_args()
     if args.only_rescan:
         rescan_benchmark(args.rescan)
+        return
+    if args.pipeline:
+        pipeline_benchmark(args)
         return
 
     folder = args.dir or tempfile.mkdtemp(prefix="dsclean-bench-")
@@ -229,6 +239,188 @@ def rescan_benchmark(n: int, repeats: int = 5) -> None:
     print(f"| os.walk + os.stat (baseline) | {n / walk:,.0f} | {walk:.2f} s | 1.00x |")
     print(f"| dsclean scan, every verdict from the cache | {n / rescan:,.0f} | {rescan:.2f} s | "
           f"{statistics.median(ratios):.2f}x the time (pairs: {ratios[0]:.2f}x to {ratios[-1]:.2f}x) |")
+
+# ---- the scan pipeline around the checkers: start-up, main process, worker system calls -------------
+
+
+def _subreaper() -> None:
+    """Adopt orphaned descendants (forkservers, resource trackers), so their CPU time is counted when reaped."""
+    import ctypes
+
+    ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+
+
+def _run_counted(cmd: list[str], env: dict, cwd: str | None = None) -> tuple[float, float, str]:
+    """Run a whole process; (wall s, CPU s of it and every descendant, stdout)."""
+    import resource
+
+    def children_cpu() -> float:
+        r = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return r.ru_utime + r.ru_stime
+
+    cpu0, t0 = children_cpu(), time.perf_counter()
+    out = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # reap adopted descendants (they exit when the scan's process does)
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            time.sleep(0.01)
+    if out.returncode not in (0, 1, 123):  # 1: the scan found bad files; 123: xargs, jpeginfo did
+        raise RuntimeError(f"{cmd} failed ({out.returncode}): {out.stderr[-2000:]}")
+    return wall, children_cpu() - cpu0, out.stdout
+
+
+def _env(src: str | None) -> dict:
+    env = dict(os.environ)
+    if src:
+        env["PYTHONPATH"] = src
+    return env
+
+
+def pipeline_benchmark(args) -> None:
+    import statistics
+
+    _subreaper()
+    versions = {"after": None}
+    if args.before:
+        versions = {"before": os.path.abspath(args.before), "after": None}
+    print(f"machine: {platform.node()}, {os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}")
+    print(f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average at start: {os.getloadavg()}")
+    folder = tempfile.mkdtemp(prefix="dsclean-pipe-")
+    try:
+        bad = make_dataset(folder, args.n, args.size, args.corrupt, args.seed)
+        paths = sorted(os.path.relpath(os.path.join(d, f), folder) for d, _, fs in os.walk(folder) for f in fs)
+        mb = sum(os.path.getsize(os.path.join(folder, p)) for p in paths) / 1e6
+        print(f"tree: {len(paths):,} photo JPEGs ({mb:.1f} MB, {len(bad)} damaged), page cache warm\n")
+        pillow_loop(folder, paths, "verify")
+        exe = shutil.which("jpeginfo")
+        contenders: dict[str, tuple[list[str], dict, int]] = {}
+        if exe:
+            # one jpeginfo process per 500 files, like xargs; CPU of every process counted
+            script = f"cd {folder} && find . -name '*.jpg' -print0 | xargs -0 -n 500 {exe} -c > /dev/null"
+            contenders["jpeginfo -c (xargs -n 500)"] = (["bash", "-c", script], _env(None), 1)
+        for version, src in versions.items():
+            for jobs in (1, 2):
+                cmd = [sys.executable, "-m", "dsclean", "scan", folder, "--jobs", str(jobs), "--dry-run", "--rescan",
+                       "--quiet", "--report", "REPORT", "--state-dir", "STATE"]
+                contenders[f"dsclean scan --jobs {jobs} ({version})"] = (cmd, _env(src), jobs)
+        times: dict[str, list[tuple[float, float]]] = {name: [] for name in contenders}
+        for _ in range(args.rounds):  # interleaved rounds: the machine is shared
+            for name, (cmd, env, _) in contenders.items():
+                with tempfile.TemporaryDirectory() as tmp:
+                    cmd = [tmp + "/r" if c == "REPORT" else tmp + "/s" if c == "STATE" else c for c in cmd]
+                    wall, cpu, _ = _run_counted(cmd, env)
+                times[name].append((wall, cpu))
+        print(f"| whole process, {len(paths):,} JPEGs (median of {args.rounds} interleaved rounds) | wall s | files/s | "
+              "CPU s (all processes) | files/s per core | files per CPU-s |")
+        print("|---|---:|---:|---:|---:|---:|")
+        med = {}
+        for name, runs in times.items():
+            wall = statistics.median(w for w, _ in runs)
+            cpu = statistics.median(c for _, c in runs)
+            cores = contenders[name][2]
+            med[name] = (wall, cpu)
+            n = len(paths)
+            print(f"| {name} | {wall:.2f} | {n / wall:,.0f} | {cpu:.2f} | {n / wall / cores:,.0f} | {n / cpu:,.0f} |")
+        print()
+        if exe:
+            ji = med["jpeginfo -c (xargs -n 500)"][0]
+            for version in versions:
+                j1, j2 = med[f"dsclean scan --jobs 1 ({version})"][0], med[f"dsclean scan --jobs 2 ({version})"][0]
+                print(f"{version}: --jobs 1 is {ji / j1:.2f}x jpeginfo -c per core; --jobs 2 is {j1 / j2:.2f}x --jobs 1")
+    finally:
+        shutil.rmtree(folder)
+    main_process_cost(args.tiny, versions, args.rounds)
+    worker_syscalls(versions)
+
+
+_MAIN_COST = """
+import os, resource, sys, tempfile, time
+from dsclean.scanning.scanner import ScanOptions, scan
+root, first, use_cache = sys.argv[1], sys.argv[2], sys.argv[3] == "cache"
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)  # this process and its threads, not the workers
+    return r.ru_utime + r.ru_stime
+with tempfile.TemporaryDirectory() as tmp:
+    opts = dict(jobs=2, dry_run=True, report_dir=tmp + "/r", state_dir=tmp + "/s", progress=False, use_cache=use_cache)
+    c0 = cpu(); small = scan(first, ScanOptions(**opts)); c1 = cpu()
+    full = scan(root, ScanOptions(**opts)); c2 = cpu()
+print(small.files, c1 - c0, full.files, c2 - c1)
+"""
+
+
+def main_process_cost(n: int, versions: dict, rounds: int) -> None:
+    """CPU of the scan's main process per file: a full scan of n tiny files minus a 1,000-file scan, per extra file."""
+    import statistics
+
+    folder = tempfile.mkdtemp(prefix="dsclean-tiny-")
+    try:
+        make_small_tree(folder, n)
+        runs = [(f"{version}, {what}", src, what) for what in ("default options (scan cache on)", "use_cache=False")
+                for version, src in versions.items()]
+        per_file: dict[str, list[float]] = {name: [] for name, _, _ in runs}
+        for _ in range(max(1, rounds // 2)):
+            for name, src, what in runs:
+                flag = "nocache" if what == "use_cache=False" else "cache"
+                out = subprocess.run([sys.executable, "-c", _MAIN_COST, folder, os.path.join(folder, "d0000"), flag],
+                                     env=_env(src), capture_output=True, text=True, check=True).stdout.split()
+                small_n, small_cpu, full_n, full_cpu = int(out[0]), float(out[1]), int(out[2]), float(out[3])
+                per_file[name].append((full_cpu - small_cpu) / (full_n - small_n) * 1e6)
+        print(f"\n| main process of a first scan (2 jobs, fresh state folder), {n:,} tiny JPEGs | "
+              "CPU µs per file (median) | runs |")
+        print("|---|---:|---|")
+        for name, xs in per_file.items():
+            print(f"| {name} | {statistics.median(xs):.1f} | {', '.join(f'{x:.1f}' for x in xs)} |")
+    finally:
+        shutil.rmtree(folder)
+
+
+_SYSCALLS = """
+import os, sys
+from dsclean.scanning import worker
+from dsclean.scanning.check import CheckOptions
+root, n = sys.argv[1], int(sys.argv[2])
+rels = sorted(os.listdir(root))[:n]
+worker.check_chunk(root, rels[:1], CheckOptions())  # imports and first-time set-up, in both runs
+for i in range(1, n, 256):  # the scan's tasks: up to 256 files each
+    worker.check_chunk(root, rels[i:i + 256], CheckOptions())
+"""
+
+
+def worker_syscalls(versions: dict, n: int = 2000) -> None:
+    """System calls a worker makes per file (strace -c -f of checking n files minus checking 1), by kind."""
+    if shutil.which("strace") is None:
+        print("\n(strace not installed: worker system calls not measured)")
+        return
+    folder = tempfile.mkdtemp(prefix="dsclean-sys-")
+    try:
+        for i in range(n):
+            with open(os.path.join(folder, f"f{i:05d}.jpg"), "wb") as f:
+                f.write(synth.jpeg(64, 64, seed=i % 8))
+        print(f"\n| worker system calls per file ({n:,} small JPEGs, strace -c -f, minus a 1-file run) | total | top calls |")
+        print("|---|---:|---|")
+        for version, src in versions.items():
+            counts = []
+            for files in (1, n):
+                with tempfile.NamedTemporaryFile(mode="r") as log:
+                    subprocess.run(["strace", "-f", "-c", "-o", log.name, sys.executable, "-c", _SYSCALLS, folder,
+                                    str(files)], env=_env(src), check=True, capture_output=True)
+                    table = {}
+                    for line in log.read().splitlines():
+                        parts = line.split()
+                        if len(parts) >= 5 and parts[-1] not in ("syscall", "total") and parts[3].isdigit():
+                            table[parts[-1]] = int(parts[3])
+                    counts.append(table)
+            diff = {k: (counts[1].get(k, 0) - counts[0].get(k, 0)) / (n - 1) for k in counts[1]}
+            top = sorted(((v, k) for k, v in diff.items() if v >= 0.05), reverse=True)
+            print(f"| {version} | {sum(v for v, _ in top):.1f} | {', '.join(f'{k} {v:.1f}' for v, k in top)} |")
+    finally:
+        shutil.rmtree(folder)
+
 
 if __name__ == "__main__":
     main()

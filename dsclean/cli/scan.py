@@ -51,9 +51,10 @@ def add_scan_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--report", metavar="DIR", help="where to write results (default: the quarantine folder, "
                                                    "else the root's state folder; never inside ROOT)")
     p.add_argument("--jobs", "-j", type=argtypes.count, default=0, metavar="N", help="worker processes (default: all usable cores)")
-    p.add_argument("--backend", choices=("loky", "threads", "dask"), default="loky",
-                   help="loky: worker processes here, with crash/timeout/memory isolation (default); "
-                        "threads: in-process; dask: a Dask distributed cluster (see --scheduler)")
+    p.add_argument("--backend", choices=("processes", "loky", "threads", "dask"), default="processes",
+                   help="processes: worker processes here, with crash/timeout/memory isolation (default); "
+                        "loky: the same isolation in joblib's pool; threads: in-process; "
+                        "dask: a Dask distributed cluster (see --scheduler)")
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="with --backend dask: the scheduler's tcp://HOST:PORT, or a scheduler file")
     p.add_argument("--shard", type=argtypes.shard, metavar="I/N",

@@ -2,7 +2,10 @@
 
 The pool is a ``concurrent.futures`` executor:
 
-- ``loky`` (default): joblib's reusable process pool on this machine;
+- ``processes`` (default): worker processes on this machine, forked from a
+  forkserver that imported the checkers once (:func:`local_pool`), so a worker
+  starts in milliseconds instead of re-importing Python, Pillow and numpy;
+- ``loky``: joblib's reusable process pool (each worker a fresh interpreter);
 - ``threads``: a thread pool in this process (no isolation: see :mod:`dsclean.scanning.worker`);
 - ``dask``: a Dask distributed cluster, through the Client's own
   ``concurrent.futures`` executor. Dask, not a home-made protocol, ships the
@@ -13,7 +16,7 @@ memory is bounded however long the stream is; verdicts come back in completion
 order, in this process, which is also where quarantine moves happen (on the
 shared file system: no file contents ever travel through a scheduler).
 
-When a loky worker dies (a decoder segfaults, aborts, or hits the per-file
+When a local worker dies (a decoder segfaults, aborts, or hits the per-file
 timeout) every chunk in flight is lost with the pool: those files are
 re-checked one per fresh process (:func:`isolate`), so the culprit is named
 exactly (``decoder_crash`` with the signal, or ``timeout``) and its neighbours
@@ -23,24 +26,30 @@ same way, so a bad file never takes a Dask worker down.
 """
 from __future__ import annotations
 
+import io
 import multiprocessing
 import multiprocessing.connection
+from multiprocessing import context as mp_context, forkserver, popen_forkserver, reduction, spawn, util
+from multiprocessing.context import set_spawning_popen
 import os
 import signal
 import time
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures.process import BrokenProcessPool, ProcessPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable, Iterable, Iterator
 
 from .. import reasons as R
 from ..errors import UserError
 from ..formats import format_of_name, kind_of
 from .check import CheckOptions
-from .verdict import Verdict
-from .worker import FileSlices, check_chunk, check_chunk_in_thread, item_name
+from .verdict import Columns, Verdict, to_columns
+from .worker import FAULT_ENV, as_columns, FileSlices, check_chunk, check_chunk_in_thread, item_name, set_fault_switch, start_worker
 
-BACKENDS = ("loky", "threads", "dask")
+BACKENDS = ("processes", "loky", "threads", "dask")
+#: backends whose workers are processes of this machine (one pool: a dead worker breaks it)
+LOCAL_PROCESSES = ("processes", "loky")
 
 #: extra seconds the parent grants an isolated check beyond its files' --timeout before killing it
 _GRACE = 5.0
@@ -58,6 +67,8 @@ class Pool:
 
 def make_pool(backend: str, workers: int, scheduler: str | None = None) -> Pool:
     """A fresh pool for ``backend`` (``scheduler``: a Dask address or scheduler file, for ``dask``)."""
+    if backend == "processes":
+        return Pool(local_pool(workers), check_chunk, workers, lambda: None)
     if backend == "loky":
         from joblib.externals.loky import get_reusable_executor
 
@@ -104,6 +115,37 @@ def _dask_pool(scheduler: str | None) -> Pool:
     return Pool(client.get_executor(pure=False), check_chunk_on_dask_worker, slots, client.close)
 
 
+_local: tuple[ProcessPoolExecutor, int, str | None] | None = None
+
+
+def local_pool(workers: int) -> ProcessPoolExecutor:
+    """The local worker pool: ``workers`` processes forked from the preloaded forkserver, kept for reuse.
+
+    A pool broken by a dead worker, or of another size, is replaced. The test-only fault switch
+    (:data:`~dsclean.scanning.worker.FAULT_ENV`) is handed to each worker as it starts: forked
+    from the server, a worker sees the server's environment, not this process's current one.
+    """
+    global _local
+    faults = os.environ.get(FAULT_ENV)
+    if _local is not None:
+        pool, size, was = _local
+        if size == workers and was == faults and not getattr(pool, "_broken", False):
+            return pool
+        pool.shutdown(wait=False, cancel_futures=True)
+    pool = ProcessPoolExecutor(workers, mp_context=_fresh_process_context(), initializer=start_worker,
+                               initargs=(faults,))
+    _local = (pool, workers, faults)
+    return pool
+
+
+def start_local_workers() -> None:
+    """Start the forkserver now (it imports the checkers in the background while this process goes on)."""
+    if multiprocessing.current_process().daemon:
+        return  # a daemonic process cannot start one; the scan says why when it needs workers
+    _fresh_process_context()
+    forkserver.ensure_running()
+
+
 def _lost_worker(exc: BaseException) -> bool:
     """A process pool broke, or Dask gave up on a task whose workers kept dying."""
     return isinstance(exc, BrokenProcessPool) or type(exc).__name__ == "KilledWorker"
@@ -116,9 +158,15 @@ def run_checks(
     workers: int,
     backend: str = "loky",
     scheduler: str | None = None,
-) -> Iterator[list[Verdict]]:
-    """Yield verdict chunks as they finish. Closing the generator cancels what is still queued."""
+    columns: bool = False,
+) -> Iterator[list[Verdict]] | Iterator[Columns]:
+    """Yield verdict chunks as they finish. Closing the generator cancels what is still queued.
+
+    ``columns=True``: each chunk comes as :data:`~dsclean.scanning.verdict.Columns` instead of
+    a list of Verdicts (fewer objects to pickle, unpickle and handle: what the scan uses).
+    """
     pool = make_pool(backend, workers, scheduler)
+    shape = to_columns if columns else list
     source = iter(chunks)
     in_flight: dict[Future, list[str]] = {}
     try:
@@ -127,7 +175,8 @@ def run_checks(
                 chunk = next(source, None)
                 if chunk is None:
                     break
-                in_flight[pool.executor.submit(pool.task, root, chunk, options)] = chunk
+                task = partial(as_columns, pool.task) if columns else pool.task
+                in_flight[pool.executor.submit(task, root, chunk, options)] = chunk
             if not in_flight:
                 return
             done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
@@ -142,12 +191,12 @@ def run_checks(
                 else:
                     raise exc
             if lost:
-                if backend == "loky":  # the whole pool is gone, and with it every chunk still in flight
+                if backend in LOCAL_PROCESSES:  # the whole pool is gone, and with it every chunk still in flight
                     lost += in_flight.values()
                     in_flight.clear()
                 for chunk in lost:
-                    yield isolate(root, chunk, options, workers)
-                if backend == "loky":
+                    yield shape(isolate(root, chunk, options, workers))
+                if backend in LOCAL_PROCESSES:
                     pool = make_pool(backend, workers, scheduler)
     finally:
         for future in in_flight:
@@ -165,17 +214,56 @@ _DAEMONIC = (
 )
 
 
+class _WorkerPopen(popen_forkserver.Popen):
+    """Start a process from the forkserver *without* running this process's ``__main__`` in it.
+
+    multiprocessing re-runs the main script in each child (so that functions defined there
+    can be unpickled); dsclean's tasks all live in importable modules, and a user's script
+    without an ``if __name__ == "__main__"`` guard would scan again inside every worker
+    (loky skips the main module the same way). The body is ``popen_forkserver.Popen._launch``
+    with the main-module entries left out of the preparation data.
+    """
+
+    def _launch(self, process_obj):
+        prep = {k: v for k, v in spawn.get_preparation_data(process_obj._name).items() if not k.startswith("init_main")}
+        buf = io.BytesIO()
+        set_spawning_popen(self)
+        try:
+            reduction.dump(prep, buf)
+            reduction.dump(process_obj, buf)
+        finally:
+            set_spawning_popen(None)
+        self.sentinel, w = forkserver.connect_to_new_process(self._fds)
+        parent_w = os.dup(w)  # as in the original: the child watches it to notice its parent's death
+        self.finalizer = util.Finalize(self, util.close_fds, (parent_w, self.sentinel))
+        with open(w, "wb", closefd=True) as f:
+            f.write(buf.getbuffer())
+        self.pid = forkserver.read_signed(self.sentinel)
+
+
+class _WorkerProcess(mp_context.ForkServerProcess):
+    @staticmethod
+    def _Popen(process_obj):
+        return _WorkerPopen(process_obj)
+
+
+class _WorkerContext(mp_context.ForkServerContext):
+    Process = _WorkerProcess
+
+
 def _fresh_process_context():
     """A forkserver: each child forks from a clean, single-threaded, pre-imported server."""
     global _context
     if _context is None:
-        _context = multiprocessing.get_context("forkserver")
+        _context = _WorkerContext()
         _context.set_forkserver_preload(
-            ["dsclean.scanning.worker", "dsclean.scanning.check_image", "dsclean.scanning.check_audio"])
+            ["dsclean.scanning.worker", "dsclean.scanning.check_image", "dsclean.scanning.check_audio",
+             "dsclean.scanning.check_pnm"])
     return _context
 
 
-def _child(conn, root: str, rels: list[str], options: CheckOptions) -> None:
+def _child(conn, root: str, rels: list[str], options: CheckOptions, faults: str | None) -> None:
+    set_fault_switch(faults)
     conn.send(check_chunk(root, rels, options))
     conn.close()
 
@@ -199,7 +287,8 @@ def _in_children(root: str, groups: list[list[str]], options: CheckOptions, para
         while queue and len(running) < max(1, parallel):
             rels = queue.pop(0)
             parent_end, child_end = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_child, args=(child_end, root, rels, options), daemon=True)
+            proc = ctx.Process(target=_child, args=(child_end, root, rels, options, os.environ.get(FAULT_ENV)),
+                               daemon=True)
             proc.start()
             child_end.close()
             running[parent_end] = (proc, rels, time.monotonic())

@@ -1,9 +1,9 @@
 """The scan: discover -> check (parallel) -> verdicts -> quarantine, streamed end to end.
 
-Discovery yields paths lazily; they are cut into chunks and handed to joblib
-(loky processes) a few chunks ahead of the workers, results come back in
-completion order, and each verdict is written and (if bad) quarantined as it
-arrives. Nothing holds a per-file object beyond the chunks in flight and one
+Discovery yields paths lazily; they are cut into chunks (sized to the mean file
+size seen so far) and handed to worker processes a few chunks ahead of the
+workers, verdicts come back as columns in completion order, and each is written
+and (if bad) quarantined as it arrives. Nothing holds a per-file object beyond the chunks in flight and one
 results row group, so memory stays flat for 10 million files.
 """
 from __future__ import annotations
@@ -31,11 +31,11 @@ from . import facts as facts_of
 from .cache import ScanCache, options_key, row_to_verdict
 from .check import CheckOptions
 from .discover import DiscoverStats, iter_media, symlink_mode
-from .executors import BACKENDS, run_checks
+from .executors import BACKENDS, run_checks, start_local_workers
 from .quarantine import Quarantine
 from .records import quarantine_state, quarantined_records
 from .results import ResultsWriter
-from .verdict import FIELDS, Verdict, encode_path
+from .verdict import FIELDS, Columns, Verdict, encode_path, verdict_of_row
 
 
 @dataclass(frozen=True)
@@ -52,8 +52,9 @@ class ScanOptions:
     symlinks: str | None = None  # "none" (default), "inside" (links staying in ROOT) or "all"
     state_dir: str | None = None  # base of the per-root state folders (default: $DSCLEAN_STATE_DIR, else per user)
     allow_inside_root: bool = False  # accept a quarantine or report folder inside ROOT (ImageFolder sees a class)
-    chunk_size: int = 32  # files per task sent to a worker
-    backend: str = "loky"  # "loky" (local processes), "threads", or "dask" (a cluster: see scheduler)
+    chunk_size: int = 256  # files per task sent to a worker, at most
+    chunk_bytes: int = 4 << 20  # bytes per task, about (files per task follow the mean size checked so far)
+    backend: str = "processes"  # "processes" (local, default), "loky" (joblib's), "threads", or "dask" (see scheduler)
     scheduler: str | None = None  # Dask scheduler address (tcp://host:port) or scheduler file, for backend="dask"
     shard: tuple[int, int] | None = None  # (i, n): check only files whose path hashes to i mod n
     use_cache: bool = True  # reuse verdicts of unchanged files from earlier scans of this root
@@ -189,6 +190,8 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
         raise UserError("--backend dask needs --scheduler tcp://HOST:PORT or a scheduler file")
     symlinks = symlink_mode(options.symlinks, options.follow_symlinks)
     quarantine_flags = check_quarantine_flags(options.quarantine_flags, options.check.facts)
+    if options.backend == "processes":
+        start_local_workers()  # the workers' imports overlap with this process's set-up and discovery
     quarantine_dir = os.path.abspath(options.quarantine) if options.quarantine else None
     state = locations.root_state_dir(root, options.state_dir)
     report_dir = os.path.abspath(
@@ -233,14 +236,14 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
         )
         if options.shard is not None:
             media = (m for m in media if in_part(m[0], options.shard))
-        files = _stat_each(root, media)
         try:
             with _stop_on_signals() as stop:
-                to_check = _skip_cached(files, None if options.rescan else cache, sink, options.chunk_size, stop)
-                checks = run_checks(root, to_check, options.check, jobs, options.backend, options.scheduler)
-                for verdicts in checks:
-                    for v in verdicts:
-                        sink.handle(v, fresh=True)
+                to_check = _skip_cached(root, media, None if options.rescan else cache, sink, options.chunk_size, stop,
+                                        options.chunk_bytes)
+                checks = run_checks(root, to_check, options.check, jobs, options.backend, options.scheduler,
+                                    columns=True)
+                for columns in checks:
+                    sink.handle_columns(columns)
                     if stop.signum:
                         checks.close()  # cancel queued chunks; workers finish or are dropped
                         break
@@ -330,29 +333,43 @@ def _valid_part(part: tuple[int, int] | None) -> tuple[int, int] | None:
     return part
 
 
-def _stat_each(root: str, media: Iterator[tuple[str, str]]) -> Iterator[tuple[str, int, int]]:
-    """``(rel, size, mtime_ns)``; a file that vanished since listing gets -1s and is checked (-> vanished)."""
+def _stat_if_cached(root: str, rels: list[str], rows: dict[str, tuple]) -> dict[str, tuple]:
+    """The cached rows whose file still has the recorded size and mtime: one ``stat`` per file the cache
+    knows, none for the others (a first scan stats nothing here: the worker's ``fstat`` gives size and mtime)."""
     prefix = root.rstrip(os.sep) + os.sep
-    for rel, _ in media:
+    hits = {}
+    for rel, row in rows.items():
         try:
             st = os.stat(prefix + rel)
-            yield rel, st.st_size, st.st_mtime_ns
         except OSError:
-            yield rel, -1, -1
+            continue  # vanished since listing: checked (-> vanished)
+        if row[_SIZE] == st.st_size and row[_MTIME] == st.st_mtime_ns:
+            hits[rel] = row
+    return hits
 
 
-def _skip_cached(files: Iterator[tuple[str, int, int]], cache: ScanCache | None, sink: "_Sink",
-                 chunk_size: int, stop: "_StopRequest") -> Iterator[list[str]]:
+def _skip_cached(root: str, media: Iterator[tuple[str, str]], cache: ScanCache | None, sink: "_Sink",
+                 chunk_size: int, stop: "_StopRequest", chunk_bytes: int = 0) -> Iterator[list[str]]:
     """Chunks of files to check: cached verdicts still valid are handled right here instead.
 
     Stops at a signal too: a long run of cached files yields no chunk to check.
     """
-    for batch in _chunks(files, 2000):
+    chunk: list[str] = []
+    for batch in _chunks((rel for rel, _ in media), 2000):
         if stop.signum:
             return
-        hits = cache.lookup(batch) if cache is not None else {}
+        hits = _stat_if_cached(root, batch, cache.rows_of(batch)) if cache is not None else {}
+        if cache is not None:
+            cache.hits += len(hits)
         sink.handle_cached(hits)
-        yield from _chunks((rel for rel, _, _ in batch if rel not in hits), chunk_size)
+        for rel in batch:
+            if rel not in hits:
+                chunk.append(rel)
+                if len(chunk) >= sink.chunk_files(chunk_size, chunk_bytes):
+                    yield chunk
+                    chunk = []
+    if chunk:
+        yield chunk
 
 
 def _open_cache(root: str, report_dir: str, options: ScanOptions, summary: ScanSummary, tag: str) -> ScanCache | None:
@@ -384,6 +401,9 @@ def _open_writer(report_dir: str, tag: str, meta: dict) -> ResultsWriter:
         return ResultsWriter(report_dir, tag=tag, meta=meta)
     except OSError as exc:
         raise UserError(f"report folder {report_dir} is not writable: {exc.strerror or exc}") from exc
+
+
+_KIND, _STATUS, _SIZE, _MTIME = (FIELDS.index(f) for f in ("kind", "status", "size", "mtime_ns"))
 
 
 @dataclass
@@ -421,15 +441,80 @@ class _Sink:
             extra = self._quarantine(v)
         elif v.status == R.WARN:
             s.warn_reasons[v.reason or "?"] = s.warn_reasons.get(v.reason or "?", 0) + 1
-        if v.status != R.BAD and self.quarantine_flags and v.flags:
-            hit = next((f for f in v.flags if f in self.quarantine_flags), None)
-            if hit is not None and self.quarantine is None:
-                s.flag_quarantined += 1  # would be moved (dry run, or no --quarantine)
-            elif hit is not None:
-                extra = self._quarantine(v, R.FLAGGED, f"quality flag {hit} (--quarantine-flags)")
-                s.flag_quarantined += 1 if "quarantined_as" in (extra or {}) else 0
+        if v.status != R.BAD:
+            extra = self._quarantine_flagged(v) or extra
         self.writer.add(v, extra)
         self._tick()
+
+    def handle_columns(self, cols: Columns) -> None:
+        """Fresh verdicts of a chunk, as columns: counted and stored in bulk; only bad and warn
+        ones (and files moved for a quality flag) become Verdict objects."""
+        s = self.summary
+        rows = list(zip(*cols))
+        if self.flag_options is not None:  # flags from the facts, with this scan's thresholds
+            rows = [(*row[:-1], self._flags_of_row(row)) for row in rows]
+        kinds, statuses, sizes = cols[_KIND], cols[_STATUS], cols[_SIZE]
+        for (kind, status), n in Counter(zip(kinds, statuses)).items():
+            by_status = s.counts.setdefault(kind, {})
+            by_status[status] = by_status.get(status, 0) + n
+        size = sum(filter(None, sizes))
+        s.files += len(rows)
+        s.bytes += size
+        s.checked_bytes += size
+        for row in rows:
+            if row[_STATUS] == R.OK and not (self.quarantine_flags and row[-1]
+                                             and self.quarantine_flags.intersection(row[-1])):
+                continue
+            v = verdict_of_row(row)
+            extra = None
+            if v.status == R.BAD:
+                s.bad_reasons[v.reason or "?"] = s.bad_reasons.get(v.reason or "?", 0) + 1
+                extra = self._quarantine(v)
+            elif v.status == R.WARN:
+                s.warn_reasons[v.reason or "?"] = s.warn_reasons.get(v.reason or "?", 0) + 1
+            if v.status != R.BAD:
+                extra = self._quarantine_flagged(v) or extra
+            if v.status != R.OK or extra:
+                self.writer.add_problem(v, extra)
+        if self.cache is not None:
+            self.cache.add_rows(rows)
+        self.writer.add_rows(rows)
+        self._tick()
+
+    def _flags_of_row(self, row: tuple) -> list[str] | None:
+        flags = facts_of.flags_from(*_FLAG_INPUTS(row), self.flag_options)
+        for flag in flags or ():
+            self.summary.flags[flag] = self.summary.flags.get(flag, 0) + 1
+        return flags
+
+    def _quarantine_flagged(self, v: Verdict) -> dict | None:
+        """Move a file carrying a flag of ``--quarantine-flags`` (reason ``flagged``); None if it has none."""
+        if not (self.quarantine_flags and v.flags):
+            return None
+        hit = next((f for f in v.flags if f in self.quarantine_flags), None)
+        if hit is None:
+            return None
+        s = self.summary
+        if self.quarantine is None:
+            s.flag_quarantined += 1  # would be moved (dry run, or no --quarantine)
+            return None
+        extra = self._quarantine(v, R.FLAGGED, f"quality flag {hit} (--quarantine-flags)")
+        s.flag_quarantined += 1 if "quarantined_as" in (extra or {}) else 0
+        return extra
+
+    def chunk_files(self, most: int, chunk_bytes: int) -> int:
+        """Files per task: about ``chunk_bytes`` of files at the mean size checked so far, 1 to ``most``.
+
+        Many small files per task keep the per-task cost (futures, pipes, wake-ups) off each
+        file; few large ones keep tasks short, so the workers stay evenly busy to the end.
+        Until the first verdicts are back, 16.
+        """
+        s = self.summary
+        fresh = s.files - s.cached
+        if not chunk_bytes or not fresh:
+            return min(most, 16) if chunk_bytes else most
+        mean = s.checked_bytes / fresh
+        return max(1, min(most, int(chunk_bytes / mean) if mean > 0 else most))
 
     def handle_cached(self, rows: dict[str, tuple]) -> None:
         """Verdicts from the cache: ``ok`` rows go straight to the results, the rest through :meth:`handle`."""

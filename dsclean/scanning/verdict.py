@@ -120,3 +120,26 @@ _FS_ENCODING = sys.getfilesystemencoding()
 def encode_path(rel: str) -> bytes:
     """The exact file-name bytes of a path str (``os.fsencode`` without its per-call overhead)."""
     return rel.encode(_FS_ENCODING, "surrogateescape")
+
+
+def decode_path(raw: bytes) -> str:
+    """The path str of exact file-name bytes (the inverse of :func:`encode_path`)."""
+    return raw.decode(_FS_ENCODING, "surrogateescape")
+
+
+#: Verdicts as columns, one list per :data:`FIELDS` entry, ``path`` as bytes (the results-table
+#: form): how workers hand a chunk's verdicts back. Every field of :class:`Verdict` travels, so a
+#: new field is a new column with no other change.
+Columns = list
+
+
+def to_columns(verdicts: list[Verdict]) -> Columns:
+    """A chunk's verdicts as columns (one pickled list per field instead of one object per file)."""
+    cols = [list(col) for col in zip(*(tuple(vars(v).values()) for v in verdicts))] or [[] for _ in FIELDS]
+    cols[0] = [encode_path(p) for p in cols[0]]
+    return cols
+
+
+def verdict_of_row(row: tuple) -> Verdict:
+    """One results-table row (a row of :data:`Columns`) back as a Verdict."""
+    return Verdict(decode_path(row[0]), *row[1:])

@@ -11,7 +11,10 @@ waking the OOM killer for the whole machine.
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
+import multiprocessing.connection
 import os
+import threading
 from dataclasses import dataclass
 import resource
 import signal
@@ -20,10 +23,11 @@ from typing import Iterator
 
 from . import check
 from .check import CheckOptions, check_bytes, check_file
-from .verdict import Verdict
+from .verdict import Columns, Verdict, to_columns
 
 #: Set to "1" only by dsclean's own tests: files named with __segfault__, __abort__, __hang__ or
-#: __oom__ then make the check crash, hang or allocate without bound (real faults, for real tests).
+#: __oom__ then make the check crash, hang or allocate without bound (real faults, for real tests);
+#: __stderr__ writes a line to file descriptor 2, as a native decoder's warning does.
 FAULT_ENV = "DSCLEAN_TEST_FAULTS"
 
 
@@ -62,10 +66,42 @@ def check_chunk(root: str, rels: list[str], options: CheckOptions) -> list[Verdi
     set_memory_ceiling(options.max_memory)
     check.fault_hook = inject_fault if os.environ.get(FAULT_ENV) == "1" else None
     out = []
-    for rel in rels:
-        with time_limit(options.timeout):
+    with Watchdog(options.timeout) as watchdog, check.decoder_messages_for_run():
+        for rel in rels:
+            watchdog.next_file()
             out.append(check_item(root, rel, options))
     return out
+
+
+def as_columns(task, root, rels: list, options: CheckOptions) -> Columns:
+    """Run a chunk task and hand its verdicts back as columns (see :data:`~dsclean.scanning.verdict.Columns`)."""
+    return to_columns(task(root, rels, options))
+
+
+def start_worker(faults: str | None) -> None:
+    """Initializer of a local pool worker: the fault switch as the scan had it; exit with the scan's process.
+
+    A pool worker is forked from the forkserver and waits on its task queue forever; if the
+    scan's process is killed (kill -9, OOM) nothing else would end it. A thread blocked in
+    one ``poll`` on the parent's sentinel (no CPU, no GIL) ends it when the parent is gone.
+    """
+    set_fault_switch(faults)
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        threading.Thread(target=_exit_with, args=(parent.sentinel,), daemon=True, name="dsclean-orphan-watch").start()
+
+
+def _exit_with(sentinel: int) -> None:
+    multiprocessing.connection.wait([sentinel])
+    os._exit(1)
+
+
+def set_fault_switch(value: str | None) -> None:
+    """The test-only fault switch as the parent process had it (forked workers see the server's environment)."""
+    if value is None:
+        os.environ.pop(FAULT_ENV, None)
+    else:
+        os.environ[FAULT_ENV] = value
 
 
 def check_chunk_in_thread(root: str, rels: list[str], options: CheckOptions) -> list[Verdict]:
@@ -86,6 +122,42 @@ def time_limit(seconds: float) -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+class Watchdog:
+    """A per-file time limit for a run of files, without a timer system call per file.
+
+    Like :func:`time_limit`, the interval timer's SIGALRM *terminates* the process
+    (default action: nothing in C can block it). The timer is armed for
+    ``seconds + slack`` and re-armed at the start of a file only when it was last armed
+    more than ``slack`` ago, so each file gets at least ``seconds`` and at most
+    ``seconds + slack`` (slack: a tenth of the limit, at most 1 s); files faster than
+    the slack share one ``setitimer``.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.slack = min(1.0, seconds / 10)
+        self._armed = float("-inf")
+        self._previous = None
+
+    def __enter__(self) -> "Watchdog":
+        if self.seconds > 0:
+            self._previous = signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        return self
+
+    def next_file(self) -> None:
+        """Call as each file's check starts."""
+        if self.seconds > 0:
+            now = time.monotonic()
+            if now - self._armed > self.slack:
+                signal.setitimer(signal.ITIMER_REAL, self.seconds + self.slack)
+                self._armed = now
+
+    def __exit__(self, *exc) -> None:
+        if self.seconds > 0:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._previous)
 
 
 def _address_space() -> int:
@@ -113,6 +185,8 @@ def inject_fault(path: str) -> None:
         import ctypes
 
         ctypes.string_at(0)  # read address 0: SIGSEGV in C, as a broken decoder would
+    elif "__stderr__" in name:
+        os.write(2, f"warning from the decoder about {name}\n".encode())  # what a C library's fprintf does
     elif "__abort__" in name:
         os.abort()
     elif "__hang__" in name:

@@ -1,0 +1,108 @@
+"""The scan pipeline around the checkers: the local worker pool, per-file decoder messages, verdict columns."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import dsclean
+from dsclean.scanning.check import CheckOptions
+from dsclean.scanning.executors import run_checks
+from dsclean.scanning.verdict import FIELDS, to_columns, verdict_of_row
+from dsclean.scanning.worker import FAULT_ENV
+from support import synth
+from support.files import write
+
+
+def test_decoder_messages_stay_with_their_file_inside_one_task(tmp_path, monkeypatch):
+    """fd 2 is redirected once per task: each file still gets exactly what was said while it was checked."""
+    root = tmp_path / "data"
+    names = ["a__stderr__.jpg", "b.jpg", "c__stderr__.jpg", "d.jpg"]
+    for i, name in enumerate(names):
+        write(root, name, synth.jpeg(16, 16, seed=i))
+    monkeypatch.setenv(FAULT_ENV, "1")  # handed to the workers as they start
+    out = [v for chunk in run_checks(str(root), [names], CheckOptions(), 1, "processes") for v in chunk]
+    said = {v.path: v.detail for v in out}
+    assert said["a__stderr__.jpg"] == "decoder said: warning from the decoder about a__stderr__.jpg"
+    assert said["c__stderr__.jpg"] == "decoder said: warning from the decoder about c__stderr__.jpg"
+    assert said["b.jpg"] == said["d.jpg"] == ""
+    assert {v.status for v in out} == {"ok"}
+
+
+def test_columns_carry_every_field_and_come_back_as_the_same_verdicts(tmp_path):
+    root = tmp_path / "data"
+    write(root, "ok.jpg", synth.jpeg(16, 16))
+    write(root, "cut.jpg", synth.truncate(synth.jpeg(64, 64), 0.5))
+    write(root, "caf\udce9.png", synth.png(8, 8))  # a non-UTF-8 name
+    rels = sorted(os.listdir(root))
+    objects = [v for chunk in run_checks(str(root), [rels], CheckOptions(), 1, "processes") for v in chunk]
+    cols = [c for chunk in run_checks(str(root), [rels], CheckOptions(), 1, "processes", columns=True) for c in [chunk]]
+    assert len(cols) == 1 and len(cols[0]) == len(FIELDS)
+    assert [verdict_of_row(r) for r in zip(*cols[0])] == objects
+    assert to_columns(objects) == cols[0]
+
+
+def test_a_script_without_a_main_guard_scans_once(tmp_path):
+    """Workers never re-run the caller's __main__ (multiprocessing's default would scan again in each)."""
+    root = tmp_path / "data"
+    for i in range(6):
+        write(root, f"x/{i}.jpg", synth.jpeg(16, 16, seed=i))
+    script = tmp_path / "scan_it.py"
+    script.write_text(textwrap.dedent(f"""
+        import dsclean
+        print("STARTED", flush=True)
+        s = dsclean.scan({str(root)!r}, dsclean.ScanOptions(jobs=2, dry_run=True, report_dir={str(tmp_path / "r")!r}))
+        print("FILES", s.files, flush=True)
+    """))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "DSCLEAN_STATE_DIR": str(tmp_path / "state")})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["STARTED", "FILES", "6"]
+
+
+def test_tasks_follow_the_mean_file_size(tmp_path):
+    """Tiny files go many to a task, large ones few: every file is checked once either way."""
+    root = tmp_path / "data"
+    for i in range(40):
+        write(root, f"s/{i}.jpg", synth.jpeg(8, 8, seed=i))
+    s = dsclean.scan(str(root), dsclean.ScanOptions(jobs=2, dry_run=True, report_dir=str(tmp_path / "r"),
+                                                    chunk_bytes=2000, use_cache=False))
+    assert s.files == 40 and s.bad == 0
+    paths = sorted(v.path for v in dsclean.iter_verdicts(str(tmp_path / "r")))
+    assert paths == sorted(f"s/{i}.jpg" for i in range(40))
+
+
+_KILLED_SCAN = """
+import os, signal
+from dsclean.scanning.check import CheckOptions
+from dsclean.scanning.executors import local_pool
+from dsclean.scanning.worker import check_chunk
+pool = local_pool(2)
+for f in [pool.submit(check_chunk, "/", [], CheckOptions()) for _ in range(4)]:
+    f.result()
+print(" ".join(str(p) for p in pool._processes), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)  # as kill -9 or the OOM killer would end a scan
+"""
+
+
+def test_workers_end_when_the_scan_process_is_killed():
+    """A pool worker waits on its task queue forever; it must not outlive a killed scan."""
+    import time
+
+    out = subprocess.run([sys.executable, "-c", _KILLED_SCAN], capture_output=True, text=True, timeout=120)
+    assert out.returncode == -9
+    pids = [int(p) for p in out.stdout.split()]
+    assert len(pids) == 2
+
+    def alive(pid: int) -> bool:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().split(") ")[-1][0] != "Z"
+        except FileNotFoundError:
+            return False
+
+    deadline = time.monotonic() + 30
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(p) for p in pids)
