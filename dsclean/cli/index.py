@@ -33,6 +33,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--scan-results", metavar="FILE", nargs="+",
                    help="scan results to exclude bad files: one file, or every part's of a job array "
                         "(default: the last scan of ROOT, found through the state folder)")
+    p.add_argument("--root-moved", action="store_true",
+                   help="accept --scan-results that record another root: the tree was moved or copied since its scan")
     p.add_argument("--no-check", action="store_true",
                    help="do not decode files the scan did not cover (never scanned, changed, restored): "
                         "confirm them by magic bytes only")
@@ -73,6 +75,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         state_dir=args.state_dir,
         allow_inside_root=args.allow_inside_root,
         dedup=args.dedup,
+        root_moved=args.root_moved,
     )
     if not args.quiet:
         print(format_summary(summary))

@@ -29,7 +29,7 @@ from .cache import ScanCache, options_key, row_to_verdict
 from .check import CheckOptions
 from .discover import DiscoverStats, iter_media, symlink_mode
 from .executors import BACKENDS, run_checks
-from .quarantine import Quarantine
+from .quarantine import ChangedError, Quarantine
 from .records import quarantine_state, quarantined_records
 from .results import ResultsWriter
 from .verdict import Verdict, encode_path
@@ -195,6 +195,8 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
                           state_dir=state, command=list(options.command))
     tag = locations.part_tag(_valid_part(options.shard))
     with contextlib.ExitStack() as stack:
+        note = stack.enter_context(locations.scan_lock(root, options.shard, options.state_dir))
+        summary.notes += [note] if note else []
         quarantine = None
         if moving:
             quarantine = stack.enter_context(Quarantine(quarantine_dir, root, tag))
@@ -212,6 +214,7 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
         if cache is not None:
             stack.callback(cache.close)
         sink = _Sink(summary, writer, quarantine, cache, _progress_bar(options))
+        identities = sink.identities if moving else None
         stack.callback(sink.close_progress)
         start = time.perf_counter()
         stack.callback(lambda: setattr(summary, "elapsed", time.perf_counter() - start))
@@ -224,7 +227,7 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
         )
         if options.shard is not None:
             media = (m for m in media if in_part(m[0], options.shard))
-        files = _stat_each(root, media)
+        files = _stat_each(root, media, identities)
         try:
             with _stop_on_signals() as stop:
                 to_check = _skip_cached(files, None if options.rescan else cache, sink, options.chunk_size, stop)
@@ -307,12 +310,19 @@ def _valid_part(part: tuple[int, int] | None) -> tuple[int, int] | None:
     return part
 
 
-def _stat_each(root: str, media: Iterator[tuple[str, str]]) -> Iterator[tuple[str, int, int]]:
-    """``(rel, size, mtime_ns)``; a file that vanished since listing gets -1s and is checked (-> vanished)."""
+def _stat_each(root: str, media: Iterator[tuple[str, str]],
+               identities: dict[str, tuple[int, int]] | None = None) -> Iterator[tuple[str, int, int]]:
+    """``(rel, size, mtime_ns)``; a file that vanished since listing gets -1s and is checked (-> vanished).
+
+    ``identities`` (quarantining scans): each file's ``(inode, device)`` until its verdict
+    is handled, so a file replaced before its move is recognised (bounded: files in flight).
+    """
     prefix = root.rstrip(os.sep) + os.sep
     for rel, _ in media:
         try:
             st = os.stat(prefix + rel)
+            if identities is not None:
+                identities[rel] = (st.st_ino, st.st_dev)
             yield rel, st.st_size, st.st_mtime_ns
         except OSError:
             yield rel, -1, -1
@@ -373,9 +383,14 @@ class _Sink:
     cache: ScanCache | None
     progress: object | None
     _shown: int = 0  # files the progress bar has been told about
+    identities: dict[str, tuple[int, int]] = field(default_factory=dict)  # rel -> (inode, device) seen before the check
 
     def handle(self, v: Verdict, *, fresh: bool) -> None:
         s = self.summary
+        ino_dev = self.identities.pop(v.path, None)
+        extra = None
+        if v.status == R.BAD:
+            extra = self._quarantine(v, ino_dev)  # may turn the verdict into warn/changed (not moved)
         s.files += 1
         s.bytes += v.size or 0
         by_status = s.counts.setdefault(v.kind, {})
@@ -386,10 +401,8 @@ class _Sink:
             s.checked_bytes += v.size or 0
             if self.cache is not None:
                 self.cache.add(v)
-        extra = None
         if v.status == R.BAD:
             s.bad_reasons[v.reason or "?"] = s.bad_reasons.get(v.reason or "?", 0) + 1
-            extra = self._quarantine(v)
         elif v.status == R.WARN:
             s.warn_reasons[v.reason or "?"] = s.warn_reasons.get(v.reason or "?", 0) + 1
         self.writer.add(v, extra)
@@ -399,7 +412,9 @@ class _Sink:
         """Verdicts from the cache: ``ok`` rows go straight to the results, the rest through :meth:`handle`."""
         s, counts = self.summary, Counter()
         for rel, row in rows.items():
-            if row[2] != R.OK:
+            if row[2] == R.OK:
+                self.identities.pop(rel, None)
+            else:
                 self.handle(row_to_verdict(rel, row), fresh=False)
                 continue
             counts[row[1]] += 1
@@ -420,12 +435,18 @@ class _Sink:
             self.progress.update(self.summary.files - self._shown)
             self._shown = self.summary.files
 
-    def _quarantine(self, v: Verdict) -> dict | None:
+    def _quarantine(self, v: Verdict, ino_dev: tuple[int, int] | None = None) -> dict | None:
         if self.quarantine is None:
             self.summary.would_quarantine += 1
             return None
+        expect = (v.size, v.mtime_ns, *(ino_dev or (None, None)))
         try:
-            dst = self.quarantine.move(v.path, v.reason, detail=v.detail, kind=v.kind)
+            dst = self.quarantine.move(v.path, v.reason, detail=v.detail, kind=v.kind, expect=expect)
+        except ChangedError as exc:  # replaced or rewritten since its check: the verdict is about other bytes
+            seen = f"{v.reason}: {v.detail}" if v.detail else str(v.reason)
+            v.status, v.reason, v.content_hash = R.WARN, R.CHANGED, None
+            v.detail = f"{exc.strerror}; the check saw: {seen}"
+            return None
         except OSError as exc:
             s = self.summary
             error = exc.strerror or str(exc)
