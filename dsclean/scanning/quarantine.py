@@ -287,17 +287,25 @@ _rename_no_replace = _link_then_unlink  # the older name
 
 
 def _copy_new(source: str, temp: str) -> None:
-    """Copy ``source`` (a symlink as a link) to ``temp``, which must not exist (O_EXCL), with its times; fsynced."""
+    """Copy ``source`` (a symlink as a link) to ``temp``, which must not exist (O_EXCL), with its times; fsynced.
+
+    An existing ``temp`` raises FileExistsError and is left alone; a copy that fails
+    half-way (a full disk) is removed before the error is raised.
+    """
     if os.path.islink(source):
         os.symlink(os.readlink(source), temp)
         return
     with open(source, "rb") as src:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
-        with open(fd, "wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
-            dst.flush()
-            os.fsync(dst.fileno())
-    shutil.copystat(source, temp)
+        try:
+            with open(fd, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+                dst.flush()
+                os.fsync(dst.fileno())
+            shutil.copystat(source, temp)
+        except BaseException:
+            os.unlink(temp)  # created above by this call: never a user's file
+            raise
 
 
 def move_file(source: str, target: str, temp: str | None = None, expect: Identity | None = None) -> None:
@@ -319,14 +327,14 @@ def move_file(source: str, target: str, temp: str | None = None, expect: Identit
             raise
         if temp is None:
             raise
+        _copy_new(source, temp)  # an existing temp name: FileExistsError, nothing touched
         try:
-            _copy_new(source, temp)
             _verify(source, expect)  # rewritten while it was copied?
             _link_then_unlink(temp, target)
             fsync_dir(os.path.dirname(target))
         except BaseException:
-            if os.path.lexists(temp) and not os.path.lexists(target):
-                os.unlink(temp)  # created by this call (O_EXCL): never a user's file
+            if os.path.lexists(temp):
+                os.unlink(temp)  # created by _copy_new above: never a user's file
             raise
         try:
             _verify(source, expect)

@@ -195,6 +195,7 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
                           state_dir=state, command=list(options.command))
     tag = locations.part_tag(_valid_part(options.shard))
     with contextlib.ExitStack() as stack:
+        stack.push(lambda exc_type, exc, tb: _raise_write_failure(exc, summary) if isinstance(exc, OSError) else None)
         note = stack.enter_context(locations.scan_lock(root, options.shard, options.state_dir))
         summary.notes += [note] if note else []
         quarantine = None
@@ -256,6 +257,20 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
 
 #: how many move failures are kept in memory for the screen; all of them are in the problems file
 MAX_LISTED = 1000
+
+
+def _raise_write_failure(exc: OSError, summary: ScanSummary) -> None:
+    """A failed write (a full disk) as the user sees it: nothing moved -> UserError (exit 2), else OSError (exit 3)."""
+    from ..atomic import describe_write_error
+
+    what = describe_write_error(exc)
+    done = summary.quarantined + sum(summary.recovered.values())
+    if not done:
+        raise UserError(f"could not finish the scan of {summary.root}: {what}; nothing was moved (results "
+                        "of an earlier scan, if any, are as they were)") from exc
+    raise OSError(None, f"{what}; {summary.quarantined:,} files had been quarantined into "
+                   f"{summary.quarantine} (journaled; dsclean restore {summary.quarantine} puts them back), "
+                   "no results were written: free space and scan again (already moved files stay moved)") from exc
 
 
 def _check_folders(root: str, quarantine: str | None, report: str, state: str, allow_inside: bool) -> None:
