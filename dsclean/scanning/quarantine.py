@@ -277,13 +277,21 @@ def _link_then_unlink(source: str, target: str, expect: Identity | None = None) 
         return
     try:
         _verify(target, expect)
-        os.unlink(source)
+        _unlink_source(source)
     except BaseException:
         os.unlink(target)  # one copy only: the source stays where it was
         raise
 
 
 _rename_no_replace = _link_then_unlink  # the older name
+
+
+def _unlink_source(source: str) -> None:
+    """Remove a moved file's old name; gone already means another process moved it first (ChangedError)."""
+    try:
+        os.unlink(source)
+    except FileNotFoundError:
+        raise ChangedError(source, "it is gone: another process moved or removed it") from None
 
 
 def _copy_new(source: str, temp: str) -> None:
@@ -338,7 +346,7 @@ def move_file(source: str, target: str, temp: str | None = None, expect: Identit
             raise
         try:
             _verify(source, expect)
-            os.unlink(source)
+            _unlink_source(source)
         except BaseException:
             os.unlink(target)  # the source stays: remove the copy, one place only
             fsync_dir(os.path.dirname(target))
@@ -401,6 +409,9 @@ class Quarantine:
             except FileExistsError:
                 self.journal.append({"op": "abort", "id": ident})
                 continue
+            except ChangedError as exc:  # not a failure: the file is not the one that was judged
+                self.journal.append({"op": "abort", "id": ident, "changed": exc.strerror})
+                raise
             except OSError as exc:
                 self.journal.append({"op": "abort", "id": ident, "error": exc.strerror or str(exc)})
                 raise
