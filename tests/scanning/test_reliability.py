@@ -279,6 +279,7 @@ def test_a_concurrent_replacer_never_gets_a_good_file_quarantined(tmp_path):
     good = {p.read_bytes() for p in (tmp_path / "good").iterdir()}
     in_quarantine = [p for p in qdir.rglob("*.jpg")]
     assert not [p for p in in_quarantine if p.read_bytes() in good], "a good replacement was quarantined"
+    assert good <= {p.read_bytes() for p in (root / "a").iterdir()}, "a good replacement was lost"
     from dsclean.scanning.check import check_file
     assert all(check_file(str(qdir), str(p.relative_to(qdir))).status == R.BAD for p in in_quarantine)
     _consistent(qdir, root)
