@@ -240,12 +240,12 @@ def _recover_one(entry: dict, qdir: str, journal: Journal, report: RecoveryRepor
         report.refused.append(f"entry {entry['id']}: neither {source} nor {target} exists; left as is")
 
 
-def _verify(path: str, expect: Identity | None, stat_result: os.stat_result | None = None) -> None:
+def _verify(path: str, expect: Identity | None) -> None:
     """Raise :class:`ChangedError` unless ``path`` still has the identity it was checked with."""
-    if not expect:
+    if not expect or all(x is None for x in expect):  # nothing was seen (a broken symlink): nothing to compare
         return
     try:
-        st = stat_result or os.stat(path)
+        st = os.stat(path)
     except FileNotFoundError:
         raise ChangedError(path, "it is gone") from None
     seen = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev)

@@ -50,7 +50,7 @@ def _consistent(qdir, root):
 
 def test_cross_device_restore_never_touches_a_user_file_named_like_a_temp(tmp_path):
     """Root on a real tmpfs, quarantine on disk: the move out and the restore both copy across devices."""
-    with tmpfs(tmp_path / "mnt", "4m") as mnt:
+    with tmpfs(tmp_path / "mnt", "4m"):
         root, qdir = tmp_path / "mnt" / "root", tmp_path / "q"
         write(root, "a/x.jpg", b"bad bytes of x")
         with Q.Quarantine(str(qdir), str(root)) as q:
@@ -527,3 +527,13 @@ def test_one_quarantine_folder_per_root(tmp_path):
     Q.Quarantine(str(qdir), str(a)).close()
     with pytest.raises(UserError, match="holds files of .*one quarantine folder per root"):
         Q.Quarantine(str(qdir), str(b))
+
+
+def test_a_broken_symlink_is_still_moved_as_a_link(tmp_path):
+    """Nothing to compare (stat fails): the identity check must not block the move of a link."""
+    root, qdir = tmp_path / "root", tmp_path / "q"
+    (root / "a").mkdir(parents=True)
+    os.symlink("/nonexistent/target", root / "a" / "x.jpg")
+    summary = scan(str(root), ScanOptions(quarantine=str(qdir), jobs=1, backend="threads", symlinks="all"))
+    assert summary.quarantined == 1 and os.readlink(qdir / "a" / "x.jpg") == "/nonexistent/target"
+    assert not os.path.lexists(root / "a" / "x.jpg")
