@@ -69,6 +69,13 @@ def size(text: str) -> int:
     return int(value)
 
 
+def memory_ceiling(text: str) -> int:
+    """``--max-memory``: a size, or ``none`` / ``0`` for no ceiling at all (-1 in CheckOptions)."""
+    if text.strip().lower() in ("none", "0"):
+        return -1
+    return size(text)
+
+
 def shard(text: str) -> tuple[int, int]:
     """'3/16' -> (3, 16), with 0 <= I < N."""
     try:

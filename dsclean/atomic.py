@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import tempfile
@@ -102,6 +103,27 @@ def _fsync_file(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def describe_write_error(exc: OSError, path: str | None = None) -> str:
+    """``No space left on device (ENOSPC) writing /x/index.arrow``: an OSError for a person.
+
+    Libraries word a full disk their own way (numpy: "69000 requested and 16256 written",
+    pyarrow: "Error writing bytes to file"); when the error carries no errno and the file
+    system of ``path`` has (almost) no space left, say so.
+    """
+    where = path or exc.filename
+    code = exc.errno
+    if code is None and where:
+        try:
+            st = os.statvfs(os.path.dirname(os.path.abspath(where)) or ".")
+            if st.f_bavail * st.f_frsize < (1 << 20):
+                code = errno.ENOSPC
+        except OSError:
+            pass
+    text = os.strerror(code) if code is not None and (exc.errno is None or not exc.strerror) else (exc.strerror or str(exc))
+    name = errno.errorcode.get(code or 0, "")
+    return f"{text}{f' ({name})' if name else ''}" + (f" writing {where}" if where else "")
 
 
 def remove_stale_temps(folder: str, final_names: tuple[str, ...]) -> list[str]:

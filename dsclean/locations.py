@@ -14,11 +14,15 @@ finds the same state.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import glob
 import hashlib
 import json
 import os
+import socket
 import time
+from typing import Iterator
 
 #: the folder older dsclean versions wrote inside a root; read (never written, never deleted)
 LEGACY_STATE_DIR = ".dsclean"
@@ -199,7 +203,7 @@ def _complete_parts(folder: str) -> tuple[dict, str] | None:
 
 
 def find_results(root: str, scan_results: list[str] | str | None = None,
-                 state_dir: str | None = None) -> tuple[list[str], str]:
+                 state_dir: str | None = None, root_moved: bool = False) -> tuple[list[str], str]:
     """The scan results of ``root``: ``(paths, which source was used)``. THE rule of every command.
 
     1. ``scan_results`` given (``--scan-results``): those files;
@@ -210,10 +214,23 @@ def find_results(root: str, scan_results: list[str] | str | None = None,
 
     A pointer whose results files are gone is skipped (and said so). Several paths
     mean the parts of one job array. The description is one line for the user.
+    Results that record another root than ``root`` are refused (a UserError for
+    ``--scan-results``, skipped for a pointer): another tree's verdicts would let its
+    damaged files through. ``root_moved`` (``--root-moved``): the tree moved since
+    its scan, so the recorded root may differ.
     """
     if scan_results:
         paths = [scan_results] if isinstance(scan_results, str) else list(scan_results)
-        return paths, "--scan-results " + " ".join(paths)
+        if not root_moved:
+            for path in paths:
+                other = _other_root(path, root)
+                if other:
+                    from .errors import UserError
+
+                    raise UserError(f"--scan-results {path} records a scan of {other}, not of {root}: another "
+                                    "tree's verdicts would let its damaged files through. If this tree was moved "
+                                    "or copied from there since the scan, pass --root-moved")
+        return paths, "--scan-results " + " ".join(paths) + (" (--root-moved)" if root_moved else "")
     skipped: list[str] = []
     for base, source in state_bases(state_dir):
         pointer, where = last_scan(root, base)
@@ -223,12 +240,44 @@ def find_results(root: str, scan_results: list[str] | str | None = None,
         if missing:
             skipped.append(f"{where} names results that no longer exist ({missing[0]})")
             continue
+        others = [o for o in map(lambda p: _other_root(p, root), pointer["results"]) if o]
+        if others:
+            skipped.append(f"{where} names results that were overwritten by a scan of {others[0]}")
+            continue
         return pointer["results"], f"the last scan of {root}, recorded in {where} ({source})" + _also(skipped)
     legacy = _legacy_results(root)
     if legacy:
         return [legacy], (f"{legacy}, left inside the root by an older dsclean (read only: dsclean no longer "
                           f"writes there; you may delete {legacy_state_dir(root)})" + _also(skipped))
     return [], f"none: no recorded scan of {root}" + _also(skipped)
+
+
+#: key of a results file's Parquet schema metadata: {"root", "shard", "options"} (dsclean.scanning.results)
+RESULTS_META_KEY = "dsclean"
+
+
+def results_root(path: str) -> str | None:
+    """The root a results file records (its schema metadata), or None if it records none or is unreadable."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if os.path.isdir(path):
+        path = os.path.join(path, RESULTS_FILE)
+    try:
+        raw = (pq.read_schema(path).metadata or {}).get(RESULTS_META_KEY.encode())
+        root = json.loads(raw).get("root") if raw else None
+    except (OSError, ValueError, AttributeError, pa.ArrowException):  # unreadable: the results reader says why
+        return None
+    return root if isinstance(root, str) else None
+
+
+def _other_root(path: str, root: str) -> str | None:
+    """The root ``path`` records if it is not ``root`` (by absolute or real path), else None."""
+    recorded = results_root(path)
+    if recorded is None or os.path.abspath(recorded) == os.path.abspath(root) \
+            or os.path.realpath(recorded) == os.path.realpath(root):
+        return None
+    return recorded
 
 
 def _also(skipped: list[str]) -> str:
@@ -266,3 +315,60 @@ def _write_json(path: str, data: dict) -> None:
     with atomic_output(path) as tmp:
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(data, f, indent=2)
+
+
+# --------------------------------------------------------------------------- the scan lock
+
+SCAN_LOCK_FILE = "scan.lock"  # in the state folder: held while a scan of the root (or of one part) runs
+
+
+@contextlib.contextmanager
+def scan_lock(root: str, part: tuple[int, int] | None = None, state_dir: str | None = None) -> Iterator[str | None]:
+    """Refuse overlapping scans of one root: a whole scan beside anything, or two runs of one part.
+
+    A whole scan holds ``scan.lock`` exclusively; a part holds it shared plus its own
+    ``scan.part-I-of-N.lock`` exclusively, so the parts of one job array run side by side.
+    The locks live in the root's state folder, never in ROOT: scans that use different
+    state folders (other users, nodes without a shared ``DSCLEAN_STATE_DIR``) cannot see
+    each other; the quarantine's move protocol keeps them correct (a file moved by one is
+    never duplicated by the other). Yields a note when the state folder is not writable.
+    """
+    from .errors import UserError
+
+    try:
+        folder = make_root_state_dir(root, state_dir)
+        fds = [os.open(os.path.join(folder, SCAN_LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)]
+        if part is not None:
+            fds.append(os.open(os.path.join(folder, tagged(SCAN_LOCK_FILE, part_tag(part))),
+                               os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644))
+    except OSError as exc:
+        yield (f"scans of {root} not locked against each other: state folder {root_state_dir(root, state_dir)} "
+               f"is not writable ({exc.strerror or exc})")
+        return
+    try:
+        modes = [fcntl.LOCK_EX] if part is None else [fcntl.LOCK_SH, fcntl.LOCK_EX]
+        for n, (fd, mode) in enumerate(zip(fds, modes)):
+            try:
+                fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+                what = ("another scan of the same root" if part is None else
+                        "a scan of the whole root" if n == 0 else f"another run of part {part[0]}/{part[1]}")
+                raise UserError(f"{what} is running ({holder or 'pid unknown'}; lock {_lock_names(folder, part)[n]}): "
+                                f"two scans of {root} at once could judge and move the same files; wait for it "
+                                "(parts of one job array, --shard I/N with different I, may run together)") from None
+            if mode == fcntl.LOCK_EX:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
+        yield None
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _lock_names(folder: str, part: tuple[int, int] | None) -> list[str]:
+    """The lock files of a scan (whole: one; a part: the shared one and its own)."""
+    names = [os.path.join(folder, SCAN_LOCK_FILE)]
+    if part is not None:
+        names.append(os.path.join(folder, tagged(SCAN_LOCK_FILE, part_tag(part))))
+    return names

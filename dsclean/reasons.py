@@ -26,6 +26,7 @@ DECODER_CRASH = "decoder_crash"
 TIMEOUT = "timeout"
 TOO_LARGE = "too_large"
 NONCONFORMING = "nonconforming"
+NOT_REGULAR = "not_regular"
 
 DUPLICATE = "duplicate"
 FLAGGED = "flagged"
@@ -45,9 +46,11 @@ REASONS: dict[str, str] = {
     CHANGED: "the file changed (size or mtime) while it was being checked; a warning: scan again later",
     DECODER_CRASH: "checking the file killed the decoder's process (segfault, abort, ...); the signal is in the detail",
     TIMEOUT: "checking the file took longer than --timeout seconds",
-    TOO_LARGE: "checking the file needed more memory than --max-memory allows",
+    TOO_LARGE: "checking the file needed more memory than --max-memory allows (bad); or than the default ceiling "
+               "per check (a warning: never moved; raise --max-memory to check it)",
     NONCONFORMING: "breaks a rule of its format that common decoders tolerate (e.g. an ID3v2 tag before a FLAC stream, "
                    "junk after the last MP3 frame, data after a PNG's zlib stream); a warning",
+    NOT_REGULAR: "a FIFO, socket or device named like media: never opened, never moved, not indexed; a warning",
 
     DUPLICATE: "an extra copy of a file kept elsewhere (exact or near duplicate); moved only by dsclean dups --quarantine",
     FLAGGED: "a whole file with a quality flag named in scan --quarantine-flags (the flag is in the detail); moved only when asked",

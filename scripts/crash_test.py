@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))  # te
 from support import synth  # noqa: E402
 
 DSCLEAN = [sys.executable, "-m", "dsclean"]
-OWN_FILES = {"manifest.jsonl", ".dsclean-quarantine", ".dsclean.lock", "scan_results.parquet", "problems.jsonl",
+OWN_FILES = {"manifest.jsonl", ".dsclean-quarantine", ".dsclean.lock", "quarantine.json", "scan_results.parquet", "problems.jsonl",
              "scan_summary.json"}
 
 

@@ -53,8 +53,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return EXIT_OK
     except OSError as exc:  # a write failed partway (a full disk, a read-only folder); what was done is consistent
-        where = f": {exc.filename}" if exc.filename else ""
-        print(f"dsclean {args.command}: error: could not finish: {exc.strerror or exc}{where}", file=sys.stderr)
+        from ..atomic import describe_write_error
+
+        print(f"dsclean {args.command}: error: could not finish: {describe_write_error(exc)}", file=sys.stderr)
         return EXIT_INCOMPLETE
 
 

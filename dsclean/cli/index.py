@@ -9,6 +9,7 @@ import argparse
 import json
 
 from .. import argtypes
+from ..errors import UserError
 from ..index.build import IndexSummary, build_index
 from ..index.store import index_info
 from .exit_codes import EXIT_OK
@@ -33,6 +34,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--scan-results", metavar="FILE", nargs="+",
                    help="scan results to exclude bad files: one file, or every part's of a job array "
                         "(default: the last scan of ROOT, found through the state folder)")
+    p.add_argument("--root-moved", action="store_true",
+                   help="accept --scan-results that record another root: the tree was moved or copied since its scan")
     p.add_argument("--no-check", action="store_true",
                    help="do not decode files the scan did not cover (never scanned, changed, restored): "
                         "confirm them by magic bytes only")
@@ -57,7 +60,18 @@ def add_parsers(sub) -> None:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    summary = build_index(
+    try:
+        summary = _build(args)
+    except OSError as exc:  # a full disk while writing: the temp output is gone, an earlier index untouched
+        from ..atomic import describe_write_error
+
+        raise UserError(f"could not write the index: {describe_write_error(exc, exc.filename or args.output)}; "
+                        f"nothing was written ({args.output} is as it was)") from exc
+    return _report(args, summary)
+
+
+def _build(args: argparse.Namespace):
+    return build_index(
         args.root,
         args.output,
         format=args.format,
@@ -73,7 +87,11 @@ def cmd_index(args: argparse.Namespace) -> int:
         state_dir=args.state_dir,
         allow_inside_root=args.allow_inside_root,
         dedup=args.dedup,
+        root_moved=args.root_moved,
     )
+
+
+def _report(args: argparse.Namespace, summary: IndexSummary) -> int:
     if not args.quiet:
         print(format_summary(summary))
     return EXIT_OK

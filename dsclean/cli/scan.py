@@ -62,8 +62,9 @@ def add_scan_parser(sub: argparse._SubParsersAction) -> None:
                         "combine the parts' results with dsclean merge")
     p.add_argument("--timeout", type=argtypes.timeout, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                    help=f"a file whose check takes longer is bad/timeout; its worker is replaced (default {DEFAULT_TIMEOUT:g}; 0 = none)")
-    p.add_argument("--max-memory", type=argtypes.size, default=0, metavar="SIZE",
-                   help="memory a single check may use, e.g. 2G or 512M; past it the file is bad/too_large (default: no limit)")
+    p.add_argument("--max-memory", type=argtypes.memory_ceiling, default=0, metavar="SIZE",
+                   help="memory a single check may use, e.g. 2G or 512M; past it the file is bad/too_large "
+                        "(default: a share of RAM per core, past which the file is only warn/too_large; none = no ceiling)")
     p.add_argument("--lenient", action="store_true", help="recoverable decoder warnings (e.g. 'Corrupt JPEG data') are warn, not bad")
     p.add_argument("--max-pixels", type=argtypes.count, default=DEFAULT_MAX_PIXELS, metavar="N",
                    help=f"images with more pixels are decompression bombs (default {DEFAULT_MAX_PIXELS:,}, Pillow's; 0 = no limit)")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import stat
 import struct
 import sys
 import time
@@ -113,6 +114,7 @@ def build_index(
     state_dir: str | None = None,
     allow_inside_root: bool = False,
     dedup: bool = False,
+    root_moved: bool = False,
 ) -> IndexSummary:
     """Index the media files under ``root`` into ``output`` (Arrow file or npy folder).
 
@@ -154,7 +156,8 @@ def build_index(
     summary = IndexSummary(output=output, format=fmt, labels=mode, files=files, symlinks=links)
     csv_labels = read_labels_csv(labels_csv) if labels_csv is not None else None  # fail before the walk
 
-    results_paths, summary.results_source = locations.find_results(root, scan_results, state_dir)
+    results_paths, summary.results_source = locations.find_results(root, scan_results, state_dir,
+                                                                                 root_moved)
     _note(summary, f"scan results: {summary.results_source}", progress)
     results, check_options = _read_scan_results(results_paths) if results_paths else (None, CheckOptions())
     summary.scan_results = ", ".join(results_paths) or None
@@ -322,6 +325,9 @@ def _walk(root: str, exclude: Iterable[str], classes: list[str], *, sniff_all: b
             summary.unreadable += 1
             continue
         prints.add(rel, st.st_size, st.st_mtime_ns)
+        if not stat.S_ISREG(st.st_mode):  # a FIFO/socket/device named like media: never opened (could block)
+            summary.unreadable += 1
+            continue
         label = -1
         if folder_labels:
             cls, sep, _ = rel.partition("/")

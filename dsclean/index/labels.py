@@ -10,7 +10,9 @@ can sort millions of rows with Arrow instead of Python.
 
 CSV labels: integer labels are used as they are (classes ``"0".."max"``);
 string labels map to ids in sorted order. Every CSV path must be a file under
-the root; indexed files missing from the CSV are skipped (and counted).
+the root; indexed files missing from the CSV are skipped (and counted). Paths are
+normalised first (``./cats/x.jpg`` and ``cats//x.jpg`` are ``cats/x.jpg``); a CSV
+none of whose paths names an indexed file is refused (it would give an empty index).
 
 Files directly in the root have no class folder, so ImageFolder does not see
 them: with folder labels they are skipped and counted (``IndexSummary.unlabeled``).
@@ -88,6 +90,11 @@ def apply_csv_labels(root: str, table: pa.Table, labels: CsvLabels) -> tuple[pa.
     col = labels.ids.take(where)
     listed = pc.is_valid(col)
     unlabeled = int(pc.sum(pc.invert(listed)).as_py() or 0)
+    if len(labels.paths) and len(table) and unlabeled == len(table):
+        example = os.fsdecode(labels.paths[0].as_py())
+        raise UserError(f"{labels.source}: none of its {len(labels.paths):,} paths names a file being indexed "
+                        f"under {root} (e.g. line 2: {example!r}); paths must be relative to the root, "
+                        "like cats/x.jpg; an index of 0 rows is not written")
     table = table.set_column(table.schema.get_field_index("label"), "label", col).filter(listed)
     return table, unlabeled
 
@@ -110,7 +117,7 @@ def _read_labels_csv(csv_path: str) -> tuple[pa.Array, pa.Array]:
     if missing:
         raise UserError(f"{csv_path}: line 1: the header must name the columns path,label "
                         f"(missing {', '.join(sorted(missing))})")
-    paths = t.column("path").combine_chunks()
+    paths = normalise_paths(t.column("path").combine_chunks())
     labels = t.column("label").combine_chunks()
     for name, col in (("path", paths), ("label", labels)):
         empty = pc.fill_null(pc.equal(pc.binary_length(col), 0), True)
@@ -121,6 +128,13 @@ def _read_labels_csv(csv_path: str) -> tuple[pa.Array, pa.Array]:
         line = _first_duplicate(paths) + 2
         raise UserError(f"{csv_path}: line {line}: the path is listed twice")
     return paths, labels
+
+
+def normalise_paths(paths: pa.Array) -> pa.Array:
+    """``./a/b.jpg``, ``a//b.jpg``, ``a/./b.jpg`` -> ``a/b.jpg`` (vectorised; bytes, so any name survives)."""
+    for pattern, replacement in ((r"//+", "/"), (r"^(\./)+", ""), (r"/(\./)+", "/")):
+        paths = pc.replace_substring_regex(paths, pattern=pattern, replacement=replacement)
+    return paths
 
 
 def _first_true(mask: pa.Array) -> int:

@@ -6,7 +6,9 @@ a sound's samples block by block. The format comes from the magic bytes.
 """
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import warnings
 from dataclasses import dataclass
 
@@ -39,6 +41,8 @@ def facts_from_path(path: str, options: FlagOptions = FlagOptions(), *,
     Raises OSError if the file cannot be read; a decoder's complaint goes to ``error``.
     """
     st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):  # a FIFO would block the open below; a device could act on it
+        raise OSError(errno.EINVAL, "not a regular file (a FIFO, socket or device): not opened", path)
     out = FileFacts(size=st.st_size, mtime_ns=st.st_mtime_ns)
     with open(path, "rb") as f:
         head = f.read(formats.SNIFF_BYTES)

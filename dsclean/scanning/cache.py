@@ -57,7 +57,7 @@ def options_from_key(key: str | None) -> CheckOptions:
 
 #: verdicts that depend on the environment (permissions, load, limits, a file in motion), not on
 #: the bytes: a later scan must check again (a chmod changes neither size nor mtime)
-NOT_CACHED = frozenset({R.VANISHED, R.CHANGED, R.UNREADABLE, R.TIMEOUT, R.TOO_LARGE, R.DECODER_CRASH})
+NOT_CACHED = frozenset({R.VANISHED, R.CHANGED, R.UNREADABLE, R.TIMEOUT, R.TOO_LARGE, R.DECODER_CRASH, R.NOT_REGULAR})
 
 
 def _to_db(row: tuple) -> tuple:

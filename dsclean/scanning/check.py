@@ -61,7 +61,9 @@ class CheckOptions:
     facts: bool = True
     # Enforced around the check by the worker process (dsclean.scanning.worker), not by check_file:
     timeout: float = DEFAULT_TIMEOUT  # seconds per file; 0 = none
-    max_memory: int = 0  # bytes of address space a check may add; 0 = no ceiling
+    # bytes of address space a check may add; 0 = the default ceiling (a share of RAM per core, see
+    # dsclean.scanning.worker.default_memory_ceiling: past it a file is only warned about); -1 = none
+    max_memory: int = 0
 
 
 Checker = Callable[[Data, Verdict, CheckOptions], None]
@@ -148,7 +150,14 @@ def _decoder_messages(v: Verdict, capture_stderr: bool) -> Iterator[None]:
 def _check_path(path: str, v: Verdict, options: CheckOptions) -> None:
     """Open once, read (or map) the bytes, check them; note a file that changed meanwhile."""
     try:
-        # O_NONBLOCK: a FIFO named like media must not block the open (it is refused below)
+        first = os.stat(path)
+    except OSError:
+        first = None  # the open below says why
+    if first is not None and not stat.S_ISREG(first.st_mode):
+        _not_regular(v, first.st_mode)  # a FIFO, socket or device is never opened: the open could block or act
+        return
+    try:
+        # O_NONBLOCK: a FIFO swapped in since the stat must not block the open (it is refused below)
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         if os.path.islink(path):
@@ -162,7 +171,7 @@ def _check_path(path: str, v: Verdict, options: CheckOptions) -> None:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            v.mark(R.BAD, R.UNREADABLE, "not a regular file")
+            _not_regular(v, st.st_mode)
             return
         v.size, v.mtime_ns = st.st_size, st.st_mtime_ns
         data = _read_all(fd, st.st_size)
@@ -170,8 +179,7 @@ def _check_path(path: str, v: Verdict, options: CheckOptions) -> None:
         v.mark(R.BAD, R.UNREADABLE, _os_error_text(exc))
         return
     except MemoryError:
-        v.mark(R.BAD, R.TOO_LARGE, f"reading the {st.st_size:,}-byte file needs more memory than allowed" + (
-            f" (--max-memory {options.max_memory:,} bytes)" if options.max_memory else ""))
+        _too_large(v, options, f"reading the {st.st_size:,}-byte file needs more memory than allowed")
         return
     finally:
         os.close(fd)
@@ -191,6 +199,13 @@ def _check_path(path: str, v: Verdict, options: CheckOptions) -> None:
         v.status, v.reason = R.WARN, R.CHANGED
         v.detail = "file changed or disappeared while being checked; scan again later" + seen
         v.content_hash = None  # the bytes hashed are no longer the file's
+
+
+def _not_regular(v: Verdict, mode: int) -> None:
+    what = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else
+            "a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode) else
+            "a folder" if stat.S_ISDIR(mode) else "not a regular file")
+    v.mark(R.WARN, R.NOT_REGULAR, f"{what}, not a regular file: not opened, not moved")
 
 
 def _read_all(fd: int, size: int) -> Data:
@@ -229,12 +244,26 @@ def _check_data(data: Data, name: str, v: Verdict, options: CheckOptions) -> Non
         if real != claimed and v.status == R.OK:
             v.mark(R.WARN, R.EXTENSION_MISMATCH, f"content is {real}, extension says {claimed}")
     except MemoryError:
-        v.mark(R.BAD, R.TOO_LARGE, "the check ran out of memory" + (
-            f" (ceiling --max-memory {options.max_memory:,} bytes)" if options.max_memory else ""))
+        _too_large(v, options, "the check ran out of memory")
     except ImportError:
         raise  # a broken installation says nothing about the file
     except Exception as exc:  # a decoder's own exception on damaged data is a verdict, not a crash
         v.mark(R.BAD, R.CORRUPT, f"{type(exc).__name__}: {exc}")
+
+
+def _too_large(v: Verdict, options: CheckOptions, what: str) -> None:
+    """Out of memory: ``bad`` only past a ceiling the user chose; the default ceiling's (or none) only warns.
+
+    Never ``corrupt``, never cached (the verdict is about the ceiling, not the bytes).
+    """
+    v.content_hash = None
+    if options.max_memory > 0:
+        v.status, v.reason = R.BAD, R.TOO_LARGE  # replaces whatever a decoder said half-way
+        v.detail = f"{what} (ceiling --max-memory {options.max_memory:,} bytes)"
+    else:
+        v.status, v.reason = R.WARN, R.TOO_LARGE
+        v.detail = (f"{what} (the default ceiling per check); not judged: raise --max-memory (e.g. --max-memory 8G) "
+                    "to check it, and to quarantine it if it still does not fit")
 
 
 def _sniff(data: Data, head: bytes) -> str | None:

@@ -211,6 +211,8 @@ def _pillow_png_header(data, layout: png.Layout, v: Verdict, opts) -> bool:
                     stream.call(ctype, at, length)
                 except (EOFError, AttributeError, UnicodeDecodeError):
                     pass  # what Pillow's load_end skips: unknown chunks, chunks that end its reading
+    except MemoryError:
+        raise  # the ceiling, not the file: too_large (dsclean.scanning.check), never corrupt
     except Exception as exc:  # Pillow refuses the header or an ancillary chunk: loading it would fail too
         v.add([bad(_pillow_reason(str(exc)), f"Pillow refuses it: {type(exc).__name__}: {exc}")])
         return False
@@ -276,6 +278,8 @@ def _check_with_pillow(data, v: Verdict, opts, label: str = "") -> None:
                     v.detail = _join(v.detail, f"decoded the first {opts.max_frames} of {n_frames} frames")
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         v.add([bad(R.DECOMPRESSION_BOMB, f"{label}{exc}")])
+    except MemoryError:
+        raise  # the ceiling, not the file: too_large (dsclean.scanning.check), never corrupt
     except Exception as exc:  # Pillow raises OSError/ValueError/SyntaxError/... on damaged data
         v.add([bad(_pillow_reason(str(exc)), f"{label}{type(exc).__name__}: {exc}")])
 

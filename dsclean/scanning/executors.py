@@ -365,7 +365,7 @@ def _failure(root: str, rel: str, options: CheckOptions, exitcode: int | None, o
         return v.mark(R.BAD, R.TIMEOUT, f"check took longer than {options.timeout:g} s; the worker was killed")
     if exitcode is not None and exitcode < 0:
         name = signal.Signals(-exitcode).name
-        if -exitcode == signal.SIGKILL and options.max_memory:
+        if -exitcode == signal.SIGKILL and options.max_memory > 0:
             return v.mark(R.BAD, R.TOO_LARGE, f"the checking process was killed ({name}), likely out of memory")
         return v.mark(R.BAD, R.DECODER_CRASH, f"checking this file killed the decoder's process with {name}")
     return v.mark(R.BAD, R.DECODER_CRASH, f"the checking process exited with code {exitcode} without a verdict")

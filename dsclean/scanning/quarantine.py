@@ -4,14 +4,22 @@ The journal is ``<quarantine>/manifest.jsonl``. A move is three steps::
 
     1. append {"op": "move", "id": ..., "root": ..., "src": ..., "dst": ...}  and fsync
     2. move the file without ever replacing one: link the new name, unlink the
-       old (across file systems: copy to a ".partial" name, fsync, link into
-       place, then remove the original)
+       old (across file systems: copy to the temp name the entry records, created
+       exclusively, fsync, link into place, then remove the original)
     3. append {"op": "done", "id": ...}  and fsync
+
+A move whose source cannot be removed afterwards (a read-only tree, another
+process that moved it first) removes its own copy again: the file stays in one
+place and the journal says ``abort`` with the error. Right before a move the
+source's identity (size, mtime, inode, device) is compared with what was
+checked: a file replaced since is not moved (:class:`ChangedError`).
+A quarantine folder is bound to one root (``quarantine.json``); restore refuses
+entries naming another root.
 
 A kill -9 between any two instructions leaves the file in exactly one place
 (between link and unlink: one inode, two names), or (mid cross-device copy)
 the original in place plus a partial copy or a full copy. :func:`recover` looks at the disk for each move without an outcome and
-finishes or reverts it: original only -> "abort" (the partial copy goes);
+finishes or reverts it: original only -> "abort" (the journaled temp copy goes);
 copy only -> "done"; both, byte-identical -> remove the original, "done".
 :func:`restore` moves files back with the same journaled protocol
 (op "restore"), refusing entries that would land outside their root.
@@ -35,6 +43,31 @@ from ..errors import UserError
 from .discover import QUARANTINE_MARKER
 
 PARTIAL_SUFFIX = ".dsclean-partial"
+#: in a quarantine folder: the root its files came from (one root per folder)
+BINDING_FILE = "quarantine.json"
+
+#: (size, mtime_ns, inode, device) of a file as it was checked; None fields are not compared
+Identity = tuple
+
+
+class ChangedError(OSError):
+    """The file is no longer the one that was checked (replaced or rewritten): it is not moved."""
+
+    def __init__(self, path: str, what: str) -> None:
+        super().__init__(errno.ESTALE, f"changed since it was checked ({what}); not moved", path)
+
+
+def temp_name(ident: str) -> str:
+    """The temp name of move ``ident`` (beside its target): hidden, unique, journaled before it exists."""
+    return f".{ident}{PARTIAL_SUFFIX}"
+
+
+def _journaled_temp(entry: dict, target: str) -> str | None:
+    """The temp copy a journal entry says its move may have created, or None (older entries: none proven)."""
+    name = entry.get("tmp")
+    if isinstance(name, str) and name == temp_name(str(entry.get("id"))):
+        return os.path.join(os.path.dirname(target), name)
+    return None
 
 
 @dataclass
@@ -71,22 +104,35 @@ class Journal:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._f = open(path, "ab")
-        if self._f.tell() > 0:
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        size = os.fstat(self._fd).st_size
+        if size > 0:
             with open(path, "rb") as r:
                 r.seek(-1, os.SEEK_END)
                 if r.read(1) != b"\n":
                     # A crash cut the last line short: start a fresh line, keep the fragment for the record.
-                    self._f.write(b"\n")
+                    self._write(b"\n")
+
+    def _write(self, data: bytes) -> None:
+        """Append ``data`` whole or not at all: a short write (a full disk) is cut off again."""
+        end = os.fstat(self._fd).st_size
+        try:
+            written = os.write(self._fd, data)
+            if written != len(data):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self.path)
+        except OSError as exc:
+            os.ftruncate(self._fd, end)  # this process holds the lock: nobody else appends
+            if exc.filename is None:
+                raise OSError(exc.errno, exc.strerror, self.path) from exc
+            raise
 
     def append(self, entry: dict) -> None:
         # ensure_ascii: non-UTF-8 names (lone surrogates) become \udcXX escapes, lossless
-        self._f.write(json.dumps(entry).encode("ascii") + b"\n")
-        self._f.flush()
-        os.fsync(self._f.fileno())
+        self._write(json.dumps(entry).encode("ascii") + b"\n")
+        os.fsync(self._fd)
 
     def close(self) -> None:
-        self._f.close()
+        os.close(self._fd)
 
 
 def read_journal(path: str, report: RecoveryReport | None = None) -> Iterator[dict]:
@@ -152,10 +198,10 @@ def _same_file(a: str, b: str) -> bool:
     return os.path.samefile(a, b) or filecmp.cmp(a, b, shallow=False)
 
 
-def _drop_partial(partial: str) -> None:
-    """Once the target exists it is complete: a leftover partial name is a second link to it, or stale."""
-    if os.path.lexists(partial):
-        os.unlink(partial)
+def _drop_temp(temp: str | None) -> None:
+    """Remove a move's own journaled temp copy, if it is there (once the target exists it is a second link or stale)."""
+    if temp is not None and os.path.lexists(temp):
+        os.unlink(temp)
 
 
 def _recover_one(entry: dict, qdir: str, journal: Journal, report: RecoveryReport) -> None:
@@ -164,22 +210,28 @@ def _recover_one(entry: dict, qdir: str, journal: Journal, report: RecoveryRepor
         report.refused.append(f"entry {entry['id']}: path is absolute or leaves its folder; not followed")
         return
     source, target = ends
-    partial = target + PARTIAL_SUFFIX
+    temp = _journaled_temp(entry, target)  # only a temp name the journal proves this move chose is removed
     has_source, has_target = os.path.lexists(source), os.path.lexists(target)
     if has_source and not has_target:
-        if os.path.lexists(partial):
-            os.unlink(partial)  # an unfinished copy; the original is intact
+        _drop_temp(temp)  # an unfinished copy; the original is intact
         journal.append({"op": "abort", "id": entry["id"]})
         report.reverted += 1
     elif has_target and not has_source:
-        _drop_partial(partial)
+        _drop_temp(temp)
         journal.append({"op": "done", "id": entry["id"]})
         report.completed += 1
     elif has_source and has_target:
         if _same_file(source, target):
-            os.unlink(source)  # the copy is complete and fsynced: finish the move
+            try:
+                os.unlink(source)  # the copy is complete and fsynced: finish the move
+            except OSError as exc:  # the source cannot go (read-only now): undo the copy instead
+                os.unlink(target)
+                _drop_temp(temp)
+                journal.append({"op": "abort", "id": entry["id"], "error": exc.strerror or str(exc)})
+                report.reverted += 1
+                return
             fsync_dir(os.path.dirname(source))
-            _drop_partial(partial)
+            _drop_temp(temp)
             journal.append({"op": "done", "id": entry["id"]})
             report.completed += 1
         else:
@@ -188,12 +240,28 @@ def _recover_one(entry: dict, qdir: str, journal: Journal, report: RecoveryRepor
         report.refused.append(f"entry {entry['id']}: neither {source} nor {target} exists; left as is")
 
 
-def _rename_no_replace(source: str, target: str) -> None:
-    """Rename that fails with FileExistsError instead of replacing ``target``.
+def _verify(path: str, expect: Identity | None) -> None:
+    """Raise :class:`ChangedError` unless ``path`` still has the identity it was checked with."""
+    if not expect or all(x is None for x in expect):  # nothing was seen (a broken symlink): nothing to compare
+        return
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise ChangedError(path, "it is gone") from None
+    seen = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev)
+    for name, want, got in zip(("size", "mtime", "inode", "device"), expect, seen):
+        if want is not None and want != got:
+            raise ChangedError(path, f"{name} {want} -> {got}")
+
+
+def _link_then_unlink(source: str, target: str, expect: Identity | None = None) -> None:
+    """Rename that fails with FileExistsError instead of replacing ``target``; undone if the source stays.
 
     ``os.rename`` silently replaces; a hard link cannot. Link then unlink the
     old name (between the two, both names are the same inode: recovery sees
-    them as one file). File systems without hard links fall back to check+rename.
+    them as one file). The linked inode is compared with ``expect`` before the
+    old name goes; if it differs, or the old name cannot be removed, the new
+    name is removed again. File systems without hard links fall back to check+rename.
     """
     try:
         os.link(source, target, follow_symlinks=False)
@@ -204,31 +272,85 @@ def _rename_no_replace(source: str, target: str) -> None:
             raise
         if os.path.lexists(target):
             raise FileExistsError(errno.EEXIST, "refusing to overwrite", target) from None
+        _verify(source, expect)
         os.rename(source, target)
         return
-    os.unlink(source)
+    try:
+        _verify(target, expect)
+        _unlink_source(source)
+    except BaseException:
+        os.unlink(target)  # one copy only: the source stays where it was
+        raise
 
 
-def move_file(source: str, target: str) -> None:
-    """Move without ever overwriting: rename, or across devices copy + fsync + rename + unlink."""
+_rename_no_replace = _link_then_unlink  # the older name
+
+
+def _unlink_source(source: str) -> None:
+    """Remove a moved file's old name; gone already means another process moved it first (ChangedError)."""
+    try:
+        os.unlink(source)
+    except FileNotFoundError:
+        raise ChangedError(source, "it is gone: another process moved or removed it") from None
+
+
+def _copy_new(source: str, temp: str) -> None:
+    """Copy ``source`` (a symlink as a link) to ``temp``, which must not exist (O_EXCL), with its times; fsynced.
+
+    An existing ``temp`` raises FileExistsError and is left alone; a copy that fails
+    half-way (a full disk) is removed before the error is raised.
+    """
+    if os.path.islink(source):
+        os.symlink(os.readlink(source), temp)
+        return
+    with open(source, "rb") as src:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+        try:
+            with open(fd, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+                dst.flush()
+                os.fsync(dst.fileno())
+            shutil.copystat(source, temp)
+        except BaseException:
+            os.unlink(temp)  # created above by this call: never a user's file
+            raise
+
+
+def move_file(source: str, target: str, temp: str | None = None, expect: Identity | None = None) -> None:
+    """Move without ever overwriting: link + unlink, or across devices copy to ``temp`` + fsync + link + unlink.
+
+    ``temp`` (a name beside ``target``, journaled by the caller) is created
+    exclusively, so it can never be a user's file; without it a cross-device
+    move is refused. Whatever fails, the file ends up in exactly one place:
+    a copy whose source cannot be removed is removed again.
+    """
     os.makedirs(os.path.dirname(target), exist_ok=True)
     if os.path.lexists(target):
         raise FileExistsError(errno.EEXIST, "refusing to overwrite", target)
+    _verify(source, expect)
     try:
-        _rename_no_replace(source, target)
+        _link_then_unlink(source, target, expect)
     except OSError as exc:
         if exc.errno != errno.EXDEV:
             raise
-        partial = target + PARTIAL_SUFFIX
-        shutil.copy2(source, partial, follow_symlinks=False)
-        fd = os.open(partial, os.O_RDONLY)
+        if temp is None:
+            raise
+        _copy_new(source, temp)  # an existing temp name: FileExistsError, nothing touched
         try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        _rename_no_replace(partial, target)
-        fsync_dir(os.path.dirname(target))
-        os.unlink(source)
+            _verify(source, expect)  # rewritten while it was copied?
+            _link_then_unlink(temp, target)
+            fsync_dir(os.path.dirname(target))
+        except BaseException:
+            if os.path.lexists(temp):
+                os.unlink(temp)  # created by _copy_new above: never a user's file
+            raise
+        try:
+            _verify(source, expect)
+            _unlink_source(source)
+        except BaseException:
+            os.unlink(target)  # the source stays: remove the copy, one place only
+            fsync_dir(os.path.dirname(target))
+            raise
     fsync_dir(os.path.dirname(target))
     fsync_dir(os.path.dirname(source))
 
@@ -248,6 +370,7 @@ class Quarantine:
         _check_placement(self.qdir, self.root)
         self._lock_fd = lock_folder(self.qdir, tag)
         try:
+            bind_root(self.qdir, self.root)
             self.journal = Journal(os.path.join(self.qdir, locations.tagged(locations.MANIFEST_FILE, tag)))
             self.recovery = recover_open(self.qdir, self.journal)
         except BaseException:
@@ -259,7 +382,8 @@ class Quarantine:
         self.moved = 0
         self.moved_ids: set[str] = set()  # journal ids of the moves done through this object
 
-    def move(self, rel: str, reason: str | None = None, *, detail: str | None = None, kind: str | None = None) -> str:
+    def move(self, rel: str, reason: str | None = None, *, detail: str | None = None, kind: str | None = None,
+             expect: Identity | None = None) -> str:
         """Move ``root/rel`` into the quarantine; returns its path relative to the quarantine.
 
         If another process takes the chosen name first (parts share the folder),
@@ -267,6 +391,8 @@ class Quarantine:
         failed move is journaled as aborted with its error. A file whose folder
         resolves outside the root (a symlinked folder) is never moved: an
         :class:`OutsideRootError`. A symlink is moved as the link, never its target.
+        ``expect``: the identity the file was checked with; a file that no longer
+        has it is not moved (:class:`ChangedError`, journaled as aborted).
         """
         source = os.path.join(self.root, rel)
         if not _inside(source, self.root):
@@ -274,14 +400,18 @@ class Quarantine:
         while True:
             dst = self._free_name(rel)
             ident = uuid.uuid4().hex
-            entry = {"op": "move", "id": ident, "root": self.root, "src": rel, "dst": dst}
+            entry = {"op": "move", "id": ident, "root": self.root, "src": rel, "dst": dst, "tmp": temp_name(ident)}
             entry.update({k: v for k, v in (("reason", reason), ("kind", kind), ("detail", detail)) if v})
             self.journal.append(entry)
+            target = os.path.join(self.qdir, dst)
             try:
-                move_file(source, os.path.join(self.qdir, dst))
+                move_file(source, target, os.path.join(os.path.dirname(target), entry["tmp"]), expect)
             except FileExistsError:
                 self.journal.append({"op": "abort", "id": ident})
                 continue
+            except ChangedError as exc:  # not a failure: the file is not the one that was judged
+                self.journal.append({"op": "abort", "id": ident, "changed": exc.strerror})
+                raise
             except OSError as exc:
                 self.journal.append({"op": "abort", "id": ident, "error": exc.strerror or str(exc)})
                 raise
@@ -294,9 +424,7 @@ class Quarantine:
         """``rel``, or ``stem~N.ext`` if something already has that name (never overwrite)."""
         candidate, n = rel, 0
         stem, ext = os.path.splitext(rel)
-        while os.path.lexists(os.path.join(self.qdir, candidate)) or os.path.lexists(
-            os.path.join(self.qdir, candidate + PARTIAL_SUFFIX)
-        ):
+        while os.path.lexists(os.path.join(self.qdir, candidate)):
             n += 1
             candidate = f"{stem}~{n}{ext}"
         return candidate
@@ -347,6 +475,51 @@ def lock_folder(qdir: str, tag: str = "") -> int:
     os.ftruncate(fd, 0)
     os.pwrite(fd, str(os.getpid()).encode(), 0)
     return fd
+
+
+def bound_root(qdir: str) -> str | None:
+    """The root a quarantine folder is bound to (its ``quarantine.json``), or None for an older, unbound folder."""
+    try:
+        with open(os.path.join(qdir, BINDING_FILE), encoding="utf-8") as f:
+            root = json.load(f).get("root")
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, AttributeError) as exc:
+        raise UserError(f"{os.path.join(qdir, BINDING_FILE)} is damaged ({exc}); it names the root this "
+                        "quarantine's files came from") from None
+    if not isinstance(root, str) or not os.path.isabs(root):
+        raise UserError(f"{os.path.join(qdir, BINDING_FILE)} names no absolute root")
+    return root
+
+
+def _same_root(a: str, b: str) -> bool:
+    return os.path.abspath(a) == os.path.abspath(b) or os.path.realpath(a) == os.path.realpath(b)
+
+
+def bind_root(qdir: str, root: str) -> None:
+    """Bind ``qdir`` to ``root`` on first use; a folder bound to (or holding files of) another root is refused."""
+    bound = bound_root(qdir)
+    if bound is None:
+        held = set()
+        stem, ext = os.path.splitext(locations.MANIFEST_FILE)
+        for name in os.listdir(qdir):
+            if name.startswith(stem) and name.endswith(ext):
+                state = _fold(os.path.join(qdir, name), RecoveryReport())
+                held |= {e.get("root") for _, e in _in_quarantine(state) if isinstance(e.get("root"), str)}
+        others = sorted(r for r in held if not _same_root(r, root))
+        if others:
+            bound = others[0]
+        else:
+            from ..atomic import atomic_output
+
+            with atomic_output(os.path.join(qdir, BINDING_FILE)) as tmp:
+                with open(tmp, "w", encoding="utf-8") as f:
+                    json.dump({"root": root}, f)
+            return
+    if not _same_root(bound, root):
+        raise UserError(f"quarantine folder {qdir} holds files of {bound}, not {root}: one quarantine folder per "
+                        f"root (e.g. {os.path.join(qdir, os.path.basename(root) or 'root')}), so restore can "
+                        "tell where each file belongs")
 
 
 def recover_open(qdir: str, journal: Journal) -> RecoveryReport:
@@ -413,12 +586,17 @@ def restore(qdir: str, root: str | None = None) -> RecoveryReport:
     reappeared at the original path. A move back that fails is listed in ``failed``.
     """
     qdir, total = os.path.abspath(qdir), RecoveryReport()
-    root = _restore_root(qdir, root)
+    bound = bound_root(qdir)
+    root = _restore_root(qdir, root, bound)
     for tag in _journals(qdir):
         with _locked_journal(qdir, tag) as journal:
             report = recover_open(qdir, journal)
             state = _fold(journal.path, RecoveryReport())  # again, with recovery's outcomes; bad lines already reported
             for ident, entry in _in_quarantine(state):
+                if bound is not None and not (isinstance(entry.get("root"), str) and _same_root(entry["root"], bound)):
+                    report.refused.append(f"entry {ident}: its root {entry.get('root')!r} is not this quarantine's "
+                                          f"root {bound} ({BINDING_FILE}); not restored")
+                    continue
                 try:
                     _restore_one(ident, entry, qdir, journal, report, root)
                 except OSError as exc:
@@ -427,13 +605,14 @@ def restore(qdir: str, root: str | None = None) -> RecoveryReport:
     return total
 
 
-def _restore_root(qdir: str, root: str | None) -> str | None:
+def _restore_root(qdir: str, root: str | None, bound: str | None = None) -> str | None:
     """The root to restore into: ``root`` (checked), or None to use each entry's recorded root (checked)."""
     recorded = set()
     for tag in _journals(qdir):
         state = _fold(os.path.join(qdir, locations.tagged(locations.MANIFEST_FILE, tag)), RecoveryReport())
         recorded |= {e["root"] for _, e in _in_quarantine(state)
-                     if isinstance(e.get("root"), str) and os.path.isabs(e["root"])}  # others are refused per entry
+                     if isinstance(e.get("root"), str) and os.path.isabs(e["root"])
+                     and (bound is None or _same_root(e["root"], bound))}  # others are refused per entry
     if root is not None:
         if not os.path.isdir(root):
             raise UserError(f"--root {root}: no such folder")
@@ -467,8 +646,12 @@ def _restore_one(ident: str, entry: dict, qdir: str, journal: Journal, report: R
         report.refused.append(f"entry {ident}: {original} exists again; not overwritten")
         return
     back = {"op": "restore", "id": uuid.uuid4().hex, "of": ident, "root": base}
-    back.update(src=entry["src"], dst=entry["dst"])
+    back.update(src=entry["src"], dst=entry["dst"], tmp=temp_name(back["id"]))
     journal.append(back)
-    move_file(quarantined, original)
+    try:
+        move_file(quarantined, original, os.path.join(os.path.dirname(original), back["tmp"]))
+    except OSError as exc:
+        journal.append({"op": "abort", "id": back["id"], "error": exc.strerror or str(exc)})
+        raise
     journal.append({"op": "done", "id": back["id"]})
     report.restored += 1

@@ -7,6 +7,7 @@ table with :func:`read_results`.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from typing import Iterable
@@ -76,10 +77,20 @@ class ResultsWriter:
         self.results_path = os.path.join(report_dir, locations.tagged(locations.RESULTS_FILE, tag))
         self.problems_path = os.path.join(report_dir, locations.tagged(locations.PROBLEMS_FILE, tag))
         self._tmp_results = temp_next_to(self.results_path)
-        self._tmp_problems = temp_next_to(self.problems_path)
+        try:
+            self._tmp_problems = temp_next_to(self.problems_path)
+        except OSError:
+            os.unlink(self._tmp_results)
+            raise
         schema = SCHEMA.with_metadata({META_KEY: json.dumps(meta or {})})
-        self._writer = pq.ParquetWriter(self._tmp_results, schema, compression="zstd")
-        self._problems = open(self._tmp_problems, "w", encoding="utf-8")
+        try:
+            self._writer = pq.ParquetWriter(self._tmp_results, schema, compression="zstd")
+            self._problems = open(self._tmp_problems, "w", encoding="utf-8")
+        except OSError:  # a full disk already: leave no temp file behind
+            for tmp in (self._tmp_results, self._tmp_problems):
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+            raise
         self._batch_rows = batch_rows
         self._rows: list[tuple] = []
         self.rows = 0
@@ -91,7 +102,8 @@ class ResultsWriter:
         self.rows += 1
         if v.status != reasons.OK or extra:  # bad/warn, or moved for a quality flag
             # ensure_ascii keeps lone surrogates (non-UTF-8 names) as \udcXX: lossless and valid JSON
-            self._problems.write(json.dumps({**v.to_json(), **(extra or {})}) + "\n")
+            with _naming(self.problems_path):
+                self._problems.write(json.dumps({**v.to_json(), **(extra or {})}) + "\n")
         if len(self._rows) >= self._batch_rows:
             self._flush()
 
@@ -118,26 +130,48 @@ class ResultsWriter:
     def _flush(self) -> None:
         if self._rows:
             columns = [pa.array(col, type=f.type) for col, f in zip(zip(*self._rows), SCHEMA)]
-            self._writer.write_batch(pa.RecordBatch.from_arrays(columns, schema=self._writer.schema))
+            with _naming(self.results_path):
+                self._writer.write_batch(pa.RecordBatch.from_arrays(columns, schema=self._writer.schema))
             self._rows = []
 
     def discard(self) -> None:
-        """Drop the temp files: the previous results (if any) stay as they were."""
-        self._writer.close()
-        self._problems.close()
-        for tmp in (self._tmp_results, self._tmp_problems):
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        """Drop the temp files: the previous results (if any) stay as they were (also on a full disk)."""
+        try:
+            with contextlib.suppress(OSError):  # closing flushes; on a full disk that fails again: the file goes anyway
+                self._writer.close()
+            with contextlib.suppress(OSError):
+                self._problems.close()
+        finally:
+            for tmp in (self._tmp_results, self._tmp_problems):
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
 
     def close(self, more_problems: Iterable[dict] = ()) -> None:
         """Write what is buffered, append ``more_problems`` lines (files quarantined earlier), publish both files."""
-        self._flush()
-        self._writer.close()
-        for line in more_problems:
-            self._problems.write(json.dumps(line) + "\n")
-        self._problems.close()
-        publish(self._tmp_results, self.results_path)
-        publish(self._tmp_problems, self.problems_path)
+        try:
+            self._flush()
+            with _naming(self.results_path):
+                self._writer.close()
+            with _naming(self.problems_path):
+                for line in more_problems:
+                    self._problems.write(json.dumps(line) + "\n")
+                self._problems.close()
+            publish(self._tmp_results, self.results_path)
+            publish(self._tmp_problems, self.problems_path)
+        except OSError:
+            self.discard()  # nothing half-written stays under a temp name
+            raise
+
+
+@contextlib.contextmanager
+def _naming(path: str):
+    """Give an OSError without a file name (a buffered write on a full disk) the name of the output."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:
+            raise OSError(exc.errno, exc.strerror or str(exc), path) from exc
+        raise
 
 
 def read_results(path: str, columns: list[str] | None = None) -> pa.Table:

@@ -32,7 +32,7 @@ from .cache import ScanCache, options_key, row_to_verdict
 from .check import CheckOptions
 from .discover import DiscoverStats, iter_media, symlink_mode
 from .executors import BACKENDS, run_checks, start_local_workers
-from .quarantine import Quarantine
+from .quarantine import ChangedError, Quarantine
 from .records import quarantine_state, quarantined_records
 from .results import ResultsWriter
 from .verdict import FIELDS, Columns, Verdict, encode_path, verdict_of_row
@@ -206,6 +206,9 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
                           state_dir=state, command=list(options.command))
     tag = locations.part_tag(_valid_part(options.shard))
     with contextlib.ExitStack() as stack:
+        stack.push(lambda exc_type, exc, tb: _raise_write_failure(exc, summary) if isinstance(exc, OSError) else None)
+        note = stack.enter_context(locations.scan_lock(root, options.shard, options.state_dir))
+        summary.notes += [note] if note else []
         quarantine = None
         if moving:
             quarantine = stack.enter_context(Quarantine(quarantine_dir, root, tag))
@@ -224,6 +227,7 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
             stack.callback(cache.close)
         sink = _Sink(summary, writer, quarantine, cache, _progress_bar(options),
                      options.flags if options.check.facts else None, quarantine_flags)
+        identities = sink.identities if moving else None
         stack.callback(sink.close_progress)
         start = time.perf_counter()
         stack.callback(lambda: setattr(summary, "elapsed", time.perf_counter() - start))
@@ -239,7 +243,7 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
         try:
             with _stop_on_signals() as stop:
                 to_check = _skip_cached(root, media, None if options.rescan else cache, sink, options.chunk_size, stop,
-                                        options.chunk_bytes)
+                                        options.chunk_bytes, identities)
                 checks = run_checks(root, to_check, options.check, jobs, options.backend, options.scheduler,
                                     columns=True)
                 for columns in checks:
@@ -279,6 +283,20 @@ def check_quarantine_flags(codes: Iterable[str], facts: bool) -> frozenset[str]:
     if codes and not facts:
         raise UserError("--quarantine-flags needs the facts the flags come from: drop --facts none")
     return frozenset(codes)
+
+
+def _raise_write_failure(exc: OSError, summary: ScanSummary) -> None:
+    """A failed write (a full disk) as the user sees it: nothing moved -> UserError (exit 2), else OSError (exit 3)."""
+    from ..atomic import describe_write_error
+
+    what = describe_write_error(exc)
+    done = summary.quarantined + sum(summary.recovered.values())
+    if not done:
+        raise UserError(f"could not finish the scan of {summary.root}: {what}; nothing was moved (results "
+                        "of an earlier scan, if any, are as they were)") from exc
+    raise OSError(None, f"{what}; {summary.quarantined:,} files had been quarantined into "
+                   f"{summary.quarantine} (journaled; dsclean restore {summary.quarantine} puts them back), "
+                   "no results were written: free space and scan again (already moved files stay moved)") from exc
 
 
 def _check_folders(root: str, quarantine: str | None, report: str, state: str, allow_inside: bool) -> None:
@@ -333,23 +351,33 @@ def _valid_part(part: tuple[int, int] | None) -> tuple[int, int] | None:
     return part
 
 
-def _stat_if_cached(root: str, rels: list[str], rows: dict[str, tuple]) -> dict[str, tuple]:
+def _stat_if_cached(root: str, rels: list[str], rows: dict[str, tuple],
+                    identities: dict[bytes, tuple[int, int]] | None = None) -> dict[str, tuple]:
     """The cached rows whose file still has the recorded size and mtime: one ``stat`` per file the cache
-    knows, none for the others (a first scan stats nothing here: the worker's ``fstat`` gives size and mtime)."""
+    knows, none for the others (a first scan stats nothing here: the worker's ``fstat`` gives size and mtime).
+
+    ``identities`` (quarantining scans): every file is stat'ed, and its ``(inode, device)`` kept until
+    its verdict is handled, so a file replaced between its check and its move is recognised
+    (bounded: the files in flight).
+    """
     prefix = root.rstrip(os.sep) + os.sep
     hits = {}
-    for rel, row in rows.items():
+    for rel in rels if identities is not None else rows:
         try:
             st = os.stat(prefix + rel)
         except OSError:
             continue  # vanished since listing: checked (-> vanished)
-        if row[_SIZE] == st.st_size and row[_MTIME] == st.st_mtime_ns:
+        if identities is not None:
+            identities[encode_path(rel)] = (st.st_ino, st.st_dev)
+        row = rows.get(rel)
+        if row is not None and row[_SIZE] == st.st_size and row[_MTIME] == st.st_mtime_ns:
             hits[rel] = row
     return hits
 
 
 def _skip_cached(root: str, media: Iterator[tuple[str, str]], cache: ScanCache | None, sink: "_Sink",
-                 chunk_size: int, stop: "_StopRequest", chunk_bytes: int = 0) -> Iterator[list[str]]:
+                 chunk_size: int, stop: "_StopRequest", chunk_bytes: int = 0,
+                 identities: dict[bytes, tuple[int, int]] | None = None) -> Iterator[list[str]]:
     """Chunks of files to check: cached verdicts still valid are handled right here instead.
 
     Stops at a signal too: a long run of cached files yields no chunk to check.
@@ -358,7 +386,8 @@ def _skip_cached(root: str, media: Iterator[tuple[str, str]], cache: ScanCache |
     for batch in _chunks((rel for rel, _ in media), 2000):
         if stop.signum:
             return
-        hits = _stat_if_cached(root, batch, cache.rows_of(batch)) if cache is not None else {}
+        cached = cache.rows_of(batch) if cache is not None else {}
+        hits = _stat_if_cached(root, batch, cached, identities) if cached or identities is not None else {}
         if cache is not None:
             cache.hits += len(hits)
         sink.handle_cached(hits)
@@ -418,13 +447,19 @@ class _Sink:
     flag_options: FlagOptions | None = None  # None: the scan takes no facts, so no flags
     quarantine_flags: frozenset[str] = frozenset()
     _shown: int = 0  # files the progress bar has been told about
+    #: quarantining scans: path bytes -> (inode, device) seen before the check, until the verdict is handled
+    identities: dict[bytes, tuple[int, int]] = field(default_factory=dict)
 
     def handle(self, v: Verdict, *, fresh: bool) -> None:
         s = self.summary
+        ino_dev = self.identities.pop(encode_path(v.path), None) if self.identities else None
         if self.flag_options is not None:
             v.flags = facts_of.flags_of(v, self.flag_options)
             for flag in v.flags or ():
                 s.flags[flag] = s.flags.get(flag, 0) + 1
+        extra = self._quarantine(v, ino_dev) if v.status == R.BAD else None  # may turn it warn/changed
+        if v.status != R.BAD:
+            extra = self._quarantine_flagged(v, ino_dev) or extra
         s.files += 1
         s.bytes += v.size or 0
         by_status = s.counts.setdefault(v.kind, {})
@@ -435,14 +470,10 @@ class _Sink:
             s.checked_bytes += v.size or 0
             if self.cache is not None:
                 self.cache.add(v)
-        extra = None
         if v.status == R.BAD:
             s.bad_reasons[v.reason or "?"] = s.bad_reasons.get(v.reason or "?", 0) + 1
-            extra = self._quarantine(v)
         elif v.status == R.WARN:
             s.warn_reasons[v.reason or "?"] = s.warn_reasons.get(v.reason or "?", 0) + 1
-        if v.status != R.BAD:
-            extra = self._quarantine_flagged(v) or extra
         self.writer.add(v, extra)
         self._tick()
 
@@ -453,29 +484,31 @@ class _Sink:
         rows = list(zip(*cols))
         if self.flag_options is not None:  # flags from the facts, with this scan's thresholds
             rows = [(*row[:-1], self._flags_of_row(row)) for row in rows]
-        kinds, statuses, sizes = cols[_KIND], cols[_STATUS], cols[_SIZE]
-        for (kind, status), n in Counter(zip(kinds, statuses)).items():
-            by_status = s.counts.setdefault(kind, {})
-            by_status[status] = by_status.get(status, 0) + n
-        size = sum(filter(None, sizes))
-        s.files += len(rows)
-        s.bytes += size
-        s.checked_bytes += size
-        for row in rows:
+        ids = [self.identities.pop(row[0], None) for row in rows] if self.identities else None
+        for i, row in enumerate(rows):
             if row[_STATUS] == R.OK and not (self.quarantine_flags and row[-1]
                                              and self.quarantine_flags.intersection(row[-1])):
                 continue
             v = verdict_of_row(row)
-            extra = None
+            ino_dev = ids[i] if ids else None
+            extra = self._quarantine(v, ino_dev) if v.status == R.BAD else None  # may turn it warn/changed
+            if v.status != R.BAD:
+                extra = self._quarantine_flagged(v, ino_dev) or extra
             if v.status == R.BAD:
                 s.bad_reasons[v.reason or "?"] = s.bad_reasons.get(v.reason or "?", 0) + 1
-                extra = self._quarantine(v)
             elif v.status == R.WARN:
                 s.warn_reasons[v.reason or "?"] = s.warn_reasons.get(v.reason or "?", 0) + 1
-            if v.status != R.BAD:
-                extra = self._quarantine_flagged(v) or extra
+            if v.status != row[_STATUS]:
+                rows[i] = (row[0], *tuple(vars(v).values())[1:])  # e.g. bad -> warn/changed: not moved, not cached
             if v.status != R.OK or extra:
                 self.writer.add_problem(v, extra)
+        for (kind, status), n in Counter((row[_KIND], row[_STATUS]) for row in rows).items():
+            by_status = s.counts.setdefault(kind, {})
+            by_status[status] = by_status.get(status, 0) + n
+        size = sum(filter(None, cols[_SIZE]))
+        s.files += len(rows)
+        s.bytes += size
+        s.checked_bytes += size
         if self.cache is not None:
             self.cache.add_rows(rows)
         self.writer.add_rows(rows)
@@ -487,7 +520,7 @@ class _Sink:
             self.summary.flags[flag] = self.summary.flags.get(flag, 0) + 1
         return flags
 
-    def _quarantine_flagged(self, v: Verdict) -> dict | None:
+    def _quarantine_flagged(self, v: Verdict, ino_dev: tuple[int, int] | None = None) -> dict | None:
         """Move a file carrying a flag of ``--quarantine-flags`` (reason ``flagged``); None if it has none."""
         if not (self.quarantine_flags and v.flags):
             return None
@@ -498,7 +531,7 @@ class _Sink:
         if self.quarantine is None:
             s.flag_quarantined += 1  # would be moved (dry run, or no --quarantine)
             return None
-        extra = self._quarantine(v, R.FLAGGED, f"quality flag {hit} (--quarantine-flags)")
+        extra = self._quarantine(v, ino_dev, R.FLAGGED, f"quality flag {hit} (--quarantine-flags)")
         s.flag_quarantined += 1 if "quarantined_as" in (extra or {}) else 0
         return extra
 
@@ -520,7 +553,10 @@ class _Sink:
         """Verdicts from the cache: ``ok`` rows go straight to the results, the rest through :meth:`handle`."""
         s, counts = self.summary, Counter()
         for rel, row in rows.items():
-            if row[2] != R.OK:
+            if row[2] == R.OK:
+                if self.identities:
+                    self.identities.pop(row[0], None)
+            else:
                 self.handle(row_to_verdict(rel, row), fresh=False)
                 continue
             if self.flag_options is not None:  # flags are derived from the cached facts, with today's thresholds
@@ -549,12 +585,20 @@ class _Sink:
             self.progress.update(self.summary.files - self._shown)
             self._shown = self.summary.files
 
-    def _quarantine(self, v: Verdict, reason: str | None = None, detail: str | None = None) -> dict | None:
+    def _quarantine(self, v: Verdict, ino_dev: tuple[int, int] | None = None, reason: str | None = None,
+                    detail: str | None = None) -> dict | None:
         if self.quarantine is None:
             self.summary.would_quarantine += 1
             return None
+        expect = (v.size, v.mtime_ns, *(ino_dev or (None, None)))
         try:
-            dst = self.quarantine.move(v.path, reason or v.reason, detail=detail or v.detail, kind=v.kind)
+            dst = self.quarantine.move(v.path, reason or v.reason, detail=detail or v.detail, kind=v.kind,
+                                       expect=expect)
+        except ChangedError as exc:  # replaced or rewritten since its check: the verdict is about other bytes
+            seen = f"{v.reason}: {v.detail}" if v.detail else str(v.reason)
+            v.status, v.reason, v.content_hash = R.WARN, R.CHANGED, None
+            v.detail = f"{exc.strerror}; the check saw: {seen}"
+            return None
         except OSError as exc:
             s = self.summary
             error = exc.strerror or str(exc)

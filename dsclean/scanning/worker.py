@@ -63,7 +63,7 @@ def check_chunk(root: str, rels: list[str], options: CheckOptions) -> list[Verdi
     """Worker task: check each file in turn. Depends only on its arguments and the files."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
     check.load_checkers()  # import the decoders first: under a tight ceiling the import itself could fail
-    set_memory_ceiling(options.max_memory)
+    set_memory_ceiling(effective_ceiling(options.max_memory))
     check.fault_hook = inject_fault if os.environ.get(FAULT_ENV) == "1" else None
     out = []
     with Watchdog(options.timeout) as watchdog, check.decoder_messages_for_run():
@@ -163,6 +163,29 @@ class Watchdog:
 def _address_space() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+
+
+#: environment variable overriding the default ceiling per check (bytes; for admins and tests)
+DEFAULT_CEILING_ENV = "DSCLEAN_DEFAULT_MAX_MEMORY"
+
+
+def default_memory_ceiling() -> int:
+    """A quarter of RAM's share per core, between 1 GiB and 8 GiB: what one check may add by default.
+
+    Large enough for any image under Pillow's pixel limit (89.5 Mpx RGBA is 358 MB), small
+    enough that a few hostile files on every core cannot push the machine into the OOM killer.
+    """
+    override = os.environ.get(DEFAULT_CEILING_ENV)
+    if override:
+        return int(override)
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    cores = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    return max(1 << 30, min(8 << 30, ram // cores // 4))
+
+
+def effective_ceiling(max_memory: int) -> int:
+    """``CheckOptions.max_memory`` as bytes for :func:`set_memory_ceiling`: 0 = the default, -1 = none."""
+    return default_memory_ceiling() if max_memory == 0 else max(0, max_memory)
 
 
 def set_memory_ceiling(extra_bytes: int) -> None:

@@ -161,7 +161,7 @@ def test_never_scanned_root_and_missing_root(tmp_path, capsys):
 def _listing(root):
     """Media files under ``root`` (not dsclean's own: state folder, quarantine marker, lock, journal)."""
     return sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs
-                  if ".dsclean" not in d and not f.startswith(".") and f != "manifest.jsonl")
+                  if ".dsclean" not in d and not f.startswith(".") and f not in ("manifest.jsonl", "quarantine.json"))
 
 
 def test_quarantine_keeps_one_per_split_and_never_moves_across_without_drop_from(splits):

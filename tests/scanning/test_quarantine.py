@@ -105,7 +105,7 @@ CRASH_DRIVER = textwrap.dedent(
         steps[0] += 1
         if steps[0] == point:
             os.kill(os.getpid(), signal.SIGKILL)
-    real_append, real_rename, real_unlink, real_copy, real_link = Q.Journal.append, os.rename, os.unlink, Q.shutil.copy2, os.link
+    real_append, real_rename, real_unlink, real_copy, real_link = Q.Journal.append, os.rename, os.unlink, Q._copy_new, os.link
     def append(self, entry):
         step(); real_append(self, entry); step()
     def rename(src, dst):
@@ -118,9 +118,9 @@ CRASH_DRIVER = textwrap.dedent(
         if cross and str(src).startswith(root):
             raise OSError(errno.EXDEV, "cross-device")
         step(); real_link(src, dst, **kw); step()
-    def copy2(src, dst, **kw):
-        step(); real_copy(src, dst, **kw); step()
-    Q.Journal.append, os.rename, os.unlink, Q.shutil.copy2, os.link = append, rename, unlink, copy2, link
+    def copy_new(src, dst):
+        step(); real_copy(src, dst); step()
+    Q.Journal.append, os.rename, os.unlink, Q._copy_new, os.link = append, rename, unlink, copy_new, link
     with Q.Quarantine(qdir, root) as q:
         for rel in ("a/x.jpg", "a/y.jpg", "b/z.png"):
             q.move(rel, "corrupt")

@@ -31,3 +31,21 @@ def make_read_only(path) -> None:
     """Remount the tmpfs at ``path`` read-only."""
     proc = _run("mount", "-o", "remount,ro", str(path))
     assert proc.returncode == 0, proc.stderr
+
+
+@contextlib.contextmanager
+def read_only_bind(path) -> Iterator[str]:
+    """Bind-mount ``path`` onto itself read-only (root cannot write through it either); undone afterwards.
+
+    Skips where mounting is impossible.
+    """
+    path = str(path)
+    proc = _run("mount", "--bind", path, path)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot bind-mount here (needs root or CAP_SYS_ADMIN): {proc.stderr.strip()}")
+    try:
+        proc = _run("mount", "-o", "remount,ro,bind", path)
+        assert proc.returncode == 0, proc.stderr
+        yield path
+    finally:
+        _run("umount", "-l", path)

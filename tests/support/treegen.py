@@ -34,7 +34,7 @@ def make_tree(root: Path, n_good: int = 6, n_bad: int = 6, seed: int = 0) -> dic
     return expected
 
 
-DSCLEAN_FILES = (".dsclean", "manifest.jsonl", ".dsclean-quarantine", ".dsclean.lock",
+DSCLEAN_FILES = (".dsclean", "manifest.jsonl", ".dsclean-quarantine", ".dsclean.lock", "quarantine.json",
                  "scan_results.parquet", "problems.jsonl", "scan_summary.json")
 
 
