@@ -46,6 +46,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--exclude", action="append", default=[], metavar="DIR", help="a folder to leave out (repeatable)")
     p.add_argument("--dedup", action="store_true",
                    help="leave out exact duplicates (same content hash), keeping the first in path order")
+    p.add_argument("--facts", action="store_true",
+                   help="copy the scan's facts (media facts, content hash, quality facts) into the index "
+                        "(arrow only; default: none, so the index stays small)")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     p.set_defaults(func=cmd_index)
 
@@ -73,6 +76,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         state_dir=args.state_dir,
         allow_inside_root=args.allow_inside_root,
         dedup=args.dedup,
+        facts=args.facts,
     )
     if not args.quiet:
         print(format_summary(summary))

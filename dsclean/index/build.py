@@ -34,6 +34,7 @@ from .labels import apply_csv_labels, folder_classes, read_labels_csv, sort_key
 from .store import (
     FACTS,
     KIND_CODE,
+    index_schema,
     LARGE_PATH_BYTES,
     NPY_META,
     disk_size,
@@ -113,6 +114,7 @@ def build_index(
     state_dir: str | None = None,
     allow_inside_root: bool = False,
     dedup: bool = False,
+    facts: bool = False,
 ) -> IndexSummary:
     """Index the media files under ``root`` into ``output`` (Arrow file or npy folder).
 
@@ -131,6 +133,8 @@ def build_index(
     notes are logged on the ``dsclean`` logger. ``large_path_bytes`` overrides
     the 2 GiB threshold for 64-bit path offsets (for tests). ``dedup=True`` leaves
     out exact duplicates (same content hash), keeping the first in index order.
+    ``facts=True`` (``--facts``) copies the scan's facts columns (``store.FACTS``: media
+    facts, content hash, quality facts) into the index; without it there are none.
     """
     t0 = time.monotonic()
     fmt = resolve_format(output, format)
@@ -140,6 +144,9 @@ def build_index(
         raise UserError(f"unknown file rule {files!r}: use {' or '.join(FILE_RULES)}")
     if labels_csv is not None and no_labels:
         raise UserError("--labels and --no-labels cannot be used together: pick one way to label")
+    if facts and fmt == "npy":
+        raise UserError(f"{output}: --facts needs an arrow index (the facts include hashes and lists, "
+                        "which an npy folder of numbers cannot hold)")
     if not allow_inside_root and locations.is_inside(output, root):
         raise UserError(f"the index {output} is inside the dataset root {root}: it would become part of the data "
                         "(an npy folder is one more class for ImageFolder). Write it outside ROOT, or pass "
@@ -181,7 +188,8 @@ def build_index(
     if table.num_rows == 0:
         raise UserError(_empty_message(root, summary))
     threshold = LARGE_PATH_BYTES if large_path_bytes is None else large_path_bytes
-    table = _sort_and_finalize(table, by_label=mode == "folder", threshold=threshold, summary=summary)
+    table = _sort_and_finalize(table, by_label=mode == "folder", threshold=threshold, summary=summary,
+                               classes=len(classes), facts=facts)
     if dedup:
         table = _drop_exact_duplicates(root, table, results_paths if results is not None else [], summary)
     summary.rows = table.num_rows
@@ -398,11 +406,14 @@ def _read_scan_results(paths: list[str]) -> tuple[pa.Table, CheckOptions]:
     from ..scanning.merge import read_parts
     from ..scanning.results import read_results, read_results_meta
 
-    columns = ["path", "kind", "status", "reason", "size", "mtime_ns", *FACTS]
+    import pyarrow.parquet as pq
+
     for path in paths:
         if not os.path.exists(path):
             raise UserError(f"{path}: scan results not found")
     try:
+        have = set(pq.read_schema(paths[0]).names)
+        columns = ["path", "kind", "status", "reason", "size", "mtime_ns", *(n for n in FACTS if n in have)]
         table = read_parts(paths).select(columns) if len(paths) > 1 else read_results(paths[0], columns=columns)
         meta = read_results_meta(paths[0])
     except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
@@ -451,10 +462,12 @@ def _judge(root: str, table: pa.Table, results: pa.Table | None, options: CheckO
         else pa.nulls(n, pa.int32())
 
     def pick(name: str) -> pa.ChunkedArray | pa.Array:
-        """Column ``name`` of the current scan verdict, else of the fresh check, per row."""
-        typ = RESULTS_SCHEMA.field(name).type
-        old = results.column(name).take(where) if results is not None else pa.nulls(n, typ)
-        new = fresh.column(name).take(fwhere) if fresh is not None else pa.nulls(n, typ)
+        """Column ``name`` of the current scan verdict, else of the fresh check, per row (null if neither has it)."""
+        typ = FACTS[name] if name in FACTS else RESULTS_SCHEMA.field(name).type
+        has_old = results is not None and name in results.column_names
+        has_new = fresh is not None and name in fresh.column_names
+        old = results.column(name).take(where) if has_old else pa.nulls(n, typ)
+        new = fresh.column(name).take(fwhere) if has_new else pa.nulls(n, typ)
         return pc.if_else(current, old.cast(typ), new.cast(typ))
 
     status = pick("status")
@@ -499,6 +512,8 @@ def _apply_results(root: str, table: pa.Table, results: pa.Table, summary: Index
                                      pc.equal(results.column("mtime_ns").take(where), table.column("mtime_ns"))),
                              True)
     for name, typ in FACTS.items():
+        if name not in results.column_names:
+            continue
         values = results.column(name).take(where).cast(typ)
         values = pc.if_else(same_size, values, pa.scalar(None, typ))
         table = table.append_column(pa.field(name, typ), values)
@@ -534,13 +549,14 @@ def _sniff_rows(root: str, table: pa.Table, rows: np.ndarray, keep: pa.ChunkedAr
     return pa.array(keep_np), pa.array(kinds, pa.int8())
 
 
-def _sort_and_finalize(table: pa.Table, *, by_label: bool, threshold: int, summary: IndexSummary) -> pa.Table:
+def _sort_and_finalize(table: pa.Table, *, by_label: bool, threshold: int, summary: IndexSummary,
+                       classes: int, facts: bool) -> pa.Table:
     """Switch to 64-bit path offsets if needed (before take() concatenates the column), sort, finalize."""
     path_bytes = int(pc.sum(pc.binary_length(table.column("path"))).as_py() or 0)
     summary.large_paths = path_bytes > threshold
     if summary.large_paths:
         table = table.set_column(0, "path", table.column("path").cast(pa.large_binary()))
-    return _finalize(_sort(table, by_label=by_label), large=summary.large_paths)
+    return _finalize(_sort(table, by_label=by_label), large=summary.large_paths, classes=classes, facts=facts)
 
 
 def _sort(table: pa.Table, *, by_label: bool) -> pa.Table:
@@ -550,25 +566,14 @@ def _sort(table: pa.Table, *, by_label: bool) -> pa.Table:
     return table.drop_columns(["key"]).take(order)
 
 
-_INDEX_COLUMNS = ["path", "label", "kind", "size", "mtime_ns", *FACTS]
-
-
-def _finalize(table: pa.Table, *, large: bool) -> pa.Table:
-    """Index schema, one chunk per column (so it becomes ONE record batch)."""
-    for name, typ in FACTS.items():
-        if name not in table.column_names:
-            table = table.append_column(pa.field(name, typ), pa.nulls(table.num_rows, typ))
-    path_type = pa.large_binary() if large else pa.binary()
-    table = table.set_column(0, pa.field("path", path_type, nullable=False), table.column("path").cast(path_type))
-    schema = pa.schema([pa.field("path", path_type, nullable=False),
-                        pa.field("label", pa.int64(), nullable=False),
-                        pa.field("kind", pa.int8(), nullable=False),
-                        pa.field("size", pa.int64(), nullable=False),
-                        pa.field("mtime_ns", pa.int64(), nullable=False),
-                        *(pa.field(n, t) for n, t in FACTS.items())])
-    return table.select(_INDEX_COLUMNS).cast(schema).combine_chunks()
-
-
+def _finalize(table: pa.Table, *, large: bool, classes: int, facts: bool = False) -> pa.Table:
+    """Index schema (narrow types; facts only when asked for), one chunk per column (ONE record batch)."""
+    max_size = int(pc.max(table.column("size")).as_py() or 0) if table.num_rows else 0
+    schema = index_schema(classes=classes, max_size=max_size, large=large, facts=facts)
+    for f in schema:
+        if f.name not in table.column_names:
+            table = table.append_column(f, pa.nulls(table.num_rows, f.type))
+    return table.select(schema.names).cast(schema).combine_chunks()
 
 
 def _drop_exact_duplicates(root: str, table: pa.Table, results_paths: list[str], summary: IndexSummary) -> pa.Table:

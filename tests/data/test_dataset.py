@@ -96,7 +96,7 @@ def test_targets_is_read_only_view(index):
     ds = IndexedDataset(index)
     t = ds.targets
     assert isinstance(t, np.ndarray) and not isinstance(t, list)
-    assert t.tolist() == [0, 0, 0, 1, 1, 1] and t.dtype == np.int64
+    assert t.tolist() == [0, 0, 0, 1, 1, 1] and t.dtype == np.int8  # the narrowest type holding the labels
     assert not t.flags.writeable
     with pytest.raises(ValueError):
         t[0] = 5
