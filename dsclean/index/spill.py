@@ -27,7 +27,8 @@ BLOCK_ROWS = 16_384
 class Sorter:
     """Sort record batches by the binary column ``key`` through runs spilled to ``folder``."""
 
-    def __init__(self, folder: str, name: str, key: str, schema: pa.Schema, run_rows: int = RUN_ROWS) -> None:
+    def __init__(self, folder: str, name: str, key: str, schema: pa.Schema | None = None,
+                 run_rows: int = RUN_ROWS) -> None:
         self.folder, self.name, self.key, self.schema, self.run_rows = folder, name, key, schema, run_rows
         self.pending: list[pa.RecordBatch] = []
         self.pending_rows = 0
@@ -37,6 +38,8 @@ class Sorter:
     def add(self, batch: pa.RecordBatch | pa.Table) -> None:
         if not batch.num_rows:
             return
+        if self.schema is None:  # from the first rows
+            self.schema = batch.schema
         batches = batch.to_batches() if isinstance(batch, pa.Table) else [batch]
         self.pending.extend(batches)
         self.pending_rows += batch.num_rows

@@ -424,13 +424,12 @@ def test_failed_write_leaves_old_index(tree, tmp_path, monkeypatch, fmt):
     before = rel_paths(out)
     write(tree, "cats/new.png")
 
-    real = index_mod.write_arrow if fmt == "arrow" else index_mod.write_npy
-
-    def half_write(table, tmp, meta):
-        real(table.slice(0, 1), tmp, meta)  # something half-written in the temp output...
+    def half_write(tmp, *args):
+        with open(tmp if fmt == "arrow" else os.path.join(tmp, "paths.npy"), "wb") as f:
+            f.write(b"ARROW1\0\0half")  # something half-written in the temp output...
         raise OSError(28, "No space left on device")  # ...then the disk fills up
 
-    monkeypatch.setattr(index_mod, "write_arrow" if fmt == "arrow" else "write_npy", half_write)
+    monkeypatch.setattr(index_mod, "write_one_batch" if fmt == "arrow" else "write_npy_columns", half_write)
     with pytest.raises(OSError, match="No space"):
         build_index(tree, out)
     assert rel_paths(out) == before
