@@ -28,8 +28,9 @@ class Sorter:
     """Sort record batches by the binary column ``key`` through runs spilled to ``folder``."""
 
     def __init__(self, folder: str, name: str, key: str, schema: pa.Schema | None = None,
-                 run_rows: int = RUN_ROWS) -> None:
-        self.folder, self.name, self.key, self.schema, self.run_rows = folder, name, key, schema, run_rows
+                 run_rows: int | None = None) -> None:
+        self.folder, self.name, self.key, self.schema = folder, name, key, schema
+        self.run_rows = run_rows or RUN_ROWS
         self.pending: list[pa.RecordBatch] = []
         self.pending_rows = 0
         self.runs: list[str] = []
