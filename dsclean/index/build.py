@@ -1,10 +1,14 @@
 """Stage 5: build a compact, memory-mapped index of the files that survived the scan.
 
-The build streams :func:`dsclean.scanning.discover.iter_media` into Arrow record
-batches of at most ``CHUNK_ROWS`` rows (no Python list of all paths), then
-filters, joins and sorts with Arrow compute on the compact columns, and writes
-through :func:`dsclean.atomic.atomic_output` (temp + rename). The format itself
-is :mod:`dsclean.index.store`.
+The build streams, so its memory does not grow with the number of files:
+:func:`dsclean.scanning.discover.iter_media` becomes record batches of at most
+``CHUNK_ROWS`` rows (no Python list of all paths); those and the scan results (read
+a record batch at a time, every part of a job array) are sorted by path in runs
+spilled to disk (:mod:`dsclean.index.spill`) and joined window by window; files the
+scan did not cover are checked in chunks; the kept rows are sorted into index order
+the same way and streamed column by column into the one-batch Arrow file
+(:mod:`dsclean.index.columns`), written through :func:`dsclean.atomic.atomic_output`
+(temp + rename). The format itself is :mod:`dsclean.index.store`.
 
 Labels and sample order (torchvision ``ImageFolder``'s, or a CSV) are in :mod:`dsclean.index.labels`.
 """
