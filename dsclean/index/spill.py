@@ -19,9 +19,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 #: rows per spilled run (sorted in memory: ~100 B a row for the build's columns)
-RUN_ROWS = 262_144
+RUN_ROWS = 131_072
 #: rows per block read back from a run while merging
-BLOCK_ROWS = 16_384
+BLOCK_ROWS = 8_192
+#: runs merged at once: more runs are first merged in groups into longer runs, so the blocks
+#: held while merging (FAN_IN x BLOCK_ROWS rows) do not grow with the number of rows
+FAN_IN = 8
 
 
 class Sorter:
@@ -34,6 +37,7 @@ class Sorter:
         self.pending: list[pa.RecordBatch] = []
         self.pending_rows = 0
         self.runs: list[str] = []
+        self.merges = 0
         self.rows = 0
 
     def add(self, batch: pa.RecordBatch | pa.Table) -> None:
@@ -63,7 +67,24 @@ class Sorter:
     def sorted(self) -> Iterator[pa.Table]:
         """All rows in key order, a window at a time (each run file is removed once read)."""
         self._spill()
-        yield from merge([_read_run(p) for p in self.runs], self.key)
+        runs = self.runs
+        while len(runs) > FAN_IN:  # merge passes: at most FAN_IN runs are ever read at once
+            merged = []
+            for start in range(0, len(runs), FAN_IN):
+                group = runs[start: start + FAN_IN]
+                if len(group) == 1:
+                    merged.append(group[0])
+                    continue
+                self.merges += 1
+                path = os.path.join(self.folder, f"{self.name}-merged-{self.merges:05d}.arrows")
+                with pa.OSFile(path, "wb") as sink, pa.ipc.new_stream(sink, self.schema) as writer:
+                    for table in merge([_read_run(p) for p in group], self.key):
+                        for b in table.to_batches(max_chunksize=BLOCK_ROWS):
+                            writer.write_batch(b)
+                merged.append(path)
+            runs = merged
+        self.runs = []
+        yield from merge([_read_run(p) for p in runs], self.key)
 
 
 def _read_run(path: str) -> Iterator[pa.Table]:

@@ -45,9 +45,10 @@ def _rows(path: str) -> list[tuple]:
 
 
 def _tiny_runs(monkeypatch) -> None:
-    """Runs of 5 rows, blocks of 2, walk batches of 3: every merge and window path is taken."""
+    """Runs of 5 rows, blocks of 2, 2 runs merged at once, walk batches of 3: every merge and window path is taken."""
     monkeypatch.setattr(spill, "RUN_ROWS", 5)
     monkeypatch.setattr(spill, "BLOCK_ROWS", 2)
+    monkeypatch.setattr(spill, "FAN_IN", 2)  # 40 rows: 8 runs, merged in passes
     monkeypatch.setattr(build, "CHUNK_ROWS", 3)
     monkeypatch.setattr(build, "STALE_ROWS", 4)
 
