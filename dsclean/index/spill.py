@@ -63,6 +63,7 @@ class Sorter:
                 writer.write_batch(b)
         self.runs.append(path)
         self.pending, self.pending_rows = [], 0
+        release_memory()
 
     def sorted(self) -> Iterator[pa.Table]:
         """All rows in key order, a window at a time (each run file is removed once read)."""
@@ -85,6 +86,11 @@ class Sorter:
             runs = merged
         self.runs = []
         yield from merge([_read_run(p) for p in runs], self.key)
+
+
+def release_memory() -> None:
+    """Hand memory Arrow freed back to the system (its allocator keeps it otherwise, and peak RSS would creep)."""
+    pa.default_memory_pool().release_unused()
 
 
 def _read_run(path: str) -> Iterator[pa.Table]:
@@ -130,7 +136,9 @@ def aligned(streams: list[Iterator[pa.Table]], key: str) -> Iterator[list[pa.Tab
 
 def merge(streams: list[Iterator[pa.Table]], key: str) -> Iterator[pa.Table]:
     """One key-sorted stream out of several: each window's rows, sorted."""
-    for window in aligned(streams, key):
+    for n, window in enumerate(aligned(streams, key)):
+        if n % 256 == 255:
+            release_memory()
         parts = [t for t in window if t is not None and t.num_rows]
         if not parts:
             continue
