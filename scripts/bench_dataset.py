@@ -13,6 +13,12 @@ of each dataset in its own fresh Python process:
 Each worker's USS and PSS are read with psutil when it starts (worker_init_fn)
 and sampled from the main process during the epoch; growth = last sample - start.
 psutil is used only here (it is not a dsclean dependency).
+
+``--lookup``: the per-sample cost of ``IndexedDataset[i]`` (trivial loader,
+``check_stale=False``: the index bookkeeping only) against the baseline of a plain
+Python list of paths + ``os.path.join``, side by side in one process on real folders
+and files (``--tmp``, default /dev/shm), for a few folders and for 100,000 folders
+(the old per-process folder cache held 65,536). Then ``validate`` of a 10M-row index.
 """
 from __future__ import annotations
 
@@ -59,7 +65,7 @@ def make_index(out_dir: str, rows: int) -> dict:
         "mtime_ns": pa.array(np.zeros(rows, np.int64)),
     })
     del paths
-    table = ix_build._finalize(table, large=False)
+    table = ix_build._finalize(table, ix.index_schema(classes=classes, max_size=110_000, large=False, facts=False))
     names = [f"n{c + 1440764:08d}" for c in range(classes)]
     meta = ix.make_meta(root, names, "folder", rows, None)
     arrow = os.path.join(out_dir, "index.arrow")
@@ -149,6 +155,109 @@ def run_variant(variant: str, files: dict, workers: int, state: str) -> dict:
             "per_worker": per_worker, "torch": torch.__version__}
 
 
+# ----------------------------------------------------------------------------- per-sample lookup
+
+
+def _lookup_index(work: str, rows: int, folders: int, create: bool) -> tuple[str, str, list[str], list[int]]:
+    import pyarrow as pa
+
+    from dsclean.index import store as ix
+
+    root = os.path.join(work, f"root-{folders}")
+    classes = min(folders, 1000)
+    paths = [f"c{(i % folders) % classes:03d}/d{i % folders:06d}/img_{i:09d}.jpg" for i in range(rows)]
+    labels = [(i % folders) % classes for i in range(rows)]
+    if create:
+        for p in paths:
+            full = os.path.join(root, p)
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            os.close(os.open(full, os.O_CREAT | os.O_WRONLY, 0o644))
+    else:
+        os.makedirs(root, exist_ok=True)
+    schema = ix.index_schema(classes=classes, max_size=0, large=False, facts=False)
+    table = pa.table({"path": [p.encode() for p in paths], "label": labels, "kind": np.zeros(rows, np.int8),
+                      "size": np.zeros(rows, np.uint32), "mtime_ns": np.zeros(rows, np.int64)}).cast(schema)
+    out = os.path.join(work, f"lookup-{folders}.arrow")
+    ix.write_arrow(table, out, ix.make_meta(root, [f"c{c:03d}" for c in range(classes)], "folder", rows, None))
+    return out, root, paths, labels
+
+
+def lookup(tmp: str, rows: int, validate_rows: int) -> str:
+    import platform
+    import shutil
+
+    from dsclean import IndexedDataset
+
+    work = tempfile.mkdtemp(prefix="dsclean-bench-lookup-", dir=tmp)
+    lines = [f"IndexedDataset[i] vs list + os.path.join; {platform.platform()}, {os.cpu_count()} CPUs; "
+             f"{rows:,} rows, files in {tmp}; us per sample, best of 5 rounds (interleaved)",
+             "| folders | list + join (baseline) | IndexedDataset | difference | ratio | first pass (folders checked) |",
+             "|---|---|---|---|---|---|"]
+    try:
+        for folders in (100, 100_000):
+            index, root, paths, labels = _lookup_index(work, rows, folders, create=True)
+            ds = IndexedDataset(index, loader=trivial_loader, check_stale=False)
+            order = np.random.default_rng(0).permutation(rows).tolist()
+            t0 = time.perf_counter()
+            for j in order:
+                ds[j]
+            first = (time.perf_counter() - t0) / rows * 1e6
+
+            def base() -> None:
+                for j in order:
+                    trivial_loader(os.path.join(root, paths[j])), labels[j]
+
+            def ours() -> None:
+                for j in order:
+                    ds[j]
+
+            best = {"base": float("inf"), "ours": float("inf")}
+            for _ in range(5):
+                for name, fn in (("base", base), ("ours", ours)):
+                    t0 = time.perf_counter()
+                    fn()
+                    best[name] = min(best[name], (time.perf_counter() - t0) / rows * 1e6)
+            lines.append(f"| {folders:,} | {best['base']:.2f} | {best['ours']:.2f} | {best['ours'] - best['base']:+.2f} "
+                         f"| {best['ours'] / best['base']:.2f}x | {first:.2f} |")
+            print(lines[-1], file=sys.stderr, flush=True)
+            shutil.rmtree(root)
+        lines.append("")
+        lines.append(_validate_bench(work, validate_rows))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return "\n".join(lines)
+
+
+def _validate_bench(work: str, rows: int) -> str:
+    """Time ``store.validate`` (what opening an index adds) on a ``rows``-row index, warm page cache."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from dsclean.index import store as ix
+
+    classes = 1000
+    i = pa.array(np.arange(rows, dtype=np.int64))
+    names = pc.binary_join_element_wise(pa.scalar("c"), pc.cast(pc.divide(i, 10_000), pa.string()),
+                                        pa.scalar("/img_"), pc.cast(i, pa.string()), pa.scalar(".jpg"), "")
+    schema = ix.index_schema(classes=classes, max_size=10**6, large=False, facts=False)
+    table = pa.table({"path": names.cast(pa.binary()), "label": pc.cast(pc.divide(i, rows // classes + 1), pa.int16()),
+                      "kind": np.zeros(rows, np.int8), "size": np.full(rows, 100_000, np.uint32),
+                      "mtime_ns": np.zeros(rows, np.int64)}).cast(schema)
+    out = os.path.join(work, "validate.arrow")
+    ix.write_arrow(table, out, ix.make_meta(work, [str(c) for c in range(classes)], "folder", rows, None))
+    del table, names, i
+    times = []
+    for _ in range(5):
+        idx = ix.open_index(out)  # validated once (then trusted by identity in this process)
+        t0 = time.perf_counter()
+        ix.validate(idx)
+        times.append(time.perf_counter() - t0)
+    size = os.path.getsize(out)
+    os.unlink(out)
+    return (f"validate() of a {rows:,}-row index ({size / 1e6:.0f} MB, warm page cache): best {min(times):.3f} s, "
+            f"median {sorted(times)[2]:.3f} s of 5")
+
+
 # ----------------------------------------------------------------------------- orchestration
 
 
@@ -191,7 +300,14 @@ def main() -> int:
     ap.add_argument("--out", default=None, help="folder for the synthetic index (default: a temp folder)")
     ap.add_argument("--variants", default="list,index,index-npy")
     ap.add_argument("--_child", help=argparse.SUPPRESS)
+    ap.add_argument("--lookup", action="store_true", help="per-sample lookup cost and validate() time instead")
+    ap.add_argument("--lookup-rows", type=int, default=200_000)
+    ap.add_argument("--validate-rows", type=int, default=10_000_000)
+    ap.add_argument("--tmp", default="/dev/shm")
     args = ap.parse_args()
+    if args.lookup:
+        print(lookup(args.tmp, args.lookup_rows, args.validate_rows))
+        return 0
     if args._child:
         spec = json.loads(args._child)
         print(json.dumps(run_variant(spec["variant"], spec["files"], spec["workers"], spec["state"])))

@@ -10,6 +10,14 @@ re-scan answered entirely from the scan cache (a stat and a cache lookup per fil
 - index of a never-scanned tree (every file decoded) against a full scan of it.
 
     python scripts/bench_index.py [--n 20000] [--jobs 2]
+
+``--memory 1000000,3000000``: peak memory (the child's ``ru_maxrss``) and index size of
+``dsclean index`` at each size, on a tree of empty files in a tmpfs (``--tmp``; file
+creation on this machine's disk costs ~200 us a file) with generated scan results
+(every file ``ok``, size and mtime current), so the run measures the build's own
+data handling: walk, join with the results, sort, write. ``--old DIR`` runs the same
+build with another dsclean source tree too (e.g. ``git archive main | tar -x -C DIR``),
+side by side on the same tree.
 """
 from __future__ import annotations
 
@@ -40,6 +48,89 @@ def make_tree(folder: str, n: int) -> None:
             f.write(bases[i % 8] + i.to_bytes(4, "big"))
 
 
+def make_flat_tree(root: str, n: int, classes: int = 1000) -> None:
+    """``n`` empty files ``classNNN/img_NNNNNNNNN.jpg`` (26-byte relative paths) in ``classes`` folders."""
+    for c in range(classes):
+        os.makedirs(os.path.join(root, f"class{c:03d}"), exist_ok=True)
+    for i in range(n):
+        os.close(os.open(os.path.join(root, f"class{i % classes:03d}", f"img_{i:09d}.jpg"), os.O_CREAT | os.O_WRONLY,
+                         0o644))
+
+
+def write_ok_results(root: str, path: str) -> int:
+    """Scan results saying every file under ``root`` is ok (its current size and mtime), streamed per folder."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dsclean.scanning.results import META_KEY, SCHEMA
+
+    schema = SCHEMA.with_metadata({META_KEY: json.dumps({"root": os.path.abspath(root), "shard": None})})
+    rows = 0
+    with pq.ParquetWriter(path, schema, compression="zstd") as w:
+        for d in sorted(os.listdir(root)):
+            entries = [(f"{d}/{e.name}".encode(), e.stat()) for e in os.scandir(os.path.join(root, d))]
+            n = len(entries)
+            cols = {f.name: pa.nulls(n, f.type) for f in SCHEMA}
+            cols.update(path=pa.array([p for p, _ in entries], pa.binary()), kind=pa.array(["image"] * n),
+                        status=pa.array(["ok"] * n), format=pa.array(["jpeg"] * n),
+                        size=pa.array([st.st_size for _, st in entries], pa.int64()),
+                        mtime_ns=pa.array([st.st_mtime_ns for _, st in entries], pa.int64()))
+            w.write_table(pa.table(cols, schema=schema))
+            rows += n
+    return rows
+
+
+def run_index(src: str | None, root: str, results: str, out: str) -> tuple[float, float]:
+    """``dsclean index`` in a fresh process (this tree's dsclean, or the one in ``src``): (peak RSS MB, seconds)."""
+    import subprocess
+
+    code = ("import sys\n"
+            + (f"sys.path.insert(0, {src!r})\n" if src else "")
+            + "import dsclean, dsclean.cli\n"
+            + (f"assert dsclean.__file__.startswith({src!r}), dsclean.__file__\n" if src else "")
+            + f"sys.exit(dsclean.cli.main(['index', {root!r}, '-o', {out!r}, '--scan-results', {results!r}, '-q']))\n")
+    start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        raise SystemExit(f"dsclean index failed ({proc.returncode})")
+    return usage.ru_maxrss / 1024, time.perf_counter() - start
+
+
+def memory(sizes: list[int], tmp: str, old: str | None) -> None:
+    import pyarrow as pa
+
+    print(f"dsclean index peak memory; {platform.platform()}, {os.cpu_count()} CPUs; tree in {tmp}")
+    print("| rows | variant | peak RSS MB | seconds | index bytes | bytes/row | path bytes/row | index / path bytes |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n in sizes:
+        work = tempfile.mkdtemp(prefix="dsclean-bench-index-mem-", dir=tmp)
+        try:
+            root = os.path.join(work, "data")
+            make_flat_tree(root, n)
+            results = os.path.join(work, "scan_results.parquet")
+            write_ok_results(root, results)
+            for name, src in (("this branch", None), ("old", old)):
+                if name == "old" and not old:
+                    continue
+                out = os.path.join(work, f"index-{name.replace(' ', '-')}.arrow")
+                os.environ["DSCLEAN_STATE_DIR"] = os.path.join(work, "state")
+                rss, secs = run_index(src, root, results, out)
+                with pa.memory_map(out) as f:
+                    batch = pa.ipc.open_file(f).get_batch(0)
+                    rows = batch.num_rows
+                    path_bytes = batch.column("path").buffers()[2].size
+                size = os.path.getsize(out)
+                print(f"| {rows:,} | {name} | {rss:.0f} | {secs:.0f} | {size:,} | {size / rows:.1f} | "
+                      f"{path_bytes / rows:.1f} | {size / path_bytes:.2f}x |", flush=True)
+                os.unlink(out)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
 def timed(fn) -> float:
     start = time.perf_counter()
     fn()
@@ -50,7 +141,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=20_000)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--memory", help="comma-separated row counts: peak memory and index size of dsclean index")
+    ap.add_argument("--tmp", default="/dev/shm", help="where --memory builds its trees (default: /dev/shm)")
+    ap.add_argument("--old", help="--memory: also run the dsclean source tree in this folder")
     args = ap.parse_args()
+    if args.memory:
+        memory([int(x) for x in args.memory.split(",")], args.tmp, args.old)
+        return
     work = tempfile.mkdtemp(prefix="dsclean-bench-index-")
     os.environ["DSCLEAN_STATE_DIR"] = os.path.join(work, "state")
     root, out = os.path.join(work, "data"), os.path.join(work, "i.arrow")

@@ -49,6 +49,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--exclude", action="append", default=[], metavar="DIR", help="a folder to leave out (repeatable)")
     p.add_argument("--dedup", action="store_true",
                    help="leave out exact duplicates (same content hash), keeping the first in path order")
+    p.add_argument("--facts", action="store_true",
+                   help="copy the scan's facts (media facts, content hash, quality facts) into the index "
+                        "(arrow only; default: none, so the index stays small)")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     p.set_defaults(func=cmd_index)
 
@@ -88,6 +91,7 @@ def _build(args: argparse.Namespace):
         allow_inside_root=args.allow_inside_root,
         dedup=args.dedup,
         root_moved=args.root_moved,
+        facts=args.facts,
     )
 
 

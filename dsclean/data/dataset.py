@@ -20,6 +20,7 @@ import logging
 import operator
 import os
 import stat
+import sys
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -34,10 +35,69 @@ from .loaders import DEFAULT_LOADERS
 logger = logging.getLogger("dsclean")
 
 _ON_ERROR = ("raise", "skip")
+_FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 #: IndexedDataset(follow_symlinks=...): links must stay inside the root, or may lead anywhere
 _FOLLOW = ("inside", "all")
-#: folders whose real path is remembered per process (the cache is cleared when full)
-_FOLDER_CACHE = 65_536
+#: initial slots of the per-process table of folders known to stay inside the root (doubles at half full)
+_FOLDER_SLOTS = 1 << 12
+
+#: bumped in every forked child, so a dataset notices it must map the index again (cheaper than os.getpid per sample)
+_fork_generation = 0
+
+
+def _after_fork() -> None:
+    global _fork_generation
+    _fork_generation += 1
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+class FolderTable:
+    """Folders already checked to resolve inside the root: 64-bit hashes in a numpy open-addressing table.
+
+    Per process, 17 bytes a folder at most, never cleared (no cliff past some
+    count), no Python object per folder. Each folder also records whether it held a
+    symlink when it was checked (only then does each file in it cost an ``lstat``).
+    A 64-bit hash collision with an unchecked folder has probability ~folders/2**64.
+    """
+
+    def __init__(self, slots: int = _FOLDER_SLOTS) -> None:
+        self._resize(slots)
+
+    def _resize(self, slots: int) -> None:
+        self.keys = np.zeros(slots, np.uint64)  # 0 = empty
+        self.links = np.zeros(slots, np.uint8)  # 1 = the folder held a symlink
+        self.view, self.link_view = memoryview(self.keys), memoryview(self.links)  # indexing gives Python ints
+        self.mask = slots - 1
+        self.count = 0
+
+    def find(self, h: int) -> int:
+        """The slot holding ``h``, or -1."""
+        view, mask = self.view, self.mask
+        slot = h & mask
+        while True:
+            k = view[slot]
+            if k == h:
+                return slot
+            if k == 0:
+                return -1
+            slot = (slot + 1) & mask
+
+    def add(self, h: int, links: bool) -> None:
+        if 2 * (self.count + 1) > len(self.keys):
+            keep = self.keys != 0
+            old_keys, old_links = self.keys[keep].tolist(), self.links[keep].tolist()
+            self._resize(2 * len(self.keys))
+            for k, link in zip(old_keys, old_links):
+                self.add(k, bool(link))
+        view, mask = self.view, self.mask
+        slot = h & mask
+        while view[slot] not in (0, h):
+            slot = (slot + 1) & mask
+        if view[slot] == 0:
+            self.count += 1
+        self.keys[slot], self.links[slot] = h, links
 
 
 class SampleError(Exception):
@@ -111,8 +171,11 @@ class IndexedDataset(Dataset):
     file object, ``path(i)`` is the original relative path (for reference: it is
     not opened), and ``root=`` is refused. The folder can be moved.
 
-    The constructor reads only the index metadata. The columns are mapped
-    lazily in each process on first access (re-opened after a fork).
+    The constructor maps the index and validates it (:func:`dsclean.index.store.validate`:
+    a damaged or hostile index is a ``UserError`` naming the first bad row; ~0.1 s per
+    10M rows); ``len()`` is the validated row count. Every other process (a worker)
+    maps it again on first access and trusts that validation while the file keeps the
+    same identity (device, inode, size, mtime).
     """
 
     def __init__(self, index: str | os.PathLike, transform: Callable | None = None,
@@ -142,6 +205,9 @@ class IndexedDataset(Dataset):
         self.follow_symlinks = follow_symlinks
         self._reset()
         self._meta = meta
+        self._trusted: tuple | None = None
+        self._rows = len(self._mapped())  # validated here, once; workers trust it for the same file identity
+        self._trusted = self._idx.identity
 
     @classmethod
     def from_folder(cls, root: str | os.PathLike, transform: Callable | None = None,
@@ -174,34 +240,51 @@ class IndexedDataset(Dataset):
         self._idx: MappedIndex | None = None
         self._packed_set: shards.PackedSet | None = None
         self._pid: int | None = None
+        self._generation: int = -1
         self._real_root: str | None = None
-        self._folders: dict[str, str | None] = {}
+        self._folders = FolderTable()
         self._logged: set[int] = set()
+        self._labels = self._sizes = self._kinds = self._offsets = self._data = None
 
     def __getstate__(self) -> dict:
         """Only the options: a worker re-maps the index itself (cheap spawn)."""
         return {k: getattr(self, k) for k in ("index", "root", "transform", "target_transform", "loader", "on_error",
-                                                   "check_stale", "follow_symlinks", "packed", "max_open_shards")}
+                                                   "check_stale", "follow_symlinks", "packed", "max_open_shards",
+                                                   "_rows", "_trusted")}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._reset()
 
     def _mapped(self) -> MappedIndex:
-        """The mapped columns of this process; (re)opened on first use and after a fork."""
-        pid = os.getpid()
-        if self._idx is None or self._pid != pid:
+        """The mapped columns of this process; (re)opened on first use and after a fork.
+
+        The process that constructed the dataset validated the index; others (spawned
+        workers) trust that while the file keeps the same identity (dev, inode, size, mtime).
+        """
+        if self._idx is None or self._generation != _fork_generation:
             if self.packed:
                 self._packed_set = shards.PackedSet(self.index, self.max_open_shards)
-                self._idx = self._packed_set.idx
+                idx = self._packed_set.idx
             else:
-                self._idx = open_index(self.index)
-            self._pid = pid
+                idx = open_index(self.index, trusted=self._trusted)
+            if self._trusted is not None and len(idx) != self._rows:
+                raise UserError(f"{self.index}: the index changed since the dataset was created "
+                                f"({self._rows:,} rows then, {len(idx):,} now); create the dataset again")
+            self._idx = idx
+            self._generation = _fork_generation
+            self._pid = os.getpid()
             self._real_root = None if self.packed else os.path.realpath(self.root)
-            self._folders = {}
+            self._root_prefix = "" if self.packed else os.path.join(self.root, "")
+            self._folders = FolderTable()
             self._logged = set()
+            # memoryviews over the mapped columns for the per-sample path: indexing one gives a Python int
+            # (no numpy scalar), slicing the data gives the path bytes; still zero copy
+            self._labels, self._sizes, self._kinds, self._offsets, self._data = (
+                memoryview(np.ascontiguousarray(col)) for col in (idx.labels, idx.sizes, idx.kinds, idx.offsets,
+                                                                   idx.data))
             if self._meta is None:
-                self._meta = self._idx.meta
+                self._meta = idx.meta
         return self._idx
 
     @property
@@ -213,7 +296,7 @@ class IndexedDataset(Dataset):
     # -- sequence protocol -------------------------------------------------------------
 
     def __len__(self) -> int:
-        return int(self.meta["rows"])
+        return self._rows  # the validated row count (the metadata's, checked against every column)
 
     @property
     def classes(self) -> list[str]:
@@ -225,8 +308,14 @@ class IndexedDataset(Dataset):
 
     @property
     def targets(self) -> "Targets":
-        """All labels: a read-only numpy view over the mapping (zero copy) that indexes and iterates as ints."""
-        view = self._mapped().labels.view(Targets)
+        """All labels as a read-only int64 array that indexes and iterates as ints (like ImageFolder's list).
+
+        int64 because training code does ``torch.tensor(ds.targets)`` and indexes or feeds a loss
+        with it, which needs int64; the index stores narrower labels, so this is a copy (8 bytes a row,
+        made per call: keep it if you use it often), zero copy when the index holds int64 labels.
+        """
+        labels = self._mapped().labels
+        view = (labels if labels.dtype == np.int64 else labels.astype(np.int64)).view(Targets)
         view.flags.writeable = False
         return view
 
@@ -269,9 +358,11 @@ class IndexedDataset(Dataset):
             return f.read()
 
     def __getitem__(self, i):
-        j = self._position(i)
-        idx = self._mapped()
-        return self._load(j, idx.path_bytes(j), int(idx.labels[j]), int(idx.sizes[j]), int(idx.kinds[j]))
+        if self._idx is None or self._generation != _fork_generation:
+            self._mapped()
+        j = i if type(i) is int and 0 <= i < self._rows else self._position(i)
+        off = self._offsets
+        return self._load(j, bytes(self._data[off[j]: off[j + 1]]), self._labels[j])
 
     def __getitems__(self, indices: Sequence[int]) -> list:
         """The batched hook of PyTorch's fetcher: gathers a whole batch's rows at once (vectorized)."""
@@ -283,19 +374,19 @@ class IndexedDataset(Dataset):
             bad = np.asarray(indices).reshape(-1)[(pos < 0) | (pos >= n)][0]
             raise IndexError(f"index {int(bad)} out of range for {n} samples")
         starts, ends = idx.offsets[pos], idx.offsets[pos + 1]
-        labels, sizes, kinds = idx.labels[pos], idx.sizes[pos], idx.kinds[pos]
+        labels = idx.labels[pos]
         data = idx.data
-        return [self._load(int(j), data[s:e].tobytes(), int(lab), int(sz), int(k))
-                for j, s, e, lab, sz, k in zip(pos, starts, ends, labels, sizes, kinds)]
+        return [self._load(j, data[s:e].tobytes(), lab)
+                for j, s, e, lab in zip(pos.tolist(), starts.tolist(), ends.tolist(), labels.tolist())]
 
     # -- loading -----------------------------------------------------------------------
 
-    def _load(self, j: int, raw: bytes, label: int, size: int, kind: int):
-        rel = os.fsdecode(raw)
+    def _load(self, j: int, raw: bytes, label: int):
+        rel = raw.decode(_FS_ENCODING, _FS_ERRORS)  # os.fsdecode, without its per-call checks
         if not self.packed:
             full, st = self._resolve(j, rel)  # outside the try: a refusal is never skipped
         try:
-            sample = self._read_packed(j, kind) if self.packed else self._read(full, st, size, kind)
+            sample = self._read_packed(j) if self.packed else self._read(j, full, st)
         except Exception as exc:  # any loader failure becomes a SampleError naming index, path and cause
             err = self._error(j, rel, f"{type(exc).__name__}: {exc}")
             if self.on_error == "skip":
@@ -310,47 +401,55 @@ class IndexedDataset(Dataset):
             raise self._error(j, rel, f"in transform: {type(exc).__name__}: {exc}") from exc
         return sample, target
 
-    def _read(self, full: str, st: os.stat_result | None, size: int, kind: int):
+    def _read(self, j: int, full: str, st: os.stat_result | None):
         if self.check_stale:
+            size = self._sizes[j]
             now = (st if st is not None else os.stat(full)).st_size  # os.stat raises, naming a missing file
             if now != size:
                 raise StaleEntryError(f"stale index entry: the file is {now} bytes, the index recorded {size}; "
                                       "it changed since indexing, rebuild the index")
         if self.loader is not None:
             return self.loader(full)
-        return DEFAULT_LOADERS[KINDS[kind]](full)
+        return DEFAULT_LOADERS[KINDS[self._kinds[j]]](full)
 
-    def _read_packed(self, j: int, kind: int):
+    def _read_packed(self, j: int):
         data = io.BytesIO(self._packed_set.read(j))
-        return self.loader(data) if self.loader is not None else DEFAULT_LOADERS[KINDS[kind]](data)
+        return self.loader(data) if self.loader is not None else DEFAULT_LOADERS[KINDS[self._kinds[j]]](data)
 
     def _resolve(self, j: int, rel: str) -> tuple[str, os.stat_result | None]:
         """The full path and its stat (None if it has none); refuses paths that leave the root.
 
         Refused: absolute paths, ``..`` components, and anything resolving outside
-        ``realpath(root)`` through a symlink. Folders are resolved once per process
-        (cached: there are few of them); the file itself costs one ``lstat``, and a
-        full ``realpath`` only when it is a symlink.
+        ``realpath(root)`` through a symlink. Each folder is checked once per process
+        (a ``realpath`` and one listing, remembered in a :class:`FolderTable`); a file
+        costs an ``lstat`` (and a ``realpath`` if it is a link) only when its folder
+        held a symlink when it was checked. A link created in a folder after this
+        process first read from it is not seen until the next process (the next epoch's
+        workers): the check guards against the dataset's layout, not a concurrent attacker.
         """
-        if not rel or os.path.isabs(rel) or ".." in rel.split("/") or "\0" in rel:
+        if not rel or rel[0] == "/" or "\0" in rel or (".." in rel and ".." in rel.split("/")):
             raise self._unsafe(j, rel, "refused: the path is absolute or escapes the root")
-        full = os.path.join(self.root, rel)
-        folder = rel.rpartition("/")[0]
+        full = self._root_prefix + rel  # os.path.join(root, rel) for a relative rel
         if self.follow_symlinks == "all":  # the caller's choice: links may lead anywhere
             try:
                 return full, os.stat(full)
             except OSError:
                 return full, None
-        if folder:
-            outside = self._folder_outside(folder)
-            if outside is not None:
-                raise self._unsafe(j, rel, f"refused: its folder resolves to {outside}, outside the root "
-                                           "(IndexedDataset(..., follow_symlinks='all') follows such links)")
+        cut = rel.rfind("/")
+        folder = rel[:cut] if cut > 0 else ""
+        table = self._folders
+        h = (hash(folder) & 0xFFFF_FFFF_FFFF_FFFF) or 1  # 64-bit, non-zero; salted per process (fine: a per-process table)
+        slot = h & table.mask
+        if table.view[slot] != h:
+            slot = table.find(h)
+        links = table.link_view[slot] if slot >= 0 else self._check_folder(j, rel, folder, h)
+        if not links:  # the folder held no symlink when first seen: no per-file lstat
+            return full, None
         try:
             st = os.lstat(full)
         except OSError:
             return full, None  # missing or unreadable: the loader (or the stale check) reports it
-        if stat.S_ISLNK(st.st_mode):
+        if st.st_mode & 0o170000 == stat.S_IFLNK:
             real = os.path.realpath(full)
             if not self._inside(real):
                 raise self._unsafe(j, rel, f"refused: it resolves to {real}, outside the root "
@@ -361,15 +460,27 @@ class IndexedDataset(Dataset):
                 st = None
         return full, st
 
+    def _check_folder(self, j: int, rel: str, folder: str, h: int) -> bool:
+        """Refuse a folder resolving outside the root; remember it, and whether it holds a symlink.
+
+        Once per folder and process: a ``realpath`` and one listing (``d_type``, no stat per entry).
+        """
+        outside = self._folder_outside(folder) if folder else None
+        if outside is not None:
+            raise self._unsafe(j, rel, f"refused: its folder resolves to {outside}, outside the root "
+                                       "(IndexedDataset(..., follow_symlinks='all') follows such links)")
+        try:
+            with os.scandir(os.path.join(self.root, folder)) as it:
+                links = any(e.is_symlink() for e in it)
+        except OSError:
+            links = True  # cannot list it: check each file on its own
+        self._folders.add(h, links)
+        return links
+
     def _folder_outside(self, folder: str) -> str | None:
-        """The real path of ``root/folder`` if it lies outside the root, else None (cached per process)."""
-        cache = self._folders
-        if folder not in cache:
-            if len(cache) >= _FOLDER_CACHE:
-                cache.clear()
-            real = os.path.realpath(os.path.join(self.root, folder))
-            cache[folder] = None if self._inside(real) else real
-        return cache[folder]
+        """The real path of ``root/folder`` if it lies outside the root, else None."""
+        real = os.path.realpath(os.path.join(self.root, folder))
+        return None if self._inside(real) else real
 
     def _inside(self, real: str) -> bool:
         if self._real_root is None:

@@ -1,24 +1,31 @@
 """Stage 5: build a compact, memory-mapped index of the files that survived the scan.
 
-The build streams :func:`dsclean.scanning.discover.iter_media` into Arrow record
-batches of at most ``CHUNK_ROWS`` rows (no Python list of all paths), then
-filters, joins and sorts with Arrow compute on the compact columns, and writes
-through :func:`dsclean.atomic.atomic_output` (temp + rename). The format itself
-is :mod:`dsclean.index.store`.
+The build streams, so its memory does not grow with the number of files:
+:func:`dsclean.scanning.discover.iter_media` becomes record batches of at most
+``CHUNK_ROWS`` rows (no Python list of all paths); those and the scan results (read
+a record batch at a time, every part of a job array) are sorted by path in runs
+spilled to disk (:mod:`dsclean.index.spill`) and joined window by window; files the
+scan did not cover are checked in chunks; the kept rows are sorted into index order
+the same way and streamed column by column into the one-batch Arrow file
+(:mod:`dsclean.index.columns`), written through :func:`dsclean.atomic.atomic_output`
+(temp + rename). The format itself is :mod:`dsclean.index.store`.
 
 Labels and sample order (torchvision ``ImageFolder``'s, or a CSV) are in :mod:`dsclean.index.labels`.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import stat
+import shutil
 import struct
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -31,11 +38,15 @@ from ..scanning.cache import options_from_key, options_key
 from ..scanning.check import CheckOptions
 from ..scanning.discover import DiscoverStats, iter_media, symlink_mode
 from ..scanning.results import SCHEMA as RESULTS_SCHEMA
-from .labels import apply_csv_labels, folder_classes, read_labels_csv, sort_key
+from .columns import ColumnSink, write_npy_columns, write_one_batch
+from .labels import CsvLabels, folder_classes, read_labels_csv, sort_key
+from .spill import Sorter, aligned
 from .store import (
     FACTS,
     KIND_CODE,
     LARGE_PATH_BYTES,
+    META_KEY,
+    index_schema,
     NPY_META,
     disk_size,
     make_meta,
@@ -115,6 +126,7 @@ def build_index(
     allow_inside_root: bool = False,
     dedup: bool = False,
     root_moved: bool = False,
+    facts: bool = False,
 ) -> IndexSummary:
     """Index the media files under ``root`` into ``output`` (Arrow file or npy folder).
 
@@ -133,6 +145,8 @@ def build_index(
     notes are logged on the ``dsclean`` logger. ``large_path_bytes`` overrides
     the 2 GiB threshold for 64-bit path offsets (for tests). ``dedup=True`` leaves
     out exact duplicates (same content hash), keeping the first in index order.
+    ``facts=True`` (``--facts``) copies the scan's facts columns (``store.FACTS``: media
+    facts, content hash, quality facts) into the index; without it there are none.
     """
     t0 = time.monotonic()
     fmt = resolve_format(output, format)
@@ -142,6 +156,9 @@ def build_index(
         raise UserError(f"unknown file rule {files!r}: use {' or '.join(FILE_RULES)}")
     if labels_csv is not None and no_labels:
         raise UserError("--labels and --no-labels cannot be used together: pick one way to label")
+    if facts and fmt == "npy":
+        raise UserError(f"{output}: --facts needs an arrow index (the facts include hashes and lists, "
+                        "which an npy folder of numbers cannot hold)")
     if not allow_inside_root and locations.is_inside(output, root):
         raise UserError(f"the index {output} is inside the dataset root {root}: it would become part of the data "
                         "(an npy folder is one more class for ImageFolder). Write it outside ROOT, or pass "
@@ -159,52 +176,242 @@ def build_index(
     results_paths, summary.results_source = locations.find_results(root, scan_results, state_dir,
                                                                                  root_moved)
     _note(summary, f"scan results: {summary.results_source}", progress)
-    results, check_options = _read_scan_results(results_paths) if results_paths else (None, CheckOptions())
+    results_columns, check_options = _results_info(results_paths) if results_paths else ([], CheckOptions())
     summary.scan_results = ", ".join(results_paths) or None
-    if results is None and not check:
+    if not results_paths and not check:
         _note(summary, f"no scan results found for {root}; --no-check: indexing by extension/magic bytes only "
               "(no decoding)", progress)
 
     exclude = (*exclude, output)  # an npy index written inside the root is not a class folder
     classes = folder_classes(root, exclude, include_hidden=files == "imagefolder") if mode == "folder" else []
-    table, fingerprint = _walk(root, exclude, classes, sniff_all=results is None and not check, summary=summary,
-                               progress=progress)
-    if check:
-        if results is None:
-            _note(summary, f"{root} was never scanned: checking every file ({table.num_rows:,}) the way dsclean scan "
-                  "would (verdicts go to the scan cache, so a later scan reuses them); --no-check skips this",
-                  progress)
-        table = _judge(root, table, results, check_options, summary, jobs=jobs, state_dir=state_dir,
-                       progress=progress)
-    elif results is not None:
-        table = _apply_results(root, table, results, summary)
     if csv_labels is not None:
-        table, summary.unlabeled = apply_csv_labels(root, table, csv_labels)
         classes = csv_labels.classes
-    if table.num_rows == 0:
-        raise UserError(_empty_message(root, summary))
-    threshold = LARGE_PATH_BYTES if large_path_bytes is None else large_path_bytes
-    table = _sort_and_finalize(table, by_label=mode == "folder", threshold=threshold, summary=summary)
-    if dedup:
-        table = _drop_exact_duplicates(root, table, results_paths if results is not None else [], summary)
-    summary.rows = table.num_rows
+    spill = tempfile.mkdtemp(prefix=".dsclean-index-", dir=os.path.dirname(os.path.abspath(output)))
+    try:
+        rows = _Rows(spill, by_label=mode == "folder", facts=facts, csv_labels=csv_labels, classes=len(classes))
+        fingerprint = _collect(root, exclude, classes, results_paths, results_columns, check_options, rows, summary,
+                               check=check, jobs=jobs, state_dir=state_dir, progress=progress)
+        if csv_labels is not None:
+            _check_unlisted_csv_paths(root, csv_labels, rows.csv_seen)
+            if len(csv_labels.paths) and not rows.csv_seen.any():
+                example = os.fsdecode(csv_labels.paths[0].as_py())
+                raise UserError(f"{csv_labels.source}: none of its {len(csv_labels.paths):,} paths names a file "
+                                f"being indexed under {root} (e.g. line 2: {example!r}); paths must be relative "
+                                "to the root, like cats/x.jpg; an index of 0 rows is not written")
+        if rows.order.rows == 0:
+            raise UserError(_empty_message(root, summary))
+        threshold = LARGE_PATH_BYTES if large_path_bytes is None else large_path_bytes
+        summary.large_paths = rows.path_bytes > threshold
+        schema = index_schema(classes=len(classes), max_size=rows.max_size, large=summary.large_paths, facts=facts)
+        meta = make_meta(root, classes, mode, rows.order.rows, summary.scan_results)
+        meta.update(files=files, symlinks=links, extensions=list(_extensions(files)), checked=check,
+                    check_options=options_key(check_options), tree=fingerprint)
+        if dedup:  # in memory (16 bytes of hash a row and the table): --dedup is not a default option
+            table = _finalize(pa.concat_tables(rows.order.sorted()), schema)
+            table = _drop_exact_duplicates(root, table, results_paths, summary)
+            summary.rows, summary.media_bytes = table.num_rows, int(pc.sum(table.column("size")).as_py() or 0)
+            counts = np.bincount(table.column("label").to_numpy().astype(np.int64) + 1, minlength=len(classes) + 1)
+            meta["rows"] = table.num_rows
+            writer = write_arrow if fmt == "arrow" else write_npy
+            with atomic_output(output, directory=fmt == "npy") as tmp:
+                writer(table, tmp, meta)
+        else:
+            counts = _write_streamed(output, fmt, rows, schema, meta, summary, len(classes))
+    finally:
+        shutil.rmtree(spill, ignore_errors=True)
     summary.classes = len(classes)
-    summary.media_bytes = int(pc.sum(table.column("size")).as_py() or 0)
-    meta = make_meta(root, classes, mode, table.num_rows, summary.scan_results)
-    meta.update(files=files, symlinks=links, extensions=list(_extensions(files)), checked=check,
-                check_options=options_key(check_options), tree=fingerprint)
-    _empty_class_notes(summary, table, classes, mode, progress)
-    writer = write_arrow if fmt == "arrow" else write_npy
-    with atomic_output(output, directory=fmt == "npy") as tmp:
-        writer(table, tmp, meta)
+    _empty_class_notes(summary, counts[1:], classes, mode, progress)
     summary.index_bytes = disk_size(output)
     summary.elapsed = round(time.monotonic() - t0, 3)
     for note in _discovery_notes(summary.discovery, files):
         _note(summary, note, progress)
-    if summary.unscanned and results is not None and not check:
+    if summary.unscanned and results_paths and not check:
         _note(summary, f"{summary.unscanned} files are not in the scan results {summary.scan_results} "
               "(new since the scan?); --no-check: they were checked by magic bytes only", progress)
     return summary
+
+
+#: rows checked at once when the scan did not cover them (one worker pool per chunk)
+STALE_ROWS = 262_144
+
+
+class _Rows:
+    """The rows the index keeps, on their way to a :class:`Sorter` in index order; counts for the schema."""
+
+    def __init__(self, spill: str, *, by_label: bool, facts: bool, csv_labels: CsvLabels | None,
+                 classes: int) -> None:
+        self.order = Sorter(spill, "order", "order")
+        self.by_label, self.facts, self.csv_labels = by_label, facts, csv_labels
+        self.csv_seen = np.zeros(len(csv_labels.paths), bool) if csv_labels is not None else None
+        self.path_bytes = self.max_size = 0
+        self.unlabeled = 0
+
+    def add(self, table: pa.Table, summary: IndexSummary) -> None:
+        if not table.num_rows:
+            return
+        drop = [n for n in table.column_names if n in FACTS and not self.facts]
+        table = table.drop_columns(drop)
+        if self.csv_labels is not None:
+            where = pc.index_in(table.column("path"), value_set=self.csv_labels.paths)
+            hit = where.to_numpy(zero_copy_only=False)
+            self.csv_seen[hit[~np.isnan(hit)].astype(np.int64) if hit.dtype.kind == "f" else hit] = True
+            col = self.csv_labels.ids.take(where)
+            listed = pc.is_valid(col)
+            summary.unlabeled += int(pc.sum(pc.invert(listed)).as_py() or 0)
+            table = table.set_column(table.schema.get_field_index("label"), "label", col).filter(listed)
+            if not table.num_rows:
+                return
+        if self.facts:  # every facts column, null where the results have none: one schema for every block
+            for name, typ in FACTS.items():
+                if name not in table.column_names:
+                    table = table.append_column(pa.field(name, typ), pa.nulls(table.num_rows, typ))
+        names = [*_BUILD_SCHEMA.names, *(FACTS if self.facts else ())]
+        table = table.select(names).cast(pa.schema([*_BUILD_SCHEMA, *(pa.field(n, FACTS[n]) for n in FACTS
+                                                                       if self.facts)]))
+        key = table.column("key")
+        if self.by_label:  # ImageFolder order: class, then walk order; a 4-byte big-endian label sorts first
+            labels = np.ascontiguousarray(table.column("label").to_numpy().astype(">u4"))
+            n = len(labels)
+            prefix = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(np.arange(0, 4 * n + 1, 4, np.int32)),
+                                                             pa.py_buffer(labels.tobytes())])
+            key = pc.binary_join_element_wise(prefix, key, pa.scalar(b"", pa.binary()))
+        table = table.drop_columns(["key"]).append_column("order", key)
+        self.path_bytes += int(pc.sum(pc.binary_length(table.column("path"))).as_py() or 0)
+        self.max_size = max(self.max_size, int(pc.max(table.column("size")).as_py() or 0))
+        self.order.add(table)
+
+
+def _collect(root: str, exclude: Iterable[str], classes: list[str], results_paths: list[str],
+             results_columns: list[str], options: CheckOptions, rows: _Rows, summary: IndexSummary, *,
+             check: bool, jobs: int, state_dir: str | None, progress: bool) -> dict:
+    """Walk, join with the scan results window by window, check what they do not cover; rows go to ``rows``."""
+    prints = Fingerprint()
+    walk = _walk(root, exclude, classes, sniff_all=not results_paths and not check, summary=summary,
+                 progress=progress, prints=prints)
+    spill = rows.order.folder
+
+    def judge_unscanned(batches) -> None:
+        for chunk in _rechunk(batches, STALE_ROWS):
+            rows.add(_judge(root, chunk, None, options, summary, jobs=jobs, state_dir=state_dir,
+                            progress=progress), summary)
+
+    if not results_paths:
+        if not check:
+            for batch in walk:
+                rows.add(pa.Table.from_batches([batch]), summary)
+            return prints.to_json()
+        files = Sorter(spill, "unscanned", "path")
+        for batch in walk:
+            files.add(batch)
+        _note(summary, f"{root} was never scanned: checking every file ({files.rows:,}) the way dsclean scan "
+              "would (verdicts go to the scan cache, so a later scan reuses them); --no-check skips this", progress)
+        judge_unscanned(files.sorted())
+        return prints.to_json()
+    files = Sorter(spill, "files", "path")
+    for batch in walk:
+        files.add(batch)
+    results = Sorter(spill, "results", "path")
+    for batch in _results_batches(results_paths, results_columns):
+        results.add(batch)
+    stale = Sorter(spill, "stale", "path")
+    empty = None
+    last: list = [None]
+    for here, res in aligned([files.sorted(), results.sorted()], "path"):
+        if res is not None and len(results_paths) > 1:
+            _refuse_overlap(res, last)
+        if here is None or not here.num_rows:
+            continue
+        if res is None:  # past the last result: nothing here was scanned
+            if empty is None:
+                types = {n: (FACTS[n] if n in FACTS else RESULTS_SCHEMA.field(n).type) for n in results_columns}
+                empty = pa.table({n: pa.array([], t) for n, t in types.items()})
+            res = empty
+        if not check:
+            rows.add(_apply_results(root, here, res, summary), summary)
+            continue
+        where = pc.index_in(here.column("path"), value_set=one_chunk(res.column("path")))
+        scanned = pc.is_valid(where)
+        current = pc.fill_null(pc.and_(pc.equal(res.column("size").take(where), here.column("size")),
+                                       pc.equal(res.column("mtime_ns").take(where), here.column("mtime_ns"))), False)
+        summary.unscanned += int(pc.sum(pc.invert(scanned)).as_py() or 0)
+        summary.changed_since_scan += int(pc.sum(pc.and_(scanned, pc.invert(current))).as_py() or 0)
+        stale.add(here.filter(pc.invert(current)))
+        rows.add(_judge(root, here.filter(current), res, options, summary, jobs=jobs, state_dir=state_dir,
+                        progress=progress), summary)
+    judge_unscanned(stale.sorted())
+    return prints.to_json()
+
+
+def _rechunk(tables, rows: int):
+    """Tables of about ``rows`` rows out of a stream of smaller ones."""
+    pending, n = [], 0
+    for t in tables:
+        pending.append(t)
+        n += t.num_rows
+        if n >= rows:
+            yield pa.concat_tables(pending)
+            pending, n = [], 0
+    if pending:
+        yield pa.concat_tables(pending)
+
+
+def _refuse_overlap(res: pa.Table, last: list) -> None:
+    """Job-array parts overlap when a path appears twice in their merged, sorted results."""
+    paths = res.column("path")
+    if not len(paths):
+        return
+    first = paths[0].as_py()
+    dup = first if first == last[0] else None
+    if dup is None and len(paths) > 1:
+        same = pc.equal(paths.slice(1), paths.slice(0, len(paths) - 1))
+        hits = np.flatnonzero(same.to_numpy(zero_copy_only=False))
+        dup = paths[int(hits[0])].as_py() if len(hits) else None
+    if dup is not None:
+        raise UserError(f"{os.fsdecode(dup)} appears in more than one part's results: overlapping parts "
+                        "(did the tree change between the tasks?); re-run the parts")
+    last[0] = paths[-1].as_py()
+
+
+def _check_unlisted_csv_paths(root: str, labels: CsvLabels, seen: np.ndarray) -> None:
+    """Every CSV path must name a file under the root; only those matching no indexed file are stat'ed."""
+    for row in np.flatnonzero(~seen):  # files excluded as bad, hidden, ... are fine; nonexistent ones are a mistake
+        rel = os.fsdecode(labels.paths[int(row)].as_py())
+        if os.path.isabs(rel) or ".." in rel.split("/") or not os.path.isfile(os.path.join(root, rel)):
+            raise UserError(f"{labels.source}: line {int(row) + 2}: {rel!r} is not a file under {root} "
+                            "(paths must be relative to the root, with /)")
+
+
+def _write_streamed(output: str, fmt: str, rows: _Rows, schema: pa.Schema, meta: dict, summary: IndexSummary,
+                    classes: int) -> np.ndarray:
+    """Stream the sorted rows into column temp files, then write the index; returns label counts (-1 first)."""
+    folder = os.path.join(rows.order.folder, "columns")
+    os.makedirs(folder)
+    sinks = [ColumnSink(folder, f.name, f.type) for f in schema]
+    counts = np.zeros(classes + 1, np.int64)
+    bare = pa.schema(list(schema))
+    try:
+        for table in rows.order.sorted():
+            table = table.select(bare.names).cast(bare)
+            for sink, col in zip(sinks, table.columns):
+                for chunk in col.chunks:
+                    sink.append(chunk)
+            counts += np.bincount(table.column("label").to_numpy().astype(np.int64) + 1, minlength=classes + 1)
+            summary.media_bytes += int(pc.sum(table.column("size")).as_py() or 0)
+        for sink in sinks:
+            sink.finish()
+        summary.rows = sinks[0].length
+        with atomic_output(output, directory=fmt == "npy") as tmp:
+            if fmt == "arrow":
+                write_one_batch(tmp, schema.with_metadata({META_KEY: json.dumps(meta).encode("ascii")}), sinks)
+            else:
+                write_npy_columns(tmp, {s.name: s for s in sinks},
+                                  {"labels": "label", "kinds": "kind", "sizes": "size", "mtimes": "mtime_ns"})
+                with open(os.path.join(tmp, NPY_META), "w", encoding="ascii") as f:
+                    json.dump(meta, f, indent=1)
+    finally:
+        for sink in sinks:
+            sink.close()
+    return counts
 
 
 def _extensions(files: str) -> tuple[str, ...]:
@@ -233,11 +440,10 @@ def _empty_message(root: str, s: IndexSummary) -> str:
         "; ".join(why) if why else "no media files found") + "."
 
 
-def _empty_class_notes(s: IndexSummary, table: pa.Table, classes: list[str], mode: str, progress: bool) -> None:
+def _empty_class_notes(s: IndexSummary, counts: np.ndarray, classes: list[str], mode: str, progress: bool) -> None:
     """ImageFolder refuses a class folder without files (unless allow_empty=True); say which ones."""
     if mode != "folder" or not classes:
         return
-    counts = np.bincount(table.column("label").to_numpy(), minlength=len(classes))
     empty = [c for c, n in zip(classes, counts) if n == 0]
     if empty:
         _note(s, f"{len(empty)} class folders have no files in the index ({', '.join(empty[:5])}"
@@ -300,19 +506,17 @@ _BUILD_SCHEMA = pa.schema(
 
 
 def _walk(root: str, exclude: Iterable[str], classes: list[str], *, sniff_all: bool,
-          summary: IndexSummary, progress: bool) -> tuple[pa.Table, dict]:
+          summary: IndexSummary, progress: bool, prints: "Fingerprint") -> Iterator[pa.RecordBatch]:
     """Stream discovery into record batches of compact columns; Python lists never exceed a chunk.
 
-    Also returns the tree's fingerprint (every discovered media file's path, size and
-    mtime), so :func:`dsclean.index.folder.index_folder` can tell an up-to-date index.
+    Also adds every discovered media file's path, size and mtime to ``prints`` (the tree's
+    fingerprint), so :func:`dsclean.index.folder.index_folder` can tell an up-to-date index.
     """
     class_to_idx = {c: i for i, c in enumerate(classes)}
     folder_labels = summary.labels == "folder"
     stats = summary.discovery
-    batches: list[pa.RecordBatch] = []
     cols: dict[str, list] = {name: [] for name in _BUILD_SCHEMA.names}
     seen = 0
-    prints = Fingerprint()
     for rel, fmt in discover(root, exclude, summary.files, summary.symlinks, stats):
         seen += 1
         if progress and seen % 100_000 == 0:
@@ -347,14 +551,13 @@ def _walk(root: str, exclude: Iterable[str], classes: list[str], *, sniff_all: b
         cols["size"].append(st.st_size)
         cols["mtime_ns"].append(st.st_mtime_ns)
         if len(cols["path"]) >= CHUNK_ROWS:
-            batches.append(pa.RecordBatch.from_pydict(cols, schema=_BUILD_SCHEMA))
+            yield pa.RecordBatch.from_pydict(cols, schema=_BUILD_SCHEMA)
             cols = {name: [] for name in _BUILD_SCHEMA.names}
-    if cols["path"] or not batches:
-        batches.append(pa.RecordBatch.from_pydict(cols, schema=_BUILD_SCHEMA))
+    if cols["path"]:
+        yield pa.RecordBatch.from_pydict(cols, schema=_BUILD_SCHEMA)
     if progress and seen >= 100_000:
         print(file=sys.stderr)
     summary.unreadable += stats.dir_errors
-    return pa.Table.from_batches(batches, schema=_BUILD_SCHEMA), prints.to_json()
 
 
 class Fingerprint:
@@ -399,21 +602,44 @@ def _sniff_kind(full: str, summary: IndexSummary) -> int:
     return KIND_CODE[formats.kind_of(real)]
 
 
-def _read_scan_results(paths: list[str]) -> tuple[pa.Table, CheckOptions]:
-    """One scan's results, or the N part results of a job array (validated); and the scan's check options."""
-    from ..scanning.merge import read_parts
-    from ..scanning.results import read_results, read_results_meta
+def _results_info(paths: list[str]) -> tuple[list[str], CheckOptions]:
+    """The columns to read from one scan's results, or from the N parts of a job array (validated), and its options."""
+    import pyarrow.parquet as pq
 
-    columns = ["path", "kind", "status", "reason", "size", "mtime_ns", *FACTS]
+    from ..scanning.merge import check_parts
+    from ..scanning.results import read_results_meta
+
     for path in paths:
         if not os.path.exists(path):
             raise UserError(f"{path}: scan results not found")
     try:
-        table = read_parts(paths).select(columns) if len(paths) > 1 else read_results(paths[0], columns=columns)
+        if len(paths) > 1:
+            check_parts(paths)
+        have = set.intersection(*(set(pq.read_schema(p).names) for p in paths))
         meta = read_results_meta(paths[0])
     except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
         raise UserError(f"{', '.join(paths)}: cannot read scan results ({exc})") from exc
-    return table, options_from_key(meta.get("options"))
+    needed = ["path", "kind", "status", "reason", "size", "mtime_ns"]
+    missing = [n for n in needed if n not in have]
+    if missing:
+        raise UserError(f"{', '.join(paths)}: not scan results (no {', '.join(missing)} column)")
+    return needed + [n for n in FACTS if n in have], options_from_key(meta.get("options"))
+
+
+def _results_batches(paths: list[str], columns: list[str]) -> Iterator[pa.RecordBatch]:
+    """The results' rows, a record batch at a time (never the whole table), typed as the results schema."""
+    import pyarrow.parquet as pq
+
+    types = {n: (FACTS[n] if n in FACTS else RESULTS_SCHEMA.field(n).type) for n in columns}
+    schema = pa.schema([pa.field(n, t) for n, t in types.items()])
+    for path in paths:
+        if os.path.isdir(path):
+            path = os.path.join(path, locations.RESULTS_FILE)
+        try:
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=CHUNK_ROWS, columns=columns):
+                yield pa.Table.from_batches([batch]).cast(schema).to_batches()[0] if batch.num_rows else batch
+        except (pa.ArrowException, OSError) as exc:
+            raise UserError(f"{path}: cannot read scan results ({exc})") from exc
 
 
 def _judge(root: str, table: pa.Table, results: pa.Table | None, options: CheckOptions, summary: IndexSummary,
@@ -432,47 +658,54 @@ def _judge(root: str, table: pa.Table, results: pa.Table | None, options: CheckO
         same = pc.and_(pc.equal(results.column("size").take(where), sizes),
                        pc.equal(results.column("mtime_ns").take(where), mtimes))
         current = pc.fill_null(same, False)
-        summary.unscanned = int(pc.sum(pc.invert(scanned)).as_py() or 0)
-        summary.changed_since_scan = int(pc.sum(pc.and_(scanned, pc.invert(current))).as_py() or 0)
+        summary.unscanned += int(pc.sum(pc.invert(scanned)).as_py() or 0)
+        summary.changed_since_scan += int(pc.sum(pc.and_(scanned, pc.invert(current))).as_py() or 0)
     else:
         where = pa.nulls(n, pa.int32())
         current = pa.array(np.zeros(n, dtype=bool))
     stale = pc.invert(current)
-    summary.checked = int(pc.sum(stale).as_py() or 0)
+    checked = int(pc.sum(stale).as_py() or 0)
+    summary.checked += checked
     fresh = None
-    if summary.checked:
+    if checked:
         from ..scanning.scanner import usable_cores
         from .checking import check_rows, open_cache
 
         cache = open_cache(os.path.join(locations.make_root_state_dir(root, state_dir), locations.CACHE_FILE)
                            if _state_writable(root, state_dir) else None, options)
         try:
-            fresh, summary.checked_from_cache = check_rows(
+            fresh, from_cache = check_rows(
                 root, one_chunk(paths.filter(stale)), sizes.filter(stale).to_numpy(),
                 mtimes.filter(stale).to_numpy(), options, jobs=jobs or usable_cores(), cache=cache, progress=progress)
         finally:
             if cache is not None:
                 cache.close()
+        summary.checked_from_cache += from_cache
     fwhere = pc.index_in(paths, value_set=one_chunk(fresh.column("path"))) if fresh is not None \
         else pa.nulls(n, pa.int32())
 
     def pick(name: str) -> pa.ChunkedArray | pa.Array:
-        """Column ``name`` of the current scan verdict, else of the fresh check, per row."""
-        typ = RESULTS_SCHEMA.field(name).type
-        old = results.column(name).take(where) if results is not None else pa.nulls(n, typ)
-        new = fresh.column(name).take(fwhere) if fresh is not None else pa.nulls(n, typ)
+        """Column ``name`` of the current scan verdict, else of the fresh check, per row (null if neither has it)."""
+        typ = FACTS[name] if name in FACTS else RESULTS_SCHEMA.field(name).type
+        has_old = results is not None and name in results.column_names
+        has_new = fresh is not None and name in fresh.column_names
+        old = results.column(name).take(where) if has_old else pa.nulls(n, typ)
+        new = fresh.column(name).take(fwhere) if has_new else pa.nulls(n, typ)
         return pc.if_else(current, old.cast(typ), new.cast(typ))
 
     status = pick("status")
     bad = pc.or_(pc.fill_null(pc.equal(status, reasons.BAD), False), pc.is_null(status))
     gone = pc.fill_null(pc.equal(pick("reason"), reasons.VANISHED), False)
-    summary.excluded_bad = int(pc.sum(pc.and_(bad, current)).as_py() or 0)
+    summary.excluded_bad += int(pc.sum(pc.and_(bad, current)).as_py() or 0)
     checked_bad = pc.and_(bad, stale)
-    summary.checked_bad = int(pc.sum(checked_bad).as_py() or 0)
-    if summary.checked_bad:
+    n_bad = int(pc.sum(checked_bad).as_py() or 0)
+    summary.checked_bad += n_bad
+    if n_bad:
         reasons_col = pc.fill_null(pick("reason"), "unchecked").filter(checked_bad)
-        summary.checked_bad_reasons = {r["values"]: r["counts"] for r in pc.value_counts(reasons_col).to_pylist()}
-        summary.bad_paths = [os.fsdecode(p) for p in paths.filter(checked_bad).slice(0, MAX_LISTED).to_pylist()]
+        for r in pc.value_counts(reasons_col).to_pylist():
+            summary.checked_bad_reasons[r["values"]] = summary.checked_bad_reasons.get(r["values"], 0) + r["counts"]
+        room = MAX_LISTED - len(summary.bad_paths)
+        summary.bad_paths += [os.fsdecode(p) for p in paths.filter(checked_bad).slice(0, max(room, 0)).to_pylist()]
     summary.unreadable += int(pc.sum(pc.and_(gone, pc.invert(bad))).as_py() or 0)
     for name, typ in FACTS.items():
         table = table.append_column(pa.field(name, typ), pick(name).cast(typ))
@@ -500,20 +733,22 @@ def _apply_results(root: str, table: pa.Table, results: pa.Table, summary: Index
     where = pc.index_in(table.column("path"), value_set=one_chunk(results.column("path")))
     status = results.column("status").take(where)
     bad = pc.fill_null(pc.equal(status, reasons.BAD), False)
-    summary.excluded_bad = int(pc.sum(bad).as_py() or 0)
+    summary.excluded_bad += int(pc.sum(bad).as_py() or 0)
     same_size = pc.fill_null(pc.and_(pc.equal(results.column("size").take(where), table.column("size")),
                                      pc.equal(results.column("mtime_ns").take(where), table.column("mtime_ns"))),
                              True)
     for name, typ in FACTS.items():
+        if name not in results.column_names:
+            continue
         values = results.column(name).take(where).cast(typ)
         values = pc.if_else(same_size, values, pa.scalar(None, typ))
         table = table.append_column(pa.field(name, typ), values)
     scanned = pc.is_valid(where)
-    summary.changed_since_scan = int(pc.sum(pc.and_(scanned, pc.invert(same_size))).as_py() or 0)
+    summary.changed_since_scan += int(pc.sum(pc.and_(scanned, pc.invert(same_size))).as_py() or 0)
     keep = pc.invert(bad)
     unscanned = pc.invert(scanned).to_numpy(zero_copy_only=False)
-    summary.unscanned = int(unscanned.sum())
-    if summary.unscanned:
+    summary.unscanned += int(unscanned.sum())
+    if unscanned.any():
         keep, kinds = _sniff_rows(root, table, unscanned, keep, summary)
         table = table.set_column(table.schema.get_field_index("kind"), "kind", kinds)
     return table.filter(keep)
@@ -540,41 +775,12 @@ def _sniff_rows(root: str, table: pa.Table, rows: np.ndarray, keep: pa.ChunkedAr
     return pa.array(keep_np), pa.array(kinds, pa.int8())
 
 
-def _sort_and_finalize(table: pa.Table, *, by_label: bool, threshold: int, summary: IndexSummary) -> pa.Table:
-    """Switch to 64-bit path offsets if needed (before take() concatenates the column), sort, finalize."""
-    path_bytes = int(pc.sum(pc.binary_length(table.column("path"))).as_py() or 0)
-    summary.large_paths = path_bytes > threshold
-    if summary.large_paths:
-        table = table.set_column(0, "path", table.column("path").cast(pa.large_binary()))
-    return _finalize(_sort(table, by_label=by_label), large=summary.large_paths)
-
-
-def _sort(table: pa.Table, *, by_label: bool) -> pa.Table:
-    """ImageFolder order with Arrow's sort on the compact key column, then drop the key."""
-    keys = [("label", "ascending"), ("key", "ascending")] if by_label else [("key", "ascending")]
-    order = pc.sort_indices(table, sort_keys=keys)
-    return table.drop_columns(["key"]).take(order)
-
-
-_INDEX_COLUMNS = ["path", "label", "kind", "size", "mtime_ns", *FACTS]
-
-
-def _finalize(table: pa.Table, *, large: bool) -> pa.Table:
-    """Index schema, one chunk per column (so it becomes ONE record batch)."""
-    for name, typ in FACTS.items():
-        if name not in table.column_names:
-            table = table.append_column(pa.field(name, typ), pa.nulls(table.num_rows, typ))
-    path_type = pa.large_binary() if large else pa.binary()
-    table = table.set_column(0, pa.field("path", path_type, nullable=False), table.column("path").cast(path_type))
-    schema = pa.schema([pa.field("path", path_type, nullable=False),
-                        pa.field("label", pa.int64(), nullable=False),
-                        pa.field("kind", pa.int8(), nullable=False),
-                        pa.field("size", pa.int64(), nullable=False),
-                        pa.field("mtime_ns", pa.int64(), nullable=False),
-                        *(pa.field(n, t) for n, t in FACTS.items())])
-    return table.select(_INDEX_COLUMNS).cast(schema).combine_chunks()
-
-
+def _finalize(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Index order is the ``order`` column's (already sorted); the index schema, one chunk per column."""
+    for f in schema:
+        if f.name not in table.column_names:
+            table = table.append_column(f, pa.nulls(table.num_rows, f.type))
+    return table.select(schema.names).cast(schema).combine_chunks()
 
 
 def _drop_exact_duplicates(root: str, table: pa.Table, results_paths: list[str], summary: IndexSummary) -> pa.Table:

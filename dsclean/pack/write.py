@@ -220,7 +220,8 @@ def _row_batches(table, job: ShardJob):
         else:
             known = [bytes(job.checksums[i]) if job.known[i] else None for i in range(lo, hi)]
         yield _Rows(lo, *(part.column(c).to_pylist() for c in ("path", "label", "kind", "size", "mtime_ns")),
-                    {k: part.column(k).to_pylist() for k in FACT_NAMES}, known)
+                    {k: part.column(k).to_pylist() if k in part.column_names else [None] * (hi - lo)
+                     for k in FACT_NAMES}, known)  # media facts: only in an index built with --facts
         lo = hi
 
 

@@ -96,17 +96,16 @@ def test_targets_is_read_only_view(index):
     ds = IndexedDataset(index)
     t = ds.targets
     assert isinstance(t, np.ndarray) and not isinstance(t, list)
-    assert t.tolist() == [0, 0, 0, 1, 1, 1] and t.dtype == np.int64
+    assert t.tolist() == [0, 0, 0, 1, 1, 1] and t.dtype == np.int8  # the narrowest type holding the labels
     assert not t.flags.writeable
     with pytest.raises(ValueError):
         t[0] = 5
 
 
-def test_constructor_reads_only_metadata(index):
+def test_constructor_validates_the_index_once(index):
     ds = IndexedDataset(index)
-    assert ds._idx is None  # nothing mapped until first access
-    ds[0]
-    assert ds._idx is not None
+    assert ds._idx is not None and len(ds) == 6  # mapped and validated by the process that opens it
+    assert ds._trusted == ds._idx.identity  # workers trust this identity instead of validating again
 
 
 def test_pickle_is_small_and_remaps(index):
@@ -123,8 +122,12 @@ def test_reopens_after_fork(index, monkeypatch):
     ds = IndexedDataset(index)
     first = ds._mapped()
     assert ds._mapped() is first
-    monkeypatch.setattr(os, "getpid", lambda: -1)  # what a forked child sees: another pid
-    assert ds._mapped() is not first
+    pid = os.fork()
+    if pid == 0:  # a forked child maps the index again (its own mapping, not the parent's objects)
+        os._exit(0 if ds._mapped() is not first and ds.path(3) == "dogs/3.png" else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert ds._mapped() is first
 
 
 def test_getitems_batch(index):
@@ -281,7 +284,7 @@ def test_path_escape_refused(tmp_path):
         ds.__getitems__([2])
 
 
-def test_compressed_index_refused_on_first_access(images, tmp_path):
+def test_compressed_index_refused_at_open(images, tmp_path):
     good = str(tmp_path / "good.arrow")
     build_index(images, good)
     with pa.memory_map(good) as src:
@@ -290,10 +293,8 @@ def test_compressed_index_refused_on_first_access(images, tmp_path):
     with pa.OSFile(bad, "wb") as sink, pa.ipc.new_file(
             sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="lz4")) as w:
         w.write_table(table)
-    ds = IndexedDataset(bad)  # metadata only: fine
-    assert len(ds) == 6
     with pytest.raises(UserError, match="lz4.arrow: the index is compressed"):
-        ds[0]
+        IndexedDataset(bad)  # the constructor maps (and validates) the index
 
 
 def test_symlink_inside_root_allowed(tmp_path):

@@ -62,11 +62,15 @@ def test_imagefolder_attributes(index, root):
         ds.samples = []
 
 
-def test_targets_behave_like_a_list_and_stay_a_zero_copy_array(index):
+def test_targets_behave_like_a_list_of_int64(index):
     ds = IndexedDataset(index)
     t = ds.targets
     assert isinstance(t, np.ndarray) and isinstance(t, Targets) and not t.flags.writeable
-    assert np.shares_memory(np.asarray(t), ds._mapped().labels)  # zero copy
+    assert ds._mapped().labels.dtype == np.int8 and t.dtype == np.int64  # narrow on disk, int64 for torch
+    assert torch.tensor(t).dtype == torch.int64
+    weights = torch.tensor([0.5, 2.0])
+    assert weights[torch.tensor(t)].tolist() == [0.5] * 3 + [2.0] * 2  # indexing needs int64 (int8 is refused)
+    assert torch.nn.functional.cross_entropy(torch.zeros(5, 2), torch.as_tensor(t)).item() > 0
     assert len(t) == 5 and t[0] == 0 and type(t[0]) is int and type(t[-1]) is int
     assert list(t) == [0, 0, 0, 1, 1] and all(type(x) is int for x in t)
     assert np.bincount(t).tolist() == [3, 2]

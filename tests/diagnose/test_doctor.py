@@ -413,7 +413,7 @@ def test_estimate_from_scan_facts(tmp_path):
     for i in range(2):
         (root / f"{i}.jpg").write_bytes(synth.jpeg(40, 30, seed=i))
     scan(str(tmp_path / "data"), ScanOptions(jobs=1, progress=False))
-    build_index(str(tmp_path / "data"), str(tmp_path / "i.arrow"))
+    build_index(str(tmp_path / "data"), str(tmp_path / "i.arrow"), facts=True)  # facts only with --facts
     report = doctor(tmp_path, index=str(tmp_path / "i.arrow"))
     assert report.estimate.method == "index facts" and report.estimate.mean == 40 * 30 * 3
 

@@ -109,7 +109,7 @@ def test_round_trip(tree, tmp_path, name):
         st = os.stat(os.path.join(tree, rel))
         assert idx.sizes[i] == st.st_size and idx.mtimes[i] == st.st_mtime_ns
     meta = idx.meta
-    assert meta["format_version"] == 1 and meta["dsclean_version"]
+    assert meta["format_version"] == 2 and meta["dsclean_version"]
     assert meta["classes"] == ["birds", "cats", "dogs"]
     assert meta["root"] == os.path.abspath(tree) and meta["rows"] == 4
     assert meta["created"].endswith("+00:00")
@@ -332,7 +332,7 @@ def _facts(out) -> dict:
 def test_bad_files_excluded_facts_joined_and_a_changed_file_checked_again(tree, tmp_path):
     results = _hand_made_results(tree, tmp_path)
     out = str(tmp_path / "i.arrow")
-    s = build_index(tree, out, scan_results=results)
+    s = build_index(tree, out, scan_results=results, facts=True)
     assert s.excluded_bad == 2 and s.changed_since_scan == 1 and s.unscanned == 0
     assert s.checked == 1 and s.checked_bad == 0  # dogs/c.png changed since the scan: decoded again here
     assert rel_paths(out) == ["birds/song.wav", "cats/sub/b.jpg", "dogs/c.png"]
@@ -346,7 +346,7 @@ def test_bad_files_excluded_facts_joined_and_a_changed_file_checked_again(tree, 
 def test_no_check_keeps_the_magic_bytes_mode(tree, tmp_path):
     results = _hand_made_results(tree, tmp_path)
     out = str(tmp_path / "i.arrow")
-    s = build_index(tree, out, scan_results=results, check=False)
+    s = build_index(tree, out, scan_results=results, check=False, facts=True)
     assert s.checked == 0 and s.excluded_bad == 2 and s.changed_since_scan == 1
     assert rel_paths(out) == ["birds/song.wav", "cats/sub/b.jpg", "dogs/c.png"]
     assert _facts(out)["dogs/c.png"]["width"] is None  # changed since the scan: facts not trusted, not re-checked
@@ -424,13 +424,12 @@ def test_failed_write_leaves_old_index(tree, tmp_path, monkeypatch, fmt):
     before = rel_paths(out)
     write(tree, "cats/new.png")
 
-    real = index_mod.write_arrow if fmt == "arrow" else index_mod.write_npy
-
-    def half_write(table, tmp, meta):
-        real(table.slice(0, 1), tmp, meta)  # something half-written in the temp output...
+    def half_write(tmp, *args):
+        with open(tmp if fmt == "arrow" else os.path.join(tmp, "paths.npy"), "wb") as f:
+            f.write(b"ARROW1\0\0half")  # something half-written in the temp output...
         raise OSError(28, "No space left on device")  # ...then the disk fills up
 
-    monkeypatch.setattr(index_mod, "write_arrow" if fmt == "arrow" else "write_npy", half_write)
+    monkeypatch.setattr(index_mod, "write_one_batch" if fmt == "arrow" else "write_npy_columns", half_write)
     with pytest.raises(OSError, match="No space"):
         build_index(tree, out)
     assert rel_paths(out) == before

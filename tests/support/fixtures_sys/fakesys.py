@@ -99,7 +99,11 @@ def facts_index(path: Path, root: Path, *, rows: int = 10, width: int | None = 1
         path.mkdir(parents=True, exist_ok=True)
         names = {"label": "labels", "kind": "kinds", "size": "sizes", "mtime_ns": "mtimes"}
         for name, arr in cols.items():
-            if name == "path":
+            if name == "path":  # a complete index: opening one validates every column
+                blobs = arr.to_pylist()
+                np.save(path / "paths.npy", np.frombuffer(b"".join(blobs), np.uint8), allow_pickle=False)
+                np.save(path / "offsets.npy", np.cumsum([0] + [len(b) for b in blobs], dtype=np.int64),
+                        allow_pickle=False)
                 continue
             data = np.array([-1 if v is None else v for v in arr.to_pylist()], dtype=arr.type.to_pandas_dtype())
             np.save(path / f"{names.get(name, name)}.npy", data, allow_pickle=False)
