@@ -308,15 +308,13 @@ class IndexedDataset(Dataset):
 
     @property
     def targets(self) -> "Targets":
-        """All labels as a read-only int64 array that indexes and iterates as ints (like ImageFolder's list).
+        """All labels as an int64 array that indexes and iterates as ints (like ImageFolder's list).
 
-        int64 because training code does ``torch.tensor(ds.targets)`` and indexes or feeds a loss
-        with it, which needs int64; the index stores narrower labels, so this is a copy (8 bytes a row,
-        made per call: keep it if you use it often), zero copy when the index holds int64 labels.
+        int64 because training code does ``torch.tensor(ds.targets)`` and indexes tensors or feeds a
+        loss with it, which needs int64; the index stores narrower labels, so this is a fresh copy
+        (8 bytes a sample, made per access: keep it in a variable) that the caller may change freely.
         """
-        labels = self._mapped().labels
-        view = (labels if labels.dtype == np.int64 else labels.astype(np.int64)).view(Targets)
-        view.flags.writeable = False
+        view = self._mapped().labels.astype(np.int64).view(Targets)
         return view
 
     @property
@@ -512,7 +510,7 @@ class StaleEntryError(OSError):
 
 
 class Targets(np.ndarray):
-    """``IndexedDataset.targets``: the label column as a read-only zero-copy numpy view that acts like a list.
+    """``IndexedDataset.targets``: the labels as an int64 numpy array that acts like a list where code needs it.
 
     ``targets[i]`` and iteration give Python ``int`` (as ``ImageFolder.targets``, a
     list, does); ``len``, slicing, ``np.bincount(targets)``, ``torch.as_tensor`` work

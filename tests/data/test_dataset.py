@@ -92,14 +92,14 @@ def test_sequence_protocol(index, images):
         ds.path(6)
 
 
-def test_targets_is_read_only_view(index):
+def test_targets_is_an_int64_copy(index):
     ds = IndexedDataset(index)
     t = ds.targets
     assert isinstance(t, np.ndarray) and not isinstance(t, list)
-    assert t.tolist() == [0, 0, 0, 1, 1, 1] and t.dtype == np.int8  # the narrowest type holding the labels
-    assert not t.flags.writeable
-    with pytest.raises(ValueError):
-        t[0] = 5
+    assert ds._mapped().labels.dtype == np.int8  # the narrowest type holding the labels, on disk
+    assert t.tolist() == [0, 0, 0, 1, 1, 1] and t.dtype == np.int64
+    t[0] = 5  # a copy, like ImageFolder's list: changing it changes nothing in the index
+    assert ds.targets[0] == 0 and ds[0][1] == 0
 
 
 def test_constructor_validates_the_index_once(index):
