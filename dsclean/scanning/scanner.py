@@ -464,11 +464,14 @@ class _Sink:
         s.bytes += v.size or 0
         by_status = s.counts.setdefault(v.kind, {})
         by_status[v.status] = by_status.get(v.status, 0) + 1
+        moved = bool(extra and "quarantined_as" in extra)
         if not fresh:
             s.cached += 1
+            if moved and self.cache is not None:
+                self.cache.forget(v.path)  # a file put back later (restore, a backup) is checked again
         else:
             s.checked_bytes += v.size or 0
-            if self.cache is not None:
+            if self.cache is not None and not moved:
                 self.cache.add(v)
         if v.status == R.BAD:
             s.bad_reasons[v.reason or "?"] = s.bad_reasons.get(v.reason or "?", 0) + 1
@@ -485,6 +488,7 @@ class _Sink:
         if self.flag_options is not None:  # flags from the facts, with this scan's thresholds
             rows = [(*row[:-1], self._flags_of_row(row)) for row in rows]
         ids = [self.identities.pop(row[0], None) for row in rows] if self.identities else None
+        moved: set[bytes] = set()  # paths moved now: not cached, so a file put back later is checked again
         for i, row in enumerate(rows):
             if row[_STATUS] == R.OK and not (self.quarantine_flags and row[-1]
                                              and self.quarantine_flags.intersection(row[-1])):
@@ -498,6 +502,8 @@ class _Sink:
                 s.bad_reasons[v.reason or "?"] = s.bad_reasons.get(v.reason or "?", 0) + 1
             elif v.status == R.WARN:
                 s.warn_reasons[v.reason or "?"] = s.warn_reasons.get(v.reason or "?", 0) + 1
+            if extra and "quarantined_as" in extra:
+                moved.add(row[0])
             if v.status != row[_STATUS]:
                 rows[i] = (row[0], *tuple(vars(v).values())[1:])  # e.g. bad -> warn/changed: not moved, not cached
             if v.status != R.OK or extra:
@@ -510,7 +516,7 @@ class _Sink:
         s.bytes += size
         s.checked_bytes += size
         if self.cache is not None:
-            self.cache.add_rows(rows)
+            self.cache.add_rows([row for row in rows if row[0] not in moved] if moved else rows)
         self.writer.add_rows(rows)
         self._tick()
 
@@ -529,8 +535,8 @@ class _Sink:
             return None
         s = self.summary
         if self.quarantine is None:
-            s.flag_quarantined += 1  # would be moved (dry run, or no --quarantine)
-            return None
+            s.flag_quarantined += 1  # would be moved (dry run, or no --quarantine): listed in the problems file
+            return {"would_quarantine": R.FLAGGED, "flag": hit}
         extra = self._quarantine(v, ino_dev, R.FLAGGED, f"quality flag {hit} (--quarantine-flags)")
         s.flag_quarantined += 1 if "quarantined_as" in (extra or {}) else 0
         return extra
@@ -553,10 +559,7 @@ class _Sink:
         """Verdicts from the cache: ``ok`` rows go straight to the results, the rest through :meth:`handle`."""
         s, counts = self.summary, Counter()
         for rel, row in rows.items():
-            if row[2] == R.OK:
-                if self.identities:
-                    self.identities.pop(row[0], None)
-            else:
+            if row[2] != R.OK:
                 self.handle(row_to_verdict(rel, row), fresh=False)
                 continue
             if self.flag_options is not None:  # flags are derived from the cached facts, with today's thresholds
@@ -567,6 +570,8 @@ class _Sink:
                 for flag in flags or ():
                     s.flags[flag] = s.flags.get(flag, 0) + 1
                 row = (*row[:-1], flags)
+            if self.identities:
+                self.identities.pop(row[0], None)
             counts[row[1]] += 1
             s.bytes += row[5]
             self.writer.add_row(row)
