@@ -154,3 +154,20 @@ def test_facts_record_has_every_column():
     row = Facts.of_image(image_facts(np.zeros((64, 64), np.uint8)), 64, 64).row()
     assert row["flags"] == [F.DARK, F.LOW_INFORMATION]
     assert set(row) >= {"phash", "brightness", "peak", "flags", "content_hash"}
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_grey_thumbnail_shortcut_is_pillows_resize_bit_for_bit(axis):
+    """The scan's JPEG decodes are often SIZE wide: their thumbnail skips Pillow but must equal its resize."""
+    from dsclean.quality import thumbnail
+
+    rng = np.random.default_rng(axis)
+    for n in range(1, 2 * thumbnail.SIZE + 1):
+        shape = (n, thumbnail.SIZE) if axis == 0 else (thumbnail.SIZE, n)
+        for a in (rng.integers(0, 256, shape, dtype=np.uint8), np.full(shape, 255, np.uint8),
+                  (rng.random(shape) < 0.5).astype(np.uint8) * 255):
+            im = Image.fromarray(a, "L")
+            shrink = min(a.shape) >= thumbnail.SIZE
+            want = np.asarray(im.resize((thumbnail.SIZE,) * 2, Image.Resampling.BOX if shrink else Image.Resampling.BILINEAR))
+            got = thumbnail.canonical_uint8(a)
+            assert got.dtype == np.uint8 and np.array_equal(got, want), (shape, int(np.abs(got.astype(int) - want).max()))
