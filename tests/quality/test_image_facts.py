@@ -56,6 +56,18 @@ def test_phash_is_pinned():
     assert phash(thumb) == 0x5124C224C04B6007  # coefficients zero in exact arithmetic give bit 0 (not float noise)
 
 
+def test_scan_route_to_the_hash_agrees_with_phash():
+    """image_facts (what the scan runs: folded DCT matrix, mean taken out of the coefficients) gives phash()'s bits."""
+    y, x = np.mgrid[0:64, 0:64]
+    pinned = (128 + 60 * np.sin(x / 9.0) + 40 * np.cos(y / 5.0)).astype(np.uint8)
+    assert image_facts(pinned).phash == phash(pinned.astype(np.float64))
+    for seed in range(12):
+        thumb = np.asarray(synth.photo_like(64, 64, seed=seed).convert("L"))
+        assert image_facts(thumb).phash == phash(thumb.astype(np.float64))
+    for level in (0, 77, 255):  # constant: every coefficient is zero in exact arithmetic, so every bit is 0
+        assert image_facts(np.full((64, 64), level, np.uint8)).phash == 0 == phash(np.full((64, 64), float(level)))
+
+
 def test_hamming_on_arrays_and_ints():
     a = np.array([0, 0xFF, 2**64 - 1], dtype=np.uint64)
     b = np.array([1, 0, 0], dtype=np.uint64)
