@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .. import locations
+from ..jsonpaths import path_bytes
 from .. import reasons as R
 from .cache import NOT_CACHED
 from .results import META_KEY, SCHEMA
@@ -42,11 +43,34 @@ def _hashes(paths: list[bytes]) -> np.ndarray:
     return np.fromiter(map(hash, paths), dtype=np.int64, count=len(paths))
 
 
+def _moved_paths(results_path: str) -> np.ndarray:
+    """Hashes of the paths the problems list next to ``results_path`` says were quarantined.
+
+    A moved file's row may say ``ok`` (moved for a quality flag); if the file is put back later
+    (a restore, a backup copied with ``cp -p``) it must be checked again, not matched. Streamed:
+    only the moved paths' hashes are kept. A missing problems list raises (no reuse then).
+    """
+    folder, name = os.path.split(results_path)
+    stem, ext = os.path.splitext(locations.RESULTS_FILE)
+    tag = name[len(stem):-len(ext)]
+    problems = os.path.join(folder, locations.tagged(locations.PROBLEMS_FILE, tag))
+    moved: list[bytes] = []
+    with open(problems, encoding="utf-8") as f:
+        for line in f:
+            if "quarantined_as" not in line:
+                continue
+            item = json.loads(line)
+            if "quarantined_as" in item:
+                moved.append(path_bytes(item))
+    return _hashes(moved)
+
+
 class PreviousResults:
     """The ``ok`` rows of a root's previous results, matched by (path, size, mtime_ns) in batches."""
 
-    def __init__(self, files: list[pq.ParquetFile], flags_same: bool) -> None:
+    def __init__(self, files: list[pq.ParquetFile], flags_same: bool, moved: np.ndarray | None = None) -> None:
         self._files = files
+        self._moved = np.unique(moved) if moved is not None else np.empty(0, np.int64)  # hashes: never reused
         self.flags_same = flags_same  # the flags column was computed with today's thresholds
         starts, hashes = [0], []
         self._groups: list[tuple[int, int]] = []  # global row group -> (file, row group in file)
@@ -78,9 +102,11 @@ class PreviousResults:
                 files.append(pf)
             if not files:
                 return None
-            return cls(files, flags_same=flags is not None and meta.get("flags") == json.loads(json.dumps(flags)))
-        except (OSError, ValueError, pa.ArrowException):
-            return None  # unreadable: the scan cache and the checkers do the work
+            moved = np.concatenate([_moved_paths(path) for path in paths])
+            return cls(files, flags_same=flags is not None and meta.get("flags") == json.loads(json.dumps(flags)),
+                       moved=moved)
+        except (OSError, ValueError, KeyError, pa.ArrowException):
+            return None  # unreadable (results or problems list): the scan cache and the checkers do the work
 
     def close(self) -> None:
         """Let go of the previous results files (before the new results replace them is fine: POSIX)."""
@@ -97,7 +123,10 @@ class PreviousResults:
             return np.full(len(keys), -1, np.int64)
         h = _hashes(keys)
         pos = np.minimum(np.searchsorted(self._sorted, h), len(self._sorted) - 1)
-        return np.where(self._sorted[pos] == h, self._order[pos], -1)
+        found = np.where(self._sorted[pos] == h, self._order[pos], -1)
+        if len(self._moved):
+            found[np.isin(h, self._moved)] = -1
+        return found
 
     def rows(self, rows: np.ndarray) -> tuple[pa.Table, np.ndarray]:
         """The previous rows numbered ``rows``, in row order, and where each came from in ``rows``.

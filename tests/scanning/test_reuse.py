@@ -207,3 +207,19 @@ def test_every_part_of_a_job_array_is_reused(tmp_path):
         _scan(root, tmp_path, dry_run=True, shard=(i, 2))
     s = _scan(root, tmp_path, dry_run=True)  # the whole tree: its own (empty) cache, both parts' results
     assert s.files == 12 and s.cached == 6 and s.bad == 6
+
+
+def test_a_file_moved_for_a_flag_and_put_back_is_checked_again(tmp_path):
+    """Its row says ok (a flag is not a verdict), but it left the root: back with the same size and
+    mtime (a restore, cp -p), it is checked, not matched."""
+    root = tmp_path / "data"
+    write(root, "dim.png", _grey(20))
+    write(root, "photo.png", synth.png(64, 64))
+    s = _scan(root, tmp_path, quarantine=str(tmp_path / "q"), quarantine_flags=("dark",))
+    assert s.quarantined == 1 and not (root / "dim.png").exists()
+    [moved] = list((tmp_path / "q").rglob("dim.png"))
+    os.rename(moved, root / "dim.png")  # keeps size and mtime
+    _drop_cache(root)
+    s = _scan(root, tmp_path, dry_run=True)
+    assert s.files == 2 and s.cached == 1  # photo.png only
+    assert "dark" in _rows(tmp_path / "r")["dim.png"]["flags"]
