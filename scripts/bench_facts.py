@@ -11,8 +11,10 @@ best of --repeats:
   ``--facts none``: CPU seconds of the process tree (the worker included), start-up included.
 
 The extra time is the ratio all/none - 1 (lower is better); the issue's goal is <= 10% for JPEG.
+``--baseline DIR`` also measures the dsclean of another source tree (e.g. ``git archive`` of main unpacked
+in DIR), interleaved with this one on the same files: before and after under the same load.
 
-    python scripts/bench_facts.py [--jpeg 1500] [--png 200] [--flac 400] [--wav 400] [--repeats 3]
+    python scripts/bench_facts.py [--jpeg 1500] [--png 200] [--flac 400] [--wav 400] [--repeats 3] [--baseline DIR]
 """
 from __future__ import annotations
 
@@ -42,22 +44,31 @@ opts = CheckOptions(facts=facts)
 check_file(folder, names[0], opts)  # warm: first-use imports
 t = time.process_time()
 statuses = [check_file(folder, n, opts).status for n in names]
-print(json.dumps({"cpu": time.process_time() - t, "bad": statuses.count("bad")}))
+import dsclean
+print(json.dumps({"cpu": time.process_time() - t, "bad": statuses.count("bad"), "module": dsclean.__file__}))
 """
 
 
-def checker(folder: str, facts: str) -> tuple[float, int]:
-    out = subprocess.run([PY, "-c", LOOP, facts, folder], capture_output=True, text=True, check=True)
+def _env(tree: str) -> dict:
+    """The environment that makes a child import dsclean from ``tree`` (children run in a neutral cwd)."""
+    return {**os.environ, "PYTHONPATH": tree}
+
+
+def checker(folder: str, facts: str, tree: str = bc.REPO) -> tuple[float, int]:
+    out = subprocess.run([PY, "-c", LOOP, facts, folder], capture_output=True, text=True, check=True,
+                         env=_env(tree), cwd=os.path.dirname(folder))
     r = json.loads(out.stdout)
+    assert r["module"].startswith(tree + os.sep), f"measured {r['module']}, not the tree {tree}"
     return r["cpu"], r["bad"]
 
 
-def scan(folder: str, facts: str) -> tuple[float, int]:
+def scan(folder: str, facts: str, tree: str = bc.REPO) -> tuple[float, int]:
     with tempfile.TemporaryDirectory() as work:
         before = bc._children_cpu()
         out = subprocess.run([PY, "-m", "dsclean", "scan", folder, "--jobs", "1", "--rescan", "--dry-run", "--json",
                               "--report", os.path.join(work, "r"), "--state-dir", os.path.join(work, "s"),
-                              "--facts", facts], capture_output=True, text=True, check=True)
+                              "--facts", facts], capture_output=True, text=True, check=True,
+                             env=_env(tree), cwd=work)
         cpu = bc._children_cpu() - before
     return cpu, json.loads(out.stdout)["bad"]
 
@@ -70,24 +81,26 @@ MAKERS = {
 }
 
 
-def bench(fmt: str, n: int, repeats: int, base: str) -> list[str]:
+def bench(fmt: str, n: int, repeats: int, base: str, trees: dict[str, str]) -> list[str]:
     folder = os.path.join(base, fmt)
     os.makedirs(folder)
     MAKERS[fmt](folder, n)
     mb = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder)) / 1e6
     rows = []
     for what, run in (("checker (loop CPU)", checker), ("dsclean scan --jobs 1 (process tree CPU)", scan)):
-        best = {"all": float("inf"), "none": float("inf")}
+        best = {(t, f): float("inf") for t in trees for f in ("none", "all")}
         for _ in range(repeats):
-            for facts in ("none", "all"):  # interleaved, so drifting load hits both
-                cpu, bad = run(folder, facts)
-                assert bad == 0, f"{fmt}: {bad} valid files judged bad"
-                best[facts] = min(best[facts], cpu)
-        extra = best["all"] / best["none"] - 1
-        per_file = (best["all"] - best["none"]) / n * 1e6
-        rows.append(f"| {fmt.upper()} | {n:,} ({mb:,.0f} MB) | {what} | {best['none']:.2f} | {best['all']:.2f} | "
-                    f"{extra * 100:+.1f}% | {per_file:+,.0f} |")
-        print(rows[-1], flush=True)
+            for label, tree in trees.items():
+                for facts in ("none", "all"):  # interleaved, so drifting load hits every cell
+                    cpu, bad = run(folder, facts, tree)
+                    assert bad == 0, f"{fmt}: {bad} valid files judged bad"
+                    best[label, facts] = min(best[label, facts], cpu)
+        for label in trees:
+            none, all_ = best[label, "none"], best[label, "all"]
+            code = f"{label}: " if len(trees) > 1 else ""
+            rows.append(f"| {fmt.upper()} | {n:,} ({mb:,.0f} MB) | {code}{what} | {none:.2f} | {all_:.2f} | "
+                        f"{(all_ / none - 1) * 100:+.1f}% | {(all_ - none) / n * 1e6:+,.0f} |")
+            print(rows[-1], flush=True)
     return rows
 
 
@@ -98,7 +111,9 @@ def main() -> None:
     ap.add_argument("--flac", type=int, default=400)
     ap.add_argument("--wav", type=int, default=400)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--baseline", metavar="DIR", help="also measure the dsclean in this source tree, interleaved")
     args = ap.parse_args()
+    trees = {"baseline": os.path.abspath(args.baseline), "this tree": bc.REPO} if args.baseline else {"": bc.REPO}
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.platform()}, "
           f"{os.cpu_count()} cores, Python {platform.python_version()}")
     print("| format | files | what | CPU s, --facts none | CPU s, --facts all | extra | extra µs per file |")
@@ -107,7 +122,7 @@ def main() -> None:
         for fmt in MAKERS:
             n = getattr(args, fmt)
             if n:
-                bench(fmt, n, args.repeats, base)
+                bench(fmt, n, args.repeats, base, trees)
 
 
 if __name__ == "__main__":

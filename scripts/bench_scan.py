@@ -121,6 +121,8 @@ def main() -> None:
                     help="with --pipeline: a source tree of an earlier dsclean, measured side by side (PYTHONPATH)")
     ap.add_argument("--rounds", type=int, default=5, help="with --pipeline: interleaved rounds (medians reported)")
     ap.add_argument("--tiny", type=int, default=100_000, help="with --pipeline: tiny files for the main-process cost")
+    ap.add_argument("--facts-none", action="store_true",
+                    help="with --pipeline: scan 'after' with --facts none (no quality facts: the integrity check alone)")
     args = ap.parse_args()
     if args.only_rescan:
         rescan_benchmark(args.rescan)
@@ -288,6 +290,7 @@ def pipeline_benchmark(args) -> None:
     versions = {"after": None}
     if args.before:
         versions = {"before": os.path.abspath(args.before), "after": None}
+    labels = {v: v + (", --facts none" if v == "after" and args.facts_none else "") for v in versions}
     print(f"machine: {platform.node()}, {os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}")
     print(f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average at start: {os.getloadavg()}")
     folder = tempfile.mkdtemp(prefix="dsclean-pipe-")
@@ -307,7 +310,9 @@ def pipeline_benchmark(args) -> None:
             for jobs in (1, 2):
                 cmd = [sys.executable, "-m", "dsclean", "scan", folder, "--jobs", str(jobs), "--dry-run", "--rescan",
                        "--quiet", "--report", "REPORT", "--state-dir", "STATE"]
-                contenders[f"dsclean scan --jobs {jobs} ({version})"] = (cmd, _env(src), jobs)
+                if version == "after" and args.facts_none:  # the speed bars: the integrity check alone
+                    cmd += ["--facts", "none"]
+                contenders[f"dsclean scan --jobs {jobs} ({labels[version]})"] = (cmd, _env(src), jobs)
         times: dict[str, list[tuple[float, float]]] = {name: [] for name in contenders}
         for _ in range(args.rounds):  # interleaved rounds: the machine is shared
             for name, (cmd, env, _) in contenders.items():
@@ -330,8 +335,8 @@ def pipeline_benchmark(args) -> None:
         if exe:
             ji = med["jpeginfo -c (xargs -n 500)"][0]
             for version in versions:
-                j1, j2 = med[f"dsclean scan --jobs 1 ({version})"][0], med[f"dsclean scan --jobs 2 ({version})"][0]
-                print(f"{version}: --jobs 1 is {ji / j1:.2f}x jpeginfo -c per core; --jobs 2 is {j1 / j2:.2f}x --jobs 1")
+                j1, j2 = (med[f"dsclean scan --jobs {j} ({labels[version]})"][0] for j in (1, 2))
+                print(f"{labels[version]}: --jobs 1 is {ji / j1:.2f}x jpeginfo -c per core; --jobs 2 is {j1 / j2:.2f}x --jobs 1")
     finally:
         shutil.rmtree(folder)
     main_process_cost(args.tiny, versions, args.rounds)

@@ -245,6 +245,7 @@ class IndexedDataset(Dataset):
         self._folders = FolderTable()
         self._logged: set[int] = set()
         self._labels = self._sizes = self._kinds = self._offsets = self._data = None
+        self._targets: Targets | None = None
 
     def __getstate__(self) -> dict:
         """Only the options: a worker re-maps the index itself (cheap spawn)."""
@@ -311,11 +312,13 @@ class IndexedDataset(Dataset):
         """All labels as an int64 array that indexes and iterates as ints (like ImageFolder's list).
 
         int64 because training code does ``torch.tensor(ds.targets)`` and indexes tensors or feeds a
-        loss with it, which needs int64; the index stores narrower labels, so this is a fresh copy
-        (8 bytes a sample, made per access: keep it in a variable) that the caller may change freely.
+        loss with it, which needs int64; the index stores narrower labels, so this is a copy (8 bytes a
+        sample), made once per process on first access and kept (never pickled to workers). Like
+        ImageFolder's list, changing it changes what later reads of ``ds.targets`` see, not the index.
         """
-        view = self._mapped().labels.astype(np.int64).view(Targets)
-        return view
+        if self._targets is None:
+            self._targets = self._mapped().labels.astype(np.int64).view(Targets)
+        return self._targets
 
     @property
     def samples(self) -> "Samples":

@@ -18,8 +18,8 @@ import hashlib
 import json
 import logging
 import os
-import stat
 import shutil
+import stat
 import struct
 import sys
 import tempfile
@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 from .. import formats, locations, reasons
 from ..atomic import atomic_output
 from ..errors import UserError
-from ..scanning.cache import options_from_key, options_key
+from ..scanning.cache import NOT_CACHED, options_from_key, options_key
 from ..scanning.check import CheckOptions
 from ..scanning.discover import DiscoverStats, iter_media, symlink_mode
 from ..scanning.results import SCHEMA as RESULTS_SCHEMA
@@ -192,7 +192,7 @@ def build_index(
         fingerprint = _collect(root, exclude, classes, results_paths, results_columns, check_options, rows, summary,
                                check=check, jobs=jobs, state_dir=state_dir, progress=progress)
         if csv_labels is not None:
-            _check_unlisted_csv_paths(root, csv_labels, rows.csv_seen)
+            _check_unlisted_csv_paths(root, csv_labels, rows.csv_seen, results_paths, summary, progress)
             if len(csv_labels.paths) and not rows.csv_seen.any():
                 example = os.fsdecode(csv_labels.paths[0].as_py())
                 raise UserError(f"{csv_labels.source}: none of its {len(csv_labels.paths):,} paths names a file "
@@ -372,13 +372,30 @@ def _refuse_overlap(res: pa.Table, last: list) -> None:
     last[0] = paths[-1].as_py()
 
 
-def _check_unlisted_csv_paths(root: str, labels: CsvLabels, seen: np.ndarray) -> None:
-    """Every CSV path must name a file under the root; only those matching no indexed file are stat'ed."""
-    for row in np.flatnonzero(~seen):  # files excluded as bad, hidden, ... are fine; nonexistent ones are a mistake
+def _check_unlisted_csv_paths(root: str, labels: CsvLabels, seen: np.ndarray, results_paths: list[str],
+                              summary: IndexSummary, progress: bool) -> None:
+    """Every CSV path must name a file under the root, or one its scan found bad (quarantined since:
+    a labels CSV made before the scan lists those too); only paths matching no indexed file are looked at."""
+    missing: list[int] = []
+    for row in np.flatnonzero(~seen):  # files excluded as bad, hidden, ... are fine; nonexistent ones are checked
         rel = os.fsdecode(labels.paths[int(row)].as_py())
         if os.path.isabs(rel) or ".." in rel.split("/") or not os.path.isfile(os.path.join(root, rel)):
-            raise UserError(f"{labels.source}: line {int(row) + 2}: {rel!r} is not a file under {root} "
+            missing.append(int(row))
+    if not missing:
+        return
+    wanted = labels.paths.take(pa.array(missing, pa.int64()))
+    found_bad = np.zeros(len(missing), bool)
+    if results_paths:
+        for batch in _results_batches(results_paths, ["path", "status"]):
+            hit = pc.is_in(wanted, value_set=batch.column(0).filter(pc.equal(batch.column(1), reasons.BAD)))
+            found_bad |= hit.to_numpy(zero_copy_only=False)
+    for row, bad in zip(missing, found_bad):
+        if not bad:
+            rel = os.fsdecode(labels.paths[row].as_py())
+            raise UserError(f"{labels.source}: line {row + 2}: {rel!r} is not a file under {root} "
                             "(paths must be relative to the root, with /)")
+    _note(summary, f"{labels.source}: {len(missing):,} paths name files the scan found bad (quarantined or "
+          f"removed since), e.g. {os.fsdecode(wanted[0].as_py())!r}: left out", progress)
 
 
 def _write_streamed(output: str, fmt: str, rows: _Rows, schema: pa.Schema, meta: dict, summary: IndexSummary,
@@ -657,7 +674,9 @@ def _judge(root: str, table: pa.Table, results: pa.Table | None, options: CheckO
         scanned = pc.is_valid(where)
         same = pc.and_(pc.equal(results.column("size").take(where), sizes),
                        pc.equal(results.column("mtime_ns").take(where), mtimes))
-        current = pc.fill_null(same, False)
+        # a verdict about the moment (changed, vanished, timeout, ...) is no verdict about the file: check again
+        momentary = pc.is_in(results.column("reason").take(where), value_set=pa.array(sorted(NOT_CACHED)))
+        current = pc.and_(pc.fill_null(same, False), pc.invert(pc.fill_null(momentary, False)))
         summary.unscanned += int(pc.sum(pc.invert(scanned)).as_py() or 0)
         summary.changed_since_scan += int(pc.sum(pc.and_(scanned, pc.invert(current))).as_py() or 0)
     else:

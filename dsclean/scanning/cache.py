@@ -148,6 +148,13 @@ class ScanCache:
         if len(self._pending) >= self._commit_every or time.monotonic() - self._last_commit > self._commit_seconds:
             self.commit()
 
+    def forget(self, rel: str) -> None:
+        """Drop the verdict of a file moved out of the root (quarantined): if a file comes back at that
+        path with the same size and mtime (a restore, a backup copied with ``cp -p``), it is checked again."""
+        key = encode_path(rel)
+        self._pending = [r for r in self._pending if r[0] != key] if self._pending else self._pending
+        self._db.execute(f"DELETE FROM {self.table} WHERE path = ?", (key,))
+
     def commit(self) -> None:
         if self._pending:
             marks = ",".join("?" * len(_STORED))

@@ -33,6 +33,7 @@ import filecmp
 import json
 import os
 import shutil
+import stat
 import uuid
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -276,11 +277,29 @@ def _link_then_unlink(source: str, target: str, expect: Identity | None = None) 
         os.rename(source, target)
         return
     try:
-        _verify(target, expect)
+        if stat.S_ISLNK(os.lstat(target).st_mode):
+            _verify_link(source, target, expect)
+        else:
+            _verify(target, expect)
         _unlink_source(source)
     except BaseException:
         os.unlink(target)  # one copy only: the source stays where it was
         raise
+
+
+def _verify_link(source: str, target: str, expect: Identity | None) -> None:
+    """A symlink being moved: a relative one resolves from its folder, so its new name may point nowhere.
+
+    Check the link where it still is (the identity it was checked with is the file it points to),
+    and that the new name is the same link entry as the old one (nothing was renamed over it).
+    """
+    _verify(source, expect)
+    try:
+        same = os.path.samestat(os.lstat(source), os.lstat(target))
+    except FileNotFoundError:
+        raise ChangedError(source, "it is gone") from None
+    if not same:
+        raise ChangedError(source, "replaced by another entry while it was moved")
 
 
 _rename_no_replace = _link_then_unlink  # the older name

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Iterable, Iterator
 
 from .. import locations
+from .. import reasons as R
 from ..atomic import atomic_output
 from ..jsonpaths import path_fields
 from .quarantine import RecoveryReport, _fold, _in_quarantine, _journals
@@ -83,7 +84,9 @@ def quarantined_records(qdir: str, root: str, tags: Iterable[str] | None = None,
         for ident, e in _in_quarantine(state):
             if ident in skip_ids or e.get("root") != root:
                 continue
-            line = {**path_fields(e["src"]), "kind": e.get("kind"), "status": "bad", "reason": e.get("reason"),
+            line = {**path_fields(e["src"]), "kind": e.get("kind"), "reason": e.get("reason"),
+                    # moved for a quality flag (--quarantine-flags), its integrity was fine: ok, not bad
+                    "status": R.OK if e.get("reason") == R.FLAGGED else R.BAD,
                     "detail": e.get("detail") or "quarantined by an earlier run", "quarantined_as": e.get("dst")}
             yield {k: v for k, v in line.items() if v is not None}
 

@@ -499,11 +499,14 @@ class _Sink:
         s.bytes += v.size or 0
         by_status = s.counts.setdefault(v.kind, {})
         by_status[v.status] = by_status.get(v.status, 0) + 1
+        moved = bool(extra and "quarantined_as" in extra)
         if not fresh:
             s.cached += 1
+            if moved and self.cache is not None:
+                self.cache.forget(v.path)  # a file put back later (restore, a backup) is checked again
         else:
             s.checked_bytes += v.size or 0
-            if self.cache is not None:
+            if self.cache is not None and not moved:
                 self.cache.add(v)
         if v.status == R.BAD:
             s.bad_reasons[v.reason or "?"] = s.bad_reasons.get(v.reason or "?", 0) + 1
@@ -520,6 +523,7 @@ class _Sink:
         if self.flag_options is not None:  # flags from the facts, with this scan's thresholds
             rows = [(*row[:-1], self._flags_of_row(row)) for row in rows]
         ids = [self.identities.pop(row[0], None) for row in rows] if self.identities else None
+        moved: set[bytes] = set()  # paths moved now: not cached, so a file put back later is checked again
         for i, row in enumerate(rows):
             if row[_STATUS] == R.OK and not (self.quarantine_flags and row[-1]
                                              and self.quarantine_flags.intersection(row[-1])):
@@ -533,6 +537,8 @@ class _Sink:
                 s.bad_reasons[v.reason or "?"] = s.bad_reasons.get(v.reason or "?", 0) + 1
             elif v.status == R.WARN:
                 s.warn_reasons[v.reason or "?"] = s.warn_reasons.get(v.reason or "?", 0) + 1
+            if extra and "quarantined_as" in extra:
+                moved.add(row[0])
             if v.status != row[_STATUS]:
                 rows[i] = (row[0], *tuple(vars(v).values())[1:])  # e.g. bad -> warn/changed: not moved, not cached
             if v.status != R.OK or extra:
@@ -545,7 +551,7 @@ class _Sink:
         s.bytes += size
         s.checked_bytes += size
         if self.cache is not None:
-            self.cache.add_rows(rows)
+            self.cache.add_rows([row for row in rows if row[0] not in moved] if moved else rows)
         self.writer.add_rows(rows)
         self._tick()
 
@@ -564,8 +570,8 @@ class _Sink:
             return None
         s = self.summary
         if self.quarantine is None:
-            s.flag_quarantined += 1  # would be moved (dry run, or no --quarantine)
-            return None
+            s.flag_quarantined += 1  # would be moved (dry run, or no --quarantine): listed in the problems file
+            return {"would_quarantine": R.FLAGGED, "flag": hit}
         extra = self._quarantine(v, ino_dev, R.FLAGGED, f"quality flag {hit} (--quarantine-flags)")
         s.flag_quarantined += 1 if "quarantined_as" in (extra or {}) else 0
         return extra
@@ -588,10 +594,7 @@ class _Sink:
         """Verdicts from the cache: ``ok`` rows go straight to the results, the rest through :meth:`handle`."""
         s, counts = self.summary, Counter()
         for rel, row in rows.items():
-            if row[2] == R.OK:
-                if self.identities:
-                    self.identities.pop(row[0], None)
-            else:
+            if row[2] != R.OK:
                 self.handle(row_to_verdict(rel, row), fresh=False)
                 continue
             if self.flag_options is not None:  # flags are derived from the cached facts, with today's thresholds
@@ -602,6 +605,8 @@ class _Sink:
                 for flag in flags or ():
                     s.flags[flag] = s.flags.get(flag, 0) + 1
                 row = (*row[:-1], flags)
+            if self.identities:
+                self.identities.pop(row[0], None)
             counts[row[1]] += 1
             s.bytes += row[5]
             self.writer.add_row(row)

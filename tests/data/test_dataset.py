@@ -98,8 +98,10 @@ def test_targets_is_an_int64_copy(index):
     assert isinstance(t, np.ndarray) and not isinstance(t, list)
     assert ds._mapped().labels.dtype == np.int8  # the narrowest type holding the labels, on disk
     assert t.tolist() == [0, 0, 0, 1, 1, 1] and t.dtype == np.int64
-    t[0] = 5  # a copy, like ImageFolder's list: changing it changes nothing in the index
-    assert ds.targets[0] == 0 and ds[0][1] == 0
+    assert ds.targets is t  # made once, like ImageFolder's one list (not a copy per access)
+    t[0] = 5  # a copy of the index's labels: changing it changes nothing in the index
+    assert ds[0][1] == 0 and IndexedDataset(index).targets[0] == 0
+    assert "_targets" not in ds.__getstate__()  # never pickled to spawned workers
 
 
 def test_constructor_validates_the_index_once(index):

@@ -268,6 +268,33 @@ def test_labels_csv_errors(tmp_path, text, match):
     assert not os.path.exists(tmp_path / "i.arrow")
 
 
+def test_labels_csv_may_list_files_the_scan_quarantined(tmp_path):
+    """The usual order: a labels CSV made first, then `scan --quarantine`, then `index --labels`. The
+    CSV still names the quarantined files: a note, not a refusal; a path no scan knows is still refused."""
+    from support import synth
+
+    from dsclean.scanning.scanner import ScanOptions, scan
+
+    root = str(tmp_path / "flat")
+    write(root, "x.png")
+    write(root, "y.png")
+    with open(os.path.join(root, "bad.jpg"), "wb") as f:
+        f.write(synth.truncate(synth.jpeg(64, 64), 0.5))
+    state = str(tmp_path / "state")
+    s = scan(root, ScanOptions(jobs=1, backend="threads", quarantine=str(tmp_path / "q"), progress=False,
+                               state_dir=state))
+    assert s.quarantined == 1 and not os.path.exists(os.path.join(root, "bad.jpg"))
+    csv = tmp_path / "labels.csv"
+    csv.write_text("path,label\nx.png,a\nbad.jpg,b\ny.png,b\n")
+    out = str(tmp_path / "i.arrow")
+    summary = build_index(root, out, labels_csv=str(csv), state_dir=state)
+    assert sorted(rel_paths(out)) == ["x.png", "y.png"]
+    assert any("found bad" in n and "bad.jpg" in n for n in summary.notes)
+    csv.write_text("path,label\nx.png,a\nbad.jpg,b\nnever.png,b\n")
+    with pytest.raises(UserError, match="line 4.*never.png"):
+        build_index(root, out, labels_csv=str(csv), state_dir=state)
+
+
 def test_no_labels(tree, tmp_path):
     out = str(tmp_path / "i.arrow")
     s = build_index(tree, out, no_labels=True)

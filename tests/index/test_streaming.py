@@ -197,3 +197,11 @@ def test_column_writer_round_trip(tmp_path, large):
     assert offsets.dtype == np.int64 and offsets[-1] == len(np.load(os.path.join(npy, "paths.npy")))
     assert np.load(os.path.join(npy, "labels.npy")).tolist() == cols["label"].to_pylist()
     assert np.load(os.path.join(npy, "sizes.npy")).dtype == np.uint32
+
+
+def test_the_index_copies_exactly_the_scan_facts_columns():
+    """store.SCAN_FACTS restates FACTS.md's columns because the index stage may not import quality/
+    (DataLoader workers import store): it must stay equal to the one definition."""
+    from dsclean.quality.columns import FACT_COLUMNS
+
+    assert SCAN_FACTS == FACT_COLUMNS

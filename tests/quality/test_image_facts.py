@@ -56,6 +56,18 @@ def test_phash_is_pinned():
     assert phash(thumb) == 0x5124C224C04B6007  # coefficients zero in exact arithmetic give bit 0 (not float noise)
 
 
+def test_scan_route_to_the_hash_agrees_with_phash():
+    """image_facts (what the scan runs: folded DCT matrix, mean taken out of the coefficients) gives phash()'s bits."""
+    y, x = np.mgrid[0:64, 0:64]
+    pinned = (128 + 60 * np.sin(x / 9.0) + 40 * np.cos(y / 5.0)).astype(np.uint8)
+    assert image_facts(pinned).phash == phash(pinned.astype(np.float64))
+    for seed in range(12):
+        thumb = np.asarray(synth.photo_like(64, 64, seed=seed).convert("L"))
+        assert image_facts(thumb).phash == phash(thumb.astype(np.float64))
+    for level in (0, 77, 255):  # constant: every coefficient is zero in exact arithmetic, so every bit is 0
+        assert image_facts(np.full((64, 64), level, np.uint8)).phash == 0 == phash(np.full((64, 64), float(level)))
+
+
 def test_hamming_on_arrays_and_ints():
     a = np.array([0, 0xFF, 2**64 - 1], dtype=np.uint64)
     b = np.array([1, 0, 0], dtype=np.uint64)
@@ -154,3 +166,20 @@ def test_facts_record_has_every_column():
     row = Facts.of_image(image_facts(np.zeros((64, 64), np.uint8)), 64, 64).row()
     assert row["flags"] == [F.DARK, F.LOW_INFORMATION]
     assert set(row) >= {"phash", "brightness", "peak", "flags", "content_hash"}
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_grey_thumbnail_shortcut_is_pillows_resize_bit_for_bit(axis):
+    """The scan's JPEG decodes are often SIZE wide: their thumbnail skips Pillow but must equal its resize."""
+    from dsclean.quality import thumbnail
+
+    rng = np.random.default_rng(axis)
+    for n in range(1, 2 * thumbnail.SIZE + 1):
+        shape = (n, thumbnail.SIZE) if axis == 0 else (thumbnail.SIZE, n)
+        for a in (rng.integers(0, 256, shape, dtype=np.uint8), np.full(shape, 255, np.uint8),
+                  (rng.random(shape) < 0.5).astype(np.uint8) * 255):
+            im = Image.fromarray(a, "L")
+            shrink = min(a.shape) >= thumbnail.SIZE
+            want = np.asarray(im.resize((thumbnail.SIZE,) * 2, Image.Resampling.BOX if shrink else Image.Resampling.BILINEAR))
+            got = thumbnail.canonical_uint8(a)
+            assert got.dtype == np.uint8 and np.array_equal(got, want), (shape, int(np.abs(got.astype(int) - want).max()))

@@ -219,3 +219,35 @@ def test_quarantine_flags_refuses_unknown_codes_before_anything_moves(tmp_path, 
     with pytest.raises(SystemExit) as exc:  # argparse: an empty entry is a usage error
         main(["scan", str(root), "--quarantine-flags", "dark,", "--state-dir", str(tmp_path / "s")])
     assert exc.value.code == 2
+
+
+def test_flagged_files_dry_run_listing_identity_check_and_later_status(tmp_path, monkeypatch, capsys):
+    """A dry run lists what --quarantine-flags would move; a move from a cached verdict still compares
+    the file's inode/device; later scans list a file moved for a flag as ok (its integrity was fine)."""
+    from dsclean.scanning import quarantine as Q
+
+    root, q = tmp_path / "data", tmp_path / "q"
+    write(root, "a/dark.png", _grey(5))
+    write(root, "a/photo.png", _noise_png())
+    state = ["--state-dir", str(tmp_path / "s"), "--backend", "threads"]
+    report = tmp_path / "dry"
+    assert main(["scan", str(root), "--quarantine", str(q), "--quarantine-flags", "dark", "--dry-run",
+                 "--report", str(report), *state]) == 0
+    assert (root / "a/dark.png").exists()
+    listed = {p["path"]: p for p in map(json.loads, open(report / "problems.jsonl", encoding="utf-8"))}
+    assert listed["a/dark.png"]["would_quarantine"] == "flagged" and listed["a/dark.png"]["flag"] == "dark"
+    assert "a/photo.png" not in listed
+    seen = []
+    real_move = Q.Quarantine.move
+    monkeypatch.setattr(Q.Quarantine, "move", lambda self, rel, reason=None, **kw: (
+        seen.append((rel, kw.get("expect"))), real_move(self, rel, reason, **kw))[1])
+    capsys.readouterr()
+    assert main(["scan", str(root), "--quarantine", str(q), "--quarantine-flags", "dark", *state]) == 0
+    assert "cache" in capsys.readouterr().out  # every verdict from the scan cache: nothing re-checked
+    assert [rel for rel, _ in seen] == ["a/dark.png"]
+    size, mtime, ino, dev = seen[0][1]
+    assert ino is not None and dev is not None  # the verdict came from the cache; the identity is still checked
+    assert not (root / "a/dark.png").exists()
+    assert main(["scan", str(root), "--quarantine", str(q), *state]) == 0
+    again = {p["path"]: p for p in map(json.loads, open(q / "problems.jsonl", encoding="utf-8"))}
+    assert again["a/dark.png"]["reason"] == "flagged" and again["a/dark.png"]["status"] == "ok"

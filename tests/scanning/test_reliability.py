@@ -537,3 +537,75 @@ def test_a_broken_symlink_is_still_moved_as_a_link(tmp_path):
     summary = scan(str(root), ScanOptions(quarantine=str(qdir), jobs=1, backend="threads", symlinks="all"))
     assert summary.quarantined == 1 and os.readlink(qdir / "a" / "x.jpg") == "/nonexistent/target"
     assert not os.path.lexists(root / "a" / "x.jpg")
+
+
+def test_a_relative_symlink_to_a_bad_file_is_quarantined_and_left_out_of_the_index(tmp_path):
+    """A symlink farm (--symlinks all) with relative links: the link is moved (never its target) even
+    though, from the quarantine's folder, the relative link points nowhere; the index leaves it out."""
+    store, farm, qdir = tmp_path / "store", tmp_path / "farm", tmp_path / "deep" / "er" / "q"
+    write(store, "bad.jpg", synth.truncate(synth.jpeg(64, 64, seed=1), 0.5))
+    write(store, "ok.jpg", synth.jpeg(64, 64, seed=2))
+    (farm / "cls").mkdir(parents=True)
+    for name in ("bad.jpg", "ok.jpg"):
+        os.symlink(f"../../store/{name}", farm / "cls" / name)
+    state = ["--state-dir", str(tmp_path / "state")]
+    assert main(["scan", str(farm), "--quarantine", str(qdir), "--symlinks", "all", "--jobs", "1", *state]) == 0
+    assert not os.path.lexists(farm / "cls" / "bad.jpg") and os.path.islink(qdir / "cls" / "bad.jpg")
+    assert (store / "bad.jpg").exists() and os.path.islink(farm / "cls" / "ok.jpg")  # targets untouched
+    moves = [e for e in _journal(qdir) if e.get("op") == "move"]
+    assert [e["src"] for e in moves] == ["cls/bad.jpg"]
+    out = tmp_path / "i.arrow"
+    assert main(["index", str(farm), "-o", str(out), "--symlinks", "all", *state]) == 0
+    from dsclean import IndexedDataset
+    ds = IndexedDataset(str(out), follow_symlinks="all")
+    assert [ds.path(i) for i in range(len(ds))] == ["cls/ok.jpg"]
+    assert main(["restore", str(qdir)]) == 0
+    assert os.readlink(farm / "cls" / "bad.jpg") == "../../store/bad.jpg"  # back, and resolving again
+
+
+def test_a_good_file_put_back_where_a_bad_one_was_moved_is_checked_again(tmp_path):
+    """Bit rot with the mtime unchanged is quarantined; the good copy restored from a backup with the same
+    size and mtime (cp -p, rsync -a) must be decoded again, not moved on the bad file's cached verdict."""
+    root, qdir, backup = tmp_path / "data", tmp_path / "q", tmp_path / "backup"
+    good = synth.jpeg(64, 64, seed=3)
+    write(backup, "x.jpg", good)
+    write(root, "a/ok.jpg", synth.jpeg(64, 64, seed=4))
+    import shutil
+    (root / "a").mkdir(exist_ok=True)
+    shutil.copy2(backup / "x.jpg", root / "a" / "x.jpg")
+    st = os.stat(root / "a" / "x.jpg")
+    with open(root / "a" / "x.jpg", "r+b") as f:  # damage in place, size and mtime kept
+        f.seek(len(good) // 2)
+        f.write(b"\xff\xd9" + b"\0" * 30)
+    os.utime(root / "a" / "x.jpg", ns=(st.st_atime_ns, st.st_mtime_ns))
+    options = ScanOptions(jobs=1, backend="threads", quarantine=str(qdir), progress=False,
+                          state_dir=str(tmp_path / "state"))
+    first = scan(str(root), options)
+    assert first.quarantined == 1 and not (root / "a" / "x.jpg").exists()
+    shutil.copy2(backup / "x.jpg", root / "a" / "x.jpg")  # same size, same mtime as the damaged file had
+    second = scan(str(root), options)
+    assert second.quarantined == 0 and second.bad == 0 and (root / "a" / "x.jpg").read_bytes() == good
+    assert second.cached == 1  # a/ok.jpg from the cache; x.jpg decoded again
+
+
+def test_index_checks_again_a_file_whose_recorded_verdict_was_about_the_moment(tmp_path, monkeypatch):
+    """A bad file whose move was abandoned as `changed` stays in ROOT with a warn/changed row; that row
+    says nothing about the bytes, so `dsclean index` must decode the file again, not index it as good."""
+    root = tmp_path / "data"
+    write(root, "a/bad.jpg", synth.truncate(synth.jpeg(64, 64, seed=5), 0.5))
+    write(root, "a/ok.jpg", synth.jpeg(64, 64, seed=6))
+
+    def changed(self, rel, reason=None, **kw):
+        raise Q.ChangedError(os.path.join(str(root), rel), "replaced (simulated)")
+
+    monkeypatch.setattr(Q.Quarantine, "move", changed)
+    state = str(tmp_path / "state")
+    s = scan(str(root), ScanOptions(jobs=1, backend="threads", quarantine=str(tmp_path / "q"), progress=False,
+                                    state_dir=state))
+    assert s.warn_reasons == {R.CHANGED: 1} and (root / "a" / "bad.jpg").exists()
+    monkeypatch.undo()
+    out = tmp_path / "i.arrow"
+    assert main(["index", str(root), "-o", str(out), "--state-dir", state]) == 0
+    from dsclean import IndexedDataset
+    ds = IndexedDataset(str(out))
+    assert [ds.path(i) for i in range(len(ds))] == ["a/ok.jpg"]

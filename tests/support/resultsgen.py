@@ -1,8 +1,8 @@
 """Results tables with the facts columns of FACTS.md, for report tests and benchmarks.
 
-The scan does not write facts columns yet (another stage computes them); these
-helpers add them, with the Arrow types FACTS.md fixes, so the report's
-facts-based sections can be tested against real tables:
+The scan records facts from its own decode; these helpers set chosen values (with
+the Arrow types of :data:`dsclean.quality.columns.FACT_COLUMNS`), so the report's
+facts-based sections can be tested against exact tables:
 
 - :func:`add_facts` rewrites a real scan's results with chosen facts per path;
 - :func:`synthetic_results` writes a large generated table (1M rows in seconds)
@@ -17,23 +17,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-#: FACTS.md: column -> Arrow type
-FACT_TYPES = {
-    "content_hash": pa.binary(16),
-    "phash": pa.uint64(),
-    "brightness": pa.float32(),
-    "contrast": pa.float32(),
-    "entropy": pa.float32(),
-    "sharpness": pa.float32(),
-    "grayscale": pa.bool_(),
-    "orientation": pa.int8(),
-    "peak": pa.float32(),
-    "rms": pa.float32(),
-    "clipped": pa.float32(),
-    "dc_offset": pa.float32(),
-    "silent_channels": pa.int32(),
-    "flags": pa.list_(pa.string()),
-}
+from dsclean.quality.columns import FACT_COLUMNS
+
+#: FACTS.md: column -> Arrow type (the one definition, dsclean.quality.columns)
+FACT_TYPES = FACT_COLUMNS
 
 
 def add_facts(results: str, facts: dict[str, dict], columns: tuple[str, ...] = tuple(FACT_TYPES)) -> None:
