@@ -93,6 +93,8 @@ class ResultsWriter:
             raise
         self._batch_rows = batch_rows
         self._rows: list[tuple] = []
+        self._tables: list[pa.Table] = []  # rows already in Arrow (reused from earlier results)
+        self._table_rows = 0
         self.rows = 0
 
     def add(self, v: Verdict, extra: dict | None = None) -> None:
@@ -104,7 +106,7 @@ class ResultsWriter:
             # ensure_ascii keeps lone surrogates (non-UTF-8 names) as \udcXX: lossless and valid JSON
             with _naming(self.problems_path):
                 self._problems.write(json.dumps({**v.to_json(), **(extra or {})}) + "\n")
-        if len(self._rows) >= self._batch_rows:
+        if len(self._rows) + self._table_rows >= self._batch_rows:
             self._flush()
 
     def add_rows(self, rows: Iterable[tuple]) -> None:
@@ -113,7 +115,7 @@ class ResultsWriter:
         before = len(self._rows)
         self._rows.extend(rows)
         self.rows += len(self._rows) - before
-        if len(self._rows) >= self._batch_rows:
+        if len(self._rows) + self._table_rows >= self._batch_rows:
             self._flush()
 
     def add_problem(self, v: Verdict, extra: dict | None = None) -> None:
@@ -124,15 +126,30 @@ class ResultsWriter:
         """Buffer an ``ok`` row that is already in results-table form (from the scan cache)."""
         self._rows.append(row)
         self.rows += 1
-        if len(self._rows) >= self._batch_rows:
+        if len(self._rows) + self._table_rows >= self._batch_rows:
             self._flush()
 
+    def add_table(self, table: pa.Table | pa.RecordBatch) -> None:
+        """Buffer ``ok`` rows already in Arrow with the results :data:`SCHEMA` (e.g. reused from the
+        previous results of an unchanged file): no Python object per row."""
+        if table.num_rows:
+            table = pa.Table.from_arrays(list(table.columns), schema=self._writer.schema)
+            self._tables.append(table)
+            self._table_rows += table.num_rows
+            self.rows += table.num_rows
+            if len(self._rows) + self._table_rows >= self._batch_rows:
+                self._flush()
+
     def _flush(self) -> None:
+        parts = self._tables
         if self._rows:
             columns = [pa.array(col, type=f.type) for col, f in zip(zip(*self._rows), SCHEMA)]
+            parts.append(pa.Table.from_batches([pa.RecordBatch.from_arrays(columns, schema=self._writer.schema)]))
+        if parts:
+            table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
             with _naming(self.results_path):
-                self._writer.write_batch(pa.RecordBatch.from_arrays(columns, schema=self._writer.schema))
-            self._rows = []
+                self._writer.write_table(table, row_group_size=max(1, table.num_rows))  # one row group
+            self._rows, self._tables, self._table_rows = [], [], 0
 
     def discard(self) -> None:
         """Drop the temp files: the previous results (if any) stay as they were (also on a full disk)."""

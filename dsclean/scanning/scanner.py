@@ -35,6 +35,7 @@ from .executors import BACKENDS, run_checks, start_local_workers
 from .quarantine import ChangedError, Quarantine
 from .records import quarantine_state, quarantined_records
 from .results import ResultsWriter
+from .reuse import PreviousResults
 from .verdict import FIELDS, Columns, Verdict, encode_path, verdict_of_row
 
 
@@ -215,7 +216,12 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
             rec = quarantine.recovery
             summary.recovered = {"completed": rec.completed, "reverted": rec.reverted}
             summary.notes += rec.refused + rec.bad_lines
-        writer = _open_writer(report_dir, tag, {"root": root, "shard": options.shard, "options": options_key(options.check)})
+        flag_meta = asdict(options.flags) if options.check.facts else None  # thresholds of the flags column
+        # the previous results, opened before this run's writer replaces them (reused for unchanged files)
+        previous = PreviousResults.open(root, options.state_dir, options_key(options.check), flag_meta) \
+            if options.use_cache and not options.rescan else None
+        writer = _open_writer(report_dir, tag, {"root": root, "shard": options.shard, "options": options_key(options.check),
+                                                "flags": flag_meta})
         # Publish whatever was decided on success or a clean stop (signals are handled below);
         # an error leaves the previous results in place. The problems file also lists every file
         # the quarantine held before this run (the journal is the source of truth).
@@ -225,6 +231,10 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
         cache = _open_cache(root, report_dir, options, summary, tag)
         if cache is not None:
             stack.callback(cache.close)
+        else:
+            previous = None  # the cache could not open: the note says every file is checked again
+        if previous is not None:
+            stack.callback(previous.close)
         sink = _Sink(summary, writer, quarantine, cache, _progress_bar(options),
                      options.flags if options.check.facts else None, quarantine_flags)
         identities = sink.identities if moving else None
@@ -243,7 +253,7 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
         try:
             with _stop_on_signals() as stop:
                 to_check = _skip_cached(root, media, None if options.rescan else cache, sink, options.chunk_size, stop,
-                                        options.chunk_bytes, identities)
+                                        options.chunk_bytes, identities, previous)
                 checks = run_checks(root, to_check, options.check, jobs, options.backend, options.scheduler,
                                     columns=True)
                 for columns in checks:
@@ -352,46 +362,71 @@ def _valid_part(part: tuple[int, int] | None) -> tuple[int, int] | None:
 
 
 def _stat_if_cached(root: str, rels: list[str], rows: dict[str, tuple],
-                    identities: dict[bytes, tuple[int, int]] | None = None) -> dict[str, tuple]:
+                    identities: dict[bytes, tuple[int, int]] | None = None,
+                    stats: dict[str, tuple[int, int, int, int]] | None = None) -> dict[str, tuple]:
     """The cached rows whose file still has the recorded size and mtime: one ``stat`` per file the cache
     knows, none for the others (a first scan stats nothing here: the worker's ``fstat`` gives size and mtime).
 
     ``identities`` (quarantining scans): every file is stat'ed, and its ``(inode, device)`` kept until
     its verdict is handled, so a file replaced between its check and its move is recognised
-    (bounded: the files in flight).
+    (bounded: the files in flight). ``stats``: ``rel -> (size, mtime_ns, inode, device)`` of files
+    already stat'ed in this batch (not stat'ed again).
     """
     prefix = root.rstrip(os.sep) + os.sep
     hits = {}
     for rel in rels if identities is not None else rows:
-        try:
-            st = os.stat(prefix + rel)
-        except OSError:
-            continue  # vanished since listing: checked (-> vanished)
+        st = stats.get(rel) if stats else None
+        if st is None:
+            try:
+                s = os.stat(prefix + rel)
+            except OSError:
+                continue  # vanished since listing: checked (-> vanished)
+            st = (s.st_size, s.st_mtime_ns, s.st_ino, s.st_dev)
         if identities is not None:
-            identities[encode_path(rel)] = (st.st_ino, st.st_dev)
+            identities[encode_path(rel)] = st[2:]
         row = rows.get(rel)
-        if row is not None and row[_SIZE] == st.st_size and row[_MTIME] == st.st_mtime_ns:
+        if row is not None and row[_SIZE] == st[0] and row[_MTIME] == st[1]:
             hits[rel] = row
     return hits
 
 
 def _skip_cached(root: str, media: Iterator[tuple[str, str]], cache: ScanCache | None, sink: "_Sink",
                  chunk_size: int, stop: "_StopRequest", chunk_bytes: int = 0,
-                 identities: dict[bytes, tuple[int, int]] | None = None) -> Iterator[list[str]]:
-    """Chunks of files to check: cached verdicts still valid are handled right here instead.
+                 identities: dict[bytes, tuple[int, int]] | None = None,
+                 previous: PreviousResults | None = None) -> Iterator[list[str]]:
+    """Chunks of files to check: verdicts still valid are handled right here instead.
 
+    First the ``ok`` rows of the previous results (``previous``, matched in Arrow), then the scan
+    cache for the rest (bad and warn verdicts, files the previous results lack).
     Stops at a signal too: a long run of cached files yields no chunk to check.
     """
+    prefix = root.rstrip(os.sep) + os.sep
     chunk: list[str] = []
     for batch in _chunks((rel for rel, _ in media), 2000):
         if stop.signum:
             return
-        cached = cache.rows_of(batch) if cache is not None else {}
-        hits = _stat_if_cached(root, batch, cached, identities) if cached or identities is not None else {}
+        stats: dict[str, tuple[int, int, int, int]] = {}
+        rest = batch  # files the previous results cannot vouch for
+        if previous is not None:
+            keys = [encode_path(rel) for rel in batch]
+            table, at, seen = previous.match(prefix, batch, keys, stats)
+            if at:
+                if identities is not None:  # a row moved for a quality flag is moved only if still that file
+                    identities.update((keys[i], (st.st_ino, st.st_dev)) for i, st in zip(at, seen))
+                sink.handle_reused(table, previous.flags_same)
+                if identities:
+                    for i in at:
+                        identities.pop(keys[i], None)
+                if cache is not None:
+                    cache.hits += len(at)
+                done = frozenset(at)
+                rest = [rel for i, rel in enumerate(batch) if i not in done] if len(done) < len(batch) else []
+        cached = cache.rows_of(rest) if cache is not None and rest else {}
+        hits = _stat_if_cached(root, rest, cached, identities, stats) if cached or identities is not None else {}
         if cache is not None:
             cache.hits += len(hits)
         sink.handle_cached(hits)
-        for rel in batch:
+        for rel in rest:
             if rel not in hits:
                 chunk.append(rel)
                 if len(chunk) >= sink.chunk_files(chunk_size, chunk_bytes):
@@ -581,6 +616,43 @@ class _Sink:
         n = sum(counts.values())
         s.files += n
         s.cached += n
+        self._tick()
+
+    def handle_reused(self, table: "pa.Table", flags_same: bool) -> None:
+        """``ok`` rows of the previous results for unchanged files, in Arrow: counted and written in bulk.
+
+        The flags column is kept when it was computed with today's thresholds, else recomputed
+        from the facts; a row carrying a flag of ``--quarantine-flags`` goes through :meth:`handle`.
+        """
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        s = self.summary
+        if self.flag_options is not None:
+            if not flags_same:  # thresholds changed since: the flags again, from the stored facts
+                inputs = zip(*(table[name].to_pylist() for name in facts_of.FLAG_INPUTS))
+                flags = [facts_of.flags_from(*row, self.flag_options) for row in inputs]
+                table = table.set_column(table.schema.get_field_index("flags"), "flags",
+                                         pa.array(flags, table.schema.field("flags").type))
+            if self.quarantine_flags:
+                table = table.combine_chunks()  # list_parent_indices counts per chunk
+                flat = pc.list_flatten(table["flags"])
+                hit = pc.is_in(flat, pa.array(sorted(self.quarantine_flags), pa.string()))
+                rows = set(pc.filter(pc.list_parent_indices(table["flags"]), hit).to_pylist())
+                if rows:
+                    moved = pa.array([i in rows for i in range(table.num_rows)])
+                    for row in table.filter(moved).to_pylist():
+                        self.handle(verdict_of_row(tuple(row.values())), fresh=False)
+                    table = table.filter(pc.invert(moved))
+            for item in pc.value_counts(pc.list_flatten(table["flags"])).to_pylist():
+                s.flags[item["values"]] = s.flags.get(item["values"], 0) + item["counts"]
+        for item in pc.value_counts(table["kind"]).to_pylist():
+            by_status = s.counts.setdefault(item["values"], {})
+            by_status[R.OK] = by_status.get(R.OK, 0) + item["counts"]
+        s.files += table.num_rows
+        s.cached += table.num_rows
+        s.bytes += pc.sum(table["size"]).as_py() or 0
+        self.writer.add_table(table)
         self._tick()
 
     def _tick(self) -> None:
