@@ -106,16 +106,10 @@ class ScanCache:
         :data:`~dsclean.scanning.verdict.FIELDS`); :func:`row_to_verdict` makes it a Verdict.
         Rows, not Verdicts: a re-scan of an unchanged tree is mostly this loop.
         """
-        wanted = {encode_path(rel): (rel, size, mtime) for rel, size, mtime in files}
-        keys = list(wanted)
-        found: dict[str, tuple] = {}
-        for start in range(0, len(keys), _LOOKUP_BATCH):
-            batch = keys[start : start + _LOOKUP_BATCH]
-            marks = ",".join("?" * len(batch))
-            for row in self._db.execute(f"SELECT {_COLUMNS} FROM {self.table} WHERE path IN ({marks})", batch):
-                rel, size, mtime = wanted[row[0]]
-                if row[5] == size and row[6] == mtime:
-                    found[rel] = _from_db(row)
+        files = list(files)
+        rows = self.rows_of([rel for rel, _, _ in files])
+        found = {rel: row for rel, size, mtime in files
+                 if (row := rows.get(rel)) is not None and row[5] == size and row[6] == mtime}
         self.hits += len(found)
         return found
 
