@@ -143,7 +143,7 @@ def _job(ctx: _Context, k: int, options: PackOptions) -> ShardJob:
                     root=str(ctx.meta["root"]), rows=rows, classes=tuple(ctx.meta.get("classes", [])),
                     skip_changed=options.skip_changed, inline_limit=options.inline_limit,
                     checksums=None if known is None or not known.any() else ctx.checksums[rows],
-                    known=None if known is None or not known.any() else known)
+                    known=None if known is None or not known.any() else known, keys=ctx.plan.keys[rows])
 
 
 def pack_shards(index: str, output: str, options: PackOptions = PackOptions()) -> PackSummary:
