@@ -130,16 +130,17 @@ def headers(stems: np.ndarray, lay: Layout, ext_code: np.ndarray) -> np.ndarray:
 #
 # A sample's record is json.dumps(sort_keys=True, separators=(",", ":")) of path, kind, size,
 # checksum, label and class when labelled, path_b64 for a non-UTF-8 name, and the integer facts
-# it has. Class, kind and label are adjacent in key order and depend only on (label, kind): one
-# text per pair in the batch. The samples with the same fields present share a template, and a
-# group's records are formatted with one ``%`` (the templates joined by newlines, which the JSON
-# text never holds: ensure_ascii escapes them).
+# it has. Kind and label are adjacent in key order and depend only on (label, kind): one text per
+# pair in the batch. The samples with the same fields present share a template, and a group's
+# records are formatted with one ``%`` (the templates joined by newlines, which the JSON text
+# never holds: ensure_ascii escapes them).
 
-#: the record's parts in key order: (field, format); "ckl" is class, kind and label together
-_SLOTS = (("channels", '"channels":%d'), ("checksum", '"checksum":"%s"'), ("ckl", "%s"), ("frames", '"frames":%d'),
-          ("height", '"height":%d'), ("path", '"path":%s'), ("path_b64", '"path_b64":%s'),
-          ("sample_rate", '"sample_rate":%d'), ("size", '"size":%d'), ("width", '"width":%d'))
-_OPTIONAL = ("channels", "frames", "height", "path_b64", "sample_rate", "width")  # bit i of a group code
+#: the record's parts in key order: (field, format); "kind_label" is kind and label together
+_SLOTS = (("channels", '"channels":%d'), ("checksum", '"checksum":"%s"'), ("class", '"class":%s'),
+          ("frames", '"frames":%d'), ("height", '"height":%d'), ("kind_label", "%s"), ("path", '"path":%s'),
+          ("path_b64", '"path_b64":%s'), ("sample_rate", '"sample_rate":%d'), ("size", '"size":%d'),
+          ("width", '"width":%d'))
+_OPTIONAL = ("channels", "class", "frames", "height", "path_b64", "sample_rate", "width")  # bit i of a group code
 _quote = json.encoder.encode_basestring_ascii  # what the encoder writes for a str (ensure_ascii)
 FACT_NAMES = ("width", "height", "sample_rate", "frames", "channels")
 
@@ -168,10 +169,13 @@ def json_members(paths: list[bytes], labels: np.ndarray, classes: list[str], kin
         code |= np.array(["path_b64" in f for f in fields], np.int64) << _OPTIONAL.index("path_b64")
     hexes = np.ascontiguousarray(checksums).tobytes().hex()
     columns["checksum"] = [hexes[i:i + 32] for i in range(0, 32 * n, 32)]
+    labelled = labels >= 0
+    code |= labelled.astype(np.int64) << _OPTIONAL.index("class")
+    named = np.array([_quote(c) for c in classes] + ["null"], dtype=object)
+    columns["class"] = named[np.where(labelled & (labels < len(classes)), labels, len(classes))].tolist()
     pairs, which = np.unique((labels + 1) * len(kind_names) + kinds, return_inverse=True)
-    texts = [_class_kind_label(p // len(kind_names) - 1, kind_names[p % len(kind_names)], classes)
-             for p in pairs.tolist()]
-    columns["ckl"] = np.array(texts + [""], dtype=object)[which].tolist()  # ("" keeps the array 1-d)
+    texts = [_kind_label(kind_names[p % len(kind_names)], p // len(kind_names) - 1) for p in pairs.tolist()]
+    columns["kind_label"] = np.array(texts + [""], dtype=object)[which].tolist()  # ("" keeps the array 1-d)
     columns["size"] = sizes.tolist()
     codes = np.unique(code)
     if len(codes) == 1:  # the usual batch: one group
@@ -187,11 +191,8 @@ def json_members(paths: list[bytes], labels: np.ndarray, classes: list[str], kin
     return b"".join(texts), starts, lengths
 
 
-def _class_kind_label(label: int, kind: str, classes: list[str]) -> str:
-    if label < 0:
-        return '"kind":' + _quote(kind)
-    name = _quote(classes[label]) if label < len(classes) else "null"
-    return f'"class":{name},"kind":{_quote(kind)},"label":{label}'
+def _kind_label(kind: str, label: int) -> str:
+    return '"kind":' + _quote(kind) + (f',"label":{label}' if label >= 0 else "")
 
 
 def _format(code: int, columns: dict[str, list], n: int) -> bytes:
