@@ -48,7 +48,9 @@ for _code, _ext in enumerate(EXTS):
 
 _TEMPLATE_ROW = np.frombuffer(HEADER_TEMPLATE, np.uint8)
 _TEMPLATE_SUM = int(_TEMPLATE_ROW.sum())  # name and size zero, checksum spaces
-_SUFFIX_SUMS = np.array([sum(text) for text in _SUFFIXES], np.int64)
+#: the end of a member's name after its key, by suffix code: "." and the suffix, NUL-padded to one width
+_TAILS = np.array([list((b"." + t).ljust(6, b"\0")) for t in _SUFFIXES], np.uint8)
+_TAIL_SUMS = _TAILS.sum(axis=1, dtype=np.int64)
 _SIZE_SHIFTS = np.arange(30, -1, -3, dtype=np.int64)  # 11 octal digits
 _SUM_SHIFTS = np.arange(15, -1, -3, dtype=np.int64)  # 6 octal digits
 _KEY_SHIFTS = np.arange(60, -1, -4, dtype=np.uint64)  # 16 hex digits
@@ -108,18 +110,13 @@ def headers(stems: np.ndarray, lay: Layout, ext_code: np.ndarray) -> np.ndarray:
     out[:] = _TEMPLATE_ROW
     stem = stems[lay.member_sample]
     out[:, :k] = stem
-    out[:, k] = ord(".")
     suffix = np.where(lay.member_kind == MEDIA, ext_code[lay.member_sample], len(EXTS) + lay.member_kind - 1)
-    for code in np.unique(suffix).tolist():
-        text = _SUFFIXES[code]
-        out[suffix == code, k + 1:k + 1 + len(text)] = np.frombuffer(text, np.uint8)
+    out[:, k:k + _TAILS.shape[1]] = _TAILS[suffix]
     digits = ((lay.member_size[:, None] >> _SIZE_SHIFTS) & 7) + 48
     out[:, 124:135] = digits
-    out[:, 135] = 0
     # the header checksum: the sum of all 512 bytes, the checksum field counting as eight spaces;
     # the template's bytes plus what was filled in (name and size)
-    total = (_TEMPLATE_SUM + ord(".") + stem.sum(axis=1, dtype=np.int64) + digits.sum(axis=1)
-             + _SUFFIX_SUMS[suffix])
+    total = _TEMPLATE_SUM + stem.sum(axis=1, dtype=np.int64) + digits.sum(axis=1) + _TAIL_SUMS[suffix]
     out[:, 148:154] = ((total[:, None] >> _SUM_SHIFTS) & 7) + 48
     out[:, 154] = 0
     out[:, 155] = ord(" ")
@@ -213,10 +210,12 @@ def split_lines(text: bytes) -> tuple[bytes, np.ndarray, np.ndarray]:
     return text, starts, ends - starts
 
 
-def place(buf: np.ndarray, at: np.ndarray, text: bytes, starts: np.ndarray, lengths: np.ndarray) -> None:
-    """Copy record ``i`` of ``text`` (``starts[i]``, ``lengths[i]``) to ``buf[at[i]:]``, all at once."""
-    total = int(lengths.sum())
-    if not total:
-        return
-    within = np.arange(total) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    buf[np.repeat(at, lengths) + within] = np.frombuffer(text, np.uint8)[np.repeat(starts, lengths) + within]
+def place(view: memoryview, at: np.ndarray, text: bytes, starts: np.ndarray, lengths: np.ndarray) -> None:
+    """Copy record ``i`` of ``text`` (``starts[i]``, ``lengths[i]``) to ``view[at[i]:]``.
+
+    A slice assignment per record: for records of a few hundred bytes, several times
+    faster than a numpy scatter (which needs an index per byte).
+    """
+    source = memoryview(text)
+    for to, start, length in zip(at.tolist(), starts.tolist(), lengths.tolist()):
+        view[to:to + length] = source[start:start + length]

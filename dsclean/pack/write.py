@@ -12,9 +12,11 @@ same way: a shard name only ever holds a complete shard.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import mmap
 import os
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -28,6 +30,7 @@ from ..index.store import KINDS, read_table
 from ..jsonpaths import path_fields
 from .bulk import CLS, EXT_CODE, FACT_NAMES, JSON, MEDIA, Layout, headers, json_members, key_stems, layout, place, \
     split_lines
+from .runner import ABANDONED
 from .samples import KEY_RE, int_facts_record, key_numbers_of, media_ext, member_order, sample_key
 from .tarformat import BLOCK, MAX_USTAR_SIZE, TarError, end_of_archive, header, iter_members, padding
 
@@ -57,6 +60,8 @@ class ShardJob:
     known: np.ndarray | None = None
     #: per row, the 64-bit sample key (the plan has them); None: computed from the paths
     keys: np.ndarray | None = None
+    #: shards are built one at a time in this process, the last one's fsync overlapping the next (``--jobs 1``)
+    one_at_a_time: bool = False
 
     @property
     def path(self) -> str:
@@ -292,6 +297,11 @@ class _Buffer:
         self.array = np.zeros(0, np.uint8)
         self.view = memoryview(self.array)
 
+    def release(self) -> None:
+        self.view.release()
+        self.array = np.zeros(0, np.uint8)
+        self.view = memoryview(self.array)
+
     def fit(self, size: int) -> None:
         if size > len(self.array):
             self.view.release()
@@ -346,8 +356,8 @@ def _bulk_batch(job: ShardJob, cols: _Columns, lo: int, hi: int, buf: _Buffer, c
             sums[i] = np.frombuffer(content_hash(buf.view[at[i]:at[i] + size[i]]), np.uint8)
         text, starts, again = json_members(paths, labels, classes, kinds, KINDS, size, sums, facts)
         assert (again == lengths).all()  # a checksum is always 32 hex digits
-    place(buf.array, lay.data_at[labelled, CLS], cls_text, cls_starts, cls_lengths)
-    place(buf.array, lay.data_at[:, JSON], text, starts, lengths)
+    place(buf.view, lay.data_at[labelled, CLS], cls_text, cls_starts, cls_lengths)
+    place(buf.view, lay.data_at[:, JSON], text, starts, lengths)
     blocks[lay.header_at // BLOCK] = headers(cols.stems[lo:hi], lay, ext)
     return _Bulk(lay.total, lay.data_at[:, MEDIA], sums, int(hashed.size))
 
@@ -483,6 +493,12 @@ _SYNC_EVERY = 8 << 20
 _MAX_PARTS = 900  # under IOV_MAX (1024), a sample's members at most added after the check
 
 
+#: with ``one_at_a_time``, one shard is built at a time in the process; the lock is let go before
+#: the shard's final fsync and rename, so with two shards in flight on threads
+#: (:func:`.runner.run_tasks` with ``overlap``) the next one is built while the disk catches up
+_BUILDING = threading.Lock()
+
+
 def write_shard(job: ShardJob) -> ShardResult:
     """Build ``job.path`` from the sources; on any failure no file of that name appears."""
     result = ShardResult(job.number, job.name, written=True)
@@ -497,39 +513,44 @@ def write_shard(job: ShardJob) -> ShardResult:
             fd = os.open(tmp, os.O_WRONLY)
             out = _Out(fd)
             try:
-                for lo, hi, bulk in _batches(cols.size, job.inline_limit):
-                    done = _bulk_batch(job, cols, lo, hi, buf, classes) if bulk else None
-                    if done is not None:
-                        kept.append(np.arange(lo, hi))
-                        offsets.append(out.pos + done.media_at)
-                        sums.append(done.checksums.tobytes())
-                        result.hashed += done.hashed
-                        out.write(buf.view[:done.size])
-                        continue
-                    batch = cols.rows(lo, hi, job)
-                    sources = in_hand = _read_batch(job.root, batch, job.inline_limit)
-                    for j, src in enumerate(sources):
-                        in_hand = sources[j + 1:]
-                        if isinstance(src, SourceProblem):
-                            if not job.skip_changed:
-                                result.error = (f"{src}; rebuild the index, or pack with --skip-changed "
-                                                "to leave it out")
-                                raise _Abandon
-                            result.skipped.append({**path_fields(batch.path[j]), "why": str(src)})
+                with _BUILDING if job.one_at_a_time else contextlib.nullcontext():
+                    for lo, hi, bulk in _batches(cols.size, job.inline_limit):
+                        if ABANDONED.is_set():
+                            result.error = f"{job.path}: not written: the pack was interrupted"
+                            raise _Abandon
+                        done = _bulk_batch(job, cols, lo, hi, buf, classes) if bulk else None
+                        if done is not None:
+                            kept.append(np.arange(lo, hi))
+                            offsets.append(out.pos + done.media_at)
+                            sums.append(done.checksums.tobytes())
+                            result.hashed += done.hashed
+                            out.write(buf.view[:done.size])
                             continue
-                        try:
-                            media_at = _write_sample(out, batch, j, src, classes)
-                        finally:
-                            if src.fd is not None:
-                                os.close(src.fd)
-                        kept.append([batch.start + j])
-                        offsets.append([media_at])
-                        sums.append(src.checksum)
-                        result.hashed += src.hashed
-                    in_hand = []
-                out.add(end_of_archive(out.pos))
-                out.flush()
-            finally:
+                        batch = cols.rows(lo, hi, job)
+                        sources = in_hand = _read_batch(job.root, batch, job.inline_limit)
+                        for j, src in enumerate(sources):
+                            in_hand = sources[j + 1:]
+                            if isinstance(src, SourceProblem):
+                                if not job.skip_changed:
+                                    result.error = (f"{src}; rebuild the index, or pack with --skip-changed "
+                                                    "to leave it out")
+                                    raise _Abandon
+                                result.skipped.append({**path_fields(batch.path[j]), "why": str(src)})
+                                continue
+                            try:
+                                media_at = _write_sample(out, batch, j, src, classes)
+                            finally:
+                                if src.fd is not None:
+                                    os.close(src.fd)
+                            kept.append([batch.start + j])
+                            offsets.append([media_at])
+                            sums.append(src.checksum)
+                            result.hashed += src.hashed
+                        in_hand = []
+                    out.add(end_of_archive(out.pos))
+                    out.flush()
+                    buf.release()
+            finally:  # waiting for the disk (here and in the fsync before the rename) is outside the lock
                 try:
                     out.close()
                 finally:
