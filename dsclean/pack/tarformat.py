@@ -51,7 +51,6 @@ _TEMPLATE[_CHKSUM] = b" " * 8
 _BASE_SUM = sum(_TEMPLATE)
 #: a member header with the name and size fields zeroed and the checksum field blank (spaces), for bulk building
 HEADER_TEMPLATE = bytes(_TEMPLATE)
-MAX_USTAR_SIZE = _MAX_USTAR_SIZE
 
 
 _PADS = [bytes(n) for n in range(101)]  # NUL padding of the name field, by length

@@ -32,7 +32,7 @@ from .bulk import CLS, EXT_CODE, FACT_NAMES, JSON, MEDIA, Layout, headers, json_
     split_lines
 from .runner import ABANDONED
 from .samples import KEY_RE, int_facts_record, key_numbers_of, media_ext, member_order, sample_key
-from .tarformat import BLOCK, MAX_USTAR_SIZE, TarError, end_of_archive, header, iter_members, padding
+from .tarformat import BLOCK, TarError, end_of_archive, header, iter_members, padding
 
 #: files up to this size are read once into memory; bigger ones are streamed twice (hash, then copy)
 INLINE_LIMIT = 64 << 20
@@ -197,8 +197,9 @@ _BATCH_BYTES = 8 << 20
 
 
 def _batches(sizes: np.ndarray, inline_limit: int):
-    """``(lo, hi, bulk)``: the job's rows in batches; ``bulk`` False for a single big file (streamed)."""
-    big = np.flatnonzero((sizes > inline_limit) | (sizes >= MAX_USTAR_SIZE))
+    """``(lo, hi, bulk)``: the job's rows in batches; ``bulk`` False for a single file over the
+    batch size (read whole by itself) or the inline limit (streamed)."""
+    big = np.flatnonzero(sizes > min(inline_limit, _BATCH_BYTES))
     ends = np.cumsum(sizes)
     n, lo, b = len(sizes), 0, 0
     while lo < n:
@@ -219,8 +220,7 @@ def _batches(sizes: np.ndarray, inline_limit: int):
 class _Columns:
     """A shard's index columns as arrays (paths stay in Arrow: a batch's are made bytes when it is read)."""
 
-    table: object  # the shard's rows of the index (pyarrow.Table), in pack order
-    path: object  # its path column
+    path: object  # the path column (pyarrow) of the shard's rows of the index, in pack order
     size: np.ndarray
     mtime_ns: np.ndarray
     label: np.ndarray
@@ -241,7 +241,7 @@ class _Columns:
                                np.asarray(col.is_valid().to_numpy(), bool))
         path = table.column("path")
         keys = job.keys if job.keys is not None else key_numbers_of(path.to_pylist())
-        return cls(table, path, ints("size"), ints("mtime_ns"), ints("label"), ints("kind"), facts, key_stems(keys))
+        return cls(path, ints("size"), ints("mtime_ns"), ints("label"), ints("kind"), facts, key_stems(keys))
 
     def rows(self, lo: int, hi: int, job: ShardJob) -> "_Rows":
         """Rows ``lo:hi`` as Python lists, for the sample-by-sample path."""
