@@ -9,7 +9,7 @@ computed for a whole batch of samples from column arrays, with no Python per mem
 - :func:`layout`: where each member's header and data go in the batch's bytes
   (cumulative sums over a (samples, 3) table of member sizes in name order);
 - :func:`headers`: a (members, 512) uint8 array of ustar headers: a template row, the
-  name and the octal size filled in, the header checksum as a row sum;
+  name and the octal size filled in, the header checksum from the sums of those;
 - :func:`json_members`: every sample's ``.json`` from one ``%`` format of the batch's
   templates (one template per combination of fields present);
 
