@@ -2,7 +2,8 @@
 
 Modules: :mod:`.samples` (keys and members of a sample), :mod:`.tarformat`
 (the tar layout), :mod:`.plan` (which sample goes where), :mod:`.write` (one
-shard), :mod:`.runner` (the pool), :mod:`.state` (``pack.json``, parts, locks),
+shard), :mod:`.bulk` (a batch of samples' headers and JSON at once, with numpy),
+:mod:`.runner` (the pool), :mod:`.state` (``pack.json``, parts, locks),
 :mod:`.publish` (packed index and ``shardindex.json``), :mod:`.scanhashes` (the scan's
 content hashes of unchanged files, reused as checksums), :mod:`.packer` (the
 ``pack_shards`` and ``finish_pack`` functions), :mod:`.verify` (``dsclean verify``),

@@ -143,7 +143,8 @@ def _job(ctx: _Context, k: int, options: PackOptions) -> ShardJob:
                     root=str(ctx.meta["root"]), rows=rows, classes=tuple(ctx.meta.get("classes", [])),
                     skip_changed=options.skip_changed, inline_limit=options.inline_limit,
                     checksums=None if known is None or not known.any() else ctx.checksums[rows],
-                    known=None if known is None or not known.any() else known)
+                    known=None if known is None or not known.any() else known, keys=ctx.plan.keys[rows],
+                    one_at_a_time=options.jobs <= 1 and options.backend == "loky")
 
 
 def pack_shards(index: str, output: str, options: PackOptions = PackOptions()) -> PackSummary:
@@ -214,7 +215,7 @@ def _write(ctx: _Context, numbers: list[int], options: PackOptions, summary: Pac
     with stop_on_signals() as stop:
         jobs = (_job(ctx, k, options) for k in numbers)
         for r in run_tasks(write_shard, jobs, backend=options.backend, jobs=options.jobs,
-                           scheduler=options.scheduler, stop=stop):
+                           scheduler=options.scheduler, stop=stop, overlap=True):  # jobs 1: fsyncs overlap
             if r.error:
                 summary.failures.append(r.error)
                 stop.stop()  # let the shards in flight finish, start no more

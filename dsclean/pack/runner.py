@@ -1,6 +1,7 @@
 """Run shard tasks on a pool, a few ahead, in completion order: here, on loky processes, or on Dask.
 
-- ``jobs == 1`` (local): in this process, one shard after the other;
+- ``jobs == 1`` (local): in this process, one shard after the other (for pack, on two
+  threads: the next shard is built while the last one's final fsync waits for the disk);
 - ``loky``: joblib's reusable process pool on this machine (``--jobs N``);
 - ``dask``: a Dask distributed cluster; each shard is one task, written by the
   worker straight to the shared file system (no shard bytes travel through
@@ -15,12 +16,14 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Callable, Iterable, Iterator
 
 from ..errors import UserError
 
 BACKENDS = ("loky", "dask")
+#: set when a run of tasks on this process's threads is abandoned (a second signal): tasks check it
+ABANDONED = threading.Event()
 
 
 class StopRequest:
@@ -57,17 +60,26 @@ def stop_on_signals() -> Iterator[StopRequest]:
 
 
 def run_tasks(fn: Callable, items: Iterable, *, backend: str, jobs: int, scheduler: str | None,
-              stop: StopRequest) -> Iterator:
-    """Yield ``fn(item)`` for each item, in completion order, until the items end or ``stop`` is set."""
+              stop: StopRequest, overlap: bool = False) -> Iterator:
+    """Yield ``fn(item)`` for each item, in completion order, until the items end or ``stop`` is set.
+
+    ``overlap`` (``jobs`` 1): two tasks in flight on threads of this process, for tasks that
+    do their CPU work one at a time themselves and then wait for the disk (write_shard: the
+    next shard is built while the last one's fsync runs).
+    """
     if backend not in BACKENDS:
         raise UserError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-    if backend == "loky" and jobs <= 1:
+    if backend == "loky" and jobs <= 1 and not overlap:
         for item in items:
             if stop:
                 return
             yield fn(item)
         return
-    if backend == "dask":
+    if backend == "loky" and jobs <= 1:
+        ABANDONED.clear()
+        pool = ThreadPoolExecutor(2, thread_name_prefix="pack-task")
+        executor, slots, close = pool, 1, (lambda: pool.shutdown(wait=True, cancel_futures=True))
+    elif backend == "dask":
         from ..scanning.executors import connect_dask
 
         client, slots = connect_dask(scheduler)
@@ -90,6 +102,9 @@ def run_tasks(fn: Callable, items: Iterable, *, backend: str, jobs: int, schedul
             done, in_flight = wait(in_flight, return_when=FIRST_COMPLETED)
             for future in done:
                 yield future.result()
+    except BaseException:  # a second signal: tasks on threads give up (write_shard removes its temp file)
+        ABANDONED.set()
+        raise
     finally:
         for future in in_flight:
             future.cancel()

@@ -46,6 +46,12 @@ def key_numbers(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
     return out.astype(np.uint64)
 
 
+def key_numbers_of(paths: list[bytes]) -> np.ndarray:
+    """The keys of these paths as uint64 (:func:`key_numbers` for paths already in hand)."""
+    digests = b"".join([hashlib.blake2b(p, digest_size=KEY_BYTES).digest() for p in paths])
+    return np.frombuffer(digests, ">u8").astype(np.uint64)
+
+
 def media_ext(rel: str, head: bytes) -> str:
     """The lower-case canonical extension of the sample's real format (magic bytes first, then the name)."""
     fmt = sniff(head) or format_of_name(rel)

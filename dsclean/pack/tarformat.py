@@ -49,6 +49,8 @@ _TEMPLATE[_NAME] = bytes(100)
 _TEMPLATE[_SIZE] = bytes(12)
 _TEMPLATE[_CHKSUM] = b" " * 8
 _BASE_SUM = sum(_TEMPLATE)
+#: a member header with the name and size fields zeroed and the checksum field blank (spaces), for bulk building
+HEADER_TEMPLATE = bytes(_TEMPLATE)
 
 
 _PADS = [bytes(n) for n in range(101)]  # NUL padding of the name field, by length

@@ -3,7 +3,7 @@
 :func:`write_shard` is the task a worker runs: it depends only on its
 :class:`ShardJob` and the files, so any shard can be rebuilt alone, anywhere
 the files are visible. Each source is checked against the index while it is
-read (size and mtime before, the bytes read, size and mtime after); a changed,
+read (the bytes read, one more asked for; size and mtime after); a changed,
 missing or unreadable file abandons the shard (its temp file is removed) with
 a message naming the file, or with ``skip_changed`` leaves that sample out.
 
@@ -16,7 +16,7 @@ import contextlib
 import json
 import mmap
 import os
-from collections import deque
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -24,10 +24,14 @@ import numpy as np
 
 from ..atomic import atomic_output
 from ..data.shards import release
+from ..formats import FORMATS, SNIFF_BYTES, sniff
 from ..hashing import DIGEST_SIZE, content_hash, new_hasher
 from ..index.store import KINDS, read_table
 from ..jsonpaths import path_fields
-from .samples import KEY_RE, int_facts_record, media_ext, member_order, sample_key
+from .bulk import CLS, EXT_CODE, FACT_NAMES, JSON, MEDIA, Layout, headers, json_members, key_stems, layout, place, \
+    split_lines
+from .runner import ABANDONED
+from .samples import KEY_RE, int_facts_record, key_numbers_of, media_ext, member_order, sample_key
 from .tarformat import BLOCK, TarError, end_of_archive, header, iter_members, padding
 
 #: files up to this size are read once into memory; bigger ones are streamed twice (hash, then copy)
@@ -35,8 +39,6 @@ INLINE_LIMIT = 64 << 20
 #: reading a shard back, the pages behind are unmapped every this many bytes
 _RELEASE_EVERY = 64 << 20
 _BLOCK = 1 << 20
-#: the media facts a sample's .json carries (index columns)
-FACT_NAMES = ("width", "height", "sample_rate", "frames", "channels")
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,10 @@ class ShardJob:
     #: index), as ``(rows, DIGEST_SIZE)`` uint8; ``known[i]`` False: hash the bytes as they are read
     checksums: np.ndarray | None = None
     known: np.ndarray | None = None
+    #: per row, the 64-bit sample key (the plan has them); None: computed from the paths
+    keys: np.ndarray | None = None
+    #: shards are built one at a time in this process, the last one's fsync overlapping the next (``--jobs 1``)
+    one_at_a_time: bool = False
 
     @property
     def path(self) -> str:
@@ -175,19 +181,78 @@ def _blocks(fd: int, size: int, full: str):
         raise SourceProblem(f"{full}: changed while it was packed (grew past {size} bytes)")
 
 
-# --------------------------------------------------------------------------- reading ahead
+# --------------------------------------------------------------------------- batches
 #
-# When files must be hashed, the sources are read (open, fstat, pread, fstat, close, hash) on
-# a reader thread, a few batches ahead of the thread that formats and writes the tar: hashlib
-# releases the GIL for buffers over 2 KiB, so hashing runs beside the writing on a second
-# core. When every checksum comes from the scan there is little but the Python per file left
-# to overlap, and handing batches between threads cost more CPU than it saved (measured, see
-# BENCHMARKS.md section 7), so the shard's writer reads them itself. Batches are bounded in rows and bytes.
+# A shard's rows go in batches, bounded in rows and bytes. A batch of files up to the inline
+# limit is laid out in bulk (:mod:`.bulk`): each file is read straight into its place in one
+# reused buffer (no new bytes object per file: on this kernel, reading into fresh memory cost
+# 2-3x the system time of reading into memory already mapped), headers and JSON are filled in
+# around them, and the batch is written with one call. A bigger file is a batch of its own,
+# streamed; and a batch with any source that fails its checks is done again sample by sample
+# (:func:`_read_batch`), which names the file and the reason, or leaves it out with
+# ``skip_changed``.
 
-_READERS = 1  # reader threads of a shard that has files to hash
-_BATCH_ROWS = 64
+_BATCH_ROWS = 512
 _BATCH_BYTES = 8 << 20
-_AHEAD = 3  # batches in flight per reader
+
+
+def _batches(sizes: np.ndarray, inline_limit: int):
+    """``(lo, hi, bulk)``: the job's rows in batches; ``bulk`` False for a single file over the
+    batch size (read whole by itself) or the inline limit (streamed)."""
+    big = np.flatnonzero(sizes > min(inline_limit, _BATCH_BYTES))
+    ends = np.cumsum(sizes)
+    n, lo, b = len(sizes), 0, 0
+    while lo < n:
+        while b < len(big) and big[b] < lo:
+            b += 1
+        if b < len(big) and big[b] == lo:
+            yield lo, lo + 1, False
+            lo += 1
+            continue
+        hi = min(n, lo + _BATCH_ROWS, int(big[b]) if b < len(big) else n)
+        base = int(ends[lo - 1]) if lo else 0
+        hi = max(lo + 1, min(hi, int(np.searchsorted(ends, base + _BATCH_BYTES, side="right"))))
+        yield lo, hi, True
+        lo = hi
+
+
+@dataclass
+class _Columns:
+    """A shard's index columns as arrays (paths stay in Arrow: a batch's are made bytes when it is read)."""
+
+    path: object  # the path column (pyarrow) of the shard's rows of the index, in pack order
+    size: np.ndarray
+    mtime_ns: np.ndarray
+    label: np.ndarray
+    kind: np.ndarray
+    facts: dict[str, tuple[np.ndarray, np.ndarray]]  # name -> (values, valid); only in an index built with --facts
+    stems: np.ndarray  # (rows, 16) uint8: the sample keys in hex
+
+    @classmethod
+    def of(cls, table, job: ShardJob) -> "_Columns":
+        def ints(name):
+            return np.asarray(table.column(name).to_numpy(), np.int64)
+
+        facts = {}
+        for name in FACT_NAMES:
+            if name in table.column_names:
+                col = table.column(name)
+                facts[name] = (np.asarray(col.fill_null(0).to_numpy(), np.int64),
+                               np.asarray(col.is_valid().to_numpy(), bool))
+        path = table.column("path")
+        keys = job.keys if job.keys is not None else key_numbers_of(path.to_pylist())
+        return cls(path, ints("size"), ints("mtime_ns"), ints("label"), ints("kind"), facts, key_stems(keys))
+
+    def rows(self, lo: int, hi: int, job: ShardJob) -> "_Rows":
+        """Rows ``lo:hi`` as Python lists, for the sample-by-sample path."""
+        if job.known is None:
+            known = [None] * (hi - lo)
+        else:
+            known = [bytes(job.checksums[i]) if job.known[i] else None for i in range(lo, hi)]
+        facts = {k: [v if ok else None for v, ok in zip(self.facts[k][0][lo:hi].tolist(), self.facts[k][1][lo:hi])]
+                 if k in self.facts else [None] * (hi - lo) for k in FACT_NAMES}
+        return _Rows(lo, self.path.slice(lo, hi - lo).to_pylist(), self.label[lo:hi].tolist(),
+                     self.kind[lo:hi].tolist(), self.size[lo:hi].tolist(), self.mtime_ns[lo:hi].tolist(), facts, known)
 
 
 @dataclass
@@ -204,27 +269,6 @@ class _Rows:
     known: list  # per row: the scan's checksum (bytes) or None
 
 
-def _row_batches(table, job: ShardJob):
-    """The job's rows in batches of at most ``_BATCH_ROWS`` rows and about ``_BATCH_BYTES`` inline bytes."""
-    sizes = np.asarray(table.column("size"))
-    inline = np.minimum(sizes, job.inline_limit + 1)
-    n, lo = len(sizes), 0
-    while lo < n:
-        hi = min(n, lo + _BATCH_ROWS)
-        over = np.flatnonzero(np.cumsum(inline[lo:hi]) > _BATCH_BYTES)
-        if over.size:
-            hi = lo + max(1, int(over[0]))
-        part = table.slice(lo, hi - lo)
-        if job.known is None:
-            known = [None] * (hi - lo)
-        else:
-            known = [bytes(job.checksums[i]) if job.known[i] else None for i in range(lo, hi)]
-        yield _Rows(lo, *(part.column(c).to_pylist() for c in ("path", "label", "kind", "size", "mtime_ns")),
-                    {k: part.column(k).to_pylist() if k in part.column_names else [None] * (hi - lo)
-                     for k in FACT_NAMES}, known)  # media facts: only in an index built with --facts
-        lo = hi
-
-
 def _read_batch(root: str, rows: _Rows, inline_limit: int) -> list:
     """The batch's sources, in order; a :class:`SourceProblem` in place of a source that failed its checks."""
     root = os.path.join(os.fsencode(root), b"")  # ends in /
@@ -237,44 +281,151 @@ def _read_batch(root: str, rows: _Rows, inline_limit: int) -> list:
     return out
 
 
-def _read_ahead(job: ShardJob, table, pool: ThreadPoolExecutor | None):
-    """``(rows, sources)`` per batch, in order, read ``_AHEAD`` batches ahead on ``pool`` (None: here)."""
-    batches = _row_batches(table, job)
-    if pool is None:
-        for rows in batches:
-            yield rows, _read_batch(job.root, rows, job.inline_limit)
-        return
-    pending: deque = deque()
-    try:
-        while True:
-            while len(pending) < _AHEAD * max(1, _READERS):
-                rows = next(batches, None)
-                if rows is None:
-                    break
-                pending.append((rows, pool.submit(_read_batch, job.root, rows, job.inline_limit)))
-            if not pending:
-                return
-            rows, future = pending.popleft()
-            yield rows, future.result()
-    finally:  # abandoned: the batches read ahead may hold big files' descriptors
-        for _, future in pending:
-            if not future.cancel() and future.exception() is None:
-                _close_all(future.result())
-
-
-@contextlib.contextmanager
-def _readers(job: ShardJob):
-    if not _READERS or (job.known is not None and job.known.all()):
-        yield None
-        return
-    with ThreadPoolExecutor(_READERS, thread_name_prefix="pack-read") as pool:
-        yield pool
-
-
 def _close_all(pending_sources) -> None:
     for src in pending_sources:
         if isinstance(src, _Source) and src.fd is not None:
             os.close(src.fd)
+
+
+# --------------------------------------------------------------------------- a batch in bulk
+
+
+class _Buffer:
+    """One batch's bytes, reused from batch to batch (its pages stay mapped), grown when a batch needs more."""
+
+    def __init__(self) -> None:
+        self.array = np.zeros(0, np.uint8)
+        self.view = memoryview(self.array)
+
+    def fit(self, size: int) -> None:
+        if size > len(self.array):
+            self.view.release()
+            self.array = np.zeros(max(size, len(self.array) * 5 // 4), np.uint8)
+            self.view = memoryview(self.array)
+
+
+_BUFFERS = threading.local()
+
+
+def _buffer() -> _Buffer:
+    """This thread's batch buffer, kept from shard to shard (a fresh one costs a page fault per 4 KiB)."""
+    if not hasattr(_BUFFERS, "buffer"):
+        _BUFFERS.buffer = _Buffer()
+    return _BUFFERS.buffer
+
+
+@dataclass
+class _Bulk:
+    size: int  # bytes of the batch, in ``buffer.view[:size]``
+    media_at: np.ndarray  # per row, the media data's offset from the batch's start
+    checksums: np.ndarray  # (rows, 16) uint8
+    hashed: int
+
+
+def _bulk_batch(job: ShardJob, cols: _Columns, lo: int, hi: int, buf: _Buffer, classes: list[str]) -> _Bulk | None:
+    """Rows ``lo:hi`` (files up to the inline limit) read and laid out as tar bytes in ``buf``.
+
+    None when a source is not exactly what the index says (or its path is unusual): the
+    caller then does the batch sample by sample, which says what is wrong.
+    """
+    n = hi - lo
+    paths = cols.path.slice(lo, n).to_pylist()
+    size, labels = cols.size[lo:hi], cols.label[lo:hi]
+    labelled = labels >= 0
+    known = np.zeros(n, bool) if job.known is None else job.known[lo:hi]
+    sums = np.zeros((n, DIGEST_SIZE), np.uint8) if job.checksums is None else job.checksums[lo:hi].copy()
+    kinds = cols.kind[lo:hi]
+    facts = {k: (v[lo:hi], ok[lo:hi]) for k, (v, ok) in cols.facts.items()}
+    text, starts, lengths = json_members(paths, labels, classes, kinds, KINDS, size, sums, facts)
+    cls_text, cls_starts, cls_lengths = split_lines("\n".join(map(str, labels[labelled].tolist())).encode())
+    sizes = np.zeros((n, 3), np.int64)
+    sizes[:, MEDIA], sizes[:, JSON] = size, lengths
+    sizes[labelled, CLS] = cls_lengths if labelled.any() else 0
+    ext = np.array([_BY_NAME.get(p.rpartition(b".")[2].lower(), 0) for p in paths], np.int64)  # a guess
+    lay = layout(ext, labelled, sizes)
+    buf.fit(lay.total + BLOCK)  # a block more: the one-byte-longer read of the last file may land there
+    blocks = buf.array[:lay.total // BLOCK * BLOCK].reshape(-1, BLOCK)
+    ends = lay.header_at + BLOCK + lay.member_size
+    blocks[(ends[lay.member_size > 0] - 1) // BLOCK] = 0  # padding: each member's last block, before its data lands
+    if not _read_into(buf.view, os.path.join(os.fsencode(job.root), b""), paths, size.tolist(),
+                      cols.mtime_ns[lo:hi].tolist(), lay.data_at[:, MEDIA].tolist()):
+        return None
+    real = _sniffed(buf.array, lay.data_at[:, MEDIA], size, paths)
+    if (real != ext).any():  # a name that does not say the format: the members' order may differ
+        lay = _relayout(buf, lay, ext, real, labelled, sizes)
+        ext = real
+    hashed = np.flatnonzero(~known)
+    if hashed.size:
+        at = lay.data_at[:, MEDIA]
+        for i in hashed.tolist():
+            sums[i] = np.frombuffer(content_hash(buf.view[at[i]:at[i] + size[i]]), np.uint8)
+        text, starts, again = json_members(paths, labels, classes, kinds, KINDS, size, sums, facts)
+        assert (again == lengths).all()  # a checksum is always 32 hex digits
+    place(buf.view, lay.data_at[labelled, CLS], cls_text, cls_starts, cls_lengths)
+    place(buf.view, lay.data_at[:, JSON], text, starts, lengths)
+    blocks[lay.header_at // BLOCK] = headers(cols.stems[lo:hi], lay, ext)
+    return _Bulk(lay.total, lay.data_at[:, MEDIA], sums, int(hashed.size))
+
+
+def _read_into(view: memoryview, root: bytes, paths: list, sizes: list, mtimes: list, at: list) -> bool:
+    """Each file read into ``view[at:]``, checked: its size and mtime after the read are the index's,
+    and it held exactly ``size`` bytes (one more is asked for). False at the first that is not.
+
+    Per file, so kept to the system calls (open, preadv, fstat, close) and little else.
+    """
+    open_, preadv, fstat, close, rdonly = os.open, os.preadv, os.fstat, os.close, os.O_RDONLY
+    for rel, size, mtime_ns, pos in zip(paths, sizes, mtimes, at):
+        if not rel or rel[:1] == b"/" or b".." in rel:
+            return False  # the sample-by-sample path refuses it (or packs a name like a..b.jpg)
+        try:
+            fd = open_(root + rel, rdonly)
+        except OSError:
+            return False
+        try:
+            got = preadv(fd, [view[pos:pos + size + 1]], 0)
+            st = fstat(fd)
+        except OSError:
+            return False
+        finally:
+            close(fd)
+        if got != size or st.st_size != size or st.st_mtime_ns != mtime_ns:
+            return False
+    return True
+
+
+#: canonical extension code by a file name's extension (lower case, bytes), to guess the layout before reading
+_BY_NAME = {e[1:].encode("ascii"): EXT_CODE[exts[0][1:]] for _, exts in FORMATS.values() for e in exts}
+_SNIFFED: dict[bytes, int] = {}  # first bytes -> extension code (-1: no magic), since many files share them
+
+
+def _sniffed(array: np.ndarray, at: np.ndarray, size: np.ndarray, paths: list) -> np.ndarray:
+    """Each sample's real extension code, from its magic bytes (by name when they say nothing), as media_ext."""
+    heads = array[at[:, None] + np.arange(SNIFF_BYTES)].tobytes()
+    out = np.empty(len(at), np.int64)
+    if len(_SNIFFED) > 4096:
+        _SNIFFED.clear()
+    for i in range(len(at)):
+        head = heads[i * SNIFF_BYTES:(i + 1) * SNIFF_BYTES]
+        if size[i] < SNIFF_BYTES:
+            head = head[:size[i]]
+        code = _SNIFFED.get(head)
+        if code is None:
+            fmt = sniff(head)
+            code = _SNIFFED[head] = EXT_CODE[FORMATS[fmt][1][0][1:]] if fmt else -1
+        out[i] = code if code >= 0 else EXT_CODE[media_ext(os.fsdecode(paths[i]), head)]
+    return out
+
+
+def _relayout(buf: _Buffer, lay: Layout, ext: np.ndarray, real: np.ndarray, labelled: np.ndarray,
+              sizes: np.ndarray) -> Layout:
+    """The layout for the real extensions; media data whose place changed is moved (a sample's span is the same)."""
+    new = layout(real, labelled, sizes)
+    for i in np.flatnonzero(new.data_at[:, MEDIA] != lay.data_at[:, MEDIA]).tolist():
+        old, to, size = int(lay.data_at[i, MEDIA]), int(new.data_at[i, MEDIA]), int(sizes[i, MEDIA])
+        data = bytes(buf.view[old:old + size])
+        buf.array[new.sample_at[i]:new.sample_at[i + 1]] = 0
+        buf.view[to:to + size] = data
+    return new
 
 
 # --------------------------------------------------------------------------- writing
@@ -315,6 +466,15 @@ class _Out:
         self.wrote(self.pending)
         self.parts, self.pending = [], 0
 
+    def write(self, data) -> None:
+        """``data`` written now (after what is gathered): a batch laid out in bulk, in a buffer reused after."""
+        self.flush()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.fd, view):]
+        self.pos += len(data)
+        self.wrote(len(data))
+
     def wrote(self, n: int) -> None:
         """``n`` more bytes are in the file: start a background sync when enough are."""
         self._unsynced += n
@@ -342,23 +502,41 @@ _SYNC_EVERY = 8 << 20
 _MAX_PARTS = 900  # under IOV_MAX (1024), a sample's members at most added after the check
 
 
+#: with ``one_at_a_time``, one shard is built at a time in the process; the lock is let go before
+#: the shard's final fsync and rename, so with two shards in flight on threads
+#: (:func:`.runner.run_tasks` with ``overlap``) the next one is built while the disk catches up
+_BUILDING = threading.Lock()
+
+
 def write_shard(job: ShardJob) -> ShardResult:
     """Build ``job.path`` from the sources; on any failure no file of that name appears."""
     result = ShardResult(job.number, job.name, written=True)
     _remove_stale_temps(job)
-    table = read_table(job.index, job.rows)
-    kept, offsets, sums = [], [], bytearray()  # kept: positions in job.rows
+    cols = _Columns.of(read_table(job.index, job.rows), job)
+    kept, offsets, sums = [], [], []  # per batch: positions in job.rows, media offsets, checksums
     classes = list(job.classes)
     in_hand: list = []
+    buf = _buffer()
     try:
-        with atomic_output(job.path, sync_dir=False) as tmp, _readers(job) as pool:
+        with atomic_output(job.path, sync_dir=False) as tmp:
             fd = os.open(tmp, os.O_WRONLY)
             out = _Out(fd)
             try:
-                reader = _read_ahead(job, table, pool)
-                try:
-                    for batch, sources in reader:
-                        in_hand = sources
+                with _BUILDING if job.one_at_a_time else contextlib.nullcontext():
+                    for lo, hi, bulk in _batches(cols.size, job.inline_limit):
+                        if ABANDONED.is_set():
+                            result.error = f"{job.path}: not written: the pack was interrupted"
+                            raise _Abandon
+                        done = _bulk_batch(job, cols, lo, hi, buf, classes) if bulk else None
+                        if done is not None:
+                            kept.append(np.arange(lo, hi))
+                            offsets.append(out.pos + done.media_at)
+                            sums.append(done.checksums.tobytes())
+                            result.hashed += done.hashed
+                            out.write(buf.view[:done.size])
+                            continue
+                        batch = cols.rows(lo, hi, job)
+                        sources = in_hand = _read_batch(job.root, batch, job.inline_limit)
                         for j, src in enumerate(sources):
                             in_hand = sources[j + 1:]
                             if isinstance(src, SourceProblem):
@@ -373,16 +551,14 @@ def write_shard(job: ShardJob) -> ShardResult:
                             finally:
                                 if src.fd is not None:
                                     os.close(src.fd)
-                            kept.append(batch.start + j)
-                            offsets.append(media_at)
-                            sums += src.checksum
+                            kept.append([batch.start + j])
+                            offsets.append([media_at])
+                            sums.append(src.checksum)
                             result.hashed += src.hashed
                         in_hand = []
-                finally:
-                    reader.close()
-                out.add(end_of_archive(out.pos))
-                out.flush()
-            finally:
+                    out.add(end_of_archive(out.pos))
+                    out.flush()
+            finally:  # waiting for the disk (here and in the fsync before the rename) is outside the lock
                 try:
                     out.close()
                 finally:
@@ -398,9 +574,9 @@ def write_shard(job: ShardJob) -> ShardResult:
         return result
     finally:
         _close_all(in_hand)
-    result.rows = np.asarray(job.rows, np.int64)[np.asarray(kept, np.int64)]
-    result.offsets = np.asarray(offsets, np.int64)
-    result.checksums = bytes(sums)
+    result.rows = np.asarray(job.rows, np.int64)[np.concatenate([np.zeros(0, np.int64), *kept]).astype(np.int64)]
+    result.offsets = np.concatenate([np.zeros(0, np.int64), *offsets]).astype(np.int64)
+    result.checksums = b"".join(sums)
     result.filesize = os.path.getsize(job.path)
     return result
 

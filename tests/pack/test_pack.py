@@ -286,3 +286,24 @@ def test_sigint_finishes_the_shard_in_hand_then_exits_130(tmp_path):
     names = os.listdir(out)
     assert 5 <= len([n for n in names if n.endswith(".tar")]) < 100 and not [n for n in names if n.endswith(".tmp")]
     assert subprocess.run(cmd, check=True).returncode == 0 and main(["verify", str(out)]) == 0
+
+
+def test_a_second_signal_makes_the_shards_on_threads_give_up_without_a_trace(tmp_path):
+    from dsclean.pack import packer, runner
+    from dsclean.pack.write import write_shard
+
+    tasks = runner.run_tasks(time.sleep, [0.01] * 4, backend="loky", jobs=1, scheduler=None,
+                             stop=runner.StopRequest(), overlap=True)
+    next(tasks)
+    with pytest.raises(KeyboardInterrupt):
+        tasks.throw(KeyboardInterrupt)  # what the second SIGINT raises in the loop
+    assert runner.ABANDONED.is_set()
+    _, index = make_indexed(tmp_path)
+    out = tmp_path / "s"
+    out.mkdir()
+    try:
+        ctx = packer._prepare(index, str(out), PackOptions())
+        result = write_shard(packer._job(ctx, 0, PackOptions()))
+    finally:
+        runner.ABANDONED.clear()
+    assert "interrupted" in result.error and os.listdir(out) == []

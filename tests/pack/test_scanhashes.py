@@ -99,17 +99,18 @@ def test_without_scan_results_every_file_is_hashed(tmp_path):
     assert s.scan_hashes == 0 and s.hashed == s.samples and s.scan_results.startswith("none")
 
 
-@pytest.mark.parametrize("readers", [0, 2])
-def test_reading_ahead_on_threads_or_not_gives_the_same_shards(scanned, tmp_path, monkeypatch, readers):
+@pytest.mark.parametrize("rehash", [False, True])
+def test_batches_in_bulk_or_sample_by_sample_give_the_same_shards(scanned, tmp_path, monkeypatch, rehash):
     root, index = scanned
-    ref = _pack(index, tmp_path / "ref", rehash=True)
-    monkeypatch.setattr(write, "_READERS", readers)
-    monkeypatch.setattr(write, "_BATCH_ROWS", 3)  # many batches in flight
-    monkeypatch.setattr(write, "_SYNC_EVERY", 1)  # a background sync after every flush
+    ref = _pack(index, tmp_path / "ref", rehash=rehash)
+    monkeypatch.setattr(write, "_BATCH_ROWS", 3)  # many batches, a few bytes each
+    monkeypatch.setattr(write, "_SYNC_EVERY", 1)  # a background sync after every write
     monkeypatch.setattr(write, "_FLUSH_BYTES", 1000)
-    other = _pack(index, tmp_path / "other", rehash=True)
-    assert other.hashed == ref.hashed
-    assert folder_digests(tmp_path / "ref") == folder_digests(tmp_path / "other")
+    small = _pack(index, tmp_path / "small", rehash=rehash)
+    monkeypatch.setattr(write, "_bulk_batch", lambda *a: None)  # every batch sample by sample
+    slow = _pack(index, tmp_path / "slow", rehash=rehash)
+    assert ref.hashed == small.hashed == slow.hashed == (ref.samples if rehash else 0)
+    assert folder_digests(tmp_path / "ref") == folder_digests(tmp_path / "small") == folder_digests(tmp_path / "slow")
 
 
 def test_the_fast_json_record_is_what_json_dumps_writes():
