@@ -12,6 +12,7 @@ from support.files import write
 from support.treegen import make_tree
 
 import dsclean
+from dsclean.scanning.cache import cached_rows
 from dsclean.scanning.scanner import ScanOptions, scan
 
 
@@ -75,7 +76,7 @@ def test_rerun_after_kill_9_resumes_from_the_cache(tmp_path):
                              "--report", str(tmp_path / "r")])
     from dsclean.locations import root_state_dir
 
-    cache = Path(root_state_dir(str(root))) / "scan_cache.sqlite"
+    cache = Path(root_state_dir(str(root))) / "scan_cache"
     deadline = time.time() + 120
     while time.time() < deadline and _cached_rows(cache) == 0:  # wait for the first commit
         time.sleep(0.05)
@@ -89,18 +90,7 @@ def test_rerun_after_kill_9_resumes_from_the_cache(tmp_path):
 
 
 def _cached_rows(cache) -> int:
-    import sqlite3
-
-    if not cache.exists():
-        return 0
-    db = sqlite3.connect(cache)
-    try:
-        tables = [t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE name LIKE 'verdicts_%'")]
-        return sum(db.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables)
-    except sqlite3.OperationalError:  # table not created yet
-        return 0
-    finally:
-        db.close()
+    return cached_rows(str(cache))
 
 
 def test_verdicts_about_the_moment_are_not_cached(tmp_path):
