@@ -255,7 +255,7 @@ def rescan_benchmark(n: int, repeats: int = 5, before: str | None = None) -> Non
 
         def rescan(version: str) -> tuple[float, float, float]:
             args = [folder, os.path.join(work, version, "r"), os.path.join(work, version, "s")]
-            out = subprocess.run([sys.executable, "-c", _RESCAN, *args], env=_env(versions[version]),
+            out = subprocess.run([sys.executable, "-c", _RESCAN, *args], env=_env(versions[version]), cwd="/",
                                  capture_output=True, text=True, check=True).stdout.split()
             files, cached, wall, own, children = int(out[0]), int(out[1]), *map(float, out[2:])
             return files, cached, (wall, own, children)
@@ -369,7 +369,7 @@ def pipeline_benchmark(args) -> None:
             for name, (cmd, env, _) in contenders.items():
                 with tempfile.TemporaryDirectory() as tmp:
                     cmd = [tmp + "/r" if c == "REPORT" else tmp + "/s" if c == "STATE" else c for c in cmd]
-                    wall, cpu, _ = _run_counted(cmd, env)
+                    wall, cpu, _ = _run_counted(cmd, env, cwd="/")
                 times[name].append((wall, cpu))
         print(f"| whole process, {len(paths):,} JPEGs (median of {args.rounds} interleaved rounds) | wall s | files/s | "
               "CPU s (all processes) | files/s per core | files per CPU-s |")
@@ -431,6 +431,7 @@ def main_process_cost(n: int, versions: dict, rounds: int, facts_none: bool = Fa
                 flag = "nocache" if "use_cache=False" in what else "cache"
                 facts = "nofacts" if "--facts none" in what else "facts"
                 out = subprocess.run([sys.executable, "-c", _MAIN_COST, folder, os.path.join(folder, "d0000"), flag, facts],
+                                     cwd="/",  # not a tree holding a dsclean/ (-c and -m put the cwd first on sys.path)
                                      env=_env(src), capture_output=True, text=True, check=True).stdout.split()
                 small_n, small_cpu, full_n, full_cpu = int(out[0]), float(out[1]), int(out[2]), float(out[3])
                 per_file[name].append((full_cpu - small_cpu) / (full_n - small_n) * 1e6)

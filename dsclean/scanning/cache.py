@@ -32,7 +32,7 @@ import json
 import os
 import time
 from collections import OrderedDict
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -111,20 +111,28 @@ def _segments(folder: str) -> list[str]:
         return []
 
 
-def _open_segment(path: str, key: str, fields: list[int] | None = None) -> pa.ipc.RecordBatchFileReader | None:
-    """A segment's reader (memory-mapped), or None when it is gone (compacted away meanwhile), unreadable
-    (a power loss before its data reached the disk) or of other options or another schema: never trusted."""
+@contextlib.contextmanager
+def _opened(path: str, key: str, fields: list[int] | None = None) -> Iterator[pa.ipc.RecordBatchFileReader | None]:
+    """A segment's reader (memory-mapped, closed after use: a killed scan of millions of files leaves
+    thousands of segments, more than a process may hold open), or None when it is gone (compacted
+    away meanwhile), unreadable (a power loss before its data reached the disk) or of other options or
+    another schema: never trusted."""
     try:
-        reader = pa.ipc.open_file(pa.memory_map(path),
-                                  options=pa.ipc.IpcReadOptions(included_fields=fields) if fields else None)
-        schema = reader.schema
+        source = pa.memory_map(path)
     except (OSError, pa.ArrowException):
-        return None
-    meta = schema.metadata or {}
-    if meta.get(b"options") != key.encode() or not schema.remove_metadata().equals(
-            STORED_SCHEMA if fields is None else pa.schema([STORED_SCHEMA.field(i) for i in fields])):
-        return None
-    return reader
+        yield None
+        return
+    with source:
+        try:
+            reader = pa.ipc.open_file(source, options=pa.ipc.IpcReadOptions(included_fields=fields) if fields else None)
+            schema = reader.schema
+        except (OSError, pa.ArrowException):
+            reader = None
+        else:
+            want = STORED_SCHEMA if fields is None else pa.schema([STORED_SCHEMA.field(i) for i in fields])
+            if (schema.metadata or {}).get(b"options") != key.encode() or not schema.remove_metadata().equals(want):
+                reader = None
+        yield reader
 
 
 class ScanCache:
@@ -139,8 +147,7 @@ class ScanCache:
         self._schema = STORED_SCHEMA.with_metadata({"options": self.key})
         self._listed = _segments(self.folder)  # what earlier runs recorded (read lazily, on the first lookup)
         self._index: tuple[np.ndarray, np.ndarray] | None = None
-        self._readers: list[pa.ipc.RecordBatchFileReader] = []
-        self._groups: list[tuple[int, int]] = []  # global record batch -> (reader, batch in it)
+        self._groups: list[tuple[str, int]] = []  # global record batch -> (segment, batch in it)
         self._starts = np.zeros(1, np.int64)
         self._decoded: OrderedDict[int, pa.RecordBatch] = OrderedDict()
         self._pending: list[pa.RecordBatch] = []
@@ -160,17 +167,17 @@ class ScanCache:
         if self._index is not None:
             return self._index
         hashes, starts = [], [0]
+        self._groups, self._decoded = [], OrderedDict()
         for path in self._listed:
-            paths_only = _open_segment(path, self.key, [0])
-            reader = _open_segment(path, self.key) if paths_only is not None else None
-            if reader is None:
-                continue
-            self._readers.append(reader)
-            for b in range(paths_only.num_record_batches):
-                column = paths_only.get_batch(b).column(0)
-                hashes.append(_hashes(column.to_pylist()))
-                starts.append(starts[-1] + len(column))
-                self._groups.append((len(self._readers) - 1, b))
+            with _opened(path, self.key) as whole:
+                if whole is None:
+                    continue
+            with _opened(path, self.key, [0]) as paths_only:
+                for b in range(paths_only.num_record_batches if paths_only is not None else 0):
+                    column = paths_only.get_batch(b).column(0)
+                    hashes.append(_hashes(column.to_pylist()))
+                    starts.append(starts[-1] + len(column))
+                    self._groups.append((path, b))
         self._starts = np.array(starts, np.int64)
         h = np.concatenate(hashes) if hashes else np.empty(0, np.int64)
         order = np.argsort(h, kind="stable")  # equal hashes keep file order: the last is the newest
@@ -180,11 +187,15 @@ class ScanCache:
         self._index = (h[last], order[last])
         return self._index
 
-    def _batch(self, g: int) -> pa.RecordBatch:
+    def _batch(self, g: int) -> pa.RecordBatch | None:
+        """Record batch ``g`` (decoded; a few kept), or None if its segment was compacted away meanwhile."""
         batch = self._decoded.get(g)
         if batch is None:
-            r, b = self._groups[g]
-            batch = self._readers[r].get_batch(b)
+            path, b = self._groups[g]
+            with _opened(path, self.key) as reader:
+                if reader is None:
+                    return None
+                batch = reader.get_batch(b)
             self._decoded[g] = batch
             if len(self._decoded) > _BATCHES_KEPT:
                 self._decoded.popitem(last=False)
@@ -215,7 +226,10 @@ class ScanCache:
         out: dict[str, tuple] = {}
         for g in np.unique(group_of).tolist():
             mine = group_of == g
-            batch = self._batch(g).take(pa.array(wanted[mine] - self._starts[g]))
+            batch = self._batch(g)
+            if batch is None:
+                continue  # compacted away by another process since the index was built: checked again
+            batch = batch.take(pa.array(wanted[mine] - self._starts[g]))
             for i, row in zip(at[mine].tolist(), zip(*(col.to_pylist() for col in batch.columns))):
                 if row[0] == keys[i] and row[_STATUS] != TOMBSTONE:  # the bytes, not just the hash
                     out[rels[i]] = (*row, None)
@@ -305,7 +319,7 @@ class ScanCache:
         and a note says so.
         """
         self.commit()
-        self._readers, self._decoded, self._index = [], OrderedDict(), None
+        self._decoded, self._index = OrderedDict(), None
         try:
             self._tidy()
         except (OSError, pa.ArrowException) as exc:
@@ -321,9 +335,7 @@ class ScanCache:
             self._remove_stale_temps()
             mine = [p for p in self._written if os.path.exists(p)]
             if len(mine) > 1:  # one file per run: stream the run's segments into it, one batch at a time
-                readers = [r for r in (_open_segment(p, self.key) for p in mine) if r is not None]
-                self._write(os.path.basename(mine[-1]),
-                            (r.get_batch(b) for r in readers for b in range(r.num_record_batches)))
+                self._write(os.path.basename(mine[-1]), self._batches_of(mine))
                 for p in mine[:-1]:
                     os.unlink(p)
             self._written = []
@@ -342,6 +354,8 @@ class ScanCache:
         def batches():
             for g in range(len(self._groups)):
                 batch = self._batch(g)
+                if batch is None:
+                    raise FileNotFoundError(f"{self._groups[g][0]} vanished while being compacted")
                 keep = pc.and_(pa.array(winners[self._starts[g]:self._starts[g + 1]]),
                                pc.not_equal(batch["status"], TOMBSTONE))
                 yield batch.filter(keep)
@@ -349,7 +363,14 @@ class ScanCache:
         self._write(os.path.basename(listed[-1]), batches())
         for p in listed[:-1]:
             os.unlink(p)
-        self._readers, self._decoded, self._index, self._groups = [], OrderedDict(), None, []
+        self._decoded, self._index, self._groups = OrderedDict(), None, []
+
+    def _batches_of(self, paths: list[str]) -> Iterator[pa.RecordBatch]:
+        """Every record batch of those segments, one file open at a time (unreadable ones left out)."""
+        for path in paths:
+            with _opened(path, self.key) as reader:
+                for b in range(reader.num_record_batches if reader is not None else 0):
+                    yield reader.get_batch(b)
 
     def _remove_stale_temps(self) -> None:
         now = time.time()

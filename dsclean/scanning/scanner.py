@@ -29,7 +29,7 @@ from . import facts as facts_of
 from .cache import ScanCache, options_key, row_to_verdict
 from .check import CheckOptions
 from .discover import DiscoverStats, iter_media_lists, symlink_mode
-from .executors import BACKENDS, run_checks, start_local_workers
+from .executors import BACKENDS, run_checks
 from .quarantine import ChangedError, Quarantine
 from .records import quarantine_state, quarantined_records
 from .results import SCHEMA, ResultsWriter
@@ -259,8 +259,6 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
             with _stop_on_signals() as stop:
                 to_check = _skip_cached(root, media, None if options.rescan else cache, sink, options.chunk_size, stop,
                                         options.chunk_bytes, identities, previous)
-                if options.backend == "processes":  # the workers start with the first file to check, not before
-                    to_check = _starting_workers(to_check)
                 checks = run_checks(root, to_check, options.check, jobs, options.backend, options.scheduler,
                                     columns=True)
                 for columns in checks:
@@ -445,16 +443,6 @@ def _skip_cached(root: str, media: Iterator[list[str]], cache: ScanCache | None,
                 chunk = []
     if chunk:
         yield chunk
-
-
-def _starting_workers(chunks: Iterator[list[str]]) -> Iterator[list[str]]:
-    """The chunks, starting the local forkserver as the first one is handed out (a re-scan that checks
-    nothing starts no process; the forkserver's imports overlap with the rest of discovery)."""
-    for chunk in chunks:
-        start_local_workers()
-        yield chunk
-        break
-    yield from chunks
 
 
 def _open_cache(root: str, report_dir: str, options: ScanOptions, summary: ScanSummary, tag: str) -> ScanCache | None:
