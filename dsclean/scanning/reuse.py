@@ -1,8 +1,7 @@
 """Re-scan fast path: reuse ``ok`` rows of the root's previous results whose file is unchanged.
 
 A re-scan of an unchanged tree should cost about an ``os.walk`` + ``stat``. The scan
-cache (SQLite, :mod:`.cache`) answers one lookup per file and builds a Python tuple
-per row; here the previous results (the root's last ``scan_results.parquet``, every
+cache (:mod:`.cache`) answers lookups with a Python tuple per row; here the previous results (the root's last ``scan_results.parquet``, every
 job-array part, as :func:`dsclean.locations.find_results` finds them) are matched
 against each batch of discovered paths with numpy and Arrow, and the matching rows go
 into the new results as Arrow tables, never as per-file Python objects.
