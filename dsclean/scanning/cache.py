@@ -253,7 +253,7 @@ class ScanCache:
         skip = list(skip)
         if skip:
             keep = pc.and_(keep, pc.invert(pc.is_in(batch["path"], value_set=pa.array(skip, pa.binary()))))
-        kept = batch.filter(keep).select(list(_STORED))
+        kept = (batch if pc.all(keep).as_py() else batch.filter(keep)).select(list(_STORED))
         if isinstance(kept, pa.Table):
             kept = kept.combine_chunks().to_batches()
             kept = kept[0] if kept else None

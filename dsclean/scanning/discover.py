@@ -134,51 +134,47 @@ def iter_media_lists(
             subdirs: list[tuple[str, str]] = []
             rels: list[str] = []
             formats: list[str] = []
-            while True:
-                try:
-                    entry = next(it)
-                except StopIteration:
-                    break
-                except OSError as exc:  # I/O error while listing: report, keep what we have
-                    report(top, exc)
-                    break
-                name = entry.name
-                if name[0] == ".":
-                    if name == LEGACY_STATE_DIR and not prefix:  # an older dsclean's folder in the root
-                        stats.excluded_dirs += 1
+            try:
+                for entry in it:  # an OSError of the listing itself ends it: report, keep what we have
+                    name = entry.name
+                    if name[0] == ".":
+                        if name == LEGACY_STATE_DIR and not prefix:  # an older dsclean's folder in the root
+                            stats.excluded_dirs += 1
+                            continue
+                        if not include_hidden:
+                            stats.hidden += 1
+                            continue
+                    try:
+                        is_link = entry.is_symlink()
+                        if is_link and not follow:
+                            stats.symlinks += 1
+                            continue
+                        if is_link and mode == "inside" and not _inside(os.path.realpath(entry.path), real_root):
+                            stats.outside_links += 1
+                            continue
+                        is_dir = entry.is_dir(follow_symlinks=True)
+                    except OSError as exc:
+                        report(entry.path, exc)
                         continue
-                    if not include_hidden:
-                        stats.hidden += 1
+                    if is_dir:
+                        subdirs.append((entry.path, prefix + name + "/"))
                         continue
-                try:
-                    is_link = entry.is_symlink()
-                    if is_link and not follow:
-                        stats.symlinks += 1
+                    if extensions is None:  # format_of_name, inlined: this loop runs once per file
+                        dot = name.rfind(".")
+                        fmt = formats_of.get(name[dot + 1:].lower()) if dot > 0 else None
+                    else:
+                        fmt = _listed_format(name, extensions)
+                    if fmt is None:
+                        stats.ignored += 1
                         continue
-                    if is_link and mode == "inside" and not _inside(os.path.realpath(entry.path), real_root):
-                        stats.outside_links += 1
-                        continue
-                    is_dir = entry.is_dir(follow_symlinks=True)
-                except OSError as exc:
-                    report(entry.path, exc)
-                    continue
-                if is_dir:
-                    subdirs.append((entry.path, prefix + name + "/"))
-                    continue
-                if extensions is None:  # format_of_name, inlined: this loop runs once per file
-                    dot = name.rfind(".")
-                    fmt = formats_of.get(name[dot + 1:].lower()) if dot > 0 else None
-                else:
-                    fmt = _listed_format(name, extensions)
-                if fmt is None:
-                    stats.ignored += 1
-                    continue
-                rels.append(prefix + name)
-                formats.append(fmt)
-                if len(rels) >= LIST_MAX:
-                    stats.media += len(rels)
-                    yield rels, formats
-                    rels, formats = [], []
+                    rels.append(prefix + name)
+                    formats.append(fmt)
+                    if len(rels) >= LIST_MAX:
+                        stats.media += len(rels)
+                        yield rels, formats
+                        rels, formats = [], []
+            except OSError as exc:
+                report(top, exc)
             if rels:
                 stats.media += len(rels)
                 yield rels, formats
