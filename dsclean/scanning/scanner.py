@@ -34,7 +34,7 @@ from .quarantine import ChangedError, Quarantine
 from .records import quarantine_state, quarantined_records
 from .results import SCHEMA, ResultsWriter
 from .reuse import PreviousResults
-from .verdict import FIELDS, Columns, Verdict, encode_path, verdict_of_row
+from .verdict import _FS_ENCODING, FIELDS, Columns, Verdict, encode_path, verdict_of_row
 
 
 @dataclass(frozen=True)
@@ -413,7 +413,7 @@ def _skip_cached(root: str, media: Iterator[list[str]], cache: ScanCache | None,
         stats: dict[str, tuple[int, int, int, int]] = {}
         rest = batch  # files the previous results cannot vouch for
         if previous is not None:
-            keys = [encode_path(rel) for rel in batch]
+            keys = [rel.encode(_FS_ENCODING, "surrogateescape") for rel in batch]  # encode_path, inlined
             table, at, seen = previous.match(prefix, batch, keys, stats)
             if at:
                 if identities is not None:  # a row moved for a quality flag is moved only if still that file

@@ -216,3 +216,30 @@ def test_scan_resumes_after_kill_9_between_segments(tmp_path):
 
 def _segments(cache: Path) -> set[str]:
     return {n for f in cache.iterdir() for n in os.listdir(f) if n.endswith(".arrow")}
+
+
+_STARTED = """
+import sys
+from multiprocessing import forkserver
+from dsclean.scanning import executors
+from dsclean.scanning.scanner import ScanOptions, scan
+s = scan(sys.argv[1], ScanOptions(dry_run=True, report_dir=sys.argv[2], jobs=2))
+print(s.files, s.cached, executors._local is not None, forkserver._forkserver._forkserver_pid is not None)
+"""
+
+
+def test_a_rescan_with_nothing_to_check_starts_no_worker(tmp_path):
+    """Workers (forkserver, pool, its resource tracker) start with the first file to check: a fully
+    cached re-scan starts none; a scan with one changed file does."""
+    root = tmp_path / "data"
+    make_tree(root)
+
+    def run() -> list[str]:
+        out = subprocess.run([sys.executable, "-c", _STARTED, str(root), str(tmp_path / "r")], cwd=str(tmp_path),
+                             capture_output=True, text=True, check=True, timeout=300)
+        return out.stdout.split()
+
+    assert run() == ["12", "0", "True", "True"]
+    assert run() == ["12", "12", "False", "False"]
+    write(root, "cats/good0.jpg", synth.jpeg(9, 9))
+    assert run() == ["12", "11", "True", "True"]
