@@ -167,15 +167,22 @@ class PreviousResults:
         scan cache path does not stat it again.
         """
         found = self.candidates(keys)
-        pos: list[int] = []
-        sts: list[os.stat_result] = []
         stat = os.stat
-        for i in np.flatnonzero(found >= 0).tolist():
+        sts: list[os.stat_result] = []
+        if (found >= 0).all():  # an unchanged tree: every path has a row (no index per file)
             try:
-                sts.append(stat(prefix + rels[i]))
+                sts = [stat(prefix + rel) for rel in rels]
+                pos = list(range(len(rels)))
             except OSError:
-                continue  # vanished since listing: checked (-> vanished)
-            pos.append(i)
+                sts = []  # one vanished since listing: the careful loop below
+        if not sts:
+            pos = []
+            for i in np.flatnonzero(found >= 0).tolist():
+                try:
+                    sts.append(stat(prefix + rels[i]))
+                except OSError:
+                    continue  # vanished since listing: checked (-> vanished)
+                pos.append(i)
         if not pos:
             return SCHEMA.empty_table(), [], []
         table, order = self.rows(found[pos])
