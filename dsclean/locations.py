@@ -3,7 +3,7 @@
 Nothing of dsclean's goes inside a dataset root. What dsclean remembers about a
 root lives in a per-root *state folder* outside it::
 
-    <base>/roots/<hash of realpath(ROOT)>/      root.json, last_scan.json, scan_cache.sqlite, ...
+    <base>/roots/<hash of realpath(ROOT)>/      root.json, last_scan.json, scan_cache/, ...
 
 ``<base>`` is ``--state-dir DIR``, else ``$DSCLEAN_STATE_DIR``, else
 ``$XDG_CACHE_HOME/dsclean`` (``~/.cache/dsclean``). On a cluster without a shared
@@ -31,7 +31,7 @@ STATE_ENV = "DSCLEAN_STATE_DIR"
 RESULTS_FILE = "scan_results.parquet"  # every verdict, one row per file
 PROBLEMS_FILE = "problems.jsonl"  # bad and warn verdicts, one JSON object per line
 SUMMARY_FILE = "scan_summary.json"  # counts, elapsed time, options
-CACHE_FILE = "scan_cache.sqlite"  # in the state folder: verdicts by (path, size, mtime) for re-scans
+CACHE_FILE = "scan_cache"  # in the state folder: a folder of verdicts by (path, size, mtime) for re-scans (Arrow)
 LAST_SCAN_FILE = "last_scan.json"  # in the state folder: where the last scan of this root wrote its results
 ROOT_FILE = "root.json"  # in the state folder: which root it belongs to (for people browsing the cache)
 INDEX_LOCK_FILE = "index.lock"  # in the state folder: held while IndexedDataset.from_folder builds

@@ -114,18 +114,26 @@ def main() -> None:
     ap.add_argument("--rescan", type=int, default=100_000, metavar="N",
                     help="also time a re-scan of an unchanged N-file tree against os.walk+stat (0 = skip)")
     ap.add_argument("--only-rescan", action="store_true", help="run only the re-scan benchmark")
+    ap.add_argument("--only-main", action="store_true",
+                    help="run only the main-process cost per file of --pipeline (with --tiny, --before, --rounds)")
     ap.add_argument("--pipeline", action="store_true",
                     help="run only the scan-pipeline benchmarks (BENCHMARKS.md section 10): whole processes against "
                          "jpeginfo, main-process cost per file, worker system calls per file")
     ap.add_argument("--before", metavar="SRC",
-                    help="with --pipeline: a source tree of an earlier dsclean, measured side by side (PYTHONPATH)")
+                    help="with --pipeline, --only-main or --only-rescan: a source tree of an earlier dsclean, measured side by side (PYTHONPATH)")
     ap.add_argument("--rounds", type=int, default=5, help="with --pipeline: interleaved rounds (medians reported)")
     ap.add_argument("--tiny", type=int, default=100_000, help="with --pipeline: tiny files for the main-process cost")
     ap.add_argument("--facts-none", action="store_true",
                     help="with --pipeline: scan 'after' with --facts none (no quality facts: the integrity check alone)")
     args = ap.parse_args()
     if args.only_rescan:
-        rescan_benchmark(args.rescan)
+        rescan_benchmark(args.rescan, before=args.before)
+        return
+    if args.only_main:
+        versions = {"before": os.path.abspath(args.before), "after": None} if args.before else {"after": None}
+        print(f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average at start: {os.getloadavg()}")
+        main_process_cost(args.tiny, versions, args.rounds, args.facts_none)
+        print(f"load average at the end: {os.getloadavg()}")
         return
     if args.pipeline:
         pipeline_benchmark(args)
@@ -181,7 +189,7 @@ def main() -> None:
     if not args.dir:
         shutil.rmtree(folder)
     if args.rescan:
-        rescan_benchmark(args.rescan)
+        rescan_benchmark(args.rescan, before=args.before)
 
 
 
@@ -210,37 +218,80 @@ def walk_and_stat(folder: str) -> int:
     return n
 
 
-def rescan_benchmark(n: int, repeats: int = 5) -> None:
-    """Re-scan an unchanged n-file tree against os.walk+stat, interleaved pairs: median and range of the ratio."""
+_RESCAN = """
+import os, resource, sys, time
+from dsclean.scanning.scanner import ScanOptions, scan
+from dsclean.scanning.executors import stop_local_workers
+root, report, state = sys.argv[1:4]
+def cpu(who):
+    r = resource.getrusage(who)
+    return r.ru_utime + r.ru_stime
+t0, c0 = time.perf_counter(), cpu(resource.RUSAGE_SELF)
+s = scan(root, ScanOptions(dry_run=True, report_dir=report, state_dir=state, progress=False))
+wall, own = time.perf_counter() - t0, cpu(resource.RUSAGE_SELF) - c0
+stop_local_workers()  # a forkserver started by the scan: its CPU is counted below (it is a child)
+print(s.files, s.cached, wall, own, cpu(resource.RUSAGE_CHILDREN))
+"""
+
+
+def rescan_benchmark(n: int, repeats: int = 5, before: str | None = None) -> None:
+    """Re-scan an unchanged n-file tree against os.walk+stat, interleaved pairs: median and range of the ratio.
+
+    Each re-scan is a fresh process (as a user's command is) timing ``scan()`` from inside it, so what a
+    scan starts for nothing (worker processes) is paid as it would be; interpreter start-up and imports
+    are left out on both sides. ``before``: an earlier dsclean's source tree, re-scanning the same tree
+    with its own state folder, interleaved.
+    """
     import statistics
 
+    versions = {"before": os.path.abspath(before), "after": None} if before else {"after": None}
     folder = tempfile.mkdtemp(prefix="dsclean-rescan-")
+    work = tempfile.mkdtemp(prefix="dsclean-rescan-state-")
+    print(f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average at start: {os.getloadavg()}")
     try:
         t0 = time.perf_counter()
         make_small_tree(folder, n)
         print(f"\ngenerated {n:,} small files in {time.perf_counter() - t0:.0f} s")
-        with tempfile.TemporaryDirectory() as report:
+
+        def rescan(version: str) -> tuple[float, float, float]:
+            args = [folder, os.path.join(work, version, "r"), os.path.join(work, version, "s")]
+            out = subprocess.run([sys.executable, "-c", _RESCAN, *args], env=_env(versions[version]), cwd="/",
+                                 capture_output=True, text=True, check=True).stdout.split()
+            files, cached, wall, own, children = int(out[0]), int(out[1]), *map(float, out[2:])
+            return files, cached, (wall, own, children)
+
+        for version in versions:
             t0 = time.perf_counter()
-            first = scan(folder, ScanOptions(dry_run=True, report_dir=report, progress=False))
-            print(f"first scan (fills the cache): {first.files:,} files in {time.perf_counter() - t0:.1f} s")
-            walks, rescans = [], []
-            for _ in range(repeats):  # interleaved pairs: the machine is noisy
-                t0 = time.perf_counter()
-                walked = walk_and_stat(folder)
-                walks.append(time.perf_counter() - t0)
-                t0 = time.perf_counter()
-                again = scan(folder, ScanOptions(dry_run=True, report_dir=report, progress=False))
-                rescans.append(time.perf_counter() - t0)
-            assert walked == again.files == again.cached == n, (walked, again.files, again.cached)
+            files, _, _ = rescan(version)  # the first scan: fills the results and the cache
+            print(f"{version}: first scan {files:,} files in {time.perf_counter() - t0:.1f} s")
+        walks: list[float] = []
+        rescans: dict[str, list[tuple[float, float, float]]] = {v: [] for v in versions}
+        for _ in range(repeats):  # interleaved: the machine is noisy
+            t0 = time.perf_counter()
+            walked = walk_and_stat(folder)
+            walks.append(time.perf_counter() - t0)
+            for version in versions:
+                files, cached, times = rescan(version)
+                assert walked == files == cached == n, (version, walked, files, cached)
+                rescans[version].append(times)
     finally:
         shutil.rmtree(folder)
-    ratios = sorted(r / w for r, w in zip(rescans, walks))
-    walk, rescan = statistics.median(walks), statistics.median(rescans)
-    print(f"\n| re-scan of an unchanged tree, {n:,} files (median of {repeats}) | files/s | time | vs os.walk+stat |")
-    print("|---|---:|---:|---:|")
-    print(f"| os.walk + os.stat (baseline) | {n / walk:,.0f} | {walk:.2f} s | 1.00x |")
-    print(f"| dsclean scan, every verdict from the cache | {n / rescan:,.0f} | {rescan:.2f} s | "
-          f"{statistics.median(ratios):.2f}x the time (pairs: {ratios[0]:.2f}x to {ratios[-1]:.2f}x) |")
+        shutil.rmtree(work)
+    walk = statistics.median(walks)
+    print(f"load average at the end: {os.getloadavg()}")
+    print(f"\n| re-scan of an unchanged tree, {n:,} files (median of {repeats}, interleaved) | files/s | time | "
+          "vs os.walk+stat | CPU s: scan process | CPU s: its children (workers) |")
+    print("|---|---:|---:|---:|---:|---:|")
+    print(f"| os.walk + os.stat (baseline) | {n / walk:,.0f} | {walk:.2f} s | 1.00x | | |")
+    for version, runs in rescans.items():
+        ratios = sorted(r[0] / w for r, w in zip(runs, walks))
+        wall = statistics.median(r[0] for r in runs)
+        own = statistics.median(r[1] for r in runs)
+        kids = statistics.median(r[2] for r in runs)
+        print(f"| dsclean scan ({version}), every verdict reused | {n / wall:,.0f} | {wall:.2f} s | "
+              f"{statistics.median(ratios):.2f}x the time (pairs: {ratios[0]:.2f}x to {ratios[-1]:.2f}x) | "
+              f"{own:.2f} | {kids:.2f} |")
+
 
 # ---- the scan pipeline around the checkers: start-up, main process, worker system calls -------------
 
@@ -277,9 +328,9 @@ def _run_counted(cmd: list[str], env: dict, cwd: str | None = None) -> tuple[flo
 
 
 def _env(src: str | None) -> dict:
+    """The environment of a measured process: ``src``'s dsclean, else the one of this script's own tree."""
     env = dict(os.environ)
-    if src:
-        env["PYTHONPATH"] = src
+    env["PYTHONPATH"] = src or os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
     return env
 
 
@@ -318,7 +369,7 @@ def pipeline_benchmark(args) -> None:
             for name, (cmd, env, _) in contenders.items():
                 with tempfile.TemporaryDirectory() as tmp:
                     cmd = [tmp + "/r" if c == "REPORT" else tmp + "/s" if c == "STATE" else c for c in cmd]
-                    wall, cpu, _ = _run_counted(cmd, env)
+                    wall, cpu, _ = _run_counted(cmd, env, cwd="/")
                 times[name].append((wall, cpu))
         print(f"| whole process, {len(paths):,} JPEGs (median of {args.rounds} interleaved rounds) | wall s | files/s | "
               "CPU s (all processes) | files/s per core | files per CPU-s |")
@@ -339,39 +390,48 @@ def pipeline_benchmark(args) -> None:
                 print(f"{labels[version]}: --jobs 1 is {ji / j1:.2f}x jpeginfo -c per core; --jobs 2 is {j1 / j2:.2f}x --jobs 1")
     finally:
         shutil.rmtree(folder)
-    main_process_cost(args.tiny, versions, args.rounds)
+    main_process_cost(args.tiny, versions, args.rounds, args.facts_none)
     worker_syscalls(versions)
 
 
 _MAIN_COST = """
 import os, resource, sys, tempfile, time
+from dsclean.scanning.check import CheckOptions
 from dsclean.scanning.scanner import ScanOptions, scan
-root, first, use_cache = sys.argv[1], sys.argv[2], sys.argv[3] == "cache"
+root, first, use_cache, facts = sys.argv[1], sys.argv[2], sys.argv[3] == "cache", sys.argv[4] == "facts"
 def cpu():
     r = resource.getrusage(resource.RUSAGE_SELF)  # this process and its threads, not the workers
     return r.ru_utime + r.ru_stime
 with tempfile.TemporaryDirectory() as tmp:
-    opts = dict(jobs=2, dry_run=True, report_dir=tmp + "/r", state_dir=tmp + "/s", progress=False, use_cache=use_cache)
+    opts = dict(jobs=2, dry_run=True, report_dir=tmp + "/r", state_dir=tmp + "/s", progress=False, use_cache=use_cache,
+                check=CheckOptions(facts=facts))
     c0 = cpu(); small = scan(first, ScanOptions(**opts)); c1 = cpu()
     full = scan(root, ScanOptions(**opts)); c2 = cpu()
 print(small.files, c1 - c0, full.files, c2 - c1)
 """
 
 
-def main_process_cost(n: int, versions: dict, rounds: int) -> None:
-    """CPU of the scan's main process per file: a full scan of n tiny files minus a 1,000-file scan, per extra file."""
+def main_process_cost(n: int, versions: dict, rounds: int, facts_none: bool = False) -> None:
+    """CPU of the scan's main process per file: a full scan of n tiny files minus a 1,000-file scan, per extra file.
+
+    ``facts_none``: also with ``--facts none`` (the issue's bar: the integrity check alone), scan cache on and off.
+    """
     import statistics
 
     folder = tempfile.mkdtemp(prefix="dsclean-tiny-")
     try:
         make_small_tree(folder, n)
-        runs = [(f"{version}, {what}", src, what) for what in ("default options (scan cache on)", "use_cache=False")
-                for version, src in versions.items()]
+        kinds = ["default options (scan cache on)", "use_cache=False"]
+        if facts_none:
+            kinds += ["--facts none (scan cache on)", "--facts none, use_cache=False"]
+        runs = [(f"{version}, {what}", src, what) for what in kinds for version, src in versions.items()]
         per_file: dict[str, list[float]] = {name: [] for name, _, _ in runs}
         for _ in range(max(1, rounds // 2)):
             for name, src, what in runs:
-                flag = "nocache" if what == "use_cache=False" else "cache"
-                out = subprocess.run([sys.executable, "-c", _MAIN_COST, folder, os.path.join(folder, "d0000"), flag],
+                flag = "nocache" if "use_cache=False" in what else "cache"
+                facts = "nofacts" if "--facts none" in what else "facts"
+                out = subprocess.run([sys.executable, "-c", _MAIN_COST, folder, os.path.join(folder, "d0000"), flag, facts],
+                                     cwd="/",  # not a tree holding a dsclean/ (-c and -m put the cwd first on sys.path)
                                      env=_env(src), capture_output=True, text=True, check=True).stdout.split()
                 small_n, small_cpu, full_n, full_cpu = int(out[0]), float(out[1]), int(out[2]), float(out[3])
                 per_file[name].append((full_cpu - small_cpu) / (full_n - small_n) * 1e6)

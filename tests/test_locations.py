@@ -95,4 +95,4 @@ def test_unwritable_state_folder_is_a_note_not_a_failure(root, tmp_path):
     s = scan(root, ScanOptions(report_dir=str(tmp_path / "r"), jobs=1, state_dir=str(tmp_path / "notadir")))
     assert any("could not record the results location" in n for n in s.notes)
     assert any("scan cache" in n for n in s.notes) is False  # the cache fell back to the report folder
-    assert os.path.exists(tmp_path / "r" / "scan_cache.sqlite")
+    assert os.path.isdir(tmp_path / "r" / "scan_cache")

@@ -11,7 +11,6 @@ one slice at a time becomes Python objects.
 from __future__ import annotations
 
 import os
-import sqlite3
 import sys
 from typing import Iterator
 
@@ -65,7 +64,7 @@ def open_cache(path: str | None, options: CheckOptions) -> ScanCache | None:
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         return ScanCache(path, options)
-    except (OSError, sqlite3.Error):
+    except OSError:
         return None
 
 

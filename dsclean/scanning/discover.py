@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
-from ..formats import EXT_TO_FORMAT, format_of_name
+from ..formats import _EXT_NO_DOT, EXT_TO_FORMAT
 from ..locations import LEGACY_STATE_DIR
 
 #: file written into every quarantine folder; discovery never enters a folder holding it
@@ -82,6 +82,29 @@ def iter_media(
     Paths use ``/`` and are ``str`` decoded with ``surrogateescape`` (what
     ``os.scandir`` gives), so non-UTF-8 names round-trip through ``os.fsencode``.
     """
+    for rels, formats in iter_media_lists(root, exclude=exclude, include_hidden=include_hidden,
+                                          follow_symlinks=follow_symlinks, symlinks=symlinks, extensions=extensions,
+                                          stats=stats, on_error=on_error):
+        yield from zip(rels, formats)
+
+
+#: names listed per yield of :func:`iter_media_lists`, at most (a flat folder of 10M files stays bounded)
+LIST_MAX = 4096
+
+
+def iter_media_lists(
+    root: str,
+    *,
+    exclude: Iterable[str] = (),
+    include_hidden: bool = False,
+    follow_symlinks: bool = False,
+    symlinks: str | None = None,
+    extensions: frozenset[str] | None = None,
+    stats: DiscoverStats | None = None,
+    on_error: ErrorHandler | None = None,
+) -> Iterator[tuple[list[str], list[str]]]:
+    """:func:`iter_media` a folder at a time: ``(relative paths, claimed formats)``, at most
+    :data:`LIST_MAX` of each per yield (the scan's main process pays no generator step per file)."""
     stats = stats if stats is not None else DiscoverStats()
     mode = symlink_mode(symlinks, follow_symlinks)
     follow = mode != "none"
@@ -89,6 +112,7 @@ def iter_media(
     # An exclude folder that does not exist yet cannot be inside the tree.
     excluded = {_dir_key(d) for d in exclude if os.path.isdir(d)}
     seen_dirs: set[tuple[int, int]] = {_dir_key(root)} if follow else set()
+    formats_of = _EXT_NO_DOT
 
     def report(path: str, exc: OSError) -> None:
         stats.dir_errors += 1
@@ -108,43 +132,52 @@ def iter_media(
             continue
         with it:
             subdirs: list[tuple[str, str]] = []
-            while True:
-                try:
-                    entry = next(it)
-                except StopIteration:
-                    break
-                except OSError as exc:  # I/O error while listing: report, keep what we have
-                    report(top, exc)
-                    break
-                name = entry.name
-                if name == LEGACY_STATE_DIR and not prefix:  # an older dsclean's folder in the root
-                    stats.excluded_dirs += 1
-                    continue
-                if name.startswith(".") and not include_hidden:
-                    stats.hidden += 1
-                    continue
-                rel = prefix + name
-                try:
-                    is_link = entry.is_symlink()
-                    if is_link and not follow:
-                        stats.symlinks += 1
+            rels: list[str] = []
+            formats: list[str] = []
+            try:
+                for entry in it:  # an OSError of the listing itself ends it: report, keep what we have
+                    name = entry.name
+                    if name[0] == ".":
+                        if name == LEGACY_STATE_DIR and not prefix:  # an older dsclean's folder in the root
+                            stats.excluded_dirs += 1
+                            continue
+                        if not include_hidden:
+                            stats.hidden += 1
+                            continue
+                    try:
+                        is_link = entry.is_symlink()
+                        if is_link and not follow:
+                            stats.symlinks += 1
+                            continue
+                        if is_link and mode == "inside" and not _inside(os.path.realpath(entry.path), real_root):
+                            stats.outside_links += 1
+                            continue
+                        is_dir = entry.is_dir(follow_symlinks=True)
+                    except OSError as exc:
+                        report(entry.path, exc)
                         continue
-                    if is_link and mode == "inside" and not _inside(os.path.realpath(entry.path), real_root):
-                        stats.outside_links += 1
+                    if is_dir:
+                        subdirs.append((entry.path, prefix + name + "/"))
                         continue
-                    is_dir = entry.is_dir(follow_symlinks=True)
-                except OSError as exc:
-                    report(entry.path, exc)
-                    continue
-                if is_dir:
-                    subdirs.append((entry.path, rel + "/"))
-                    continue
-                fmt = format_of_name(name) if extensions is None else _listed_format(name, extensions)
-                if fmt is None:
-                    stats.ignored += 1
-                    continue
-                stats.media += 1
-                yield rel, fmt
+                    if extensions is None:  # format_of_name, inlined: this loop runs once per file
+                        dot = name.rfind(".")
+                        fmt = formats_of.get(name[dot + 1:].lower()) if dot > 0 else None
+                    else:
+                        fmt = _listed_format(name, extensions)
+                    if fmt is None:
+                        stats.ignored += 1
+                        continue
+                    rels.append(prefix + name)
+                    formats.append(fmt)
+                    if len(rels) >= LIST_MAX:
+                        stats.media += len(rels)
+                        yield rels, formats
+                        rels, formats = [], []
+            except OSError as exc:
+                report(top, exc)
+            if rels:
+                stats.media += len(rels)
+                yield rels, formats
         # Folders are pushed after the listing closes: one open directory at a time.
         for path, rel in reversed(subdirs):
             try:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import atexit
 import io
+import itertools
 import multiprocessing
 import multiprocessing.connection
 from multiprocessing import context as mp_context, forkserver, popen_forkserver, reduction, spawn, util
@@ -184,9 +185,13 @@ def run_checks(
     ``columns=True``: each chunk comes as :data:`~dsclean.scanning.verdict.Columns` instead of
     a list of Verdicts (fewer objects to pickle, unpickle and handle: what the scan uses).
     """
+    source = iter(chunks)
+    first = next(source, None)
+    if first is None:
+        return  # nothing to check (a re-scan of an unchanged tree): no pool, no process started
+    source = itertools.chain([first], source)
     pool = make_pool(backend, workers, scheduler)
     shape = to_columns if columns else list
-    source = iter(chunks)
     in_flight: dict[Future, list[str]] = {}
     try:
         while True:

@@ -49,6 +49,11 @@ SCHEMA = pa.schema(
 assert tuple(SCHEMA.names) == FIELDS, "results SCHEMA and Verdict fields must agree"
 
 
+#: columns Parquet dictionary-encodes: the few-valued strings (and the flag codes). Unique ones (path,
+#: content hash) and the numbers are not: a dictionary for them is built, then dropped, at ~0.3 µs a row.
+DICTIONARY_COLUMNS = [f.name for f in SCHEMA if f.type == pa.string()] + ["flags.list.element"]
+
+
 #: key of the results file's schema metadata: {"root", "shard": [i, n] or null, "options"}
 META_KEY = "dsclean"
 
@@ -84,7 +89,8 @@ class ResultsWriter:
             raise
         schema = SCHEMA.with_metadata({META_KEY: json.dumps(meta or {})})
         try:
-            self._writer = pq.ParquetWriter(self._tmp_results, schema, compression="zstd")
+            self._writer = pq.ParquetWriter(self._tmp_results, schema, compression="zstd",
+                                            use_dictionary=DICTIONARY_COLUMNS)
             self._problems = open(self._tmp_problems, "w", encoding="utf-8")
         except OSError:  # a full disk already: leave no temp file behind
             for tmp in (self._tmp_results, self._tmp_problems):

@@ -1,8 +1,7 @@
 """Re-scan fast path: reuse ``ok`` rows of the root's previous results whose file is unchanged.
 
 A re-scan of an unchanged tree should cost about an ``os.walk`` + ``stat``. The scan
-cache (SQLite, :mod:`.cache`) answers one lookup per file and builds a Python tuple
-per row; here the previous results (the root's last ``scan_results.parquet``, every
+cache (:mod:`.cache`) answers lookups with a Python tuple per row; here the previous results (the root's last ``scan_results.parquet``, every
 job-array part, as :func:`dsclean.locations.find_results` finds them) are matched
 against each batch of discovered paths with numpy and Arrow, and the matching rows go
 into the new results as Arrow tables, never as per-file Python objects.
@@ -168,15 +167,22 @@ class PreviousResults:
         scan cache path does not stat it again.
         """
         found = self.candidates(keys)
-        pos: list[int] = []
-        sts: list[os.stat_result] = []
         stat = os.stat
-        for i in np.flatnonzero(found >= 0).tolist():
+        sts: list[os.stat_result] = []
+        if (found >= 0).all():  # an unchanged tree: every path has a row (no index per file)
             try:
-                sts.append(stat(prefix + rels[i]))
+                sts = [stat(prefix + rel) for rel in rels]
+                pos = list(range(len(rels)))
             except OSError:
-                continue  # vanished since listing: checked (-> vanished)
-            pos.append(i)
+                sts = []  # one vanished since listing: the careful loop below
+        if not sts:
+            pos = []
+            for i in np.flatnonzero(found >= 0).tolist():
+                try:
+                    sts.append(stat(prefix + rels[i]))
+                except OSError:
+                    continue  # vanished since listing: checked (-> vanished)
+                pos.append(i)
         if not pos:
             return SCHEMA.empty_table(), [], []
         table, order = self.rows(found[pos])

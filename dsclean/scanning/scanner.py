@@ -9,12 +9,10 @@ results row group, so memory stays flat for 10 million files.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import operator
 import os
 import signal
-import sqlite3
 import threading
 import time
 import zlib
@@ -30,13 +28,13 @@ from ..quality.flags import FLAGS, FlagOptions
 from . import facts as facts_of
 from .cache import ScanCache, options_key, row_to_verdict
 from .check import CheckOptions
-from .discover import DiscoverStats, iter_media, symlink_mode
-from .executors import BACKENDS, run_checks, start_local_workers
+from .discover import DiscoverStats, iter_media_lists, symlink_mode
+from .executors import BACKENDS, run_checks
 from .quarantine import ChangedError, Quarantine
 from .records import quarantine_state, quarantined_records
-from .results import ResultsWriter
+from .results import SCHEMA, ResultsWriter
 from .reuse import PreviousResults
-from .verdict import FIELDS, Columns, Verdict, encode_path, verdict_of_row
+from .verdict import _FS_ENCODING, FIELDS, Columns, Verdict, encode_path, verdict_of_row
 
 
 @dataclass(frozen=True)
@@ -127,10 +125,17 @@ def usable_cores() -> int:
     return max(1, cpu_count(only_physical_cores=False))
 
 
-def _chunks(paths: Iterable[str], size: int) -> Iterator[list[str]]:
-    it = iter(paths)
-    while chunk := list(itertools.islice(it, size)):
-        yield chunk
+def _batches(lists: Iterable[list[str]], size: int) -> Iterator[list[str]]:
+    """Discovery's lists (a folder's files each) joined into batches of about ``size``: small folders
+    together, a large one (at most :data:`~dsclean.scanning.discover.LIST_MAX`) whole."""
+    batch: list[str] = []
+    for rels in lists:
+        batch += rels
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 class _StopRequest:
@@ -191,8 +196,6 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
         raise UserError("--backend dask needs --scheduler tcp://HOST:PORT or a scheduler file")
     symlinks = symlink_mode(options.symlinks, options.follow_symlinks)
     quarantine_flags = check_quarantine_flags(options.quarantine_flags, options.check.facts)
-    if options.backend == "processes":
-        start_local_workers()  # the workers' imports overlap with this process's set-up and discovery
     quarantine_dir = os.path.abspath(options.quarantine) if options.quarantine else None
     state = locations.root_state_dir(root, options.state_dir)
     report_dir = os.path.abspath(
@@ -230,7 +233,7 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
         stack.push(lambda exc_type, exc, tb: writer.discard() if exc_type else writer.close(earlier()))
         cache = _open_cache(root, report_dir, options, summary, tag)
         if cache is not None:
-            stack.callback(cache.close)
+            stack.callback(lambda: (cache.close(), summary.notes.extend(cache.notes)))
         else:
             previous = None  # the cache could not open: the note says every file is checked again
         if previous is not None:
@@ -239,17 +242,19 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
                      options.flags if options.check.facts else None, quarantine_flags)
         identities = sink.identities if moving else None
         stack.callback(sink.close_progress)
+        stack.callback(sink.flush_fresh)  # before the cache closes and the writer publishes
         start = time.perf_counter()
         stack.callback(lambda: setattr(summary, "elapsed", time.perf_counter() - start))
-        media = iter_media(
+        listed = iter_media_lists(
             root,
             exclude=[d for d in (quarantine_dir, report_dir) if d],
             include_hidden=options.include_hidden,
             symlinks=symlinks,
             stats=summary.discovery,
         )
+        media = (rels for rels, _ in listed)
         if options.shard is not None:
-            media = (m for m in media if in_part(m[0], options.shard))
+            media = ([rel for rel in rels if in_part(rel, options.shard)] for rels in media)
         try:
             with _stop_on_signals() as stop:
                 to_check = _skip_cached(root, media, None if options.rescan else cache, sink, options.chunk_size, stop,
@@ -390,7 +395,7 @@ def _stat_if_cached(root: str, rels: list[str], rows: dict[str, tuple],
     return hits
 
 
-def _skip_cached(root: str, media: Iterator[tuple[str, str]], cache: ScanCache | None, sink: "_Sink",
+def _skip_cached(root: str, media: Iterator[list[str]], cache: ScanCache | None, sink: "_Sink",
                  chunk_size: int, stop: "_StopRequest", chunk_bytes: int = 0,
                  identities: dict[bytes, tuple[int, int]] | None = None,
                  previous: PreviousResults | None = None) -> Iterator[list[str]]:
@@ -402,13 +407,13 @@ def _skip_cached(root: str, media: Iterator[tuple[str, str]], cache: ScanCache |
     """
     prefix = root.rstrip(os.sep) + os.sep
     chunk: list[str] = []
-    for batch in _chunks((rel for rel, _ in media), 2000):
+    for batch in _batches(media, 2000):
         if stop.signum:
             return
         stats: dict[str, tuple[int, int, int, int]] = {}
         rest = batch  # files the previous results cannot vouch for
         if previous is not None:
-            keys = [encode_path(rel) for rel in batch]
+            keys = [rel.encode(_FS_ENCODING, "surrogateescape") for rel in batch]  # encode_path, inlined
             table, at, seen = previous.match(prefix, batch, keys, stats)
             if at:
                 if identities is not None:  # a row moved for a quality flag is moved only if still that file
@@ -426,12 +431,16 @@ def _skip_cached(root: str, media: Iterator[tuple[str, str]], cache: ScanCache |
         if cache is not None:
             cache.hits += len(hits)
         sink.handle_cached(hits)
-        for rel in rest:
-            if rel not in hits:
-                chunk.append(rel)
-                if len(chunk) >= sink.chunk_files(chunk_size, chunk_bytes):
-                    yield chunk
-                    chunk = []
+        todo = [rel for rel in rest if rel not in hits] if hits else rest
+        at = 0
+        while at < len(todo):  # chunks of the size wanted when each one starts
+            want = sink.chunk_files(chunk_size, chunk_bytes)
+            take = max(0, want - len(chunk))
+            chunk += todo[at:at + take]
+            at += take
+            if len(chunk) >= want:
+                yield chunk
+                chunk = []
     if chunk:
         yield chunk
 
@@ -439,8 +448,8 @@ def _skip_cached(root: str, media: Iterator[tuple[str, str]], cache: ScanCache |
 def _open_cache(root: str, report_dir: str, options: ScanOptions, summary: ScanSummary, tag: str) -> ScanCache | None:
     """The root's scan cache (in its state folder), else one in the report folder, else none (with a note).
 
-    Each part has its own cache file: SQLite must not be shared by processes on
-    different machines over a network file system.
+    Each part has its own cache folder: a part's segments are merged and compacted by that part's
+    runs alone (parts may run on different machines over a network file system).
     """
     if not options.use_cache:
         return None
@@ -454,7 +463,7 @@ def _open_cache(root: str, report_dir: str, options: ScanOptions, summary: ScanS
         try:
             os.makedirs(folder, exist_ok=True)
             return ScanCache(os.path.join(folder, locations.tagged(locations.CACHE_FILE, tag)), options.check)
-        except (OSError, sqlite3.Error) as exc:
+        except OSError as exc:
             reasons.append(f"{folder}: {getattr(exc, 'strerror', None) or exc}")
     summary.notes.append(f"scan cache disabled ({'; '.join(reasons)}); the next scan will check every file again")
     return None
@@ -467,7 +476,10 @@ def _open_writer(report_dir: str, tag: str, meta: dict) -> ResultsWriter:
         raise UserError(f"report folder {report_dir} is not writable: {exc.strerror or exc}") from exc
 
 
-_KIND, _STATUS, _SIZE, _MTIME = (FIELDS.index(f) for f in ("kind", "status", "size", "mtime_ns"))
+_KIND, _STATUS, _SIZE, _MTIME, _FLAGS = (FIELDS.index(f) for f in ("kind", "status", "size", "mtime_ns", "flags"))
+#: fresh verdicts are buffered as columns and become one Arrow batch (results + scan cache) every
+#: this many verdicts or seconds: the scan cache's commit interval
+FRESH_ROWS, FRESH_SECONDS = 5000, 2.0
 
 
 @dataclass
@@ -484,6 +496,9 @@ class _Sink:
     _shown: int = 0  # files the progress bar has been told about
     #: quarantining scans: path bytes -> (inode, device) seen before the check, until the verdict is handled
     identities: dict[bytes, tuple[int, int]] = field(default_factory=dict)
+    _fresh: list[list] = field(default_factory=list)  # fresh verdicts not yet in Arrow: one list per field
+    _moved: list[bytes] = field(default_factory=list)  # paths in _fresh moved now (never cached)
+    _flushed: float = field(default_factory=time.monotonic)
 
     def handle(self, v: Verdict, *, fresh: bool) -> None:
         s = self.summary
@@ -516,18 +531,18 @@ class _Sink:
         self._tick()
 
     def handle_columns(self, cols: Columns) -> None:
-        """Fresh verdicts of a chunk, as columns: counted and stored in bulk; only bad and warn
+        """Fresh verdicts of a chunk, as columns: counted and buffered in bulk; only bad and warn
         ones (and files moved for a quality flag) become Verdict objects."""
         s = self.summary
-        rows = list(zip(*cols))
         if self.flag_options is not None:  # flags from the facts, with this scan's thresholds
-            rows = [(*row[:-1], self._flags_of_row(row)) for row in rows]
-        ids = [self.identities.pop(row[0], None) for row in rows] if self.identities else None
-        moved: set[bytes] = set()  # paths moved now: not cached, so a file put back later is checked again
-        for i, row in enumerate(rows):
-            if row[_STATUS] == R.OK and not (self.quarantine_flags and row[-1]
-                                             and self.quarantine_flags.intersection(row[-1])):
-                continue
+            cols[_FLAGS] = [self._flags_of_row(row) for row in zip(*cols)]
+        status, flags = cols[_STATUS], cols[_FLAGS]
+        special = [i for i, st in enumerate(status) if st != R.OK]
+        if self.quarantine_flags:
+            special = sorted({*special, *(i for i, f in enumerate(flags) if f and self.quarantine_flags.intersection(f))})
+        ids = [self.identities.pop(p, None) for p in cols[0]] if self.identities else None
+        for i in special:
+            row = tuple(col[i] for col in cols)
             v = verdict_of_row(row)
             ino_dev = ids[i] if ids else None
             extra = self._quarantine(v, ino_dev) if v.status == R.BAD else None  # may turn it warn/changed
@@ -538,22 +553,45 @@ class _Sink:
             elif v.status == R.WARN:
                 s.warn_reasons[v.reason or "?"] = s.warn_reasons.get(v.reason or "?", 0) + 1
             if extra and "quarantined_as" in extra:
-                moved.add(row[0])
-            if v.status != row[_STATUS]:
-                rows[i] = (row[0], *tuple(vars(v).values())[1:])  # e.g. bad -> warn/changed: not moved, not cached
+                self._moved.append(row[0])  # moved now: not cached, so a file put back later is checked again
+            if v.status != row[_STATUS]:  # e.g. bad -> warn/changed: not moved, not cached
+                for col, value in zip(cols[1:], tuple(vars(v).values())[1:]):
+                    col[i] = value
             if v.status != R.OK or extra:
                 self.writer.add_problem(v, extra)
-        for (kind, status), n in Counter((row[_KIND], row[_STATUS]) for row in rows).items():
+        for (kind, st), n in Counter(zip(cols[_KIND], status)).items():
             by_status = s.counts.setdefault(kind, {})
-            by_status[status] = by_status.get(status, 0) + n
+            by_status[st] = by_status.get(st, 0) + n
         size = sum(filter(None, cols[_SIZE]))
-        s.files += len(rows)
+        s.files += len(status)
         s.bytes += size
         s.checked_bytes += size
-        if self.cache is not None:
-            self.cache.add_rows([row for row in rows if row[0] not in moved] if moved else rows)
-        self.writer.add_rows(rows)
+        if not self._fresh:
+            self._fresh = [[] for _ in cols]
+        for buffered, col in zip(self._fresh, cols):
+            buffered += col
+        if len(self._fresh[0]) >= FRESH_ROWS or time.monotonic() - self._flushed > FRESH_SECONDS:
+            self.flush_fresh()
         self._tick()
+
+    def flush_fresh(self) -> None:
+        """The buffered fresh verdicts as one Arrow batch, into the results and the scan cache.
+
+        This is the cache's commit point too: every :data:`FRESH_ROWS` verdicts or
+        :data:`FRESH_SECONDS`, so a kill -9 costs at most that many re-checks.
+        """
+        self._flushed = time.monotonic()
+        if not self._fresh or not self._fresh[0]:
+            return
+        import pyarrow as pa
+
+        batch = pa.RecordBatch.from_arrays([pa.array(col, type=f.type) for col, f in zip(self._fresh, SCHEMA)],
+                                           schema=SCHEMA)
+        self._fresh = []
+        self.writer.add_table(batch)
+        if self.cache is not None:
+            self.cache.add_batch(batch, skip=self._moved)
+        self._moved = []
 
     def _flags_of_row(self, row: tuple) -> list[str] | None:
         flags = facts_of.flags_from(*_FLAG_INPUTS(row), self.flag_options)

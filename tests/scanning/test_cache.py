@@ -12,6 +12,7 @@ from support.files import write
 from support.treegen import make_tree
 
 import dsclean
+from dsclean.scanning.cache import cached_rows
 from dsclean.scanning.scanner import ScanOptions, scan
 
 
@@ -75,7 +76,7 @@ def test_rerun_after_kill_9_resumes_from_the_cache(tmp_path):
                              "--report", str(tmp_path / "r")])
     from dsclean.locations import root_state_dir
 
-    cache = Path(root_state_dir(str(root))) / "scan_cache.sqlite"
+    cache = Path(root_state_dir(str(root))) / "scan_cache"
     deadline = time.time() + 120
     while time.time() < deadline and _cached_rows(cache) == 0:  # wait for the first commit
         time.sleep(0.05)
@@ -89,18 +90,7 @@ def test_rerun_after_kill_9_resumes_from_the_cache(tmp_path):
 
 
 def _cached_rows(cache) -> int:
-    import sqlite3
-
-    if not cache.exists():
-        return 0
-    db = sqlite3.connect(cache)
-    try:
-        tables = [t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE name LIKE 'verdicts_%'")]
-        return sum(db.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables)
-    except sqlite3.OperationalError:  # table not created yet
-        return 0
-    finally:
-        db.close()
+    return cached_rows(str(cache))
 
 
 def test_verdicts_about_the_moment_are_not_cached(tmp_path):
@@ -119,3 +109,137 @@ def test_verdicts_about_the_moment_are_not_cached(tmp_path):
     # the same options (so the same cache table); the stall is gone: checked again, and fine
     s = _scan(root, tmp_path, dry_run=True, check=CheckOptions(timeout=1))
     assert s.cached == 1 and s.bad == 0
+
+
+# ---- the cache's files: segments, tombstones, merging, compaction ------------------------------------
+
+def _verdict_batch(rows: list[tuple[str, int, int, str, str | None]]):
+    """A results batch of (path, size, mtime_ns, status, reason) rows, the other fields empty."""
+    from dsclean.scanning.results import SCHEMA
+    from dsclean.scanning.verdict import Verdict, to_columns
+    import pyarrow as pa
+
+    cols = to_columns([Verdict(p, "image", status, reason, "", size, mtime) for p, size, mtime, status, reason in rows])
+    return pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(cols, SCHEMA)], schema=SCHEMA)
+
+
+def test_cache_keeps_the_newest_row_and_honours_tombstones(tmp_path):
+    from dsclean.scanning.cache import ScanCache
+    from dsclean.scanning.check import CheckOptions
+
+    path = str(tmp_path / "scan_cache")
+    c = ScanCache(path, CheckOptions(), commit_every=2)
+    c.add_batch(_verdict_batch([("a.jpg", 1, 10, "ok", None), ("b.jpg", 2, 20, "bad", "truncated"),
+                                ("c.jpg", 3, 30, "bad", "timeout"), ("d.jpg", 4, 40, "ok", None)]),
+                skip=[b"d.jpg"])  # d moved now: never cached
+    c.close()
+    c = ScanCache(path, CheckOptions())
+    assert set(c.lookup([("a.jpg", 1, 10), ("b.jpg", 2, 20), ("c.jpg", 3, 30), ("d.jpg", 4, 40)])) == {"a.jpg", "b.jpg"}
+    assert c.lookup([("a.jpg", 1, 11)]) == {}  # another mtime: no verdict
+    c.add_batch(_verdict_batch([("a.jpg", 5, 50, "warn", "trailing_data")]))
+    c.forget("b.jpg")  # quarantined: a file put back at that path is checked again
+    c.close()
+    c = ScanCache(path, CheckOptions())
+    got = c.lookup([("a.jpg", 5, 50), ("b.jpg", 2, 20), ("a.jpg", 1, 10)])
+    assert list(got) == ["a.jpg"] and got["a.jpg"][2:4] == ("warn", "trailing_data")
+    assert ScanCache(path, CheckOptions(lenient=True)).rows_of(["a.jpg"]) == {}  # other options: nothing
+    c.close()
+
+
+def test_each_run_leaves_one_file_and_many_are_compacted(tmp_path):
+    from dsclean.scanning import cache as C
+    from dsclean.scanning.check import CheckOptions
+
+    path = str(tmp_path / "scan_cache")
+    for run in range(C.MAX_FILES + 1):
+        c = C.ScanCache(path, CheckOptions(), commit_every=3)
+        c.add_batch(_verdict_batch([(f"r{run}-{i}.jpg", i, run, "ok", None) for i in range(10)]))
+        c.add_batch(_verdict_batch([("same.jpg", 1, run, "ok", None)]))  # every run: a newer verdict
+        if run == 2:
+            c.forget("r0-0.jpg")
+        c.close()
+        assert len(os.listdir(c.folder)) - 1 == (run + 1 if run < C.MAX_FILES else 1)  # minus the lock file
+    assert C.cached_rows(path) == 10 * (C.MAX_FILES + 1) - 1 + 1  # newest of same.jpg only, no r0-0, no tombstone
+    c = C.ScanCache(path, CheckOptions())
+    assert c.lookup([("same.jpg", 1, C.MAX_FILES)]) and not c.lookup([("same.jpg", 1, 0)])
+    assert not c.lookup([("r0-0.jpg", 0, 0)]) and c.lookup([("r0-1.jpg", 1, 0)])
+
+
+def test_a_torn_segment_or_a_leftover_temp_file_is_never_read(tmp_path):
+    """A power loss can leave a renamed segment without its data, a kill -9 a temp file: neither is trusted."""
+    from dsclean.scanning import cache as C
+    from dsclean.scanning.check import CheckOptions
+
+    path = str(tmp_path / "scan_cache")
+    c = C.ScanCache(path, CheckOptions())
+    c.add_batch(_verdict_batch([("a.jpg", 1, 10, "ok", None)]))
+    c.close()
+    (seg,) = [n for n in os.listdir(c.folder) if n.endswith(".arrow")]
+    good = Path(c.folder, seg).read_bytes()
+    Path(c.folder, "99999999999999999999-1-000001.arrow").write_bytes(b"\0" * len(good))  # torn: zeros
+    stale = Path(c.folder, ".x.arrow.1.tmp")
+    stale.write_bytes(good)
+    os.utime(stale, (0, 0))
+    c = C.ScanCache(path, CheckOptions())
+    assert set(c.lookup([("a.jpg", 1, 10)])) == {"a.jpg"}
+    c.add_batch(_verdict_batch([("b.jpg", 1, 10, "ok", None)]))
+    c.close()
+    assert not stale.exists()  # a killed writer's temp file, removed by a later run
+
+
+def test_scan_resumes_after_kill_9_between_segments(tmp_path):
+    """The resumed scan re-uses every verdict of every segment the killed scan had written (a kill
+    mid-write leaves only a temp file), and the files the killed run had decided are not checked again."""
+    root = tmp_path / "data"
+    good = synth.jpeg(64, 64)
+    for i in range(3000):
+        write(root, f"c/{i}.jpg", good + str(i).encode())
+    env = {**os.environ, "DSCLEAN_STATE_DIR": str(tmp_path / "state")}
+    proc = subprocess.Popen([sys.executable, "-m", "dsclean", "scan", str(root), "--jobs", "1", "--quiet",
+                             "--dry-run", "--report", str(tmp_path / "r")], env=env)
+    from dsclean.locations import root_state_dir
+
+    cache = Path(root_state_dir(str(root), str(tmp_path / "state"))) / "scan_cache"
+    deadline = time.time() + 120
+    while time.time() < deadline and cached_rows(str(cache)) == 0:
+        time.sleep(0.02)
+    proc.kill()
+    proc.wait()
+    recorded = cached_rows(str(cache))
+    assert 0 < recorded <= 3000
+    killed = _segments(cache)
+    s = _scan(root, tmp_path, dry_run=True, state_dir=str(tmp_path / "state"))
+    assert s.files == 3000 and s.cached == recorded and s.bad == 0
+    assert len(_segments(cache) - killed) == (recorded < 3000)  # this run's segments merged into one file
+    assert cached_rows(str(cache)) == 3000
+
+
+def _segments(cache: Path) -> set[str]:
+    return {n for f in cache.iterdir() for n in os.listdir(f) if n.endswith(".arrow")}
+
+
+_STARTED = """
+import sys
+from multiprocessing import forkserver
+from dsclean.scanning import executors
+from dsclean.scanning.scanner import ScanOptions, scan
+s = scan(sys.argv[1], ScanOptions(dry_run=True, report_dir=sys.argv[2], jobs=2))
+print(s.files, s.cached, executors._local is not None, forkserver._forkserver._forkserver_pid is not None)
+"""
+
+
+def test_a_rescan_with_nothing_to_check_starts_no_worker(tmp_path):
+    """Workers (forkserver, pool, its resource tracker) start with the first file to check: a fully
+    cached re-scan starts none; a scan with one changed file does."""
+    root = tmp_path / "data"
+    make_tree(root)
+
+    def run() -> list[str]:
+        out = subprocess.run([sys.executable, "-c", _STARTED, str(root), str(tmp_path / "r")], cwd=str(tmp_path),
+                             capture_output=True, text=True, check=True, timeout=300)
+        return out.stdout.split()
+
+    assert run() == ["12", "0", "True", "True"]
+    assert run() == ["12", "12", "False", "False"]
+    write(root, "cats/good0.jpg", synth.jpeg(9, 9))
+    assert run() == ["12", "11", "True", "True"]

@@ -1,12 +1,12 @@
 """Re-scan fast path: ok rows of the previous results reused for unchanged files (dsclean.scanning.reuse).
 
-Most tests delete the SQLite scan cache after the first scan: what is still reused can then only
+Most tests delete the scan cache after the first scan: what is still reused can then only
 come from the previous results, so they test the fast path, not the cache behind it.
 """
 from __future__ import annotations
 
 import os
-import sqlite3
+import shutil
 import subprocess
 import sys
 import time
@@ -20,6 +20,7 @@ from support.treegen import make_tree
 import dsclean
 from dsclean.locations import root_state_dir
 from dsclean.quality.flags import FlagOptions
+from dsclean.scanning.cache import cached_rows
 from dsclean.scanning.check import CheckOptions
 from dsclean.scanning.scanner import ScanOptions, scan
 
@@ -36,9 +37,7 @@ def _rows(report) -> dict[str, dict]:
 
 
 def _drop_cache(root) -> None:
-    cache = Path(root_state_dir(str(root))) / "scan_cache.sqlite"
-    for suffix in ("", "-wal", "-shm"):
-        Path(str(cache) + suffix).unlink(missing_ok=True)
+    shutil.rmtree(Path(root_state_dir(str(root))) / "scan_cache", ignore_errors=True)
 
 
 def _make(root) -> None:
@@ -150,7 +149,7 @@ def test_kill_9_mid_rescan_then_resume(tmp_path):
         os.utime(root / f"c/{i}.jpg", ns=(touched, touched))
     proc = subprocess.Popen([sys.executable, "-m", "dsclean", "scan", str(root), "--jobs", "1", "--quiet",
                              "--dry-run", "--report", str(tmp_path / "r")])
-    cache = Path(root_state_dir(str(root))) / "scan_cache.sqlite"
+    cache = Path(root_state_dir(str(root))) / "scan_cache"
     deadline = time.time() + 120
     while time.time() < deadline and _rows_with_mtime(cache, touched) == 0:  # the killed run's first commit
         time.sleep(0.05)
@@ -168,17 +167,7 @@ def test_kill_9_mid_rescan_then_resume(tmp_path):
 
 
 def _rows_with_mtime(cache: Path, mtime_ns: int) -> int:
-    if not cache.exists():
-        return 0
-    db = sqlite3.connect(cache)
-    try:
-        tables = [t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE name LIKE 'verdicts_%'")]
-        return sum(db.execute(f"SELECT count(*) FROM {t} WHERE mtime_ns = ?", (mtime_ns,)).fetchone()[0]
-                   for t in tables)
-    except sqlite3.OperationalError:  # table not created yet, or locked mid-commit
-        return 0
-    finally:
-        db.close()
+    return cached_rows(str(cache), mtime_ns)
 
 
 def test_previous_results_in_another_order_are_matched(tmp_path):

@@ -341,3 +341,23 @@ def test_restore_reports_an_entry_it_cannot_move_and_goes_on(tmp_path):
     assert proc.returncode == 3 and "could not restore" in proc.stderr and "Traceback" not in proc.stderr
     assert "1 FAILED" in proc.stdout
     assert (root / "dogs" / "b.jpg").exists()  # the other entry was still restored
+
+
+def test_discovery_lists_are_bounded_and_equal_the_file_stream(tmp_path, monkeypatch):
+    """The scan takes discovery a folder at a time, at most LIST_MAX names per list (a flat folder of
+    millions stays bounded); the lists hold exactly what iter_media yields, formats included."""
+    from dsclean.scanning import discover
+
+    monkeypatch.setattr(discover, "LIST_MAX", 7)
+    for i in range(20):
+        write(tmp_path / "d", f"big/{i:02d}.JPG", b"x")
+    write(tmp_path / "d", "small/a.flac", b"x")
+    write(tmp_path / "d", "small/notes.txt", b"x")
+    write(tmp_path / "d", "small/.hidden.png", b"x")
+    stats = discover.DiscoverStats()
+    lists = list(discover.iter_media_lists(str(tmp_path / "d"), stats=stats))
+    assert sorted(len(rels) for rels, _ in lists) == [1, 6, 7, 7]
+    flat = sorted(pair for rels, formats in lists for pair in zip(rels, formats))
+    assert flat == sorted(discover.iter_media(str(tmp_path / "d")))
+    assert ("small/a.flac", "flac") in flat and ("big/00.JPG", "jpeg") in flat
+    assert (stats.media, stats.ignored, stats.hidden) == (21, 1, 1)
