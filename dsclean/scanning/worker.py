@@ -11,7 +11,6 @@ waking the OOM killer for the whole machine.
 from __future__ import annotations
 
 import contextlib
-import gc
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -87,10 +86,6 @@ def start_worker(faults: str | None) -> None:
     one ``poll`` on the parent's sentinel (no CPU, no GIL) ends it when the parent is gone.
     """
     set_fault_switch(faults)
-    # Everything imported so far (the checkers, numpy, Pillow: the forkserver's preload) lives as long
-    # as the worker: out of the garbage collector's sight, so its full collections, which the
-    # per-file objects trigger now and then, walk only what the checks allocate.
-    gc.freeze()
     parent = multiprocessing.parent_process()
     if parent is not None:
         threading.Thread(target=_exit_with, args=(parent.sentinel,), daemon=True, name="dsclean-orphan-watch").start()

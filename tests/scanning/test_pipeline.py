@@ -129,10 +129,3 @@ def test_two_workers_check_every_file_once_with_the_last_chunk_in_pieces(tmp_pat
     assert sorted(len(c) for c in chunks) == [2, 2, 2, 6]  # the last 6 files as 4 tasks of at most 2
     assert sorted(v.path for c in chunks for v in c) == sorted(rels)
 
-
-def test_pool_workers_keep_the_preloaded_objects_out_of_the_collector():
-    import gc
-
-    from dsclean.scanning.executors import local_pool
-
-    assert local_pool(1).submit(gc.get_freeze_count).result() > 10_000  # the checkers' imports, frozen once
