@@ -65,6 +65,9 @@ def test_a_first_scan_starts_its_workers_before_importing_the_scan(tmp_path):
         return out.stdout.split()
 
     assert early(False) == ["STARTED", "NO-SCANNER"]  # no earlier scan
+    root.rename(tmp_path / "elsewhere")
+    assert early(True) == ["NOT", "NO-SCANNER"]  # no such root: the scan refuses it at once
+    (tmp_path / "elsewhere").rename(root)
     assert early(False, "threads") == ["NOT", "NO-SCANNER"]
     out = subprocess.run([sys.executable, "-m", "dsclean", "scan", str(root), "--dry-run", "--quiet", "--json",
                           "--state-dir", str(state), "--report", str(tmp_path / "r")],

@@ -193,8 +193,8 @@ def _start_workers_early(args: argparse.Namespace) -> None:
     ``--rescan``: a re-scan of a tree with earlier results may check nothing, and then starts
     no process at all (the scan starts the workers itself when a file needs checking).
     """
-    if args.backend != "processes":
-        return
+    if args.backend != "processes" or not os.path.isdir(args.root):
+        return  # no workers to start, or a root the scan will refuse at once (without waiting for a forkserver)
     if not args.rescan:
         from ..locations import LAST_SCAN_FILE, root_state_dir
 
