@@ -12,6 +12,7 @@ flushing what was decided.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from typing import Sequence
@@ -35,7 +36,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def one_blas_thread() -> None:
+    """One OpenBLAS thread per dsclean process (unless the environment already says otherwise).
+
+    dsclean's numpy work is small arrays (thumbnails, a 32x32 DCT), and a scan runs one worker
+    process per core. OpenBLAS's default starts a thread per core when numpy is imported, and
+    those threads busy-wait ~0.1 CPU-s each (BENCHMARKS.md section 10): in this process, the
+    workers' forkserver and every worker, all inheriting this environment. Must run before numpy
+    is imported.
+    """
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    one_blas_thread()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from .. import argtypes
 from ..errors import UserError
-from ..index.build import IndexSummary, build_index
-from ..index.store import index_info
 from .exit_codes import EXIT_OK
 from .scan import add_location_options, add_symlink_options
+
+if TYPE_CHECKING:  # the index stage (pyarrow, numpy) is imported when an index command runs, not by the parser
+    from ..index.build import IndexSummary
 
 _MAX_CLASSES_SHOWN = 30
 
@@ -74,6 +76,8 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace):
+    from ..index.build import build_index  # imported here: `dsclean scan` need not load the index stage
+
     return build_index(
         args.root,
         args.output,
@@ -127,6 +131,8 @@ def format_summary(s: IndexSummary) -> str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    from ..index.store import index_info
+
     info = index_info(args.index)
     if args.json:
         print(json.dumps(info, indent=2))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 
@@ -135,6 +136,7 @@ def flag_options(args: argparse.Namespace):
 
 
 def cmd_scan(args: argparse.Namespace) -> int:
+    _start_workers_early(args)
     from ..scanning.check import CheckOptions
     from ..scanning.scanner import ScanOptions, format_summary, move_failure_line, scan
 
@@ -180,6 +182,27 @@ def cmd_scan(args: argparse.Namespace) -> int:
               f"{summary.problems_path}", file=sys.stderr)
         return EXIT_INCOMPLETE
     return EXIT_FOUND_BAD if args.check and summary.bad else EXIT_OK
+
+
+def _start_workers_early(args: argparse.Namespace) -> None:
+    """A scan that will check files starts its workers' forkserver before this process imports the scan.
+
+    The forkserver imports the decoders (numpy, Pillow, simplejpeg, ...) while this process
+    imports its own (pyarrow, the results, the cache): on two cores the two start-ups overlap
+    instead of following each other (BENCHMARKS.md section 10). Only for a first scan or
+    ``--rescan``: a re-scan of a tree with earlier results may check nothing, and then starts
+    no process at all (the scan starts the workers itself when a file needs checking).
+    """
+    if args.backend != "processes" or not os.path.isdir(args.root):
+        return  # no workers to start, or a root the scan will refuse at once (without waiting for a forkserver)
+    if not args.rescan:
+        from ..locations import LAST_SCAN_FILE, root_state_dir
+
+        if os.path.exists(os.path.join(root_state_dir(args.root, args.state_dir), LAST_SCAN_FILE)):
+            return
+    from ..scanning.executors import start_local_workers
+
+    start_local_workers()
 
 
 def _write_html(args: argparse.Namespace, summary) -> None:

@@ -192,6 +192,7 @@ def run_checks(
     source = itertools.chain([first], source)
     pool = make_pool(backend, workers, scheduler)
     shape = to_columns if columns else list
+    source = _last_split(source, 2 * pool.slots if pool.slots > 1 else 1)
     in_flight: dict[Future, list[str]] = {}
     try:
         while True:
@@ -226,6 +227,25 @@ def run_checks(
         for future in in_flight:
             future.cancel()
         pool.close()
+
+
+def _last_split(chunks: Iterator[list], pieces: int) -> Iterator[list]:
+    """The chunks as they come, except the last one, cut into ``pieces`` smaller chunks.
+
+    Workers take tasks in order as they free up, so the scan ends when the last task does:
+    with the last chunk whole, one worker can sit idle for most of a chunk's time while
+    another finishes it (up to ~0.2 s of a 2-worker scan of 3,000 JPEGs). Cut into small
+    pieces, the last files go to whichever worker is free. Holds one chunk back to know which is last.
+    """
+    held = next(chunks, None)
+    for chunk in chunks:
+        yield held
+        held = chunk
+    if held is None:
+        return
+    size = -(-len(held) // pieces)  # ceiling: at most `pieces` pieces, none empty
+    for start in range(0, len(held), size):
+        yield held[start : start + size]
 
 
 # ---- fresh processes: one chunk, or one file, per process -------------------------------------
