@@ -89,19 +89,27 @@ def resized_grey(grey: np.ndarray) -> np.ndarray | None:
 
 
 def resized_greys(greys: np.ndarray) -> np.ndarray | None:
-    """:func:`resized_grey` of each of (n, H, W) uint8 greys of one size, as (n, SIZE, SIZE): one product for all
-    (the values are exact, so they do not depend on how the products are grouped); None where it would be."""
+    """The canonical thumbnails of (n, H, W) uint8 greys of one size with H or W equal to SIZE, as (n, SIZE, SIZE)
+    float64 whole values; None when neither side is SIZE.
+
+    One Pillow resize for the lot: resizing only the height of the pictures laid side by side (or only the
+    width of them stacked) resizes each one as Pillow would alone, since a one-axis resize never mixes
+    columns (rows). Pillow's integer passes do a fifth of the arithmetic of :func:`resized_grey`'s dense
+    product, in C (the tests compare the two, every size 1..128).
+    """
     n, h, w = greys.shape
-    if w == SIZE and 0 < h <= _DENSE_LIMIT:
-        if h == SIZE:
-            return greys.astype(np.float64)
-        out = _scaled_weights(h, h >= SIZE) @ greys.astype(np.float64)
-    elif h == SIZE and 0 < w <= _DENSE_LIMIT:
-        out = greys.astype(np.float64) @ _scaled_weights(w, w >= SIZE).T
-    else:
-        return None
-    out += 0.5
-    return np.floor(out, out=out)
+    if h == SIZE and w == SIZE:
+        return greys.astype(np.float64)
+    kind = Image.Resampling.BOX if h >= SIZE and w >= SIZE else Image.Resampling.BILINEAR
+    if w == SIZE:  # heights only: side by side, (h, n * SIZE)
+        wide = np.ascontiguousarray(greys.transpose(1, 0, 2)).reshape(h, n * SIZE)
+        small = Image.frombuffer("L", (n * SIZE, h), wide, "raw", "L", 0, 1).resize((n * SIZE, SIZE), kind)
+        return np.frombuffer(small.tobytes(), np.uint8).reshape(SIZE, n, SIZE).transpose(1, 0, 2).astype(np.float64)
+    if h == SIZE:  # widths only: stacked, (n * SIZE, w)
+        tall = np.ascontiguousarray(greys).reshape(n * SIZE, w)
+        small = Image.frombuffer("L", (w, n * SIZE), tall, "raw", "L", 0, 1).resize((SIZE, n * SIZE), kind)
+        return np.frombuffer(small.tobytes(), np.uint8).reshape(n, SIZE, SIZE).astype(np.float64)
+    return None
 
 
 @functools.lru_cache(maxsize=4 * _DENSE_LIMIT)

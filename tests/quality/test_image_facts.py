@@ -228,3 +228,19 @@ def test_scan_batches_jpeg_facts_with_the_same_values(tmp_path):
         assert a.status == b.status == "ok"
         assert [getattr(a, f) for f in FACT_FIELDS] == [getattr(b, f) for f in FACT_FIELDS]
         assert b.phash is not None and b.brightness is not None
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_batched_resize_is_each_pictures_own(axis):
+    """resized_greys (one Pillow resize of the pictures side by side or stacked) gives each picture's thumbnail."""
+    from dsclean.quality import thumbnail
+
+    rng = np.random.default_rng(axis + 5)
+    for n in list(range(1, 2 * thumbnail.SIZE + 1, 3)) + [200, 500]:
+        shape = (n, thumbnail.SIZE) if axis == 0 else (thumbnail.SIZE, n)
+        greys = np.stack([rng.integers(0, 256, shape, dtype=np.uint8), np.full(shape, 255, np.uint8),
+                          (rng.random(shape) < 0.5).astype(np.uint8) * 255])
+        got = thumbnail.resized_greys(greys)
+        want = np.stack([thumbnail.canonical_uint8(g) for g in greys]).astype(np.float64)
+        assert got.shape == (3, thumbnail.SIZE, thumbnail.SIZE) and np.array_equal(got, want), shape
+    assert thumbnail.resized_greys(np.zeros((2, 40, 50), np.uint8)) is None
