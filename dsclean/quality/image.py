@@ -115,7 +115,9 @@ def grey_facts_batch(greys: list[np.ndarray]) -> list[ImageFacts]:
     n = len(greys)
     if n == 0:
         return []
-    thumbs = np.empty((n, thumbnail.SIZE, thumbnail.SIZE))
+    if n > _MAX_BATCH:
+        return [f for i in range(0, n, _MAX_BATCH) for f in grey_facts_batch(greys[i : i + _MAX_BATCH])]
+    thumbs = np.empty((n, thumbnail.SIZE, thumbnail.SIZE), np.uint8)
     by_shape: dict[tuple[int, int], list[int]] = {}
     for i, g in enumerate(greys):
         by_shape.setdefault(g.shape, []).append(i)
@@ -128,14 +130,19 @@ def grey_facts_batch(greys: list[np.ndarray]) -> list[ImageFacts]:
     return thumbnails_facts(thumbs, sharp)
 
 
+#: thumbnails per histogram call: their n * 256 bins are numbered in uint16
+_MAX_BATCH = 256
+
+
 def thumbnails_facts(thumbs: np.ndarray, sharp: np.ndarray) -> list[ImageFacts]:
-    """:func:`thumbnail_facts` of many thumbnails at once: (n, SIZE, SIZE) float64 whole values 0..255, and
-    per thumbnail whether its sharpness is known. The same numbers as one call per thumbnail: every sum of
-    whole values is exact, and the hash's products are the same per-thumbnail BLAS products."""
+    """:func:`thumbnail_facts` of up to 256 uint8 thumbnails at once, (n, SIZE, SIZE), and per thumbnail whether
+    its sharpness is known. The same numbers as one call per thumbnail: every sum of whole values is exact,
+    and the hash's products are the same per-thumbnail BLAS products."""
     n = len(thumbs)
-    bins = thumbs.reshape(n, _N).astype(np.intp)
-    bins += np.arange(0, 256 * n, 256, dtype=np.intp)[:, None]  # one histogram of n * 256 bins
+    bins = thumbs.reshape(n, _N).astype(np.uint16)
+    bins += np.arange(0, 256 * n, 256, dtype=np.uint16)[:, None]  # one histogram of n * 256 bins
     counts = np.bincount(bins.ravel(), minlength=256 * n).reshape(n, 256)
+    thumbs = thumbs.astype(np.float64)
     moments = counts @ _MOMENTS
     mean = moments[:, 0] / _N
     variance = np.maximum(moments[:, 1] / _N - mean * mean, 0.0)

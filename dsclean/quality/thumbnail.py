@@ -90,7 +90,7 @@ def resized_grey(grey: np.ndarray) -> np.ndarray | None:
 
 def resized_greys(greys: np.ndarray) -> np.ndarray | None:
     """The canonical thumbnails of (n, H, W) uint8 greys of one size with H or W equal to SIZE, as (n, SIZE, SIZE)
-    float64 whole values; None when neither side is SIZE.
+    uint8; None when neither side is SIZE.
 
     One Pillow resize for the lot: resizing only the height of the pictures laid side by side (or only the
     width of them stacked) resizes each one as Pillow would alone, since a one-axis resize never mixes
@@ -99,16 +99,16 @@ def resized_greys(greys: np.ndarray) -> np.ndarray | None:
     """
     n, h, w = greys.shape
     if h == SIZE and w == SIZE:
-        return greys.astype(np.float64)
+        return greys
     kind = Image.Resampling.BOX if h >= SIZE and w >= SIZE else Image.Resampling.BILINEAR
     if w == SIZE:  # heights only: side by side, (h, n * SIZE)
         wide = np.ascontiguousarray(greys.transpose(1, 0, 2)).reshape(h, n * SIZE)
         small = Image.frombuffer("L", (n * SIZE, h), wide, "raw", "L", 0, 1).resize((n * SIZE, SIZE), kind)
-        return np.frombuffer(small.tobytes(), np.uint8).reshape(SIZE, n, SIZE).transpose(1, 0, 2).astype(np.float64)
+        return np.frombuffer(small.tobytes(), np.uint8).reshape(SIZE, n, SIZE).transpose(1, 0, 2)
     if h == SIZE:  # widths only: stacked, (n * SIZE, w)
         tall = np.ascontiguousarray(greys).reshape(n * SIZE, w)
         small = Image.frombuffer("L", (w, n * SIZE), tall, "raw", "L", 0, 1).resize((SIZE, n * SIZE), kind)
-        return np.frombuffer(small.tobytes(), np.uint8).reshape(n, SIZE, SIZE).astype(np.float64)
+        return np.frombuffer(small.tobytes(), np.uint8).reshape(n, SIZE, SIZE)
     return None
 
 
