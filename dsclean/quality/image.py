@@ -110,7 +110,7 @@ def grey_facts_batch(greys: list[np.ndarray]) -> list[ImageFacts]:
     call costs about the same for one picture or thirty, and in the scan, where a decoder runs between two
     pictures and leaves the CPU caches full of its own data, one picture's fifteen calls cost two to three
     times what they cost in a tight loop (BENCHMARKS.md section 12): so the decodes are queued and their facts
-    computed in one go, a handful of calls for the lot (one resize product per size, one histogram).
+    computed in one go, a handful of calls for the lot (one Pillow resize per size, one histogram).
     """
     n = len(greys)
     if n == 0:

@@ -66,7 +66,7 @@ def check_chunk(root: str, rels: list[str], options: CheckOptions) -> list[Verdi
     set_memory_ceiling(effective_ceiling(options.max_memory))
     check.fault_hook = inject_fault if os.environ.get(FAULT_ENV) == "1" else None
     out = []
-    # facts.batched: the JPEG facts of the chunk are computed 32 at a time (same values, about half the cost)
+    # facts.batched: the JPEG facts of the chunk are computed 32 at a time (same values, less CPU)
     with Watchdog(options.timeout) as watchdog, check.decoder_messages_for_run(), facts.batched():
         for rel in rels:
             watchdog.next_file()
