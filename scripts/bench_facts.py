@@ -6,7 +6,9 @@ Same generated files as ``scripts/bench_checkers.py`` (photo-like JPEGs of about
 best of --repeats:
 
 - ``checker``: one process calling ``check_file`` on every file with ``CheckOptions(facts=True)``
-  and ``facts=False``; the CPU time of the loop alone (process_time around it: no start-up);
+  and ``facts=False``, inside ``facts.batched()`` as a worker's chunk runs them (JPEG facts 32 at a time;
+  a tree without it checks one at a time); the CPU time of the loop alone (process_time: no start-up);
+  ``--none-without-hash``: the ``none`` cells also skip the content hash, so "extra" is facts plus hash;
 - ``scan``: the whole ``dsclean scan --jobs 1 --rescan --dry-run`` command with ``--facts all`` and
   ``--facts none``: CPU seconds of the process tree (the worker included), start-up included.
 
@@ -15,6 +17,7 @@ The extra time is the ratio all/none - 1 (lower is better); the issue's goal is 
 in DIR), interleaved with this one on the same files: before and after under the same load.
 
     python scripts/bench_facts.py [--jpeg 1500] [--png 200] [--flac 400] [--wav 400] [--repeats 3] [--baseline DIR]
+                                  [--none-without-hash]
 """
 from __future__ import annotations
 
@@ -34,16 +37,22 @@ import bench_checkers as bc  # noqa: E402  (its generators; it puts the repo and
 PY = sys.executable
 
 LOOP = """
-import json, os, sys, time
-from dsclean.scanning import check
+import contextlib, json, os, sys, time
+from dsclean.scanning import check, facts as facts_of
 from dsclean.scanning.check import CheckOptions, check_file
-facts, folder = sys.argv[1] == "all", sys.argv[2]
+facts, folder, hashless = sys.argv[1] == "all", sys.argv[2], sys.argv[3] == "1"
 names = sorted(os.listdir(folder))
 check.load_checkers()
+if hashless and not facts:  # what --facts none does once it skips the content hash too
+    check.content_hash = lambda data: None
 opts = CheckOptions(facts=facts)
 check_file(folder, names[0], opts)  # warm: first-use imports
+# as a worker's chunk runs them: JPEG facts batched where the tree has it
+batch = getattr(facts_of, "batched", contextlib.nullcontext)
 t = time.process_time()
-statuses = [check_file(folder, n, opts).status for n in names]
+with batch():
+    verdicts = [check_file(folder, n, opts) for n in names]
+statuses = [v.status for v in verdicts]
 import dsclean
 print(json.dumps({"cpu": time.process_time() - t, "bad": statuses.count("bad"), "module": dsclean.__file__}))
 """
@@ -54,8 +63,13 @@ def _env(tree: str) -> dict:
     return {**os.environ, "PYTHONPATH": tree}
 
 
+#: set by --none-without-hash: the checker's ``none`` cells skip the content hash as well
+HASHLESS_NONE = False
+
+
 def checker(folder: str, facts: str, tree: str = bc.REPO) -> tuple[float, int]:
-    out = subprocess.run([PY, "-c", LOOP, facts, folder], capture_output=True, text=True, check=True,
+    out = subprocess.run([PY, "-c", LOOP, facts, folder, "1" if HASHLESS_NONE else "0"], capture_output=True,
+                         text=True, check=True,
                          env=_env(tree), cwd=os.path.dirname(folder))
     r = json.loads(out.stdout)
     assert r["module"].startswith(tree + os.sep), f"measured {r['module']}, not the tree {tree}"
@@ -112,7 +126,11 @@ def main() -> None:
     ap.add_argument("--wav", type=int, default=400)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--baseline", metavar="DIR", help="also measure the dsclean in this source tree, interleaved")
+    ap.add_argument("--none-without-hash", action="store_true",
+                    help="checker rows: the --facts none cells skip the content hash too (as --facts none will)")
     args = ap.parse_args()
+    global HASHLESS_NONE
+    HASHLESS_NONE = args.none_without_hash
     trees = {"baseline": os.path.abspath(args.baseline), "this tree": bc.REPO} if args.baseline else {"": bc.REPO}
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.platform()}, "
           f"{os.cpu_count()} cores, Python {platform.python_version()}")

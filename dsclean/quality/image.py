@@ -16,7 +16,7 @@ import numpy as np
 from PIL import Image
 
 from . import thumbnail
-from .phash import phash_float
+from .phash import phash_float, phash_floats
 
 #: EXIF tag number of Orientation
 _ORIENTATION = 0x0112
@@ -47,8 +47,12 @@ def image_facts(pixels: np.ndarray, *, colour_stored: bool | None = None, orient
     """
     pixels = np.asarray(pixels)
     is_rgb = pixels.ndim == 3 and pixels.shape[2] >= 3
-    thumb = thumbnail.canonical_uint8(pixels)
-    facts = thumbnail_facts(thumb, sharp=pixels.shape[0] >= thumbnail.SIZE and pixels.shape[1] >= thumbnail.SIZE)
+    sharp = pixels.shape[0] >= thumbnail.SIZE and pixels.shape[1] >= thumbnail.SIZE
+    small = thumbnail.resized_grey(pixels) if pixels.ndim == 2 and pixels.dtype == np.uint8 else None
+    if small is not None:  # the scan's JPEG decodes: no Pillow round trip, no uint8 copy
+        facts = _whole_thumbnail_facts(small, sharp)
+    else:
+        facts = thumbnail_facts(thumbnail.canonical_uint8(pixels), sharp=sharp)
     facts.orientation = orientation if orientation in range(1, 9) else None
     if is_rgb:
         facts.grayscale = is_grey_rgb(pixels[..., :3])
@@ -77,19 +81,92 @@ def thumbnail_facts(thumb: np.ndarray, *, sharp: bool = True) -> ImageFacts:
         thumb = np.clip(np.rint(thumb), 0, 255).astype(np.uint8)
     if thumb.shape != (thumbnail.SIZE, thumbnail.SIZE):
         raise ValueError(f"thumbnail must be {thumbnail.SIZE}x{thumbnail.SIZE}, got {thumb.shape}")
-    counts = np.bincount(thumb.ravel(), minlength=256)
+    return _whole_thumbnail_facts(thumb.astype(np.float64), sharp)
+
+
+def _whole_thumbnail_facts(t: np.ndarray, sharp: bool) -> ImageFacts:
+    """:func:`thumbnail_facts` of a SIZE x SIZE float64 thumbnail of whole values 0..255 (what the scan runs per
+    image: about fifteen whole-array numpy calls). Every sum is exact in float64, so the facts are the same
+    whatever dtype the thumbnail came in."""
+    counts = np.bincount(t.astype(np.intp).ravel(), minlength=256)
     total, squares = counts @ _MOMENTS
     mean = float(total) / _N
     variance = max(float(squares) / _N - mean * mean, 0.0)
-    entropy = max(_LOG2_N - float(_C_LOG2_C[counts].sum()) / _N, 0.0)
+    entropy = max(_LOG2_N - float(_C_LOG2_C.take(counts).sum()) / _N, 0.0)
     return ImageFacts(
         # a constant picture's coefficients are all zero in exact arithmetic: bit 0 each, as phash() gives
-        phash=phash_float(thumb.astype(np.float64), mean) if variance > 0.0 else 0,
+        phash=phash_float(t, mean) if variance > 0.0 else 0,
         brightness=mean / 255.0,
         contrast=math.sqrt(variance) / 255.0,
         entropy=entropy,
-        sharpness=_laplacian_variance_int16(thumb.astype(np.int16)) if sharp else None,
+        sharpness=_laplacian_variance_whole(t) if sharp else None,
     )
+
+
+def grey_facts_batch(greys: list[np.ndarray]) -> list[ImageFacts]:
+    """``image_facts(g)`` of each 2-D uint8 grey array, computed together: the same values (tests compare them).
+
+    What the scan runs on a worker's queue of JPEG decodes (:func:`dsclean.scanning.facts.batched`). Each numpy
+    call costs about the same for one picture or thirty, and in the scan, where a decoder runs between two
+    pictures and leaves the CPU caches full of its own data, one picture's fifteen calls cost two to three
+    times what they cost in a tight loop (BENCHMARKS.md section 12): so the decodes are queued and their facts
+    computed in one go, a handful of calls for the lot (one Pillow resize per size, one histogram).
+    """
+    n = len(greys)
+    if n == 0:
+        return []
+    if n > _MAX_BATCH:
+        return [f for i in range(0, n, _MAX_BATCH) for f in grey_facts_batch(greys[i : i + _MAX_BATCH])]
+    thumbs = np.empty((n, thumbnail.SIZE, thumbnail.SIZE), np.uint8)
+    by_shape: dict[tuple[int, int], list[int]] = {}
+    for i, g in enumerate(greys):
+        by_shape.setdefault(g.shape, []).append(i)
+    for shape, at in by_shape.items():
+        small = thumbnail.resized_greys(np.stack([greys[i] for i in at]))
+        if small is None:  # both sides differ from SIZE: Pillow, one picture at a time
+            small = np.stack([thumbnail.canonical_uint8(greys[i]) for i in at])
+        thumbs[at] = small
+    sharp = np.array([g.shape[0] >= thumbnail.SIZE and g.shape[1] >= thumbnail.SIZE for g in greys])
+    return thumbnails_facts(thumbs, sharp)
+
+
+#: thumbnails per histogram call: their n * 256 bins are numbered in uint16
+_MAX_BATCH = 256
+
+
+def thumbnails_facts(thumbs: np.ndarray, sharp: np.ndarray) -> list[ImageFacts]:
+    """:func:`thumbnail_facts` of up to 256 uint8 thumbnails at once, (n, SIZE, SIZE), and per thumbnail whether
+    its sharpness is known. The same numbers as one call per thumbnail: every sum of whole values is exact,
+    and the hash's products are the same per-thumbnail BLAS products."""
+    n = len(thumbs)
+    bins = thumbs.reshape(n, _N).astype(np.uint16)
+    bins += np.arange(0, 256 * n, 256, dtype=np.uint16)[:, None]  # one histogram of n * 256 bins
+    counts = np.bincount(bins.ravel(), minlength=256 * n).reshape(n, 256)
+    thumbs = thumbs.astype(np.float64)
+    moments = counts @ _MOMENTS
+    mean = moments[:, 0] / _N
+    variance = np.maximum(moments[:, 1] / _N - mean * mean, 0.0)
+    entropy = np.maximum(_LOG2_N - _C_LOG2_C.take(counts).sum(axis=1) / _N, 0.0)
+    hashes = phash_floats(thumbs, mean)
+    hashes[variance == 0.0] = 0  # a constant picture's coefficients are all zero in exact arithmetic: bit 0 each
+    sharpness = np.zeros(n)
+    if sharp.any():
+        sharpness[sharp] = _laplacian_variances(thumbs[sharp])
+    brightness, contrast = mean / 255.0, np.sqrt(variance) / 255.0
+    return [ImageFacts(phash=h, brightness=b, contrast=c, entropy=e, sharpness=s if k else None)
+            for h, b, c, e, s, k in zip(hashes.tolist(), brightness.tolist(), contrast.tolist(), entropy.tolist(),
+                                        sharpness.tolist(), sharp.tolist())]
+
+
+def _laplacian_variances(g: np.ndarray) -> np.ndarray:
+    """:func:`laplacian_variance` of each of (n, H, W) whole grey values (exact: whole sums below 2**53)."""
+    lap = g[:, 1:-1, :-2] + g[:, 1:-1, 2:]
+    lap += g[:, :-2, 1:-1]
+    lap += g[:, 2:, 1:-1]
+    lap -= 4 * g[:, 1:-1, 1:-1]
+    flat = lap.reshape(len(g), -1)
+    m = flat.sum(axis=1) / flat.shape[1]
+    return np.maximum(np.einsum("ij,ij->i", flat, flat) / flat.shape[1] - m * m, 0.0)
 
 
 def laplacian_variance(grey: np.ndarray) -> float:
@@ -104,11 +181,16 @@ def laplacian_variance(grey: np.ndarray) -> float:
 
 def _laplacian_variance_int16(g: np.ndarray) -> float:
     """:func:`laplacian_variance` of grey values held in int16 (exact: |Laplacian| <= 1020), in few passes."""
+    return _laplacian_variance_whole(g)
+
+
+def _laplacian_variance_whole(g: np.ndarray) -> float:
+    """:func:`laplacian_variance` of whole grey values (int16 or float64: either is exact, |Laplacian| <= 1020)."""
     lap = g[1:-1, :-2] + g[1:-1, 2:]
     lap += g[:-2, 1:-1]
     lap += g[2:, 1:-1]
     lap -= 4 * g[1:-1, 1:-1]
-    flat = lap.ravel().astype(np.float64)
+    flat = lap.ravel().astype(np.float64, copy=False)
     m = flat.sum() / flat.size
     return max(float(flat @ flat) / flat.size - m * m, 0.0)
 

@@ -108,6 +108,15 @@ def phash_float(thumb: np.ndarray, mean: float) -> int:
     return _bits(((_FOLDED @ thumb) @ _FOLDED.T).ravel().take(_FLAT) - mean * _WINDOW_COEFFICIENTS)
 
 
+def phash_floats(thumbs: np.ndarray, means: np.ndarray) -> np.ndarray:
+    """:func:`phash_float` of each of (n, 64, 64) float64 thumbnails with known means, as uint64 (n,):
+    the same per-thumbnail products, then the bits of all of them in a few whole-array calls."""
+    c = ((_FOLDED @ thumbs) @ _FOLDED.T).reshape(len(thumbs), -1)[:, _FLAT]
+    c -= means[:, None] * _WINDOW_COEFFICIENTS
+    scale = np.abs(c).max(axis=1, keepdims=True)
+    return (c > _ZERO * scale) @ _POWERS
+
+
 def hamming(a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray | int:
     """Bits that differ between 64-bit hashes (ints, or uint64 arrays element-wise)."""
     if isinstance(a, int) and isinstance(b, int):

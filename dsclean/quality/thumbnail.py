@@ -44,9 +44,9 @@ def canonical(pixels: np.ndarray | Image.Image) -> np.ndarray:
 def canonical_uint8(pixels: np.ndarray | Image.Image) -> np.ndarray:
     """The same thumbnail as uint8 (Pillow's resize of an 8-bit image gives whole values: nothing is lost)."""
     if isinstance(pixels, np.ndarray) and pixels.dtype == np.uint8 and pixels.ndim == 2:
-        fast = _resize_grey_one_axis(pixels)  # the scan's JPEG decode: often 64 wide already
+        fast = resized_grey(pixels)  # the scan's JPEG decodes: small, often 64 wide already
         if fast is not None:
-            return fast
+            return fast.astype(np.uint8)
     im = pixels if isinstance(pixels, Image.Image) else _as_image(pixels)
     if im.mode != "L":
         im = im.convert("L")
@@ -57,36 +57,70 @@ def canonical_uint8(pixels: np.ndarray | Image.Image) -> np.ndarray:
 
 #: Pillow's fixed-point precision for 8-bit resampling (libImaging/Resample.c: 32 - 8 - 2 bits)
 _PRECISION_BITS = 22
-#: up to this many pixels along the one axis that differs, a dense weight matrix product beats a Pillow round trip
+#: up to this many pixels per side, weight matrix products beat a Pillow round trip (two Image objects)
 _DENSE_LIMIT = 2 * SIZE
 
 
-def _resize_grey_one_axis(grey: np.ndarray) -> np.ndarray | None:
-    """Pillow's resize of a grey array to SIZE x SIZE, bit for bit, when at most one side differs from SIZE and
-    that side is at most ``_DENSE_LIMIT`` (else None: Pillow does it).
+def resized_grey(grey: np.ndarray) -> np.ndarray | None:
+    """Pillow's resize of a 2-D uint8 grey array to SIZE x SIZE, bit for bit, as whole float64 values 0..255,
+    when at most one side differs from SIZE and that side is at most ``_DENSE_LIMIT``; else None (Pillow does it).
 
     Pillow resamples each axis separately in integer arithmetic: output = (sum of pixel x fixed-point weight +
-    half) >> 22, clipped to 0..255. Those integer sums are exact in float64 (below 2**53), so one matrix
-    product of the pixels with the same integer weights, then the same rounding, gives Pillow's exact values
-    without building two Image objects (tests/quality/test_image_facts.py compares every size 1..128).
+    half) >> 22, clipped to 0..255. The weights divided by 2**22 are exact in float64 and so are those sums
+    (below 2**53), so one product with the scaled weights, + 0.5 and floor, gives Pillow's exact values without
+    building two Image objects (tests/quality/test_image_facts.py compares every size 1..128 against Pillow).
+    Both sides differing is left to Pillow: which pass it runs first (each rounds to 8 bits) depends on
+    its version (Pillow 13 runs the vertical pass first when the height shrinks much more than the width).
+    Float, because every fact computed next wants floats.
     """
     h, w = grey.shape
-    if h == SIZE and w == SIZE:
-        return np.ascontiguousarray(grey)
     if w == SIZE and 0 < h <= _DENSE_LIMIT:
-        out = _pillow_weights(h, w >= SIZE and h >= SIZE) @ grey.astype(np.float64)
+        if h == SIZE:
+            return grey.astype(np.float64)
+        out = _scaled_weights(h, h >= SIZE) @ grey.astype(np.float64)
     elif h == SIZE and 0 < w <= _DENSE_LIMIT:
-        out = grey.astype(np.float64) @ _pillow_weights(w, w >= SIZE and h >= SIZE).T
+        out = grey.astype(np.float64) @ _scaled_weights(w, w >= SIZE).T
     else:
         return None
-    out += float(1 << (_PRECISION_BITS - 1))
-    out *= 1.0 / (1 << _PRECISION_BITS)
+    out += 0.5
     # no clip needed: BOX and BILINEAR weights are >= 0 and sum to 2**22 within half a unit per tap (<= 5 taps
     # here), so 255 in everywhere floors to 255 out (checked against Pillow, all-255 included, by the test)
-    return np.floor(out, out=out).astype(np.uint8)
+    return np.floor(out, out=out)
 
 
-@functools.lru_cache(maxsize=2 * _DENSE_LIMIT)
+def resized_greys(greys: np.ndarray) -> np.ndarray | None:
+    """The canonical thumbnails of (n, H, W) uint8 greys of one size with H or W equal to SIZE, as (n, SIZE, SIZE)
+    uint8; None when neither side is SIZE.
+
+    One Pillow resize for the lot: resizing only the height of the pictures laid side by side (or only the
+    width of them stacked) resizes each one as Pillow would alone, since a one-axis resize never mixes
+    columns (rows). Pillow's integer passes do a fifth of the arithmetic of :func:`resized_grey`'s dense
+    product, in C (the tests compare the two, every size 1..128).
+    """
+    n, h, w = greys.shape
+    if h == SIZE and w == SIZE:
+        return greys
+    kind = Image.Resampling.BOX if h >= SIZE and w >= SIZE else Image.Resampling.BILINEAR
+    if w == SIZE:  # heights only: side by side, (h, n * SIZE)
+        wide = np.ascontiguousarray(greys.transpose(1, 0, 2)).reshape(h, n * SIZE)
+        small = Image.frombuffer("L", (n * SIZE, h), wide, "raw", "L", 0, 1).resize((n * SIZE, SIZE), kind)
+        return np.frombuffer(small.tobytes(), np.uint8).reshape(SIZE, n, SIZE).transpose(1, 0, 2)
+    if h == SIZE:  # widths only: stacked, (n * SIZE, w)
+        tall = np.ascontiguousarray(greys).reshape(n * SIZE, w)
+        small = Image.frombuffer("L", (w, n * SIZE), tall, "raw", "L", 0, 1).resize((SIZE, n * SIZE), kind)
+        return np.frombuffer(small.tobytes(), np.uint8).reshape(n, SIZE, SIZE)
+    return None
+
+
+@functools.lru_cache(maxsize=4 * _DENSE_LIMIT)
+def _scaled_weights(in_size: int, shrink: bool) -> np.ndarray:
+    """:func:`_pillow_weights` / 2**22 (exact: a power of two), so the product needs no rescaling."""
+    m = _pillow_weights(in_size, shrink) * (1.0 / (1 << _PRECISION_BITS))
+    m.setflags(write=False)
+    return m
+
+
+@functools.lru_cache(maxsize=4 * _DENSE_LIMIT)
 def _pillow_weights(in_size: int, shrink: bool) -> np.ndarray:
     """The (SIZE, in_size) integer weights Pillow's BOX (shrink) or BILINEAR resample gives one axis.
 

@@ -21,7 +21,7 @@ import signal
 import time
 from typing import Iterator
 
-from . import check
+from . import check, facts
 from .check import CheckOptions, check_bytes, check_file
 from .verdict import Columns, Verdict, to_columns
 
@@ -66,7 +66,8 @@ def check_chunk(root: str, rels: list[str], options: CheckOptions) -> list[Verdi
     set_memory_ceiling(effective_ceiling(options.max_memory))
     check.fault_hook = inject_fault if os.environ.get(FAULT_ENV) == "1" else None
     out = []
-    with Watchdog(options.timeout) as watchdog, check.decoder_messages_for_run():
+    # facts.batched: the JPEG facts of the chunk are computed 32 at a time (same values, less CPU)
+    with Watchdog(options.timeout) as watchdog, check.decoder_messages_for_run(), facts.batched():
         for rel in rels:
             watchdog.next_file()
             out.append(check_item(root, rel, options))

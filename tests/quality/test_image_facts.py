@@ -183,3 +183,64 @@ def test_grey_thumbnail_shortcut_is_pillows_resize_bit_for_bit(axis):
             want = np.asarray(im.resize((thumbnail.SIZE,) * 2, Image.Resampling.BOX if shrink else Image.Resampling.BILINEAR))
             got = thumbnail.canonical_uint8(a)
             assert got.dtype == np.uint8 and np.array_equal(got, want), (shape, int(np.abs(got.astype(int) - want).max()))
+
+
+def _mixed_greys() -> list[np.ndarray]:
+    """Grey decodes of the shapes the scan meets: one side SIZE (resized by a product), 64 x 64, both sides
+    different (Pillow), large, tiny, constant, symmetric (hash coefficients exactly zero)."""
+    rng = np.random.default_rng(11)
+    photos = [np.asarray(synth.photo_like(72 + 9 * i, 64, seed=i).convert("L")) for i in range(6)]
+    shapes = [(57, 64), (57, 64), (64, 64), (64, 40), (100, 64), (47, 63), (375, 500), (1, 64), (64, 1), (3, 5)]
+    greys = [np.ascontiguousarray(p[: 40 + 5 * i]) for i, p in enumerate(photos)]
+    greys += [rng.integers(0, 256, s, dtype=np.uint8) for s in shapes]
+    greys += [np.full((57, 64), 200, np.uint8), np.tile(np.arange(64, dtype=np.uint8), (64, 1))]
+    return greys
+
+
+@pytest.mark.parametrize("size", [1, 4, 32])
+def test_batched_grey_facts_equal_one_picture_at_a_time(size):
+    """The scan's batched JPEG facts are exactly image_facts' (phash bits, every float), whatever the batch."""
+    from dsclean.quality.image import grey_facts_batch
+
+    greys = _mixed_greys()
+    one = [image_facts(g) for g in greys]
+    batched = [f for i in range(0, len(greys), size) for f in grey_facts_batch(greys[i : i + size])]
+    assert batched == one
+    assert {f.sharpness is None for f in one} == {True, False}  # both kinds of picture are in the set
+
+
+def test_scan_batches_jpeg_facts_with_the_same_values(tmp_path):
+    """check_file inside facts.batched (what a worker's chunk runs) fills the same facts as one at a time, every
+    verdict complete when the block ends, also when the files outnumber one batch."""
+    from dsclean.scanning import facts
+    from dsclean.scanning.check import CheckOptions, check_file
+    from dsclean.scanning.verdict import FACT_FIELDS
+
+    names = []
+    for i in range(facts.BATCH + 5):
+        w, h = (512, 400 + 3 * i) if i % 3 else (300 + 5 * i, 200)
+        names.append(write(tmp_path, f"p{i:02d}.jpg", synth.jpeg(w, h, seed=i)).name)
+    alone = [check_file(str(tmp_path), n, CheckOptions()) for n in names]
+    with facts.batched():
+        together = [check_file(str(tmp_path), n, CheckOptions()) for n in names]
+        assert together[0].phash is not None and together[-1].phash is None  # the first batch is done, the rest queued
+    for a, b in zip(alone, together):
+        assert a.status == b.status == "ok"
+        assert [getattr(a, f) for f in FACT_FIELDS] == [getattr(b, f) for f in FACT_FIELDS]
+        assert b.phash is not None and b.brightness is not None
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_batched_resize_is_each_pictures_own(axis):
+    """resized_greys (one Pillow resize of the pictures side by side or stacked) gives each picture's thumbnail."""
+    from dsclean.quality import thumbnail
+
+    rng = np.random.default_rng(axis + 5)
+    for n in list(range(1, 2 * thumbnail.SIZE + 1, 3)) + [200, 500]:
+        shape = (n, thumbnail.SIZE) if axis == 0 else (thumbnail.SIZE, n)
+        greys = np.stack([rng.integers(0, 256, shape, dtype=np.uint8), np.full(shape, 255, np.uint8),
+                          (rng.random(shape) < 0.5).astype(np.uint8) * 255])
+        got = thumbnail.resized_greys(greys)
+        want = np.stack([thumbnail.canonical_uint8(g) for g in greys])
+        assert got.shape == (3, thumbnail.SIZE, thumbnail.SIZE) and np.array_equal(got, want), shape
+    assert thumbnail.resized_greys(np.zeros((2, 40, 50), np.uint8)) is None
