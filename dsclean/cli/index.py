@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from .. import argtypes
 from ..errors import UserError
-from ..index.build import IndexSummary, build_index
-from ..index.store import index_info
 from .exit_codes import EXIT_OK
 from .scan import add_location_options, add_symlink_options
+
+if TYPE_CHECKING:  # imported when the command runs: every other command (e.g. scan) starts without them
+    from ..index.build import IndexSummary
 
 _MAX_CLASSES_SHOWN = 30
 
@@ -74,6 +76,8 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace):
+    from ..index.build import build_index
+
     return build_index(
         args.root,
         args.output,
@@ -95,13 +99,13 @@ def _build(args: argparse.Namespace):
     )
 
 
-def _report(args: argparse.Namespace, summary: IndexSummary) -> int:
+def _report(args: argparse.Namespace, summary: "IndexSummary") -> int:
     if not args.quiet:
         print(format_summary(summary))
     return EXIT_OK
 
 
-def format_summary(s: IndexSummary) -> str:
+def format_summary(s: "IndexSummary") -> str:
     lines = [f"indexed {s.rows} files in {s.classes} classes ({s.labels} labels, {s.files} file rule) -> {s.output} "
              f"({s.format}, {_human(s.index_bytes)}; media {_human(s.media_bytes)})"]
     checked = f" (not covered by the scan: never scanned, changed or restored; {s.checked_from_cache} known to " \
@@ -127,6 +131,8 @@ def format_summary(s: IndexSummary) -> str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    from ..index.store import index_info
+
     info = index_info(args.index)
     if args.json:
         print(json.dumps(info, indent=2))
