@@ -17,17 +17,26 @@ flagged), then times, interleaved, best of --repeats, every contender as a whole
 
 against, for each format:
 
-- ``dsclean checker``: one process calling ``dsclean.scanning.check.check_file`` on every file
-  (the checker itself: one read per file, every rule, the content hash); the same without the
-  content hash (to show its share), and for FLAC with the STREAMINFO MD5 check on;
-- ``dsclean scan --jobs 1``: the whole command (worker pool start-up, results, cache).
+- ``dsclean checker, --facts none``: one process calling ``dsclean.scanning.check.check_file``
+  with ``CheckOptions(facts=False)`` on every file (the checker itself: one read per file, every
+  rule; no content hash, no quality facts: what the speed bars of issue 11 are for); the same with
+  the default options (facts on: the content hash and the quality facts), and for FLAC with the
+  STREAMINFO MD5 check on;
+- ``dsclean scan --jobs 1 --facts none``: the whole command (worker pool start-up, results,
+  cache) as the issue's bars measure it; and ``dsclean scan --jobs 1`` with the default options.
 
 Every contender is one process over all the files (as ``dsclean scan`` is): a Python process
-pays its start-up and imports (~0.25 CPU-s with numpy) once, as a C tool does.
+pays its start-up and imports (~0.25 CPU-s with numpy) once, as a C tool does. dsclean's own
+modules are byte-compiled first (``compileall``, into the ignored ``__pycache__`` folders), as
+``pip install`` does for an installed package and for the reference's Python packages (numpy,
+soundfile): in a source tree run with ``PYTHONDONTWRITEBYTECODE=1`` every dsclean process would
+otherwise compile every module it imports from source at each start (~0.3-0.4 CPU-s for a scan's
+main process and forkserver together). ``--no-compile`` measures that case.
 Ratios are speeds against the format's reference, measured in the same run (higher is better
 for dsclean): per CPU-second of the whole process tree (user + system time of every process,
 workers included: "per core", and steady on a shared machine) and per wall-clock second. Then the cost of the content hash (BLAKE2b-128 of the bytes already read) per
-format: hashing the files' bytes alone against the checker's time for the same files.
+format: hashing the files' bytes alone against the ``--facts none`` checker's time for the same files
+(what ``--facts all`` adds on top of that, besides the quality facts: ``scripts/bench_facts.py``).
 
     python scripts/bench_checkers.py [--png 600] [--flac 2000] [--wav 2000] [--jpeg 3000] [--repeats 3]
 """
@@ -52,16 +61,15 @@ sys.path.insert(0, os.path.join(REPO, "tests"))  # tests/support: media synthesi
 from support import synth  # noqa: E402
 
 PY = sys.executable
+UNCOMPILED: str | None = None  # a copy of this tree's dsclean without bytecode (--uncompiled-row)
+BASELINE: str | None = None  # another tree (e.g. `git archive main`, byte-compiled), run through PYTHONPATH
 BATCH = 100_000  # files per process: all of them
 
 CHECKER_LOOP = """
 import sys
-from dsclean.scanning import check
 from dsclean.scanning.check import CheckOptions, check_file
 mode, root = sys.argv[1], sys.argv[2]
-options = CheckOptions(flac_md5=mode == "md5")
-if mode == "nohash":  # to show what the content hash costs in the ratios
-    check.content_hash = lambda data: None
+options = CheckOptions(flac_md5=mode == "md5", facts=mode != "none")
 counts = {}
 for rel in sys.argv[3:]:
     v = check_file(root, rel, options)
@@ -98,14 +106,15 @@ print(bad, 0)
 HASH_COST = """
 import sys, time
 from dsclean.hashing import content_hash
-from dsclean.scanning.check import check_file
+from dsclean.scanning.check import CheckOptions, check_file
 root, rels = sys.argv[1], sys.argv[2:]
+none = CheckOptions(facts=False)
 datas = []
 for rel in rels:
     with open(root + "/" + rel, "rb") as f:
         datas.append(f.read())
 for rel in rels[:50]:
-    check_file(root, rel)  # warm up: decoders loaded
+    check_file(root, rel, none)  # warm up: decoders loaded
 best_hash = best_check = float("inf")
 for _ in range(3):
     t = time.perf_counter()
@@ -114,7 +123,7 @@ for _ in range(3):
     best_hash = min(best_hash, time.perf_counter() - t)
     t = time.perf_counter()
     for rel in rels:
-        check_file(root, rel)
+        check_file(root, rel, none)
     best_check = min(best_check, time.perf_counter() - t)
 print(best_hash / len(rels), best_check / len(rels))
 """
@@ -162,6 +171,34 @@ def _children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def _compile_dsclean() -> str:
+    """Byte-compile the dsclean package the contenders import (this tree's), as an installed package is."""
+    import compileall
+
+    folder = os.path.join(REPO, "dsclean")
+    ok = compileall.compile_dir(folder, quiet=1)
+    return f"dsclean byte-compiled ({folder}): {'ok' if ok else 'FAILED'}"
+
+
+def _subreaper() -> None:
+    """Adopt orphaned descendants (a scan's forkserver, resource trackers), so their CPU is counted when reaped."""
+    import ctypes
+
+    ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER (Linux)
+
+
+def _reap(timeout: float = 10.0) -> None:
+    """Wait for adopted descendants (they exit with the scan's process) so ``_children_cpu`` includes them."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            time.sleep(0.005)
+
+
 def _write(folder: str, name: str, data: bytes) -> None:
     with open(os.path.join(folder, name), "wb") as f:
         f.write(data)
@@ -197,11 +234,26 @@ def checker_loop(folder: str, files: list[str], mode: str = "default") -> tuple[
     return _batches([PY, "-c", CHECKER_LOOP, mode, folder], files, folder)
 
 
-def dsclean_scan(folder: str, files: list[str]) -> tuple[int, int]:
+def dsclean_scan(folder: str, files: list[str], *options: str, src: str | None = None) -> tuple[int, int]:
+    """A whole ``dsclean scan --jobs 1`` (a fresh report and state folder); ``src``: run the dsclean
+    found there (through PYTHONPATH: a baseline tree, or an uncompiled copy of this one) instead."""
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = src
+        env["PYTHONDONTWRITEBYTECODE"] = "1"  # an uncompiled copy stays uncompiled
     with tempfile.TemporaryDirectory() as report:
-        proc = subprocess.run([PY, "-m", "dsclean", "scan", folder, "--jobs", "1", "--dry-run", "--rescan", "--quiet",
-                               "--json", "--report", report], capture_output=True, text=True)
+        proc = subprocess.run([PY, "-c", "import sys, dsclean, dsclean.cli; print(dsclean.__file__, file=sys.stderr); "
+                               "sys.exit(dsclean.cli.main())", "scan", folder, "--jobs", "1", "--dry-run", "--rescan",
+                               "--quiet", "--json", "--report", report, "--state-dir", os.path.join(report, "state"),
+                               *options], capture_output=True, text=True, env=env, cwd=report)
+        _reap()
     import json
+
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(f"dsclean scan failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    used = os.path.dirname(os.path.dirname(os.path.abspath(proc.stderr.splitlines()[0])))
+    if used != os.path.abspath(src or REPO):
+        raise RuntimeError(f"the scan ran the dsclean of {used}, not of {src or REPO}")
 
     summary = json.loads(proc.stdout)
     return summary.get("bad", 0), sum(summary.get("warn_reasons", {}).values())
@@ -221,10 +273,15 @@ def contenders(fmt: str, folder: str, files: list[str]) -> list[tuple[str, objec
                   lambda: _batches([PY, "-c", JPEG_FLOOR], files, folder))],
     }[fmt]
     extra = [("dsclean checker, FLAC MD5 on (CheckOptions(flac_md5=True))", lambda: checker_loop(folder, files, "md5"))]
-    return refs + [("dsclean checker (check_file loop)", lambda: checker_loop(folder, files)),
+    return refs + [("dsclean checker, --facts none (check_file loop)", lambda: checker_loop(folder, files, "none")),
+                   ("dsclean checker, default options (facts on)", lambda: checker_loop(folder, files)),
                    *(extra if fmt == "flac" else []),
-                   ("dsclean checker without the content hash", lambda: checker_loop(folder, files, "nohash")),
-                   ("dsclean scan --jobs 1", lambda: dsclean_scan(folder, files))]
+                   ("dsclean scan --jobs 1 --facts none", lambda: dsclean_scan(folder, files, "--facts", "none")),
+                   *([("dsclean scan --jobs 1 --facts none, not byte-compiled (source tree, PYTHONDONTWRITEBYTECODE=1)",
+                       lambda: dsclean_scan(folder, files, "--facts", "none", src=UNCOMPILED))] if UNCOMPILED else []),
+                   *([("dsclean scan --jobs 1 --facts none, baseline tree", lambda: dsclean_scan(
+                       folder, files, "--facts", "none", src=BASELINE))] if BASELINE else []),
+                   ("dsclean scan --jobs 1 (default options)", lambda: dsclean_scan(folder, files))]
 
 
 def bench_format(fmt: str, n: int, repeats: int, base_dir: str) -> list[str]:
@@ -263,7 +320,7 @@ def bench_format(fmt: str, n: int, repeats: int, base_dir: str) -> list[str]:
                      f"{base_wall / wall:.2f}x | {flagged[name][0]} / {flagged[name][1]} |")
     hash_s, check_s = (float(x) for x in subprocess.run([PY, "-c", HASH_COST, folder, *files[:1000]], capture_output=True,
                                                          text=True, cwd=folder).stdout.split())
-    lines.append(f"\ncontent hash: {hash_s * 1e6:.0f} µs per file = {hash_s / check_s:.1%} of the checker's "
+    lines.append(f"\ncontent hash: {hash_s * 1e6:.0f} µs per file = {hash_s / check_s:.1%} of the --facts none checker's "
                  f"{check_s * 1e6:.0f} µs per file (in-process, best of 3, {min(len(files), 1000)} files)")
     print("\n".join(lines), flush=True)
     return lines
@@ -277,8 +334,29 @@ def main() -> None:
     ap.add_argument("--jpeg", type=int, default=3000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--only", choices=["png", "flac", "wav", "jpeg"], action="append", help="run only these formats")
+    ap.add_argument("--no-compile", action="store_true",
+                    help="do not byte-compile dsclean first (measures a source tree without __pycache__)")
+    ap.add_argument("--uncompiled-row", action="store_true",
+                    help="add a row: the scan from a copy of this tree's dsclean without bytecode (compiled at every start)")
+    ap.add_argument("--baseline", metavar="DIR",
+                    help="add a row: the scan of the dsclean in DIR (e.g. `git archive main` unpacked; byte-compiled first)")
     args = ap.parse_args()
+    global UNCOMPILED, BASELINE
+    _subreaper()
+    bytecode = "dsclean not byte-compiled (--no-compile): " + (
+        "PYTHONDONTWRITEBYTECODE is set, every process compiles it from source" if os.environ.get("PYTHONDONTWRITEBYTECODE")
+        else "caches as Python left them") if args.no_compile else _compile_dsclean()
+    print(bytecode, flush=True)
     base = tempfile.mkdtemp(prefix="dsclean-bench-checkers-")
+    if args.uncompiled_row:
+        UNCOMPILED = os.path.join(base, "uncompiled")
+        shutil.copytree(os.path.join(REPO, "dsclean"), os.path.join(UNCOMPILED, "dsclean"),
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    if args.baseline:
+        import compileall
+
+        BASELINE = os.path.abspath(args.baseline)
+        compileall.compile_dir(os.path.join(BASELINE, "dsclean"), quiet=1)
     load_before = os.getloadavg()
     out = []
     try:
@@ -293,6 +371,7 @@ def main() -> None:
         f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         f"load average before / after: {load_before[0]:.1f} / {load_after[0]:.1f} (other processes were running)",
         "command: python scripts/bench_checkers.py " + " ".join(sys.argv[1:]),
+        bytecode,
     ]))
 
 

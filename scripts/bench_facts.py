@@ -13,6 +13,8 @@ best of --repeats:
   ``--facts none``: CPU seconds of the process tree (the worker included), start-up included.
 
 The extra time is the ratio all/none - 1 (lower is better); the issue's goal is <= 10% for JPEG.
+Since ``--facts none`` also skips the content hash (BLAKE2b-128 of every file's bytes), the extra
+includes it (before, both sides hashed).
 ``--baseline DIR`` also measures the dsclean of another source tree (e.g. ``git archive`` of main unpacked
 in DIR), interleaved with this one on the same files: before and after under the same load.
 

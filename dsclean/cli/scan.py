@@ -117,8 +117,10 @@ def add_facts_options(p: argparse.ArgumentParser) -> None:
     from ..quality.flags import FLAGS, FlagOptions
 
     p.add_argument("--facts", choices=("all", "none"), default="all",
-                   help="all: record quality facts (perceptual hash, brightness, audio levels, ...) and flags from "
-                        "the check's own decode (default); none: verdicts and content hashes only")
+                   help="all: record the facts (content hash, perceptual hash, brightness, audio levels, ...) and "
+                        "quality flags from the check's own read and decode (default); none: verdicts only, every "
+                        "fact column null, content_hash included (dups, pack and index --dedup then hash the "
+                        "files themselves; report shows no duplicates)")
     p.add_argument("--quarantine-flags", type=argtypes.comma_list, default=(), metavar="FLAG,...",
                    help="also quarantine whole files carrying any of these quality flags (comma-separated; "
                         f"reason flagged): {', '.join(FLAGS)}")

@@ -144,8 +144,10 @@ def collect(roots: list[str], *, limits: Limits = Limits(), workers: int = 1, ex
     for index, (given, root) in enumerate(zip(roots, abs_roots)):
         paths, source = locations.find_results(root, state_dir=state_dir) if use_results else ([], "not used (--no-results)")
         results_files.append(paths)
-        sources.append(source)
         results = _read_results(paths) if paths else None
+        if results is not None and not _with_facts(paths[0]):
+            source += " (scanned with --facts none: no hashes to reuse, every file is hashed here)"
+        sources.append(source)
         todo = _from_results(index, root, results, cols, stats, exclude)
         for rels, rows in run_chunks(facts_chunk, root, _chunks(todo, CHUNK), limits, workers, lambda rel: _DEAD):
             for rel, row in zip(rels, rows):
@@ -187,6 +189,18 @@ def _read_results(paths: list[str]) -> pa.Table | None:
             raise UserError(f"{path}: cannot read scan results ({exc})") from exc
     table = pa.concat_tables(tables, promote_options="default").combine_chunks()
     return table if table.num_rows else None
+
+
+def _with_facts(results_path: str) -> bool:
+    """Whether the scan that wrote these results recorded facts (``scan --facts none`` records none, not even
+    the content hash: every file of such a root is hashed here)."""
+    from ..scanning.cache import options_from_key
+    from ..scanning.results import read_results_meta
+
+    try:
+        return options_from_key(read_results_meta(results_path).get("options")).facts
+    except (pa.ArrowException, OSError, ValueError):
+        return True  # unreadable metadata: the rows themselves say which facts are there
 
 
 def _chunks(items: Iterator[str], size: int) -> Iterator[list[str]]:

@@ -178,6 +178,10 @@ def build_index(
     _note(summary, f"scan results: {summary.results_source}", progress)
     results_columns, check_options = _results_info(results_paths) if results_paths else ([], CheckOptions())
     summary.scan_results = ", ".join(results_paths) or None
+    if facts and results_paths and not check_options.facts:
+        _note(summary, "the scan results hold no facts (the scan ran with --facts none): the index's content_hash "
+              "and quality facts columns are null (media facts such as width and duration are there); re-scan "
+              "with --facts all to fill them", progress)
     if not results_paths and not check:
         _note(summary, f"no scan results found for {root}; --no-check: indexing by extension/magic bytes only "
               "(no decoding)", progress)

@@ -116,6 +116,13 @@ def _describe(data, src, scrub: Scrubber, options: ReportOptions) -> None:
         opts = None
     if isinstance(opts, dict):
         data.scan_options = {k: v for k, v in opts.items() if k != "dsclean"}
+        if opts.get("facts") is False:
+            data.notes.append(
+                "The scan ran with --facts none: no quality facts were recorded (no quality section)."
+                if options.dups else
+                "The scan ran with --facts none: no content hashes and no quality facts were recorded, so this "
+                "report shows no duplicates and no quality section. Scan again with facts on (the default, "
+                "--facts all), or pass --dups with the groups file of dsclean dups (which hashes the files itself).")
     if data.problems_total > len(data.problems):
         data.notes.append(f"The problems table holds the first {len(data.problems):,} of {data.problems_total:,}.")
 

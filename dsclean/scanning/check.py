@@ -56,8 +56,10 @@ class CheckOptions:
     # Also check FLAC's STREAMINFO MD5 against the decoded samples. Off by default: hashing every
     # sample costs ~15% of a FLAC check, and every frame's CRC-16 already covers every byte.
     flac_md5: bool = False
-    # Record quality facts (perceptual hash, levels, ...; dsclean.quality) from the check's own decode.
-    # Never changes a verdict; part of the cache key, so a scan with facts never reuses verdicts without.
+    # Record the facts (content_hash and the quality facts: perceptual hash, levels, ...; dsclean.quality)
+    # from the bytes and decode the check has anyway. False (`scan --facts none`): the verdict alone, no
+    # content_hash either. Never changes a verdict; part of the cache key, so a scan with facts never
+    # reuses verdicts without.
     facts: bool = True
     # Enforced around the check by the worker process (dsclean.scanning.worker), not by check_file:
     timeout: float = DEFAULT_TIMEOUT  # seconds per file; 0 = none
@@ -222,12 +224,13 @@ def _read_all(fd: int, size: int) -> Data:
 
 
 def _check_data(data: Data, name: str, v: Verdict, options: CheckOptions) -> None:
-    """Every check, on the bytes in hand: hash, empty, magic bytes, the format's checker."""
+    """Every check, on the bytes in hand: hash (facts on), empty, magic bytes, the format's checker."""
     claimed = format_of_name(name) or ""
     try:
         if fault_hook is not None:
             fault_hook(name)
-        v.content_hash = content_hash(data)
+        if options.facts:
+            v.content_hash = content_hash(data)
         if len(data) == 0:
             v.mark(R.BAD, R.EMPTY, "file is 0 bytes")
             return

@@ -195,15 +195,17 @@ def _decode(data, v: Verdict, findings: list[Finding], *, dtype: str | None = No
         findings.append(bad(reason, f"libsndfile cannot open it: {text}"))
         return None
     with f:
-        v.sample_rate, v.channels, v.subtype = f.samplerate, f.channels, f.subtype
+        # soundfile's subtype is a libsndfile call each time it is read: once per file
+        subtype = f.subtype
+        v.sample_rate, v.channels, v.subtype = f.samplerate, f.channels, subtype
         dec = Decoded(header_frames=f.frames if 0 <= f.frames < _UNKNOWN_FRAMES else None)
         if facts:
-            dec.stats = AudioStats(f.channels, f.samplerate, f.subtype)
-        if raw_at is not None and f.subtype in WAV_RAW_SUBTYPES and dec.header_frames is not None:
+            dec.stats = AudioStats(f.channels, f.samplerate, subtype)
+        if raw_at is not None and subtype in WAV_RAW_SUBTYPES and dec.header_frames is not None:
             dec.frames = dec.header_frames
             if dec.stats is not None:
                 _raw_pcm_stats(data, raw_at, dec, f)
-        elif raw_at is not None and f.subtype in FLOAT_SUBTYPES and dec.header_frames is not None \
+        elif raw_at is not None and subtype in FLOAT_SUBTYPES and dec.header_frames is not None \
                 and _scan_raw_floats(data, raw_at, dec, f):
             pass
         else:
@@ -251,8 +253,9 @@ def _scan_raw_floats(data, at: int, dec: Decoded, f: sf.SoundFile) -> bool:
 def _decode_blocks(f: sf.SoundFile, dec: Decoded, dtype: str | None, md5, bits: int, limit: int | None) -> None:
     """Read every frame (at most ``limit``) in blocks of BLOCK_FRAMES, counting them; scan float
     sources' values; feed the MD5."""
-    scan = f.subtype in FLOAT_SUBTYPES
-    dtype = dtype or ("float64" if f.subtype == "DOUBLE" else "float32")
+    subtype = f.subtype
+    scan = subtype in FLOAT_SUBTYPES
+    dtype = dtype or ("float64" if subtype == "DOUBLE" else "float32")
     buf = np.empty((BLOCK_FRAMES, f.channels), dtype=dtype)
     try:
         while limit is None or dec.frames < limit:

@@ -42,7 +42,7 @@ class Verdict:
     channels: int | None = None
     duration: float | None = None
     subtype: str | None = None
-    # BLAKE2b-128 of the bytes the check read (dsclean.hashing.content_hash); None if not read
+    # BLAKE2b-128 of the bytes the check read (dsclean.hashing.content_hash); None if not read or facts off
     content_hash: bytes | None = None
     # quality facts (FACTS.md, dsclean.quality), from the check's own decode; None = not computed
     phash: int | None = None

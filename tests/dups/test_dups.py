@@ -235,3 +235,24 @@ def test_reads_every_part_of_a_job_array_and_says_where_results_came_from(tmp_pa
     assert main(["dups", str(root), "--state-dir", state]) == 0
     out = capsys.readouterr().out
     assert f"scan results of {root}: the last scan of {root}" in out and "8 from scan results, 1 computed here" in out
+
+
+def test_a_scan_with_facts_none_holds_no_hashes_so_dups_computes_them_and_says_why(tmp_path, capsys):
+    """``scan --facts none`` records no content_hash and no perceptual hash: dups hashes and decodes every
+    file itself (a root never scanned works the same), finds the same groups, and says why it computed them."""
+    root, state = tmp_path / "r", str(tmp_path / "state")
+    a = synth.jpeg(200, 150, seed=3)
+    write(root, "x/a.jpg", a)
+    write(root, "y/a_copy.jpg", a)
+    for i in range(4):
+        write(root, f"x/{i}.jpg", synth.jpeg(200, 150, seed=10 + i))
+    write(root, "x/cut.jpg", synth.truncate(synth.jpeg(200, 150, seed=30), 0.5))
+    assert main(["scan", str(root), "--facts", "none", "--state-dir", state, "-q", "-j", "1"]) == 0  # no quarantine asked: exit 0
+    result = find_duplicates([str(root)], DupsOptions(jobs=2, timeout=30, state_dir=state))
+    s = result.summary
+    assert (s.from_results, s.computed, s.excluded_bad) == (0, 6, 1)  # the scan's bad file still left out
+    assert [sorted(_rel(result, g)) for g in result.groups] == [["x/a.jpg", "y/a_copy.jpg"]]
+    capsys.readouterr()
+    assert main(["dups", str(root), "--state-dir", state]) == 0
+    out = capsys.readouterr().out
+    assert "scanned with --facts none" in out and "0 from scan results, 6 computed here" in out

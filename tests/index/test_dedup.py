@@ -53,3 +53,21 @@ def test_dedup_uses_content_hash_from_scan_results(tmp_path):
     assert hashes[b"cats/a.jpg"] == content_hash(a)
     s = build_index(str(root), str(tmp_path / "i.arrow"), dedup=True)
     assert (s.duplicates, s.hashed, s.rows) == (2, 0, 3)  # every hash came from the scan: nothing read again
+
+
+def test_a_scan_with_facts_none_has_no_hashes_so_dedup_hashes_and_facts_are_null(tmp_path, capsys):
+    import pyarrow as pa
+
+    root = tmp_path / "d"
+    _tree(root)
+    assert main(["scan", str(root), "--facts", "none", "-q", "-j", "1"]) == 0
+    capsys.readouterr()
+    s = build_index(str(root), str(tmp_path / "i.arrow"), dedup=True)
+    assert (s.duplicates, s.hashed, s.rows) == (2, 5, 3)  # no hash in the results: every file hashed here
+    assert _paths(tmp_path / "i.arrow") == ["cats/a.jpg", "dogs/b.png", "dogs/c.png"]
+    assert main(["index", str(root), "-o", str(tmp_path / "f.arrow"), "--facts"]) == 0
+    assert "the scan ran with --facts none" in capsys.readouterr().err
+    with pa.memory_map(str(tmp_path / "f.arrow")) as src:
+        table = pa.ipc.open_file(src).read_all()
+    assert table.num_rows == 5 and table["content_hash"].null_count == 5 and table["phash"].null_count == 5
+    assert table["width"].to_pylist() == [32] * 5  # media facts come with every verdict

@@ -128,3 +128,23 @@ def test_the_fast_json_record_is_what_json_dumps_writes():
     rec = json_record(b"a.wav", label=0, classes=["x"], kind="audio", size=1, checksum=bytes(16),
                       facts={"duration": 1.5, "width": None})
     assert json.loads(rec)["duration"] == 1.5
+
+
+def test_a_scan_with_facts_none_has_no_hashes_so_pack_hashes_every_file(tmp_path, capsys):
+    """``scan --facts none`` records no content_hash: pack hashes each file itself, and the checksums are right."""
+    root = tmp_path / "data"
+    make_media(root)
+    assert main(["scan", str(root), "--facts", "none", "-q", "-j", "1"]) == 0
+    index = str(tmp_path / "data.arrow")
+    build_index(str(root), index)
+    s = _pack(index, tmp_path / "s")
+    assert s.scan_hashes == 0 and s.hashed == s.samples == len(open_index(index))
+    assert "last scan" in s.scan_results  # the results were found; they just hold no hash
+    _pack(index, tmp_path / "h", rehash=True)
+    assert folder_digests(tmp_path / "s") == folder_digests(tmp_path / "h")
+    capsys.readouterr()
+    assert main(["verify", str(tmp_path / "s")]) == 0
+    packed = open_index(str(tmp_path / "s" / "index.arrow"), extra={"checksum": pa.binary(16)})
+    for r in range(len(packed)):
+        data = (root / os.fsdecode(packed.path_bytes(r))).read_bytes()
+        assert bytes(packed.extra["checksum"][r]) == content_hash(data)

@@ -121,8 +121,9 @@ def test_sections_without_their_facts_are_left_out(scanned, page, tmp_path):
                                         check=CheckOptions(facts=False), jobs=2))
     write_report(str(tmp_path / "r"), str(tmp_path / "none.html"), ReportOptions(jobs=2))
     found = sections((tmp_path / "none.html").read_text(encoding="utf-8"))
-    assert "quality" not in found  # no quality facts...
-    assert "cats/copy_a.jpg" in found["duplicates"]  # ...but content hashes: exact copies inside the root
+    assert "quality" not in found and "duplicates" not in found  # no quality facts, no content hashes...
+    assert "The scan ran with --facts none" in found["summary"]  # ...and the page says why, and what to do
+    assert "--facts all" in found["summary"]
     comp = found["composition"]
     assert "Files per class" in comp and "Image resolution" in comp and "Audio duration" in comp
     assert "Audio sample rate" in comp and "1 files sit directly in the root" in comp

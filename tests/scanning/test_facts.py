@@ -14,6 +14,7 @@ from support import synth
 from support.files import write
 
 from dsclean.cli import main
+from dsclean.hashing import content_hash
 from dsclean.quality.columns import FACT_COLUMNS
 from dsclean.scanning.check import CheckOptions, check_bytes
 from dsclean.scanning.scanner import ScanOptions, scan
@@ -66,11 +67,35 @@ def test_facts_none_leaves_the_columns_null_and_is_its_own_cache(media, tmp_path
                  "-q", "--backend", "threads"]) == 0
     rows = _results(tmp_path / "r")
     for r in rows.values():
-        assert all(r[name] is None for name in FACT_COLUMNS if name != "content_hash"), r["path"]
-        assert r["content_hash"] is not None
+        assert all(r[name] is None for name in FACT_COLUMNS), r["path"]  # content_hash too: every fact is off
+    assert rows["photo.jpg"]["width"] == 640 and rows["tone.wav"]["duration"] > 0  # media facts are the verdict's
+    assert rows["cut.jpg"]["status"] == "bad"
+    # a later scan with facts, pointed at those results (the re-scan reuse) and that cache: nothing reused
     s = scan(str(media), ScanOptions(report_dir=str(tmp_path / "r2"), state_dir=state, **FAST))
     assert s.cached == 0  # verdicts recorded without facts are not reused by a scan with them
-    assert _results(tmp_path / "r2")["photo.jpg"]["phash"] is not None
+    with_facts = _results(tmp_path / "r2")
+    assert with_facts["photo.jpg"]["phash"] is not None
+    for name in rows:
+        assert with_facts[name]["content_hash"] == content_hash((media / name).read_bytes()), name
+    # facts none again: its own cache table answers (verdicts only), the scan with facts' rows untouched
+    s = scan(str(media), ScanOptions(report_dir=str(tmp_path / "r3"), state_dir=state, check=CheckOptions(facts=False),
+                                     **FAST))
+    assert s.cached == len(rows) and _results(tmp_path / "r3") == rows
+    # and with facts once more, the last results (the pointer) now being the facts-none ones: the cache of
+    # the scan with facts answers, with its hashes; the facts-none results are never reused
+    s = scan(str(media), ScanOptions(report_dir=str(tmp_path / "r4"), state_dir=state, **FAST))
+    assert s.cached == len(rows) and _results(tmp_path / "r4") == with_facts
+
+
+def test_facts_none_rescan_reuses_its_own_results(media, tmp_path):
+    """The Arrow re-scan path (previous results, same options) keeps the null hashes null."""
+    state = str(tmp_path / "state")
+    none = ScanOptions(report_dir=str(tmp_path / "r"), state_dir=state, check=CheckOptions(facts=False), **FAST)
+    scan(str(media), none)
+    first = _results(tmp_path / "r")
+    s = scan(str(media), none)
+    assert s.cached == len(first) and _results(tmp_path / "r") == first
+    assert all(r["content_hash"] is None for r in first.values())
 
 
 DAMAGED = {
@@ -99,6 +124,7 @@ def test_facts_never_change_a_verdict(name):
     data = DAMAGED[name]
     on, off = (check_bytes(data, name, CheckOptions(facts=f)) for f in (True, False))
     assert (on.status, on.reason, on.detail) == (off.status, off.reason, off.detail)
+    assert on.content_hash == content_hash(data) and off.content_hash is None  # every format, bad or not
     if on.status == "ok":
         assert (on.brightness if on.kind == "image" else on.rms) is not None
 
