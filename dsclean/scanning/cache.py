@@ -193,9 +193,11 @@ class ScanCache:
         if batch is None:
             path, b = self._groups[g]
             with _opened(path, self.key) as reader:
-                if reader is None:
+                if reader is None or b >= reader.num_record_batches:
                     return None
                 batch = reader.get_batch(b)
+                if batch.num_rows != int(self._starts[g + 1] - self._starts[g]):
+                    return None  # another process compacted or merged into this name meanwhile: check again
             self._decoded[g] = batch
             if len(self._decoded) > _BATCHES_KEPT:
                 self._decoded.popitem(last=False)

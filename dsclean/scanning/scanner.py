@@ -515,10 +515,12 @@ class _Sink:
         by_status = s.counts.setdefault(v.kind, {})
         by_status[v.status] = by_status.get(v.status, 0) + 1
         moved = bool(extra and "quarantined_as" in extra)
+        if moved and self.cache is not None:
+            # a tombstone, fresh verdict or not: an older row of this path (same size and mtime: bit rot a
+            # --rescan found) must not answer for the file if it is put back (restore, a backup)
+            self.cache.forget(v.path)
         if not fresh:
             s.cached += 1
-            if moved and self.cache is not None:
-                self.cache.forget(v.path)  # a file put back later (restore, a backup) is checked again
         else:
             s.checked_bytes += v.size or 0
             if self.cache is not None and not moved:
@@ -591,6 +593,8 @@ class _Sink:
         self.writer.add_table(batch)
         if self.cache is not None:
             self.cache.add_batch(batch, skip=self._moved)
+            for key in self._moved:  # tombstones: an older row of a moved path must not come back (see handle)
+                self.cache.forget(os.fsdecode(key))
         self._moved = []
 
     def _flags_of_row(self, row: tuple) -> list[str] | None:

@@ -243,3 +243,60 @@ def test_a_rescan_with_nothing_to_check_starts_no_worker(tmp_path):
     assert run() == ["12", "12", "False", "False"]
     write(root, "cats/good0.jpg", synth.jpeg(9, 9))
     assert run() == ["12", "11", "True", "True"]
+
+
+def test_a_file_quarantined_by_a_fresh_check_and_put_back_is_checked_again(tmp_path):
+    """Bit rot keeps size and mtime: the ok row of the first scan must not answer for the file once a
+    --rescan has quarantined it and it is put back (a restore, a backup copied with cp -p)."""
+    import glob
+
+    root = tmp_path / "data"
+    good = synth.jpeg(64, 64)
+    p = write(root, "a/x.jpg", good)
+    write(root, "a/y.jpg", synth.jpeg(64, 64, seed=1))
+    st = os.stat(p)
+    assert _scan(root, tmp_path, report_dir=str(tmp_path / "r1"), dry_run=True).bad == 0
+    with open(p, "r+b") as f:
+        f.write(b"\0" * len(good))
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    q = tmp_path / "q"
+    rescanned = _scan(root, tmp_path, rescan=True, quarantine=str(q), report_dir=str(tmp_path / "r2"))
+    assert rescanned.quarantined == 1 and not p.exists()
+    moved = [f for f in glob.glob(str(q / "**" / "x.jpg*"), recursive=True) if os.path.isfile(f)]
+    os.rename(moved[0], p)
+    assert os.stat(p).st_mtime_ns == st.st_mtime_ns and os.path.getsize(p) == len(good)
+    again = _scan(root, tmp_path, dry_run=True, report_dir=str(tmp_path / "r3"))
+    assert again.bad == 1 and again.cached == 1  # y.jpg from the cache, x.jpg checked again
+
+
+def _segment(paths: list[bytes], mtime: int):
+    import pyarrow as pa
+
+    from dsclean.scanning.results import SCHEMA
+
+    n = len(paths)
+    cols = {f.name: pa.nulls(n, f.type) for f in SCHEMA}
+    cols.update(path=pa.array(paths, pa.binary()), kind=pa.array(["image"] * n), status=pa.array(["ok"] * n),
+                size=pa.array([10] * n, pa.int64()), mtime_ns=pa.array([mtime] * n, pa.int64()))
+    return pa.RecordBatch.from_arrays([cols[f.name].cast(f.type) for f in SCHEMA], schema=SCHEMA)
+
+
+def test_a_compaction_by_another_process_does_not_crash_a_reader(tmp_path):
+    """A running scan indexed the segments; `dsclean index` of the same root closes its cache meanwhile
+    and compacts them into one file under a name the scan already knows: the scan checks again, no crash."""
+    from dsclean.scanning.cache import MAX_FILES, ScanCache
+    from dsclean.scanning.check import CheckOptions
+
+    folder, opts = str(tmp_path / "scan_cache"), CheckOptions()
+    for i in range(MAX_FILES + 2):  # runs killed before closing: one segment each, the same 100 paths
+        killed = ScanCache(folder, opts)
+        killed.add_batch(_segment([f"f{j}.jpg".encode() for j in range(100)], mtime=i))
+        killed.commit()
+    reader = ScanCache(folder, opts)
+    assert reader.lookup([("f50.jpg", 10, MAX_FILES + 1)])  # the newest row answers; the index is built
+    ScanCache(folder, opts).close()  # compacts
+    reader._decoded.clear()  # as if the decoded batches had been evicted
+    after = reader.lookup([("f50.jpg", 10, MAX_FILES + 1)])  # no crash: no row (checked again) or the right one
+    assert set(after) <= {"f50.jpg"} and all(row[0] == b"f50.jpg" for row in after.values())
+    fresh = ScanCache(folder, opts)
+    assert fresh.lookup([("f50.jpg", 10, MAX_FILES + 1)])  # the compacted file keeps the newest row
