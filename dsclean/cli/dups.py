@@ -60,6 +60,7 @@ def add_parsers(sub) -> None:
 
 
 def cmd_dups(args: argparse.Namespace) -> int:
+    from ..dups.collect import check_outside_roots
     from ..dups.finder import DupsOptions, find_duplicates, write_groups
     from ..dups.moves import quarantine_duplicates, resolve_split
     from ..errors import UserError
@@ -68,6 +69,8 @@ def cmd_dups(args: argparse.Namespace) -> int:
         raise UserError("--keep, --drop-from and --dry-run go with --quarantine DIR")
     if args.drop_from:
         resolve_split(list(args.roots), args.drop_from)  # a typo fails before any work
+    if args.output:  # before the work, not after it
+        check_outside_roots(args.output, list(args.roots), "-o")
     options = DupsOptions(near=args.near, min_similarity=args.min_similarity, verify=not args.no_verify,
                           jobs=args.jobs, timeout=args.timeout, max_memory=args.max_memory,
                           use_results=not args.no_results, state_dir=args.state_dir)

@@ -127,6 +127,15 @@ def validate_root(root: str) -> str:
     return os.path.abspath(root)
 
 
+def check_outside_roots(path: str, roots: list[str], what: str) -> None:
+    """Refuse ``path`` (an output or the quarantine) inside any root: dsclean never writes into a dataset, and a
+    new folder there would become a class of its own for ImageFolder."""
+    for root in roots:
+        if os.path.isdir(root) and locations.is_inside(path, root):
+            raise UserError(f"{what} {path} is inside the dataset {root}; dsclean never writes into a dataset: "
+                            "put it somewhere else")
+
+
 def collect(roots: list[str], *, limits: Limits = Limits(), workers: int = 1, exclude: tuple[str, ...] = (),
             use_results: bool = True, progress=None, state_dir: str | None = None) -> Inventory:
     """Facts of every media file under ``roots`` (paths as given), from scan results or computed."""
@@ -137,6 +146,10 @@ def collect(roots: list[str], *, limits: Limits = Limits(), workers: int = 1, ex
         if key in seen:
             raise UserError(f"{given} and {seen[key]} are the same folder; give each root once")
         seen[key] = given
+    for given, real in zip(roots, abs_roots):  # a root inside another: its files would be their own duplicates
+        for other, other_real in zip(roots, abs_roots):
+            if real != other_real and locations.is_inside(real, other_real):
+                raise UserError(f"{given} is inside {other}; give roots that do not nest (each root is one split)")
     cols = _Columns()
     stats = {"bad": 0, "from_results": 0, "computed": 0, "undecodable": 0}
     failed: list[str] = []

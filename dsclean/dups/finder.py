@@ -19,7 +19,7 @@ from ..jsonpaths import path_fields
 from ..quality.compare import DEFAULT_MIN_CORRELATION, similarity
 from ..quality.flags import FlagOptions
 from . import DEFAULT_NEAR
-from .collect import Inventory, collect
+from .collect import Inventory, check_outside_roots, collect
 from .grouping import Group, NearStats, group
 from .pool import run_chunks
 from .worker import Limits, thumbs_chunk
@@ -112,6 +112,8 @@ def find_duplicates(roots: list[str] | str, options: DupsOptions = DupsOptions()
         raise UserError("give at least one root folder")
     if options.near < 0 or options.near > 32:
         raise UserError(f"--near {options.near}: must be from 0 (exact duplicates only) to 32 bits")
+    if quarantine:
+        check_outside_roots(quarantine, roots, "the quarantine")
     workers = _workers(options.jobs)
     limits = Limits(options.timeout, options.max_memory, options.flag_options)
     exclude = tuple(options.exclude) + ((os.path.abspath(quarantine),) if quarantine else ())
@@ -172,6 +174,7 @@ def write_groups(result: DupsResult, output: str) -> None:
         raise UserError(f"{output}: the folder {parent} does not exist")
     if os.path.isdir(output):
         raise UserError(f"{output}: is a folder; -o takes a file name such as groups.jsonl")
+    check_outside_roots(output, result.inventory.roots, "-o")
     with atomic_output(output) as tmp, open(tmp, "w", encoding="utf-8") as f:
         for record in result.records():
             f.write(json.dumps(record) + "\n")

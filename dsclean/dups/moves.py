@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from .. import reasons
 from ..errors import UserError
 from ..scanning.quarantine import Quarantine
+from .collect import check_outside_roots
 from .finder import DupsResult
 
 KEEP = ("first", "largest", "most-pixels")
@@ -93,8 +94,9 @@ def _choose(inv, members: list[int], keep: str) -> int:
 def quarantine_duplicates(result: DupsResult, qdir: str, keep: str = "first", drop_from: str | None = None,
                           dry_run: bool = False) -> MoveReport:
     """Move every extra copy into ``qdir/<root name>/``, journaled; never overwrites, never deletes."""
-    moves, left = plan_moves(result, keep, drop_from)
     inv = result.inventory
+    check_outside_roots(qdir, inv.roots, "the quarantine")
+    moves, left = plan_moves(result, keep, drop_from)
     report = MoveReport(planned=len(moves), left_across_splits=left)
     names = subfolders(inv.roots)
     report.destinations = {root: os.path.join(qdir, name) for root, name in zip(inv.roots, names)}

@@ -732,9 +732,14 @@ def _judge(root: str, table: pa.Table, results: pa.Table | None, options: CheckO
     summary.unreadable += int(pc.sum(pc.and_(gone, pc.invert(bad))).as_py() or 0)
     for name, typ in FACTS.items():
         table = table.append_column(pa.field(name, typ), pick(name).cast(typ))
-    if fresh is not None:  # the checked files' kind is what their content is
-        kinds = pc.if_else(pc.equal(pick("kind"), formats.AUDIO), KIND_CODE[formats.AUDIO], KIND_CODE[formats.IMAGE])
-        kinds = pc.if_else(current, table.column("kind"), kinds.cast(pa.int8()))
+    # A checked file's kind is what its content is (a WAV named .jpg is audio), whether the scan or this run
+    # checked it; the extension's guess stays only where no check says otherwise.
+    checked_kind = pick("kind")
+    if checked_kind.null_count < n:
+        kinds = table.column("kind")
+        for name in (formats.IMAGE, formats.AUDIO):
+            kinds = pc.if_else(pc.fill_null(pc.equal(checked_kind, name), False), pa.scalar(KIND_CODE[name], pa.int8()),
+                               kinds)
         table = table.set_column(table.schema.get_field_index("kind"), "kind", kinds)
     return table.filter(pc.invert(pc.or_(bad, gone)))
 

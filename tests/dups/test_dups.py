@@ -17,7 +17,8 @@ from support.files import write
 
 import dsclean
 from dsclean.cli import main
-from dsclean.dups.finder import DupsOptions, find_duplicates
+from dsclean.dups.finder import DupsOptions, find_duplicates, write_groups
+from dsclean.errors import UserError
 from dsclean.quality.files import facts_from_path
 
 OPTS = DupsOptions(jobs=2, timeout=30)
@@ -185,6 +186,27 @@ def test_drop_from_moves_that_splits_copies(splits):
     assert os.path.exists(q / "test" / "dogs" / "b_small.jpg")
     assert "cats/a.jpg" in _listing(splits / "val")  # val is not the dropped split
     assert main(["dups", *roots, "--quarantine", str(q), "--drop-from", "nowhere"]) == 2
+
+
+def test_nested_roots_and_outputs_inside_a_root_are_refused_before_anything_moves(splits, capsys):
+    """A root inside another would make each of its files its own duplicate (and --drop-from would move every one);
+    -o or --quarantine inside a root writes into the dataset (a new class folder for ImageFolder)."""
+    train = splits / "train"
+    before = _listing(train)
+    assert main(["dups", str(train), str(train / "cats"), "--check", "-q"]) == 2
+    assert "is inside" in capsys.readouterr().err
+    assert main(["dups", str(train / "cats"), str(train), "--quarantine", str(splits / "q"),
+                 "--drop-from", str(train / "cats"), "-q"]) == 2
+    assert main(["dups", str(train), "-o", str(train / "cats" / "groups.jsonl"), "-q"]) == 2
+    assert "never writes into a dataset" in capsys.readouterr().err
+    assert main(["dups", str(train), "--quarantine", str(train / "q"), "-q"]) == 2
+    assert _listing(train) == before and not (train / "q").exists() and not (splits / "q").exists()
+    result = find_duplicates([str(train)], OPTS)  # the Python API refuses the same
+    with pytest.raises(UserError, match="inside the dataset"):
+        write_groups(result, str(train / "g.jsonl"))
+    from dsclean.dups.moves import quarantine_duplicates
+    with pytest.raises(UserError, match="inside the dataset"):
+        quarantine_duplicates(result, str(train / "q"))
 
 
 @pytest.mark.parametrize("keep, kept", [("first", "a.jpg"), ("largest", "b.png"), ("most-pixels", "c.jpg")])

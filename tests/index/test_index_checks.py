@@ -189,3 +189,23 @@ def test_a_state_folder_inside_the_root_is_refused(tmp_path):
     with pytest.raises(UserError, match="state folder .* is inside the dataset root"):
         build_index(str(root), str(tmp_path / "i.arrow"), state_dir=str(root / ".state"))
     assert sorted(os.listdir(root)) == ["c"]
+
+
+def test_scanned_files_keep_the_kind_of_their_content(tmp_path):
+    """A WAV named .jpg and a PNG named .wav: the scan keeps them (extension_mismatch is a warning) and records what
+    they are; the index built on that scan must say the same, or the loader decodes a WAV as a picture."""
+    root = tmp_path / "data"
+    write(root, "a/sound.jpg", synth.encode_audio(synth.tone(0.05, 8000), 8000, "WAV"))
+    write(root, "a/ok.jpg", synth.jpeg(24, 24))
+    write(root, "b/picture.wav", synth.png(8, 8))
+    write(root, "b/ok.wav", synth.encode_audio(synth.tone(0.05, 8000, seed=1), 8000, "WAV"))
+    scan(str(root), ScanOptions(jobs=1, report_dir=str(tmp_path / "r")))
+    out = str(tmp_path / "i.arrow")
+    s = build_index(str(root), out, scan_results=str(tmp_path / "r" / "scan_results.parquet"))
+    assert s.checked == 0  # every row came from the scan
+    idx = open_index(out)
+    kinds = {os.fsdecode(idx.path_bytes(i)): idx.meta["kinds"][idx.kinds[i]] for i in range(len(idx))}
+    assert kinds == {"a/ok.jpg": "image", "a/sound.jpg": "audio", "b/ok.wav": "audio", "b/picture.wav": "image"}
+    ds = dsclean.IndexedDataset(out, root=str(root))
+    loaded = {ds.path(i): type(ds[i][0]).__name__ for i in range(len(ds))}
+    assert loaded["a/sound.jpg"] == loaded["b/ok.wav"] and loaded["b/picture.wav"] == loaded["a/ok.jpg"]
