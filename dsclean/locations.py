@@ -195,7 +195,8 @@ def _complete_parts(folder: str) -> tuple[dict, str] | None:
     ordered = [got[i] for i in range(n)]
     merged = {**ordered[0], "part": None, "finished_ns": min(p.get("finished_ns", 0) for p in ordered),
               "results": [r for p in ordered for r in p["results"]],
-              "problems": [r for p in ordered for r in p.get("problems", [])]}
+              "problems": [r for p in ordered for r in p.get("problems", [])],
+              "summary": [r for p in ordered for r in p.get("summary", [])]}
     return merged, os.path.join(folder, tagged(LAST_SCAN_FILE, f".part-*-of-{n:04d}"))
 
 

@@ -217,18 +217,35 @@ def status(path: str, state_dir: str | None = None) -> Status:
             st.last_scan = pointer
             break
     if st.last_scan:
-        for summary_path in st.last_scan.get("summary", [])[:1]:
-            try:
-                with open(summary_path, encoding="utf-8") as f:
-                    full = json.load(f)
-                st.summary = {k: full.get(k) for k in ("files", "bad", "bad_reasons", "warn_reasons", "quarantined",
-                                                        "move_failures", "interrupted", "dry_run")}
-            except (OSError, ValueError):
-                pass
+        st.summary = _summed(st.last_scan.get("summary", []))
         q = st.last_scan.get("quarantine")
         if q and os.path.isdir(q):
             st.quarantine = quarantine_state(q)
     return st
+
+
+def _summed(paths: list[str]) -> dict | None:
+    """The counts of a scan's summaries, added up over the parts of a job array (one file for a whole scan).
+
+    None when a summary cannot be read: a part's counts alone would pass for the whole scan's."""
+    total: dict = {"files": 0, "bad": 0, "quarantined": 0, "move_failures": 0, "bad_reasons": {}, "warn_reasons": {},
+                   "interrupted": False, "dry_run": False}
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8") as f:
+                full = json.load(f)
+        except (OSError, ValueError):
+            return None
+        if not isinstance(full, dict):
+            return None
+        for key in ("files", "bad", "quarantined", "move_failures"):
+            total[key] += full.get(key) or 0
+        for key in ("bad_reasons", "warn_reasons"):
+            for reason, n in (full.get(key) or {}).items():
+                total[key][reason] = total[key].get(reason, 0) + n
+        total["interrupted"] |= bool(full.get("interrupted"))
+        total["dry_run"] |= bool(full.get("dry_run"))
+    return total if paths else None
 
 
 def format_status(st: Status) -> str:

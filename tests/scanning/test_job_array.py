@@ -133,3 +133,15 @@ def test_merge_refuses_an_interrupted_part(tree, tmp_path):
     summary.unlink()
     with pytest.raises(UserError, match="cannot tell whether the part finished"):
         merge(files)
+
+
+def test_status_of_a_root_adds_up_every_part(tree, tmp_path):
+    """`dsclean status ROOT` after a job array: the counts of all parts, not of part 0 alone."""
+    from dsclean.scanning.records import format_status, status
+
+    summaries = _part_scans(tree, tmp_path / "r", quarantine=None)
+    st = status(str(tree))
+    assert st.summary["files"] == sum(s.files for s in summaries) == 42
+    assert st.summary["bad"] == sum(s.bad for s in summaries) == 12
+    assert sum(st.summary["bad_reasons"].values()) == 12
+    assert "42 files, 12 bad" in format_status(st)
