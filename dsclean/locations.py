@@ -180,6 +180,15 @@ def last_scan(root: str, state_dir: str | None = None) -> tuple[dict | None, str
     return best, best_path
 
 
+def pointer_for(root: str, results: list[str], state_dir: str | None = None) -> dict | None:
+    """The pointer (in any state folder) that lists exactly ``results`` for ``root``, or None."""
+    for base, _ in state_bases(state_dir):
+        pointer, _ = last_scan(root, base)
+        if pointer and pointer["results"] == results:
+            return pointer
+    return None
+
+
 def _complete_parts(folder: str) -> tuple[dict, str] | None:
     """The newest complete set of part pointers in ``folder`` merged into one pointer, or None."""
     by_n: dict[int, dict[int, dict]] = {}

@@ -34,6 +34,7 @@ import json
 import os
 import shutil
 import stat
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -664,7 +665,8 @@ def _restore_one(ident: str, entry: dict, qdir: str, journal: Journal, report: R
     if os.path.lexists(original):
         report.refused.append(f"entry {ident}: {original} exists again; not overwritten")
         return
-    back = {"op": "restore", "id": uuid.uuid4().hex, "of": ident, "root": base}
+    # "t": when; a re-scan reuses no earlier verdict of a file put back after that verdict (scanning.reuse)
+    back = {"op": "restore", "id": uuid.uuid4().hex, "of": ident, "root": base, "t": time.time_ns()}
     back.update(src=entry["src"], dst=entry["dst"], tmp=temp_name(back["id"]))
     journal.append(back)
     try:

@@ -91,6 +91,19 @@ def quarantined_records(qdir: str, root: str, tags: Iterable[str] | None = None,
             yield {k: v for k, v in line.items() if v is not None}
 
 
+def restored_since(qdir: str, root: str, since_ns: int) -> list[bytes]:
+    """Paths (relative to ``root``, as bytes) that a restore from ``qdir`` put back at or after ``since_ns``.
+
+    A restore journaled without a time (dsclean before the field existed) counts as recent."""
+    out = []
+    for state in _folds(os.path.abspath(qdir), None, RecoveryReport()):
+        for i, e in state.intents.items():
+            if (e["op"] == "restore" and state.outcome.get(i) == "done" and e.get("root") == root
+                    and isinstance(e.get("src"), str) and int(e.get("t") or since_ns) >= since_ns):
+                out.append(os.fsencode(e["src"]))
+    return out
+
+
 def refresh_after_restore(qdir: str, report_dirs: Iterable[str]) -> list[str]:
     """Drop restored files from the problems files and update the summaries in ``report_dirs``.
 
@@ -211,11 +224,7 @@ def status(path: str, state_dir: str | None = None) -> Status:
         return Status(path, "quarantine", quarantine=quarantine_state(path))
     found, source = locations.find_results(path, state_dir=state_dir)
     st = Status(path, "root", results=found, source=source)
-    for base, _ in locations.state_bases(state_dir):
-        pointer, _ = locations.last_scan(path, base)
-        if pointer and pointer["results"] == found:
-            st.last_scan = pointer
-            break
+    st.last_scan = locations.pointer_for(path, found, state_dir)
     if st.last_scan:
         st.summary = _summed(st.last_scan.get("summary", []))
         q = st.last_scan.get("quarantine")

@@ -64,6 +64,21 @@ def _moved_paths(results_path: str) -> np.ndarray:
     return _hashes(moved)
 
 
+def _restored(root: str, paths: list[str], state_dir: str | None) -> np.ndarray:
+    """Hashes of the files put back from the previous scan's quarantine since that scan finished.
+
+    A restore drops a file's line from the problems list, so :func:`_moved_paths` no longer sees that
+    it was moved; the journal does (a file moved for a quality flag has an ``ok`` row: reused, it
+    would never be checked again)."""
+    from .records import restored_since
+
+    pointer = locations.pointer_for(root, paths, state_dir)
+    qdir = pointer.get("quarantine") if pointer else None
+    if not qdir or not os.path.isdir(qdir):
+        return np.empty(0, np.int64)
+    return _hashes(restored_since(qdir, root, int(pointer.get("finished_ns") or 0)))
+
+
 class PreviousResults:
     """The ``ok`` rows of a root's previous results, matched by (path, size, mtime_ns) in batches."""
 
@@ -101,7 +116,7 @@ class PreviousResults:
                 files.append(pf)
             if not files:
                 return None
-            moved = np.concatenate([_moved_paths(path) for path in paths])
+            moved = np.concatenate([_moved_paths(path) for path in paths] + [_restored(root, paths, state_dir)])
             return cls(files, flags_same=flags is not None and meta.get("flags") == json.loads(json.dumps(flags)),
                        moved=moved)
         except (OSError, ValueError, KeyError, pa.ArrowException):

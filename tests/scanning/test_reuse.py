@@ -212,3 +212,21 @@ def test_a_file_moved_for_a_flag_and_put_back_is_checked_again(tmp_path):
     s = _scan(root, tmp_path, dry_run=True)
     assert s.files == 2 and s.cached == 1  # photo.png only
     assert "dark" in _rows(tmp_path / "r")["dim.png"]["flags"]
+
+
+def test_a_file_restored_with_dsclean_restore_is_checked_again_once(tmp_path):
+    """dsclean restore drops the file's line from the problems list; the quarantine's journal still says it was
+    put back after the previous scan, so the re-scan checks it; the scan after that reuses its new row."""
+    root, q = tmp_path / "data", tmp_path / "q"
+    write(root, "dim.png", _grey(20))
+    write(root, "photo.png", synth.png(64, 64))
+    s = _scan(root, tmp_path, quarantine=str(q), quarantine_flags=("dark",))
+    assert s.quarantined == 1 and not (root / "dim.png").exists()
+    dsclean.restore(str(q))
+    assert (root / "dim.png").exists()
+    _drop_cache(root)
+    s = _scan(root, tmp_path, quarantine=str(q))  # the same quarantine, no flag moves this time
+    assert s.files == 2 and s.cached == 1  # photo.png only: dim.png was checked
+    _drop_cache(root)
+    s = _scan(root, tmp_path, quarantine=str(q))
+    assert s.files == 2 and s.cached == 2  # that restore is older than the previous results now
