@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .. import reasons as R
+from ..errors import UserError
 from .model import Gallery, Histogram, Item, ReportData
 from .safe import Scrubber, display
 
@@ -77,7 +78,11 @@ TABLE_COLUMNS = ["path", "status", "reason", "kind", "format", "size", "dims", "
 def iter_batches(results: str | list[str], columns: list[str]):
     """Record batches of ``columns`` from a results file, or from each of several (a job array's parts) in turn."""
     for path in [results] if isinstance(results, str) else results:
-        yield from pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS, columns=columns)
+        try:
+            yield from pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS, columns=columns)
+        except (OSError, pa.ArrowException) as exc:  # damaged (or not Parquet): name the file, no traceback
+            raise UserError(f"{path}: cannot read scan results ({' '.join(str(exc).split())}); scan the root again (--rescan) "
+                            "to rebuild them") from exc
 
 
 def collect(results_path: str | list[str], columns: list[str], scrub: Scrubber, caps: Caps = Caps()) -> ReportData:

@@ -159,6 +159,8 @@ class ScanCache:
         self._seq = 0
         self.hits = 0
         self.notes: list[str] = []
+        self.damaged: set[str] = set()  # segments that could not be read: dropped by the next compaction
+        self.failed = False  # a write failed (a full or read-only state folder): the rest of the run is not cached
 
     # ---- reading ------------------------------------------------------------------------------
 
@@ -172,12 +174,20 @@ class ScanCache:
             with _opened(path, self.key) as whole:
                 if whole is None:
                     continue
-            with _opened(path, self.key, [0]) as paths_only:
-                for b in range(paths_only.num_record_batches if paths_only is not None else 0):
-                    column = paths_only.get_batch(b).column(0)
-                    hashes.append(_hashes(column.to_pylist()))
-                    starts.append(starts[-1] + len(column))
-                    self._groups.append((path, b))
+            mine_h, mine_n = [], []
+            try:
+                with _opened(path, self.key, [0]) as paths_only:
+                    for b in range(paths_only.num_record_batches if paths_only is not None else 0):
+                        column = paths_only.get_batch(b).column(0)
+                        mine_h.append(_hashes(column.to_pylist()))
+                        mine_n.append(len(column))
+            except (OSError, pa.ArrowException) as exc:  # damaged (a bad sector, a power loss): never trusted
+                self._note_damaged(path, exc)
+                continue
+            for b, (h, n) in enumerate(zip(mine_h, mine_n)):
+                hashes.append(h)
+                starts.append(starts[-1] + n)
+                self._groups.append((path, b))
         self._starts = np.array(starts, np.int64)
         h = np.concatenate(hashes) if hashes else np.empty(0, np.int64)
         order = np.argsort(h, kind="stable")  # equal hashes keep file order: the last is the newest
@@ -195,7 +205,12 @@ class ScanCache:
             with _opened(path, self.key) as reader:
                 if reader is None or b >= reader.num_record_batches:
                     return None
-                batch = reader.get_batch(b)
+                try:
+                    batch = reader.get_batch(b)
+                    batch.validate(full=True)
+                except (OSError, pa.ArrowException) as exc:  # damaged: its files are checked again
+                    self._note_damaged(path, exc)
+                    return None
                 if batch.num_rows != int(self._starts[g + 1] - self._starts[g]):
                     return None  # another process compacted or merged into this name meanwhile: check again
             self._decoded[g] = batch
@@ -204,6 +219,12 @@ class ScanCache:
         else:
             self._decoded.move_to_end(g)
         return batch
+
+    def _note_damaged(self, path: str, exc: BaseException) -> None:
+        note = f"scan cache segment {path} is damaged ({exc}); its verdicts are ignored (those files are checked again)"
+        if note not in self.notes:
+            self.notes.append(note)
+        self.damaged.add(path)
 
     def rows_of(self, rels: list[str]) -> dict[str, tuple]:
         """Cached rows of those paths, whatever their size and mtime (the caller compares them).
@@ -251,6 +272,8 @@ class ScanCache:
     def add_batch(self, batch: pa.RecordBatch | pa.Table, skip: Iterable[bytes] = ()) -> None:
         """Remember the fresh verdicts of a results batch (results :data:`SCHEMA`), but for paths in
         ``skip`` (moved now) and verdicts that say more about the moment than about the file."""
+        if self.failed:
+            return
         keep = cacheable(batch)
         skip = list(skip)
         if skip:
@@ -266,7 +289,7 @@ class ScanCache:
 
     def add(self, v: Verdict) -> None:
         """Remember one fresh verdict, unless it says more about the moment than about the file."""
-        if v.size is None or v.mtime_ns is None or v.reason in NOT_CACHED:
+        if self.failed or v.size is None or v.mtime_ns is None or v.reason in NOT_CACHED:
             return
         self._rows.append((encode_path(v.path), *tuple(vars(v).values())[1:len(_STORED)]))
         self._maybe_commit()
@@ -294,11 +317,20 @@ class ScanCache:
                 [pa.array(col, type=f.type) for col, f in zip(zip(*self._rows), STORED_SCHEMA)], schema=STORED_SCHEMA)]
         self._pending, self._pending_rows, self._rows = [], 0, []
         self._last_commit = time.monotonic()
-        if not batches:
+        if not batches or self.failed:
             return
         self._seq += 1
         name = f"{time.time_ns():020d}-{os.getpid()}-{self._seq:06d}{_SUFFIX}"
-        self._written.append(self._write(name, [pa.Table.from_batches(batches, STORED_SCHEMA)]))
+        try:
+            self._written.append(self._write(name, [pa.Table.from_batches(batches, STORED_SCHEMA)]))
+        except (OSError, pa.ArrowException) as exc:
+            # The cache only saves work: a full or read-only state folder must not fail the scan. What was not
+            # written is checked again next time (a missing tombstone too: that file is then answered by its
+            # older verdict of the same size and mtime, which was a verdict about the same bytes).
+            self.failed = True
+            self.notes.append(f"scan cache {self.folder}: could not be written "
+                              f"({getattr(exc, 'strerror', None) or exc}); the verdicts of the rest of this scan "
+                              "are not cached (the next scan checks those files again)")
 
     def _write(self, name: str, tables: Iterable[pa.Table | pa.RecordBatch]) -> str:
         final = os.path.join(self.folder, name)
@@ -356,6 +388,8 @@ class ScanCache:
         def batches():
             for g in range(len(self._groups)):
                 batch = self._batch(g)
+                if batch is None and self._groups[g][0] in self.damaged:
+                    continue  # unreadable: its verdicts are dropped (those files are checked again)
                 if batch is None:
                     raise FileNotFoundError(f"{self._groups[g][0]} vanished while being compacted")
                 keep = pc.and_(pa.array(winners[self._starts[g]:self._starts[g + 1]]),

@@ -99,6 +99,7 @@ class PreviousResults:
         self._order = np.argsort(all_hashes, kind="stable")
         self._sorted = all_hashes[self._order]
         self._cache: OrderedDict[int, pa.Table] = OrderedDict()
+        self.notes: list[str] = []
 
     @classmethod
     def open(cls, root: str, state_dir: str | None, options: str, flags: dict | None) -> "PreviousResults | None":
@@ -200,7 +201,14 @@ class PreviousResults:
                 pos.append(i)
         if not pos:
             return SCHEMA.empty_table(), [], []
-        table, order = self.rows(found[pos])
+        try:
+            table, order = self.rows(found[pos])
+        except (OSError, pa.ArrowException) as exc:  # a damaged row group: reuse nothing more of these results
+            self.notes.append(f"previous scan results are damaged ({exc}); not reused (the scan cache and the "
+                              "checkers answer instead)")
+            self._sorted = self._sorted[:0]  # every later lookup finds nothing
+            stats.update((rels[i], (st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev)) for i, st in zip(pos, sts))
+            return SCHEMA.empty_table(), [], []
         if len(order) > 1 and not (order[1:] > order[:-1]).all():  # not in discovery order: align
             pos, sts = [pos[j] for j in order.tolist()], [sts[j] for j in order.tolist()]
         same = pc.and_(

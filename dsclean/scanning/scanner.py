@@ -237,7 +237,7 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
         else:
             previous = None  # the cache could not open: the note says every file is checked again
         if previous is not None:
-            stack.callback(previous.close)
+            stack.callback(lambda: (previous.close(), summary.notes.extend(previous.notes)))
         sink = _Sink(summary, writer, quarantine, cache, _progress_bar(options),
                      options.flags if options.check.facts else None, quarantine_flags)
         identities = sink.identities if moving else None

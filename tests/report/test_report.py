@@ -217,6 +217,26 @@ def test_cli_report_and_its_errors(scanned, tmp_path):
     assert proc.returncode == 2 and "bad.jsonl:2" in proc.stderr
 
 
+def test_a_damaged_results_file_is_named_not_a_traceback(scanned, tmp_path):
+    import shutil
+
+    copy = tmp_path / "results"
+    shutil.copytree(scanned.quarantine, copy, ignore=shutil.ignore_patterns("cats", "dogs", "*.tmp"))
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(copy / "scan_results.parquet").metadata
+    chunk = meta.row_group(0).column(meta.schema.names.index("detail"))  # the middle of one column's pages
+    start, size = chunk.data_page_offset, chunk.total_compressed_size
+    data = bytearray((copy / "scan_results.parquet").read_bytes())
+    for i in range(start + size // 3, start + size - 8):
+        data[i] ^= 0x5A
+    (copy / "scan_results.parquet").write_bytes(bytes(data))
+    proc = run_cli("report", copy, "-o", tmp_path / "r.html", "--no-thumbnails")
+    assert proc.returncode == 2 and "scan_results.parquet" in proc.stderr, proc.stderr
+    assert "cannot read scan results" in proc.stderr or "not a readable dsclean results file" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "r.html").exists()
+
+
 def test_scan_html_writes_the_report_and_refuses_a_place_inside_the_dataset(tmp_path):
     root = tmp_path / "data"
     write(root, "a/x.jpg", synth.jpeg(32, 32))

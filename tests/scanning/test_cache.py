@@ -300,3 +300,57 @@ def test_a_compaction_by_another_process_does_not_crash_a_reader(tmp_path):
     assert set(after) <= {"f50.jpg"} and all(row[0] == b"f50.jpg" for row in after.values())
     fresh = ScanCache(folder, opts)
     assert fresh.lookup([("f50.jpg", 10, MAX_FILES + 1)])  # the compacted file keeps the newest row
+
+
+def _damage_middle(path, n=2000) -> None:
+    """Flip ``n`` bytes in the middle of a file (a bad block): its header and footer stay intact."""
+    b = bytearray(Path(path).read_bytes())
+    mid = len(b) // 2
+    for i in range(mid, min(mid + n, len(b))):
+        b[i] ^= 0x5A
+    Path(path).write_bytes(bytes(b))
+
+
+def test_a_damaged_cache_segment_or_results_file_costs_checks_not_the_scan(tmp_path, capsys):
+    """Never trusted, never fatal: a damaged segment's or previous results' files are checked again, with a note."""
+    from dsclean.cli import main
+    from dsclean.locations import root_state_dir
+
+    root = tmp_path / "data"
+    make_tree(root, n_good=400, n_bad=6)
+    first = _scan(root, tmp_path, dry_run=True)
+    bad = {r["path"] for r in _rows(tmp_path) if r["status"] == "bad"}
+    os.unlink(tmp_path / "r" / "scan_results.parquet")  # no previous results: the cache must answer
+    (seg,) = Path(root_state_dir(str(root)), "scan_cache").rglob("*.arrow")
+    _damage_middle(seg)
+    second = _scan(root, tmp_path, dry_run=True)
+    assert second.files == first.files and second.bad == 6 and second.cached < first.files
+    assert any("is damaged" in n for n in second.notes)
+    assert {r["path"] for r in _rows(tmp_path) if r["status"] == "bad"} == bad
+    _damage_middle(tmp_path / "r" / "scan_results.parquet", 4000)
+    assert main(["scan", str(root), "--dry-run", "--report", str(tmp_path / "r"), "-j", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "previous scan results are damaged" in out and "6 bad" in out.replace(",", "")
+    assert {r["path"] for r in _rows(tmp_path) if r["status"] == "bad"} == bad
+
+
+def test_a_full_state_folder_costs_the_cache_not_the_scan(tmp_path, monkeypatch, capsys):
+    """The state folder on a (real) full tmpfs, the quarantine elsewhere: the scan moves its files and keeps its
+    results; the cache just is not written, and a note says so."""
+    from support.mounts import tmpfs
+
+    from dsclean.cli import main
+
+    root, q = tmp_path / "data", tmp_path / "q"
+    make_tree(root, n_good=2000, n_bad=6)
+    with tmpfs(tmp_path / "small", "512k") as small:
+        state = os.path.join(small, "state")
+        os.makedirs(state)
+        free = os.statvfs(small).f_bavail * os.statvfs(small).f_frsize
+        Path(small, "filler").write_bytes(b"x" * (free - 16 * 1024))  # room for the pointer, not for a segment
+        code = main(["scan", str(root), "--quarantine", str(q), "--state-dir", state, "-j", "1"])
+        out = capsys.readouterr().out
+    assert code == 0, out
+    assert "scan cache" in out and "could not be written" in out
+    assert len(dsclean.read_problems(str(q))) == 6 and len(dsclean.read_results(str(q))) == 2006
+    assert sum(1 for p in q.rglob("*") if p.is_file() and p.parent != q) == 6  # the bad files, moved
