@@ -326,6 +326,26 @@ def _check_folders(root: str, quarantine: str | None, report: str, state: str, a
                 f"the {what} {folder} is inside the dataset root {root}: torchvision's ImageFolder (and anything "
                 f"else that lists the tree) would see it as one more class and shift the labels after it. "
                 f"Choose a {flag} outside ROOT, or pass --allow-inside-root to accept that folder in ROOT")
+        if folder and what != "state folder" and locations.is_inside(folder, root):
+            media = _media_in(folder)  # allowed inside ROOT, but never one of the dataset's own folders
+            if media:
+                raise UserError(
+                    f"the {what} {folder} already holds the dataset's files (e.g. {media}): dsclean leaves its own "
+                    f"folders out of the scan, so those files would never be checked. Choose a new {flag} folder")
+
+
+def _media_in(folder: str) -> str | None:
+    """The first media file under ``folder`` unless it is a quarantine dsclean made (its marker), else None."""
+    from ..formats import format_of_name
+    from .discover import QUARANTINE_MARKER
+
+    if not os.path.isdir(folder) or os.path.lexists(os.path.join(folder, QUARANTINE_MARKER)):
+        return None
+    for path, _, files in os.walk(folder):
+        for name in files:
+            if format_of_name(name):
+                return os.path.join(path, name)
+    return None
 
 
 def _refuse_read_only(root: str, report_dir: str) -> None:
@@ -347,6 +367,9 @@ def _link_notes(d: DiscoverStats) -> list[str]:
                      "(--symlinks all follows them, e.g. a symlink farm)")
     if d.loops:
         notes.append(f"{d.loops:,} linked folders were already visited (a loop or a second link) and were skipped")
+    if d.excluded_dirs:
+        notes.append(f"{d.excluded_dirs:,} folders inside ROOT were left out of the scan: dsclean's own (quarantine, "
+                     "reports, a .dsclean state folder of an older version)")
     return notes
 
 

@@ -94,6 +94,24 @@ def test_quarantine_report_or_state_inside_root_is_refused_unless_allowed(tree, 
     assert s.quarantined == 6
 
 
+def test_a_class_folder_is_never_taken_for_a_quarantine_or_report_folder(tree, tmp_path):
+    """Even with --allow-inside-root: dsclean leaves its own folders out of the scan, so a quarantine or report
+    folder that is one of the dataset's folders would hide its files from every scan."""
+    root, _ = tree
+    before = listing(root)
+    for options in (ScanOptions(quarantine=str(root / "cats"), allow_inside_root=True),
+                    ScanOptions(report_dir=str(root / "dogs"), allow_inside_root=True)):
+        with pytest.raises(UserError, match="already holds the dataset's files"):
+            scan(str(root), options)
+    proc = run_cli("scan", root, "--quarantine", root / "cats", "--allow-inside-root")
+    assert proc.returncode == 2 and "already holds" in proc.stderr and "Traceback" not in proc.stderr
+    assert listing(root) == before
+    s = scan(str(root), ScanOptions(quarantine=str(root / "bad"), allow_inside_root=True, jobs=1))
+    assert s.quarantined == 6
+    s = scan(str(root), ScanOptions(quarantine=str(root / "bad"), allow_inside_root=True, jobs=1))  # its own: fine
+    assert any("left out of the scan" in n for n in s.notes)
+
+
 def test_quarantine_that_is_a_file_says_so(tree, tmp_path):
     root, _ = tree
     (tmp_path / "afile").write_text("x")
