@@ -146,6 +146,11 @@ def check_output(output: str, root: str | None) -> str:
     out = os.path.abspath(output)
     if os.path.isdir(out):
         raise UserError(f"{output} is a folder; give the report's file name, e.g. {os.path.join(output, 'report.html')}")
+    parent = os.path.dirname(out)
+    while not os.path.lexists(parent):  # missing folders are made; an existing ancestor must be a folder
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise UserError(f"{output}: {parent} is a file, not a folder; the report cannot be written there")
     if root:
         real_parent, real_root = os.path.realpath(os.path.dirname(out)), os.path.realpath(root)
         if real_parent == real_root or real_parent.startswith(real_root.rstrip(os.sep) + os.sep):

@@ -194,6 +194,10 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
         raise UserError(f"unknown backend {options.backend!r}; choose one of {', '.join(BACKENDS)}")
     if options.backend == "dask" and not options.scheduler:
         raise UserError("--backend dask needs --scheduler tcp://HOST:PORT or a scheduler file")
+    if options.scheduler and options.backend != "dask":  # a cluster the user named would silently sit idle
+        raise UserError(f"--scheduler goes with --backend dask (the backend is {options.backend})")
+    if not options.check.facts and options.flags != FlagOptions():
+        raise UserError("the --flag-* thresholds need the facts the flags come from: drop --facts none")
     symlinks = symlink_mode(options.symlinks, options.follow_symlinks)
     quarantine_flags = check_quarantine_flags(options.quarantine_flags, options.check.facts)
     quarantine_dir = os.path.abspath(options.quarantine) if options.quarantine else None

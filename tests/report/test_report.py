@@ -245,6 +245,10 @@ def test_scan_html_writes_the_report_and_refuses_a_place_inside_the_dataset(tmp_
     proc = run_cli("scan", root, "--quarantine", tmp_path / "q", "--html", root / "r.html")
     assert proc.returncode == 2 and "never writes into a dataset" in proc.stderr
     assert tree_state(root) == before and not (tmp_path / "q").exists()  # refused before anything changed
+    (tmp_path / "plain").write_text("x")
+    proc = run_cli("scan", root, "--quarantine", tmp_path / "q", "--html", tmp_path / "plain" / "sub" / "r.html")
+    assert proc.returncode == 2 and "plain is a file, not a folder" in proc.stderr, proc.stderr
+    assert tree_state(root) == before and not (tmp_path / "q").exists()  # refused before anything moved
     proc = run_cli("scan", root, "--quarantine", tmp_path / "q", "--html", tmp_path / "r.html", "-j", "1")
     assert proc.returncode == 0, proc.stderr
     html = (tmp_path / "r.html").read_text(encoding="utf-8")

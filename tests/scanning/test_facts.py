@@ -242,6 +242,10 @@ def test_quarantine_flags_refuses_unknown_codes_before_anything_moves(tmp_path, 
     assert main(["scan", str(root), "--quarantine-flags", "dark", "--facts", "none",
                  "--state-dir", str(tmp_path / "s")]) == 2
     assert "--facts none" in capsys.readouterr().err
+    assert main(["scan", str(root), "--flag-tiny", "8", "--facts", "none", "--state-dir", str(tmp_path / "s")]) == 2
+    assert "--flag-* thresholds need the facts" in capsys.readouterr().err  # not silently ignored
+    assert main(["scan", str(root), "--scheduler", "tcp://127.0.0.1:1", "--state-dir", str(tmp_path / "s")]) == 2
+    assert "--scheduler goes with --backend dask" in capsys.readouterr().err  # not a silent local scan
     with pytest.raises(SystemExit) as exc:  # argparse: an empty entry is a usage error
         main(["scan", str(root), "--quarantine-flags", "dark,", "--state-dir", str(tmp_path / "s")])
     assert exc.value.code == 2
