@@ -21,10 +21,10 @@ import stat
 import tempfile
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Iterator, Union
+from typing import Callable, Iterable, Iterator, Union
 
 from .. import reasons as R
-from ..formats import SNIFF_BYTES, format_of_name, is_prefix_of_magic, kind_of, sniff
+from ..formats import FORMATS, SNIFF_BYTES, format_of_name, is_prefix_of_magic, kind_of, sniff
 from ..hashing import content_hash
 from .verdict import Verdict
 
@@ -80,10 +80,27 @@ _CHECKERS: dict[str, Checker] = {}
 _MODULES = {"ppm": "check_pnm"}
 
 
-def load_checkers() -> None:
-    """Import every checker module now (workers do this before applying a memory ceiling)."""
-    for fmt in ("jpeg", "wav", "ppm"):
+def checker_modules(formats: Iterable[str] | None = None) -> list[str]:
+    """The full names of the modules checking ``formats`` (None: every format), e.g. to preload them."""
+    return sorted({f"{__package__}.{_MODULES.get(fmt, 'check_' + kind_of(fmt))}"
+                   for fmt in (FORMATS if formats is None else formats)})
+
+
+def load_checkers(formats: Iterable[str] | None = None) -> None:
+    """Import the checker modules of ``formats`` (None: every one) now.
+
+    Workers do this for a chunk's formats before applying its memory ceiling (under a tight
+    ceiling the import itself could fail).
+    """
+    for fmt in FORMATS if formats is None else formats:
         _checker(fmt)
+
+
+def missing_checkers(names: Iterable[str]) -> set[str]:
+    """The formats the file ``names`` claim whose checker is not imported yet (empty once all are)."""
+    if len(_CHECKERS) == len(FORMATS):
+        return set()
+    return {fmt for fmt in map(format_of_name, names) if fmt is not None and fmt not in _CHECKERS}
 
 
 def _checker(fmt: str) -> Checker:

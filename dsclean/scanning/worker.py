@@ -21,13 +21,14 @@ import signal
 import time
 from typing import Iterator
 
-from . import check, facts
+from . import check
 from .check import CheckOptions, check_bytes, check_file
 from .verdict import Columns, Verdict, to_columns
 
 #: Set to "1" only by dsclean's own tests: files named with __segfault__, __abort__, __hang__ or
 #: __oom__ then make the check crash, hang or allocate without bound (real faults, for real tests);
-#: __stderr__ writes a line to file descriptor 2, as a native decoder's warning does.
+#: __stderr__ writes a line to file descriptor 2, as a native decoder's warning does; __modules__ writes
+#: there which decoder libraries the checking process had imported when the file's check began.
 FAULT_ENV = "DSCLEAN_TEST_FAULTS"
 
 
@@ -62,9 +63,16 @@ def item_name(source, item) -> str:
 def check_chunk(root: str, rels: list[str], options: CheckOptions) -> list[Verdict]:
     """Worker task: check each file in turn. Depends only on its arguments and the files."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
-    check.load_checkers()  # import the decoders first: under a tight ceiling the import itself could fail
+    # Import the decoders this chunk needs first, without a ceiling (the import itself could fail under a
+    # tight one). The forkserver preloaded those of the formats the scan expected; others come on first use.
+    missing = check.missing_checkers(item_name(root, rel) for rel in rels)
+    if missing:
+        set_memory_ceiling(0)
+        check.load_checkers(missing)
     set_memory_ceiling(effective_ceiling(options.max_memory))
     check.fault_hook = inject_fault if os.environ.get(FAULT_ENV) == "1" else None
+    from . import facts  # here, not at the top: numpy stays out of the main process's import of the executors
+
     out = []
     # facts.batched: the JPEG facts of the chunk are computed 32 at a time (same values, less CPU)
     with Watchdog(options.timeout) as watchdog, check.decoder_messages_for_run(), facts.batched():
@@ -211,6 +219,11 @@ def inject_fault(path: str) -> None:
         ctypes.string_at(0)  # read address 0: SIGSEGV in C, as a broken decoder would
     elif "__stderr__" in name:
         os.write(2, f"warning from the decoder about {name}\n".encode())  # what a C library's fprintf does
+    elif "__modules__" in name:
+        import sys
+
+        loaded = sorted(m for m in ("PIL", "simplejpeg", "soundfile") if m in sys.modules)
+        os.write(2, f"modules: {' '.join(loaded)}\n".encode())
     elif "__abort__" in name:
         os.abort()
     elif "__hang__" in name:
