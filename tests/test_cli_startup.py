@@ -139,3 +139,23 @@ def test_the_peek_reads_a_bounded_number_of_entries(tmp_path):
     assert preload_modules({"flac"}) == ["dsclean.scanning.executors", "dsclean.scanning.check_audio"]
     assert set(preload_modules(None)) >= {"dsclean.scanning.check_image", "dsclean.scanning.check_audio",
                                           "dsclean.scanning.check_pnm"}
+
+
+_EXIT = """
+    import atexit, sys, threading, time
+    from dsclean.cli import exit_now
+    atexit.register(lambda: print("atexit ran", flush=True))
+    if sys.argv[1] == "thread":  # a non-daemon thread still working: the normal exit waits for it
+        threading.Thread(target=lambda: (time.sleep(0.5), print("thread done", flush=True))).start()
+    print("partial line, not flushed yet", end="")
+    exit_now(int(sys.argv[2]))
+"""
+
+
+def test_the_command_exits_fast_but_runs_atexit_flushes_and_waits_for_threads():
+    for mode, code in (("plain", 0), ("plain", 3), ("thread", 1)):
+        out = subprocess.run([sys.executable, "-c", textwrap.dedent(_EXIT), mode, str(code)], capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == code, out.stderr
+        assert "partial line, not flushed yet" in out.stdout and "atexit ran" in out.stdout
+        assert ("thread done" in out.stdout) == (mode == "thread")
