@@ -91,9 +91,9 @@ if _LOG:
 '''
 
 
-def run_once(tree: str, jobs: int, extra: list[str], site_dir: str, log: str) -> float:
-    """One whole scan with the audit hook; its wall time."""
-    repo = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+def run_once(tree: str, jobs: int, extra: list[str], site_dir: str, log: str, src: str | None = None) -> float:
+    """One whole scan with the audit hook (dsclean from ``src``, default this script's tree); its wall time."""
+    repo = os.path.abspath(src or os.path.join(os.path.dirname(__file__), ".."))
     env = dict(os.environ, PYTHONPATH=f"{site_dir}:{repo}", DSCLEAN_TIMELINE_LOG=log,
                DSCLEAN_TIMELINE_ROOT=os.path.abspath(tree) + os.sep)
     with tempfile.TemporaryDirectory() as tmp:
@@ -144,6 +144,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--dir", help="an existing tree to scan (default: N photo JPEGs made by bench_scan.make_dataset)")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--src", action="append", default=[],
+                    help="a source tree of dsclean to time (repeatable; default: this script's tree); rounds interleave")
     ap.add_argument("extra", nargs="*", help="more scan options (after --)")
     args = ap.parse_args()
     site_dir = tempfile.mkdtemp(prefix="dsclean-timeline-")
@@ -159,10 +161,11 @@ def main() -> None:
             make_dataset(tree, args.n, 512, 0.02, 0)
         print(f"date: {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}; load average {os.getloadavg()}")
         for r in range(args.rounds):
-            log = os.path.join(site_dir, f"log{r}")
-            wall = run_once(tree, args.jobs, args.extra, site_dir, log)
-            print(f"round {r + 1}: --jobs {args.jobs}, wall {wall:.3f} s (seconds from the launch)")
-            report(log)
+            for i, src in enumerate(args.src or [None]):
+                log = os.path.join(site_dir, f"log{r}-{i}")
+                wall = run_once(tree, args.jobs, args.extra, site_dir, log, src)
+                print(f"round {r + 1}, {src or 'this tree'}: --jobs {args.jobs}, wall {wall:.3f} s (seconds from the launch)")
+                report(log)
     finally:
         shutil.rmtree(site_dir)
 
