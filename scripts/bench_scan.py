@@ -132,7 +132,13 @@ def main() -> None:
     ap.add_argument("--source-only", action="store_true",
                     help="with --pipeline: do not compile dsclean's bytecode first (as with PYTHONDONTWRITEBYTECODE=1 "
                          "and an editable install: every process compiles dsclean's modules from source)")
+    ap.add_argument("--startup", action="store_true",
+                    help="only the fixed cost: whole `scan --jobs 1 --facts none` of a one-file tree per format "
+                         "(WAV, FLAC, JPEG), --rounds interleaved rounds, with --before side by side")
     args = ap.parse_args()
+    if args.startup:
+        startup_benchmark(args)
+        return
     if args.only_rescan:
         rescan_benchmark(args.rescan, before=args.before)
         return
@@ -420,6 +426,48 @@ def pipeline_benchmark(args) -> None:
         return
     main_process_cost(args.tiny, versions, args.rounds, args.facts_none)
     worker_syscalls(versions)
+
+
+def startup_benchmark(args) -> None:
+    """CPU and wall of a whole scan of ONE file, per format: what a scan costs before and after its checks."""
+    import statistics
+
+    _subreaper()
+    versions = {"before": os.path.abspath(args.before), "after": None} if args.before else {"after": None}
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    if not args.source_only:
+        _compile_bytecode([src or here for src in versions.values()])
+    print(f"machine: {platform.node()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    print(f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average at start: {os.getloadavg()}")
+    folder = tempfile.mkdtemp(prefix="dsclean-startup-")
+    try:
+        tone = synth.tone(1.0, 44_100, 2)
+        files = {"wav": synth.encode_audio(tone, 44_100, "WAV"), "flac": synth.encode_audio(tone, 44_100, "FLAC"),
+                 "jpg": synth.jpeg(512, 384)}
+        for ext, data in files.items():
+            os.makedirs(os.path.join(folder, ext))
+            with open(os.path.join(folder, ext, f"one.{ext}"), "wb") as f:
+                f.write(data)
+        runs: dict[tuple[str, str], list[tuple[float, float]]] = {(v, e): [] for v in versions for e in files}
+        for _ in range(args.rounds):
+            for ext in files:
+                for version, src in versions.items():
+                    with tempfile.TemporaryDirectory() as tmp:
+                        cmd = [sys.executable, "-m", "dsclean", "scan", os.path.join(folder, ext), "--jobs", "1",
+                               "--dry-run", "--rescan", "--quiet", "--facts", "none", "--report", tmp + "/r",
+                               "--state-dir", tmp + "/s"]
+                        wall, cpu, _ = _run_counted(cmd, _env(src), cwd="/")
+                    runs[(version, ext)].append((wall, cpu))
+        print(f"\n| whole `scan --jobs 1 --facts none` of one file ({args.rounds} interleaved rounds) | "
+              "CPU s min | CPU s median | wall s min | wall s median |")
+        print("|---|---:|---:|---:|---:|")
+        for (version, ext), r in runs.items():
+            cpus, walls = [c for _, c in r], [w for w, _ in r]
+            print(f"| {ext}, {version} | {min(cpus):.3f} | {statistics.median(cpus):.3f} | {min(walls):.3f} | "
+                  f"{statistics.median(walls):.3f} |")
+        print(f"\nload average at the end: {os.getloadavg()}")
+    finally:
+        shutil.rmtree(folder)
 
 
 _MAIN_COST = """
