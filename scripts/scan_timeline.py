@@ -18,8 +18,9 @@ that appends one line per event to a log, with CLOCK_BOOTTIME timestamps:
 
     python scripts/scan_timeline.py --n 3000 --jobs 2 [--dir TREE] [--rounds 3] [-- extra scan options]
 
-Prints, for each round, the events relative to the main process's start, and each worker's
-first check, last check and idle time before its first check and after its last one.
+Prints, for each round, the events relative to the launch with the CPU time the process had used
+by then (``time.process_time``: less inflated by a loaded machine than the wall time), and each
+worker's first check, last check and idle time before its first check and after its last one.
 """
 from __future__ import annotations
 
@@ -52,7 +53,8 @@ if _LOG:
 
     def _log(event, t=None):
         t = time.clock_gettime(time.CLOCK_BOOTTIME) if t is None else t
-        os.write(_fd, f"{t:.6f} {os.getpid()} {_role[0]} {event}\n".encode())
+        cpu = time.process_time()  # this process's CPU so far: a start-up measure that load does not inflate much
+        os.write(_fd, f"{t:.6f} {os.getpid()} {_role[0]} {cpu:.4f} {event}\n".encode())
 
     with open("/proc/self/stat") as f:
         _ticks = int(f.read().rsplit(")", 1)[1].split()[19])
@@ -105,7 +107,7 @@ def run_once(tree: str, jobs: int, extra: list[str], site_dir: str, log: str, sr
     if out.returncode not in (0, 1):
         raise RuntimeError(out.stderr[-2000:])
     with open(log, "a") as f:
-        f.write(f"{t0:.6f} 0 bench launch\n{t1:.6f} 0 bench reaped\n")
+        f.write(f"{t0:.6f} 0 bench 0 launch\n{t1:.6f} 0 bench 0 reaped\n")
     return t1 - t0
 
 
@@ -114,19 +116,23 @@ def report(log: str) -> None:
     rows = []
     with open(log) as f:
         for line in f:
-            t, pid, role, event = line.rstrip("\n").split(" ", 3)
-            rows.append((float(t), int(pid), role, event))
+            t, pid, role, cpu, event = line.rstrip("\n").split(" ", 4)
+            rows.append((float(t), int(pid), role, float(cpu), event))
     rows.sort()
-    t0 = next(t for t, _, _, e in rows if e == "launch")
-    end = next(t for t, _, _, e in rows if e == "reaped")
+    t0 = next(t for t, _, _, _, e in rows if e == "launch")
+    end = next(t for t, _, _, _, e in rows if e == "reaped")
     opens: dict[int, list[float]] = {}
-    for t, pid, role, event in rows:
+    for t, pid, role, cpu, event in rows:
         if event == "open" and role == "worker":
             opens.setdefault(pid, []).append(t)
             continue
         if event == "open":
             continue
-        print(f"  {t - t0:7.3f}  {role:10} {pid:>7}  {event}")
+        print(f"  {t - t0:7.3f}  {role:10} {pid:>7}  cpu {cpu:6.3f}  {event}")
+    first = {e: (t - t0, cpu) for t, _, role, cpu, e in reversed(rows) if e in ("connect", "listen")}
+    if len(first) == 2:
+        print(f"  main asks for its first worker at {first['connect'][0]:.3f} s, having used {first['connect'][1]:.3f} "
+              f"CPU-s; the forkserver is ready at {first['listen'][0]:.3f} s, having used {first['listen'][1]:.3f} CPU-s")
     for pid, ts in opens.items():
         print(f"  worker {pid}: {len(ts)} files, first open {ts[0] - t0:.3f}, last open {ts[-1] - t0:.3f}")
     if opens:
