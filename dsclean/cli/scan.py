@@ -209,7 +209,8 @@ def _start_workers_early(args: argparse.Namespace) -> None:
     from ..scanning.discover import peek_formats
     from ..scanning.executors import start_local_workers
 
-    start_local_workers(peek_formats(args.root))  # preload the checkers of the formats the tree seems to hold
+    # preload the checkers of the formats the tree seems to hold
+    start_local_workers(peek_formats(args.root), getattr(args, "facts", "all") == "all")
 
 
 def _write_html(args: argparse.Namespace, summary) -> None:

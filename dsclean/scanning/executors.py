@@ -44,7 +44,7 @@ from typing import Callable, Iterable, Iterator
 
 from .. import reasons as R
 from ..errors import UserError
-from ..formats import format_of_name, kind_of
+from ..formats import FORMATS, format_of_name, kind_of
 from .check import CheckOptions, checker_modules
 from .verdict import Columns, Verdict, to_columns
 from .worker import FAULT_ENV, as_columns, FileSlices, check_chunk, check_chunk_in_thread, item_name, set_fault_switch, start_worker
@@ -67,13 +67,15 @@ class Pool:
     close: Callable[[], None]
 
 
-def make_pool(backend: str, workers: int, scheduler: str | None = None, formats: Iterable[str] | None = None) -> Pool:
+def make_pool(backend: str, workers: int, scheduler: str | None = None, formats: Iterable[str] | None = None,
+              facts: bool = True) -> Pool:
     """A fresh pool for ``backend`` (``scheduler``: a Dask address or scheduler file, for ``dask``).
 
-    ``formats``: those expected (local processes: the forkserver, if it starts now, preloads their checkers).
+    ``formats``, ``facts``: what is expected (local processes: the forkserver, if it starts now, preloads
+    only those checkers, and the image facts' code if ``facts``).
     """
     if backend == "processes":
-        return Pool(local_pool(workers, formats), check_chunk, workers, lambda: None)
+        return Pool(local_pool(workers, formats, facts), check_chunk, workers, lambda: None)
     if backend == "loky":
         from joblib.externals.loky import get_reusable_executor
 
@@ -123,7 +125,7 @@ def _dask_pool(scheduler: str | None) -> Pool:
 _local: tuple[ProcessPoolExecutor, int, str | None] | None = None
 
 
-def local_pool(workers: int, formats: Iterable[str] | None = None) -> ProcessPoolExecutor:
+def local_pool(workers: int, formats: Iterable[str] | None = None, facts: bool = True) -> ProcessPoolExecutor:
     """The local worker pool: ``workers`` processes forked from the preloaded forkserver, kept for reuse.
 
     A pool broken by a dead worker, or of another size, is replaced. The test-only fault switch
@@ -137,20 +139,21 @@ def local_pool(workers: int, formats: Iterable[str] | None = None) -> ProcessPoo
         if size == workers and was == faults and not getattr(pool, "_broken", False):
             return pool
         pool.shutdown(wait=False, cancel_futures=True)
-    pool = ProcessPoolExecutor(workers, mp_context=_fresh_process_context(formats), initializer=start_worker,
+    pool = ProcessPoolExecutor(workers, mp_context=_fresh_process_context(formats, facts), initializer=start_worker,
                                initargs=(faults,))
     _local = (pool, workers, faults)
     return pool
 
 
-def start_local_workers(formats: Iterable[str] | None = None) -> None:
+def start_local_workers(formats: Iterable[str] | None = None, facts: bool = True) -> None:
     """Start the forkserver now (it imports the checkers in the background while this process goes on).
 
-    ``formats``: the formats expected (None: any); the forkserver preloads only their checkers.
+    ``formats``: the formats expected (None: any); the forkserver preloads only their checkers (see
+    :func:`preload_modules`; ``facts``: the scan records facts).
     """
     if multiprocessing.current_process().daemon:
         return  # a daemonic process cannot start one; the scan says why when it needs workers
-    _fresh_process_context(formats)
+    _fresh_process_context(formats, facts)
 
 
 def stop_local_workers() -> None:
@@ -195,7 +198,8 @@ def run_checks(
     if first is None:
         return  # nothing to check (a re-scan of an unchanged tree): no pool, no process started
     source = itertools.chain([first], source)
-    pool = make_pool(backend, workers, scheduler, {format_of_name(item_name(root, rel)) for rel in first} - {None})
+    pool = make_pool(backend, workers, scheduler, {format_of_name(item_name(root, rel)) for rel in first} - {None},
+                     options.facts)
     shape = to_columns if columns else list
     source = _last_split(source, 2 * pool.slots if pool.slots > 1 else 1)
     in_flight: dict[Future, list[str]] = {}
@@ -307,7 +311,7 @@ class _WorkerContext(mp_context.ForkServerContext):
     Process = _WorkerProcess
 
 
-def _fresh_process_context(formats: Iterable[str] | None = None):
+def _fresh_process_context(formats: Iterable[str] | None = None, facts: bool = True):
     """A forkserver: each child forks from a clean, single-threaded, pre-imported server.
 
     The server preloads this module (the workers' code, and everything a pool worker unpickles)
@@ -319,7 +323,7 @@ def _fresh_process_context(formats: Iterable[str] | None = None):
     if _context is None:
         atexit.register(stop_local_workers)
         _context = _WorkerContext()
-        _context.set_forkserver_preload(preload_modules(formats))
+        _context.set_forkserver_preload(preload_modules(formats, facts))
         os.environ[_SERVER_ENV] = "1"  # seen by the server alone: it inherits this environment, then drops the name
         try:
             forkserver.ensure_running()
@@ -328,9 +332,15 @@ def _fresh_process_context(formats: Iterable[str] | None = None):
     return _context
 
 
-def preload_modules(formats: Iterable[str] | None = None) -> list[str]:
-    """What the forkserver imports before forking workers that check ``formats`` (None: any format)."""
-    return [__name__, *checker_modules(formats)]
+def preload_modules(formats: Iterable[str] | None = None, facts: bool = True) -> list[str]:
+    """What the forkserver imports before forking workers that check ``formats`` (None: any format).
+
+    This module, the formats' checkers, and with ``facts`` for images the image facts' code
+    (:mod:`dsclean.quality.image`, imported on first use otherwise: each worker would import it).
+    """
+    formats = list(FORMATS if formats is None else formats)
+    images = facts and any(kind_of(fmt) == "image" for fmt in formats)
+    return [__name__, *checker_modules(formats), *(["dsclean.quality.image"] if images else [])]
 
 
 def _child(conn, root: str, rels: list[str], options: CheckOptions, faults: str | None) -> None:
