@@ -161,3 +161,31 @@ def test_the_command_exits_fast_but_runs_atexit_flushes_and_waits_for_threads():
         assert out.returncode == code, out.stderr
         assert "partial line, not flushed yet" in out.stdout and "atexit ran" in out.stdout
         assert ("thread done" in out.stdout) == (mode == "thread")
+
+
+_GUARD = """
+    import resource
+    from dsclean.scanning import worker
+    worker.set_memory_ceiling(32 << 20)  # 32 MB of headroom
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    try:
+        bytearray(256 << 20)
+        print("no ceiling?")
+    except MemoryError:
+        pass
+    with worker.without_ceiling():  # what a checker module's import runs under
+        loaded = bytearray(256 << 20)  # fine: no ceiling meanwhile
+    after = resource.getrlimit(resource.RLIMIT_AS)[0]
+    print("headroom kept" if soft + (256 << 20) <= after < soft + (300 << 20) else f"limit {soft} -> {after}")
+    try:
+        bytearray(64 << 20)
+        print("ceiling gone")
+    except MemoryError:
+        print("ceiling back")
+"""
+
+
+def test_a_checker_imported_mid_scan_loads_without_the_memory_ceiling():
+    """A worker imports a format's checker on its first file: that load is lifted out of the check's ceiling,
+    and the ceiling comes back with the same headroom."""
+    assert _run(_GUARD).split("\n")[:2] == ["headroom kept", "ceiling back"]

@@ -21,7 +21,7 @@ import stat
 import tempfile
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Union
+from typing import Callable, ContextManager, Iterable, Iterator, Union
 
 from .. import reasons as R
 from ..formats import FORMATS, SNIFF_BYTES, format_of_name, is_prefix_of_magic, kind_of, sniff
@@ -75,6 +75,11 @@ Checker = Callable[[Data, Verdict, CheckOptions], None]
 fault_hook: Callable[[str], None] | None = None
 
 
+#: Set by dsclean.scanning.worker: wraps the import of a checker module, which happens on the first file
+#: of its formats (a worker lifts its memory ceiling around it: a decoder library loading is not the
+#: file's doing, and under a tight ceiling the import itself could fail). None: imports run as they are.
+import_guard: Callable[[], ContextManager[None]] | None = None
+
 _CHECKERS: dict[str, Checker] = {}
 #: formats whose checker module is not ``check_<kind>``
 _MODULES = {"ppm": "check_pnm"}
@@ -87,20 +92,9 @@ def checker_modules(formats: Iterable[str] | None = None) -> list[str]:
 
 
 def load_checkers(formats: Iterable[str] | None = None) -> None:
-    """Import the checker modules of ``formats`` (None: every one) now.
-
-    Workers do this for a chunk's formats before applying its memory ceiling (under a tight
-    ceiling the import itself could fail).
-    """
+    """Import the checker modules of ``formats`` (None: every one) now."""
     for fmt in FORMATS if formats is None else formats:
         _checker(fmt)
-
-
-def missing_checkers(names: Iterable[str]) -> set[str]:
-    """The formats the file ``names`` claim whose checker is not imported yet (empty once all are)."""
-    if len(_CHECKERS) == len(FORMATS):
-        return set()
-    return {fmt for fmt in map(format_of_name, names) if fmt is not None and fmt not in _CHECKERS}
 
 
 def _checker(fmt: str) -> Checker:
@@ -108,7 +102,8 @@ def _checker(fmt: str) -> Checker:
     if fmt not in _CHECKERS:
         import importlib
 
-        module = importlib.import_module(f".{_MODULES.get(fmt, 'check_' + kind_of(fmt))}", __package__)
+        with import_guard() if import_guard is not None else contextlib.nullcontext():
+            module = importlib.import_module(f".{_MODULES.get(fmt, 'check_' + kind_of(fmt))}", __package__)
         _CHECKERS.update(module.CHECKERS)
     return _CHECKERS[fmt]
 

@@ -63,12 +63,9 @@ def item_name(source, item) -> str:
 def check_chunk(root: str, rels: list[str], options: CheckOptions) -> list[Verdict]:
     """Worker task: check each file in turn. Depends only on its arguments and the files."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
-    # Import the decoders this chunk needs first, without a ceiling (the import itself could fail under a
-    # tight one). The forkserver preloaded those of the formats the scan expected; others come on first use.
-    missing = check.missing_checkers(item_name(root, rel) for rel in rels)
-    if missing:
-        set_memory_ceiling(0)
-        check.load_checkers(missing)
+    # The forkserver preloaded the checkers of the formats the scan expected; another one is imported on
+    # its format's first file, with the ceiling lifted meanwhile (the import itself could fail under it).
+    check.import_guard = without_ceiling
     set_memory_ceiling(effective_ceiling(options.max_memory))
     check.fault_hook = inject_fault if os.environ.get(FAULT_ENV) == "1" else None
     from . import facts  # here, not at the top: numpy stays out of the main process's import of the executors
@@ -208,6 +205,23 @@ def set_memory_ceiling(extra_bytes: int) -> None:
     if hard != resource.RLIM_INFINITY:
         limit = min(limit, hard)
     resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+
+
+@contextlib.contextmanager
+def without_ceiling() -> Iterator[None]:
+    """Lift the memory ceiling for a while; afterwards the same headroom as before it (what was loaded meanwhile
+    does not count against the check)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == hard:
+        yield
+        return
+    before = _address_space()
+    resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+    try:
+        yield
+    finally:
+        limit = soft + max(0, _address_space() - before)
+        resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
 
 
 def inject_fault(path: str) -> None:
