@@ -1,6 +1,4 @@
 """``python -m dsclean``: same as the ``dsclean`` command."""
-import sys
+from .cli import run
 
-from .cli import main
-
-sys.exit(main())
+run()

@@ -125,10 +125,20 @@ def main() -> None:
     ap.add_argument("--tiny", type=int, default=100_000, help="with --pipeline: tiny files for the main-process cost")
     ap.add_argument("--facts-none", action="store_true",
                     help="with --pipeline: scan 'after' with --facts none (no quality facts: the integrity check alone)")
+    ap.add_argument("--before-facts-none", action="store_true",
+                    help="with --pipeline --facts-none --before: scan 'before' with --facts none too")
+    ap.add_argument("--whole-only", action="store_true",
+                    help="with --pipeline: only the whole-process table (no main-process cost, no system calls)")
     ap.add_argument("--source-only", action="store_true",
                     help="with --pipeline: do not compile dsclean's bytecode first (as with PYTHONDONTWRITEBYTECODE=1 "
                          "and an editable install: every process compiles dsclean's modules from source)")
+    ap.add_argument("--startup", action="store_true",
+                    help="only the fixed cost: whole `scan --jobs 1 --facts none` of a one-file tree per format "
+                         "(WAV, FLAC, JPEG), --rounds interleaved rounds, with --before side by side")
     args = ap.parse_args()
+    if args.startup:
+        startup_benchmark(args)
+        return
     if args.only_rescan:
         rescan_benchmark(args.rescan, before=args.before)
         return
@@ -358,7 +368,9 @@ def pipeline_benchmark(args) -> None:
     versions = {"after": None}
     if args.before:
         versions = {"before": os.path.abspath(args.before), "after": None}
-    labels = {v: v + (", --facts none" if v == "after" and args.facts_none else "") for v in versions}
+    # --facts none for "before" too when it has the option (--before-facts-none): both sides the same options
+    both = args.before_facts_none
+    labels = {v: v + (", --facts none" if args.facts_none and (v == "after" or both) else "") for v in versions}
     if not args.source_only:
         _compile_bytecode([src or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..") for src in versions.values()])
     print(f"machine: {platform.node()}, {os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}")
@@ -380,7 +392,7 @@ def pipeline_benchmark(args) -> None:
             for jobs in (1, 2):
                 cmd = [sys.executable, "-m", "dsclean", "scan", folder, "--jobs", str(jobs), "--dry-run", "--rescan",
                        "--quiet", "--report", "REPORT", "--state-dir", "STATE"]
-                if version == "after" and args.facts_none:  # the issue's speed bars: the integrity check alone
+                if args.facts_none and (version == "after" or both):  # the issue's speed bars: the check alone
                     cmd += ["--facts", "none"]
                 contenders[f"dsclean scan --jobs {jobs} ({labels[version]})"] = (cmd, _env(src), jobs)
         times: dict[str, list[tuple[float, float]]] = {name: [] for name in contenders}
@@ -403,14 +415,59 @@ def pipeline_benchmark(args) -> None:
             print(f"| {name} | {wall:.2f} | {n / wall:,.0f} | {cpu:.2f} | {n / wall / cores:,.0f} | {n / cpu:,.0f} |")
         print()
         if exe:
-            ji = med["jpeginfo -c (xargs -n 500)"][0]
+            ji, jc = med["jpeginfo -c (xargs -n 500)"]
             for version in versions:
-                j1, j2 = (med[f"dsclean scan --jobs {j} ({labels[version]})"][0] for j in (1, 2))
-                print(f"{labels[version]}: --jobs 1 is {ji / j1:.2f}x jpeginfo -c per core; --jobs 2 is {j1 / j2:.2f}x --jobs 1")
+                (j1, c1), (j2, _) = (med[f"dsclean scan --jobs {j} ({labels[version]})"] for j in (1, 2))
+                print(f"{labels[version]}: --jobs 1 is {ji / j1:.2f}x jpeginfo -c per core in wall time, "
+                      f"{jc / c1:.2f}x per CPU-second; --jobs 2 is {j1 / j2:.2f}x --jobs 1 in wall time")
     finally:
         shutil.rmtree(folder)
+    if args.whole_only:
+        return
     main_process_cost(args.tiny, versions, args.rounds, args.facts_none)
     worker_syscalls(versions)
+
+
+def startup_benchmark(args) -> None:
+    """CPU and wall of a whole scan of ONE file, per format: what a scan costs before and after its checks."""
+    import statistics
+
+    _subreaper()
+    versions = {"before": os.path.abspath(args.before), "after": None} if args.before else {"after": None}
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    if not args.source_only:
+        _compile_bytecode([src or here for src in versions.values()])
+    print(f"machine: {platform.node()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    print(f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average at start: {os.getloadavg()}")
+    folder = tempfile.mkdtemp(prefix="dsclean-startup-")
+    try:
+        tone = synth.tone(1.0, 44_100, 2)
+        files = {"wav": synth.encode_audio(tone, 44_100, "WAV"), "flac": synth.encode_audio(tone, 44_100, "FLAC"),
+                 "jpg": synth.jpeg(512, 384)}
+        for ext, data in files.items():
+            os.makedirs(os.path.join(folder, ext))
+            with open(os.path.join(folder, ext, f"one.{ext}"), "wb") as f:
+                f.write(data)
+        runs: dict[tuple[str, str], list[tuple[float, float]]] = {(v, e): [] for v in versions for e in files}
+        for _ in range(args.rounds):
+            for ext in files:
+                for version, src in versions.items():
+                    with tempfile.TemporaryDirectory() as tmp:
+                        cmd = [sys.executable, "-m", "dsclean", "scan", os.path.join(folder, ext), "--jobs", "1",
+                               "--dry-run", "--rescan", "--quiet", "--facts", "none", "--report", tmp + "/r",
+                               "--state-dir", tmp + "/s"]
+                        wall, cpu, _ = _run_counted(cmd, _env(src), cwd="/")
+                    runs[(version, ext)].append((wall, cpu))
+        print(f"\n| whole `scan --jobs 1 --facts none` of one file ({args.rounds} interleaved rounds) | "
+              "CPU s min | CPU s median | wall s min | wall s median |")
+        print("|---|---:|---:|---:|---:|")
+        for (version, ext), r in runs.items():
+            cpus, walls = [c for _, c in r], [w for w, _ in r]
+            print(f"| {ext}, {version} | {min(cpus):.3f} | {statistics.median(cpus):.3f} | {min(walls):.3f} | "
+                  f"{statistics.median(walls):.3f} |")
+        print(f"\nload average at the end: {os.getloadavg()}")
+    finally:
+        shutil.rmtree(folder)
 
 
 _MAIN_COST = """

@@ -76,3 +76,116 @@ def test_a_first_scan_starts_its_workers_before_importing_the_scan(tmp_path):
     assert json.loads(out.stdout)["files"] == 1
     assert early(False) == ["NOT", "NO-SCANNER"]  # earlier results: the scan decides
     assert early(True) == ["STARTED", "NO-SCANNER"]
+
+
+def _worker_modules(tmp_path, files: dict[str, bytes]) -> dict[str, str]:
+    """Scan ``files`` with a real `dsclean scan` process; what each ``__modules__`` file's worker had imported."""
+    root = tmp_path / "data"
+    for rel, data in files.items():
+        write(root, rel, data)
+    env = {**os.environ, "DSCLEAN_TEST_FAULTS": "1"}
+    out = subprocess.run([sys.executable, "-m", "dsclean", "scan", str(root), "--dry-run", "--quiet", "--jobs", "1",
+                          "--state-dir", str(tmp_path / "state"), "--report", str(tmp_path / "r")],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode in (0, 1), out.stderr
+    from dsclean import iter_verdicts
+
+    said = {}
+    for v in iter_verdicts(str(tmp_path / "r")):
+        if "__modules__" in v.path:
+            assert v.detail.startswith("decoder said: modules:"), v.detail
+            said[v.path] = v.detail.split("modules:", 1)[1].strip()
+    return said
+
+
+def test_a_tree_of_sounds_never_loads_the_image_decoders_in_its_workers(tmp_path):
+    """The forkserver preloads the checkers of the formats the tree holds (a peek at its first entries)."""
+    wav = synth.encode_audio(synth.tone(), 16_000, "WAV")
+    said = _worker_modules(tmp_path, {"a/x__modules__.wav": wav, "b/y.wav": wav, "z__modules__.wav": wav})
+    assert said == {"a/x__modules__.wav": "soundfile", "z__modules__.wav": "soundfile"}
+
+
+def test_a_tree_of_jpegs_never_loads_libsndfile(tmp_path):
+    said = _worker_modules(tmp_path, {"a/x__modules__.jpg": synth.jpeg(16, 16), "b/y.jpg": synth.jpeg(16, 16, seed=1)})
+    assert said == {"a/x__modules__.jpg": "PIL simplejpeg"}
+
+
+def test_a_sound_the_peek_did_not_see_is_still_checked(tmp_path):
+    """The peek reads the first entries only; a worker imports another format's checker when a chunk holds it."""
+    files = {f"a/{i:03d}.jpg": synth.jpeg(16, 16, seed=i) for i in range(300)}  # more than the peek reads
+    files["z/late__modules__.wav"] = synth.encode_audio(synth.tone(), 16_000, "WAV")
+    files["z/cut.wav"] = synth.truncate(files["z/late__modules__.wav"], 0.5)
+    said = _worker_modules(tmp_path, files)
+    assert said == {"z/late__modules__.wav": "PIL simplejpeg soundfile"}
+    from dsclean import iter_verdicts
+
+    status = {v.path: v.status for v in iter_verdicts(str(tmp_path / "r"))}
+    assert status["z/cut.wav"] == "bad"
+    assert sorted(p for p, s in status.items() if s == "ok" and p.endswith(".jpg")) == [f"a/{i:03d}.jpg" for i in range(300)]
+
+
+def test_the_peek_reads_a_bounded_number_of_entries(tmp_path):
+    from dsclean.scanning.discover import peek_formats
+    from dsclean.scanning.executors import preload_modules
+
+    for i in range(20):
+        write(tmp_path, f"{i}.flac", b"x")
+    write(tmp_path / "b", "late.png", b"x")  # a folder is read after the entries before it
+    write(tmp_path, ".hidden.jpg", b"x")
+    assert peek_formats(str(tmp_path), entries=5) == {"flac"}
+    assert peek_formats(str(tmp_path)) == {"flac", "png"}
+    assert peek_formats(str(tmp_path / "missing")) is None  # expect anything
+    assert peek_formats(str(tmp_path / "b"), entries=0) is None
+    assert preload_modules({"flac"}) == ["dsclean.scanning.executors", "dsclean.scanning.check_audio"]
+    assert preload_modules({"jpeg"}, facts=False) == ["dsclean.scanning.executors", "dsclean.scanning.check_image"]
+    assert preload_modules({"jpeg"})[-1] == "dsclean.quality.image"  # the image facts, when facts are recorded
+    assert set(preload_modules(None)) >= {"dsclean.scanning.check_image", "dsclean.scanning.check_audio",
+                                          "dsclean.scanning.check_pnm", "dsclean.quality.image"}
+
+
+_EXIT = """
+    import atexit, sys, threading, time
+    from dsclean.cli import exit_now
+    atexit.register(lambda: print("atexit ran", flush=True))
+    if sys.argv[1] == "thread":  # a non-daemon thread still working: the normal exit waits for it
+        threading.Thread(target=lambda: (time.sleep(0.5), print("thread done", flush=True))).start()
+    print("partial line, not flushed yet", end="")
+    exit_now(int(sys.argv[2]))
+"""
+
+
+def test_the_command_exits_fast_but_runs_atexit_flushes_and_waits_for_threads():
+    for mode, code in (("plain", 0), ("plain", 3), ("thread", 1)):
+        out = subprocess.run([sys.executable, "-c", textwrap.dedent(_EXIT), mode, str(code)], capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == code, out.stderr
+        assert "partial line, not flushed yet" in out.stdout and "atexit ran" in out.stdout
+        assert ("thread done" in out.stdout) == (mode == "thread")
+
+
+_GUARD = """
+    import resource
+    from dsclean.scanning import worker
+    worker.set_memory_ceiling(32 << 20)  # 32 MB of headroom
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    try:
+        bytearray(256 << 20)
+        print("no ceiling?")
+    except MemoryError:
+        pass
+    with worker.without_ceiling():  # what a checker module's import runs under
+        loaded = bytearray(256 << 20)  # fine: no ceiling meanwhile
+    after = resource.getrlimit(resource.RLIMIT_AS)[0]
+    print("headroom kept" if soft + (256 << 20) <= after < soft + (300 << 20) else f"limit {soft} -> {after}")
+    try:
+        bytearray(64 << 20)
+        print("ceiling gone")
+    except MemoryError:
+        print("ceiling back")
+"""
+
+
+def test_a_checker_imported_mid_scan_loads_without_the_memory_ceiling():
+    """A worker imports a format's checker on its first file: that load is lifted out of the check's ceiling,
+    and the ceiling comes back with the same headroom."""
+    assert _run(_GUARD).split("\n")[:2] == ["headroom kept", "ceiling back"]

@@ -167,6 +167,10 @@ def cmd_scan(args: argparse.Namespace) -> int:
         command=("dsclean", *getattr(args, "argv", ())),
     )
     summary = scan(args.root, options)
+    if args.backend == "processes":  # one scan per command: stop its workers now, not at exit (see cli.exit_now)
+        from ..scanning.executors import stop_local_workers
+
+        stop_local_workers()
     if args.json:
         print(json.dumps(summary.to_json(), indent=2))
     elif not args.quiet:
@@ -202,9 +206,11 @@ def _start_workers_early(args: argparse.Namespace) -> None:
 
         if os.path.exists(os.path.join(root_state_dir(args.root, args.state_dir), LAST_SCAN_FILE)):
             return
+    from ..scanning.discover import peek_formats
     from ..scanning.executors import start_local_workers
 
-    start_local_workers()
+    # preload the checkers of the formats the tree seems to hold
+    start_local_workers(peek_formats(args.root), getattr(args, "facts", "all") == "all")
 
 
 def _write_html(args: argparse.Namespace, summary) -> None:

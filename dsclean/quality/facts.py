@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from .audio import AudioFacts
 from .flags import FlagOptions, audio_flags, image_flags
-from .image import ImageFacts
+
+if TYPE_CHECKING:  # annotations only: the results' columns need this module without numpy or Pillow
+    from .audio import AudioFacts
+    from .image import ImageFacts
 
 
 @dataclass

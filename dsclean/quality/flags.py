@@ -7,9 +7,11 @@ Flags are not verdicts: a flagged file is whole and decodable, and ``status`` /
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .audio import AudioFacts
-from .image import ImageFacts
+if TYPE_CHECKING:  # annotations only: the CLI reads FLAGS and FlagOptions without numpy or Pillow
+    from .audio import AudioFacts
+    from .image import ImageFacts
 
 DARK = "dark"
 BRIGHT = "bright"

@@ -21,10 +21,10 @@ import stat
 import tempfile
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Iterator, Union
+from typing import Callable, ContextManager, Iterable, Iterator, Union
 
 from .. import reasons as R
-from ..formats import SNIFF_BYTES, format_of_name, is_prefix_of_magic, kind_of, sniff
+from ..formats import FORMATS, SNIFF_BYTES, format_of_name, is_prefix_of_magic, kind_of, sniff
 from ..hashing import content_hash
 from .verdict import Verdict
 
@@ -75,14 +75,25 @@ Checker = Callable[[Data, Verdict, CheckOptions], None]
 fault_hook: Callable[[str], None] | None = None
 
 
+#: Set by dsclean.scanning.worker: wraps the import of a checker module, which happens on the first file
+#: of its formats (a worker lifts its memory ceiling around it: a decoder library loading is not the
+#: file's doing, and under a tight ceiling the import itself could fail). None: imports run as they are.
+import_guard: Callable[[], ContextManager[None]] | None = None
+
 _CHECKERS: dict[str, Checker] = {}
 #: formats whose checker module is not ``check_<kind>``
 _MODULES = {"ppm": "check_pnm"}
 
 
-def load_checkers() -> None:
-    """Import every checker module now (workers do this before applying a memory ceiling)."""
-    for fmt in ("jpeg", "wav", "ppm"):
+def checker_modules(formats: Iterable[str] | None = None) -> list[str]:
+    """The full names of the modules checking ``formats`` (None: every format), e.g. to preload them."""
+    return sorted({f"{__package__}.{_MODULES.get(fmt, 'check_' + kind_of(fmt))}"
+                   for fmt in (FORMATS if formats is None else formats)})
+
+
+def load_checkers(formats: Iterable[str] | None = None) -> None:
+    """Import the checker modules of ``formats`` (None: every one) now."""
+    for fmt in FORMATS if formats is None else formats:
         _checker(fmt)
 
 
@@ -91,7 +102,8 @@ def _checker(fmt: str) -> Checker:
     if fmt not in _CHECKERS:
         import importlib
 
-        module = importlib.import_module(f".{_MODULES.get(fmt, 'check_' + kind_of(fmt))}", __package__)
+        with import_guard() if import_guard is not None else contextlib.nullcontext():
+            module = importlib.import_module(f".{_MODULES.get(fmt, 'check_' + kind_of(fmt))}", __package__)
         _CHECKERS.update(module.CHECKERS)
     return _CHECKERS[fmt]
 

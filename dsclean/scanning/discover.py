@@ -206,3 +206,34 @@ def _listed_format(name: str, extensions: frozenset[str]) -> str | None:
 
 def _inside(path: str, real_root: str) -> bool:
     return path == real_root or path.startswith(real_root.rstrip(os.sep) + os.sep)
+
+
+def peek_formats(root: str, entries: int = 256) -> set[str] | None:
+    """The media formats among the first ``entries`` directory entries under ``root`` (breadth first).
+
+    A guess of what a scan will check, made before discovery starts (the workers' forkserver
+    preloads only those checkers; a worker imports any other on first use). None when no media
+    file was seen in that many entries, or a folder could not be listed: then expect any format.
+    Reads at most ``entries`` entries, whatever the tree's size; never follows links.
+    """
+    formats: set[str] = set()
+    folders = [root]
+    seen = 0
+    while folders and seen < entries:
+        try:
+            with os.scandir(folders.pop(0)) as it:
+                for entry in it:
+                    seen += 1
+                    if seen > entries:
+                        break
+                    if entry.name.startswith("."):
+                        continue
+                    if entry.is_dir(follow_symlinks=False):
+                        folders.append(entry.path)
+                    else:
+                        fmt = _EXT_NO_DOT.get(entry.name.rpartition(".")[2].lower())
+                        if fmt is not None:
+                            formats.add(fmt)
+        except OSError:
+            return None
+    return formats or None

@@ -44,8 +44,8 @@ from typing import Callable, Iterable, Iterator
 
 from .. import reasons as R
 from ..errors import UserError
-from ..formats import format_of_name, kind_of
-from .check import CheckOptions
+from ..formats import FORMATS, format_of_name, kind_of
+from .check import CheckOptions, checker_modules
 from .verdict import Columns, Verdict, to_columns
 from .worker import FAULT_ENV, as_columns, FileSlices, check_chunk, check_chunk_in_thread, item_name, set_fault_switch, start_worker
 
@@ -67,10 +67,15 @@ class Pool:
     close: Callable[[], None]
 
 
-def make_pool(backend: str, workers: int, scheduler: str | None = None) -> Pool:
-    """A fresh pool for ``backend`` (``scheduler``: a Dask address or scheduler file, for ``dask``)."""
+def make_pool(backend: str, workers: int, scheduler: str | None = None, formats: Iterable[str] | None = None,
+              facts: bool = True) -> Pool:
+    """A fresh pool for ``backend`` (``scheduler``: a Dask address or scheduler file, for ``dask``).
+
+    ``formats``, ``facts``: what is expected (local processes: the forkserver, if it starts now, preloads
+    only those checkers, and the image facts' code if ``facts``).
+    """
     if backend == "processes":
-        return Pool(local_pool(workers), check_chunk, workers, lambda: None)
+        return Pool(local_pool(workers, formats, facts), check_chunk, workers, lambda: None)
     if backend == "loky":
         from joblib.externals.loky import get_reusable_executor
 
@@ -120,7 +125,7 @@ def _dask_pool(scheduler: str | None) -> Pool:
 _local: tuple[ProcessPoolExecutor, int, str | None] | None = None
 
 
-def local_pool(workers: int) -> ProcessPoolExecutor:
+def local_pool(workers: int, formats: Iterable[str] | None = None, facts: bool = True) -> ProcessPoolExecutor:
     """The local worker pool: ``workers`` processes forked from the preloaded forkserver, kept for reuse.
 
     A pool broken by a dead worker, or of another size, is replaced. The test-only fault switch
@@ -134,18 +139,21 @@ def local_pool(workers: int) -> ProcessPoolExecutor:
         if size == workers and was == faults and not getattr(pool, "_broken", False):
             return pool
         pool.shutdown(wait=False, cancel_futures=True)
-    pool = ProcessPoolExecutor(workers, mp_context=_fresh_process_context(), initializer=start_worker,
+    pool = ProcessPoolExecutor(workers, mp_context=_fresh_process_context(formats, facts), initializer=start_worker,
                                initargs=(faults,))
     _local = (pool, workers, faults)
     return pool
 
 
-def start_local_workers() -> None:
-    """Start the forkserver now (it imports the checkers in the background while this process goes on)."""
+def start_local_workers(formats: Iterable[str] | None = None, facts: bool = True) -> None:
+    """Start the forkserver now (it imports the checkers in the background while this process goes on).
+
+    ``formats``: the formats expected (None: any); the forkserver preloads only their checkers (see
+    :func:`preload_modules`; ``facts``: the scan records facts).
+    """
     if multiprocessing.current_process().daemon:
         return  # a daemonic process cannot start one; the scan says why when it needs workers
-    _fresh_process_context()
-    forkserver.ensure_running()
+    _fresh_process_context(formats, facts)
 
 
 def stop_local_workers() -> None:
@@ -190,7 +198,8 @@ def run_checks(
     if first is None:
         return  # nothing to check (a re-scan of an unchanged tree): no pool, no process started
     source = itertools.chain([first], source)
-    pool = make_pool(backend, workers, scheduler)
+    pool = make_pool(backend, workers, scheduler, {format_of_name(item_name(root, rel)) for rel in first} - {None},
+                     options.facts)
     shape = to_columns if columns else list
     source = _last_split(source, 2 * pool.slots if pool.slots > 1 else 1)
     in_flight: dict[Future, list[str]] = {}
@@ -251,6 +260,13 @@ def _last_split(chunks: Iterator[list], pieces: int) -> Iterator[list]:
 # ---- fresh processes: one chunk, or one file, per process -------------------------------------
 
 _context = None
+#: set in the environment the forkserver starts with, so that it knows itself when it preloads this module
+_SERVER_ENV = "DSCLEAN_FORKSERVER"
+if os.environ.pop(_SERVER_ENV, None) == "1":
+    # This process is the forkserver. Its workers end with os._exit; it ends when the scan's process
+    # stops it (stop_local_workers waits for that). Skip the interpreter's teardown at that exit
+    # (freeing numpy's, Pillow's, ... objects: ~0.04 s the scan's process waits for, BENCHMARKS.md 10).
+    atexit.register(os._exit, 0)
 _DAEMONIC = (
     "this process is daemonic and cannot start the processes dsclean checks files in (Dask workers are, "
     "by default): start the Dask workers with DASK_DISTRIBUTED__WORKER__DAEMON=False or "
@@ -295,16 +311,36 @@ class _WorkerContext(mp_context.ForkServerContext):
     Process = _WorkerProcess
 
 
-def _fresh_process_context():
-    """A forkserver: each child forks from a clean, single-threaded, pre-imported server."""
+def _fresh_process_context(formats: Iterable[str] | None = None, facts: bool = True):
+    """A forkserver: each child forks from a clean, single-threaded, pre-imported server.
+
+    The server preloads this module (the workers' code, and everything a pool worker unpickles)
+    and the checkers of ``formats`` (None: all). Only the first call starts a server, so only its
+    ``formats`` count: a worker imports any other checker it needs on first use, for itself
+    (a tree of sounds never loads Pillow; a tree of JPEGs never loads libsndfile).
+    """
     global _context
     if _context is None:
         atexit.register(stop_local_workers)
         _context = _WorkerContext()
-        _context.set_forkserver_preload(
-            ["dsclean.scanning.worker", "dsclean.scanning.check_image", "dsclean.scanning.check_audio",
-             "dsclean.scanning.check_pnm"])
+        _context.set_forkserver_preload(preload_modules(formats, facts))
+        os.environ[_SERVER_ENV] = "1"  # seen by the server alone: it inherits this environment, then drops the name
+        try:
+            forkserver.ensure_running()
+        finally:
+            del os.environ[_SERVER_ENV]
     return _context
+
+
+def preload_modules(formats: Iterable[str] | None = None, facts: bool = True) -> list[str]:
+    """What the forkserver imports before forking workers that check ``formats`` (None: any format).
+
+    This module, the formats' checkers, and with ``facts`` for images the image facts' code
+    (:mod:`dsclean.quality.image`, imported on first use otherwise: each worker would import it).
+    """
+    formats = list(FORMATS if formats is None else formats)
+    images = facts and any(kind_of(fmt) == "image" for fmt in formats)
+    return [__name__, *checker_modules(formats), *(["dsclean.quality.image"] if images else [])]
 
 
 def _child(conn, root: str, rels: list[str], options: CheckOptions, faults: str | None) -> None:

@@ -18,19 +18,34 @@ import contextlib
 import io
 import threading
 import warnings
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
 from .. import reasons as R
 from ..quality.audio import AudioFacts, AudioStats
 from ..quality.flags import FlagOptions, audio_flags, image_flags
-from ..quality.image import ImageFacts, grey_facts_batch, image_facts, image_facts_from_pil
 from .verdict import Verdict
+
+if TYPE_CHECKING:
+    from ..quality.image import ImageFacts
 
 #: what a decoded picture's facts may raise that says nothing about the file's integrity:
 #: a mode Pillow cannot convert to grey (ValueError/OSError), no memory left for a thumbnail
 _FACT_ERRORS = (ValueError, OSError, TypeError, MemoryError)
+
+
+_quality_image = None
+
+
+def _image():
+    """:mod:`dsclean.quality.image` (Pillow), imported on first use: a scan of sounds never loads Pillow."""
+    global _quality_image
+    if _quality_image is None:
+        from ..quality import image
+
+        _quality_image = image
+    return _quality_image
 
 
 def from_grey(v: Verdict, grey: np.ndarray, *, colour_stored: bool, orientation: int | None) -> None:
@@ -42,7 +57,7 @@ def from_grey(v: Verdict, grey: np.ndarray, *, colour_stored: bool, orientation:
     queue = getattr(_batch, "queue", None)
     if queue is None:
         # a grey decode of a colour file cannot tell whether its channels are equal: grayscale stays unknown
-        v.set_facts(image_facts(grey, colour_stored=False if not colour_stored else None, orientation=orientation))
+        v.set_facts(_image().image_facts(grey, colour_stored=False if not colour_stored else None, orientation=orientation))
         return
     queue.append((v, grey, colour_stored, orientation))
     if len(queue) >= BATCH:
@@ -78,7 +93,7 @@ def _flush(queue: list) -> None:
     if not queue:
         return
     try:
-        results = grey_facts_batch([q[1] for q in queue])
+        results = _image().grey_facts_batch([q[1] for q in queue])
     except _FACT_ERRORS:  # e.g. no memory left under the check's ceiling: these facts stay null, verdicts as checked
         queue.clear()
         return
@@ -95,7 +110,7 @@ def from_pil(v: Verdict, im) -> None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            v.set_facts(image_facts_from_pil(im))
+            v.set_facts(_image().image_facts_from_pil(im))
     except _FACT_ERRORS:
         return  # e.g. a mode with no grey conversion: the facts stay null, the verdict is the check's
 
@@ -109,7 +124,7 @@ def from_encoded_image(v: Verdict, data) -> None:
             warnings.simplefilter("ignore")
             with Image.open(io.BytesIO(data if isinstance(data, bytes) else bytes(data))) as im:
                 im.load()
-                v.set_facts(image_facts_from_pil(im))
+                v.set_facts(_image().image_facts_from_pil(im))
     except _FACT_ERRORS:
         return  # Pillow refuses what the integrity rules accepted, or no memory for it: no facts
     except (SyntaxError, EOFError, Image.DecompressionBombError):
@@ -161,7 +176,7 @@ def flags_from(status, kind, width, height, duration, channels, brightness, cont
     if status == R.BAD:
         return None
     if kind == "image":
-        facts = ImageFacts(brightness=brightness, contrast=contrast, sharpness=sharpness) \
+        facts = _image().ImageFacts(brightness=brightness, contrast=contrast, sharpness=sharpness) \
             if brightness is not None else None
         return image_flags(facts, width, height, options)
     if kind == "audio":

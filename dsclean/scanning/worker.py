@@ -21,13 +21,14 @@ import signal
 import time
 from typing import Iterator
 
-from . import check, facts
+from . import check
 from .check import CheckOptions, check_bytes, check_file
 from .verdict import Columns, Verdict, to_columns
 
 #: Set to "1" only by dsclean's own tests: files named with __segfault__, __abort__, __hang__ or
 #: __oom__ then make the check crash, hang or allocate without bound (real faults, for real tests);
-#: __stderr__ writes a line to file descriptor 2, as a native decoder's warning does.
+#: __stderr__ writes a line to file descriptor 2, as a native decoder's warning does; __modules__ writes
+#: there which decoder libraries the checking process had imported when the file's check began.
 FAULT_ENV = "DSCLEAN_TEST_FAULTS"
 
 
@@ -62,9 +63,13 @@ def item_name(source, item) -> str:
 def check_chunk(root: str, rels: list[str], options: CheckOptions) -> list[Verdict]:
     """Worker task: check each file in turn. Depends only on its arguments and the files."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
-    check.load_checkers()  # import the decoders first: under a tight ceiling the import itself could fail
+    # The forkserver preloaded the checkers of the formats the scan expected; another one is imported on
+    # its format's first file, with the ceiling lifted meanwhile (the import itself could fail under it).
+    check.import_guard = without_ceiling
     set_memory_ceiling(effective_ceiling(options.max_memory))
     check.fault_hook = inject_fault if os.environ.get(FAULT_ENV) == "1" else None
+    from . import facts  # here, not at the top: numpy stays out of the main process's import of the executors
+
     out = []
     # facts.batched: the JPEG facts of the chunk are computed 32 at a time (same values, less CPU)
     with Watchdog(options.timeout) as watchdog, check.decoder_messages_for_run(), facts.batched():
@@ -202,6 +207,23 @@ def set_memory_ceiling(extra_bytes: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
 
+@contextlib.contextmanager
+def without_ceiling() -> Iterator[None]:
+    """Lift the memory ceiling for a while; afterwards the same headroom as before it (what was loaded meanwhile
+    does not count against the check)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == hard:
+        yield
+        return
+    before = _address_space()
+    resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+    try:
+        yield
+    finally:
+        limit = soft + max(0, _address_space() - before)
+        resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+
+
 def inject_fault(path: str) -> None:
     """Test-only faults, active only with DSCLEAN_TEST_FAULTS=1 in the worker's environment."""
     name = os.path.basename(path)
@@ -211,6 +233,11 @@ def inject_fault(path: str) -> None:
         ctypes.string_at(0)  # read address 0: SIGSEGV in C, as a broken decoder would
     elif "__stderr__" in name:
         os.write(2, f"warning from the decoder about {name}\n".encode())  # what a C library's fprintf does
+    elif "__modules__" in name:
+        import sys
+
+        loaded = sorted(m for m in ("PIL", "simplejpeg", "soundfile") if m in sys.modules)
+        os.write(2, f"modules: {' '.join(loaded)}\n".encode())
     elif "__abort__" in name:
         os.abort()
     elif "__hang__" in name:
