@@ -304,14 +304,21 @@ class _Buffer:
             self.view = memoryview(self.array)
 
 
-_BUFFERS = threading.local()
+_FREE: list[_Buffer] = []  # batch buffers not in use, kept for the next shard
+_FREE_LOCK = threading.Lock()
 
 
-def _buffer() -> _Buffer:
-    """This thread's batch buffer, kept from shard to shard (a fresh one costs a page fault per 4 KiB)."""
-    if not hasattr(_BUFFERS, "buffer"):
-        _BUFFERS.buffer = _Buffer()
-    return _BUFFERS.buffer
+@contextlib.contextmanager
+def _batch_buffer():
+    """A batch buffer for one shard, kept in the process after it (a fresh one costs a page fault per
+    4 KiB): shards built one after the other, on whichever thread, share one."""
+    with _FREE_LOCK:
+        buf = _FREE.pop() if _FREE else _Buffer()
+    try:
+        yield buf
+    finally:
+        with _FREE_LOCK:
+            _FREE.append(buf)
 
 
 @dataclass
@@ -516,9 +523,8 @@ def write_shard(job: ShardJob) -> ShardResult:
     kept, offsets, sums = [], [], []  # per batch: positions in job.rows, media offsets, checksums
     classes = list(job.classes)
     in_hand: list = []
-    buf = _buffer()
     try:
-        with atomic_output(job.path, sync_dir=False) as tmp:
+        with atomic_output(job.path, sync_dir=False) as tmp, _batch_buffer() as buf:
             fd = os.open(tmp, os.O_WRONLY)
             out = _Out(fd)
             try:
