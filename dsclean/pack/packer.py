@@ -53,6 +53,7 @@ class PackOptions:
     progress: bool = False  # print progress to stderr
     inline_limit: int = INLINE_LIMIT  # files up to this size are read once into memory
     rehash: bool = False  # hash every file's bytes, even those the scan results hold a current hash for
+    fsync: bool = True  # False (--no-fsync): no fsync of any file of the pack; the OS writes them back in its time
 
 
 @dataclass
@@ -144,7 +145,7 @@ def _job(ctx: _Context, k: int, options: PackOptions) -> ShardJob:
                     skip_changed=options.skip_changed, inline_limit=options.inline_limit,
                     checksums=None if known is None or not known.any() else ctx.checksums[rows],
                     known=None if known is None or not known.any() else known, keys=ctx.plan.keys[rows],
-                    one_at_a_time=options.jobs <= 1 and options.backend == "loky")
+                    one_at_a_time=options.jobs <= 1 and options.backend == "loky", fsync=options.fsync)
 
 
 def pack_shards(index: str, output: str, options: PackOptions = PackOptions()) -> PackSummary:
@@ -158,7 +159,7 @@ def pack_shards(index: str, output: str, options: PackOptions = PackOptions()) -
     summary = PackSummary(output=ctx.output, shards=ctx.plan.shards, part=options.part,
                           scan_hashes=0 if ctx.known is None else int(ctx.known.sum()),
                           scan_results=ctx.checksum_source)
-    summary.resumed = state.prepare_output(ctx.output, ctx.record)
+    summary.resumed = state.prepare_output(ctx.output, ctx.record, fsync=options.fsync)
     with state.locked(ctx.output, options.part):
         if options.part is None:
             remove_stale_temps(ctx.output, _OWN_FILES)
@@ -171,7 +172,7 @@ def pack_shards(index: str, output: str, options: PackOptions = PackOptions()) -
         if options.part is not None:
             _read_back_all(ctx, [k for k in mine if k not in results], options, results)
             state.write_part(ctx.output, ctx.record, options.part, mine,
-                             [s for k in mine for s in results[k].skipped])
+                             [s for k in mine for s in results[k].skipped], fsync=options.fsync)
             summary.skipped = [s for k in mine for s in results[k].skipped]
             return _done(summary, t0)
         if not results and _published(ctx.output):
@@ -180,7 +181,7 @@ def pack_shards(index: str, output: str, options: PackOptions = PackOptions()) -
             summary.notes.append("every shard was already there: nothing to do")
             return _done(summary, t0)
         _read_back_all(ctx, [k for k in range(ctx.plan.shards) if k not in results], options, results)
-        _finish(ctx, results, summary)
+        _finish(ctx, results, summary, options.fsync)
     return _done(summary, t0)
 
 
@@ -206,7 +207,7 @@ def finish_pack(index: str, output: str, options: PackOptions = PackOptions()) -
         results: dict[int, ShardResult] = {}
         _read_back_all(ctx, list(range(ctx.plan.shards)), options, results)
         summary.reused = ctx.plan.shards
-        _finish(ctx, results, summary)
+        _finish(ctx, results, summary, options.fsync)
     return _done(summary, t0)
 
 
@@ -249,12 +250,12 @@ def _read_back_all(ctx: _Context, numbers: list[int], options: PackOptions, resu
             raise KeyboardInterrupt
 
 
-def _finish(ctx: _Context, results: dict[int, ShardResult], summary: PackSummary) -> None:
+def _finish(ctx: _Context, results: dict[int, ShardResult], summary: PackSummary, fsync: bool = True) -> None:
     for k in range(ctx.plan.shards):
         if not results[k].written:
             summary.skipped += results[k].skipped
     try:
-        summary.samples = publish(ctx.output, ctx.index, ctx.meta, ctx.plan, results, ctx.identity)
+        summary.samples = publish(ctx.output, ctx.index, ctx.meta, ctx.plan, results, ctx.identity, fsync=fsync)
     except OSError as exc:
         summary.failures.append(f"{ctx.output}: cannot write the packed index or shard list: {exc.strerror or exc}")
         return

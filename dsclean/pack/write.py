@@ -19,10 +19,11 @@ import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Iterator
 
 import numpy as np
 
-from ..atomic import atomic_output
+from ..atomic import atomic_output, temp_next_to
 from ..data.shards import release
 from ..formats import FORMATS, SNIFF_BYTES, sniff
 from ..hashing import DIGEST_SIZE, content_hash, new_hasher
@@ -62,6 +63,8 @@ class ShardJob:
     keys: np.ndarray | None = None
     #: shards are built one at a time in this process, the last one's fsync overlapping the next (``--jobs 1``)
     one_at_a_time: bool = False
+    #: fsync the shard before its rename (False: ``--no-fsync``, the OS writes it back in its own time)
+    fsync: bool = True
 
     @property
     def path(self) -> str:
@@ -89,6 +92,30 @@ def make_readable(path: str) -> None:
     mask = os.umask(0)
     os.umask(mask)
     os.chmod(path, 0o666 & ~mask)
+
+
+@contextlib.contextmanager
+def output_file(final: str, *, fsync: bool = True, sync_dir: bool = True) -> Iterator[str]:
+    """A temp file next to ``final``, renamed over it when the block succeeds (removed when it fails).
+
+    ``fsync`` (the default): :func:`dsclean.atomic.atomic_output`, the file fsynced before the
+    rename (and the folder after it unless ``sync_dir`` is False). ``fsync=False``
+    (``pack --no-fsync``): the same without any fsync, like ``tar`` or ``cp``: a killed process
+    still never leaves a partial file under ``final``, but after a power loss or an OS crash
+    the file may not be on disk yet.
+    """
+    if fsync:
+        with atomic_output(final, sync_dir=sync_dir) as tmp:
+            yield tmp
+        return
+    tmp = temp_next_to(final)
+    try:
+        yield tmp
+        os.replace(tmp, final)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
 
 
 class SourceProblem(Exception):
@@ -446,8 +473,9 @@ class _Out:
     shard's final fsync (before its rename) has little left to wait for.
     """
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, sync: bool = True) -> None:
         self.fd = fd
+        self.sync = sync  # False (``--no-fsync``): no background fdatasync either
         self.parts: list = []
         self.pending = 0
         self.pos = 0  # bytes of the shard so far (written + gathered)
@@ -485,7 +513,7 @@ class _Out:
     def wrote(self, n: int) -> None:
         """``n`` more bytes are in the file: start a background sync when enough are."""
         self._unsynced += n
-        if self._unsynced < _SYNC_EVERY or (self._sync is not None and not self._sync.done()):
+        if not self.sync or self._unsynced < _SYNC_EVERY or (self._sync is not None and not self._sync.done()):
             return
         if self._sync is not None:
             self._sync.result()  # a failed sync (EIO, ENOSPC) fails the shard
@@ -524,9 +552,9 @@ def write_shard(job: ShardJob) -> ShardResult:
     classes = list(job.classes)
     in_hand: list = []
     try:
-        with atomic_output(job.path, sync_dir=False) as tmp, _batch_buffer() as buf:
+        with output_file(job.path, fsync=job.fsync, sync_dir=False) as tmp, _batch_buffer() as buf:
             fd = os.open(tmp, os.O_WRONLY)
-            out = _Out(fd)
+            out = _Out(fd, sync=job.fsync)
             try:
                 with _BUILDING if job.one_at_a_time else contextlib.nullcontext():
                     for lo, hi, bulk in _batches(cols.size, job.inline_limit):
