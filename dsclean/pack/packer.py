@@ -216,7 +216,8 @@ def _write(ctx: _Context, numbers: list[int], options: PackOptions, summary: Pac
     with stop_on_signals() as stop:
         jobs = (_job(ctx, k, options) for k in numbers)
         for r in run_tasks(write_shard, jobs, backend=options.backend, jobs=options.jobs,
-                           scheduler=options.scheduler, stop=stop, overlap=True):  # jobs 1: fsyncs overlap
+                           scheduler=options.scheduler, stop=stop,
+                           overlap=options.fsync):  # jobs 1: the fsyncs overlap the next shard
             if r.error:
                 summary.failures.append(r.error)
                 stop.stop()  # let the shards in flight finish, start no more
