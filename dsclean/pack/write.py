@@ -468,9 +468,11 @@ def _relayout(buf: _Buffer, lay: Layout, ext: np.ndarray, real: np.ndarray, labe
 class _Out:
     """The shard's bytes, gathered and written with ``writev`` a few MiB at a time (no copy into a buffer).
 
-    Write-behind: every ``_SYNC_EVERY`` bytes an ``fdatasync`` runs on a helper thread
-    while the next samples are gathered, so the disk works during the pack and the
-    shard's final fsync (before its rename) has little left to wait for.
+    A batch laid out in bulk is written by a helper thread while the caller reads and lays
+    out the next batch into a second buffer (the copy into the page cache runs beside the
+    copies out of it). Write-behind: every ``_SYNC_EVERY`` bytes an ``fdatasync`` runs on
+    another helper thread while the next samples are gathered, so the disk works during the
+    pack and the shard's final fsync (before its rename) has little left to wait for.
     """
 
     def __init__(self, fd: int, sync: bool = True) -> None:
@@ -482,6 +484,8 @@ class _Out:
         self._unsynced = 0
         self._sync: Future | None = None
         self._syncer: ThreadPoolExecutor | None = None
+        self._write: Future | None = None  # the batch being written by the writer thread
+        self._writer: ThreadPoolExecutor | None = None
 
     def add(self, data: bytes) -> None:
         self.parts.append(data)
@@ -491,6 +495,8 @@ class _Out:
             self.flush()
 
     def flush(self) -> None:
+        """Write what is gathered, after the batch being written (waited for: writes stay in order)."""
+        self.wait()
         if not self.parts:
             return
         done = os.writev(self.fd, self.parts)
@@ -502,13 +508,22 @@ class _Out:
         self.parts, self.pending = [], 0
 
     def write(self, data) -> None:
-        """``data`` written now (after what is gathered): a batch laid out in bulk, in a buffer reused after."""
+        """``data`` written after what is gathered, by the writer thread: a batch laid out in bulk.
+
+        The caller must leave ``data`` alone until its next call here (or to ``flush``/``close``),
+        which waits for it: it lays out the next batch in another buffer meanwhile.
+        """
         self.flush()
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self.fd, view):]
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="pack-write")
+        self._write = self._writer.submit(_write_all, self.fd, data)
         self.pos += len(data)
-        self.wrote(len(data))
+
+    def wait(self) -> None:
+        """Wait for the batch being written; raises what its write raised (ENOSPC, EIO)."""
+        if self._write is not None:
+            write, self._write = self._write, None
+            self.wrote(write.result())
 
     def wrote(self, n: int) -> None:
         """``n`` more bytes are in the file: start a background sync when enough are."""
@@ -523,13 +538,26 @@ class _Out:
         self._unsynced = 0
 
     def close(self) -> None:
-        """Wait for the background sync (before the descriptor closes); raises what it raised."""
+        """Wait for the writer and the background sync (before the descriptor closes); raises what they raised."""
+        try:
+            self.wait()
+        finally:
+            if self._writer is not None:
+                self._writer.shutdown(wait=True)
+                self._writer = None
         if self._syncer is not None:
             self._syncer.shutdown(wait=True)
             self._syncer = None
             sync, self._sync = self._sync, None
             if sync is not None:
                 sync.result()
+
+
+def _write_all(fd: int, data) -> int:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    return len(data)
 
 
 _FLUSH_BYTES = 4 << 20
@@ -552,7 +580,8 @@ def write_shard(job: ShardJob) -> ShardResult:
     classes = list(job.classes)
     in_hand: list = []
     try:
-        with output_file(job.path, fsync=job.fsync, sync_dir=False) as tmp, _batch_buffer() as buf:
+        with output_file(job.path, fsync=job.fsync, sync_dir=False) as tmp, _batch_buffer() as buf, \
+                _batch_buffer() as other:  # one batch is laid out in a buffer while the other is written
             fd = os.open(tmp, os.O_WRONLY)
             out = _Out(fd, sync=job.fsync)
             try:
@@ -568,6 +597,7 @@ def write_shard(job: ShardJob) -> ShardResult:
                             sums.append(done.checksums.tobytes())
                             result.hashed += done.hashed
                             out.write(buf.view[:done.size])
+                            buf, other = other, buf  # (out.write waits for ``other``'s write first)
                             continue
                         batch = cols.rows(lo, hi, job)
                         sources = in_hand = _read_batch(job.root, batch, job.inline_limit)
