@@ -122,7 +122,7 @@ def _prepare(index: str, output: str, options: PackOptions, *, writing: bool = T
     if options.rehash:
         ctx.checksum_source = "none: --rehash (every file is hashed)"
     else:
-        sums, known, ctx.checksum_source = scan_checksums(idx, plan.keys)
+        sums, known, ctx.checksum_source = scan_checksums(idx)
         if known.any():
             ctx.checksums, ctx.known = sums, known
     return ctx
