@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -30,7 +31,7 @@ from .publish import publish
 from .runner import run_tasks, stop_on_signals
 from .scanhashes import scan_checksums
 from .tarformat import TarError
-from .write import INLINE_LIMIT, ShardJob, ShardResult, read_back, write_shard
+from .write import INLINE_LIMIT, ShardJob, ShardResult, finish_shard, read_back, write_shard
 
 
 #: files of the folder a killed run may have left temp copies of (shards' temps are their writers' to remove)
@@ -145,7 +146,8 @@ def _job(ctx: _Context, k: int, options: PackOptions) -> ShardJob:
                     skip_changed=options.skip_changed, inline_limit=options.inline_limit,
                     checksums=None if known is None or not known.any() else ctx.checksums[rows],
                     known=None if known is None or not known.any() else known, keys=ctx.plan.keys[rows],
-                    one_at_a_time=options.jobs <= 1 and options.backend == "loky", fsync=options.fsync)
+                    one_at_a_time=options.jobs <= 1 and options.backend == "loky", fsync=options.fsync,
+                    deferred=options.jobs > 1 and options.backend == "loky")
 
 
 def pack_shards(index: str, output: str, options: PackOptions = PackOptions()) -> PackSummary:
@@ -212,24 +214,40 @@ def finish_pack(index: str, output: str, options: PackOptions = PackOptions()) -
 
 
 def _write(ctx: _Context, numbers: list[int], options: PackOptions, summary: PackSummary) -> dict[int, ShardResult]:
+    """Write the shards; with ``--jobs N`` (loky) the workers leave each shard in its temp file and
+    this process fsyncs and renames it on a thread, so a worker never waits for the disk."""
     results: dict[int, ShardResult] = {}
-    with stop_on_signals() as stop:
-        jobs = (_job(ctx, k, options) for k in numbers)
-        for r in run_tasks(write_shard, jobs, backend=options.backend, jobs=options.jobs,
-                           scheduler=options.scheduler, stop=stop,
-                           overlap=options.fsync):  # jobs 1: the fsyncs overlap the next shard
-            if r.error:
-                summary.failures.append(r.error)
-                stop.stop()  # let the shards in flight finish, start no more
-                continue
-            results[r.number] = r
-            summary.written += 1
-            summary.bytes_written += r.filesize
-            summary.hashed += r.hashed
-            summary.skipped += r.skipped
-            if options.progress:
-                print(f"\rpack: {summary.written + summary.reused}/{summary.shards} shards", end="",
-                      file=sys.stderr, flush=True)
+    finishing: dict[Future, ShardResult] = {}
+
+    def done(r: ShardResult, error: str | None) -> None:
+        if error:
+            summary.failures.append(error)
+            stop.stop()  # let the shards in flight finish, start no more
+            return
+        results[r.number] = r
+        summary.written += 1
+        summary.bytes_written += r.filesize
+        summary.hashed += r.hashed
+        summary.skipped += r.skipped
+        if options.progress:
+            print(f"\rpack: {summary.written + summary.reused}/{summary.shards} shards", end="",
+                  file=sys.stderr, flush=True)
+
+    with stop_on_signals() as stop, ThreadPoolExecutor(2, thread_name_prefix="pack-finish") as finisher:
+        try:
+            jobs = (_job(ctx, k, options) for k in numbers)
+            for r in run_tasks(write_shard, jobs, backend=options.backend, jobs=options.jobs,
+                               scheduler=options.scheduler, stop=stop,
+                               overlap=options.fsync):  # jobs 1: the fsyncs overlap the next shard
+                if r.temp is not None and not r.error:
+                    finishing[finisher.submit(finish_shard, r, ctx.output, options.fsync)] = r
+                else:
+                    done(r, r.error)
+                for f in [f for f in finishing if f.done()]:
+                    done(finishing.pop(f), f.result())
+        finally:  # the shards handed over are renamed (or their temp files removed), even when interrupted
+            for f, r in finishing.items():
+                done(r, f.result())
         summary.signal = stop.signum
     if options.progress and numbers:
         print(file=sys.stderr)

@@ -65,6 +65,9 @@ class ShardJob:
     one_at_a_time: bool = False
     #: fsync the shard before its rename (False: ``--no-fsync``, the OS writes it back in its own time)
     fsync: bool = True
+    #: leave the finished shard in its temp file (``ShardResult.temp``) for the caller to fsync and rename
+    #: (:func:`finish_shard`): a loky worker goes on to its next shard while the parent waits for the disk
+    deferred: bool = False
 
     @property
     def path(self) -> str:
@@ -85,6 +88,7 @@ class ShardResult:
     error: str | None = None  # the shard could not be written: why (it does not exist)
     written: bool = False  # written by this run (False: read back from an earlier one)
     hashed: int = 0  # samples whose bytes were hashed here (the others' checksum came from the scan)
+    temp: str | None = None  # with ``ShardJob.deferred``: the complete shard, not yet fsynced nor renamed
 
 
 def make_readable(path: str) -> None:
@@ -95,23 +99,25 @@ def make_readable(path: str) -> None:
 
 
 @contextlib.contextmanager
-def output_file(final: str, *, fsync: bool = True, sync_dir: bool = True) -> Iterator[str]:
+def output_file(final: str, *, fsync: bool = True, sync_dir: bool = True, keep: bool = False) -> Iterator[str]:
     """A temp file next to ``final``, renamed over it when the block succeeds (removed when it fails).
 
     ``fsync`` (the default): :func:`dsclean.atomic.atomic_output`, the file fsynced before the
     rename (and the folder after it unless ``sync_dir`` is False). ``fsync=False``
     (``pack --no-fsync``): the same without any fsync, like ``tar`` or ``cp``: a killed process
     still never leaves a partial file under ``final``, but after a power loss or an OS crash
-    the file may not be on disk yet.
+    the file may not be on disk yet. ``keep``: neither fsync nor rename; the caller does
+    (:func:`finish_shard`).
     """
-    if fsync:
+    if fsync and not keep:
         with atomic_output(final, sync_dir=sync_dir) as tmp:
             yield tmp
         return
     tmp = temp_next_to(final)
     try:
         yield tmp
-        os.replace(tmp, final)
+        if not keep:
+            os.replace(tmp, final)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -587,7 +593,7 @@ def write_shard(job: ShardJob) -> ShardResult:
     classes = list(job.classes)
     in_hand: list = []
     try:
-        with output_file(job.path, fsync=job.fsync, sync_dir=False) as tmp, _batch_buffer() as buf, \
+        with output_file(job.path, fsync=job.fsync, sync_dir=False, keep=job.deferred) as tmp, _batch_buffer() as buf, \
                 _batch_buffer() as other:  # one batch is laid out in a buffer while the other is written
             fd = os.open(tmp, os.O_WRONLY)
             out = _Out(fd, sync=job.fsync)
@@ -648,8 +654,28 @@ def write_shard(job: ShardJob) -> ShardResult:
     result.rows = np.asarray(job.rows, np.int64)[np.concatenate([np.zeros(0, np.int64), *kept]).astype(np.int64)]
     result.offsets = np.concatenate([np.zeros(0, np.int64), *offsets]).astype(np.int64)
     result.checksums = b"".join(sums)
-    result.filesize = os.path.getsize(job.path)
+    if job.deferred:
+        result.temp = tmp
+    result.filesize = os.path.getsize(result.temp or job.path)
     return result
+
+
+def finish_shard(result: ShardResult, output: str, fsync: bool) -> str | None:
+    """Fsync a deferred shard's temp file (unless ``fsync`` is False) and rename it to its name;
+    None when done, else why not (the temp file is then removed)."""
+    try:
+        if fsync:
+            fd = os.open(result.temp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        os.replace(result.temp, os.path.join(output, result.name))
+        return None
+    except OSError as exc:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(result.temp)
+        return f"{os.path.join(output, result.name)}: cannot write the shard: {exc.strerror or exc}"
 
 
 def _write_sample(out: _Out, batch: _Rows, j: int, src: _Source, classes: list[str]) -> int:
