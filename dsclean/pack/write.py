@@ -344,7 +344,7 @@ _FREE_LOCK = threading.Lock()
 @contextlib.contextmanager
 def _batch_buffer():
     """A batch buffer for one shard, kept in the process after it (a fresh one costs a page fault per
-    4 KiB): shards built one after the other, on whichever thread, share one."""
+    4 KiB): shards built one after the other, on whichever thread, reuse the same ones."""
     with _FREE_LOCK:
         buf = _FREE.pop() if _FREE else _Buffer()
     try:
@@ -554,16 +554,16 @@ class _Out:
         """Wait for the writer and the background sync (before the descriptor closes); raises what they raised."""
         try:
             self.wait()
-        finally:
+        finally:  # the helper threads are done with the descriptor however the writing ended
             if self._writer is not None:
                 self._writer.shutdown(wait=True)
                 self._writer = None
-        if self._syncer is not None:
-            self._syncer.shutdown(wait=True)
-            self._syncer = None
-            sync, self._sync = self._sync, None
-            if sync is not None:
-                sync.result()
+            if self._syncer is not None:
+                self._syncer.shutdown(wait=True)
+                self._syncer = None
+                sync, self._sync = self._sync, None
+                if sync is not None:
+                    sync.result()
 
 
 def _write_all(fd: int, data) -> int:
