@@ -769,13 +769,14 @@ def read_back(job: ShardJob) -> ShardResult:
     paths = table.column("path").to_pylist()
     planned = [sample_key(p) for p in paths]
     rows, offsets, sums = [], [], bytearray()
-    p = 0
+    p = end = 0  # end: of the last member read, padding included
     with open(job.path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
         released = 0
         try:
             for key, members in _samples(mm, job.path):
+                end = max(m.offset + m.size + (-m.size % BLOCK) for m in members.values())
                 first = min(m.offset for m in members.values())
                 if first - released > _RELEASE_EVERY:  # keep this process's resident size flat
                     release(mm, released, first - _RELEASE_EVERY // 2)
@@ -797,6 +798,9 @@ def read_back(job: ShardJob) -> ShardResult:
                 offsets.append(media[0].offset)
                 sums += checksum
                 p += 1
+            if size != end + len(end_of_archive(end)):  # zeros where samples were: a crash after --no-fsync
+                raise TarError(f"{job.path}: {size - end} bytes after its last sample where the end-of-archive "
+                               f"takes {len(end_of_archive(end))}: not a shard pack finished")
         except (ValueError, KeyError) as exc:
             raise TarError(f"{job.path}: unreadable sample json ({exc})") from None
         finally:

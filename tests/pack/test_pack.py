@@ -242,6 +242,23 @@ def test_no_fsync_writes_the_same_files_without_a_single_fsync(tmp_path, monkeyp
     assert main(["verify", str(tmp_path / "fast")]) == 0
 
 
+def test_a_resume_refuses_a_shard_of_zeros_as_a_crash_after_no_fsync_can_leave(tmp_path):
+    """The data of a shard written without fsync may be zeros after a power loss (its size kept):
+    a resume must not read it as an empty shard whose samples were all left out."""
+    _, index = make_indexed(tmp_path)
+    out = tmp_path / "s"
+    assert main(["pack", index, "-o", str(out), "--samples-per-shard", "5", "-q", "--no-fsync"]) == 0
+    for name in ("index.arrow", "shardindex.json"):  # the crash came before the pack finished
+        os.unlink(out / name)
+    victim = out / "data-000001.tar"
+    victim.write_bytes(bytes(os.path.getsize(victim)))
+    with pytest.raises(UserError, match="data-000001.tar: .* not a shard pack finished; remove that shard"):
+        _pack(index, out, samples_per_shard=5)
+    os.unlink(victim)  # as the message says: the same command then rebuilds it
+    assert _pack(index, out, samples_per_shard=5).written == 1
+    assert main(["verify", str(out)]) == 0
+
+
 @pytest.fixture
 def small_tmpfs(tmp_path):
     """A real 1 MiB tmpfs mount (tests run as root)."""
