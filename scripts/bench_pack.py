@@ -2,12 +2,14 @@
 """Benchmark dsclean pack and reading from shards, each against a baseline in the same run.
 
     python scripts/bench_pack.py [--n 5000] [--size 256] [--repeats 3] [--rows 1000000] [--workers 2]
-                                 [--only throughput,read,memory] [--out DIR]
+                                 [--only throughput,cold,read,memory] [--before TREE] [--no-rehash] [--out DIR]
 
 1. throughput: ``dsclean pack`` (jobs 1 and 2; the files scanned first, so pack reuses the
-   scan's checksums, and with ``--rehash``, hashing every file) against ``tar -cf`` of the same
-   files (and ``tar -cf`` followed by an fsync, since pack fsyncs every shard), 16 MiB shards;
-   page cache warm, and (``cold``, root) dropped before every run; interleaved, best of ``--repeats``.
+   scan's checksums; with ``--no-fsync``; and with ``--rehash``, hashing every file) against
+   ``tar -cf`` of the same files (and ``tar -cf`` followed by an fsync, since pack fsyncs every
+   shard by default), 16 MiB shards; page cache warm, and (``cold``, root) dropped before every
+   run; interleaved, best of ``--repeats``. Pack runs through the API in a child process (no
+   start-up timed); ``--before TREE`` adds the same packs with another checkout's dsclean.
 2. read: random-access reads of every sample in a random order through IndexedDataset,
    from the shards against from the original small files: raw bytes and decoded
    samples with a warm page cache, raw bytes with the page cache dropped before each
@@ -65,14 +67,17 @@ def _cpu(who: int) -> float:
     return r.ru_utime + r.ru_stime
 
 
-def bench_throughput(work: str, index: str, root: str, mb: float, repeats: int, cold: bool = False) -> list[str]:
+def bench_throughput(work: str, index: str, root: str, mb: float, repeats: int, cold: bool = False,
+                     before: str | None = None, rehash: bool = True) -> list[str]:
     """Wall time (best of the repeats) and CPU time (of that run; less sensitive to a loaded machine).
 
+    Every pack runs through the API (``pack_shards``) in a long-lived child process per source
+    tree (this one, and ``before``: another checkout of dsclean, for a before/after comparison
+    in the same run), so interpreter start-up and imports are not timed; its CPU time is the
+    child's (all threads) plus, for ``--jobs 2``, its loky workers'. ``tar`` is a whole process.
     ``cold``: the page cache is dropped before every run of every contender (root only).
     """
     import resource
-
-    from dsclean.pack.packer import PackOptions, pack_shards
 
     def tar(sync: bool) -> tuple[float, float]:
         out = os.path.join(work, "x.tar")
@@ -86,37 +91,96 @@ def bench_throughput(work: str, index: str, root: str, mb: float, repeats: int, 
         os.unlink(out)
         return t, c
 
-    def dsclean_pack(jobs: int, rehash: bool) -> tuple[float, float]:
+    packers = {"": _Packer(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))}
+    if before:
+        packers["before: "] = _Packer(before)
+
+    def pack(who: str, jobs: int, rehash: bool, fsync: bool = True) -> tuple[float, float]:
         out = os.path.join(work, "shards-bench")
         shutil.rmtree(out, ignore_errors=True)
         if cold:
             _drop_caches()
-        c, t = _cpu(resource.RUSAGE_SELF), time.perf_counter()
-        s = pack_shards(index, out, PackOptions(shard_size=16 << 20, jobs=jobs, rehash=rehash))
-        t, c = time.perf_counter() - t, _cpu(resource.RUSAGE_SELF) - c
-        assert s.complete and s.hashed == (s.samples if rehash else 0), (s.hashed, s.scan_hashes)
+        opts = {"shard_size": 16 << 20, "jobs": jobs, "rehash": rehash, **({} if fsync else {"fsync": False})}
+        r = packers[who].run(index, out, opts)
         shutil.rmtree(out)
-        return t, (c if jobs == 1 else float("nan"))  # --jobs 2 works in loky processes this one cannot measure
+        return r["wall"], r["cpu"]
 
-    runs = {"tar -cf": lambda: tar(False), "tar -cf, then fsync": lambda: tar(True),
-            "dsclean pack --jobs 1 (checksums from the scan)": lambda: dsclean_pack(1, False),
-            "dsclean pack --jobs 2 (checksums from the scan)": lambda: dsclean_pack(2, False),
-            "dsclean pack --jobs 1 --rehash": lambda: dsclean_pack(1, True),
-            "dsclean pack --jobs 2 --rehash": lambda: dsclean_pack(2, True)}
-    for fn in runs.values():  # warm-up: page cache, loky pool
-        fn()
-    best = {name: (float("inf"), float("nan")) for name in runs}
-    for _ in range(repeats):
-        for name, fn in runs.items():
-            best[name] = min(best[name], fn())
+    runs = {"tar -cf": lambda: tar(False), "tar -cf, then fsync": lambda: tar(True)}
+    for who in packers:
+        for jobs in (1, 2):
+            runs[f"{who}dsclean pack --jobs {jobs}"] = lambda who=who, jobs=jobs: pack(who, jobs, False)
+        if not who:
+            for jobs in (1, 2):
+                runs[f"dsclean pack --jobs {jobs} --no-fsync"] = lambda jobs=jobs: pack("", jobs, False, False)
+        if rehash:
+            for jobs in (1, 2):
+                runs[f"{who}dsclean pack --jobs {jobs} --rehash"] = lambda who=who, jobs=jobs: pack(who, jobs, True)
+    try:
+        for fn in runs.values():  # warm-up: page cache, loky pool, imports
+            fn()
+        best = {name: (float("inf"), float("nan")) for name in runs}
+        for _ in range(repeats):
+            for name, fn in runs.items():
+                best[name] = min(best[name], fn())
+    finally:
+        for p in packers.values():
+            p.close()
     lines = ["| writer | s | MB/s | vs tar -cf | vs tar -cf + fsync | CPU s | CPU vs tar -cf |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     for name, (t, c) in best.items():
-        cpu = (f"{c:.2f} | {c / best['tar -cf'][1]:.1f}x" if c == c
-               else "(in loky workers, not measured) |")
         lines.append(f"| {name} | {t:.2f} | {mb / t:.0f} | {best['tar -cf'][0] / t:.2f}x | "
-                     f"{best['tar -cf, then fsync'][0] / t:.2f}x | {cpu} |")
+                     f"{best['tar -cf, then fsync'][0] / t:.2f}x | {c:.2f} | {c / best['tar -cf'][1]:.1f}x |")
     return lines
+
+
+class _Packer:
+    """A child process that runs ``pack_shards`` from the dsclean in ``tree`` on request (JSON lines)."""
+
+    def __init__(self, tree: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--_packer", os.path.abspath(tree)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def run(self, index: str, out: str, opts: dict) -> dict:
+        self.proc.stdin.write(json.dumps({"index": index, "out": out, "opts": opts}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the packer child died (exit {self.proc.wait()})")
+        return json.loads(line)
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def run_packer(tree: str) -> None:
+    """The child of :class:`_Packer`: import dsclean from ``tree``, pack what each stdin line asks."""
+    import resource
+
+    import psutil
+
+    sys.path.insert(0, tree)
+    from dsclean.pack.packer import PackOptions, pack_shards
+
+    me = psutil.Process()
+
+    def cpu() -> float:  # this process (all threads) and its loky workers
+        kids = 0.0
+        for child in me.children(recursive=True):
+            try:
+                t = child.cpu_times()
+                kids += t.user + t.system
+            except psutil.Error:
+                pass
+        return _cpu(resource.RUSAGE_SELF) + kids
+
+    for line in sys.stdin:
+        req = json.loads(line)
+        c, t = cpu(), time.perf_counter()
+        s = pack_shards(req["index"], req["out"], PackOptions(**req["opts"]))
+        t, c = time.perf_counter() - t, cpu() - c
+        assert s.complete and s.hashed == (s.samples if req["opts"]["rehash"] else 0), (s.hashed, s.scan_hashes)
+        print(json.dumps({"wall": t, "cpu": c}), flush=True)
 
 
 def _drop_caches() -> bool:
@@ -283,8 +347,16 @@ def main() -> int:
     ap.add_argument("--only", default="throughput,cold,read,memory",
                     help="comma-separated parts; cold = throughput with the page cache dropped (root)")
     ap.add_argument("--out", default=None, help="work folder (default: a temp folder, removed at the end)")
+    ap.add_argument("--before", metavar="TREE",
+                    help="throughput: also pack with the dsclean of this checkout (e.g. a git archive of main), "
+                    "interleaved, for a before/after comparison in one run")
+    ap.add_argument("--no-rehash", action="store_true", help="throughput: leave out the --rehash rows")
     ap.add_argument("--_child", help=argparse.SUPPRESS)
+    ap.add_argument("--_packer", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args._packer:
+        run_packer(args._packer)
+        return 0
     if args._child:
         spec = json.loads(args._child)
         print(json.dumps(run_memory_variant(spec["variant"], spec["target"], spec["workers"], spec["state"])))
@@ -299,7 +371,8 @@ def main() -> int:
     only = set(args.only.split(","))
     print(f"machine: {os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}")
     print(f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    print(f"command: python scripts/bench_pack.py {' '.join(sys.argv[1:])}\n")
+    print(f"command: python scripts/bench_pack.py {' '.join(sys.argv[1:])}")
+    print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
     try:
         if only & {"throughput", "read"}:
             root = os.path.join(work, "jpegs")
@@ -313,11 +386,15 @@ def main() -> int:
             print()
             if "throughput" in only:
                 print("page cache warm:\n")
-                print("\n".join(bench_throughput(work, index, root, mb, args.repeats)) + "\n")
+                print("\n".join(bench_throughput(work, index, root, mb, args.repeats, before=args.before,
+                                                 rehash=not args.no_rehash)) + "\n")
+                print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
                 if "cold" in only:
                     if _drop_caches():
                         print("page cache dropped before every run:\n")
-                        print("\n".join(bench_throughput(work, index, root, mb, args.repeats, cold=True)) + "\n")
+                        print("\n".join(bench_throughput(work, index, root, mb, args.repeats, cold=True,
+                                                         before=args.before, rehash=not args.no_rehash)) + "\n")
+                        print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
                     else:
                         print("(cold throughput skipped: cannot drop the page cache, not root)\n")
             if "read" in only:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -30,7 +31,7 @@ from .publish import publish
 from .runner import run_tasks, stop_on_signals
 from .scanhashes import scan_checksums
 from .tarformat import TarError
-from .write import INLINE_LIMIT, ShardJob, ShardResult, read_back, write_shard
+from .write import INLINE_LIMIT, ShardJob, ShardResult, finish_shard, read_back, write_shard
 
 
 #: files of the folder a killed run may have left temp copies of (shards' temps are their writers' to remove)
@@ -53,6 +54,7 @@ class PackOptions:
     progress: bool = False  # print progress to stderr
     inline_limit: int = INLINE_LIMIT  # files up to this size are read once into memory
     rehash: bool = False  # hash every file's bytes, even those the scan results hold a current hash for
+    fsync: bool = True  # False (--no-fsync): no fsync of any file of the pack; the OS writes them back in its time
 
 
 @dataclass
@@ -121,7 +123,7 @@ def _prepare(index: str, output: str, options: PackOptions, *, writing: bool = T
     if options.rehash:
         ctx.checksum_source = "none: --rehash (every file is hashed)"
     else:
-        sums, known, ctx.checksum_source = scan_checksums(idx, plan.keys)
+        sums, known, ctx.checksum_source = scan_checksums(idx)
         if known.any():
             ctx.checksums, ctx.known = sums, known
     return ctx
@@ -144,7 +146,8 @@ def _job(ctx: _Context, k: int, options: PackOptions) -> ShardJob:
                     skip_changed=options.skip_changed, inline_limit=options.inline_limit,
                     checksums=None if known is None or not known.any() else ctx.checksums[rows],
                     known=None if known is None or not known.any() else known, keys=ctx.plan.keys[rows],
-                    one_at_a_time=options.jobs <= 1 and options.backend == "loky")
+                    one_at_a_time=options.jobs <= 1 and options.backend == "loky", fsync=options.fsync,
+                    deferred=options.jobs > 1 and options.backend == "loky")
 
 
 def pack_shards(index: str, output: str, options: PackOptions = PackOptions()) -> PackSummary:
@@ -158,7 +161,7 @@ def pack_shards(index: str, output: str, options: PackOptions = PackOptions()) -
     summary = PackSummary(output=ctx.output, shards=ctx.plan.shards, part=options.part,
                           scan_hashes=0 if ctx.known is None else int(ctx.known.sum()),
                           scan_results=ctx.checksum_source)
-    summary.resumed = state.prepare_output(ctx.output, ctx.record)
+    summary.resumed = state.prepare_output(ctx.output, ctx.record, fsync=options.fsync)
     with state.locked(ctx.output, options.part):
         if options.part is None:
             remove_stale_temps(ctx.output, _OWN_FILES)
@@ -171,7 +174,7 @@ def pack_shards(index: str, output: str, options: PackOptions = PackOptions()) -
         if options.part is not None:
             _read_back_all(ctx, [k for k in mine if k not in results], options, results)
             state.write_part(ctx.output, ctx.record, options.part, mine,
-                             [s for k in mine for s in results[k].skipped])
+                             [s for k in mine for s in results[k].skipped], fsync=options.fsync)
             summary.skipped = [s for k in mine for s in results[k].skipped]
             return _done(summary, t0)
         if not results and _published(ctx.output):
@@ -180,7 +183,7 @@ def pack_shards(index: str, output: str, options: PackOptions = PackOptions()) -
             summary.notes.append("every shard was already there: nothing to do")
             return _done(summary, t0)
         _read_back_all(ctx, [k for k in range(ctx.plan.shards) if k not in results], options, results)
-        _finish(ctx, results, summary)
+        _finish(ctx, results, summary, options.fsync)
     return _done(summary, t0)
 
 
@@ -206,28 +209,45 @@ def finish_pack(index: str, output: str, options: PackOptions = PackOptions()) -
         results: dict[int, ShardResult] = {}
         _read_back_all(ctx, list(range(ctx.plan.shards)), options, results)
         summary.reused = ctx.plan.shards
-        _finish(ctx, results, summary)
+        _finish(ctx, results, summary, options.fsync)
     return _done(summary, t0)
 
 
 def _write(ctx: _Context, numbers: list[int], options: PackOptions, summary: PackSummary) -> dict[int, ShardResult]:
+    """Write the shards; with ``--jobs N`` (loky) the workers leave each shard in its temp file and
+    this process fsyncs and renames it on a thread, so a worker never waits for the disk."""
     results: dict[int, ShardResult] = {}
-    with stop_on_signals() as stop:
-        jobs = (_job(ctx, k, options) for k in numbers)
-        for r in run_tasks(write_shard, jobs, backend=options.backend, jobs=options.jobs,
-                           scheduler=options.scheduler, stop=stop, overlap=True):  # jobs 1: fsyncs overlap
-            if r.error:
-                summary.failures.append(r.error)
-                stop.stop()  # let the shards in flight finish, start no more
-                continue
-            results[r.number] = r
-            summary.written += 1
-            summary.bytes_written += r.filesize
-            summary.hashed += r.hashed
-            summary.skipped += r.skipped
-            if options.progress:
-                print(f"\rpack: {summary.written + summary.reused}/{summary.shards} shards", end="",
-                      file=sys.stderr, flush=True)
+    finishing: dict[Future, ShardResult] = {}
+
+    def done(r: ShardResult, error: str | None) -> None:
+        if error:
+            summary.failures.append(error)
+            stop.stop()  # let the shards in flight finish, start no more
+            return
+        results[r.number] = r
+        summary.written += 1
+        summary.bytes_written += r.filesize
+        summary.hashed += r.hashed
+        summary.skipped += r.skipped
+        if options.progress:
+            print(f"\rpack: {summary.written + summary.reused}/{summary.shards} shards", end="",
+                  file=sys.stderr, flush=True)
+
+    with stop_on_signals() as stop, ThreadPoolExecutor(2, thread_name_prefix="pack-finish") as finisher:
+        try:
+            jobs = (_job(ctx, k, options) for k in numbers)
+            for r in run_tasks(write_shard, jobs, backend=options.backend, jobs=options.jobs,
+                               scheduler=options.scheduler, stop=stop,
+                               overlap=options.fsync):  # jobs 1: the fsyncs overlap the next shard
+                if r.temp is not None and not r.error:
+                    finishing[finisher.submit(finish_shard, r, ctx.output, options.fsync)] = r
+                else:
+                    done(r, r.error)
+                for f in [f for f in finishing if f.done()]:
+                    done(finishing.pop(f), f.result())
+        finally:  # the shards handed over are renamed (or their temp files removed), even when interrupted
+            for f, r in finishing.items():
+                done(r, f.result())
         summary.signal = stop.signum
     if options.progress and numbers:
         print(file=sys.stderr)
@@ -249,12 +269,12 @@ def _read_back_all(ctx: _Context, numbers: list[int], options: PackOptions, resu
             raise KeyboardInterrupt
 
 
-def _finish(ctx: _Context, results: dict[int, ShardResult], summary: PackSummary) -> None:
+def _finish(ctx: _Context, results: dict[int, ShardResult], summary: PackSummary, fsync: bool = True) -> None:
     for k in range(ctx.plan.shards):
         if not results[k].written:
             summary.skipped += results[k].skipped
     try:
-        summary.samples = publish(ctx.output, ctx.index, ctx.meta, ctx.plan, results, ctx.identity)
+        summary.samples = publish(ctx.output, ctx.index, ctx.meta, ctx.plan, results, ctx.identity, fsync=fsync)
     except OSError as exc:
         summary.failures.append(f"{ctx.output}: cannot write the packed index or shard list: {exc.strerror or exc}")
         return

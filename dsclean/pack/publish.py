@@ -20,19 +20,19 @@ import numpy as np
 import pyarrow as pa
 
 from .. import locations
-from ..atomic import atomic_output
 from ..data.shards import SHARD_COLUMNS
 from ..hashing import DIGEST_SIZE
 from ..index.store import make_meta, read_table, write_arrow
 from .plan import Plan
-from .write import ShardResult, make_readable
+from .write import ShardResult, make_readable, output_file
 
 WIDS_KIND = "wids-shard-index-v1"
 
 
 def publish(output: str, index: str, source_meta: dict, plan: Plan, results: dict[int, ShardResult],
-            identity: str) -> int:
-    """Write ``index.arrow`` and ``shardindex.json`` (temp + rename each); returns the packed rows."""
+            identity: str, *, fsync: bool = True) -> int:
+    """Write ``index.arrow`` and ``shardindex.json`` (temp + rename each; fsynced unless ``fsync`` is
+    False, ``--no-fsync``); returns the packed rows."""
     ordered = [results[k] for k in range(plan.shards)]
     rows = np.concatenate([r.rows for r in ordered]) if ordered else np.zeros(0, np.int64)
     table = read_table(index, rows)
@@ -48,7 +48,7 @@ def publish(output: str, index: str, source_meta: dict, plan: Plan, results: dic
     meta["created"] = source_meta.get("created")
     meta["packed"] = {"name": plan.layout.name, "shards": plan.shards, "source_identity": identity,
                       "layout": plan.layout.to_json()}
-    with atomic_output(os.path.join(output, locations.PACKED_INDEX_FILE)) as tmp:
+    with output_file(os.path.join(output, locations.PACKED_INDEX_FILE), fsync=fsync) as tmp:
         write_arrow(table, tmp, meta)
         make_readable(tmp)
     shardlist = {
@@ -57,7 +57,7 @@ def publish(output: str, index: str, source_meta: dict, plan: Plan, results: dic
         "name": os.path.basename(str(source_meta["root"]).rstrip("/")) or "dsclean",
         "shardlist": [{"url": r.name, "nsamples": len(r.rows), "filesize": r.filesize} for r in ordered],
     }
-    with atomic_output(os.path.join(output, locations.SHARD_LIST_FILE)) as tmp:
+    with output_file(os.path.join(output, locations.SHARD_LIST_FILE), fsync=fsync) as tmp:
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(shardlist, f, indent=1)
             f.write("\n")

@@ -12,8 +12,9 @@ member) reports exactly that, and ``rehash`` hashes everything.
 
 The scan results are found by :func:`dsclean.locations.find_results`, the rule
 every command uses, and read in Parquet batches (bounded memory); rows are
-matched to the index through the sample keys (64-bit, of the path bytes), then
-compared on the exact path bytes.
+matched to the index through a 64-bit hash of the path bytes (:func:`path_hashes`,
+vectorised: ~5x cheaper than a BLAKE2b per row), then compared on the exact path
+bytes, so a collision only costs a file's hash being computed by pack.
 """
 from __future__ import annotations
 
@@ -27,23 +28,45 @@ import pyarrow.parquet as pq
 from .. import locations
 from ..hashing import DIGEST_SIZE
 from ..index.store import MappedIndex
-from .samples import key_numbers
 
 _COLUMNS = ["path", "size", "mtime_ns", "content_hash"]
 _BATCH = 65_536
+_HASH_ROWS = 8_192  # rows hashed at once by path_hashes (its temporaries are ~40 bytes per path byte)
+_PRIME = np.uint64(0x100000001B3)  # FNV-1a's 64-bit prime (odd, so powers never vanish mod 2**64)
 
 
-def scan_checksums(idx: MappedIndex, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, str]:
-    """``(checksums (rows, 16) uint8, known bool per row, where they came from)`` for the index's rows.
+def path_hashes(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
+    """A 64-bit hash per row of a binary column's buffers (``offsets``, ``data``): the polynomial
+    sum of its bytes times powers of a prime, mod 2**64, mixed with its length. Only for matching
+    rows (candidates are then compared byte for byte), never as an identity."""
+    offsets = np.asarray(offsets, np.int64)
+    data = np.asarray(data, np.uint8)
+    n = len(offsets) - 1
+    out = np.empty(max(n, 0), np.uint64)
+    with np.errstate(over="ignore"):
+        for lo in range(0, n, _HASH_ROWS):
+            hi = min(n, lo + _HASH_ROWS)
+            starts, lengths = offsets[lo:hi], np.diff(offsets[lo:hi + 1])
+            base, end = int(offsets[lo]), int(offsets[hi])
+            h = np.zeros(hi - lo, np.uint64)
+            if end > base:
+                powers = np.cumprod(np.full(int(lengths.max()), _PRIME, np.uint64))
+                terms = data[base:end].astype(np.uint64) * powers[np.arange(end - base) - np.repeat(starts - base, lengths)]
+                filled = lengths > 0  # reduceat gives an empty row the next row's first term
+                h[filled] = np.add.reduceat(terms, starts[filled] - base)
+            out[lo:hi] = (h ^ lengths.astype(np.uint64)) * _PRIME
+    return out
 
-    ``keys``: every row's sample key number (:func:`.samples.key_numbers`; the plan has them).
-    """
+
+def scan_checksums(idx: MappedIndex) -> tuple[np.ndarray, np.ndarray, str]:
+    """``(checksums (rows, 16) uint8, known bool per row, where they came from)`` for the index's rows."""
     n = len(idx)
     sums = np.zeros((n, DIGEST_SIZE), np.uint8)
     known = np.zeros(n, bool)
     paths, source = locations.find_results(str(idx.meta["root"]))
     if not paths:
         return sums, known, source
+    keys = path_hashes(idx.offsets, idx.data)
     by_key = np.argsort(keys, kind="stable")
     sorted_keys = keys[by_key]
     sizes, mtimes = np.asarray(idx.sizes, np.int64), np.asarray(idx.mtimes, np.int64)
@@ -78,7 +101,7 @@ def _match(batch: pa.RecordBatch, index_paths: pa.Array, sorted_keys: np.ndarray
     _, off_buf, data_buf = rpaths.buffers()
     offsets = np.frombuffer(off_buf, np.int64)[rpaths.offset:rpaths.offset + len(rpaths) + 1]
     data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
-    rkeys = key_numbers(offsets, data)
+    rkeys = path_hashes(offsets, data)
     at = np.minimum(np.searchsorted(sorted_keys, rkeys), len(sorted_keys) - 1)
     rows = by_key[at]
     hit = (sorted_keys[at] == rkeys) \

@@ -22,7 +22,7 @@ from typing import Iterator
 from .. import locations
 from ..atomic import fsync_dir, temp_next_to
 from ..errors import UserError
-from .write import make_readable
+from .write import make_readable, output_file
 
 FORMAT = "dsclean-pack"
 VERSION = 1
@@ -70,8 +70,9 @@ def _ours(name: str) -> bool:
             or (name.startswith(f".{locations.PACK_STATE_FILE}.") and name.endswith(".tmp")))
 
 
-def prepare_output(output: str, rec: dict) -> bool:
-    """Create or check ``output`` and its ``pack.json``; True when resuming an earlier pack."""
+def prepare_output(output: str, rec: dict, *, fsync: bool = True) -> bool:
+    """Create or check ``output`` and its ``pack.json`` (fsynced unless ``fsync`` is False); True when
+    resuming an earlier pack."""
     if os.path.lexists(output) and not os.path.isdir(output):
         raise UserError(f"{output}: exists and is not a folder; -o takes a folder for the shards")
     if not os.path.isdir(output):
@@ -85,7 +86,7 @@ def prepare_output(output: str, rec: dict) -> bool:
         if others:
             raise UserError(f"{output}: is not empty ({len(others)} entries, e.g. {sorted(others)[0]!r}) and holds "
                             "no dsclean pack; -o must be an empty folder or a pack to resume")
-        existing = _create_state(output, rec)
+        existing = _create_state(output, rec, fsync)
         if existing is None:
             return False
     why = _same_pack(existing, rec)
@@ -95,7 +96,7 @@ def prepare_output(output: str, rec: dict) -> bool:
     return True
 
 
-def _create_state(output: str, rec: dict) -> dict | None:
+def _create_state(output: str, rec: dict, fsync: bool = True) -> dict | None:
     """Create ``pack.json`` without replacing one; None if ours won, else the one already there."""
     final = os.path.join(output, locations.PACK_STATE_FILE)
     tmp = temp_next_to(final)
@@ -104,13 +105,15 @@ def _create_state(output: str, rec: dict) -> dict | None:
             json.dump(rec, f, indent=1, sort_keys=True)
             f.write("\n")
             f.flush()
-            os.fsync(f.fileno())
+            if fsync:
+                os.fsync(f.fileno())
         make_readable(tmp)
         try:
             os.link(tmp, final)  # atomic and never replaces: two tasks racing agree on one record
         except FileExistsError:
             return read_state(output)
-        fsync_dir(output)
+        if fsync:
+            fsync_dir(output)
         return None
     finally:
         os.unlink(tmp)
@@ -137,11 +140,10 @@ def part_file(part: tuple[int, int]) -> str:
     return locations.tagged(locations.PACK_STATE_FILE, locations.part_tag(part))
 
 
-def write_part(output: str, rec: dict, part: tuple[int, int], shards: list[int], skipped: list[dict]) -> None:
-    from ..atomic import atomic_output
-
+def write_part(output: str, rec: dict, part: tuple[int, int], shards: list[int], skipped: list[dict], *,
+               fsync: bool = True) -> None:
     data = {**rec, "part": list(part), "part_shards": shards, "skipped": skipped}
-    with atomic_output(os.path.join(output, part_file(part))) as tmp:
+    with output_file(os.path.join(output, part_file(part)), fsync=fsync) as tmp:
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(data, f, indent=1, sort_keys=True)
         make_readable(tmp)

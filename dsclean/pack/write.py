@@ -19,10 +19,11 @@ import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Iterator
 
 import numpy as np
 
-from ..atomic import atomic_output
+from ..atomic import atomic_output, temp_next_to
 from ..data.shards import release
 from ..formats import FORMATS, SNIFF_BYTES, sniff
 from ..hashing import DIGEST_SIZE, content_hash, new_hasher
@@ -62,6 +63,11 @@ class ShardJob:
     keys: np.ndarray | None = None
     #: shards are built one at a time in this process, the last one's fsync overlapping the next (``--jobs 1``)
     one_at_a_time: bool = False
+    #: fsync the shard before its rename (False: ``--no-fsync``, the OS writes it back in its own time)
+    fsync: bool = True
+    #: leave the finished shard in its temp file (``ShardResult.temp``) for the caller to fsync and rename
+    #: (:func:`finish_shard`): a loky worker goes on to its next shard while the parent waits for the disk
+    deferred: bool = False
 
     @property
     def path(self) -> str:
@@ -82,6 +88,7 @@ class ShardResult:
     error: str | None = None  # the shard could not be written: why (it does not exist)
     written: bool = False  # written by this run (False: read back from an earlier one)
     hashed: int = 0  # samples whose bytes were hashed here (the others' checksum came from the scan)
+    temp: str | None = None  # with ``ShardJob.deferred``: the complete shard, not yet fsynced nor renamed
 
 
 def make_readable(path: str) -> None:
@@ -89,6 +96,32 @@ def make_readable(path: str) -> None:
     mask = os.umask(0)
     os.umask(mask)
     os.chmod(path, 0o666 & ~mask)
+
+
+@contextlib.contextmanager
+def output_file(final: str, *, fsync: bool = True, sync_dir: bool = True, keep: bool = False) -> Iterator[str]:
+    """A temp file next to ``final``, renamed over it when the block succeeds (removed when it fails).
+
+    ``fsync`` (the default): :func:`dsclean.atomic.atomic_output`, the file fsynced before the
+    rename (and the folder after it unless ``sync_dir`` is False). ``fsync=False``
+    (``pack --no-fsync``): the same without any fsync, like ``tar`` or ``cp``: a killed process
+    still never leaves a partial file under ``final``, but after a power loss or an OS crash
+    the file may not be on disk yet. ``keep``: neither fsync nor rename; the caller does
+    (:func:`finish_shard`).
+    """
+    if fsync and not keep:
+        with atomic_output(final, sync_dir=sync_dir) as tmp:
+            yield tmp
+        return
+    tmp = temp_next_to(final)
+    try:
+        yield tmp
+        if not keep:
+            os.replace(tmp, final)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
 
 
 class SourceProblem(Exception):
@@ -304,14 +337,21 @@ class _Buffer:
             self.view = memoryview(self.array)
 
 
-_BUFFERS = threading.local()
+_FREE: list[_Buffer] = []  # batch buffers not in use, kept for the next shard
+_FREE_LOCK = threading.Lock()
 
 
-def _buffer() -> _Buffer:
-    """This thread's batch buffer, kept from shard to shard (a fresh one costs a page fault per 4 KiB)."""
-    if not hasattr(_BUFFERS, "buffer"):
-        _BUFFERS.buffer = _Buffer()
-    return _BUFFERS.buffer
+@contextlib.contextmanager
+def _batch_buffer():
+    """A batch buffer for one shard, kept in the process after it (a fresh one costs a page fault per
+    4 KiB): shards built one after the other, on whichever thread, reuse the same ones."""
+    with _FREE_LOCK:
+        buf = _FREE.pop() if _FREE else _Buffer()
+    try:
+        yield buf
+    finally:
+        with _FREE_LOCK:
+            _FREE.append(buf)
 
 
 @dataclass
@@ -399,20 +439,27 @@ _SNIFFED: dict[bytes, int] = {}  # first bytes -> extension code (-1: no magic),
 
 
 def _sniffed(array: np.ndarray, at: np.ndarray, size: np.ndarray, paths: list) -> np.ndarray:
-    """Each sample's real extension code, from its magic bytes (by name when they say nothing), as media_ext."""
-    heads = array[at[:, None] + np.arange(SNIFF_BYTES)].tobytes()
-    out = np.empty(len(at), np.int64)
+    """Each sample's real extension code, from its magic bytes (by name when they say nothing), as media_ext.
+
+    Files of a batch mostly share their first bytes: each distinct head is sniffed once.
+    """
+    heads = np.ascontiguousarray(array[at[:, None] + np.arange(SNIFF_BYTES)])
+    distinct, which = np.unique(heads.view(f"V{SNIFF_BYTES}").ravel(), return_inverse=True)
     if len(_SNIFFED) > 4096:
         _SNIFFED.clear()
-    for i in range(len(at)):
-        head = heads[i * SNIFF_BYTES:(i + 1) * SNIFF_BYTES]
-        if size[i] < SNIFF_BYTES:
-            head = head[:size[i]]
+    codes = np.empty(len(distinct), np.int64)
+    for j, head in enumerate(distinct.tolist()):
         code = _SNIFFED.get(head)
         if code is None:
             fmt = sniff(head)
             code = _SNIFFED[head] = EXT_CODE[FORMATS[fmt][1][0][1:]] if fmt else -1
-        out[i] = code if code >= 0 else EXT_CODE[media_ext(os.fsdecode(paths[i]), head)]
+        codes[j] = code
+    out = codes[which.ravel()]
+    # a file shorter than the head (bytes of the next member follow it) or without magic: one at a time
+    for i in np.flatnonzero((out < 0) | (size < SNIFF_BYTES)).tolist():
+        head = heads[i, :min(int(size[i]), SNIFF_BYTES)].tobytes()
+        fmt = sniff(head)
+        out[i] = EXT_CODE[FORMATS[fmt][1][0][1:]] if fmt else EXT_CODE[media_ext(os.fsdecode(paths[i]), head)]
     return out
 
 
@@ -434,19 +481,24 @@ def _relayout(buf: _Buffer, lay: Layout, ext: np.ndarray, real: np.ndarray, labe
 class _Out:
     """The shard's bytes, gathered and written with ``writev`` a few MiB at a time (no copy into a buffer).
 
-    Write-behind: every ``_SYNC_EVERY`` bytes an ``fdatasync`` runs on a helper thread
-    while the next samples are gathered, so the disk works during the pack and the
-    shard's final fsync (before its rename) has little left to wait for.
+    A batch laid out in bulk is written by a helper thread while the caller reads and lays
+    out the next batch into a second buffer (the copy into the page cache runs beside the
+    copies out of it). Write-behind: every ``_SYNC_EVERY`` bytes an ``fdatasync`` runs on
+    another helper thread while the next samples are gathered, so the disk works during the
+    pack and the shard's final fsync (before its rename) has little left to wait for.
     """
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, sync: bool = True) -> None:
         self.fd = fd
+        self.sync = sync  # False (``--no-fsync``): no background fdatasync either
         self.parts: list = []
         self.pending = 0
         self.pos = 0  # bytes of the shard so far (written + gathered)
         self._unsynced = 0
         self._sync: Future | None = None
         self._syncer: ThreadPoolExecutor | None = None
+        self._write: Future | None = None  # the batch being written by the writer thread
+        self._writer: ThreadPoolExecutor | None = None
 
     def add(self, data: bytes) -> None:
         self.parts.append(data)
@@ -456,6 +508,8 @@ class _Out:
             self.flush()
 
     def flush(self) -> None:
+        """Write what is gathered, after the batch being written (waited for: writes stay in order)."""
+        self.wait()
         if not self.parts:
             return
         done = os.writev(self.fd, self.parts)
@@ -467,18 +521,27 @@ class _Out:
         self.parts, self.pending = [], 0
 
     def write(self, data) -> None:
-        """``data`` written now (after what is gathered): a batch laid out in bulk, in a buffer reused after."""
+        """``data`` written after what is gathered, by the writer thread: a batch laid out in bulk.
+
+        The caller must leave ``data`` alone until its next call here (or to ``flush``/``close``),
+        which waits for it: it lays out the next batch in another buffer meanwhile.
+        """
         self.flush()
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self.fd, view):]
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="pack-write")
+        self._write = self._writer.submit(_write_all, self.fd, data)
         self.pos += len(data)
-        self.wrote(len(data))
+
+    def wait(self) -> None:
+        """Wait for the batch being written; raises what its write raised (ENOSPC, EIO)."""
+        if self._write is not None:
+            write, self._write = self._write, None
+            self.wrote(write.result())
 
     def wrote(self, n: int) -> None:
         """``n`` more bytes are in the file: start a background sync when enough are."""
         self._unsynced += n
-        if self._unsynced < _SYNC_EVERY or (self._sync is not None and not self._sync.done()):
+        if not self.sync or self._unsynced < _SYNC_EVERY or (self._sync is not None and not self._sync.done()):
             return
         if self._sync is not None:
             self._sync.result()  # a failed sync (EIO, ENOSPC) fails the shard
@@ -488,13 +551,26 @@ class _Out:
         self._unsynced = 0
 
     def close(self) -> None:
-        """Wait for the background sync (before the descriptor closes); raises what it raised."""
-        if self._syncer is not None:
-            self._syncer.shutdown(wait=True)
-            self._syncer = None
-            sync, self._sync = self._sync, None
-            if sync is not None:
-                sync.result()
+        """Wait for the writer and the background sync (before the descriptor closes); raises what they raised."""
+        try:
+            self.wait()
+        finally:  # the helper threads are done with the descriptor however the writing ended
+            if self._writer is not None:
+                self._writer.shutdown(wait=True)
+                self._writer = None
+            if self._syncer is not None:
+                self._syncer.shutdown(wait=True)
+                self._syncer = None
+                sync, self._sync = self._sync, None
+                if sync is not None:
+                    sync.result()
+
+
+def _write_all(fd: int, data) -> int:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    return len(data)
 
 
 _FLUSH_BYTES = 4 << 20
@@ -516,11 +592,11 @@ def write_shard(job: ShardJob) -> ShardResult:
     kept, offsets, sums = [], [], []  # per batch: positions in job.rows, media offsets, checksums
     classes = list(job.classes)
     in_hand: list = []
-    buf = _buffer()
     try:
-        with atomic_output(job.path, sync_dir=False) as tmp:
+        with output_file(job.path, fsync=job.fsync, sync_dir=False, keep=job.deferred) as tmp, _batch_buffer() as buf, \
+                _batch_buffer() as other:  # one batch is laid out in a buffer while the other is written
             fd = os.open(tmp, os.O_WRONLY)
-            out = _Out(fd)
+            out = _Out(fd, sync=job.fsync)
             try:
                 with _BUILDING if job.one_at_a_time else contextlib.nullcontext():
                     for lo, hi, bulk in _batches(cols.size, job.inline_limit):
@@ -534,6 +610,7 @@ def write_shard(job: ShardJob) -> ShardResult:
                             sums.append(done.checksums.tobytes())
                             result.hashed += done.hashed
                             out.write(buf.view[:done.size])
+                            buf, other = other, buf  # (out.write waits for ``other``'s write first)
                             continue
                         batch = cols.rows(lo, hi, job)
                         sources = in_hand = _read_batch(job.root, batch, job.inline_limit)
@@ -577,8 +654,28 @@ def write_shard(job: ShardJob) -> ShardResult:
     result.rows = np.asarray(job.rows, np.int64)[np.concatenate([np.zeros(0, np.int64), *kept]).astype(np.int64)]
     result.offsets = np.concatenate([np.zeros(0, np.int64), *offsets]).astype(np.int64)
     result.checksums = b"".join(sums)
-    result.filesize = os.path.getsize(job.path)
+    if job.deferred:
+        result.temp = tmp
+    result.filesize = os.path.getsize(result.temp or job.path)
     return result
+
+
+def finish_shard(result: ShardResult, output: str, fsync: bool) -> str | None:
+    """Fsync a deferred shard's temp file (unless ``fsync`` is False) and rename it to its name;
+    None when done, else why not (the temp file is then removed)."""
+    try:
+        if fsync:
+            fd = os.open(result.temp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        os.replace(result.temp, os.path.join(output, result.name))
+        return None
+    except OSError as exc:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(result.temp)
+        return f"{os.path.join(output, result.name)}: cannot write the shard: {exc.strerror or exc}"
 
 
 def _write_sample(out: _Out, batch: _Rows, j: int, src: _Source, classes: list[str]) -> int:
@@ -672,13 +769,14 @@ def read_back(job: ShardJob) -> ShardResult:
     paths = table.column("path").to_pylist()
     planned = [sample_key(p) for p in paths]
     rows, offsets, sums = [], [], bytearray()
-    p = 0
+    p = end = 0  # end: of the last member read, padding included
     with open(job.path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
         released = 0
         try:
             for key, members in _samples(mm, job.path):
+                end = max(m.offset + m.size + (-m.size % BLOCK) for m in members.values())
                 first = min(m.offset for m in members.values())
                 if first - released > _RELEASE_EVERY:  # keep this process's resident size flat
                     release(mm, released, first - _RELEASE_EVERY // 2)
@@ -700,6 +798,9 @@ def read_back(job: ShardJob) -> ShardResult:
                 offsets.append(media[0].offset)
                 sums += checksum
                 p += 1
+            if size != end + len(end_of_archive(end)):  # zeros where samples were: a crash after --no-fsync
+                raise TarError(f"{job.path}: {size - end} bytes after its last sample where the end-of-archive "
+                               f"takes {len(end_of_archive(end))}: not a shard pack finished")
         except (ValueError, KeyError) as exc:
             raise TarError(f"{job.path}: unreadable sample json ({exc})") from None
         finally:

@@ -194,15 +194,17 @@ def test_a_deleted_shard_is_rebuilt_byte_identical(tmp_path):
     assert os.stat(tmp_path / "s" / "data-000001.tar").st_ino == keep.st_ino  # not rewritten
 
 
-def test_kill_9_mid_pack_then_rerun_finishes_only_the_missing_shards(tmp_path):
+@pytest.mark.parametrize("durability", [[], ["--no-fsync"]], ids=["fsync", "no-fsync"])
+def test_kill_9_mid_pack_then_rerun_finishes_only_the_missing_shards(tmp_path, durability):
     root = tmp_path / "data"
     for i in range(300):
         write(root, f"c{i % 3}/{i:04d}.jpg", synth.jpeg(64, 64, seed=i))
     index = str(tmp_path / "i.arrow")
     build_index(str(root), index)
-    cmd = [PY, "-m", "dsclean", "pack", index, "--samples-per-shard", "1", "-q", "-o"]  # 300 shards, each fsynced
-    subprocess.run(cmd + [str(tmp_path / "ref")], check=True)
+    cmd = [PY, "-m", "dsclean", "pack", index, "--samples-per-shard", "1", "-q", "-o"]  # 300 shards
+    subprocess.run(cmd + [str(tmp_path / "ref")], check=True)  # the reference: fsynced, uninterrupted
     out = tmp_path / "killed"
+    cmd[-1:-1] = durability  # (before -o) a killed process's written pages survive it, fsynced or not
     proc = subprocess.Popen(cmd + [str(out)])
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and len([n for n in os.listdir(out) if n.endswith(".tar")] if out.exists() else []) < 20:
@@ -219,6 +221,44 @@ def test_kill_9_mid_pack_then_rerun_finishes_only_the_missing_shards(tmp_path):
     assert not [n for n in os.listdir(out) if n.endswith(".tmp")]
 
 
+def test_no_fsync_writes_the_same_files_without_a_single_fsync(tmp_path, monkeypatch):
+    _, index = make_indexed(tmp_path)
+    calls = []
+    for name in ("fsync", "fdatasync"):
+        real = getattr(os, name)
+        monkeypatch.setattr(os, name, lambda fd, real=real, name=name: (calls.append(name), real(fd))[1])
+    # jobs 1: the shards are written on threads of this process, so every fsync passes through os here
+    assert main(["pack", index, "-o", str(tmp_path / "synced"), "--samples-per-shard", "5", "-q"]) == 0
+    assert calls.count("fsync") >= 4  # by default every shard is fsynced before its rename
+    calls.clear()
+    assert main(["pack", index, "-o", str(tmp_path / "fast"), "--samples-per-shard", "5", "-q", "--no-fsync"]) == 0
+    assert calls == []
+    assert folder_digests(tmp_path / "fast") == folder_digests(tmp_path / "synced")
+    assert not [n for n in os.listdir(tmp_path / "fast") if n.endswith(".tmp")]
+    # resuming a --no-fsync pack with the default (and the other way round) is the same pack
+    os.unlink(tmp_path / "fast" / "data-000001.tar")
+    assert main(["pack", index, "-o", str(tmp_path / "fast"), "--samples-per-shard", "5", "-q"]) == 0
+    assert folder_digests(tmp_path / "fast") == folder_digests(tmp_path / "synced")
+    assert main(["verify", str(tmp_path / "fast")]) == 0
+
+
+def test_a_resume_refuses_a_shard_of_zeros_as_a_crash_after_no_fsync_can_leave(tmp_path):
+    """The data of a shard written without fsync may be zeros after a power loss (its size kept):
+    a resume must not read it as an empty shard whose samples were all left out."""
+    _, index = make_indexed(tmp_path)
+    out = tmp_path / "s"
+    assert main(["pack", index, "-o", str(out), "--samples-per-shard", "5", "-q", "--no-fsync"]) == 0
+    for name in ("index.arrow", "shardindex.json"):  # the crash came before the pack finished
+        os.unlink(out / name)
+    victim = out / "data-000001.tar"
+    victim.write_bytes(bytes(os.path.getsize(victim)))
+    with pytest.raises(UserError, match="data-000001.tar: .* not a shard pack finished; remove that shard"):
+        _pack(index, out, samples_per_shard=5)
+    os.unlink(victim)  # as the message says: the same command then rebuilds it
+    assert _pack(index, out, samples_per_shard=5).written == 1
+    assert main(["verify", str(out)]) == 0
+
+
 @pytest.fixture
 def small_tmpfs(tmp_path):
     """A real 1 MiB tmpfs mount (tests run as root)."""
@@ -233,14 +273,15 @@ def small_tmpfs(tmp_path):
         subprocess.run(["umount", str(mnt)], check=True)
 
 
-def test_a_full_disk_leaves_no_partial_shard_named_as_a_shard(tmp_path, small_tmpfs, capsys):
+@pytest.mark.parametrize("jobs", ["1", "2"])  # 2: loky workers leave complete temp files, this process renames
+def test_a_full_disk_leaves_no_partial_shard_named_as_a_shard(tmp_path, small_tmpfs, capsys, jobs):
     root = tmp_path / "data"
     for i in range(40):
         write(root, f"c{i % 2}/{i:03d}.png", synth.png(160, 160, seed=i))  # ~28 KB each, ~1.1 MB in all
     index = str(tmp_path / "i.arrow")
     build_index(str(root), index)
     out = small_tmpfs / "shards"
-    assert main(["pack", index, "-o", str(out), "--samples-per-shard", "4"]) == 3
+    assert main(["pack", index, "-o", str(out), "--samples-per-shard", "4", "--jobs", jobs]) == 3
     err = capsys.readouterr().err
     assert "cannot write the shard" in err and "No space left on device" in err
     names = os.listdir(out)

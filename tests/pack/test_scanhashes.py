@@ -148,3 +148,40 @@ def test_a_scan_with_facts_none_has_no_hashes_so_pack_hashes_every_file(tmp_path
     for r in range(len(packed)):
         data = (root / os.fsdecode(packed.path_bytes(r))).read_bytes()
         assert bytes(packed.extra["checksum"][r]) == content_hash(data)
+
+
+def _python_path_hash(path: bytes) -> int:
+    """path_hashes written out for one path: sum of byte * prime**(i + 1), xor length, times prime, mod 2**64."""
+    prime, mask = 0x100000001B3, (1 << 64) - 1
+    h = sum(b * pow(prime, i + 1, 1 << 64) for i, b in enumerate(path)) & mask
+    return ((h ^ len(path)) * prime) & mask
+
+
+def test_path_hashes_match_the_plain_definition_across_blocks_and_empty_rows(monkeypatch):
+    import numpy as np
+
+    from dsclean.pack import scanhashes
+
+    monkeypatch.setattr(scanhashes, "_HASH_ROWS", 7)  # many blocks, rows on both sides of their edges
+    rng = random.Random(5)
+    paths = [bytes(rng.randrange(256) for _ in range(rng.choice([0, 1, 2, 30, 200]))) for _ in range(60)]
+    paths += [b"a", b"a\0", b"ab", b"ba", b""]
+    offsets = np.concatenate(([0], np.cumsum([len(p) for p in paths]))).astype(np.int64) + 3
+    data = np.frombuffer(b"xyz" + b"".join(paths), np.uint8)  # the column starts 3 bytes in
+    got = scanhashes.path_hashes(offsets, data)
+    assert got.tolist() == [_python_path_hash(p) for p in paths]
+    assert len(set(got[-5:].tolist())) == 5
+
+
+def test_a_hash_collision_only_costs_a_hash(scanned, tmp_path, monkeypatch):
+    """Every path hashing alike: the exact path comparison keeps the matches right, the rest are hashed."""
+    import numpy as np
+
+    from dsclean.pack import scanhashes
+
+    _, index = scanned
+    reference = _pack(index, tmp_path / "reference")
+    monkeypatch.setattr(scanhashes, "path_hashes", lambda offsets, data: np.zeros(len(offsets) - 1, np.uint64))
+    collided = _pack(index, tmp_path / "collided")
+    assert collided.scan_hashes == 1 and collided.hashed == reference.scan_hashes - 1
+    assert folder_digests(tmp_path / "collided") == folder_digests(tmp_path / "reference")
