@@ -46,8 +46,8 @@ from .. import reasons as R
 from ..errors import UserError
 from ..formats import format_of_name, kind_of
 from .check import CheckOptions
-from .verdict import Columns, Verdict, to_columns
-from .worker import FAULT_ENV, as_columns, FileSlices, check_chunk, check_chunk_in_thread, item_name, set_fault_switch, start_worker
+from .verdict import Verdict
+from .worker import FAULT_ENV, as_batch, FileSlices, check_chunk, check_chunk_in_thread, item_name, set_fault_switch, start_worker
 
 BACKENDS = ("processes", "loky", "threads", "dask")
 #: backends whose workers are processes of this machine (one pool: a dead worker breaks it)
@@ -178,12 +178,15 @@ def run_checks(
     workers: int,
     backend: str = "loky",
     scheduler: str | None = None,
-    columns: bool = False,
-) -> Iterator[list[Verdict]] | Iterator[Columns]:
+    batches: bool = False,
+) -> Iterator[list[Verdict]] | Iterator["Chunk"]:
     """Yield verdict chunks as they finish. Closing the generator cancels what is still queued.
 
-    ``columns=True``: each chunk comes as :data:`~dsclean.scanning.verdict.Columns` instead of
-    a list of Verdicts (fewer objects to pickle, unpickle and handle: what the scan uses).
+    ``batches=True``: each chunk comes as a :class:`~dsclean.scanning.schema.Chunk`, an Arrow
+    record batch of the results :data:`~dsclean.scanning.schema.SCHEMA` built by the worker that
+    checked it (:func:`~dsclean.scanning.worker.as_batch`: one buffer to pickle and unpickle per
+    chunk, no Python object per file in this process) and its counts; a chunk re-checked file by
+    file after a worker died is made one here. What the scan uses.
     """
     source = iter(chunks)
     first = next(source, None)
@@ -191,7 +194,11 @@ def run_checks(
         return  # nothing to check (a re-scan of an unchanged tree): no pool, no process started
     source = itertools.chain([first], source)
     pool = make_pool(backend, workers, scheduler)
-    shape = to_columns if columns else list
+    shape, unpack = list, list  # a chunk checked here (isolated), a chunk a worker sent back
+    if batches:
+        from .schema import chunk_of, read_chunk
+
+        shape, unpack = chunk_of, read_chunk
     source = _last_split(source, 2 * pool.slots if pool.slots > 1 else 1)
     in_flight: dict[Future, list[str]] = {}
     try:
@@ -200,7 +207,7 @@ def run_checks(
                 chunk = next(source, None)
                 if chunk is None:
                     break
-                task = partial(as_columns, pool.task) if columns else pool.task
+                task = partial(as_batch, pool.task) if batches else pool.task
                 in_flight[pool.executor.submit(task, root, chunk, options)] = chunk
             if not in_flight:
                 return
@@ -210,7 +217,7 @@ def run_checks(
                 chunk = in_flight.pop(future)
                 exc = future.exception()
                 if exc is None:
-                    yield future.result()
+                    yield unpack(future.result())
                 elif _lost_worker(exc):
                     lost.append(chunk)
                 else:
@@ -303,7 +310,7 @@ def _fresh_process_context():
         _context = _WorkerContext()
         _context.set_forkserver_preload(
             ["dsclean.scanning.worker", "dsclean.scanning.check_image", "dsclean.scanning.check_audio",
-             "dsclean.scanning.check_pnm"])
+             "dsclean.scanning.check_pnm", "dsclean.scanning.schema"])  # schema: workers build Arrow batches
     return _context
 
 
