@@ -17,10 +17,11 @@ order, in this process, which is also where quarantine moves happen (on the
 shared file system: no file contents ever travel through a scheduler).
 
 When a local worker dies (a decoder segfaults, aborts, or hits the per-file
-timeout) every chunk in flight is lost with the pool: those files are
-re-checked one per fresh process (:func:`isolate`), so the culprit is named
-exactly (``decoder_crash`` with the signal, or ``timeout``) and its neighbours
-keep their normal verdicts. On Dask, each chunk runs in a loky pool beside the
+timeout) every chunk in flight is lost with the pool: each is re-checked in a
+fresh process of its own, and the files of a chunk that kills that one too are
+re-checked one per fresh process (:func:`isolate_chunks`, :func:`isolate`), so
+the culprit is named exactly (``decoder_crash`` with the signal, or ``timeout``)
+and its neighbours keep their normal verdicts. On Dask, each chunk runs in a loky pool beside the
 Dask worker (:func:`check_chunk_on_dask_worker`) and is isolated there the
 same way, so a bad file never takes a Dask worker down.
 """
@@ -226,8 +227,8 @@ def run_checks(
                 if backend in LOCAL_PROCESSES:  # the whole pool is gone, and with it every chunk still in flight
                     lost += in_flight.values()
                     in_flight.clear()
-                for chunk in lost:
-                    yield shape(isolate(root, chunk, options, workers))
+                for verdicts in isolate_chunks(root, lost, options, workers):
+                    yield shape(verdicts)
                 if backend in LOCAL_PROCESSES:
                     pool = make_pool(backend, workers, scheduler)
     finally:
@@ -373,6 +374,18 @@ def isolate(root: str, rels: list[str], options: CheckOptions, parallel: int = 1
     for o in _in_children(root, [[rel] for rel in rels], options, parallel):
         out += o.verdicts if o.verdicts is not None else [_failure(root, o.rels[0], options, o.exitcode, o.overdue)]
     return out
+
+
+def isolate_chunks(root: str, chunks: list[list[str]], options: CheckOptions, parallel: int = 1) -> Iterator[list[Verdict]]:
+    """Chunks lost with a dead worker: each again in a fresh process of its own, and only a chunk whose
+    process dies too is checked file by file (:func:`isolate`).
+
+    A dead local worker takes every chunk in flight with it, most of them innocent: one fresh process
+    per chunk re-checks those, so a crash costs one process per file of the culprit's chunk alone
+    (a hanging file costs its --timeout twice: in its chunk, then alone).
+    """
+    for o in _in_children(root, chunks, options, parallel):
+        yield o.verdicts if o.verdicts is not None else isolate(root, o.rels, options, parallel)
 
 
 def check_chunk_on_dask_worker(root: str, rels: list[str], options: CheckOptions) -> list[Verdict]:
