@@ -382,7 +382,7 @@ def isolate_chunks(root: str, chunks: list[list[str]], options: CheckOptions, pa
 
     A dead local worker takes every chunk in flight with it, most of them innocent: one fresh process
     per chunk re-checks those, so a crash costs one process per file of the culprit's chunk alone
-    (a hanging file costs its --timeout twice: in its chunk, then alone).
+    (a hanging file meets its --timeout once more than with one process per file: in its chunk again, then alone).
     """
     for o in _in_children(root, chunks, options, parallel):
         yield o.verdicts if o.verdicts is not None else isolate(root, o.rels, options, parallel)
