@@ -355,6 +355,15 @@ def _compile_bytecode(trees: list[str]) -> None:
     print(f"bytecode compiled in {', '.join(trees)} (--source-only: measure without)")
 
 
+def _has_facts_option(src: str) -> bool:
+    """Whether the dsclean in source tree ``src`` has ``scan --facts``."""
+    try:
+        with open(os.path.join(src, "dsclean", "cli", "scan.py"), encoding="utf-8") as f:
+            return '"--facts"' in f.read()
+    except OSError:
+        return False
+
+
 def pipeline_benchmark(args) -> None:
     import statistics
 
@@ -362,7 +371,9 @@ def pipeline_benchmark(args) -> None:
     versions = {"after": None}
     if args.before:
         versions = {"before": os.path.abspath(args.before), "after": None}
-    labels = {v: v + (", --facts none" if v == "after" and args.facts_none else "") for v in versions}
+    # --facts none for "before" too when its CLI has the option (trees older than the quality facts do not)
+    no_facts = {v: args.facts_none and (src is None or _has_facts_option(src)) for v, src in versions.items()}
+    labels = {v: v + (", --facts none" if no_facts[v] else "") for v in versions}
     if not args.source_only:
         _compile_bytecode([src or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..") for src in versions.values()])
     print(f"machine: {platform.node()}, {os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}")
@@ -384,7 +395,7 @@ def pipeline_benchmark(args) -> None:
             for jobs in (1, 2):
                 cmd = [sys.executable, "-m", "dsclean", "scan", folder, "--jobs", str(jobs), "--dry-run", "--rescan",
                        "--quiet", "--report", "REPORT", "--state-dir", "STATE"]
-                if version == "after" and args.facts_none:  # the issue's speed bars: the integrity check alone
+                if no_facts[version]:  # the issue's speed bars: the integrity check alone
                     cmd += ["--facts", "none"]
                 contenders[f"dsclean scan --jobs {jobs} ({labels[version]})"] = (cmd, _env(src), jobs)
         times: dict[str, list[tuple[float, float]]] = {name: [] for name in contenders}
