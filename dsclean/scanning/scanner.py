@@ -33,8 +33,8 @@ from .executors import BACKENDS, run_checks
 from .quarantine import ChangedError, Quarantine
 from .records import quarantine_state, quarantined_records
 from .results import SCHEMA, ResultsWriter
-from .schema import Chunk
 from .reuse import PreviousResults
+from .schema import Chunk
 from .verdict import _FS_ENCODING, FIELDS, Verdict, encode_path, verdict_of_row
 
 
