@@ -41,7 +41,7 @@ from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from concurrent.futures.process import BrokenProcessPool, ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from .. import reasons as R
 from ..errors import UserError
@@ -49,6 +49,9 @@ from ..formats import format_of_name, kind_of
 from .check import CheckOptions
 from .verdict import Verdict
 from .worker import FAULT_ENV, as_batch, FileSlices, check_chunk, check_chunk_in_thread, item_name, set_fault_switch, start_worker
+
+if TYPE_CHECKING:
+    from .schema import Chunk
 
 BACKENDS = ("processes", "loky", "threads", "dask")
 #: backends whose workers are processes of this machine (one pool: a dead worker breaks it)

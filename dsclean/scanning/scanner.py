@@ -18,7 +18,7 @@ import time
 import zlib
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 from .. import locations
 from .. import reasons as R
@@ -36,6 +36,9 @@ from .results import SCHEMA, ResultsWriter
 from .reuse import PreviousResults
 from .schema import Chunk
 from .verdict import _FS_ENCODING, FIELDS, Verdict, encode_path, verdict_of_row
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 @dataclass(frozen=True)
