@@ -87,17 +87,9 @@ class ResultsWriter:
         if len(self._rows) + self._table_rows >= self._batch_rows:
             self._flush()
 
-    def add_rows(self, rows: Iterable[tuple]) -> None:
-        """Buffer rows already in results-table form (e.g. a worker's :data:`~dsclean.scanning.verdict.Columns`
-        zipped); their problems-file lines are the caller's (:meth:`add_problem`)."""
-        before = len(self._rows)
-        self._rows.extend(rows)
-        self.rows += len(self._rows) - before
-        if len(self._rows) + self._table_rows >= self._batch_rows:
-            self._flush()
-
     def add_problem(self, v: Verdict, extra: dict | None = None) -> None:
-        """Write the problems-file line of a bad or warn verdict whose row goes in through :meth:`add_rows`."""
+        """Write the problems-file line of a bad or warn verdict whose row goes in through :meth:`add_table`
+        (a fresh chunk's batch)."""
         self._problems.write(json.dumps({**v.to_json(), **(extra or {})}) + "\n")
 
     def add_row(self, row: tuple) -> None:

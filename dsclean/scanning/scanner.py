@@ -2,8 +2,8 @@
 
 Discovery yields paths lazily; they are cut into chunks (sized to the mean file
 size seen so far) and handed to worker processes a few chunks ahead of the
-workers, verdicts come back as columns in completion order, and each is written
-and (if bad) quarantined as it arrives. Nothing holds a per-file object beyond the chunks in flight and one
+workers, verdicts come back as one Arrow batch per chunk (built by the worker) in
+completion order, and each is written and (if bad) quarantined as it arrives. Nothing holds a per-file object beyond the chunks in flight and one
 results row group, so memory stays flat for 10 million files.
 """
 from __future__ import annotations
@@ -492,7 +492,7 @@ def _with_rows(batch: "pa.RecordBatch", rows: dict[int, Verdict]) -> "pa.RecordB
 
 
 _KIND, _STATUS, _SIZE, _MTIME, _FLAGS = (FIELDS.index(f) for f in ("kind", "status", "size", "mtime_ns", "flags"))
-#: fresh verdicts are buffered as columns and become one Arrow batch (results + scan cache) every
+#: fresh verdicts are buffered as the workers' batches and become one Arrow table (results + scan cache) every
 #: this many verdicts or seconds: the scan cache's commit interval
 FRESH_ROWS, FRESH_SECONDS = 5000, 2.0
 
