@@ -129,6 +129,10 @@ def main() -> None:
                     help="with --pipeline --facts-none --before: scan 'before' with --facts none too")
     ap.add_argument("--whole-only", action="store_true",
                     help="with --pipeline: only the whole-process table (no main-process cost, no system calls)")
+    ap.add_argument("--bar-only", action="store_true",
+                    help="with --only-main: only the bar's options (--facts none, scan cache on), e.g. at 1M files")
+    ap.add_argument("--tiny-dir", metavar="DIR",
+                    help="with --only-main: make the tiny files under DIR (e.g. /dev/shm; removed afterwards)")
     ap.add_argument("--source-only", action="store_true",
                     help="with --pipeline: do not compile dsclean's bytecode first (as with PYTHONDONTWRITEBYTECODE=1 "
                          "and an editable install: every process compiles dsclean's modules from source)")
@@ -145,7 +149,7 @@ def main() -> None:
     if args.only_main:
         versions = {"before": os.path.abspath(args.before), "after": None} if args.before else {"after": None}
         print(f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average at start: {os.getloadavg()}")
-        main_process_cost(args.tiny, versions, args.rounds, args.facts_none)
+        main_process_cost(args.tiny, versions, args.rounds, args.facts_none, args.bar_only, args.tiny_dir)
         print(f"load average at the end: {os.getloadavg()}")
         return
     if args.pipeline:
@@ -361,6 +365,15 @@ def _compile_bytecode(trees: list[str]) -> None:
     print(f"bytecode compiled in {', '.join(trees)} (--source-only: measure without)")
 
 
+def _has_facts_option(src: str) -> bool:
+    """Whether the dsclean in source tree ``src`` has ``scan --facts``."""
+    try:
+        with open(os.path.join(src, "dsclean", "cli", "scan.py"), encoding="utf-8") as f:
+            return '"--facts"' in f.read()
+    except OSError:
+        return False
+
+
 def pipeline_benchmark(args) -> None:
     import statistics
 
@@ -368,9 +381,9 @@ def pipeline_benchmark(args) -> None:
     versions = {"after": None}
     if args.before:
         versions = {"before": os.path.abspath(args.before), "after": None}
-    # --facts none for "before" too when it has the option (--before-facts-none): both sides the same options
-    both = args.before_facts_none
-    labels = {v: v + (", --facts none" if args.facts_none and (v == "after" or both) else "") for v in versions}
+    # --facts none for "before" too when its CLI has the option (trees older than the quality facts do not)
+    no_facts = {v: args.facts_none and (src is None or args.before_facts_none or _has_facts_option(src)) for v, src in versions.items()}
+    labels = {v: v + (", --facts none" if no_facts[v] else "") for v in versions}
     if not args.source_only:
         _compile_bytecode([src or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..") for src in versions.values()])
     print(f"machine: {platform.node()}, {os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}")
@@ -392,7 +405,7 @@ def pipeline_benchmark(args) -> None:
             for jobs in (1, 2):
                 cmd = [sys.executable, "-m", "dsclean", "scan", folder, "--jobs", str(jobs), "--dry-run", "--rescan",
                        "--quiet", "--report", "REPORT", "--state-dir", "STATE"]
-                if args.facts_none and (version == "after" or both):  # the issue's speed bars: the check alone
+                if no_facts[version]:  # the issue's speed bars: the integrity check alone
                     cmd += ["--facts", "none"]
                 contenders[f"dsclean scan --jobs {jobs} ({labels[version]})"] = (cmd, _env(src), jobs)
         times: dict[str, list[tuple[float, float]]] = {name: [] for name in contenders}
@@ -483,25 +496,32 @@ with tempfile.TemporaryDirectory() as tmp:
                 check=CheckOptions(facts=facts))
     c0 = cpu(); small = scan(first, ScanOptions(**opts)); c1 = cpu()
     full = scan(root, ScanOptions(**opts)); c2 = cpu()
-print(small.files, c1 - c0, full.files, c2 - c1)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # MiB: the peak resident set of this process
+print(small.files, c1 - c0, full.files, c2 - c1, peak)
 """
 
 
-def main_process_cost(n: int, versions: dict, rounds: int, facts_none: bool = False) -> None:
+def main_process_cost(n: int, versions: dict, rounds: int, facts_none: bool = False, bar_only: bool = False,
+                      where: str | None = None) -> None:
     """CPU of the scan's main process per file: a full scan of n tiny files minus a 1,000-file scan, per extra file.
 
     ``facts_none``: also with ``--facts none`` (the issue's bar: the integrity check alone), scan cache on and off.
+    ``bar_only``: only the bar's options (``--facts none``, scan cache on). Also reports the main process's
+    peak resident memory (``ru_maxrss``).
     """
     import statistics
 
-    folder = tempfile.mkdtemp(prefix="dsclean-tiny-")
+    folder = tempfile.mkdtemp(prefix="dsclean-tiny-", dir=where)
     try:
         make_small_tree(folder, n)
         kinds = ["default options (scan cache on)", "use_cache=False"]
         if facts_none:
             kinds += ["--facts none (scan cache on)", "--facts none, use_cache=False"]
+        if bar_only:
+            kinds = ["--facts none (scan cache on)"]
         runs = [(f"{version}, {what}", src, what) for what in kinds for version, src in versions.items()]
         per_file: dict[str, list[float]] = {name: [] for name, _, _ in runs}
+        peaks: dict[str, list[float]] = {name: [] for name, _, _ in runs}
         for _ in range(max(1, rounds // 2)):
             for name, src, what in runs:
                 flag = "nocache" if "use_cache=False" in what else "cache"
@@ -511,11 +531,12 @@ def main_process_cost(n: int, versions: dict, rounds: int, facts_none: bool = Fa
                                      env=_env(src), capture_output=True, text=True, check=True).stdout.split()
                 small_n, small_cpu, full_n, full_cpu = int(out[0]), float(out[1]), int(out[2]), float(out[3])
                 per_file[name].append((full_cpu - small_cpu) / (full_n - small_n) * 1e6)
+                peaks[name].append(float(out[4]))
         print(f"\n| main process of a first scan (2 jobs, fresh state folder), {n:,} tiny JPEGs | "
-              "CPU µs per file (median) | runs |")
-        print("|---|---:|---|")
+              "CPU µs per file (median) | runs | peak RSS MiB (max) |")
+        print("|---|---:|---|---:|")
         for name, xs in per_file.items():
-            print(f"| {name} | {statistics.median(xs):.1f} | {', '.join(f'{x:.1f}' for x in xs)} |")
+            print(f"| {name} | {statistics.median(xs):.1f} | {', '.join(f'{x:.1f}' for x in xs)} | {max(peaks[name]):.0f} |")
     finally:
         shutil.rmtree(folder)
 

@@ -17,10 +17,11 @@ order, in this process, which is also where quarantine moves happen (on the
 shared file system: no file contents ever travel through a scheduler).
 
 When a local worker dies (a decoder segfaults, aborts, or hits the per-file
-timeout) every chunk in flight is lost with the pool: those files are
-re-checked one per fresh process (:func:`isolate`), so the culprit is named
-exactly (``decoder_crash`` with the signal, or ``timeout``) and its neighbours
-keep their normal verdicts. On Dask, each chunk runs in a loky pool beside the
+timeout) every chunk in flight is lost with the pool: each is re-checked in a
+fresh process of its own, and the files of a chunk that kills that one too are
+re-checked one per fresh process (:func:`isolate_chunks`, :func:`isolate`), so
+the culprit is named exactly (``decoder_crash`` with the signal, or ``timeout``)
+and its neighbours keep their normal verdicts. On Dask, each chunk runs in a loky pool beside the
 Dask worker (:func:`check_chunk_on_dask_worker`) and is isolated there the
 same way, so a bad file never takes a Dask worker down.
 """
@@ -40,14 +41,17 @@ from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from concurrent.futures.process import BrokenProcessPool, ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from .. import reasons as R
 from ..errors import UserError
 from ..formats import FORMATS, format_of_name, kind_of
 from .check import CheckOptions, checker_modules
-from .verdict import Columns, Verdict, to_columns
-from .worker import FAULT_ENV, as_columns, FileSlices, check_chunk, check_chunk_in_thread, item_name, set_fault_switch, start_worker
+from .verdict import Verdict
+from .worker import FAULT_ENV, as_batch, FileSlices, check_chunk, check_chunk_in_thread, item_name, set_fault_switch, start_worker
+
+if TYPE_CHECKING:
+    from .schema import Chunk
 
 BACKENDS = ("processes", "loky", "threads", "dask")
 #: backends whose workers are processes of this machine (one pool: a dead worker breaks it)
@@ -186,12 +190,15 @@ def run_checks(
     workers: int,
     backend: str = "loky",
     scheduler: str | None = None,
-    columns: bool = False,
-) -> Iterator[list[Verdict]] | Iterator[Columns]:
+    batches: bool = False,
+) -> Iterator[list[Verdict]] | Iterator["Chunk"]:
     """Yield verdict chunks as they finish. Closing the generator cancels what is still queued.
 
-    ``columns=True``: each chunk comes as :data:`~dsclean.scanning.verdict.Columns` instead of
-    a list of Verdicts (fewer objects to pickle, unpickle and handle: what the scan uses).
+    ``batches=True``: each chunk comes as a :class:`~dsclean.scanning.schema.Chunk`, an Arrow
+    record batch of the results :data:`~dsclean.scanning.schema.SCHEMA` built by the worker that
+    checked it (:func:`~dsclean.scanning.worker.as_batch`: one buffer to pickle and unpickle per
+    chunk, no Python object per file in this process) and its counts; a chunk re-checked file by
+    file after a worker died is made one here. What the scan uses.
     """
     source = iter(chunks)
     first = next(source, None)
@@ -200,7 +207,11 @@ def run_checks(
     source = itertools.chain([first], source)
     pool = make_pool(backend, workers, scheduler, {format_of_name(item_name(root, rel)) for rel in first} - {None},
                      options.facts)
-    shape = to_columns if columns else list
+    shape, unpack = list, list  # a chunk checked here (isolated), a chunk a worker sent back
+    if batches:
+        from .schema import chunk_of, read_chunk
+
+        shape, unpack = chunk_of, read_chunk
     source = _last_split(source, 2 * pool.slots if pool.slots > 1 else 1)
     in_flight: dict[Future, list[str]] = {}
     try:
@@ -209,7 +220,7 @@ def run_checks(
                 chunk = next(source, None)
                 if chunk is None:
                     break
-                task = partial(as_columns, pool.task) if columns else pool.task
+                task = partial(as_batch, pool.task) if batches else pool.task
                 in_flight[pool.executor.submit(task, root, chunk, options)] = chunk
             if not in_flight:
                 return
@@ -219,7 +230,7 @@ def run_checks(
                 chunk = in_flight.pop(future)
                 exc = future.exception()
                 if exc is None:
-                    yield future.result()
+                    yield unpack(future.result())
                 elif _lost_worker(exc):
                     lost.append(chunk)
                 else:
@@ -228,8 +239,8 @@ def run_checks(
                 if backend in LOCAL_PROCESSES:  # the whole pool is gone, and with it every chunk still in flight
                     lost += in_flight.values()
                     in_flight.clear()
-                for chunk in lost:
-                    yield shape(isolate(root, chunk, options, workers))
+                for verdicts in isolate_chunks(root, lost, options, workers):
+                    yield shape(verdicts)
                 if backend in LOCAL_PROCESSES:
                     pool = make_pool(backend, workers, scheduler)
     finally:
@@ -340,7 +351,9 @@ def preload_modules(formats: Iterable[str] | None = None, facts: bool = True) ->
     """
     formats = list(FORMATS if formats is None else formats)
     images = facts and any(kind_of(fmt) == "image" for fmt in formats)
-    return [__name__, *checker_modules(formats), *(["dsclean.quality.image"] if images else [])]
+    # schema: workers build their chunk's Arrow batch (pyarrow), imported once here rather than per worker
+    return [__name__, "dsclean.scanning.schema", *checker_modules(formats),
+            *(["dsclean.quality.image"] if images else [])]
 
 
 def _child(conn, root: str, rels: list[str], options: CheckOptions, faults: str | None) -> None:
@@ -402,6 +415,18 @@ def isolate(root: str, rels: list[str], options: CheckOptions, parallel: int = 1
     for o in _in_children(root, [[rel] for rel in rels], options, parallel):
         out += o.verdicts if o.verdicts is not None else [_failure(root, o.rels[0], options, o.exitcode, o.overdue)]
     return out
+
+
+def isolate_chunks(root: str, chunks: list[list[str]], options: CheckOptions, parallel: int = 1) -> Iterator[list[Verdict]]:
+    """Chunks lost with a dead worker: each again in a fresh process of its own, and only a chunk whose
+    process dies too is checked file by file (:func:`isolate`).
+
+    A dead local worker takes every chunk in flight with it, most of them innocent: one fresh process
+    per chunk re-checks those, so a crash costs one process per file of the culprit's chunk alone
+    (a hanging file meets its --timeout once more than with one process per file: in its chunk again, then alone).
+    """
+    for o in _in_children(root, chunks, options, parallel):
+        yield o.verdicts if o.verdicts is not None else isolate(root, o.rels, options, parallel)
 
 
 def check_chunk_on_dask_worker(root: str, rels: list[str], options: CheckOptions) -> list[Verdict]:

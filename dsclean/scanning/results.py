@@ -18,36 +18,8 @@ import pyarrow.parquet as pq
 
 from .. import locations, reasons
 from ..atomic import publish, temp_next_to
-from ..quality.columns import FACT_FIELDS
-from .verdict import FIELDS, Verdict, encode_path
-
-#: Arrow schema of the results table. ``path`` is binary: the exact bytes of the
-#: file name relative to the root, so non-UTF-8 names survive (decode with os.fsdecode).
-SCHEMA = pa.schema(
-    [
-        pa.field("path", pa.binary(), nullable=False),
-        pa.field("kind", pa.string(), nullable=False),
-        pa.field("status", pa.string(), nullable=False),
-        pa.field("reason", pa.string()),
-        pa.field("detail", pa.string()),
-        pa.field("size", pa.int64()),
-        pa.field("mtime_ns", pa.int64()),
-        pa.field("format", pa.string()),
-        pa.field("width", pa.int32()),
-        pa.field("height", pa.int32()),
-        pa.field("mode", pa.string()),
-        pa.field("frames", pa.int64()),
-        pa.field("sample_rate", pa.int32()),
-        pa.field("channels", pa.int32()),
-        pa.field("duration", pa.float64()),
-        pa.field("subtype", pa.string()),
-        pa.field("content_hash", pa.binary(16)),  # BLAKE2b-128 of the file's bytes; null if not read
-        # the quality facts and flags (FACTS.md): null when not computed (scan --facts none, or not decoded)
-        *[f for f in FACT_FIELDS if f.name != "content_hash"],
-    ]
-)
-assert tuple(SCHEMA.names) == FIELDS, "results SCHEMA and Verdict fields must agree"
-
+from .schema import SCHEMA  # the results table's schema (defined apart: workers build batches without pyarrow.parquet)
+from .verdict import Verdict, encode_path
 
 #: columns Parquet dictionary-encodes: the few-valued strings (and the flag codes). Unique ones (path,
 #: content hash) and the numbers are not: a dictionary for them is built, then dropped, at ~0.3 µs a row.
@@ -115,17 +87,9 @@ class ResultsWriter:
         if len(self._rows) + self._table_rows >= self._batch_rows:
             self._flush()
 
-    def add_rows(self, rows: Iterable[tuple]) -> None:
-        """Buffer rows already in results-table form (e.g. a worker's :data:`~dsclean.scanning.verdict.Columns`
-        zipped); their problems-file lines are the caller's (:meth:`add_problem`)."""
-        before = len(self._rows)
-        self._rows.extend(rows)
-        self.rows += len(self._rows) - before
-        if len(self._rows) + self._table_rows >= self._batch_rows:
-            self._flush()
-
     def add_problem(self, v: Verdict, extra: dict | None = None) -> None:
-        """Write the problems-file line of a bad or warn verdict whose row goes in through :meth:`add_rows`."""
+        """Write the problems-file line of a bad or warn verdict whose row goes in through :meth:`add_table`
+        (a fresh chunk's batch)."""
         self._problems.write(json.dumps({**v.to_json(), **(extra or {})}) + "\n")
 
     def add_row(self, row: tuple) -> None:

@@ -2,8 +2,8 @@
 
 Discovery yields paths lazily; they are cut into chunks (sized to the mean file
 size seen so far) and handed to worker processes a few chunks ahead of the
-workers, verdicts come back as columns in completion order, and each is written
-and (if bad) quarantined as it arrives. Nothing holds a per-file object beyond the chunks in flight and one
+workers, verdicts come back as one Arrow batch per chunk (built by the worker) in
+completion order, and each is written and (if bad) quarantined as it arrives. Nothing holds a per-file object beyond the chunks in flight and one
 results row group, so memory stays flat for 10 million files.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ import time
 import zlib
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 from .. import locations
 from .. import reasons as R
@@ -34,7 +34,11 @@ from .quarantine import ChangedError, Quarantine
 from .records import quarantine_state, quarantined_records
 from .results import SCHEMA, ResultsWriter
 from .reuse import PreviousResults
-from .verdict import _FS_ENCODING, FIELDS, Columns, Verdict, encode_path, verdict_of_row
+from .schema import Chunk
+from .verdict import _FS_ENCODING, FIELDS, Verdict, encode_path, verdict_of_row
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 @dataclass(frozen=True)
@@ -51,7 +55,7 @@ class ScanOptions:
     symlinks: str | None = None  # "none" (default), "inside" (links staying in ROOT) or "all"
     state_dir: str | None = None  # base of the per-root state folders (default: $DSCLEAN_STATE_DIR, else per user)
     allow_inside_root: bool = False  # accept a quarantine or report folder inside ROOT (ImageFolder sees a class)
-    chunk_size: int = 256  # files per task sent to a worker, at most
+    chunk_size: int = 1024  # files per task sent to a worker, at most (tiny files: a task costs ~1 ms of bookkeeping)
     chunk_bytes: int = 4 << 20  # bytes per task, about (files per task follow the mean size checked so far)
     backend: str = "processes"  # "processes" (local, default), "loky" (joblib's), "threads", or "dask" (see scheduler)
     scheduler: str | None = None  # Dask scheduler address (tcp://host:port) or scheduler file, for backend="dask"
@@ -264,9 +268,9 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
                 to_check = _skip_cached(root, media, None if options.rescan else cache, sink, options.chunk_size, stop,
                                         options.chunk_bytes, identities, previous)
                 checks = run_checks(root, to_check, options.check, jobs, options.backend, options.scheduler,
-                                    columns=True)
-                for columns in checks:
-                    sink.handle_columns(columns)
+                                    batches=True)
+                for chunk in checks:
+                    sink.handle_chunk(chunk)
                     if stop.signum:
                         checks.close()  # cancel queued chunks; workers finish or are dropped
                         break
@@ -503,8 +507,19 @@ def _open_writer(report_dir: str, tag: str, meta: dict) -> ResultsWriter:
         raise UserError(f"report folder {report_dir} is not writable: {exc.strerror or exc}") from exc
 
 
+def _with_rows(batch: "pa.RecordBatch", rows: dict[int, Verdict]) -> "pa.RecordBatch":
+    """The batch with the fields of those rows replaced by their verdicts' (all but the path)."""
+    import pyarrow as pa
+
+    cols = [col.to_pylist() for col in batch.columns]
+    for i, v in rows.items():
+        for col, value in zip(cols[1:], tuple(vars(v).values())[1:]):
+            col[i] = value
+    return pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(cols, SCHEMA)], schema=SCHEMA)
+
+
 _KIND, _STATUS, _SIZE, _MTIME, _FLAGS = (FIELDS.index(f) for f in ("kind", "status", "size", "mtime_ns", "flags"))
-#: fresh verdicts are buffered as columns and become one Arrow batch (results + scan cache) every
+#: fresh verdicts are buffered as the workers' batches and become one Arrow table (results + scan cache) every
 #: this many verdicts or seconds: the scan cache's commit interval
 FRESH_ROWS, FRESH_SECONDS = 5000, 2.0
 
@@ -523,7 +538,8 @@ class _Sink:
     _shown: int = 0  # files the progress bar has been told about
     #: quarantining scans: path bytes -> (inode, device) seen before the check, until the verdict is handled
     identities: dict[bytes, tuple[int, int]] = field(default_factory=dict)
-    _fresh: list[list] = field(default_factory=list)  # fresh verdicts not yet in Arrow: one list per field
+    _fresh: list = field(default_factory=list)  # record batches of fresh verdicts not yet written
+    _fresh_rows: int = 0
     _moved: list[bytes] = field(default_factory=list)  # paths in _fresh moved now (never cached)
     _flushed: float = field(default_factory=time.monotonic)
 
@@ -559,20 +575,24 @@ class _Sink:
         self.writer.add(v, extra)
         self._tick()
 
-    def handle_columns(self, cols: Columns) -> None:
-        """Fresh verdicts of a chunk, as columns: counted and buffered in bulk; only bad and warn
-        ones (and files moved for a quality flag) become Verdict objects."""
-        s = self.summary
+    def handle_chunk(self, chunk: Chunk) -> None:
+        """Fresh verdicts of a chunk, as the Arrow batch its worker built: counted and buffered in bulk;
+        only the rows that need action (not ok, or moved for a quality flag) become Verdict objects."""
+        s, batch = self.summary, chunk.batch
+        special = chunk.not_ok
         if self.flag_options is not None:  # flags from the facts, with this scan's thresholds
-            cols[_FLAGS] = [self._flags_of_row(row) for row in zip(*cols)]
-        status, flags = cols[_STATUS], cols[_FLAGS]
-        special = [i for i, st in enumerate(status) if st != R.OK]
-        if self.quarantine_flags:
-            special = sorted({*special, *(i for i, f in enumerate(flags) if f and self.quarantine_flags.intersection(f))})
-        ids = [self.identities.pop(p, None) for p in cols[0]] if self.identities else None
-        for i in special:
-            row = tuple(col[i] for col in cols)
-            v = verdict_of_row(row)
+            import pyarrow as pa
+
+            inputs = zip(*(batch.column(name).to_pylist() for name in facts_of.FLAG_INPUTS))
+            flags = [self._flags_of(row) for row in inputs]
+            batch = batch.set_column(_FLAGS, SCHEMA.field(_FLAGS), pa.array(flags, SCHEMA.field(_FLAGS).type))
+            if self.quarantine_flags:
+                special = sorted({*special, *(i for i, f in enumerate(flags) if f and self.quarantine_flags.intersection(f))})
+        ids = [self.identities.pop(p, None) for p in batch.column(0).to_pylist()] if self.identities else None
+        changed: dict[int, Verdict] = {}
+        not_ok = frozenset(chunk.not_ok)
+        for i, row in zip(special, batch.take(special).to_pylist() if special else ()):
+            v = verdict_of_row(tuple(row.values()))
             ino_dev = ids[i] if ids else None
             extra = self._quarantine(v, ino_dev) if v.status == R.BAD else None  # may turn it warn/changed
             if v.status != R.BAD:
@@ -581,51 +601,53 @@ class _Sink:
                 s.bad_reasons[v.reason or "?"] = s.bad_reasons.get(v.reason or "?", 0) + 1
             elif v.status == R.WARN:
                 s.warn_reasons[v.reason or "?"] = s.warn_reasons.get(v.reason or "?", 0) + 1
+            if i in not_ok:  # the ok rows are counted by the worker (chunk.ok_kinds)
+                by_status = s.counts.setdefault(v.kind, {})
+                by_status[v.status] = by_status.get(v.status, 0) + 1
             if extra and "quarantined_as" in extra:
-                self._moved.append(row[0])  # moved now: not cached, so a file put back later is checked again
-            if v.status != row[_STATUS]:  # e.g. bad -> warn/changed: not moved, not cached
-                for col, value in zip(cols[1:], tuple(vars(v).values())[1:]):
-                    col[i] = value
+                self._moved.append(row["path"])  # moved now: not cached, so a file put back later is checked again
+            if v.status != row["status"]:  # e.g. bad -> warn/changed: not moved, not cached
+                changed[i] = v
             if v.status != R.OK or extra:
                 self.writer.add_problem(v, extra)
-        for (kind, st), n in Counter(zip(cols[_KIND], status)).items():
+        if changed:  # rare (a file replaced between its check and its move): the batch again, with those rows
+            batch = _with_rows(batch, changed)
+        for kind, n in chunk.ok_kinds.items():
             by_status = s.counts.setdefault(kind, {})
-            by_status[st] = by_status.get(st, 0) + n
-        size = sum(filter(None, cols[_SIZE]))
-        s.files += len(status)
-        s.bytes += size
-        s.checked_bytes += size
-        if not self._fresh:
-            self._fresh = [[] for _ in cols]
-        for buffered, col in zip(self._fresh, cols):
-            buffered += col
-        if len(self._fresh[0]) >= FRESH_ROWS or time.monotonic() - self._flushed > FRESH_SECONDS:
+            by_status[R.OK] = by_status.get(R.OK, 0) + n
+        s.files += batch.num_rows
+        s.bytes += chunk.size
+        s.checked_bytes += chunk.size
+        self._fresh.append(batch)
+        self._fresh_rows += batch.num_rows
+        if self._fresh_rows >= FRESH_ROWS or time.monotonic() - self._flushed > FRESH_SECONDS:
             self.flush_fresh()
         self._tick()
 
     def flush_fresh(self) -> None:
-        """The buffered fresh verdicts as one Arrow batch, into the results and the scan cache.
+        """The buffered fresh verdicts as one Arrow table, into the results and the scan cache.
 
         This is the cache's commit point too: every :data:`FRESH_ROWS` verdicts or
         :data:`FRESH_SECONDS`, so a kill -9 costs at most that many re-checks.
         """
         self._flushed = time.monotonic()
-        if not self._fresh or not self._fresh[0]:
+        if not self._fresh:
             return
         import pyarrow as pa
 
-        batch = pa.RecordBatch.from_arrays([pa.array(col, type=f.type) for col, f in zip(self._fresh, SCHEMA)],
-                                           schema=SCHEMA)
-        self._fresh = []
-        self.writer.add_table(batch)
+        # one chunk per column: Parquet and the cache's IPC write many small chunks slower than one
+        table = pa.Table.from_batches(self._fresh, SCHEMA).combine_chunks()
+        self._fresh, self._fresh_rows = [], 0
+        self.writer.add_table(table)
         if self.cache is not None:
-            self.cache.add_batch(batch, skip=self._moved)
+            self.cache.add_batch(table, skip=self._moved)
             for key in self._moved:  # tombstones: an older row of a moved path must not come back (see handle)
                 self.cache.forget(os.fsdecode(key))
         self._moved = []
 
-    def _flags_of_row(self, row: tuple) -> list[str] | None:
-        flags = facts_of.flags_from(*_FLAG_INPUTS(row), self.flag_options)
+    def _flags_of(self, inputs: tuple) -> list[str] | None:
+        """The flags of one fresh verdict (from its :data:`~dsclean.scanning.facts.FLAG_INPUTS`), counted."""
+        flags = facts_of.flags_from(*inputs, self.flag_options)
         for flag in flags or ():
             self.summary.flags[flag] = self.summary.flags.get(flag, 0) + 1
         return flags

@@ -127,19 +127,6 @@ def decode_path(raw: bytes) -> str:
     return raw.decode(_FS_ENCODING, "surrogateescape")
 
 
-#: Verdicts as columns, one list per :data:`FIELDS` entry, ``path`` as bytes (the results-table
-#: form): how workers hand a chunk's verdicts back. Every field of :class:`Verdict` travels, so a
-#: new field is a new column with no other change.
-Columns = list
-
-
-def to_columns(verdicts: list[Verdict]) -> Columns:
-    """A chunk's verdicts as columns (one pickled list per field instead of one object per file)."""
-    cols = [list(col) for col in zip(*(tuple(vars(v).values()) for v in verdicts))] or [[] for _ in FIELDS]
-    cols[0] = [encode_path(p) for p in cols[0]]
-    return cols
-
-
 def verdict_of_row(row: tuple) -> Verdict:
-    """One results-table row (a row of :data:`Columns`) back as a Verdict."""
+    """One results-table row (path as bytes, then the other :data:`FIELDS` in order) back as a Verdict."""
     return Verdict(decode_path(row[0]), *row[1:])

@@ -23,7 +23,7 @@ from typing import Iterator
 
 from . import check
 from .check import CheckOptions, check_bytes, check_file
-from .verdict import Columns, Verdict, to_columns
+from .verdict import Verdict
 
 #: Set to "1" only by dsclean's own tests: files named with __segfault__, __abort__, __hang__ or
 #: __oom__ then make the check crash, hang or allocate without bound (real faults, for real tests);
@@ -66,22 +66,29 @@ def check_chunk(root: str, rels: list[str], options: CheckOptions) -> list[Verdi
     # The forkserver preloaded the checkers of the formats the scan expected; another one is imported on
     # its format's first file, with the ceiling lifted meanwhile (the import itself could fail under it).
     check.import_guard = without_ceiling
+    limits = resource.getrlimit(resource.RLIMIT_AS)
     set_memory_ceiling(effective_ceiling(options.max_memory))
     check.fault_hook = inject_fault if os.environ.get(FAULT_ENV) == "1" else None
     from . import facts  # here, not at the top: numpy stays out of the main process's import of the executors
 
     out = []
     # facts.batched: the JPEG facts of the chunk are computed 32 at a time (same values, less CPU)
-    with Watchdog(options.timeout) as watchdog, check.decoder_messages_for_run(), facts.batched():
-        for rel in rels:
-            watchdog.next_file()
-            out.append(check_item(root, rel, options))
+    try:
+        with Watchdog(options.timeout) as watchdog, check.decoder_messages_for_run(), facts.batched():
+            for rel in rels:
+                watchdog.next_file()
+                out.append(check_item(root, rel, options))
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, limits)  # the ceiling is the checks': not the verdicts' batch
     return out
 
 
-def as_columns(task, root, rels: list, options: CheckOptions) -> Columns:
-    """Run a chunk task and hand its verdicts back as columns (see :data:`~dsclean.scanning.verdict.Columns`)."""
-    return to_columns(task(root, rels, options))
+def as_batch(task, root, rels: list, options: CheckOptions) -> tuple:
+    """Run a chunk task and hand its verdicts back as one Arrow IPC message and a few counts
+    (:func:`~dsclean.scanning.schema.chunk_message`): no Python object per file to pickle and unpickle."""
+    from .schema import chunk_message  # pyarrow: imported once by the forkserver (see executors)
+
+    return chunk_message(task(root, rels, options))
 
 
 def start_worker(faults: str | None) -> None:

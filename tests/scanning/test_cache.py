@@ -115,12 +115,10 @@ def test_verdicts_about_the_moment_are_not_cached(tmp_path):
 
 def _verdict_batch(rows: list[tuple[str, int, int, str, str | None]]):
     """A results batch of (path, size, mtime_ns, status, reason) rows, the other fields empty."""
-    from dsclean.scanning.results import SCHEMA
-    from dsclean.scanning.verdict import Verdict, to_columns
-    import pyarrow as pa
+    from dsclean.scanning.schema import verdicts_batch
+    from dsclean.scanning.verdict import Verdict
 
-    cols = to_columns([Verdict(p, "image", status, reason, "", size, mtime) for p, size, mtime, status, reason in rows])
-    return pa.RecordBatch.from_arrays([pa.array(c, type=f.type) for c, f in zip(cols, SCHEMA)], schema=SCHEMA)
+    return verdicts_batch([Verdict(p, "image", status, reason, "", size, mtime) for p, size, mtime, status, reason in rows])
 
 
 def test_cache_keeps_the_newest_row_and_honours_tombstones(tmp_path):

@@ -96,3 +96,24 @@ def test_byte_ranges_are_checked_in_the_same_isolated_pool(tmp_path):
     got = sorted(line.split() for line in out.stdout.splitlines())
     assert got == [["blob/a.jpg", "ok", "None", str(len(good))], ["blob/b.jpg", "bad", "truncated", str(len(cut))],
                    ["blob/x__segfault__.jpg", "bad", "decoder_crash", str(len(good))]]
+
+
+def test_chunks_lost_with_a_dead_worker_are_rerun_whole_and_only_the_culprits_file_by_file(tmp_path, monkeypatch):
+    """A crash takes every chunk in flight down with the pool; the innocent ones are re-checked in one fresh
+    process each, only the chunk that crashes again is checked file by file (one process per file)."""
+    from dsclean.scanning import executors
+    from dsclean.scanning.check import CheckOptions
+
+    root = tmp_path / "data"
+    # the culprit first in its chunk: it crashes while the chunk next to it is still being checked
+    chunks = [[f"a{i}.jpg" for i in range(40)], ["b0__segfault__.jpg", "b1.jpg", "b2.jpg"], [f"c{i}.jpg" for i in range(8)]]
+    for i, rel in enumerate(r for chunk in chunks for r in chunk):
+        write(root, rel, synth.jpeg(256, 256, seed=i))
+    isolated = []
+    real = executors.isolate
+    monkeypatch.setattr(executors, "isolate", lambda r, rels, *a: isolated.append(list(rels)) or real(r, rels, *a))
+    monkeypatch.setenv("DSCLEAN_TEST_FAULTS", "1")
+    out = [v for chunk in executors.run_checks(str(root), chunks, CheckOptions(), 2, "processes") for v in chunk]
+    assert sorted(v.path for v in out) == sorted(r for chunk in chunks for r in chunk)  # each file once
+    assert {v.path: v.reason for v in out if v.status != "ok"} == {"b0__segfault__.jpg": "decoder_crash"}
+    assert isolated == [chunks[1]]  # file by file: the culprit's chunk alone

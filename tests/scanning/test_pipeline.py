@@ -6,10 +6,13 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 import dsclean
 from dsclean.scanning.check import CheckOptions
 from dsclean.scanning.executors import run_checks
-from dsclean.scanning.verdict import FIELDS, to_columns, verdict_of_row
+from dsclean.scanning.schema import SCHEMA, chunk_of, verdicts_batch
+from dsclean.scanning.verdict import verdict_of_row
 from dsclean.scanning.worker import FAULT_ENV
 from support import synth
 from support.files import write
@@ -30,17 +33,27 @@ def test_decoder_messages_stay_with_their_file_inside_one_task(tmp_path, monkeyp
     assert {v.status for v in out} == {"ok"}
 
 
-def test_columns_carry_every_field_and_come_back_as_the_same_verdicts(tmp_path):
+def test_batches_carry_every_field_and_come_back_as_the_same_verdicts(tmp_path):
+    """A worker hands a chunk back as one Arrow IPC message; read back, it holds the same verdicts, field for field."""
     root = tmp_path / "data"
     write(root, "ok.jpg", synth.jpeg(16, 16))
     write(root, "cut.jpg", synth.truncate(synth.jpeg(64, 64), 0.5))
     write(root, "caf\udce9.png", synth.png(8, 8))  # a non-UTF-8 name
     rels = sorted(os.listdir(root))
     objects = [v for chunk in run_checks(str(root), [rels], CheckOptions(), 1, "processes") for v in chunk]
-    cols = [c for chunk in run_checks(str(root), [rels], CheckOptions(), 1, "processes", columns=True) for c in [chunk]]
-    assert len(cols) == 1 and len(cols[0]) == len(FIELDS)
-    assert [verdict_of_row(r) for r in zip(*cols[0])] == objects
-    assert to_columns(objects) == cols[0]
+    (chunk,) = run_checks(str(root), [rels], CheckOptions(), 1, "processes", batches=True)
+    assert chunk.batch.schema.equals(SCHEMA)
+    back = [verdict_of_row(tuple(r.values())) for r in chunk.batch.to_pylist()]
+    exact = ("path", "kind", "status", "reason", "detail", "size", "mtime_ns", "format", "width", "content_hash", "phash")
+    assert [[getattr(v, f) for f in exact] for v in back] == [[getattr(v, f) for f in exact] for v in objects]
+    assert {v.status for v in back} == {"ok", "bad"} and all(v.phash is not None for v in back if v.status == "ok")
+    # the facts' float32 columns hold what the results file always held: the float32 of the check's value
+    assert [v.brightness or 0.0 for v in back] == pytest.approx([v.brightness or 0.0 for v in objects], rel=1e-6)
+    assert verdicts_batch(objects).equals(chunk.batch)
+    # what the main process needs without looking at each row: the rows not ok, the ok ones by kind, the bytes
+    assert [back[i].path for i in chunk.not_ok] == ["cut.jpg"]
+    assert chunk.ok_kinds == {"image": 2} and chunk.size == sum(v.size for v in objects)
+    assert chunk_of(objects).batch.equals(chunk.batch) and chunk_of(objects)[1:] == chunk[1:]
 
 
 def test_a_script_without_a_main_guard_scans_once(tmp_path):
@@ -129,3 +142,42 @@ def test_two_workers_check_every_file_once_with_the_last_chunk_in_pieces(tmp_pat
     assert sorted(len(c) for c in chunks) == [2, 2, 2, 6]  # the last 6 files as 4 tasks of at most 2
     assert sorted(v.path for c in chunks for v in c) == sorted(rels)
 
+
+
+def test_a_chunk_whose_worker_died_comes_back_as_one_batch_with_its_neighbours(tmp_path, monkeypatch):
+    """A crash inside a chunk: the chunk is re-checked file by file, and still comes back as one Chunk
+    whose rows, not-ok list and counts are right (the culprit named, the neighbours ok)."""
+    root = tmp_path / "data"
+    rels = ["a.jpg", "b__segfault__.jpg", "c.wav", "d.jpg"]
+    write(root, "a.jpg", synth.jpeg(8, 8))
+    write(root, "b__segfault__.jpg", synth.jpeg(8, 8, seed=1))
+    write(root, "c.wav", synth.encode_audio(synth.tone(0.05), 16_000, "wav"))
+    write(root, "d.jpg", synth.jpeg(8, 8, seed=2))
+    monkeypatch.setenv(FAULT_ENV, "1")
+    chunks = list(run_checks(str(root), [rels], CheckOptions(), 1, "processes", batches=True))
+    assert len(chunks) == 1
+    rows = chunks[0].batch.to_pylist()
+    assert sorted(r["path"] for r in rows) == sorted(os.fsencode(r) for r in rels)
+    by_path = {os.fsdecode(r["path"]): r for r in rows}
+    assert (by_path["b__segfault__.jpg"]["status"], by_path["b__segfault__.jpg"]["reason"]) == ("bad", "decoder_crash")
+    assert [rows[i]["path"] for i in chunks[0].not_ok] == [b"b__segfault__.jpg"]
+    assert chunks[0].ok_kinds == {"image": 2, "audio": 1}
+    assert chunks[0].size == sum(os.path.getsize(root / r) for r in rels)
+
+
+_CEILING = """
+import resource, sys
+from dsclean.scanning.check import CheckOptions
+from dsclean.scanning.worker import check_chunk
+before = resource.getrlimit(resource.RLIMIT_AS)
+check_chunk(sys.argv[1], ["a.jpg"], CheckOptions(max_memory=512 << 20))
+print(before == resource.getrlimit(resource.RLIMIT_AS))
+"""
+
+
+def test_the_memory_ceiling_is_the_checks_and_lifted_for_the_batch(tmp_path):
+    """check_chunk bounds the checks' memory, then restores the limit: the worker builds the chunk's
+    Arrow batch (and the next chunk sets its own ceiling) outside it."""
+    write(tmp_path, "a.jpg", synth.jpeg(8, 8))
+    out = subprocess.run([sys.executable, "-c", _CEILING, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["True"], out.stderr

@@ -17,6 +17,7 @@ from support.files import write
 from support.mounts import read_only_bind, tmpfs
 from support.treegen import contents, make_tree, tree_state
 
+import dsclean
 from dsclean import reasons as R
 from dsclean.cli import main
 from dsclean.errors import UserError
@@ -250,6 +251,11 @@ def test_a_file_replaced_after_its_check_is_not_moved(tmp_path, monkeypatch):
     assert problems["a/0.jpg"]["reason"] == R.CHANGED and "the check saw: truncated" in problems["a/0.jpg"]["detail"]
     assert [e for e in _journal(qdir) if e["op"] == "abort" and "changed since it was checked" in e["changed"]]
     assert summary.quarantine_state["failed"] == 0  # `dsclean status` does not count them as failed moves
+    # the results rows and counts say what happened: the replaced files warn/changed (never cached), the others bad
+    rows = {os.fsdecode(r["path"]): r for r in dsclean.read_results(summary.results_path).to_pylist()}
+    assert {p: (r["status"], r["reason"]) for p, r in rows.items() if (r["status"], r["reason"]) != ("bad", "truncated")} \
+        == {f"a/{i}.jpg": (R.WARN, R.CHANGED) for i in good}
+    assert summary.counts == {"image": {R.BAD: 5, R.WARN: 5}}
 
 
 def test_a_concurrent_replacer_never_gets_a_good_file_quarantined(tmp_path):

@@ -361,3 +361,27 @@ def test_discovery_lists_are_bounded_and_equal_the_file_stream(tmp_path, monkeyp
     assert flat == sorted(discover.iter_media(str(tmp_path / "d")))
     assert ("small/a.flac", "flac") in flat and ("big/00.JPG", "jpeg") in flat
     assert (stats.media, stats.ignored, stats.hidden) == (21, 1, 1)
+
+
+def test_summary_counts_agree_with_the_results_file(tmp_path):
+    """The scan counts fresh verdicts from its workers' batches (ok rows by kind, not-ok rows one by one):
+    the summary must say what the results file holds, per kind and status, and the bytes."""
+    root = tmp_path / "data"
+    for i in range(30):
+        write(root, f"i/{i}.jpg", synth.jpeg(16, 16, seed=i))
+    for i in range(5):
+        write(root, f"a/{i}.wav", synth.encode_audio(synth.tone(0.05, seed=i), 16_000, "wav"))
+    write(root, "i/cut.jpg", synth.truncate(synth.jpeg(64, 64), 0.5))
+    write(root, "a/cut.wav", synth.truncate(synth.encode_audio(synth.tone(0.2), 16_000, "wav"), 0.5))
+    write(root, "i/page.png", synth.HTML_PAGE)
+    s = scan(str(root), ScanOptions(jobs=2, dry_run=True, report_dir=str(tmp_path / "r"), chunk_size=4,
+                                    state_dir=str(tmp_path / "st")))
+    table = dsclean.read_results(str(tmp_path / "r"))
+    counts: dict = {}
+    for kind, status in zip(table["kind"].to_pylist(), table["status"].to_pylist()):
+        counts.setdefault(kind, {}).setdefault(status, 0)
+        counts[kind][status] += 1
+    assert s.counts == counts and s.files == table.num_rows == 38
+    assert s.counts["image"]["ok"] == 30 and s.counts["audio"]["ok"] == 5
+    assert s.bytes == s.checked_bytes == sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs)
+    assert s.bad == sum(n for kind in counts.values() for st, n in kind.items() if st == "bad")
