@@ -136,8 +136,9 @@ def test_the_peek_reads_a_bounded_number_of_entries(tmp_path):
     assert peek_formats(str(tmp_path)) == {"flac", "png"}
     assert peek_formats(str(tmp_path / "missing")) is None  # expect anything
     assert peek_formats(str(tmp_path / "b"), entries=0) is None
-    assert preload_modules({"flac"}) == ["dsclean.scanning.executors", "dsclean.scanning.check_audio"]
-    assert preload_modules({"jpeg"}, facts=False) == ["dsclean.scanning.executors", "dsclean.scanning.check_image"]
+    base = ["dsclean.scanning.executors", "dsclean.scanning.schema"]  # the workers' code and their Arrow batches
+    assert preload_modules({"flac"}) == [*base, "dsclean.scanning.check_audio"]
+    assert preload_modules({"jpeg"}, facts=False) == [*base, "dsclean.scanning.check_image"]
     assert preload_modules({"jpeg"})[-1] == "dsclean.quality.image"  # the image facts, when facts are recorded
     assert set(preload_modules(None)) >= {"dsclean.scanning.check_image", "dsclean.scanning.check_audio",
                                           "dsclean.scanning.check_pnm", "dsclean.quality.image"}
