@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Iterable, NamedTuple
 
 from .. import reasons
+from ..jsonpaths import path_fields
 
 
 @dataclass
@@ -85,9 +86,9 @@ class Verdict:
         return self
 
     def to_json(self) -> dict:
-        """A JSON-safe dict (lone surrogates survive ``json.dumps`` with its default ensure_ascii;
-        ``content_hash`` as hex)."""
+        """A JSON-safe dict (``path`` and, for a non-UTF-8 name, ``path_b64``; ``content_hash`` as hex)."""
         out = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        out.update(path_fields(self.path))  # plus path_b64 when the name is not UTF-8: one rule (jsonpaths)
         if self.content_hash is not None:
             out["content_hash"] = self.content_hash.hex()
         return out

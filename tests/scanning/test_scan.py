@@ -385,3 +385,20 @@ def test_summary_counts_agree_with_the_results_file(tmp_path):
     assert s.counts["image"]["ok"] == 30 and s.counts["audio"]["ok"] == 5
     assert s.bytes == s.checked_bytes == sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs)
     assert s.bad == sum(n for kind in counts.values() for st, n in kind.items() if st == "bad")
+
+
+def test_problems_lines_of_non_utf8_names_carry_the_exact_bytes_in_every_run(tmp_path):
+    """The run that finds a file writes path_b64 too (not only the lines carried over from earlier runs)."""
+    import base64
+
+    root, q = tmp_path / "data", tmp_path / "q"
+    (root / "a").mkdir(parents=True)
+    bad, warn = os.path.join(os.fsencode(root), b"a/bad\xff.jpg"), os.path.join(os.fsencode(root), b"a/warn\xfe.jpg")
+    with open(bad, "wb") as f:
+        f.write(synth.truncate(synth.jpeg(24, 24, seed=3), 0.5))
+    with open(warn, "wb") as f:
+        f.write(synth.png(8, 8))  # a PNG named .jpg: warn, kept
+    for _ in range(2):  # the finding run, then a run that carries the moved file's line over
+        scan(str(root), ScanOptions(quarantine=str(q), jobs=1))
+        lines = [json.loads(line) for line in open(q / "problems.jsonl", encoding="utf-8")]
+        assert sorted(base64.b64decode(x["path_b64"]) for x in lines) == [b"a/bad\xff.jpg", b"a/warn\xfe.jpg"]
