@@ -190,3 +190,24 @@ def test_a_checker_imported_mid_scan_loads_without_the_memory_ceiling():
     """A worker imports a format's checker on its first file: that load is lifted out of the check's ceiling,
     and the ceiling comes back with the same headroom."""
     assert _run(_GUARD).split("\n")[:2] == ["headroom kept", "ceiling back"]
+
+
+def test_a_checker_imported_mid_scan_is_not_on_the_files_clock(tmp_path):
+    """A checker the forkserver did not preload is imported at its format's first file: that import (slow on a cold
+    network file system; here made slow on purpose) must not count against the file's --timeout (SIGALRM kills)."""
+    write(tmp_path, "z/good.jpg", synth.jpeg(16, 16))
+    out = _run(f"""
+        import importlib, sys, time
+        assert "dsclean.scanning.check_image" not in sys.modules
+        from dsclean.scanning import worker
+        from dsclean.scanning.check import CheckOptions
+        real = importlib.import_module
+        def slow(name, package=None):
+            if name.endswith("check_image"):
+                time.sleep(0.6)  # three times the file's limit
+            return real(name, package)
+        importlib.import_module = slow
+        [v] = worker.check_chunk({str(tmp_path)!r}, ["z/good.jpg"], CheckOptions(timeout=0.2, facts=False))
+        print(v.status, v.reason)
+    """)
+    assert out.split() == ["ok", "None"]

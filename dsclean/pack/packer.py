@@ -150,6 +150,20 @@ def _job(ctx: _Context, k: int, options: PackOptions) -> ShardJob:
                     deferred=options.jobs > 1 and options.backend == "loky")
 
 
+def _remove_shard_temps(ctx: _Context) -> None:
+    """Remove shard temp files an interrupted pack left: a killed writer's, and the finished shards ``--jobs 2``
+    workers leave in their temp files for the parent to rename (a second Ctrl-C stops the parent first).
+
+    Only while holding the folder's lock for the whole pack, before any shard is written; temp names are
+    ``.<shard name>.<random>.tmp`` (:func:`dsclean.atomic.temp_next_to`)."""
+    names = {ctx.plan.shard_name(k) for k in range(ctx.plan.shards)}
+    for entry in os.scandir(ctx.output):
+        n = entry.name
+        if n.startswith(".") and n.endswith(".tmp") and n[1:-4].rsplit(".", 1)[0] in names \
+                and entry.is_file(follow_symlinks=False):
+            os.unlink(entry.path)
+
+
 def pack_shards(index: str, output: str, options: PackOptions = PackOptions()) -> PackSummary:
     """Pack ``index`` into shards in ``output`` (created, or resumed); see the module docstring.
 
@@ -165,6 +179,7 @@ def pack_shards(index: str, output: str, options: PackOptions = PackOptions()) -
     with state.locked(ctx.output, options.part):
         if options.part is None:
             remove_stale_temps(ctx.output, _OWN_FILES)
+            _remove_shard_temps(ctx)
         mine = [k for k in range(ctx.plan.shards) if options.part is None or k % options.part[1] == options.part[0]]
         missing = [k for k in mine if not os.path.isfile(os.path.join(ctx.output, ctx.plan.shard_name(k)))]
         summary.reused = len(mine) - len(missing)

@@ -36,6 +36,7 @@ from multiprocessing import context as mp_context, forkserver, popen_forkserver,
 from multiprocessing.context import set_spawning_popen
 import os
 import signal
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from concurrent.futures.process import BrokenProcessPool, ProcessPoolExecutor
@@ -271,6 +272,7 @@ def _last_split(chunks: Iterator[list], pieces: int) -> Iterator[list]:
 # ---- fresh processes: one chunk, or one file, per process -------------------------------------
 
 _context = None
+_context_lock = threading.Lock()
 #: set in the environment the forkserver starts with, so that it knows itself when it preloads this module
 _SERVER_ENV = "DSCLEAN_FORKSERVER"
 if os.environ.pop(_SERVER_ENV, None) == "1":
@@ -331,15 +333,17 @@ def _fresh_process_context(formats: Iterable[str] | None = None, facts: bool = T
     (a tree of sounds never loads Pillow; a tree of JPEGs never loads libsndfile).
     """
     global _context
-    if _context is None:
-        atexit.register(stop_local_workers)
-        _context = _WorkerContext()
-        _context.set_forkserver_preload(preload_modules(formats, facts))
-        os.environ[_SERVER_ENV] = "1"  # seen by the server alone: it inherits this environment, then drops the name
-        try:
-            forkserver.ensure_running()
-        finally:
-            del os.environ[_SERVER_ENV]
+    with _context_lock:  # a Dask worker's task threads can get here at once
+        if _context is None:
+            atexit.register(stop_local_workers)
+            context = _WorkerContext()
+            context.set_forkserver_preload(preload_modules(formats, facts))
+            os.environ[_SERVER_ENV] = "1"  # seen by the server alone: it inherits this environment, then drops it
+            try:
+                forkserver.ensure_running()
+            finally:
+                os.environ.pop(_SERVER_ENV, None)
+            _context = context
     return _context
 
 

@@ -601,9 +601,11 @@ class _Sink:
                 s.bad_reasons[v.reason or "?"] = s.bad_reasons.get(v.reason or "?", 0) + 1
             elif v.status == R.WARN:
                 s.warn_reasons[v.reason or "?"] = s.warn_reasons.get(v.reason or "?", 0) + 1
-            if i in not_ok:  # the ok rows are counted by the worker (chunk.ok_kinds)
+            if i in not_ok or v.status != R.OK:  # the ok rows are counted by the worker (chunk.ok_kinds)...
                 by_status = s.counts.setdefault(v.kind, {})
                 by_status[v.status] = by_status.get(v.status, 0) + 1
+                if i not in not_ok:  # ...but this one, ok for the worker, is not ok now (replaced before its move)
+                    by_status[R.OK] = by_status.get(R.OK, 0) - 1
             if extra and "quarantined_as" in extra:
                 self._moved.append(row["path"])  # moved now: not cached, so a file put back later is checked again
             if v.status != row["status"]:  # e.g. bad -> warn/changed: not moved, not cached

@@ -63,9 +63,17 @@ def item_name(source, item) -> str:
 def check_chunk(root: str, rels: list[str], options: CheckOptions) -> list[Verdict]:
     """Worker task: check each file in turn. Depends only on its arguments and the files."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
-    # The forkserver preloaded the checkers of the formats the scan expected; another one is imported on
-    # its format's first file, with the ceiling lifted meanwhile (the import itself could fail under it).
-    check.import_guard = without_ceiling
+    watchdog = Watchdog(options.timeout)
+
+    @contextlib.contextmanager
+    def import_guard() -> Iterator[None]:
+        # The forkserver preloaded the checkers of the formats the scan expected; another one is imported on
+        # its format's first file, with the ceiling lifted (the import itself could fail under it) and on the
+        # import's own clock, not the file's (seconds on a cold network file system are not a hung decode).
+        with without_ceiling(), watchdog.importing():
+            yield
+
+    check.import_guard = import_guard
     limits = resource.getrlimit(resource.RLIMIT_AS)
     set_memory_ceiling(effective_ceiling(options.max_memory))
     check.fault_hook = inject_fault if os.environ.get(FAULT_ENV) == "1" else None
@@ -74,7 +82,7 @@ def check_chunk(root: str, rels: list[str], options: CheckOptions) -> list[Verdi
     out = []
     # facts.batched: the JPEG facts of the chunk are computed 32 at a time (same values, less CPU)
     try:
-        with Watchdog(options.timeout) as watchdog, check.decoder_messages_for_run(), facts.batched():
+        with watchdog, check.decoder_messages_for_run(), facts.batched():
             for rel in rels:
                 watchdog.next_file()
                 out.append(check_item(root, rel, options))
@@ -137,6 +145,10 @@ def time_limit(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
+#: time a checker module's import may take inside a worker (a hung import still ends the worker)
+IMPORT_SECONDS = 120.0
+
+
 class Watchdog:
     """A per-file time limit for a run of files, without a timer system call per file.
 
@@ -166,6 +178,20 @@ class Watchdog:
             if now - self._armed > self.slack:
                 signal.setitimer(signal.ITIMER_REAL, self.seconds + self.slack)
                 self._armed = now
+
+    @contextlib.contextmanager
+    def importing(self) -> Iterator[None]:
+        """A module imported in the middle of a file's check gets :data:`IMPORT_SECONDS` (or the file's limit if
+        longer); the file's own limit starts again after it."""
+        if self.seconds <= 0:
+            yield
+            return
+        signal.setitimer(signal.ITIMER_REAL, max(IMPORT_SECONDS, self.seconds + self.slack))
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, self.seconds + self.slack)
+            self._armed = time.monotonic()
 
     def __exit__(self, *exc) -> None:
         if self.seconds > 0:

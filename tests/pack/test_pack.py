@@ -194,6 +194,22 @@ def test_a_deleted_shard_is_rebuilt_byte_identical(tmp_path):
     assert os.stat(tmp_path / "s" / "data-000001.tar").st_ino == keep.st_ino  # not rewritten
 
 
+def test_shard_temp_files_left_by_an_interrupted_pack_are_removed_by_the_next(tmp_path):
+    """A --jobs 2 worker leaves its finished shard in a temp file for the parent to rename; a second Ctrl-C (or a
+    kill) of the parent leaves it there. The next pack of that folder removes such files, and only those."""
+    _, index = make_indexed(tmp_path)
+    _pack(index, tmp_path / "s", samples_per_shard=4)
+    before = folder_digests(tmp_path / "s")
+    left = tmp_path / "s" / ".data-000001.tar.k3x9q2.tmp"
+    left.write_bytes(b"\0" * 4096)
+    theirs = tmp_path / "s" / ".notes.tmp"  # not a shard's: not ours to remove
+    theirs.write_text("x")
+    s = _pack(index, tmp_path / "s", samples_per_shard=4)
+    assert s.reused == 5 and not left.exists() and theirs.exists()
+    theirs.unlink()
+    assert folder_digests(tmp_path / "s") == before
+
+
 @pytest.mark.parametrize("durability", [[], ["--no-fsync"]], ids=["fsync", "no-fsync"])
 def test_kill_9_mid_pack_then_rerun_finishes_only_the_missing_shards(tmp_path, durability):
     root = tmp_path / "data"

@@ -402,3 +402,24 @@ def test_problems_lines_of_non_utf8_names_carry_the_exact_bytes_in_every_run(tmp
         scan(str(root), ScanOptions(quarantine=str(q), jobs=1))
         lines = [json.loads(line) for line in open(q / "problems.jsonl", encoding="utf-8")]
         assert sorted(base64.b64decode(x["path_b64"]) for x in lines) == [b"a/bad\xff.jpg", b"a/warn\xfe.jpg"]
+
+
+def test_counts_follow_a_flagged_file_replaced_before_its_move(tmp_path, monkeypatch):
+    """ok for the worker, warn/changed once its move finds it replaced: the summary counts what the results say."""
+    from PIL import Image
+
+    from dsclean.scanning import quarantine as q
+
+    root = tmp_path / "data"
+    root.mkdir()
+    Image.new("RGB", (16, 16), (120, 30, 200)).save(root / "tiny.png")  # flagged tiny
+    write(root, "big.jpg", synth.jpeg(96, 96))
+
+    def move(self, rel, *a, **k):  # as if the file were replaced between its check and its move
+        raise q.ChangedError(rel, "size")
+
+    monkeypatch.setattr(q.Quarantine, "move", move)
+    s = scan(str(root), ScanOptions(quarantine=str(tmp_path / "q"), quarantine_flags=("tiny",), jobs=1))
+    rows = {r["path"]: r["status"] for r in pq.read_table(s.results_path, columns=["path", "status"]).to_pylist()}
+    assert rows == {b"tiny.png": "warn", b"big.jpg": "ok"}
+    assert s.counts == {"image": {"ok": 1, "warn": 1}} and s.warn_reasons == {"changed": 1}
