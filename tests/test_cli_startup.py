@@ -42,33 +42,41 @@ def test_one_blas_thread_unless_the_user_chose():
 
 
 _EARLY = """
-    import argparse, sys
+    import sys
     from multiprocessing import forkserver
-    from dsclean.cli.scan import _start_workers_early
-    root, state, rescan, backend = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4]
-    _start_workers_early(argparse.Namespace(root=root, state_dir=state, rescan=rescan, backend=backend))
+    from dsclean.cli.scan import start_workers_early
+    start_workers_early(sys.argv[1:])  # what `dsclean scan ARGS` does first
     print("STARTED" if forkserver._forkserver._forkserver_pid is not None else "NOT")
     print("SCANNER" if "dsclean.scanning.scanner" in sys.modules else "NO-SCANNER")
+    print("OTHER-COMMANDS" if "dsclean.cli.index" in sys.modules else "SCAN-ALONE")
 """
 
 
 def test_a_first_scan_starts_its_workers_before_importing_the_scan(tmp_path):
-    """First scan or --rescan: the forkserver starts at once; a re-scan with earlier results may check
-    nothing, so it leaves the start to the scan (which starts workers only for files to check)."""
+    """First scan or --rescan: the forkserver starts at once, from the command line alone; a re-scan with earlier
+    results may check nothing, so it leaves the start to the scan (which starts workers only for files to check)."""
     root, state = tmp_path / "data", tmp_path / "state"
     write(root, "a.jpg", synth.jpeg(16, 16))
 
-    def early(rescan: bool, backend: str = "processes") -> list[str]:
-        out = subprocess.run([sys.executable, "-c", textwrap.dedent(_EARLY), str(root), str(state),
-                              "1" if rescan else "0", backend], capture_output=True, text=True, timeout=120)
+    def early(rescan: bool, *options: str) -> list[str]:
+        argv = [str(root), "--state-dir", str(state), *(["--rescan"] if rescan else []), *options]
+        out = subprocess.run([sys.executable, "-c", textwrap.dedent(_EARLY), *argv], capture_output=True, text=True,
+                             timeout=120)
         assert out.returncode == 0, out.stderr
-        return out.stdout.split()
+        assert out.stderr == ""  # help and usage errors are the real parser's to print
+        return out.stdout.split()[:2] if out.stdout.split()[2] == "SCAN-ALONE" else ["other commands imported"]
 
     assert early(False) == ["STARTED", "NO-SCANNER"]  # no earlier scan
+    assert early(False, "--jobs", "2", "--facts", "none", "--resc") == ["STARTED", "NO-SCANNER"]  # abbreviations too
     root.rename(tmp_path / "elsewhere")
     assert early(True) == ["NOT", "NO-SCANNER"]  # no such root: the scan refuses it at once
     (tmp_path / "elsewhere").rename(root)
-    assert early(False, "threads") == ["NOT", "NO-SCANNER"]
+    assert early(False, "--backend", "threads") == ["NOT", "NO-SCANNER"]
+    assert early(False, "--back=dask", "--scheduler", "tcp://127.0.0.1:1") == ["NOT", "NO-SCANNER"]  # nothing local
+    assert early(False, "--jobs", "many") == ["NOT", "NO-SCANNER"]  # a usage error: the command stops there
+    assert early(False, "--jobs") == ["NOT", "NO-SCANNER"]
+    assert early(False, "--no-such-option") == ["NOT", "NO-SCANNER"]
+    assert early(False, "-h") == ["NOT", "NO-SCANNER"]
     out = subprocess.run([sys.executable, "-m", "dsclean", "scan", str(root), "--dry-run", "--quiet", "--json",
                           "--state-dir", str(state), "--report", str(tmp_path / "r")],
                          capture_output=True, text=True, timeout=120)
