@@ -44,8 +44,8 @@ def test_one_blas_thread_unless_the_user_chose():
 _EARLY = """
     import sys
     from multiprocessing import forkserver
-    from dsclean.cli.scan import start_workers_early
-    start_workers_early(sys.argv[1:])  # what `dsclean scan ARGS` does first
+    from dsclean.cli.scan import parse_early
+    parse_early(sys.argv[1:])  # what `dsclean scan ARGS` does first
     print("STARTED" if forkserver._forkserver._forkserver_pid is not None else "NOT")
     print("SCANNER" if "dsclean.scanning.scanner" in sys.modules else "NO-SCANNER")
     print("OTHER-COMMANDS" if "dsclean.cli.index" in sys.modules else "SCAN-ALONE")
@@ -84,6 +84,26 @@ def test_a_first_scan_starts_its_workers_before_importing_the_scan(tmp_path):
     assert json.loads(out.stdout)["files"] == 1
     assert early(False) == ["NOT", "NO-SCANNER"]  # earlier results: the scan decides
     assert early(True) == ["STARTED", "NO-SCANNER"]
+
+
+def test_a_scan_is_parsed_alone_as_the_full_parser_would(tmp_path):
+    """`dsclean scan` never builds the other commands' parsers; its options come out as the full parser's."""
+    from dsclean.cli import build_parser
+    from dsclean.cli.scan import parse_early
+
+    missing = str(tmp_path / "missing")  # no such root: nothing starts
+    for argv in ([missing], [missing, "-j", "3", "--back", "threads", "--facts=none", "--quarantine-flags", "dark,tiny",
+                             "--timeout", "2.5", "--max-memory", "512M", "--follow-symlinks", "--flag-tiny", "8"],
+                 ["--rescan", "--dry-run", "--json", "--", missing]):
+        assert vars(parse_early(argv)) == vars(build_parser().parse_args(["scan", *argv]))
+    assert parse_early([missing, "--symlinks", "all", "--follow-symlinks"]) is None  # exclusive: the full parser says so
+    out = _run(f"""
+        import sys
+        from dsclean.cli import main
+        code = main(["scan", {missing!r}])
+        print(code, sorted(m for m in sys.modules if m.startswith("dsclean.cli.")))
+    """)
+    assert out.split("\n")[-2] == "2 ['dsclean.cli.exit_codes', 'dsclean.cli.scan']"
 
 
 def _worker_modules(tmp_path, files: dict[str, bytes], *options: str) -> dict[str, str]:

@@ -23,7 +23,7 @@ from .exit_codes import EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import diagnose, dups, index, pack, report, scan  # here: `dsclean scan` starts its workers before (main)
+    from . import diagnose, dups, index, pack, report, scan  # here: `dsclean scan` needs none but its own (main)
 
     parser = argparse.ArgumentParser(prog="dsclean", description="Make image and audio training data safe to feed to PyTorch.")
     parser.add_argument("--version", action="version", version=f"dsclean {__version__}")
@@ -52,15 +52,17 @@ def one_blas_thread() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     one_blas_thread()
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["scan"]:  # its workers' forkserver starts before the other commands' parsers are even built
-        from .scan import start_workers_early
+    args = None
+    if argv[:1] == ["scan"]:  # parsed alone, its workers' forkserver started at once: the other commands wait
+        from .scan import parse_early
 
-        start_workers_early(argv[1:])
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return EXIT_USAGE
+        args = parse_early(argv[1:])  # None: help or a usage error, for the full parser to print
+    if args is None:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return EXIT_USAGE
     args.argv = argv  # shown in reports: how the command was run
     try:
         return int(args.func(args) or 0)

@@ -143,7 +143,7 @@ def flag_options(args: argparse.Namespace):
 
 
 def cmd_scan(args: argparse.Namespace) -> int:
-    # the workers' forkserver, when the scan needs one, was started by dsclean.cli.main (start_workers_early)
+    # the workers' forkserver, when the scan needs one, was started by dsclean.cli.main (parse_early)
     from ..scanning.check import CheckOptions
     from ..scanning.scanner import ScanOptions, format_summary, move_failure_line, scan
 
@@ -210,21 +210,23 @@ class _QuietParser(argparse.ArgumentParser):
         raise _NotNow("help")
 
 
-def start_workers_early(argv: list[str]) -> None:
-    """``dsclean scan`` with these arguments: start its workers' forkserver now, if the scan will need one.
+def parse_early(argv: list[str]) -> argparse.Namespace | None:
+    """``dsclean scan ARGV`` parsed alone, its workers' forkserver started now if the scan will need one.
 
-    Called by :func:`dsclean.cli.main` first thing: from here the forkserver's imports run beside this process's
-    (building the other commands' parsers, importing the scan), on two cores at once instead of one after the
-    other (BENCHMARKS.md section 10). The arguments go through the real ``scan`` options, quietly: help or a usage
-    error starts nothing (the full parse that follows prints it).
+    What :func:`dsclean.cli.main` does first for a scan: the forkserver's imports then run beside this
+    process's (importing the scan), on two cores at once instead of one after the other, and the other
+    commands' parsers are never built (BENCHMARKS.md section 10). The options are the real ``scan``
+    parser's; help or a usage error returns None and starts nothing (the full parser then prints it).
     """
     parser = _QuietParser(prog="dsclean scan")
     add_scan_arguments(parser)
     try:
         args = parser.parse_args(argv)
     except _NotNow:
-        return
+        return None
+    args.command, args.func = "scan", cmd_scan  # as the full parser's `scan` sub-command sets them
     _start_workers_early(args)
+    return args
 
 
 def _start_workers_early(args: argparse.Namespace) -> None:
