@@ -309,7 +309,7 @@ def _load_pillow() -> None:
             from PIL import Image as image, PngImagePlugin as png_plugin
 
             from . import png as png_walker
-        Image, PngImagePlugin, png = image, png_plugin, png_walker
+        Image, PngImagePlugin, png = image, png_plugin, png_walker  # png last: whoever sees it set sees all three
 
 
 def _join(detail: str, more: str) -> str:
