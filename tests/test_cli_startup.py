@@ -86,6 +86,28 @@ def test_a_first_scan_starts_its_workers_before_importing_the_scan(tmp_path):
     assert early(True) == ["STARTED", "NO-SCANNER"]
 
 
+_CLI_STARTS = """
+    import sys
+    from multiprocessing import forkserver
+    real = forkserver.ensure_running
+    forkserver.ensure_running = lambda: (print("FORKSERVER"), real())[1]
+    from dsclean.cli import main
+    print("EXIT", main(["scan", *sys.argv[1:]]))
+"""
+
+
+def test_the_command_starts_workers_for_a_first_scan_only(tmp_path):
+    """The whole `dsclean scan` command: a first scan starts the forkserver (once); a re-scan of the unchanged tree
+    answers from its earlier results and starts no process; `--backend threads` never starts one."""
+    root = tmp_path / "data"
+    write(root, "a.jpg", synth.jpeg(16, 16))
+    options = [str(root), "--dry-run", "--quiet", "--state-dir", str(tmp_path / "s"), "--report", str(tmp_path / "r")]
+    assert _run(_CLI_STARTS.replace("sys.argv[1:]", repr(options))).split() == ["FORKSERVER", "EXIT", "0"]
+    assert _run(_CLI_STARTS.replace("sys.argv[1:]", repr(options))).split() == ["EXIT", "0"]
+    threads = [*options, "--rescan", "--backend", "threads"]
+    assert _run(_CLI_STARTS.replace("sys.argv[1:]", repr(threads))).split() == ["EXIT", "0"]
+
+
 def test_a_scan_is_parsed_alone_as_the_full_parser_would(tmp_path):
     """`dsclean scan` never builds the other commands' parsers; its options come out as the full parser's."""
     from dsclean.cli import build_parser
