@@ -152,6 +152,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--src", action="append", default=[],
                     help="a source tree of dsclean to time (repeatable; default: this script's tree); rounds interleave")
+    ap.add_argument("--source-only", action="store_true", help="do not byte-compile the source trees first")
     ap.add_argument("extra", nargs="*", help="more scan options (after --)")
     args = ap.parse_args()
     site_dir = tempfile.mkdtemp(prefix="dsclean-timeline-")
@@ -165,6 +166,11 @@ def main() -> None:
 
             tree = os.path.join(site_dir, "tree")
             make_dataset(tree, args.n, 512, 0.02, 0)
+        if not args.source_only:  # as bench_scan does: an installed dsclean has its bytecode
+            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+            from bench_scan import _compile_bytecode
+
+            _compile_bytecode([os.path.abspath(src) for src in args.src] or [os.path.join(os.path.dirname(__file__), "..")])
         print(f"date: {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}; load average {os.getloadavg()}")
         for r in range(args.rounds):
             for i, src in enumerate(args.src or [None]):

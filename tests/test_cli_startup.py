@@ -42,33 +42,41 @@ def test_one_blas_thread_unless_the_user_chose():
 
 
 _EARLY = """
-    import argparse, sys
+    import sys
     from multiprocessing import forkserver
-    from dsclean.cli.scan import _start_workers_early
-    root, state, rescan, backend = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4]
-    _start_workers_early(argparse.Namespace(root=root, state_dir=state, rescan=rescan, backend=backend))
+    from dsclean.cli.scan import parse_early
+    parse_early(sys.argv[1:])  # what `dsclean scan ARGS` does first
     print("STARTED" if forkserver._forkserver._forkserver_pid is not None else "NOT")
     print("SCANNER" if "dsclean.scanning.scanner" in sys.modules else "NO-SCANNER")
+    print("OTHER-COMMANDS" if "dsclean.cli.index" in sys.modules else "SCAN-ALONE")
 """
 
 
 def test_a_first_scan_starts_its_workers_before_importing_the_scan(tmp_path):
-    """First scan or --rescan: the forkserver starts at once; a re-scan with earlier results may check
-    nothing, so it leaves the start to the scan (which starts workers only for files to check)."""
+    """First scan or --rescan: the forkserver starts at once, from the command line alone; a re-scan with earlier
+    results may check nothing, so it leaves the start to the scan (which starts workers only for files to check)."""
     root, state = tmp_path / "data", tmp_path / "state"
     write(root, "a.jpg", synth.jpeg(16, 16))
 
-    def early(rescan: bool, backend: str = "processes") -> list[str]:
-        out = subprocess.run([sys.executable, "-c", textwrap.dedent(_EARLY), str(root), str(state),
-                              "1" if rescan else "0", backend], capture_output=True, text=True, timeout=120)
+    def early(rescan: bool, *options: str) -> list[str]:
+        argv = [str(root), "--state-dir", str(state), *(["--rescan"] if rescan else []), *options]
+        out = subprocess.run([sys.executable, "-c", textwrap.dedent(_EARLY), *argv], capture_output=True, text=True,
+                             timeout=120)
         assert out.returncode == 0, out.stderr
-        return out.stdout.split()
+        assert out.stderr == ""  # help and usage errors are the real parser's to print
+        return out.stdout.split()[:2] if out.stdout.split()[2] == "SCAN-ALONE" else ["other commands imported"]
 
     assert early(False) == ["STARTED", "NO-SCANNER"]  # no earlier scan
+    assert early(False, "--jobs", "2", "--facts", "none", "--resc") == ["STARTED", "NO-SCANNER"]  # abbreviations too
     root.rename(tmp_path / "elsewhere")
     assert early(True) == ["NOT", "NO-SCANNER"]  # no such root: the scan refuses it at once
     (tmp_path / "elsewhere").rename(root)
-    assert early(False, "threads") == ["NOT", "NO-SCANNER"]
+    assert early(False, "--backend", "threads") == ["NOT", "NO-SCANNER"]
+    assert early(False, "--back=dask", "--scheduler", "tcp://127.0.0.1:1") == ["NOT", "NO-SCANNER"]  # nothing local
+    assert early(False, "--jobs", "many") == ["NOT", "NO-SCANNER"]  # a usage error: the command stops there
+    assert early(False, "--jobs") == ["NOT", "NO-SCANNER"]
+    assert early(False, "--no-such-option") == ["NOT", "NO-SCANNER"]
+    assert early(False, "-h") == ["NOT", "NO-SCANNER"]
     out = subprocess.run([sys.executable, "-m", "dsclean", "scan", str(root), "--dry-run", "--quiet", "--json",
                           "--state-dir", str(state), "--report", str(tmp_path / "r")],
                          capture_output=True, text=True, timeout=120)
@@ -78,14 +86,56 @@ def test_a_first_scan_starts_its_workers_before_importing_the_scan(tmp_path):
     assert early(True) == ["STARTED", "NO-SCANNER"]
 
 
-def _worker_modules(tmp_path, files: dict[str, bytes]) -> dict[str, str]:
+_CLI_STARTS = """
+    import sys
+    from multiprocessing import forkserver
+    real = forkserver.ensure_running
+    forkserver.ensure_running = lambda: (print("FORKSERVER"), real())[1]
+    from dsclean.cli import main
+    print("EXIT", main(["scan", *sys.argv[1:]]))
+"""
+
+
+def test_the_command_starts_workers_for_a_first_scan_only(tmp_path):
+    """The whole `dsclean scan` command: a first scan starts the forkserver (once); a re-scan of the unchanged tree
+    answers from its earlier results and starts no process; `--backend threads` never starts one."""
+    root = tmp_path / "data"
+    write(root, "a.jpg", synth.jpeg(16, 16))
+    options = [str(root), "--dry-run", "--quiet", "--state-dir", str(tmp_path / "s"), "--report", str(tmp_path / "r")]
+    assert _run(_CLI_STARTS.replace("sys.argv[1:]", repr(options))).split() == ["FORKSERVER", "EXIT", "0"]
+    assert _run(_CLI_STARTS.replace("sys.argv[1:]", repr(options))).split() == ["EXIT", "0"]
+    threads = [*options, "--rescan", "--backend", "threads"]
+    assert _run(_CLI_STARTS.replace("sys.argv[1:]", repr(threads))).split() == ["EXIT", "0"]
+
+
+def test_a_scan_is_parsed_alone_as_the_full_parser_would(tmp_path):
+    """`dsclean scan` never builds the other commands' parsers; its options come out as the full parser's."""
+    from dsclean.cli import build_parser
+    from dsclean.cli.scan import parse_early
+
+    missing = str(tmp_path / "missing")  # no such root: nothing starts
+    for argv in ([missing], [missing, "-j", "3", "--back", "threads", "--facts=none", "--quarantine-flags", "dark,tiny",
+                             "--timeout", "2.5", "--max-memory", "512M", "--follow-symlinks", "--flag-tiny", "8"],
+                 ["--rescan", "--dry-run", "--json", "--", missing]):
+        assert vars(parse_early(argv)) == vars(build_parser().parse_args(["scan", *argv]))
+    assert parse_early([missing, "--symlinks", "all", "--follow-symlinks"]) is None  # exclusive: the full parser says so
+    out = _run(f"""
+        import sys
+        from dsclean.cli import main
+        code = main(["scan", {missing!r}])
+        print(code, sorted(m for m in sys.modules if m.startswith("dsclean.cli.")))
+    """)
+    assert out.split("\n")[-2] == "2 ['dsclean.cli.exit_codes', 'dsclean.cli.scan']"
+
+
+def _worker_modules(tmp_path, files: dict[str, bytes], *options: str) -> dict[str, str]:
     """Scan ``files`` with a real `dsclean scan` process; what each ``__modules__`` file's worker had imported."""
     root = tmp_path / "data"
     for rel, data in files.items():
         write(root, rel, data)
     env = {**os.environ, "DSCLEAN_TEST_FAULTS": "1"}
     out = subprocess.run([sys.executable, "-m", "dsclean", "scan", str(root), "--dry-run", "--quiet", "--jobs", "1",
-                          "--state-dir", str(tmp_path / "state"), "--report", str(tmp_path / "r")],
+                          "--state-dir", str(tmp_path / "state"), "--report", str(tmp_path / "r"), *options],
                          capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode in (0, 1), out.stderr
     from dsclean import iter_verdicts
@@ -108,6 +158,50 @@ def test_a_tree_of_sounds_never_loads_the_image_decoders_in_its_workers(tmp_path
 def test_a_tree_of_jpegs_never_loads_libsndfile(tmp_path):
     said = _worker_modules(tmp_path, {"a/x__modules__.jpg": synth.jpeg(16, 16), "b/y.jpg": synth.jpeg(16, 16, seed=1)})
     assert said == {"a/x__modules__.jpg": "PIL simplejpeg"}
+
+
+def test_a_tree_of_jpegs_without_facts_never_loads_pillow(tmp_path):
+    """libjpeg-turbo checks JPEGs: Pillow (and the PNG walker) load only for a format they check, on its first
+    file in the worker when the peek did not see it; those files get their usual verdicts."""
+    jpegs = {f"a/{i:03d}.jpg": synth.jpeg(16, 16, seed=i) for i in range(300)}  # more than the peek reads
+    said = _worker_modules(tmp_path / "jpegs", {**jpegs, "a/x__modules__.jpg": synth.jpeg(16, 16)}, "--facts", "none")
+    assert said == {"a/x__modules__.jpg": "simplejpeg"}
+    late = {"z/cut.gif": synth.truncate(synth.animated_gif(), 0.5), "z/cut.png": synth.truncate(synth.png(16, 16), 0.5),
+            "z/png.jpg": synth.png(16, 16), "z/ok.gif": synth.animated_gif()}  # png.jpg: checked as what it is
+    _worker_modules(tmp_path / "mixed", {**jpegs, **late}, "--facts", "none")
+    from dsclean import iter_verdicts
+
+    verdicts = {v.path: (v.status, v.reason) for v in iter_verdicts(str(tmp_path / "mixed" / "r"))}
+    assert verdicts["z/cut.gif"][0] == "bad" and verdicts["z/cut.png"] == ("bad", "truncated")
+    assert verdicts["z/png.jpg"] == ("warn", "extension_mismatch") and verdicts["z/ok.gif"] == ("ok", None)
+    assert all(verdicts[rel] == ("ok", None) for rel in jpegs)
+
+
+_SLOW_PILLOW = """
+    import sys, time
+    from dsclean.scanning import check, check_image, worker  # the checker preloaded, as for a tree of JPEGs
+    from dsclean.scanning.check import CheckOptions
+    assert "PIL" not in sys.modules
+
+    class Slow:  # Pillow's import made slow on purpose (a cold network file system)
+        def find_spec(self, name, path=None, target=None):
+            if name == "PIL":
+                time.sleep(0.6)  # three times the file's limit
+            return None
+
+    sys.meta_path.insert(0, Slow())
+    [v] = worker.check_chunk(sys.argv[1], ["z/good.png"], CheckOptions(timeout=0.2, facts=False))
+    print(v.status, v.reason, "PIL" in sys.modules)
+"""
+
+
+def test_pillow_imported_mid_scan_is_not_on_the_files_clock(tmp_path):
+    """Pillow loads on the first file that needs it, under the same import guard as a checker module."""
+    write(tmp_path, "z/good.png", synth.png(16, 16))
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(_SLOW_PILLOW), str(tmp_path)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["ok", "None", "True"]
 
 
 def test_a_sound_the_peek_did_not_see_is_still_checked(tmp_path):
@@ -138,7 +232,9 @@ def test_the_peek_reads_a_bounded_number_of_entries(tmp_path):
     assert peek_formats(str(tmp_path / "b"), entries=0) is None
     base = ["dsclean.scanning.executors", "dsclean.scanning.schema"]  # the workers' code and their Arrow batches
     assert preload_modules({"flac"}) == [*base, "dsclean.scanning.check_audio"]
-    assert preload_modules({"jpeg"}, facts=False) == [*base, "dsclean.scanning.check_image"]
+    assert preload_modules({"jpeg"}, facts=False) == [*base, "dsclean.scanning.check_image"]  # no Pillow
+    assert preload_modules({"jpeg", "gif"}, facts=False) == [*base, "dsclean.scanning.check_image",
+                                                             "PIL.PngImagePlugin", "dsclean.scanning.png"]
     assert preload_modules({"jpeg"})[-1] == "dsclean.quality.image"  # the image facts, when facts are recorded
     assert set(preload_modules(None)) >= {"dsclean.scanning.check_image", "dsclean.scanning.check_audio",
                                           "dsclean.scanning.check_pnm", "dsclean.quality.image"}

@@ -19,11 +19,12 @@ from typing import Sequence
 
 from .. import __version__
 from ..errors import UserError
-from . import diagnose, dups, index, pack, report, scan
 from .exit_codes import EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import diagnose, dups, index, pack, report, scan  # here: `dsclean scan` needs none but its own (main)
+
     parser = argparse.ArgumentParser(prog="dsclean", description="Make image and audio training data safe to feed to PyTorch.")
     parser.add_argument("--version", action="version", version=f"dsclean {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -50,12 +51,19 @@ def one_blas_thread() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     one_blas_thread()
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return EXIT_USAGE
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # shown in reports: how the command was run
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = None
+    if argv[:1] == ["scan"]:  # parsed alone, its workers' forkserver started at once: the other commands wait
+        from .scan import parse_early
+
+        args = parse_early(argv[1:])  # None: help or a usage error, for the full parser to print
+    if args is None:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return EXIT_USAGE
+    args.argv = argv  # shown in reports: how the command was run
     try:
         return int(args.func(args) or 0)
     except UserError as exc:

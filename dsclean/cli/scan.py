@@ -44,9 +44,15 @@ def add_symlink_options(p: argparse.ArgumentParser) -> None:
 
 
 def add_scan_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("scan", help="check every image/audio file under ROOT; quarantine the broken ones")
+    add_scan_arguments(p)
+    p.set_defaults(func=cmd_scan)
+
+
+def add_scan_arguments(p: argparse.ArgumentParser) -> None:
+    """Every argument and option of ``dsclean scan``."""
     from ..scanning.check import DEFAULT_MAX_FRAMES, DEFAULT_MAX_PIXELS, DEFAULT_TIMEOUT
 
-    p = sub.add_parser("scan", help="check every image/audio file under ROOT; quarantine the broken ones")
     p.add_argument("root", metavar="ROOT", help="folder to scan")
     p.add_argument("--quarantine", metavar="DIR", help="move bad files to DIR/<path relative to ROOT> (journaled)")
     p.add_argument("--report", metavar="DIR", help="where to write results (default: the quarantine folder, "
@@ -81,7 +87,6 @@ def add_scan_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report of the scan to FILE (see dsclean report)")
     add_facts_options(p)
-    p.set_defaults(func=cmd_scan)
 
 
 #: flag threshold option -> (FlagOptions field, type, what it means)
@@ -138,7 +143,7 @@ def flag_options(args: argparse.Namespace):
 
 
 def cmd_scan(args: argparse.Namespace) -> int:
-    _start_workers_early(args)
+    # the workers' forkserver, when the scan needs one, was started by dsclean.cli.main (parse_early)
     from ..scanning.check import CheckOptions
     from ..scanning.scanner import ScanOptions, format_summary, move_failure_line, scan
 
@@ -188,6 +193,40 @@ def cmd_scan(args: argparse.Namespace) -> int:
               f"{summary.problems_path}", file=sys.stderr)
         return EXIT_INCOMPLETE
     return EXIT_FOUND_BAD if args.check and summary.bad else EXIT_OK
+
+
+class _NotNow(Exception):
+    """The early parse met help or a usage error: the real parser prints it, and no worker starts."""
+
+
+class _QuietParser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise _NotNow(message)
+
+    def exit(self, status: int = 0, message: str | None = None):
+        raise _NotNow(message)
+
+    def print_help(self, file=None) -> None:
+        raise _NotNow("help")
+
+
+def parse_early(argv: list[str]) -> argparse.Namespace | None:
+    """``dsclean scan ARGV`` parsed alone, its workers' forkserver started now if the scan will need one.
+
+    What :func:`dsclean.cli.main` does first for a scan: the forkserver's imports then run beside this
+    process's (importing the scan), on two cores at once instead of one after the other, and the other
+    commands' parsers are never built (BENCHMARKS.md section 10). The options are the real ``scan``
+    parser's; help or a usage error returns None and starts nothing (the full parser then prints it).
+    """
+    parser = _QuietParser(prog="dsclean scan")
+    add_scan_arguments(parser)
+    try:
+        args = parser.parse_args(argv)
+    except _NotNow:
+        return None
+    args.command, args.func = "scan", cmd_scan  # as the full parser's `scan` sub-command sets them
+    _start_workers_early(args)
+    return args
 
 
 def _start_workers_early(args: argparse.Namespace) -> None:

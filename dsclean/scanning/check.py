@@ -85,10 +85,16 @@ _CHECKERS: dict[str, Checker] = {}
 _MODULES = {"ppm": "check_pnm"}
 
 
+#: formats the image checker hands to Pillow (and PNG to its chunk walker): it imports them on their first file
+PILLOW_FORMATS = frozenset({"png", "gif", "bmp", "tiff", "webp"})
+
+
 def checker_modules(formats: Iterable[str] | None = None) -> list[str]:
-    """The full names of the modules checking ``formats`` (None: every format), e.g. to preload them."""
-    return sorted({f"{__package__}.{_MODULES.get(fmt, 'check_' + kind_of(fmt))}"
-                   for fmt in (FORMATS if formats is None else formats)})
+    """The full names of the modules checking ``formats`` (None: every format), e.g. to preload them
+    (with Pillow for the formats it checks: a tree of JPEGs never loads it)."""
+    formats = list(FORMATS if formats is None else formats)
+    pillow = ["PIL.PngImagePlugin", f"{__package__}.png"] if PILLOW_FORMATS.intersection(formats) else []
+    return sorted({f"{__package__}.{_MODULES.get(fmt, 'check_' + kind_of(fmt))}" for fmt in formats}) + pillow
 
 
 def load_checkers(formats: Iterable[str] | None = None) -> None:

@@ -18,16 +18,21 @@ Checkers take the file's bytes (``bytes`` or a read-only ``mmap``) and fill the 
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import struct
 import warnings
 
 import simplejpeg
-from PIL import Image, PngImagePlugin
 
 from .. import reasons as R
-from . import bmp, facts, gif, jpeg, png, tiff
+from . import bmp, check, facts, gif, jpeg, tiff
 from .verdict import Verdict, bad, warn
+
+# Pillow and the PNG chunk walker (with its zlib): imported on the first file that needs them (see
+# _load_pillow), so a scan of JPEGs alone never loads them (libjpeg-turbo checks JPEGs); the forkserver
+# preloads them when the scan expects a format they check (check.PILLOW_FORMATS).
+Image = PngImagePlugin = png = None
 
 # libjpeg's recoverable warnings: pixels are wrong but a decoder returns them.
 _JPEG_TRUNCATION = ("Premature end",)
@@ -176,6 +181,7 @@ def _check_mpf_pictures(data, v: Verdict, opts) -> None:
 
 def check_png(data, v: Verdict, opts) -> None:
     """Chunks (CRC, order), then Pillow's header read (facts, bomb limit), then every image's zlib data."""
+    _load_pillow()
     layout = png.read_chunks(data)
     v.add(layout.findings)
     if layout.failed:
@@ -257,6 +263,7 @@ def check_webp(data, v: Verdict, opts) -> None:
 
 def _check_with_pillow(data, v: Verdict, opts, label: str = "") -> None:
     """Open (bomb check first), then load every frame up to ``opts.max_frames``."""
+    _load_pillow()
     Image.MAX_IMAGE_PIXELS = opts.max_pixels or None
     try:
         with warnings.catch_warnings():
@@ -291,6 +298,18 @@ def _pillow_reason(message: str) -> str:
     if "not supported" in low or "unsupported" in low:
         return R.UNSUPPORTED
     return R.CORRUPT
+
+
+def _load_pillow() -> None:
+    """Import Pillow and :mod:`dsclean.scanning.png` now, if not done yet, as a checker module is imported: under
+    the worker's import guard (outside the file's memory ceiling and timeout, see :data:`check.import_guard`)."""
+    global Image, PngImagePlugin, png
+    if png is None:
+        with check.import_guard() if check.import_guard is not None else contextlib.nullcontext():
+            from PIL import Image as image, PngImagePlugin as png_plugin
+
+            from . import png as png_walker
+        Image, PngImagePlugin, png = image, png_plugin, png_walker  # png last: whoever sees it set sees all three
 
 
 def _join(detail: str, more: str) -> str:
