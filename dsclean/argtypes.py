@@ -8,6 +8,9 @@ import math
 MAX_SECONDS = 7 * 24 * 3600.0
 #: the largest size accepted: 1 EiB
 MAX_SIZE = 1 << 60
+#: the smallest memory ceiling accepted: below it a worker's own bookkeeping (a file's verdict, its name)
+#: fails, not the file's decode, and the scan could not say which file was too large
+MIN_MEMORY = 16 << 20
 
 
 def count(text: str) -> int:
@@ -70,10 +73,23 @@ def size(text: str) -> int:
 
 
 def memory_ceiling(text: str) -> int:
-    """``--max-memory``: a size, or ``none`` / ``0`` for no ceiling at all (-1 in CheckOptions)."""
+    """``--max-memory``: a size of at least :data:`MIN_MEMORY`, or ``none`` / ``0`` for no ceiling at all (-1)."""
     if text.strip().lower() in ("none", "0"):
         return -1
-    return size(text)
+    value = size(text)
+    problem = memory_floor_problem(value, text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return value
+
+
+def memory_floor_problem(value: int, text: str | None = None) -> str | None:
+    """Why a ``--max-memory`` of ``value`` bytes (> 0) can't work, or None. Shared by the CLI and the Python API."""
+    if not 0 < value < MIN_MEMORY:
+        return None
+    shown = repr(text) if text is not None else f"max_memory={value}"
+    return (f"{shown} is below the {MIN_MEMORY >> 20}M a worker needs for its own bookkeeping "
+            f"(a bare number is bytes: did you mean {text.strip() if text else value}M?)")
 
 
 def shard(text: str) -> tuple[int, int]:

@@ -89,11 +89,13 @@ def atomic_output(final: str, *, directory: bool = False, sync_dir: bool = True)
             fsync_dir(parent)
         else:
             publish(tmp, final, sync_dir=sync_dir)
-    except BaseException:
+    except BaseException as exc:
         if directory:
             shutil.rmtree(tmp, ignore_errors=True)
         elif os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and not exc.filename:
+            exc.filename = final  # a failed write() names no file: the error message names the output
         raise
 
 
@@ -117,10 +119,10 @@ def describe_write_error(exc: OSError, path: str | None = None) -> str:
     if code is None and where:
         try:
             st = os.statvfs(os.path.dirname(os.path.abspath(where)) or ".")
-            if st.f_bavail * st.f_frsize < (1 << 20):
-                code = errno.ENOSPC
         except OSError:
-            pass
+            st = None  # no file system to ask: the library's own words stay
+        if st is not None and st.f_bavail * st.f_frsize < (1 << 20):
+            code = errno.ENOSPC
     text = os.strerror(code) if code is not None and (exc.errno is None or not exc.strerror) else (exc.strerror or str(exc))
     name = errno.errorcode.get(code or 0, "")
     return f"{text}{f' ({name})' if name else ''}" + (f" writing {where}" if where else "")

@@ -52,8 +52,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--jobs", "-j", type=argtypes.count, default=0, metavar="N", help="worker processes (default: all usable cores)")
     p.add_argument("--timeout", type=argtypes.timeout, default=60.0, metavar="SECONDS",
                    help="a file whose decode takes longer is left out of near search (default 60; 0 = none)")
-    p.add_argument("--max-memory", type=argtypes.size, default=0, metavar="SIZE",
-                   help="memory one file's decode may add in a worker, e.g. 2G (default: no limit)")
+    p.add_argument("--max-memory", type=argtypes.memory_ceiling, default=0, metavar="SIZE",
+                   help="memory one file's decode may add in a worker, e.g. 2G, at least 16M (default and none/0: no limit)")
     p.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_dups)

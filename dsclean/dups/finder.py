@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from ..argtypes import memory_floor_problem
 from ..atomic import atomic_output
 from ..errors import UserError
 from ..jsonpaths import path_fields
@@ -112,6 +113,8 @@ def find_duplicates(roots: list[str] | str, options: DupsOptions = DupsOptions()
         raise UserError("give at least one root folder")
     if options.near < 0 or options.near > 32:
         raise UserError(f"--near {options.near}: must be from 0 (exact duplicates only) to 32 bits")
+    if memory_floor_problem(options.max_memory):
+        raise UserError(memory_floor_problem(options.max_memory))
     if quarantine:
         check_outside_roots(quarantine, roots, "the quarantine")
     workers = _workers(options.jobs)

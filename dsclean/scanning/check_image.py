@@ -82,8 +82,11 @@ def check_jpeg(data, v: Verdict, opts) -> None:
     v.mode = _JPEG_MODE.get(colorspace, "RGB")
     if _too_many_pixels(v, width, height, opts.max_pixels):
         return
-    thumbnail = decode_eighth(data, colorspace, "JPEG", v, opts)
-    # ^ THE 1/8-scale grey decode (CMYK for CMYK sources; None when the decode failed or a JPEG
+    # Facts need the canonical thumbnail's side each way (as the Pillow ``draft`` of every other reader of
+    # facts keeps it): a 48 px JPEG at 1/8 would be 6 pixels wide, and its facts and perceptual hash noise.
+    keep = (min(width, facts.decode_side()), min(height, facts.decode_side())) if opts.facts else (1, 1)
+    thumbnail = decode_eighth(data, colorspace, "JPEG", v, opts, keep)
+    # ^ THE scaled grey decode (CMYK for CMYK sources; None when the decode failed or a JPEG
     #   variant went to Pillow): the image's quality facts come from it, below.
     if thumbnail is None:
         return
@@ -95,12 +98,15 @@ def check_jpeg(data, v: Verdict, opts) -> None:
         facts.from_grey(v, thumbnail, colour_stored=colorspace != "Gray", orientation=jpeg.exif_orientation(data))
 
 
-def decode_eighth(data, colorspace: str, label: str, v: Verdict, opts):
-    """The strict 1/8-scale decode of one JPEG; marks ``v`` on failure. Returns the pixels (a numpy
-    array), or None if the decode failed (or an unsupported variant was handed to Pillow)."""
+def decode_eighth(data, colorspace: str, label: str, v: Verdict, opts, keep: tuple[int, int] = (1, 1)):
+    """The strict scaled decode of one JPEG: 1/8, or the smallest scale that keeps ``keep`` = (width, height)
+    pixels. Marks ``v`` on failure. Returns the pixels (a numpy array), or None if the decode failed (or an
+    unsupported variant was handed to Pillow). Every scale entropy-decodes every coefficient: the verdict
+    does not depend on it."""
     space = fast_decode_space(colorspace)
     try:
-        return simplejpeg.decode_jpeg(data, colorspace=space, strict=True, **_FAST)
+        return simplejpeg.decode_jpeg(data, colorspace=space, strict=True,
+                                      **{**_FAST, "min_width": keep[0], "min_height": keep[1]})
     except ValueError as exc:
         _jpeg_failure(data, space, str(exc), label, v, opts)
         return None

@@ -1,7 +1,7 @@
 """The scan's quality facts: from what a checker decoded anyway to the verdict's fact fields.
 
 Checkers call these with their own decode (``CheckOptions.facts`` on): the JPEG check's
-1/8-scale grey pixels, the Pillow frame the other image checks load, the audio blocks the
+scaled grey pixels, the Pillow frame the other image checks load, the audio blocks the
 audio checks decode; PNG (whose check unfilters no pixel) and raw PCM WAV (whose samples
 are not decoded) are the exceptions, read here once more. The computations are
 :mod:`dsclean.quality`'s; this module only feeds them and copies the results into the
@@ -49,7 +49,8 @@ def _image():
 
 
 def from_grey(v: Verdict, grey: np.ndarray, *, colour_stored: bool, orientation: int | None) -> None:
-    """Facts of an image from a grey decode (the JPEG check's 1/8 scale), (H, W) or (H, W, 1) uint8.
+    """Facts of an image from a grey decode (the JPEG check's, at least :func:`decode_side` pixels each way
+    unless the image is smaller), (H, W) or (H, W, 1) uint8.
 
     Inside :func:`batched` the decode is queued and its facts filled in with the batch's (same values)."""
     if grey.ndim == 3:
@@ -62,6 +63,14 @@ def from_grey(v: Verdict, grey: np.ndarray, *, colour_stored: bool, orientation:
     queue.append((v, grey, colour_stored, orientation))
     if len(queue) >= BATCH:
         _flush(queue)
+
+
+def decode_side() -> int:
+    """The fewest pixels each way a decode for facts keeps: the canonical thumbnail's side
+    (:data:`dsclean.quality.thumbnail.SIZE`; imported here only when a scan takes facts)."""
+    from ..quality.thumbnail import SIZE
+
+    return SIZE
 
 
 #: decodes whose facts are computed together: enough to share each numpy call's cost, few enough that the

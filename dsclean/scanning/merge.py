@@ -90,6 +90,7 @@ def merge(paths: list[str], output_dir: str | None = None, state_dir: str | None
     ``dsclean index ROOT`` finds them.
     """
     root, n, meta = check_parts(paths)
+    _refuse_inside(root, output_dir, locations.root_state_dir(root, state_dir))
     output_dir = os.path.abspath(output_dir or os.path.dirname(os.path.abspath(paths[0])))
     os.makedirs(output_dir, exist_ok=True)
     summary = MergeSummary(root=root, parts=n)
@@ -119,6 +120,16 @@ def merge(paths: list[str], output_dir: str | None = None, state_dir: str | None
                                    state_dir=state_dir)
     summary.notes += [note] if note else []
     return summary
+
+
+def _refuse_inside(root: str, output_dir: str | None, state: str) -> None:
+    """An output or state folder inside ROOT would become one more class of the dataset (as for scan and index).
+    The default output, the parts' own folder, was already accepted by the scan that wrote them."""
+    for what, folder, flag in (("output folder", output_dir, "-o"), ("state folder", state, "--state-dir / DSCLEAN_STATE_DIR")):
+        if folder and locations.is_inside(folder, root):
+            raise UserError(f"the {what} {os.path.abspath(folder)} is inside the dataset root {root}: torchvision's "
+                            f"ImageFolder (and anything else that lists the tree) would see it as one more class and "
+                            f"shift the labels after it. Choose a {flag} outside ROOT")
 
 
 def _sibling(results_path: str, name: str) -> str:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator
 
 from .. import locations
 from .. import reasons as R
+from ..argtypes import memory_floor_problem
 from ..atomic import atomic_output
 from ..errors import UserError
 from ..quality.flags import FLAGS, FlagOptions
@@ -36,6 +37,7 @@ from .results import SCHEMA, ResultsWriter
 from .reuse import PreviousResults
 from .schema import Chunk
 from .verdict import _FS_ENCODING, FIELDS, Verdict, encode_path, verdict_of_row
+from .worker import default_ceiling_override
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -200,6 +202,10 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
         raise UserError("--backend dask needs --scheduler tcp://HOST:PORT or a scheduler file")
     if options.scheduler and options.backend != "dask":  # a cluster the user named would silently sit idle
         raise UserError(f"--scheduler goes with --backend dask (the backend is {options.backend})")
+    if memory_floor_problem(options.check.max_memory):
+        raise UserError(memory_floor_problem(options.check.max_memory))
+    if options.check.max_memory == 0:
+        default_ceiling_override()  # a bad $DSCLEAN_DEFAULT_MAX_MEMORY: refused here, not in every worker
     if not options.check.facts and options.flags != FlagOptions():
         raise UserError("the --flag-* thresholds need the facts the flags come from: drop --facts none")
     symlinks = symlink_mode(options.symlinks, options.follow_symlinks)
@@ -213,7 +219,8 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
     moving = quarantine_dir is not None and not options.dry_run
     _check_folders(root, quarantine_dir if moving else None, report_dir, state, options.allow_inside_root)
     if moving:
-        _refuse_read_only(root, report_dir)
+        # where a --dry-run's results would go: a dry run moves nothing, so never into the quarantine
+        _refuse_read_only(root, os.path.abspath(options.report_dir or locations.default_report_dir(root, None, options.state_dir)))
     summary = ScanSummary(root=root, jobs=jobs, quarantine=quarantine_dir, dry_run=options.dry_run, shard=options.shard,
                           state_dir=state, command=list(options.command))
     tag = locations.part_tag(_valid_part(options.shard))

@@ -10,6 +10,7 @@ waking the OOM killer for the whole machine.
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import multiprocessing
 import multiprocessing.connection
@@ -21,6 +22,8 @@ import signal
 import time
 from typing import Iterator
 
+from .. import argtypes
+from ..errors import UserError
 from . import check
 from .check import CheckOptions, check_bytes, check_file
 from .verdict import Verdict
@@ -214,12 +217,31 @@ def default_memory_ceiling() -> int:
     Large enough for any image under Pillow's pixel limit (89.5 Mpx RGBA is 358 MB), small
     enough that a few hostile files on every core cannot push the machine into the OOM killer.
     """
-    override = os.environ.get(DEFAULT_CEILING_ENV)
+    override = default_ceiling_override()
     if override:
-        return int(override)
+        return override
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     cores = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
     return max(1 << 30, min(8 << 30, ram // cores // 4))
+
+
+def default_ceiling_override() -> int | None:
+    """``$DSCLEAN_DEFAULT_MAX_MEMORY`` as bytes (``512M`` or a number of bytes), or None when unset.
+
+    Raises :class:`~dsclean.errors.UserError` for a value that is not a size or is below
+    :data:`~dsclean.argtypes.MIN_MEMORY` (the scan checks it before any worker starts).
+    """
+    text = os.environ.get(DEFAULT_CEILING_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        value = argtypes.size(text)
+    except argparse.ArgumentTypeError as exc:
+        raise UserError(f"${DEFAULT_CEILING_ENV}: {exc}") from None
+    if value < argtypes.MIN_MEMORY:
+        raise UserError(f"${DEFAULT_CEILING_ENV}={text} is below the {argtypes.MIN_MEMORY >> 20}M a worker needs "
+                        "for its own bookkeeping (a bare number is bytes)")
+    return value
 
 
 def effective_ceiling(max_memory: int) -> int:

@@ -131,6 +131,8 @@ def test_read_only_root_dry_run_works_and_quarantine_explains(tmp_path):
         proc = run_cli("scan", mount, "--quarantine", tmp_path / "q")
         assert proc.returncode == 2
         assert "read-only file system: bad files cannot be moved" in proc.stderr and "--dry-run" in proc.stderr
+        # it names where the suggested --dry-run's results go: the state folder, not the quarantine it never creates
+        assert f"results go to {locations.root_state_dir(mount)})" in proc.stderr
         assert not (tmp_path / "q").exists()
 
 

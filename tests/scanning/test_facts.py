@@ -281,3 +281,25 @@ def test_flagged_files_dry_run_listing_identity_check_and_later_status(tmp_path,
     assert main(["scan", str(root), "--quarantine", str(q), *state]) == 0
     again = {p["path"]: p for p in map(json.loads, open(q / "problems.jsonl", encoding="utf-8"))}
     assert again["a/dark.png"]["reason"] == "flagged" and again["a/dark.png"]["status"] == "ok"
+
+
+@pytest.mark.parametrize("size", [(48, 36), (96, 72), (200, 150), (512, 384)])
+def test_jpeg_facts_keep_the_thumbnails_pixels_whatever_the_size(tmp_path, size):
+    """A small JPEG's facts come from a decode that keeps 64 px each way (not 1/8 of 48 px = 6 px): they agree
+    with the same pixels stored as PNG, and with the facts dups computes itself (Pillow's draft), so a JPEG/PNG
+    pair of one picture is a near duplicate and a textured small JPEG is not 'low information'."""
+    from dsclean.quality.image import image_facts_from_path
+    from dsclean.quality.phash import hamming
+
+    im = synth.photo_like(*size, seed=3)
+    jpg, png = tmp_path / "a.jpg", tmp_path / "a.png"
+    im.save(jpg, quality=90)
+    im.save(png)
+    on_jpeg = check_bytes(jpg.read_bytes(), "a.jpg", CheckOptions(facts=True))
+    on_png = check_bytes(png.read_bytes(), "a.png", CheckOptions(facts=True))
+    own = image_facts_from_path(str(jpg))  # what dups computes for a file without scan facts
+    assert on_jpeg.status == on_png.status == "ok"
+    assert hamming(on_jpeg.phash, on_png.phash) <= 6, (on_jpeg.phash, on_png.phash)
+    assert hamming(on_jpeg.phash, own.phash) <= 4
+    assert on_jpeg.contrast == pytest.approx(on_png.contrast, rel=0.25)
+    assert on_jpeg.contrast == pytest.approx(own.contrast, rel=0.1)

@@ -86,6 +86,21 @@ def test_merge_refuses_missing_duplicate_and_foreign_parts(tree, tmp_path):
         merge([files[0], foreign, files[2]])
 
 
+def test_merge_refuses_an_output_or_state_folder_inside_root(tree, tmp_path):
+    """Either would be one more class of the dataset: refused before anything is written (as scan and index do)."""
+    _part_scans(tree, tmp_path / "r")
+    files = sorted(glob.glob(str(tmp_path / "r" / "scan_results.part-*.parquet")))
+    before = tree_state(tree)
+    with pytest.raises(UserError, match="output folder .* is inside the dataset root"):
+        merge(files, str(tree / "0merged"))
+    proc = subprocess.run([sys.executable, "-m", "dsclean", "merge", *files, "-o", str(tmp_path / "m"),
+                           "--state-dir", str(tree / "state")], capture_output=True, text=True)
+    assert proc.returncode == 2 and "state folder" in proc.stderr and "inside the dataset root" in proc.stderr
+    assert tree_state(tree) == before and not (tmp_path / "m").exists()
+    assert not (tree / "0merged").exists() and not (tree / "state").exists()
+    assert merge(files, str(tmp_path / "m")).rows == 42  # outside ROOT: fine
+
+
 def test_merge_refuses_overlapping_parts(tree, tmp_path):
     """Two part files that both claim a path (e.g. a tree that changed between tasks) are refused."""
     _part_scans(tree, tmp_path / "r")

@@ -22,6 +22,7 @@ from dsclean import reasons as R
 from dsclean.cli import main
 from dsclean.errors import UserError
 from dsclean.scanning import quarantine as Q
+from dsclean.scanning.check import CheckOptions
 from dsclean.scanning.results import read_problems
 from dsclean.scanning.scanner import ScanOptions, scan
 
@@ -347,6 +348,50 @@ def test_full_report_disk_exit_2_before_anything_moved_exit_3_after(tmp_path, ca
         assert os.listdir(os.path.join(mnt, "r")) == []
         assert sorted(contents(root, tmp_path / "q2")) == sorted(original.values())
         _consistent(tmp_path / "q2", root)
+
+
+def test_full_disk_for_a_report_or_dups_output_names_the_file(tmp_path, capsys):
+    """`report -o`, `dups -o` and `scan --html` on a full disk: the message names the output that could not
+    be written (a failed write() carries no file name of its own), nothing is left behind."""
+    root = tmp_path / "root"
+    make_tree(root, n_good=4, n_bad=2)
+    write(root, "cats/copy.jpg", (root / "cats/good0.jpg").read_bytes())  # one duplicate group to write
+    assert main(["scan", str(root), "--dry-run", "-q"]) == 0
+    capsys.readouterr()
+    with tmpfs(tmp_path / "mnt", "64k") as mnt:
+        with open(os.path.join(mnt, "filler"), "wb", buffering=0) as f, pytest.raises(OSError):
+            while True:  # until the tmpfs is full
+                f.write(b"\0" * 4096)
+        for argv, out in ((["report", str(root), "-o"], "report.html"), (["dups", str(root), "-q", "-o"], "groups.jsonl"),
+                          (["scan", str(root), "--dry-run", "-q", "--html"], "scan.html")):
+            code = main([*argv, os.path.join(mnt, out)])
+            err = capsys.readouterr().err
+            assert code == 3 and f"No space left on device (ENOSPC) writing {os.path.join(mnt, out)}" in err, err
+        assert sorted(os.listdir(mnt)) == ["filler"]  # no temp output left
+
+
+def test_max_memory_below_the_floor_is_a_usage_error_not_a_traceback(tmp_path, capsys, monkeypatch):
+    """A bare number is bytes: `--max-memory 512` (meant as 512M) would starve the worker's own bookkeeping
+    (a MemoryError traceback, no results). Refused before anything runs, with the hint, by CLI and API alike."""
+    root = tmp_path / "root"
+    make_tree(root, n_good=3, n_bad=1)
+    for argv in (["scan", str(root), "--dry-run", "--max-memory", "512"], ["dups", str(root), "--max-memory", "1M"]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and "below the 16M" in err and "bare number is bytes" in err
+    with pytest.raises(UserError, match="max_memory=512 is below the 16M"):
+        scan(str(root), ScanOptions(dry_run=True, check=CheckOptions(max_memory=512)))
+    with pytest.raises(UserError, match="below the 16M"):
+        dsclean.find_duplicates([str(root)], dsclean.DupsOptions(max_memory=4096))
+    monkeypatch.setenv("DSCLEAN_DEFAULT_MAX_MEMORY", "512")
+    assert main(["scan", str(root), "--dry-run"]) == 2
+    assert "DSCLEAN_DEFAULT_MAX_MEMORY=512 is below the 16M" in capsys.readouterr().err
+    monkeypatch.setenv("DSCLEAN_DEFAULT_MAX_MEMORY", "lots")
+    assert main(["scan", str(root), "--dry-run"]) == 2
+    assert "DSCLEAN_DEFAULT_MAX_MEMORY: 'lots' is not a size" in capsys.readouterr().err
+    monkeypatch.delenv("DSCLEAN_DEFAULT_MAX_MEMORY")
+    assert main(["scan", str(root), "--dry-run", "-q", "--max-memory", "16M", "--check"]) == 1  # the floor works
 
 
 @pytest.mark.parametrize("fmt", ["arrow", "npy"])
