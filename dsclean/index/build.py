@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 from .. import formats, locations, reasons
 from ..atomic import atomic_output
 from ..errors import UserError
-from ..scanning.cache import NOT_CACHED, options_from_key, options_key
+from ..scanning.cache import options_from_key, options_key
 from ..scanning.check import CheckOptions
 from ..scanning.discover import DiscoverStats, iter_media, symlink_mode
 from ..scanning.results import SCHEMA as RESULTS_SCHEMA
@@ -89,6 +89,11 @@ class IndexSummary:
     unlabeled: int = 0  # no class: a file directly in the root (folder labels) or not in the CSV
     unscanned: int = 0  # not in the scan results
     changed_since_scan: int = 0  # size or mtime differ from the scan's
+    rechecked: int = 0  # unchanged, but the scan's verdict judged the moment, not the file (too_large, timeout, ...)
+    warned: int = 0  # left out: a warn verdict of a reason in reasons.LEFT_OUT_WARNINGS (not judged, or --lenient)
+    warned_reasons: dict[str, int] = field(default_factory=dict)
+    warned_paths: list[str] = field(default_factory=list)  # the first MAX_LISTED of them
+    include_warn: list[str] = field(default_factory=list)  # --include-warn: such reasons shipped anyway
     duplicates: int = 0  # --dedup: exact duplicates left out (the first by path order kept)
     hashed: int = 0  # --dedup: files hashed here because the scan results had no current content_hash
     scan_results: str | None = None
@@ -127,6 +132,7 @@ def build_index(
     dedup: bool = False,
     root_moved: bool = False,
     facts: bool = False,
+    include_warn: Iterable[str] = (),
 ) -> IndexSummary:
     """Index the media files under ``root`` into ``output`` (Arrow file or npy folder).
 
@@ -147,6 +153,12 @@ def build_index(
     out exact duplicates (same content hash), keeping the first in index order.
     ``facts=True`` (``--facts``) copies the scan's facts columns (``store.FACTS``: media
     facts, content hash, quality facts) into the index; without it there are none.
+
+    A file whose verdict is a ``warn`` of a reason in :data:`dsclean.reasons.LEFT_OUT_WARNINGS`
+    (not judged: past the default memory ceiling, changed while checked; or damage
+    ``scan --lenient`` accepted) is left out and listed, unless its reason is in
+    ``include_warn`` (``--include-warn``): ``scan && index`` never ships a file silently
+    that the scan could not judge, or that the default loader cannot read.
     """
     t0 = time.monotonic()
     fmt = resolve_format(output, format)
@@ -168,9 +180,11 @@ def build_index(
         raise UserError(f"the state folder {state} (--state-dir / DSCLEAN_STATE_DIR) is inside the dataset root "
                         f"{root}: the scan cache would become part of the data. Choose one outside ROOT, or pass "
                         "--allow-inside-root to accept that")
+    include_warn = _check_include_warn(include_warn)
     mode = "csv" if labels_csv is not None else "none" if no_labels else "folder"
     links = symlink_mode(symlinks if symlinks is not None else ("all" if files == "imagefolder" else None))
-    summary = IndexSummary(output=output, format=fmt, labels=mode, files=files, symlinks=links)
+    summary = IndexSummary(output=output, format=fmt, labels=mode, files=files, symlinks=links,
+                           include_warn=include_warn)
     csv_labels = read_labels_csv(labels_csv) if labels_csv is not None else None  # fail before the walk
 
     results_paths, summary.results_source = locations.find_results(root, scan_results, state_dir,
@@ -209,7 +223,7 @@ def build_index(
         schema = index_schema(classes=len(classes), max_size=rows.max_size, large=summary.large_paths, facts=facts)
         meta = make_meta(root, classes, mode, rows.order.rows, summary.scan_results)
         meta.update(files=files, symlinks=links, extensions=list(_extensions(files)), checked=check,
-                    check_options=options_key(check_options), tree=fingerprint)
+                    check_options=options_key(check_options), tree=fingerprint, include_warn=include_warn)
         if dedup:  # in memory (16 bytes of hash a row and the table): --dedup is not a default option
             table = _finalize(pa.concat_tables(rows.order.sorted()), schema)
             table = _drop_exact_duplicates(root, table, results_paths, summary)
@@ -452,6 +466,7 @@ def _empty_message(root: str, s: IndexSummary) -> str:
     d = s.discovery
     why = [f"{n:,} {what}" for n, what in (
         (s.excluded_bad + s.checked_bad, "bad"), (s.not_media, "not media"), (s.unreadable, "unreadable"),
+        (s.warned, "warnings left out (not judged, or accepted by --lenient; --include-warn ships them)"),
         (s.unlabeled, "without a label (files directly in ROOT have no class folder)" if s.labels == "folder"
          else "not in the labels CSV"),
         (d.symlinks, "symlinks not followed (--symlinks inside|all)"),
@@ -679,10 +694,12 @@ def _judge(root: str, table: pa.Table, results: pa.Table | None, options: CheckO
         same = pc.and_(pc.equal(results.column("size").take(where), sizes),
                        pc.equal(results.column("mtime_ns").take(where), mtimes))
         # a verdict about the moment (changed, vanished, timeout, ...) is no verdict about the file: check again
-        momentary = pc.is_in(results.column("reason").take(where), value_set=pa.array(sorted(NOT_CACHED)))
-        current = pc.and_(pc.fill_null(same, False), pc.invert(pc.fill_null(momentary, False)))
+        momentary = pc.is_in(results.column("reason").take(where), value_set=_NOT_JUDGED)
+        same = pc.fill_null(same, False)
+        current = pc.and_(same, pc.invert(pc.fill_null(momentary, False)))
         summary.unscanned += int(pc.sum(pc.invert(scanned)).as_py() or 0)
-        summary.changed_since_scan += int(pc.sum(pc.and_(scanned, pc.invert(current))).as_py() or 0)
+        summary.changed_since_scan += int(pc.sum(pc.and_(scanned, pc.invert(same))).as_py() or 0)
+        summary.rechecked += int(pc.sum(pc.and_(same, pc.invert(current))).as_py() or 0)
     else:
         where = pa.nulls(n, pa.int32())
         current = pa.array(np.zeros(n, dtype=bool))
@@ -730,6 +747,7 @@ def _judge(root: str, table: pa.Table, results: pa.Table | None, options: CheckO
         room = MAX_LISTED - len(summary.bad_paths)
         summary.bad_paths += [os.fsdecode(p) for p in paths.filter(checked_bad).slice(0, max(room, 0)).to_pylist()]
     summary.unreadable += int(pc.sum(pc.and_(gone, pc.invert(bad))).as_py() or 0)
+    warned = _left_out_warnings(status, pick("reason"), paths, summary)
     for name, typ in FACTS.items():
         table = table.append_column(pa.field(name, typ), pick(name).cast(typ))
     # A checked file's kind is what its content is (a WAV named .jpg is audio), whether the scan or this run
@@ -741,7 +759,37 @@ def _judge(root: str, table: pa.Table, results: pa.Table | None, options: CheckO
             kinds = pc.if_else(pc.fill_null(pc.equal(checked_kind, name), False), pa.scalar(KIND_CODE[name], pa.int8()),
                                kinds)
         table = table.set_column(table.schema.get_field_index("kind"), "kind", kinds)
-    return table.filter(pc.invert(pc.or_(bad, gone)))
+    return table.filter(pc.invert(pc.or_(pc.or_(bad, gone), warned)))
+
+
+#: the reasons whose verdict judged the moment, not the file: such a verdict is checked again
+_NOT_JUDGED = pa.array(sorted(reasons.NOT_JUDGED), pa.string())
+
+
+def _check_include_warn(include_warn: Iterable[str]) -> list[str]:
+    """``--include-warn``: reason codes of warnings to ship anyway; each must be one the index leaves out."""
+    chosen = sorted({r.strip() for item in include_warn for r in item.split(",") if r.strip()})
+    unknown = [r for r in chosen if r not in reasons.LEFT_OUT_WARNINGS]
+    if unknown:
+        raise UserError(f"--include-warn {', '.join(unknown)}: not a warning the index leaves out; use one or more "
+                        f"of {', '.join(sorted(reasons.LEFT_OUT_WARNINGS))} (other warnings are always indexed)")
+    return chosen
+
+
+def _left_out_warnings(status, reason, paths, summary: IndexSummary) -> pa.Array:
+    """Rows whose verdict is a warning the index leaves out (:data:`dsclean.reasons.LEFT_OUT_WARNINGS`, minus
+    ``--include-warn``); counted by reason and the first paths listed."""
+    codes = sorted(set(reasons.LEFT_OUT_WARNINGS) - set(summary.include_warn))
+    warned = pc.fill_null(pc.and_(pc.equal(status, reasons.WARN),
+                                  pc.is_in(reason, value_set=pa.array(codes, pa.string()))), False)
+    n = int(pc.sum(warned).as_py() or 0)
+    if n:
+        summary.warned += n
+        for r in pc.value_counts(reason.filter(warned)).to_pylist():
+            summary.warned_reasons[r["values"]] = summary.warned_reasons.get(r["values"], 0) + r["counts"]
+        room = MAX_LISTED - len(summary.warned_paths)
+        summary.warned_paths += [os.fsdecode(p) for p in paths.filter(warned).slice(0, max(room, 0)).to_pylist()]
+    return warned
 
 
 def _state_writable(root: str, state_dir: str | None) -> bool:
@@ -762,6 +810,7 @@ def _apply_results(root: str, table: pa.Table, results: pa.Table, summary: Index
     status = results.column("status").take(where)
     bad = pc.fill_null(pc.equal(status, reasons.BAD), False)
     summary.excluded_bad += int(pc.sum(bad).as_py() or 0)
+    warned = _left_out_warnings(status, results.column("reason").take(where), table.column("path"), summary)
     same_size = pc.fill_null(pc.and_(pc.equal(results.column("size").take(where), table.column("size")),
                                      pc.equal(results.column("mtime_ns").take(where), table.column("mtime_ns"))),
                              True)
@@ -773,7 +822,7 @@ def _apply_results(root: str, table: pa.Table, results: pa.Table, summary: Index
         table = table.append_column(pa.field(name, typ), values)
     scanned = pc.is_valid(where)
     summary.changed_since_scan += int(pc.sum(pc.and_(scanned, pc.invert(same_size))).as_py() or 0)
-    keep = pc.invert(bad)
+    keep = pc.invert(pc.or_(bad, warned))
     unscanned = pc.invert(scanned).to_numpy(zero_copy_only=False)
     summary.unscanned += int(unscanned.sum())
     if unscanned.any():
