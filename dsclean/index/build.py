@@ -22,7 +22,6 @@ import shutil
 import stat
 import struct
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Iterator, Sequence
@@ -40,7 +39,7 @@ from ..scanning.discover import DiscoverStats, iter_media, symlink_mode
 from ..scanning.results import SCHEMA as RESULTS_SCHEMA
 from .columns import ColumnSink, write_npy_columns, write_one_batch
 from .labels import CsvLabels, folder_classes, read_labels_csv, sort_key
-from .spill import Sorter, aligned
+from .spill import Sorter, aligned, make_spill_folder
 from .store import (
     FACTS,
     KIND_CODE,
@@ -164,6 +163,7 @@ def build_index(
     fmt = resolve_format(output, format)
     _check_root(root)
     _check_output(output, fmt)
+    exclude = _check_exclude(root, exclude)
     if files not in FILE_RULES:
         raise UserError(f"unknown file rule {files!r}: use {' or '.join(FILE_RULES)}")
     if labels_csv is not None and no_labels:
@@ -204,7 +204,7 @@ def build_index(
     classes = folder_classes(root, exclude, include_hidden=files == "imagefolder") if mode == "folder" else []
     if csv_labels is not None:
         classes = csv_labels.classes
-    spill = tempfile.mkdtemp(prefix=".dsclean-index-", dir=os.path.dirname(os.path.abspath(output)))
+    spill, spill_lock = make_spill_folder(os.path.dirname(os.path.abspath(output)))
     try:
         rows = _Rows(spill, by_label=mode == "folder", facts=facts, csv_labels=csv_labels, classes=len(classes))
         fingerprint = _collect(root, exclude, classes, results_paths, results_columns, check_options, rows, summary,
@@ -237,6 +237,7 @@ def build_index(
             counts = _write_streamed(output, fmt, rows, schema, meta, summary, len(classes))
     finally:
         shutil.rmtree(spill, ignore_errors=True)
+        os.close(spill_lock)
     summary.classes = len(classes)
     _empty_class_notes(summary, counts[1:], classes, mode, progress)
     summary.index_bytes = disk_size(output)
@@ -504,6 +505,28 @@ def _check_root(root: str) -> None:
         raise UserError(f"{root}: no such folder")
     if not os.path.isdir(root):
         raise UserError(f"{root}: not a folder (dsclean index takes the dataset's root folder)")
+
+
+def _check_exclude(root: str, exclude: Iterable[str]) -> tuple[str, ...]:
+    """``--exclude``: each must be an existing folder under ``root`` (a path as given: relative to the current
+    folder, like ROOT itself); a typo or a folder elsewhere would silently leave nothing out."""
+    checked = []
+    for d in exclude:
+        if not os.path.isdir(d):
+            what = "is not a folder" if os.path.exists(d) else "does not exist"
+            hint = os.path.join(root, d)
+            if not os.path.isabs(d) and os.path.isdir(hint):
+                what += f" (relative to the current folder, like ROOT; did you mean --exclude {hint}?)"
+            raise UserError(f"--exclude {d}: {what}; nothing was written")
+        if os.path.realpath(d) == os.path.realpath(root):
+            raise UserError(f"--exclude {d}: is the root {root} itself (it would leave everything out); "
+                            "nothing was written")
+        lexical = os.path.abspath(d).startswith(os.path.join(os.path.abspath(root), ""))
+        if not (lexical or locations.is_inside(d, root)):
+            raise UserError(f"--exclude {d}: not a folder under the root {root} (it would leave nothing out); "
+                            "nothing was written")
+        checked.append(d)
+    return tuple(checked)
 
 
 def _check_output(output: str, fmt: str) -> None:
