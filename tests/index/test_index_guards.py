@@ -103,3 +103,24 @@ def test_from_folder_refuses_a_state_folder_inside_the_root_before_writing(tmp_p
         with pytest.raises(UserError, match="is inside the dataset root"):
             dsclean.IndexedDataset.from_folder(str(root), state_dir=str(root / "state"), check=check)
         assert sorted(os.listdir(root)) == ["cats", "dogs"]
+
+
+def test_index_uses_the_parts_of_a_job_array_that_ran_and_names_the_missing_ones(tmp_path, monkeypatch):
+    from dsclean.scanning.scanner import ScanOptions, in_part, scan
+
+    root, state = tmp_path / "data", tmp_path / "state"
+    monkeypatch.setenv("DSCLEAN_STATE_DIR", str(state))
+    for i in range(12):
+        write(root, f"c{i % 2}/{i:02d}.jpg", synth.jpeg(16, 16, seed=i))
+    for i in range(4):
+        write(root, f"c{i % 2}/cut{i}.jpg", synth.truncate(synth.jpeg(64, 64, seed=50 + i), 0.5))
+    scan(str(root), ScanOptions(shard=(0, 3), jobs=1, report_dir=str(tmp_path / "r")))  # parts 1/3 and 2/3 never ran
+    files = sorted(f"{c}/{n}" for c in ("c0", "c1") for n in os.listdir(root / c))
+    part0 = [f for f in files if in_part(f, (0, 3))]
+    assert part0 and len(part0) < len(files)
+    s = build_index(str(root), str(tmp_path / "i.arrow"), jobs=1)
+    assert "1 of the 3 parts" in s.results_source and "parts 1/3, 2/3 never ran" in s.results_source
+    assert s.unscanned == len(files) - len(part0) == s.checked  # only the missing parts' files were decoded
+    assert s.excluded_bad + s.checked_bad == 4
+    idx = open_index(str(tmp_path / "i.arrow"))
+    assert sorted(os.fsdecode(idx.path_bytes(i)) for i in range(len(idx))) == [f for f in files if "cut" not in f]
