@@ -55,3 +55,24 @@ REASONS: dict[str, str] = {
     DUPLICATE: "an extra copy of a file kept elsewhere (exact or near duplicate); moved only by dsclean dups --quarantine",
     FLAGGED: "a whole file with a quality flag named in scan --quarantine-flags (the flag is in the detail); moved only when asked",
 }
+
+#: reasons whose verdict is no judgement of the file's bytes: the check could not finish (the machine, the
+#: moment or a ceiling stopped it). A ``warn`` with one of these means "not judged": ``dsclean index`` checks
+#: the file again and, still not judged, leaves it out (``--include-warn REASON`` ships it anyway).
+NOT_JUDGED = frozenset({VANISHED, CHANGED, UNREADABLE, TIMEOUT, TOO_LARGE, DECODER_CRASH, NOT_REGULAR})
+#: reasons a ``warn`` carries when ``scan --lenient`` accepted damage a decoder recovered from (a JPEG cut short,
+#: corrupt entropy data): Pillow's default loader refuses such a file, so ``dsclean index`` leaves it out
+#: unless ``--include-warn REASON`` asks for it
+LENIENT = frozenset({TRUNCATED, CORRUPT})
+#: what ``dsclean index`` does with a ``warn`` verdict of each reason: the ones it leaves out unless asked, and why
+#: (the rest, e.g. ``extension_mismatch`` or ``nonconforming``, are files every common decoder reads: shipped)
+LEFT_OUT_WARNINGS: dict[str, str] = {
+    TOO_LARGE: "not judged: checking needed more memory than the default ceiling per check; re-scan with a higher "
+               "--max-memory (e.g. 8G, or none) to judge them",
+    CHANGED: "not judged: the file changed while it was being checked; scan again when it is complete",
+    TIMEOUT: "not judged: the check took longer than --timeout",
+    DECODER_CRASH: "not judged: the check killed the decoder",
+    UNREADABLE: "not judged: the file could not be read",
+    TRUNCATED: "cut short, accepted by scan --lenient: Pillow's default loader refuses a truncated image",
+    CORRUPT: "damaged, accepted by scan --lenient: a decoder recovered from it, a strict one may not",
+}

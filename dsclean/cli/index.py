@@ -6,8 +6,11 @@ handler returns an exit code and raises :class:`UserError` for user mistakes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-from typing import TYPE_CHECKING
+import logging
+import sys
+from typing import TYPE_CHECKING, Iterator
 
 from .. import argtypes
 from ..errors import UserError
@@ -54,6 +57,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--facts", action="store_true",
                    help="copy the scan's facts (media facts, content hash, quality facts) into the index "
                         "(arrow only; default: none, so the index stays small)")
+    p.add_argument("--include-warn", action="append", default=[], metavar="REASON[,REASON]",
+                   help="also index files whose scan verdict is a warning of this reason, left out by default: "
+                        "too_large, changed, ... (not judged) or truncated, corrupt (accepted by scan --lenient)")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     p.set_defaults(func=cmd_index)
 
@@ -66,13 +72,30 @@ def add_parsers(sub) -> None:
 
 def cmd_index(args: argparse.Namespace) -> int:
     try:
-        summary = _build(args)
+        with _errors_only() if args.quiet else contextlib.nullcontext():
+            summary = _build(args)
     except OSError as exc:  # a full disk while writing: the temp output is gone, an earlier index untouched
         from ..atomic import describe_write_error
 
         raise UserError(f"could not write the index: {describe_write_error(exc, exc.filename or args.output)}; "
                         f"nothing was written ({args.output} is as it was)") from exc
     return _report(args, summary)
+
+
+@contextlib.contextmanager
+def _errors_only() -> Iterator[None]:
+    """``--quiet``: the notes the build logs (warnings on the ``dsclean`` logger) are not printed; errors are.
+
+    Without a handler of its own, a warning would reach Python's last-resort handler, which prints it.
+    """
+    log = logging.getLogger("dsclean")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.ERROR)
+    log.addHandler(handler)
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
 
 
 def _build(args: argparse.Namespace):
@@ -96,6 +119,7 @@ def _build(args: argparse.Namespace):
         dedup=args.dedup,
         root_moved=args.root_moved,
         facts=args.facts,
+        include_warn=args.include_warn,
     )
 
 
@@ -108,7 +132,7 @@ def _report(args: argparse.Namespace, summary: IndexSummary) -> int:
 def format_summary(s: IndexSummary) -> str:
     lines = [f"indexed {s.rows} files in {s.classes} classes ({s.labels} labels, {s.files} file rule) -> {s.output} "
              f"({s.format}, {_human(s.index_bytes)}; media {_human(s.media_bytes)})"]
-    checked = f" (not covered by the scan: never scanned, changed or restored; {s.checked_from_cache} known to " \
+    checked = f" (not covered by the scan: never scanned, changed, restored or not judged; {s.checked_from_cache} known to " \
               "the scan cache)" if s.checked else ""
     left_out = [("excluded as bad by the scan", s.excluded_bad),
                 ("checked here" + checked, s.checked),
@@ -116,6 +140,9 @@ def format_summary(s: IndexSummary) -> str:
                 ("not media (magic bytes, --no-check)", s.not_media),
                 ("unreadable", s.unreadable), ("skipped without a label", s.unlabeled),
                 ("changed since the scan", s.changed_since_scan),
+                ("checked again: the scan's verdict was about the moment (too_large, timeout, ...), not the file",
+                 s.rechecked),
+                ("warnings left out: not judged, or accepted by scan --lenient (below)", s.warned),
                 ("not in the scan results", s.unscanned),
                 ("exact duplicates left out (--dedup; the first by path order kept)", s.duplicates)]
     lines += [f"  {n:>10}  {what}" for what, n in left_out if n]
@@ -126,6 +153,15 @@ def format_summary(s: IndexSummary) -> str:
         lines += [f"    bad: {p}" for p in s.bad_paths[:20]]
         if s.checked_bad > 20:
             lines.append(f"    ... and {s.checked_bad - 20} more (dsclean scan ROOT --quarantine DIR moves them aside)")
+    if s.warned:
+        from ..reasons import LEFT_OUT_WARNINGS
+
+        for reason, n in sorted(s.warned_reasons.items()):
+            lines.append(f"  left out, warn/{reason} {n}: {LEFT_OUT_WARNINGS[reason]}; "
+                         f"--include-warn {reason} indexes them anyway")
+        lines += [f"    warn: {p}" for p in s.warned_paths[:20]]
+        if s.warned > 20:
+            lines.append(f"    ... and {s.warned - 20} more")
     lines.append(f"  scan results: {s.scan_results or 'none'}")
     return "\n".join(lines)
 

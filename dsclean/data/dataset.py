@@ -29,8 +29,9 @@ from torch.utils.data import Dataset
 from .. import formats
 from ..errors import UserError
 from ..index.store import KINDS, NPY_META, MappedIndex, open_index, read_meta
+from ..reasons import LENIENT as _LENIENT
 from . import shards
-from .loaders import DEFAULT_LOADERS
+from .loaders import DEFAULT_LOADERS, LENIENT_LOADERS
 
 logger = logging.getLogger("dsclean")
 
@@ -246,6 +247,7 @@ class IndexedDataset(Dataset):
         self._logged: set[int] = set()
         self._labels = self._sizes = self._kinds = self._offsets = self._data = None
         self._targets: Targets | None = None
+        self._loaders = DEFAULT_LOADERS
 
     def __getstate__(self) -> dict:
         """Only the options: a worker re-maps the index itself (cheap spawn)."""
@@ -286,6 +288,9 @@ class IndexedDataset(Dataset):
                                                                    idx.data))
             if self._meta is None:
                 self._meta = idx.meta
+            # an index that ships what scan --lenient accepted (--include-warn truncated) reads it as the scan did
+            lenient = set(self._meta.get("include_warn") or ()) & _LENIENT
+            self._loaders = LENIENT_LOADERS if lenient else DEFAULT_LOADERS
         return self._idx
 
     @property
@@ -411,11 +416,11 @@ class IndexedDataset(Dataset):
                                       "it changed since indexing, rebuild the index")
         if self.loader is not None:
             return self.loader(full)
-        return DEFAULT_LOADERS[KINDS[self._kinds[j]]](full)
+        return self._loaders[KINDS[self._kinds[j]]](full)
 
     def _read_packed(self, j: int):
         data = io.BytesIO(self._packed_set.read(j))
-        return self.loader(data) if self.loader is not None else DEFAULT_LOADERS[KINDS[self._kinds[j]]](data)
+        return self.loader(data) if self.loader is not None else self._loaders[KINDS[self._kinds[j]]](data)
 
     def _resolve(self, j: int, rel: str) -> tuple[str, os.stat_result | None]:
         """The full path and its stat (None if it has none); refuses paths that leave the root.

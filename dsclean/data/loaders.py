@@ -22,6 +22,30 @@ def pil_loader(path: str | BinaryIO):
         return img.convert("RGB")
 
 
+def lenient_pil_loader(path: str | BinaryIO):
+    """:func:`pil_loader`, but a JPEG Pillow refuses (cut short: "image file is truncated") is decoded the way
+    ``scan --lenient`` accepted it: libjpeg-turbo in its recovering mode, the missing rows grey.
+
+    The default image loader of an index built with ``--include-warn truncated`` (or ``corrupt``) only:
+    nothing global changes (Pillow's ``LOAD_TRUNCATED_IMAGES`` stays as it is).
+    """
+    try:
+        return pil_loader(path)
+    except OSError:
+        if isinstance(path, (str, bytes, os.PathLike)):
+            with open(path, "rb") as f:
+                data = f.read()
+        else:
+            path.seek(0)
+            data = path.read()
+        if data[:2] != b"\xff\xd8":  # not a JPEG: Pillow's error stands
+            raise
+        import simplejpeg
+        from PIL import Image
+
+        return Image.fromarray(simplejpeg.decode_jpeg(data, colorspace="RGB", strict=False))
+
+
 def audio_loader(path: str | BinaryIO) -> tuple[torch.Tensor, int]:
     """``(float32 tensor shaped (channels, frames), sample_rate)`` via soundfile."""
     import soundfile
@@ -31,3 +55,5 @@ def audio_loader(path: str | BinaryIO) -> tuple[torch.Tensor, int]:
 
 
 DEFAULT_LOADERS = {"image": pil_loader, "audio": audio_loader}
+#: the default loaders of an index that ships warnings scan --lenient accepted (``meta["include_warn"]``)
+LENIENT_LOADERS = {"image": lenient_pil_loader, "audio": audio_loader}

@@ -14,6 +14,7 @@ Labels and sample order (torchvision ``ImageFolder``'s, or a CSV) are in :mod:`d
 """
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import logging
@@ -22,7 +23,6 @@ import shutil
 import stat
 import struct
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Iterator, Sequence
@@ -34,13 +34,13 @@ import pyarrow.compute as pc
 from .. import formats, locations, reasons
 from ..atomic import atomic_output
 from ..errors import UserError
-from ..scanning.cache import NOT_CACHED, options_from_key, options_key
+from ..scanning.cache import options_from_key, options_key
 from ..scanning.check import CheckOptions
 from ..scanning.discover import DiscoverStats, iter_media, symlink_mode
 from ..scanning.results import SCHEMA as RESULTS_SCHEMA
 from .columns import ColumnSink, write_npy_columns, write_one_batch
 from .labels import CsvLabels, folder_classes, read_labels_csv, sort_key
-from .spill import Sorter, aligned
+from .spill import Sorter, aligned, make_spill_folder
 from .store import (
     FACTS,
     KIND_CODE,
@@ -89,6 +89,11 @@ class IndexSummary:
     unlabeled: int = 0  # no class: a file directly in the root (folder labels) or not in the CSV
     unscanned: int = 0  # not in the scan results
     changed_since_scan: int = 0  # size or mtime differ from the scan's
+    rechecked: int = 0  # unchanged, but the scan's verdict judged the moment, not the file (too_large, timeout, ...)
+    warned: int = 0  # left out: a warn verdict of a reason in reasons.LEFT_OUT_WARNINGS (not judged, or --lenient)
+    warned_reasons: dict[str, int] = field(default_factory=dict)
+    warned_paths: list[str] = field(default_factory=list)  # the first MAX_LISTED of them
+    include_warn: list[str] = field(default_factory=list)  # --include-warn: such reasons shipped anyway
     duplicates: int = 0  # --dedup: exact duplicates left out (the first by path order kept)
     hashed: int = 0  # --dedup: files hashed here because the scan results had no current content_hash
     scan_results: str | None = None
@@ -127,6 +132,7 @@ def build_index(
     dedup: bool = False,
     root_moved: bool = False,
     facts: bool = False,
+    include_warn: Iterable[str] = (),
 ) -> IndexSummary:
     """Index the media files under ``root`` into ``output`` (Arrow file or npy folder).
 
@@ -147,11 +153,18 @@ def build_index(
     out exact duplicates (same content hash), keeping the first in index order.
     ``facts=True`` (``--facts``) copies the scan's facts columns (``store.FACTS``: media
     facts, content hash, quality facts) into the index; without it there are none.
+
+    A file whose verdict is a ``warn`` of a reason in :data:`dsclean.reasons.LEFT_OUT_WARNINGS`
+    (not judged: past the default memory ceiling, changed while checked; or damage
+    ``scan --lenient`` accepted) is left out and listed, unless its reason is in
+    ``include_warn`` (``--include-warn``): ``scan && index`` never ships a file silently
+    that the scan could not judge, or that the default loader cannot read.
     """
     t0 = time.monotonic()
     fmt = resolve_format(output, format)
     _check_root(root)
     _check_output(output, fmt)
+    exclude = _check_exclude(root, exclude)
     if files not in FILE_RULES:
         raise UserError(f"unknown file rule {files!r}: use {' or '.join(FILE_RULES)}")
     if labels_csv is not None and no_labels:
@@ -168,15 +181,21 @@ def build_index(
         raise UserError(f"the state folder {state} (--state-dir / DSCLEAN_STATE_DIR) is inside the dataset root "
                         f"{root}: the scan cache would become part of the data. Choose one outside ROOT, or pass "
                         "--allow-inside-root to accept that")
+    include_warn = _check_include_warn(include_warn)
     mode = "csv" if labels_csv is not None else "none" if no_labels else "folder"
     links = symlink_mode(symlinks if symlinks is not None else ("all" if files == "imagefolder" else None))
-    summary = IndexSummary(output=output, format=fmt, labels=mode, files=files, symlinks=links)
+    summary = IndexSummary(output=output, format=fmt, labels=mode, files=files, symlinks=links,
+                           include_warn=include_warn)
     csv_labels = read_labels_csv(labels_csv) if labels_csv is not None else None  # fail before the walk
 
     results_paths, summary.results_source = locations.find_results(root, scan_results, state_dir,
                                                                                  root_moved)
+    partial = False
+    if not results_paths and not scan_results:  # no whole scan, no complete job array: the parts that did run
+        results_paths, summary.results_source = _some_parts(root, state_dir) or ([], summary.results_source)
+        partial = bool(results_paths)
     _note(summary, f"scan results: {summary.results_source}", progress)
-    results_columns, check_options = _results_info(results_paths) if results_paths else ([], CheckOptions())
+    results_columns, check_options = _results_info(results_paths, partial) if results_paths else ([], CheckOptions())
     summary.scan_results = ", ".join(results_paths) or None
     if facts and results_paths and not check_options.facts:
         _note(summary, "the scan results hold no facts (the scan ran with --facts none): the index's content_hash "
@@ -190,7 +209,7 @@ def build_index(
     classes = folder_classes(root, exclude, include_hidden=files == "imagefolder") if mode == "folder" else []
     if csv_labels is not None:
         classes = csv_labels.classes
-    spill = tempfile.mkdtemp(prefix=".dsclean-index-", dir=os.path.dirname(os.path.abspath(output)))
+    spill, spill_lock = make_spill_folder(os.path.dirname(os.path.abspath(output)))
     try:
         rows = _Rows(spill, by_label=mode == "folder", facts=facts, csv_labels=csv_labels, classes=len(classes))
         fingerprint = _collect(root, exclude, classes, results_paths, results_columns, check_options, rows, summary,
@@ -209,7 +228,7 @@ def build_index(
         schema = index_schema(classes=len(classes), max_size=rows.max_size, large=summary.large_paths, facts=facts)
         meta = make_meta(root, classes, mode, rows.order.rows, summary.scan_results)
         meta.update(files=files, symlinks=links, extensions=list(_extensions(files)), checked=check,
-                    check_options=options_key(check_options), tree=fingerprint)
+                    check_options=options_key(check_options), tree=fingerprint, include_warn=include_warn)
         if dedup:  # in memory (16 bytes of hash a row and the table): --dedup is not a default option
             table = _finalize(pa.concat_tables(rows.order.sorted()), schema)
             table = _drop_exact_duplicates(root, table, results_paths, summary)
@@ -223,6 +242,7 @@ def build_index(
             counts = _write_streamed(output, fmt, rows, schema, meta, summary, len(classes))
     finally:
         shutil.rmtree(spill, ignore_errors=True)
+        os.close(spill_lock)
     summary.classes = len(classes)
     _empty_class_notes(summary, counts[1:], classes, mode, progress)
     summary.index_bytes = disk_size(output)
@@ -452,6 +472,7 @@ def _empty_message(root: str, s: IndexSummary) -> str:
     d = s.discovery
     why = [f"{n:,} {what}" for n, what in (
         (s.excluded_bad + s.checked_bad, "bad"), (s.not_media, "not media"), (s.unreadable, "unreadable"),
+        (s.warned, "warnings left out (not judged, or accepted by --lenient; --include-warn ships them)"),
         (s.unlabeled, "without a label (files directly in ROOT have no class folder)" if s.labels == "folder"
          else "not in the labels CSV"),
         (d.symlinks, "symlinks not followed (--symlinks inside|all)"),
@@ -489,6 +510,28 @@ def _check_root(root: str) -> None:
         raise UserError(f"{root}: no such folder")
     if not os.path.isdir(root):
         raise UserError(f"{root}: not a folder (dsclean index takes the dataset's root folder)")
+
+
+def _check_exclude(root: str, exclude: Iterable[str]) -> tuple[str, ...]:
+    """``--exclude``: each must be an existing folder under ``root`` (a path as given: relative to the current
+    folder, like ROOT itself); a typo or a folder elsewhere would silently leave nothing out."""
+    checked = []
+    for d in exclude:
+        if not os.path.isdir(d):
+            what = "is not a folder" if os.path.exists(d) else "does not exist"
+            hint = os.path.join(root, d)
+            if not os.path.isabs(d) and os.path.isdir(hint):
+                what += f" (relative to the current folder, like ROOT; did you mean --exclude {hint}?)"
+            raise UserError(f"--exclude {d}: {what}; nothing was written")
+        if os.path.realpath(d) == os.path.realpath(root):
+            raise UserError(f"--exclude {d}: is the root {root} itself (it would leave everything out); "
+                            "nothing was written")
+        lexical = os.path.abspath(d).startswith(os.path.join(os.path.abspath(root), ""))
+        if not (lexical or locations.is_inside(d, root)):
+            raise UserError(f"--exclude {d}: not a folder under the root {root} (it would leave nothing out); "
+                            "nothing was written")
+        checked.append(d)
+    return tuple(checked)
 
 
 def _check_output(output: str, fmt: str) -> None:
@@ -623,8 +666,40 @@ def _sniff_kind(full: str, summary: IndexSummary) -> int:
     return KIND_CODE[formats.kind_of(real)]
 
 
-def _results_info(paths: list[str]) -> tuple[list[str], CheckOptions]:
-    """The columns to read from one scan's results, or from the N parts of a job array (validated), and its options."""
+def _some_parts(root: str, state_dir: str | None) -> tuple[list[str], str] | None:
+    """The results of the parts of a job array that did run, when no part set of ``root`` is complete (and no whole
+    scan is recorded), with a description naming the missing parts; None if no part ran.
+
+    Their verdicts are used; the files of the missing parts are not in them, so the build checks those itself.
+    """
+    pattern = locations.tagged(locations.LAST_SCAN_FILE, ".part-*-of-*")
+    for base, source in locations.state_bases(state_dir):
+        by_n: dict[int, dict[int, dict]] = {}
+        for path in glob.glob(os.path.join(glob.escape(locations.root_state_dir(root, base)), pattern)):
+            p = locations.read_pointer(path)
+            if not (p and isinstance(p.get("part"), list) and len(p["part"]) == 2 and p.get("results")):
+                continue
+            if not all(os.path.exists(r) and locations.results_root(r) in (None, os.path.abspath(root),
+                                                                           os.path.realpath(root))
+                       for r in p["results"]):
+                continue  # gone, or overwritten by a scan of another tree
+            i, n = p["part"]
+            by_n.setdefault(n, {})[i] = p
+        if by_n:  # the array whose last part finished last
+            n, got = max(by_n.items(), key=lambda kv: max(p.get("finished_ns", 0) for p in kv[1].values()))
+            missing = sorted(set(range(n)) - set(got))
+            paths = [r for i in sorted(got) for r in got[i]["results"]]
+            return paths, (f"{len(got)} of the {n} parts of a job-array scan of {root} ({source}: parts "
+                           f"{', '.join(f'{i}/{n}' for i in sorted(got))}); parts "
+                           f"{', '.join(f'{i}/{n}' for i in missing)} never ran or did not finish: their files "
+                           "are checked here (run those parts to reuse their verdicts)")
+    return None
+
+
+def _results_info(paths: list[str], partial: bool = False) -> tuple[list[str], CheckOptions]:
+    """The columns to read from one scan's results, or from the N parts of a job array (validated), and its options.
+
+    ``partial``: some parts of a job array only (:func:`_some_parts`): they must be parts of one scan."""
     import pyarrow.parquet as pq
 
     from ..scanning.merge import check_parts
@@ -634,7 +709,13 @@ def _results_info(paths: list[str]) -> tuple[list[str], CheckOptions]:
         if not os.path.exists(path):
             raise UserError(f"{path}: scan results not found")
     try:
-        if len(paths) > 1:
+        if partial:
+            metas = [read_results_meta(p) for p in paths]
+            for path, meta in zip(paths, metas):
+                if not meta.get("shard") or meta["shard"][1] != metas[0]["shard"][1] or \
+                        any(meta.get(k) != metas[0].get(k) for k in ("root", "options")):
+                    raise UserError(f"{path} and {paths[0]} are not parts of one scan; pass --scan-results")
+        elif len(paths) > 1:
             check_parts(paths)
         have = set.intersection(*(set(pq.read_schema(p).names) for p in paths))
         meta = read_results_meta(paths[0])
@@ -679,10 +760,12 @@ def _judge(root: str, table: pa.Table, results: pa.Table | None, options: CheckO
         same = pc.and_(pc.equal(results.column("size").take(where), sizes),
                        pc.equal(results.column("mtime_ns").take(where), mtimes))
         # a verdict about the moment (changed, vanished, timeout, ...) is no verdict about the file: check again
-        momentary = pc.is_in(results.column("reason").take(where), value_set=pa.array(sorted(NOT_CACHED)))
-        current = pc.and_(pc.fill_null(same, False), pc.invert(pc.fill_null(momentary, False)))
+        momentary = pc.is_in(results.column("reason").take(where), value_set=_NOT_JUDGED)
+        same = pc.fill_null(same, False)
+        current = pc.and_(same, pc.invert(pc.fill_null(momentary, False)))
         summary.unscanned += int(pc.sum(pc.invert(scanned)).as_py() or 0)
-        summary.changed_since_scan += int(pc.sum(pc.and_(scanned, pc.invert(current))).as_py() or 0)
+        summary.changed_since_scan += int(pc.sum(pc.and_(scanned, pc.invert(same))).as_py() or 0)
+        summary.rechecked += int(pc.sum(pc.and_(same, pc.invert(current))).as_py() or 0)
     else:
         where = pa.nulls(n, pa.int32())
         current = pa.array(np.zeros(n, dtype=bool))
@@ -730,6 +813,7 @@ def _judge(root: str, table: pa.Table, results: pa.Table | None, options: CheckO
         room = MAX_LISTED - len(summary.bad_paths)
         summary.bad_paths += [os.fsdecode(p) for p in paths.filter(checked_bad).slice(0, max(room, 0)).to_pylist()]
     summary.unreadable += int(pc.sum(pc.and_(gone, pc.invert(bad))).as_py() or 0)
+    warned = _left_out_warnings(status, pick("reason"), paths, summary)
     for name, typ in FACTS.items():
         table = table.append_column(pa.field(name, typ), pick(name).cast(typ))
     # A checked file's kind is what its content is (a WAV named .jpg is audio), whether the scan or this run
@@ -741,7 +825,37 @@ def _judge(root: str, table: pa.Table, results: pa.Table | None, options: CheckO
             kinds = pc.if_else(pc.fill_null(pc.equal(checked_kind, name), False), pa.scalar(KIND_CODE[name], pa.int8()),
                                kinds)
         table = table.set_column(table.schema.get_field_index("kind"), "kind", kinds)
-    return table.filter(pc.invert(pc.or_(bad, gone)))
+    return table.filter(pc.invert(pc.or_(pc.or_(bad, gone), warned)))
+
+
+#: the reasons whose verdict judged the moment, not the file: such a verdict is checked again
+_NOT_JUDGED = pa.array(sorted(reasons.NOT_JUDGED), pa.string())
+
+
+def _check_include_warn(include_warn: Iterable[str]) -> list[str]:
+    """``--include-warn``: reason codes of warnings to ship anyway; each must be one the index leaves out."""
+    chosen = sorted({r.strip() for item in include_warn for r in item.split(",") if r.strip()})
+    unknown = [r for r in chosen if r not in reasons.LEFT_OUT_WARNINGS]
+    if unknown:
+        raise UserError(f"--include-warn {', '.join(unknown)}: not a warning the index leaves out; use one or more "
+                        f"of {', '.join(sorted(reasons.LEFT_OUT_WARNINGS))} (other warnings are always indexed)")
+    return chosen
+
+
+def _left_out_warnings(status, reason, paths, summary: IndexSummary) -> pa.Array:
+    """Rows whose verdict is a warning the index leaves out (:data:`dsclean.reasons.LEFT_OUT_WARNINGS`, minus
+    ``--include-warn``); counted by reason and the first paths listed."""
+    codes = sorted(set(reasons.LEFT_OUT_WARNINGS) - set(summary.include_warn))
+    warned = pc.fill_null(pc.and_(pc.equal(status, reasons.WARN),
+                                  pc.is_in(reason, value_set=pa.array(codes, pa.string()))), False)
+    n = int(pc.sum(warned).as_py() or 0)
+    if n:
+        summary.warned += n
+        for r in pc.value_counts(reason.filter(warned)).to_pylist():
+            summary.warned_reasons[r["values"]] = summary.warned_reasons.get(r["values"], 0) + r["counts"]
+        room = MAX_LISTED - len(summary.warned_paths)
+        summary.warned_paths += [os.fsdecode(p) for p in paths.filter(warned).slice(0, max(room, 0)).to_pylist()]
+    return warned
 
 
 def _state_writable(root: str, state_dir: str | None) -> bool:
@@ -762,6 +876,7 @@ def _apply_results(root: str, table: pa.Table, results: pa.Table, summary: Index
     status = results.column("status").take(where)
     bad = pc.fill_null(pc.equal(status, reasons.BAD), False)
     summary.excluded_bad += int(pc.sum(bad).as_py() or 0)
+    warned = _left_out_warnings(status, results.column("reason").take(where), table.column("path"), summary)
     same_size = pc.fill_null(pc.and_(pc.equal(results.column("size").take(where), table.column("size")),
                                      pc.equal(results.column("mtime_ns").take(where), table.column("mtime_ns"))),
                              True)
@@ -773,7 +888,7 @@ def _apply_results(root: str, table: pa.Table, results: pa.Table, summary: Index
         table = table.append_column(pa.field(name, typ), values)
     scanned = pc.is_valid(where)
     summary.changed_since_scan += int(pc.sum(pc.and_(scanned, pc.invert(same_size))).as_py() or 0)
-    keep = pc.invert(bad)
+    keep = pc.invert(pc.or_(bad, warned))
     unscanned = pc.invert(scanned).to_numpy(zero_copy_only=False)
     summary.unscanned += int(unscanned.sum())
     if unscanned.any():

@@ -43,6 +43,11 @@ def index_folder(root: str, *, files: str = "dsclean", symlinks: str | None = No
         raise UserError(f"unknown file rule {files!r}: use {' or '.join(FILE_RULES)}")
     root = os.path.abspath(root)
     links = symlink_mode(symlinks if symlinks is not None else ("all" if files == "imagefolder" else None))
+    state = locations.root_state_dir(root, state_dir)
+    if locations.is_inside(state, root):  # refused before anything is created: the tree is the user's
+        raise UserError(f"the state folder {state} (state_dir= / DSCLEAN_STATE_DIR) is inside the dataset root "
+                        f"{root}: the index and the scan cache would become part of the data (a class folder for "
+                        "ImageFolder). Choose one outside ROOT")
     try:
         folder = locations.make_root_state_dir(root, state_dir)
     except OSError as exc:

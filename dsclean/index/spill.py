@@ -146,3 +146,69 @@ def merge(streams: list[Iterator[pa.Table]], key: str) -> Iterator[pa.Table]:
         if len(parts) > 1:
             table = table.take(pc.sort_indices(table, sort_keys=[(key, "ascending")]))
         yield table
+
+
+#: the build's temp folder next to the output: ``.dsclean-index-XXXXXXXX`` (runs, column temp files)
+SPILL_PREFIX = ".dsclean-index-"
+#: inside it, locked by the build for as long as it runs: a folder whose lock can be taken is a dead run's
+SPILL_LOCK = "owner.lock"
+#: a spill folder without a lock file (a build killed before it made one, or one of an older release) is
+#: left alone this long after its last change
+UNLOCKED_GRACE_SECONDS = 3600
+
+
+def make_spill_folder(parent: str) -> tuple[str, int]:
+    """A new spill folder in ``parent`` and the descriptor holding its lock (close it after removing the folder).
+
+    Spill folders a killed build left in ``parent`` are removed first (:func:`remove_stale_spill_folders`).
+    """
+    import fcntl
+    import tempfile
+
+    remove_stale_spill_folders(parent)
+    folder = tempfile.mkdtemp(prefix=SPILL_PREFIX, dir=parent)
+    fd = os.open(os.path.join(folder, SPILL_LOCK), os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return folder, fd
+
+
+def remove_stale_spill_folders(parent: str) -> list[str]:
+    """Remove the spill folders of builds that are no longer running (killed: kill -9, power loss, OOM killer).
+
+    Only folders named like ours; one is in use while a build holds its lock (or, without a lock file, for an
+    hour after its last change). Returns the folders removed.
+    """
+    import fcntl
+    import shutil
+    import time
+
+    removed = []
+    try:
+        entries = [e for e in os.scandir(parent) if e.name.startswith(SPILL_PREFIX)
+                   and e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return removed
+    for entry in entries:
+        lock = os.path.join(entry.path, SPILL_LOCK)
+        try:
+            fd = os.open(lock, os.O_RDWR)
+        except FileNotFoundError:
+            try:
+                if time.time() - entry.stat(follow_symlinks=False).st_mtime > UNLOCKED_GRACE_SECONDS:
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                    removed.append(entry.path)
+            except OSError:
+                pass  # gone meanwhile
+            continue
+        except OSError:
+            continue  # not ours to judge (permissions): left alone
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # a live build's
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.path)
+        finally:
+            os.close(fd)
+    return removed
