@@ -275,6 +275,25 @@ def test_a_resume_refuses_a_shard_of_zeros_as_a_crash_after_no_fsync_can_leave(t
     assert main(["verify", str(out)]) == 0
 
 
+@pytest.mark.parametrize("damage", ["cut", "empty", "cut mid-member"])
+def test_a_resume_names_a_cut_or_empty_shard(tmp_path, damage, capsys):
+    """A shard cut short (or left empty) by a crash stops the resume with an error naming that shard."""
+    _, index = make_indexed(tmp_path)
+    out = tmp_path / "s"
+    assert main(["pack", index, "-o", str(out), "--samples-per-shard", "5", "-q"]) == 0
+    for name in ("index.arrow", "shardindex.json"):  # the crash came before the pack finished
+        os.unlink(out / name)
+    victim = out / "data-000002.tar"
+    keep = {"cut": 10240 if os.path.getsize(victim) > 10240 else 1024, "empty": 0, "cut mid-member": 700}[damage]
+    os.truncate(victim, keep)
+    assert main(["pack", index, "-o", str(out), "--samples-per-shard", "5", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {victim}: " in err and "remove that shard and pack again" in err
+    os.unlink(victim)  # as the message says: the same command then rebuilds it
+    assert _pack(index, out, samples_per_shard=5).written == 1
+    assert main(["verify", str(out)]) == 0
+
+
 @pytest.fixture
 def small_tmpfs(tmp_path):
     """A real 1 MiB tmpfs mount (tests run as root)."""
