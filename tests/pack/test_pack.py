@@ -122,6 +122,61 @@ def test_shard_size_targets_bytes_and_options_are_checked(tmp_path):
     assert sorted(p for p in os.listdir(tmp_path / "named") if p.endswith(".tar")) == ["train-000.tar", "train-001.tar"]
 
 
+def _sample_bytes_in(tar: Path) -> dict[str, int]:
+    """{key: bytes its members take in the tar (headers and padding)}, in shard order."""
+    out: dict[str, int] = {}
+    with tarfile.open(tar) as t:
+        for m in t.getmembers():
+            key = m.name.split(".")[0]
+            out[key] = out.get(key, 0) + 512 + m.size + (-m.size % 512)
+    return out
+
+
+@pytest.mark.parametrize("size", [10240, 15000, 30 * 1024, 100 * 1024])
+def test_shard_size_bounds_every_shard_file_and_packs_as_much_as_fits(tmp_path, size):
+    """A shard's file is at most SIZE (tar files are whole 10,240-byte records: at most the largest
+    multiple of 10,240 not above SIZE) unless it holds one sample; and the next sample would not have fit."""
+    root = tmp_path / "data"
+    make_media(root, n_images=24, n_audio=6)
+    write(root, "cats/" + "/".join(["long-name-" * 10] * 4) + ".jpg", synth.jpeg(30, 30, seed=77))  # a .json of two blocks
+    index = str(tmp_path / "i.arrow")
+    build_index(str(root), index)
+    s = _pack(index, tmp_path / "s", shard_size=size)
+    cap = size // 10240 * 10240
+    shards = [tmp_path / "s" / f"data-{k:06d}.tar" for k in range(s.shards)]
+    per_shard = [_sample_bytes_in(t) for t in shards]
+    assert sum(map(len, per_shard)) == len(open_index(index)) and s.shards > 1
+    for k, (tar, samples) in enumerate(zip(shards, per_shard)):
+        filesize = os.path.getsize(tar)
+        assert filesize % 10240 == 0 and filesize == -(-(sum(samples.values()) + 1024) // 10240) * 10240
+        assert filesize <= cap or len(samples) == 1, (k, filesize, len(samples))
+        if k + 1 < len(shards):  # closed only because the next sample would have taken it past SIZE
+            nxt = next(iter(per_shard[k + 1].values()))
+            assert sum(samples.values()) + nxt + 1024 > cap
+
+
+def test_the_plans_sample_bytes_are_exact_or_an_upper_bound(tmp_path):
+    from dsclean.pack.plan import sample_bytes
+
+    root = tmp_path / "data"
+    make_media(root)  # a non-UTF-8 name among them
+    write(root, "dogs/" + "/".join(["\u00e9-\"quoted\"-" * 10] * 3) + ".jpg", synth.jpeg(20, 20, seed=5))  # a bound
+    for labelled in (True, False):
+        index = str(tmp_path / f"i{labelled}.arrow")
+        build_index(str(root), index, no_labels=not labelled)
+        out = tmp_path / f"s{labelled}"
+        _pack(index, out, samples_per_shard=100)
+        actual = _sample_bytes_in(out / "data-000000.tar")
+        idx = open_index(index)
+        est = sample_bytes(idx)
+        for i in range(len(idx)):
+            rel = idx.path_bytes(i)
+            got = actual[sample_key(rel)]
+            assert est[i] >= got
+            if len(rel) < 150 and b"quoted" not in rel:
+                assert est[i] == got, rel
+
+
 def test_output_must_be_empty_or_the_same_pack(tmp_path, capsys):
     root, index = make_indexed(tmp_path)
     (tmp_path / "busy").mkdir()
