@@ -22,7 +22,7 @@ from dsclean.hashing import content_hash
 from dsclean.index.build import build_index
 from dsclean.index.store import open_index
 from dsclean.pack.packer import PackOptions, finish_pack, pack_shards
-from dsclean.pack.plan import shuffled
+from dsclean.pack.plan import make_layout, shuffled
 from dsclean.pack.samples import sample_key
 
 PY = sys.executable
@@ -175,6 +175,18 @@ def test_the_plans_sample_bytes_are_exact_or_an_upper_bound(tmp_path):
             assert est[i] >= got
             if len(rel) < 150 and b"quoted" not in rel:
                 assert est[i] == got, rel
+
+
+@pytest.mark.parametrize("option", ["--samples-per-shard", "--jobs"])
+@pytest.mark.parametrize("value", ["0", "-3"])
+def test_a_count_below_one_gets_one_message(tmp_path, capsys, option, value):
+    """0 and a negative number are refused alike: 'must be 1 or more' (not '0 or more' for -3)."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["pack", str(tmp_path / "i.arrow"), "-o", str(tmp_path / "s"), option, value])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and f"argument {option}" in err and f"'{value}' must be 1 or more" in err, err
+    with pytest.raises(UserError, match=f"--samples-per-shard must be 1 or more, not {value}"):
+        make_layout(None, int(value), None, None)  # the Python API says the same
 
 
 def test_output_must_be_empty_or_the_same_pack(tmp_path, capsys):
