@@ -42,10 +42,12 @@ def add_parsers(sub) -> None:
 
     p = sub.add_parser(
         "probe", help="run a real DataLoader over an index and watch each worker's memory",
-        description="Iterate a DataLoader over IndexedDataset(INDEX), sampling every worker's USS/PSS and the "
-        "main RSS twice a second: samples/s, memory per worker, and whether it settles or climbs. "
+        description="Iterate a DataLoader over IndexedDataset(INDEX) (an index or a packed shard set), sampling "
+        "every worker's USS/PSS and the main RSS twice a second: samples/s, memory per worker, and whether it "
+        "settles or climbs. "
         "With --num-workers 0 --all: load every sample in this process and list each failure.")
-    p.add_argument("index", metavar="INDEX", help="an index written by dsclean index")
+    p.add_argument("index", metavar="INDEX",
+                   help="an index written by dsclean index, or a shard folder written by dsclean pack")
     p.add_argument("--num-workers", type=argtypes.count, metavar="W", help="DataLoader workers (default 2; 0 with --all)")
     p.add_argument("--batch-size", type=argtypes.positive, default=32, metavar="B", help="DataLoader batch_size (default 32)")
     run = p.add_mutually_exclusive_group()
@@ -103,8 +105,14 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 def _check_root(index: str, root: str | None) -> None:
     """A moved dataset: name this command's flag (--root), not the Python argument."""
+    from ..data.shards import is_packed_set
     from ..index.store import read_meta
 
+    if is_packed_set(index):
+        if root is not None:
+            raise UserError(f"{index}: is a packed shard set: its samples are inside its shards, so --root does "
+                            "not apply")
+        return
     meta = read_meta(index)
     where = root if root is not None else meta["root"]
     if not os.path.isdir(where):

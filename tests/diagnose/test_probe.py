@@ -286,3 +286,28 @@ def test_probe_names_its_own_flag_for_a_moved_dataset(broken_set, tmp_path, caps
     assert "root=" not in str(info.value)
     code, _ = _cli(["probe", index, "--all", "--root", str(tmp_path / "moved")], capsys)
     assert code == 1  # found the files at the new place (and the broken ones)
+
+
+# ----------------------------------------------------------------------------- review 5: links, packed sets
+
+
+def test_probe_and_info_take_a_packed_shard_folder_as_indexed_dataset_does(png_index, tmp_path, capsys):
+    from dsclean.cli import main
+    from dsclean.data.dataset import IndexedDataset
+    from dsclean.pack.packer import PackOptions, pack_shards
+
+    shards = str(tmp_path / "shards")
+    pack_shards(png_index, shards, PackOptions(samples_per_shard=100))
+    assert len(IndexedDataset(shards)) == 300
+    code, out = _cli(["probe", shards, "--all"], capsys)
+    assert code == 0 and out.startswith("loaded 300 samples in the main process: 0 failed")
+    code, out = _cli(["probe", shards, "--num-workers", "1", "--batch-size", "10", "--batches", "3",
+                      "--interval", "0.1", "--json"], capsys)
+    assert code == 0 and json.loads(out)["samples"] == 30
+    with pytest.raises(UserError, match="packed shard set.*--root does not apply"):
+        _cli(["probe", shards, "--all", "--root", str(tmp_path)], capsys)
+    assert main(["info", shards, "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["rows"] == 300 and info["index"] == os.path.join(shards, "index.arrow")
+    assert info["metadata"]["packed"]["shards"] == 3
+
