@@ -233,6 +233,37 @@ def test_changed_and_missing_sources_stop_the_pack_or_are_skipped(tmp_path, caps
     assert main(["verify", str(tmp_path / "s")]) == 0
 
 
+def _touch_all(root: Path) -> None:
+    for dirpath, _, names in os.walk(root):
+        for n in names:
+            st = os.stat(os.path.join(dirpath, n))
+            os.utime(os.path.join(dirpath, n), ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # changed since indexing
+
+
+def test_skip_changed_with_every_file_changed_is_refused_and_leaves_no_empty_shards(tmp_path, capsys):
+    """Like index refusing an empty index: no set of empty shards is published (webdataset refuses one);
+    exit 2 saying why, nothing of the pack left in the folder, and the same command works on a rebuilt index."""
+    root, index = make_indexed(tmp_path, odd_name=False)  # (capsys's stderr cannot print a non-UTF-8 name)
+    _touch_all(root)
+    out = tmp_path / "s"
+    argv = ["pack", index, "-o", str(out), "--samples-per-shard", "4", "--skip-changed", "-q"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{index}: all 16 samples were left out (--skip-changed" in err and "changed since it was indexed" in err
+    assert "rebuild the index" in err
+    assert [n for n in os.listdir(out) if not n.startswith(".dsclean")] == []  # no shard, no pack.json, no temp
+    with pytest.raises(UserError, match="all 16 samples were left out"):
+        _pack(index, out, samples_per_shard=4, skip_changed=True)  # the Python API too
+    # a job array: every part is empty; --finish refuses and removes the shards and part markers
+    for i in range(2):
+        assert _pack(index, tmp_path / "parts", samples_per_shard=4, skip_changed=True, part=(i, 2)).written == 2
+    with pytest.raises(UserError, match="all 16 samples were left out"):
+        finish_pack(index, str(tmp_path / "parts"), PackOptions(samples_per_shard=4, skip_changed=True))
+    assert [n for n in os.listdir(tmp_path / "parts") if not n.startswith(".dsclean")] == []
+    build_index(str(root), index)  # the index brought up to date: the same command packs
+    assert main(argv) == 0 and main(["verify", str(out)]) == 0
+
+
 def test_big_files_are_streamed_and_checked_twice(tmp_path):
     root, index = make_indexed(tmp_path)
     a = _pack(index, tmp_path / "inline", samples_per_shard=6)
