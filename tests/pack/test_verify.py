@@ -204,7 +204,8 @@ def test_every_field_of_a_json_is_checked_against_the_packed_index_and_the_membe
     assert 'class is "dogs", the packed index says "cats"' in by_field["class"]["problem"]
     assert 'kind is "audio", the packed index says "image"' in by_field["kind"]["problem"]
     assert "label is 1, the .cls member says 0" in by_field["label"]["problem"]
-    assert "not this sample's" in by_field["path"]["problem"]
+    assert "not this sample's" in by_field["path"]["problem"] and \
+        'the packed index says "cats/' in by_field["path"]["problem"]
     assert "the media member has" in by_field["size"]["problem"]
     assert main(["verify", str(copy)]) == 1
     text = capsys.readouterr().out
