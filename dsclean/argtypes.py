@@ -13,23 +13,24 @@ MAX_SIZE = 1 << 60
 MIN_MEMORY = 16 << 20
 
 
-def count(text: str) -> int:
-    """A whole number, 0 or more."""
+def _whole(text: str, least: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"{text!r} must be {least} or more")
     return value
+
+
+def count(text: str) -> int:
+    """A whole number, 0 or more."""
+    return _whole(text, 0)
 
 
 def positive(text: str) -> int:
-    """A whole number, 1 or more."""
-    value = count(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
-    return value
+    """A whole number, 1 or more (one message for 0 and for a negative number)."""
+    return _whole(text, 1)
 
 
 def _finite_seconds(text: str) -> float:

@@ -42,10 +42,12 @@ def add_parsers(sub) -> None:
 
     p = sub.add_parser(
         "probe", help="run a real DataLoader over an index and watch each worker's memory",
-        description="Iterate a DataLoader over IndexedDataset(INDEX), sampling every worker's USS/PSS and the "
-        "main RSS twice a second: samples/s, memory per worker, and whether it settles or climbs. "
+        description="Iterate a DataLoader over IndexedDataset(INDEX) (an index or a packed shard set), sampling "
+        "every worker's USS/PSS and the main RSS twice a second: samples/s, memory per worker, and whether it "
+        "settles or climbs. "
         "With --num-workers 0 --all: load every sample in this process and list each failure.")
-    p.add_argument("index", metavar="INDEX", help="an index written by dsclean index")
+    p.add_argument("index", metavar="INDEX",
+                   help="an index written by dsclean index, or a shard folder written by dsclean pack")
     p.add_argument("--num-workers", type=argtypes.count, metavar="W", help="DataLoader workers (default 2; 0 with --all)")
     p.add_argument("--batch-size", type=argtypes.positive, default=32, metavar="B", help="DataLoader batch_size (default 32)")
     run = p.add_mutually_exclusive_group()
@@ -55,6 +57,9 @@ def add_parsers(sub) -> None:
                    help="with --num-workers 0: load every sample; failures grouped by reason with counts")
     p.add_argument("--tracebacks", action="store_true", help="with --all: also print every failure's full traceback")
     p.add_argument("--root", metavar="DIR", help="where the files are (default: the root recorded in the index)")
+    p.add_argument("--symlinks", choices=("inside", "all"),
+                   help="links to follow when loading: inside (refuse links leading out of the root) or all; "
+                   "default: all for an index built with --symlinks all (or --files imagefolder), else inside")
     p.add_argument("--interval", type=argtypes.seconds, default=0.5, metavar="S", help="seconds between memory samples")
     p.add_argument("--plot", metavar="FILE.png", help="also write a plot of the memory over time (needs matplotlib)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -103,8 +108,14 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 def _check_root(index: str, root: str | None) -> None:
     """A moved dataset: name this command's flag (--root), not the Python argument."""
+    from ..data.shards import is_packed_set
     from ..index.store import read_meta
 
+    if is_packed_set(index):
+        if root is not None:
+            raise UserError(f"{index}: is a packed shard set: its samples are inside its shards, so --root does "
+                            "not apply")
+        return
     meta = read_meta(index)
     where = root if root is not None else meta["root"]
     if not os.path.isdir(where):
@@ -125,7 +136,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
             raise UserError("--all loads every sample in the main process: use it with --num-workers 0")
         if args.plot:
             raise UserError("--plot charts worker memory; it does not apply to --all")
-        tried, failures = probe.check_all(args.index, root=args.root)
+        tried, failures = probe.check_all(args.index, root=args.root, follow_symlinks=args.symlinks)
         if args.json:
             print(json.dumps({"samples": tried, "failures": [f.__dict__ for f in failures]}, indent=2))
         else:
@@ -134,7 +145,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
     if args.plot:
         probe.require_matplotlib()  # fail before the run, not after it
     workers = 2 if args.num_workers is None else args.num_workers
-    result = probe.probe_index(args.index, root=args.root, num_workers=workers, batch_size=args.batch_size,
+    result = probe.probe_index(args.index, root=args.root, follow_symlinks=args.symlinks,
+                               num_workers=workers, batch_size=args.batch_size,
                                batches=args.batches, seconds=args.seconds, interval=args.interval)
     print(json.dumps(result.to_json(), indent=2) if args.json else probe.format_probe(result))
     if args.plot:

@@ -65,7 +65,8 @@ def add_parsers(sub) -> None:
 
     p = sub.add_parser("info", help="describe an index: rows, classes, kinds, sizes, metadata",
                        description="Describe a dsclean index (Arrow file or npy folder).")
-    p.add_argument("index", metavar="INDEX", help="an index written by dsclean index")
+    p.add_argument("index", metavar="INDEX",
+                   help="an index written by dsclean index, or a shard folder written by dsclean pack")
     p.add_argument("--json", action="store_true", help="print the description as JSON")
     p.set_defaults(func=cmd_info)
 
@@ -167,9 +168,11 @@ def format_summary(s: IndexSummary) -> str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    from ..data.shards import is_packed_set, packed_index
     from ..index.store import index_info
 
-    info = index_info(args.index)
+    # a shard folder written by dsclean pack (as IndexedDataset takes it): its packed index
+    info = index_info(packed_index(args.index) if is_packed_set(args.index) else args.index)
     if args.json:
         print(json.dumps(info, indent=2))
     else:

@@ -25,7 +25,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="the shard folder (empty, new, or a pack to resume)")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--shard-size", type=argtypes.size, metavar="SIZE",
-                      help="target bytes per shard, e.g. 512M or 1G (default 1G)")
+                      help="the largest shard file, e.g. 512M or 1G (default 1G); a tar is whole 10,240-byte records, so a "
+                      "shard is at most the largest multiple of 10,240 not above SIZE (one sample per shard below "
+                      "that; a single sample bigger than SIZE gets a shard of its own)")
     size.add_argument("--samples-per-shard", type=argtypes.positive, metavar="N", help="N samples per shard")
     p.add_argument("--shuffle", type=argtypes.count, metavar="SEED",
                    help="write the samples in a deterministic permutation (seeded) instead of index order")

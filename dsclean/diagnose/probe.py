@@ -264,11 +264,27 @@ def _release(exc: BaseException | None) -> None:
         exc = exc.__cause__ or exc.__context__
 
 
-def probe_index(index: str, *, root: str | None = None, **kwargs) -> ProbeResult:
-    """``probe_dataset`` over an IndexedDataset (images as uint8 tensors, broken samples skipped and counted)."""
-    from ..data.dataset import IndexedDataset
+def open_dataset(index: str, *, root: str | None = None, follow_symlinks: str | None = None, **kwargs):
+    """``IndexedDataset(index, ...)`` as probe opens it: an index or a packed shard set (what
+    ``IndexedDataset`` takes). ``follow_symlinks`` None: the index's own link policy, so an index
+    built with ``--symlinks all`` (``--files imagefolder``: a symlink farm) follows links out of
+    its root, as :meth:`IndexedDataset.from_folder` does; else ``"inside"``."""
+    from ..data import shards
+    from ..data.dataset import IndexedDataset, resolve_source
+    from ..index.store import read_meta
 
-    ds = IndexedDataset(index, root=root, transform=to_tensor, on_error="skip")
+    kind, path = resolve_source(index)
+    if follow_symlinks is None:
+        meta = read_meta(shards.packed_index(path) if kind == "packed" else path)
+        follow_symlinks = "all" if kind != "packed" and meta.get("symlinks") == "all" else "inside"
+    return IndexedDataset(path, root=root, follow_symlinks=follow_symlinks, **kwargs)
+
+
+def probe_index(index: str, *, root: str | None = None, follow_symlinks: str | None = None,
+                **kwargs) -> ProbeResult:
+    """``probe_dataset`` over an IndexedDataset (images as uint8 tensors, broken samples skipped and counted);
+    ``follow_symlinks``: as in :func:`open_dataset`."""
+    ds = open_dataset(index, root=root, follow_symlinks=follow_symlinks, transform=to_tensor, on_error="skip")
     return probe_dataset(ds, **kwargs)
 
 
@@ -280,14 +296,14 @@ class SampleFailure:
     traceback: str
 
 
-def check_all(index_or_dataset, *, root: str | None = None,
+def check_all(index_or_dataset, *, root: str | None = None, follow_symlinks: str | None = None,
               progress: Callable[[int, int], None] | None = None) -> tuple[int, list[SampleFailure]]:
-    """Load every sample in this process; ``(samples tried, failures with path and full traceback)``."""
-    from ..data.dataset import IndexedDataset
+    """Load every sample in this process; ``(samples tried, failures with path and full traceback)``.
 
+    An index (or packed set) is opened by :func:`open_dataset` (``follow_symlinks`` as there)."""
     ds = index_or_dataset
     if isinstance(ds, (str, os.PathLike)):
-        ds = IndexedDataset(os.fspath(ds), root=root, on_error="raise")
+        ds = open_dataset(os.fspath(ds), root=root, follow_symlinks=follow_symlinks, on_error="raise")
     n = len(ds)
     failures: list[SampleFailure] = []
     for i in range(n):
@@ -379,16 +395,28 @@ def format_probe(result: ProbeResult, ascii_only: bool | None = None) -> str:
 
 
 def failure_reason(error: str) -> str:
-    """The kind of a failure without what differs per file: ``"OSError: image file is truncated"``.
+    """The kind of a failure, with what differs per file replaced:
+    ``"OSError: image file is truncated (N bytes not processed)"``.
 
     ``error`` is ``"SampleError: sample 3 (cats/x.jpg under /data): OSError: image file is
-    truncated (5 bytes not processed)"``: the sample prefix, quoted paths, parentheses
-    and numbers go, so failures of one kind group together.
+    truncated (5 bytes not processed)"``: the sample prefix goes; paths (quoted, or bare
+    absolute ones) become ``<path>``, numbers ``N`` (an errno stays), memory addresses ``0x…``;
+    the rest of the message is kept as it is, so it reads as the error did and failures of
+    one kind group together.
     """
-    cause = re.sub(r"^\w+: sample \d+ \(.*? under .*?\): ", "", error)
-    cause = re.sub(r"'[^']*'|\"[^\"]*\"|\([^)]*\)", "", cause)
-    cause = re.sub(r"\d+", "N", cause)
+    cause = _SAMPLE_PREFIX.sub("", error)
+    cause = _QUOTED_PATH.sub("<path>", cause)
+    cause = _BARE_PATH.sub("<path>", cause)
+    cause = _ADDRESS.sub("0x…", cause)
+    cause = _NUMBER.sub("N", cause)
     return re.sub(r"\s+", " ", cause).strip(" :") or error
+
+
+_SAMPLE_PREFIX = re.compile(r"^\w+: sample \d+ \(.*? under .*?\): ")
+_QUOTED_PATH = re.compile(r"'[^'\n]*/[^'\n]*'|\"[^\"\n]*/[^\"\n]*\"")
+_BARE_PATH = re.compile(r"(?<![\w.~<])/[^\s,;'\"()<>]+")
+_ADDRESS = re.compile(r"\b0x[0-9a-fA-F]+\b")
+_NUMBER = re.compile(r"(?<!Errno )(?<![\w.])\d+(?:\.\d+)?(?!\w)")
 
 
 def format_failures(tried: int, failures: list[SampleFailure], *, tracebacks: bool = False,
@@ -411,6 +439,9 @@ def format_failures(tried: int, failures: list[SampleFailure], *, tracebacks: bo
             lines.extend(f"    {ln}" for ln in f.traceback.rstrip().splitlines())
     elif failures:
         lines.append("full tracebacks: --tracebacks")
+    if any("follow_symlinks='all'" in f.error for f in failures):
+        lines.append("links leading out of the root were refused: dsclean probe --symlinks all follows them "
+                     "(IndexedDataset(..., follow_symlinks='all'))")
     return "\n".join(lines)
 
 

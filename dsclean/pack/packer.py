@@ -12,6 +12,7 @@ writes the packed index and the shard list.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -167,7 +168,8 @@ def _remove_shard_temps(ctx: _Context) -> None:
 def pack_shards(index: str, output: str, options: PackOptions = PackOptions()) -> PackSummary:
     """Pack ``index`` into shards in ``output`` (created, or resumed); see the module docstring.
 
-    Raises :class:`UserError` for bad input before anything is written. Shards that
+    Raises :class:`UserError` for bad input before anything is written, and when every
+    sample was left out (``skip_changed``: nothing is left in ``output`` then). Shards that
     could not be written are listed in ``summary.failures`` (``complete`` is then False).
     """
     t0 = time.monotonic()
@@ -198,6 +200,7 @@ def pack_shards(index: str, output: str, options: PackOptions = PackOptions()) -
             summary.notes.append("every shard was already there: nothing to do")
             return _done(summary, t0)
         _read_back_all(ctx, [k for k in range(ctx.plan.shards) if k not in results], options, results)
+        _refuse_empty(ctx, results)
         _finish(ctx, results, summary, options.fsync)
     return _done(summary, t0)
 
@@ -223,6 +226,7 @@ def finish_pack(index: str, output: str, options: PackOptions = PackOptions()) -
                             f"(e.g. {absent[0]}); run their parts again")
         results: dict[int, ShardResult] = {}
         _read_back_all(ctx, list(range(ctx.plan.shards)), options, results)
+        _refuse_empty(ctx, results)
         summary.reused = ctx.plan.shards
         _finish(ctx, results, summary, options.fsync)
     return _done(summary, t0)
@@ -282,6 +286,28 @@ def _read_back_all(ctx: _Context, numbers: list[int], options: PackOptions, resu
             raise UserError(f"{exc}; remove that shard and pack again to rebuild it") from exc
         if stop.signum:
             raise KeyboardInterrupt
+
+
+def _refuse_empty(ctx: _Context, results: dict[int, ShardResult]) -> None:
+    """Every sample was left out (``--skip-changed``, every file changed or gone): publish nothing.
+
+    A set of empty shards is no dataset (webdataset refuses it), so, like ``dsclean index``
+    refusing an empty index, a :class:`UserError`; the pack's shards (all empty) and its
+    state (``pack.json``, part markers) are removed first, so the folder holds nothing of it
+    and the same command runs afresh once the index is rebuilt.
+    """
+    if any(len(r.rows) for r in results.values()):
+        return
+    skipped = [s for k in sorted(results) for s in results[k].skipped]
+    for k in range(ctx.plan.shards):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(ctx.output, ctx.plan.shard_name(k)))
+    state.remove_state(ctx.output)
+    example = f", e.g. {skipped[0]['why']}" if skipped else ""
+    raise UserError(f"{ctx.index}: all {len(ctx.plan.order):,} samples were left out (--skip-changed: their files "
+                    f"changed or vanished since indexing{example}); refusing to publish a shard set with no "
+                    f"samples (its empty shards are removed from {ctx.output}): rebuild the index with dsclean "
+                    "index and pack again")
 
 
 def _finish(ctx: _Context, results: dict[int, ShardResult], summary: PackSummary, fsync: bool = True) -> None:

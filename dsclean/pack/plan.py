@@ -8,13 +8,19 @@ bytes are the same.
   defined here (rows sorted by splitmix64 of their key mixed with the seed),
   so it never changes with a numpy version.
 - Shards: ``--samples-per-shard N`` cuts every N samples; ``--shard-size SIZE``
-  closes a shard before the sample that would take its estimated tar size
-  (headers, media bytes with padding, and 2 KiB for the label and JSON
-  members) past SIZE; a shard always holds at least one sample.
+  closes a shard before the sample that would take its file past SIZE: a tar
+  file is whole 10,240-byte records (the end-of-archive blocks, then zeros to
+  the record's end), so a shard's file is at most the largest multiple of
+  10,240 not above SIZE. Each sample's bytes are exact (headers, media with
+  padding, ``.cls``) but for its ``.json``, whose length is bounded from the
+  path's length (exact: one block, unless the path is long or needs escapes).
+  A shard always holds at least one sample, so a sample bigger than that
+  (or any sample, below 10,240 bytes) gets a shard of its own.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import string
 from dataclasses import dataclass
 
@@ -23,13 +29,18 @@ import numpy as np
 from .. import locations
 from ..errors import UserError
 from ..index.store import MappedIndex
-from .samples import key_numbers
-from .tarformat import BLOCK
+from ..index.store import KINDS
+from .bulk import FACT_NAMES
+from .samples import int_facts_record, key_numbers
+from .tarformat import BLOCK, RECORD
 
 DEFAULT_SHARD_SIZE = 1 << 30  # 1 GiB
 DEFAULT_NAME = "data-{:06d}.tar"
-#: estimated bytes of a sample's .cls and .json members, headers included
-_SIDE_MEMBERS = 4 * BLOCK
+#: the longest ``.json`` record but for its path and class name: every fact, the size and a label of the
+#: most digits an int64 has, an empty path, path_b64 and class (their lengths are added per row)
+_JSON_FIXED = len(int_facts_record({"path": "", "path_b64": ""}, 0, [""], max(KINDS, key=len), -(2**63),
+                                   bytes(16), {k: -(2**63) for k in FACT_NAMES})) + len(str(2**63)) - 1
+_ROWS = 65_536
 
 
 @dataclass(frozen=True)
@@ -114,10 +125,42 @@ def make_plan(idx: MappedIndex, layout: Layout) -> Plan:
     if layout.samples_per_shard is not None:
         bounds = np.append(np.arange(0, n, layout.samples_per_shard, dtype=np.int64), n)
     else:
-        sizes = np.asarray(idx.sizes, np.int64)[order]
-        est = BLOCK + sizes + (-sizes % BLOCK) + _SIDE_MEMBERS
-        bounds = _cut(np.cumsum(est), layout.shard_size)
+        # a shard's file is its members, the two end-of-archive blocks, then zeros to a whole record
+        content = layout.shard_size // RECORD * RECORD - 2 * BLOCK
+        bounds = _cut(np.cumsum(sample_bytes(idx)[order]), content)
     return Plan(order, bounds.astype(np.int64), keys, layout)
+
+
+def sample_bytes(idx: MappedIndex) -> np.ndarray:
+    """Bytes each row's members take in a shard (headers and padding included), never less than they do:
+    exact for the media and ``.cls`` members, and for the ``.json`` when its length bound is one block
+    (a path of up to ~200 bytes that needs no JSON escapes); for a longer one, the bound's blocks."""
+    n = len(idx)
+    sizes = np.asarray(idx.sizes, np.int64)
+    labels = np.asarray(idx.labels, np.int64)
+    classes = [str(c) for c in idx.meta.get("classes", [])]
+    quoted = np.array([len(json.dumps(c)) - 2 for c in classes] + [len("null") - 2], np.int64)
+    class_len = np.where(labels >= 0, quoted[np.clip(labels, 0, len(classes))], 0)
+    offsets = np.asarray(idx.offsets, np.int64)
+    path_len = np.diff(offsets)
+    plain = np.empty(n, bool)  # the path is written as is: printable ASCII, no quote or backslash
+    for lo in range(0, n, _ROWS):  # bounded temporaries, whatever the index's size
+        hi = min(n, lo + _ROWS)
+        data = np.asarray(idx.data[offsets[lo]:offsets[hi]], np.uint8)
+        special = (data >= 0x80) | (data < 0x20) | (data == 0x22) | (data == 0x5C)
+        if not special.any():  # the usual block: every path plain ASCII
+            plain[lo:hi] = True
+            continue
+        at = offsets[lo:hi] - offsets[lo]
+        nonempty = path_len[lo:hi] > 0  # (reduceat of an empty row gives the next row's first byte)
+        plain[lo:hi] = ~nonempty | ~np.logical_or.reduceat(special, np.minimum(at, len(data) - 1))
+    # an escaped byte is at most 6 characters (\uXXXX, or \udcXX for a byte that is not UTF-8);
+    # then path_b64 may hold the bytes too
+    path_json = np.where(plain, path_len, 6 * path_len + 4 * (-(-path_len // 3)))
+    json_len = _JSON_FIXED + class_len + path_json
+    json_bytes = BLOCK + BLOCK * -(-json_len // BLOCK)
+    cls_bytes = np.where(labels >= 0, 2 * BLOCK, 0)  # a label is at most 20 characters: one block
+    return BLOCK + sizes + (-sizes % BLOCK) + json_bytes + cls_bytes
 
 
 def _cut(cum: np.ndarray, target: int) -> np.ndarray:

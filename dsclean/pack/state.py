@@ -149,6 +149,15 @@ def write_part(output: str, rec: dict, part: tuple[int, int], shards: list[int],
         make_readable(tmp)
 
 
+def remove_state(output: str) -> None:
+    """Remove ``pack.json`` and every part marker: the folder then holds no pack to resume
+    (only after the pack's shards are removed; see :func:`dsclean.pack.packer.pack_shards`)."""
+    for name in os.listdir(output):
+        if name == locations.PACK_STATE_FILE or _PART_RE.match(name):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(output, name))
+
+
 def check_parts(output: str, rec: dict) -> list[dict]:
     """Every part's marker, or a UserError naming the missing, foreign or mixed-up parts."""
     found: dict[int, dict] = {}

@@ -3,12 +3,15 @@
 Checks, per shard: the tar structure (every header, nothing past the end, the
 end-of-archive blocks), member names (``<16 hex>.<ext>``), the members of a
 sample adjacent and ordered by name, one media member and one ``.json`` per
-sample, ``.cls`` exactly when labelled and equal to the label, and against
-the packed index: the same samples in the same order, every media member's
-offset, size and checksum (:func:`dsclean.hashing.content_hash` of its bytes)
-and the JSON's checksum. Across the set: the shard list against the packed
-index (names, counts, file sizes), missing shards, extra ``.tar`` files in
-the folder, sample keys unique. A killed pack's temp files are notes.
+sample, ``.cls`` exactly when labelled and equal to the label, each ``.json``
+against the sample's other members (checksum of the media bytes, size, label
+as in the ``.cls``, a path that gives the sample's key), and against the packed
+index: the same samples in the same order, every media member's offset, size
+and checksum (:func:`dsclean.hashing.content_hash` of its bytes) and every field
+of the ``.json`` (the record pack writes for that row). Across the set: the
+shard list against the packed index (names, counts, file sizes), missing
+shards, extra ``.tar`` files in the folder, sample keys unique. A killed pack's
+temp files are notes.
 """
 from __future__ import annotations
 
@@ -21,9 +24,12 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .. import locations
-from ..data.shards import open_packed_index, read_shard_list, release
+from ..data.shards import open_packed_index, packed_index, read_shard_list, release
 from ..errors import UserError
 from ..hashing import content_hash
+from ..index.store import KINDS, read_table
+from ..jsonpaths import path_bytes
+from .bulk import FACT_NAMES, json_members
 from .runner import run_tasks, stop_on_signals
 from .samples import KEY_RE, sample_key
 from .tarformat import BLOCK, TarError, iter_members
@@ -33,6 +39,9 @@ MAX_PROBLEMS = 50
 #: pages of a shard read so far are unmapped every this many bytes (see dsclean.data.shards.release)
 _RELEASE_EVERY = 64 << 20
 _TEMP_RE = re.compile(r"^\..+\.tmp$")
+#: rows of the packed index whose expected ``.json`` records are built at once
+_JSON_ROWS = 4096
+_ABSENT = object()
 
 
 @dataclass
@@ -43,10 +52,11 @@ class ShardReport:
     problems: list[dict] = field(default_factory=list)
     more_problems: int = 0  # beyond MAX_PROBLEMS
 
-    def add(self, problem: str, key: str | None = None, member: str | None = None) -> None:
+    def add(self, problem: str, key: str | None = None, member: str | None = None, field: str | None = None) -> None:
+        """One problem; ``field``: the ``.json`` field it is about (None: not about one field)."""
         self.ok = False
         if len(self.problems) < MAX_PROBLEMS:
-            self.problems.append({"key": key, "member": member, "problem": problem})
+            self.problems.append({"key": key, "member": member, "field": field, "problem": problem})
         else:
             self.more_problems += 1
 
@@ -234,6 +244,7 @@ def _groups(mm, rep: ShardReport):
 def _check_samples(task: _Task, rep: ShardReport, mm, idx, keys: list[int]) -> None:
     row = task.start
     released = 0
+    expected = _ExpectedJson(task.folder, idx) if idx is not None else None
     for key, members in _groups(mm, rep):
         if members[0].offset - released > _RELEASE_EVERY:  # keep this process's resident size flat
             release(mm, released, members[0].offset - _RELEASE_EVERY // 2)
@@ -248,36 +259,108 @@ def _check_samples(task: _Task, rep: ShardReport, mm, idx, keys: list[int]) -> N
         if len(media) != 1 or "json" not in by_ext or len(by_ext) != len(members):
             rep.add(f"a sample needs one media member and one .json, has {names}", key=key)
             continue
-        m = media[0]
+        m, cls = media[0], by_ext.get("cls")
         digest = content_hash(memoryview(mm)[m.offset:m.offset + m.size])  # hashed in place, no copy
-        _check_json(rep, key, mm, by_ext["json"], digest)
-        if idx is None:
-            continue
-        if row >= task.end:
-            rep.add("a sample the packed index does not list for this shard", key=key, member=m.name)
-            continue
-        _against_index(rep, key, m, by_ext.get("cls"), mm, idx, row, digest)
-        row += 1
+        want_json = None
+        if idx is not None:
+            if row >= task.end:
+                rep.add("a sample the packed index does not list for this shard", key=key, member=m.name)
+            else:
+                if _against_index(rep, key, m, cls, mm, idx, row, digest):
+                    want_json = expected(row)
+                row += 1
+        _check_json(rep, key, mm, by_ext["json"], m, cls, digest, want_json)
 
 
-def _check_json(rep: ShardReport, key: str, mm, member, digest: bytes) -> None:
+class _ExpectedJson:
+    """The ``.json`` member pack writes for a row of the packed index, built by pack's own formatter
+    (:func:`.bulk.json_members`) for a block of rows at a time (bounded memory for any shard size)."""
+
+    def __init__(self, folder: str, idx) -> None:
+        self.path = packed_index(folder)
+        self.idx = idx
+        self.classes = list(idx.meta.get("classes", []))
+        self.lo = self.hi = 0
+        self.text, self.starts, self.lengths = b"", np.zeros(0, np.int64), np.zeros(0, np.int64)
+
+    def __call__(self, row: int) -> bytes:
+        if not self.lo <= row < self.hi:
+            self._load(row)
+        i = row - self.lo
+        return self.text[self.starts[i]:self.starts[i] + self.lengths[i]]
+
+    def _load(self, lo: int) -> None:
+        idx, hi = self.idx, min(len(self.idx), lo + _JSON_ROWS)
+        table = read_table(self.path, np.arange(lo, hi, dtype=np.int64))
+        facts = {name: (np.asarray(table.column(name).fill_null(0).to_numpy(), np.int64),
+                        np.asarray(table.column(name).is_valid().to_numpy(), bool))
+                 for name in FACT_NAMES if name in table.column_names}
+        self.text, self.starts, self.lengths = json_members(
+            [idx.path_bytes(r) for r in range(lo, hi)], np.asarray(idx.labels[lo:hi], np.int64), self.classes,
+            np.asarray(idx.kinds[lo:hi], np.int64), KINDS, np.asarray(idx.sizes[lo:hi], np.int64),
+            np.asarray(idx.extra["checksum"][lo:hi]), facts)
+        self.lo, self.hi = lo, hi
+
+
+def _check_json(rep: ShardReport, key: str, mm, member, media, cls, digest: bytes, expected: bytes | None) -> None:
+    """The sample's ``.json`` against its media bytes and other members, then field by field against
+    ``expected`` (the record pack writes for the packed index's row; None: no matching row)."""
+    raw = bytes(mm[member.offset:member.offset + member.size])
     try:
-        meta = json.loads(bytes(mm[member.offset:member.offset + member.size]))
-        recorded = meta["checksum"]
-    except (ValueError, KeyError, TypeError) as exc:
+        meta = json.loads(raw)
+        if not isinstance(meta, dict):
+            raise TypeError(f"a JSON {type(meta).__name__}, not an object")
+    except (ValueError, TypeError) as exc:
         rep.add(f"unreadable sample json ({exc})", key=key, member=member.name)
         return
+    wrong: dict[str, str] = {}  # field -> problem (the first found)
+    recorded = meta.get("checksum", _ABSENT)
     if recorded != digest.hex():
-        rep.add(f"the media bytes' checksum {digest.hex()} differs from the json's {recorded}", key=key,
-                member=member.name)
+        wrong["checksum"] = f"the media bytes' checksum {digest.hex()} differs from the json's {_shown(recorded)}"
+    if meta.get("size", _ABSENT) != media.size:
+        wrong["size"] = f"the json's size is {_shown(meta.get('size', _ABSENT))}, the media member has {media.size} bytes"
+    cls_text = bytes(mm[cls.offset:cls.offset + cls.size]).decode("ascii", "replace") if cls else None
+    label = meta.get("label", _ABSENT)
+    if (cls_text is None and label is not _ABSENT) or (cls_text is not None and _shown(label) != cls_text):
+        wrong["label"] = (f"the json's label is {_shown(label)}, "
+                          + (f"the .cls member says {cls_text}" if cls else "the sample has no .cls member"))
+    try:
+        named = path_bytes(meta)
+    except (KeyError, TypeError, ValueError):
+        wrong["path"] = "the json has no readable path (path, or path_b64 when the name is not UTF-8)"
+    else:
+        if sample_key(named) != key:
+            wrong["path"] = (f"the json's path {_shown(meta.get('path', _ABSENT))} is not this sample's (its key "
+                             f"would be {sample_key(named)}, the members are named {key})")
+    if expected is not None and raw != expected:
+        want = json.loads(expected)
+        for name in sorted(meta.keys() | want.keys()):
+            have, should = meta.get(name, _ABSENT), want.get(name, _ABSENT)
+            if have == should and type(have) is type(should):
+                continue
+            if name not in wrong:
+                wrong[name] = f"the json's {name} is {_shown(have)}, the packed index says {_shown(should)}"
+            elif name != "checksum":  # (the index's checksum is compared with the bytes' in _against_index)
+                wrong[name] += f"; the packed index says {_shown(should)}"
+        if not wrong:
+            rep.add("the json has the expected fields but not the bytes pack writes for them", key=key,
+                    member=member.name)
+    for name, problem in sorted(wrong.items()):
+        rep.add(problem, key=key, member=member.name, field=name)
 
 
-def _against_index(rep: ShardReport, key: str, m, cls, mm, idx, row: int, digest: bytes) -> None:
+def _shown(value) -> str:
+    """A JSON value as it reads in the JSON text (``absent`` for a missing field)."""
+    return "absent" if value is _ABSENT else json.dumps(value)
+
+
+def _against_index(rep: ShardReport, key: str, m, cls, mm, idx, row: int, digest: bytes) -> bool:
+    """The sample against its row of the packed index; False when the row is another sample's."""
     want_key = sample_key(idx.path_bytes(row))
     if want_key != key:
         rep.add(f"the packed index lists {want_key} ({os.fsdecode(idx.path_bytes(row))}) here: samples are "
                 "missing, extra or out of order", key=key, member=m.name)
-        return
+        return False
     offset, size = int(idx.extra["offset"][row]), int(idx.sizes[row])
     if (m.offset, m.size) != (offset, size):
         rep.add(f"at byte {m.offset}, {m.size} bytes; the packed index says byte {offset}, {size} bytes",
@@ -293,6 +376,7 @@ def _against_index(rep: ShardReport, key: str, m, cls, mm, idx, row: int, digest
             rep.add(f"label {text!r}, the packed index says {label}", key=key, member=cls.name if cls else None)
     elif cls is not None:
         rep.add("a .cls member for a sample the packed index has no label for", key=key, member=cls.name)
+    return True
 
 
 def _decode(report: VerifyReport, names: list[str], options, jobs: int) -> None:

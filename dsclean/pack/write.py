@@ -772,7 +772,9 @@ def read_back(job: ShardJob) -> ShardResult:
     p = end = 0  # end: of the last member read, padding included
     with open(job.path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        if not size:  # a crash after --no-fsync can leave the name with no data
+            raise TarError(f"{job.path}: empty (0 bytes): not a shard pack finished")
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         released = 0
         try:
             for key, members in _samples(mm, job.path):
@@ -804,8 +806,7 @@ def read_back(job: ShardJob) -> ShardResult:
         except (ValueError, KeyError) as exc:
             raise TarError(f"{job.path}: unreadable sample json ({exc})") from None
         finally:
-            if size:
-                mm.close()
+            mm.close()
     result.skipped += [{**path_fields(q), "why": "left out by an earlier run"} for q in paths[p:]]
     result.rows = np.asarray(rows, np.int64)
     result.offsets = np.asarray(offsets, np.int64)
@@ -815,10 +816,12 @@ def read_back(job: ShardJob) -> ShardResult:
 
 
 def _samples(buf, where: str):
-    """``(key, {ext: Member})`` per sample of a tar, in order; members of a key must be adjacent."""
+    """``(key, {ext: Member})`` per sample of a tar, in order; members of a key must be adjacent.
+
+    Every :class:`TarError` names ``where`` (the shard), the tar layer's own ones too."""
     seen: set[str] = set()
     key, members = None, {}
-    for m in iter_members(buf):
+    for m in _named_errors(iter_members(buf), where):
         k, dot, ext = m.name.partition(".")
         if not dot or not KEY_RE.fullmatch(k):
             raise TarError(f"{where}: member {m.name!r} is not named <16 hex digits>.<ext>")
@@ -832,3 +835,16 @@ def _samples(buf, where: str):
         members[ext] = m
     if key is not None:
         yield key, members
+
+
+def _named_errors(members, where: str):
+    """``members`` as they come; a :class:`TarError` of the tar layer (which knows only byte
+    positions) raised again with ``where`` in front."""
+    while True:
+        try:
+            m = next(members)
+        except StopIteration:
+            return
+        except TarError as exc:
+            raise TarError(f"{where}: {exc}") from None
+        yield m

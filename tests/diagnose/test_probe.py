@@ -257,7 +257,7 @@ def test_all_groups_failures_by_reason(broken_set, capsys):
     assert code == 1 and "Traceback" not in out and "full tracebacks: --tracebacks" in out
     counts = {line.split(None, 1)[1]: int(line.split()[0]) for line in out.splitlines()[1:]
               if line[:8].strip().isdigit()}
-    assert counts["FileNotFoundError: [Errno N] No such file or directory"] == 3
+    assert counts["FileNotFoundError: [Errno 2] No such file or directory: <path>"] == 3
     assert sum(counts.values()) == 7 and len(counts) == 5
     assert re.search(r"sample \d+: good/0.png\n", out) and re.search(r"sample \d+: good/1.png\n", out)
     code, out = _cli(["probe", index, "--all", "--tracebacks"], capsys)
@@ -270,7 +270,19 @@ def test_failure_reason_drops_what_differs_per_file():
 
     a = failure_reason("SampleError: sample 3 (bad/a.png under /d): OSError: image file is truncated (5 bytes not processed)")
     b = failure_reason("SampleError: sample 9 (x/b.png under /d): OSError: image file is truncated (12 bytes not processed)")
-    assert a == b == "OSError: image file is truncated"
+    assert a == b == "OSError: image file is truncated (N bytes not processed)"
+    # paths become <path>, the message's own text (parentheses, quotes, digits in words) stays readable
+    farm = ("SampleError: sample 0 (a/0.jpg under /tmp/review5/farm): refused: its folder resolves to "
+            "/tmp/review5/store/{}, outside the root (IndexedDataset(..., follow_symlinks='all') follows such links)")
+    assert failure_reason(farm.format("a")) == failure_reason(farm.format("b")) == (
+        "refused: its folder resolves to <path>, outside the root "
+        "(IndexedDataset(..., follow_symlinks='all') follows such links)")
+    gone = "SampleError: sample 2 (b/1.png under /d): FileNotFoundError: [Errno 2] No such file or directory: '{}'"
+    assert failure_reason(gone.format("/d/b/1.png")) == failure_reason(gone.format("/d/c 9/x.png")) == \
+        "FileNotFoundError: [Errno 2] No such file or directory: <path>"
+    assert failure_reason("SampleError: sample 1 (x under /d): UnidentifiedImageError: cannot identify image file "
+                          "<_io.BytesIO object at 0x7f3a2b1c0>") == \
+        "UnidentifiedImageError: cannot identify image file <_io.BytesIO object at 0x…>"
 
 
 def test_probe_names_its_own_flag_for_a_moved_dataset(broken_set, tmp_path, capsys):
@@ -286,3 +298,61 @@ def test_probe_names_its_own_flag_for_a_moved_dataset(broken_set, tmp_path, caps
     assert "root=" not in str(info.value)
     code, _ = _cli(["probe", index, "--all", "--root", str(tmp_path / "moved")], capsys)
     assert code == 1  # found the files at the new place (and the broken ones)
+
+
+# ----------------------------------------------------------------------------- review 5: links, packed sets
+
+
+@pytest.fixture
+def symlink_farm(tmp_path):
+    """A symlink farm (class folders link to storage outside the root), indexed the README's way."""
+    for c in ("a", "b"):
+        for i in range(3):
+            _write(str(tmp_path / "store" / c / f"{i}.png"), synth.png(16, 16, seed=10 * (c == "b") + i))
+    (tmp_path / "farm").mkdir()
+    for c in ("a", "b"):
+        os.symlink(f"../store/{c}", tmp_path / "farm" / c)
+    index = str(tmp_path / "farm.arrow")
+    build_index(str(tmp_path / "farm"), index, files="imagefolder", check=False)
+    return index
+
+
+def test_probe_uses_the_link_policy_the_index_was_built_with(symlink_farm, capsys):
+    """An index built with --files imagefolder (--symlinks all) loads through its links: probe exits 0."""
+    from dsclean.index.store import read_meta
+
+    assert read_meta(symlink_farm)["symlinks"] == "all"
+    code, out = _cli(["probe", symlink_farm, "--all"], capsys)
+    assert code == 0 and out.startswith("loaded 6 samples in the main process: 0 failed"), out
+    code, out = _cli(["probe", symlink_farm, "--num-workers", "1", "--batch-size", "2", "--batches", "3",
+                      "--interval", "0.1", "--json"], capsys)
+    data = json.loads(out)
+    assert code == 0 and data["failed"] == 0 and data["samples"] == 6
+    # --symlinks inside: the links out of the root are refused, grouped under a readable cause
+    code, out = _cli(["probe", symlink_farm, "--all", "--symlinks", "inside"], capsys)
+    assert code == 1 and "6 failed" in out
+    assert ("     6  refused: its folder resolves to <path>, outside the root "
+            "(IndexedDataset(..., follow_symlinks='all') follows such links)\n") in out
+    assert "dsclean probe --symlinks all follows them" in out
+
+
+def test_probe_and_info_take_a_packed_shard_folder_as_indexed_dataset_does(png_index, tmp_path, capsys):
+    from dsclean.cli import main
+    from dsclean.data.dataset import IndexedDataset
+    from dsclean.pack.packer import PackOptions, pack_shards
+
+    shards = str(tmp_path / "shards")
+    pack_shards(png_index, shards, PackOptions(samples_per_shard=100))
+    assert len(IndexedDataset(shards)) == 300
+    code, out = _cli(["probe", shards, "--all"], capsys)
+    assert code == 0 and out.startswith("loaded 300 samples in the main process: 0 failed")
+    code, out = _cli(["probe", shards, "--num-workers", "1", "--batch-size", "10", "--batches", "3",
+                      "--interval", "0.1", "--json"], capsys)
+    assert code == 0 and json.loads(out)["samples"] == 30
+    with pytest.raises(UserError, match="packed shard set.*--root does not apply"):
+        _cli(["probe", shards, "--all", "--root", str(tmp_path)], capsys)
+    assert main(["info", shards, "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["rows"] == 300 and info["index"] == os.path.join(shards, "index.arrow")
+    assert info["metadata"]["packed"]["shards"] == 3
+

@@ -22,7 +22,7 @@ from dsclean.hashing import content_hash
 from dsclean.index.build import build_index
 from dsclean.index.store import open_index
 from dsclean.pack.packer import PackOptions, finish_pack, pack_shards
-from dsclean.pack.plan import shuffled
+from dsclean.pack.plan import make_layout, shuffled
 from dsclean.pack.samples import sample_key
 
 PY = sys.executable
@@ -122,6 +122,73 @@ def test_shard_size_targets_bytes_and_options_are_checked(tmp_path):
     assert sorted(p for p in os.listdir(tmp_path / "named") if p.endswith(".tar")) == ["train-000.tar", "train-001.tar"]
 
 
+def _sample_bytes_in(tar: Path) -> dict[str, int]:
+    """{key: bytes its members take in the tar (headers and padding)}, in shard order."""
+    out: dict[str, int] = {}
+    with tarfile.open(tar) as t:
+        for m in t.getmembers():
+            key = m.name.split(".")[0]
+            out[key] = out.get(key, 0) + 512 + m.size + (-m.size % 512)
+    return out
+
+
+@pytest.mark.parametrize("size", [10240, 15000, 30 * 1024, 100 * 1024])
+def test_shard_size_bounds_every_shard_file_and_packs_as_much_as_fits(tmp_path, size):
+    """A shard's file is at most SIZE (tar files are whole 10,240-byte records: at most the largest
+    multiple of 10,240 not above SIZE) unless it holds one sample; and the next sample would not have fit."""
+    root = tmp_path / "data"
+    make_media(root, n_images=24, n_audio=6)
+    write(root, "cats/" + "/".join(["long-name-" * 10] * 4) + ".jpg", synth.jpeg(30, 30, seed=77))  # a .json of two blocks
+    index = str(tmp_path / "i.arrow")
+    build_index(str(root), index)
+    s = _pack(index, tmp_path / "s", shard_size=size)
+    cap = size // 10240 * 10240
+    shards = [tmp_path / "s" / f"data-{k:06d}.tar" for k in range(s.shards)]
+    per_shard = [_sample_bytes_in(t) for t in shards]
+    assert sum(map(len, per_shard)) == len(open_index(index)) and s.shards > 1
+    for k, (tar, samples) in enumerate(zip(shards, per_shard)):
+        filesize = os.path.getsize(tar)
+        assert filesize % 10240 == 0 and filesize == -(-(sum(samples.values()) + 1024) // 10240) * 10240
+        assert filesize <= cap or len(samples) == 1, (k, filesize, len(samples))
+        if k + 1 < len(shards):  # closed only because the next sample would have taken it past SIZE
+            nxt = next(iter(per_shard[k + 1].values()))
+            assert sum(samples.values()) + nxt + 1024 > cap
+
+
+def test_the_plans_sample_bytes_are_exact_or_an_upper_bound(tmp_path):
+    from dsclean.pack.plan import sample_bytes
+
+    root = tmp_path / "data"
+    make_media(root)  # a non-UTF-8 name among them
+    write(root, "dogs/" + "/".join(["\u00e9-\"quoted\"-" * 10] * 3) + ".jpg", synth.jpeg(20, 20, seed=5))  # a bound
+    for labelled in (True, False):
+        index = str(tmp_path / f"i{labelled}.arrow")
+        build_index(str(root), index, no_labels=not labelled)
+        out = tmp_path / f"s{labelled}"
+        _pack(index, out, samples_per_shard=100)
+        actual = _sample_bytes_in(out / "data-000000.tar")
+        idx = open_index(index)
+        est = sample_bytes(idx)
+        for i in range(len(idx)):
+            rel = idx.path_bytes(i)
+            got = actual[sample_key(rel)]
+            assert est[i] >= got
+            if len(rel) < 150 and b"quoted" not in rel:
+                assert est[i] == got, rel
+
+
+@pytest.mark.parametrize("option", ["--samples-per-shard", "--jobs"])
+@pytest.mark.parametrize("value", ["0", "-3"])
+def test_a_count_below_one_gets_one_message(tmp_path, capsys, option, value):
+    """0 and a negative number are refused alike: 'must be 1 or more' (not '0 or more' for -3)."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["pack", str(tmp_path / "i.arrow"), "-o", str(tmp_path / "s"), option, value])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and f"argument {option}" in err and f"'{value}' must be 1 or more" in err, err
+    with pytest.raises(UserError, match=f"--samples-per-shard must be 1 or more, not {value}"):
+        make_layout(None, int(value), None, None)  # the Python API says the same
+
+
 def test_output_must_be_empty_or_the_same_pack(tmp_path, capsys):
     root, index = make_indexed(tmp_path)
     (tmp_path / "busy").mkdir()
@@ -164,6 +231,37 @@ def test_changed_and_missing_sources_stop_the_pack_or_are_skipped(tmp_path, caps
     assert sorted(x["path"] for x in out["skipped"]) == ["dogs/img001.jpg", "speech/tone000.wav"]
     assert "gone since it was indexed" in " ".join(x["why"] for x in out["skipped"])
     assert main(["verify", str(tmp_path / "s")]) == 0
+
+
+def _touch_all(root: Path) -> None:
+    for dirpath, _, names in os.walk(root):
+        for n in names:
+            st = os.stat(os.path.join(dirpath, n))
+            os.utime(os.path.join(dirpath, n), ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # changed since indexing
+
+
+def test_skip_changed_with_every_file_changed_is_refused_and_leaves_no_empty_shards(tmp_path, capsys):
+    """Like index refusing an empty index: no set of empty shards is published (webdataset refuses one);
+    exit 2 saying why, nothing of the pack left in the folder, and the same command works on a rebuilt index."""
+    root, index = make_indexed(tmp_path, odd_name=False)  # (capsys's stderr cannot print a non-UTF-8 name)
+    _touch_all(root)
+    out = tmp_path / "s"
+    argv = ["pack", index, "-o", str(out), "--samples-per-shard", "4", "--skip-changed", "-q"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{index}: all 16 samples were left out (--skip-changed" in err and "changed since it was indexed" in err
+    assert "rebuild the index" in err
+    assert [n for n in os.listdir(out) if not n.startswith(".dsclean")] == []  # no shard, no pack.json, no temp
+    with pytest.raises(UserError, match="all 16 samples were left out"):
+        _pack(index, out, samples_per_shard=4, skip_changed=True)  # the Python API too
+    # a job array: every part is empty; --finish refuses and removes the shards and part markers
+    for i in range(2):
+        assert _pack(index, tmp_path / "parts", samples_per_shard=4, skip_changed=True, part=(i, 2)).written == 2
+    with pytest.raises(UserError, match="all 16 samples were left out"):
+        finish_pack(index, str(tmp_path / "parts"), PackOptions(samples_per_shard=4, skip_changed=True))
+    assert [n for n in os.listdir(tmp_path / "parts") if not n.startswith(".dsclean")] == []
+    build_index(str(root), index)  # the index brought up to date: the same command packs
+    assert main(argv) == 0 and main(["verify", str(out)]) == 0
 
 
 def test_big_files_are_streamed_and_checked_twice(tmp_path):
@@ -270,6 +368,25 @@ def test_a_resume_refuses_a_shard_of_zeros_as_a_crash_after_no_fsync_can_leave(t
     victim.write_bytes(bytes(os.path.getsize(victim)))
     with pytest.raises(UserError, match="data-000001.tar: .* not a shard pack finished; remove that shard"):
         _pack(index, out, samples_per_shard=5)
+    os.unlink(victim)  # as the message says: the same command then rebuilds it
+    assert _pack(index, out, samples_per_shard=5).written == 1
+    assert main(["verify", str(out)]) == 0
+
+
+@pytest.mark.parametrize("damage", ["cut", "empty", "cut mid-member"])
+def test_a_resume_names_a_cut_or_empty_shard(tmp_path, damage, capsys):
+    """A shard cut short (or left empty) by a crash stops the resume with an error naming that shard."""
+    _, index = make_indexed(tmp_path)
+    out = tmp_path / "s"
+    assert main(["pack", index, "-o", str(out), "--samples-per-shard", "5", "-q"]) == 0
+    for name in ("index.arrow", "shardindex.json"):  # the crash came before the pack finished
+        os.unlink(out / name)
+    victim = out / "data-000002.tar"
+    keep = {"cut": 10240 if os.path.getsize(victim) > 10240 else 1024, "empty": 0, "cut mid-member": 700}[damage]
+    os.truncate(victim, keep)
+    assert main(["pack", index, "-o", str(out), "--samples-per-shard", "5", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {victim}: " in err and "remove that shard and pack again" in err
     os.unlink(victim)  # as the message says: the same command then rebuilds it
     assert _pack(index, out, samples_per_shard=5).written == 1
     assert main(["verify", str(out)]) == 0

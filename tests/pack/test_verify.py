@@ -164,3 +164,83 @@ def test_decode_runs_the_scans_checks_on_every_sample(tmp_path, capsys):
     found = {p["member"].split(".")[1]: p["problem"] for s in out["shards"] for p in s["problems"]}
     assert set(found) == {"jpg", "png"}
     assert found["jpg"].startswith("decode: truncated") and found["png"].startswith("decode: corrupt")
+
+
+def _edit_json(folder, shard: str, pick, change) -> tuple[str, str]:
+    """Rewrite, in place and at the same length, the ``.json`` of the first sample of ``shard`` that
+    ``pick(record)`` accepts with ``change(record)``; returns (member name, key)."""
+    with tarfile.open(folder / shard) as t:
+        for m in t.getmembers():
+            if m.name.endswith(".json"):
+                rec = json.loads(t.extractfile(m).read())
+                if pick(rec):
+                    break
+        else:
+            raise AssertionError("no such sample")
+    change(rec)
+    new = json.dumps(rec, sort_keys=True, separators=(",", ":")).encode()
+    assert len(new) == m.size, "the edit must keep the member's length (tar headers unchanged)"
+    _poke(folder / shard, m.offset_data, new)
+    return m.name, m.name.split(".")[0]
+
+
+def _swap_cat_for_dog(rec: dict) -> None:
+    rec.update({"class": "dogs", "label": 1, "kind": "audio", "path": rec["path"].replace("cats/", "dogs/")})
+    rec["size"] += 1 if rec["size"] % 10 != 9 else -1  # one digit differs
+
+
+def test_every_field_of_a_json_is_checked_against_the_packed_index_and_the_members(copy, capsys):
+    """A .json edited to say another label, class, kind, path and size (same length, so the tar is
+    intact and webdataset reads it) fails verify, one problem per field, naming shard, member and field."""
+    member, key = _edit_json(copy, "data-000000.tar", lambda r: r.get("class") == "cats" and r["path"].isascii(),
+                             _swap_cat_for_dog)
+    assert main(["verify", str(copy), "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    bad = [s for s in out["shards"] if not s["ok"]]
+    assert [s["shard"] for s in bad] == ["data-000000.tar"]
+    by_field = {p["field"]: p for p in bad[0]["problems"]}
+    assert set(by_field) == {"class", "kind", "label", "path", "size"}
+    assert all(p["member"] == member and p["key"] == key for p in by_field.values())
+    assert 'class is "dogs", the packed index says "cats"' in by_field["class"]["problem"]
+    assert 'kind is "audio", the packed index says "image"' in by_field["kind"]["problem"]
+    assert "label is 1, the .cls member says 0" in by_field["label"]["problem"]
+    assert "not this sample's" in by_field["path"]["problem"] and \
+        'the packed index says "cats/' in by_field["path"]["problem"]
+    assert "the media member has" in by_field["size"]["problem"]
+    assert main(["verify", str(copy)]) == 1
+    text = capsys.readouterr().out
+    assert f'data-000000.tar: {member}: the json\'s class is "dogs"' in text
+
+
+def test_without_the_packed_index_the_json_is_checked_against_the_samples_members(copy):
+    """The .json's checksum, size, label (the .cls) and path (the key is its hash) need no packed index."""
+    member, _ = _edit_json(copy, "data-000001.tar", lambda r: r.get("class") == "cats" and r["path"].isascii(),
+                           _swap_cat_for_dog)
+    os.unlink(copy / "index.arrow")
+    r = verify_shards(str(copy))
+    assert any("index.arrow" in p for p in r.problems)
+    shard = next(s for s in r.shards if s.shard == "data-000001.tar")
+    assert {p["field"] for p in shard.problems if p["member"] == member} == {"label", "path", "size"}
+    assert all(s.ok for s in r.shards if s.shard != "data-000001.tar")
+
+
+def test_a_pack_with_media_facts_passes_and_a_changed_fact_is_found(tmp_path):
+    """An index built with --facts puts width/height/... in every .json; verify checks them too."""
+    from support.packing import make_media
+
+    from dsclean import scan
+    from dsclean.index.build import build_index
+    from dsclean.scanning.scanner import ScanOptions
+
+    root = tmp_path / "data"
+    make_media(root)
+    scan(str(root), ScanOptions(jobs=1))
+    build_index(str(root), str(tmp_path / "i.arrow"), facts=True)
+    pack_shards(str(tmp_path / "i.arrow"), str(tmp_path / "s"), PackOptions(samples_per_shard=7))
+    assert verify_shards(str(tmp_path / "s")).ok
+    member, _ = _edit_json(tmp_path / "s", "data-000000.tar", lambda r: r.get("width", 0) >= 10,
+                           lambda r: r.update(width=r["width"] + 1 if r["width"] % 10 != 9 else r["width"] - 1))
+    r = verify_shards(str(tmp_path / "s"))
+    problems = [p for s in r.shards for p in s.problems]
+    assert [(p["member"], p["field"]) for p in problems] == [(member, "width")]
+    assert "packed index says" in problems[0]["problem"]
