@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import islice, repeat
 from typing import Callable, Iterable, Iterator
 
 from ..formats import _EXT_NO_DOT, EXT_TO_FORMAT
@@ -183,13 +183,20 @@ def _regular_media(block: list[os.DirEntry], prefix: str, stats: DiscoverStats) 
         return None
     if len(names) != len(block):
         return None
-    visible = [n for n in names if n[0] != "."]
-    if len(visible) != len(names):
+    visible = names
+    if any(map(str.startswith, names, repeat("."))):  # map over a C method: no Python step per name
         if not prefix and LEGACY_STATE_DIR in names:
             return None
+        visible = [n for n in names if n[0] != "."]
         stats.hidden += len(names) - len(visible)
+    if not visible:
+        return [], []
     get = EXT_TO_FORMAT.get
     # the extension with its dot: a name without one gives its last character, never a key; no name starts with "."
+    ext = visible[0][visible[0].rfind("."):]
+    fmt = get(ext.lower())
+    if fmt is not None and all(map(str.endswith, visible, repeat(ext))):  # a folder of one extension: the usual case
+        return [prefix + n for n in visible], [fmt] * len(visible)
     formats = [get(n[n.rfind("."):].lower()) for n in visible]
     if None in formats:
         stats.ignored += formats.count(None)
