@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from itertools import islice, repeat
 from typing import Callable, Iterable, Iterator
 
 from ..formats import _EXT_NO_DOT, EXT_TO_FORMAT
@@ -121,6 +122,9 @@ def iter_media_lists(
         if on_error is not None:
             on_error(path, exc)
 
+    options = (include_hidden, follow, mode, real_root, extensions, formats_of)
+    fast = not include_hidden and extensions is None  # the default: blocks of plain files take _regular_media
+
     # Depth-first with an explicit stack of (absolute dir, relative prefix).
     stack: list[tuple[str, str]] = [(root, "")]
     while stack:
@@ -132,52 +136,24 @@ def iter_media_lists(
             continue
         with it:
             subdirs: list[tuple[str, str]] = []
-            rels: list[str] = []
-            formats: list[str] = []
-            try:
-                for entry in it:  # an OSError of the listing itself ends it: report, keep what we have
-                    name = entry.name
-                    if name[0] == ".":
-                        if name == LEGACY_STATE_DIR and not prefix:  # an older dsclean's folder in the root
-                            stats.excluded_dirs += 1
-                            continue
-                        if not include_hidden:
-                            stats.hidden += 1
-                            continue
-                    try:
-                        is_link = entry.is_symlink()
-                        if is_link and not follow:
-                            stats.symlinks += 1
-                            continue
-                        if is_link and mode == "inside" and not _inside(os.path.realpath(entry.path), real_root):
-                            stats.outside_links += 1
-                            continue
-                        is_dir = entry.is_dir(follow_symlinks=True)
-                    except OSError as exc:
-                        report(entry.path, exc)
-                        continue
-                    if is_dir:
-                        subdirs.append((entry.path, prefix + name + "/"))
-                        continue
-                    if extensions is None:  # format_of_name, inlined: this loop runs once per file
-                        dot = name.rfind(".")
-                        fmt = formats_of.get(name[dot + 1:].lower()) if dot > 0 else None
-                    else:
-                        fmt = _listed_format(name, extensions)
-                    if fmt is None:
-                        stats.ignored += 1
-                        continue
-                    rels.append(prefix + name)
-                    formats.append(fmt)
-                    if len(rels) >= LIST_MAX:
-                        stats.media += len(rels)
-                        yield rels, formats
-                        rels, formats = [], []
-            except OSError as exc:
-                report(top, exc)
-            if rels:
-                stats.media += len(rels)
-                yield rels, formats
+            block: list[os.DirEntry] = []
+            while True:  # blocks of at most LIST_MAX entries: a flat folder of millions stays bounded
+                error = None
+                try:
+                    block.extend(islice(it, LIST_MAX))  # keeps the entries read before an error of the listing
+                except OSError as exc:  # the listing itself failed: report it, keep what was read
+                    error = exc
+                    report(top, exc)
+                if block:
+                    listed = _regular_media(block, prefix, stats) if fast else None
+                    if listed is None:
+                        listed = _entries(block, prefix, stats, options, subdirs, report)
+                    if listed[0]:
+                        stats.media += len(listed[0])
+                        yield listed
+                if error is not None or len(block) < LIST_MAX:
+                    break
+                block = []
         # Folders are pushed after the listing closes: one open directory at a time.
         for path, rel in reversed(subdirs):
             try:
@@ -194,6 +170,82 @@ def iter_media_lists(
                     continue
                 seen_dirs.add(key)
             stack.append((path, rel))
+
+
+def _regular_media(block: list[os.DirEntry], prefix: str, stats: DiscoverStats) -> tuple[list[str], list[str]] | None:
+    """The media of a block of directory entries that are all regular files (not links), with the default
+    rules (no dot-names, dsclean's media list): a few list passes instead of Python steps per entry.
+    None when the block holds anything else (folders, links, a legacy state folder's name): :func:`_entries`
+    then takes the block, entry by entry."""
+    try:
+        names = [e.name for e in block if e.is_file(follow_symlinks=False)]
+    except OSError:  # a file system without entry types, and an lstat failed: _entries reports it
+        return None
+    if len(names) != len(block):
+        return None
+    visible = names
+    if any(map(str.startswith, names, repeat("."))):  # map over a C method: no Python step per name
+        if not prefix and LEGACY_STATE_DIR in names:
+            return None
+        visible = [n for n in names if n[0] != "."]
+        stats.hidden += len(names) - len(visible)
+    if not visible:
+        return [], []
+    get = EXT_TO_FORMAT.get
+    # the extension with its dot: a name without one gives its last character, never a key; no name starts with "."
+    ext = visible[0][visible[0].rfind("."):]
+    fmt = get(ext.lower())
+    if fmt is not None and all(map(str.endswith, visible, repeat(ext))):  # a folder of one extension: the usual case
+        return [prefix + n for n in visible], [fmt] * len(visible)
+    formats = [get(n[n.rfind("."):].lower()) for n in visible]
+    if None in formats:
+        stats.ignored += formats.count(None)
+        rels = [prefix + n for n, fmt in zip(visible, formats) if fmt is not None]
+        return rels, [fmt for fmt in formats if fmt is not None]
+    return [prefix + n for n in visible], formats
+
+
+def _entries(block: list[os.DirEntry], prefix: str, stats: DiscoverStats, options: tuple,
+             subdirs: list[tuple[str, str]], report: ErrorHandler) -> tuple[list[str], list[str]]:
+    """The media of a block of directory entries, entry by entry (folders go to ``subdirs``): every rule."""
+    include_hidden, follow, mode, real_root, extensions, formats_of = options
+    rels: list[str] = []
+    formats: list[str] = []
+    for entry in block:
+        name = entry.name
+        if name[0] == ".":
+            if name == LEGACY_STATE_DIR and not prefix:  # an older dsclean's folder in the root
+                stats.excluded_dirs += 1
+                continue
+            if not include_hidden:
+                stats.hidden += 1
+                continue
+        try:
+            is_link = entry.is_symlink()
+            if is_link and not follow:
+                stats.symlinks += 1
+                continue
+            if is_link and mode == "inside" and not _inside(os.path.realpath(entry.path), real_root):
+                stats.outside_links += 1
+                continue
+            is_dir = entry.is_dir(follow_symlinks=True)
+        except OSError as exc:
+            report(entry.path, exc)
+            continue
+        if is_dir:
+            subdirs.append((entry.path, prefix + name + "/"))
+            continue
+        if extensions is None:  # format_of_name, inlined: this loop runs once per entry
+            dot = name.rfind(".")
+            fmt = formats_of.get(name[dot + 1:].lower()) if dot > 0 else None
+        else:
+            fmt = _listed_format(name, extensions)
+        if fmt is None:
+            stats.ignored += 1
+            continue
+        rels.append(prefix + name)
+        formats.append(fmt)
+    return rels, formats
 
 
 def _listed_format(name: str, extensions: frozenset[str]) -> str | None:

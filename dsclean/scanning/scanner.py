@@ -486,7 +486,7 @@ def _skip_cached(root: str, media: Iterator[list[str]], cache: ScanCache | None,
 def _open_cache(root: str, report_dir: str, options: ScanOptions, summary: ScanSummary, tag: str) -> ScanCache | None:
     """The root's scan cache (in its state folder), else one in the report folder, else none (with a note).
 
-    Each part has its own cache folder: a part's segments are merged and compacted by that part's
+    Each part has its own cache folder: a part's segments are compacted by that part's
     runs alone (parts may run on different machines over a network file system).
     """
     if not options.use_cache:

@@ -144,23 +144,73 @@ def test_cache_keeps_the_newest_row_and_honours_tombstones(tmp_path):
     c.close()
 
 
-def test_each_run_leaves_one_file_and_many_are_compacted(tmp_path):
+def test_each_run_keeps_its_segments_and_many_runs_are_compacted(tmp_path):
+    """A run's segments are not merged when it ends (no row read back and written again); past MAX_RUNS
+    runs a closing run compacts them all into one file: the newest row per path, no tombstone."""
     from dsclean.scanning import cache as C
     from dsclean.scanning.check import CheckOptions
 
     path = str(tmp_path / "scan_cache")
-    for run in range(C.MAX_FILES + 1):
+    for run in range(C.MAX_RUNS + 1):
         c = C.ScanCache(path, CheckOptions(), commit_every=3)
-        c.add_batch(_verdict_batch([(f"r{run}-{i}.jpg", i, run, "ok", None) for i in range(10)]))
+        c.add_batch(_verdict_batch([(f"r{run}-{i}.jpg", i, run, "ok", None) for i in range(10)]))  # a segment
         c.add_batch(_verdict_batch([("same.jpg", 1, run, "ok", None)]))  # every run: a newer verdict
         if run == 2:
             c.forget("r0-0.jpg")
-        c.close()
-        assert len(os.listdir(c.folder)) - 1 == (run + 1 if run < C.MAX_FILES else 1)  # minus the lock file
-    assert C.cached_rows(path) == 10 * (C.MAX_FILES + 1) - 1 + 1  # newest of same.jpg only, no r0-0, no tombstone
+        c.close()  # writes the second segment
+        assert len(os.listdir(c.folder)) - 1 == (2 * (run + 1) if run < C.MAX_RUNS else 1)  # minus the lock file
+    assert C.cached_rows(path) == 10 * (C.MAX_RUNS + 1) - 1 + 1  # newest of same.jpg only, no r0-0, no tombstone
     c = C.ScanCache(path, CheckOptions())
-    assert c.lookup([("same.jpg", 1, C.MAX_FILES)]) and not c.lookup([("same.jpg", 1, 0)])
+    assert c.lookup([("same.jpg", 1, C.MAX_RUNS)]) and not c.lookup([("same.jpg", 1, 0)])
     assert not c.lookup([("r0-0.jpg", 0, 0)]) and c.lookup([("r0-1.jpg", 1, 0)])
+
+
+def test_many_segments_are_compacted_whatever_the_runs(tmp_path, monkeypatch):
+    """MAX_SEGMENTS bounds the files of one options folder even when few runs wrote them."""
+    from dsclean.scanning import cache as C
+    from dsclean.scanning.check import CheckOptions
+
+    monkeypatch.setattr(C, "MAX_SEGMENTS", 5)
+    path = str(tmp_path / "scan_cache")
+    c = C.ScanCache(path, CheckOptions(), commit_every=2)
+    for i in range(5):  # five segments: not past the bound
+        c.add_batch(_verdict_batch([(f"{i}-{j}.jpg", j, i, "ok", None) for j in range(2)]))
+    c.close()
+    assert len(_segment_names(c.folder)) == 5
+    c = C.ScanCache(path, CheckOptions(), commit_every=2)
+    c.add_batch(_verdict_batch([("last.jpg", 1, 1, "ok", None)]))
+    c.close()  # six: compacted into one
+    assert len(_segment_names(c.folder)) == 1 and C.cached_rows(path) == 11
+
+
+def _segment_names(folder: str) -> list[str]:
+    return [n for n in os.listdir(folder) if n.endswith(".arrow")]
+
+
+def test_a_rescan_from_a_run_of_many_segments_reuses_every_verdict(tmp_path, monkeypatch):
+    """The cache alone (the previous results gone) answers for every file a scan decided, from the many
+    segments the scan left (one per commit, not merged), and the re-scan leaves them as they are."""
+    from dsclean.scanning import cache as C
+
+    from dsclean.scanning import scanner
+
+    monkeypatch.setattr(scanner, "FRESH_ROWS", 7)  # the scan hands its verdicts over every 7 rows...
+    monkeypatch.setattr(C.ScanCache.__init__, "__kwdefaults__", {"commit_every": 7, "commit_seconds": 2.0})  # ...and commits them
+    root = tmp_path / "data"
+    for i in range(40):
+        write(root, f"c/{i}.jpg", synth.jpeg(16, 16, seed=i))
+    write(root, "c/cut.jpg", synth.truncate(synth.jpeg(64, 64), 0.5))
+    state = str(tmp_path / "state")
+    first = _scan(root, tmp_path, dry_run=True, state_dir=state, chunk_size=8)
+    (folder,) = (tmp_path / "state").rglob("verdicts_*")
+    segments = sorted(_segment_names(str(folder)))
+    assert first.files == 41 and first.bad == 1 and len(segments) >= 2
+    import shutil
+
+    shutil.rmtree(tmp_path / "r")  # no previous results: every verdict must come from the cache's segments
+    again = _scan(root, tmp_path, dry_run=True, state_dir=state)
+    assert (again.files, again.cached, again.bad) == (41, 41, 1)
+    assert sorted(_segment_names(str(folder))) == segments  # nothing new to write, nothing merged
 
 
 def test_a_torn_segment_or_a_leftover_temp_file_is_never_read(tmp_path):
@@ -208,7 +258,8 @@ def test_scan_resumes_after_kill_9_between_segments(tmp_path):
     killed = _segments(cache)
     s = _scan(root, tmp_path, dry_run=True, state_dir=str(tmp_path / "state"))
     assert s.files == 3000 and s.cached == recorded and s.bad == 0
-    assert len(_segments(cache) - killed) == (recorded < 3000)  # this run's segments merged into one file
+    assert killed <= _segments(cache)  # the killed run's segments stay (two runs: nothing compacted)
+    assert bool(_segments(cache) - killed) == (recorded < 3000)  # this run's own segments
     assert cached_rows(str(cache)) == 3000
 
 
@@ -282,22 +333,22 @@ def _segment(paths: list[bytes], mtime: int):
 def test_a_compaction_by_another_process_does_not_crash_a_reader(tmp_path):
     """A running scan indexed the segments; `dsclean index` of the same root closes its cache meanwhile
     and compacts them into one file under a name the scan already knows: the scan checks again, no crash."""
-    from dsclean.scanning.cache import MAX_FILES, ScanCache
+    from dsclean.scanning.cache import MAX_RUNS, ScanCache
     from dsclean.scanning.check import CheckOptions
 
     folder, opts = str(tmp_path / "scan_cache"), CheckOptions()
-    for i in range(MAX_FILES + 2):  # runs killed before closing: one segment each, the same 100 paths
+    for i in range(MAX_RUNS + 2):  # runs killed before closing: one segment each, the same 100 paths
         killed = ScanCache(folder, opts)
         killed.add_batch(_segment([f"f{j}.jpg".encode() for j in range(100)], mtime=i))
         killed.commit()
     reader = ScanCache(folder, opts)
-    assert reader.lookup([("f50.jpg", 10, MAX_FILES + 1)])  # the newest row answers; the index is built
+    assert reader.lookup([("f50.jpg", 10, MAX_RUNS + 1)])  # the newest row answers; the index is built
     ScanCache(folder, opts).close()  # compacts
     reader._decoded.clear()  # as if the decoded batches had been evicted
-    after = reader.lookup([("f50.jpg", 10, MAX_FILES + 1)])  # no crash: no row (checked again) or the right one
+    after = reader.lookup([("f50.jpg", 10, MAX_RUNS + 1)])  # no crash: no row (checked again) or the right one
     assert set(after) <= {"f50.jpg"} and all(row[0] == b"f50.jpg" for row in after.values())
     fresh = ScanCache(folder, opts)
-    assert fresh.lookup([("f50.jpg", 10, MAX_FILES + 1)])  # the compacted file keeps the newest row
+    assert fresh.lookup([("f50.jpg", 10, MAX_RUNS + 1)])  # the compacted file keeps the newest row
 
 
 def _damage_middle(path, n=2000) -> None:

@@ -363,6 +363,36 @@ def test_discovery_lists_are_bounded_and_equal_the_file_stream(tmp_path, monkeyp
     assert (stats.media, stats.ignored, stats.hidden) == (21, 1, 1)
 
 
+
+def test_discovery_blocks_of_plain_files_follow_every_rule(tmp_path, monkeypatch):
+    """A block of regular files takes the list-pass path, any other block the entry-by-entry one: both
+    apply the same rules (names without an extension or with a leading dot, upper case, double extensions,
+    a legacy state name in the root, a link among files), with the same counts."""
+    from dsclean.scanning import discover
+
+    monkeypatch.setattr(discover, "LIST_MAX", 4)
+    root = tmp_path / "d"
+    names = ["a.JPG", "jpg", "b.tar.png", ".x.jpg", "noext", "c.txt", "d.Wav", "e.", "f.jpeg"]
+    for name in names:
+        write(root, f"plain/{name}", b"x")  # regular files only: blocks of 4, 4 and 1
+        write(root, f"mixed/{name}", b"x")
+    write(root, "mixed/sub/g.png", b"x")  # a folder in the block: entry by entry
+    os.symlink(root / "plain" / "a.JPG", root / "mixed" / "link.jpg")
+    write(root, ".dsclean", b"x")  # a legacy state name in the root (a file here): excluded, not hidden
+    write(root, "top.flac", b"x")
+    for name in ["h.png", "i.tar.png", ".j.png", "kpng"]:  # one extension, but a hidden name and a name without a dot
+        write(root, f"one/{name}", b"x")
+    for name in ["l.png", ".m.png", "n.png"]:  # one extension and a hidden name: the one-extension pass
+        write(root, f"two/{name}", b"x")
+    stats = discover.DiscoverStats()
+    flat = sorted(pair for rels, formats in discover.iter_media_lists(str(root), stats=stats)
+                  for pair in zip(rels, formats))
+    media = [("a.JPG", "jpeg"), ("b.tar.png", "png"), ("d.Wav", "wav"), ("f.jpeg", "jpeg")]
+    assert flat == sorted([*((f"plain/{n}", f) for n, f in media), *((f"mixed/{n}", f) for n, f in media),
+                           ("mixed/sub/g.png", "png"), ("top.flac", "flac"), ("one/h.png", "png"),
+                           ("one/i.tar.png", "png"), ("two/l.png", "png"), ("two/n.png", "png")])
+    assert (stats.media, stats.hidden, stats.ignored, stats.symlinks, stats.excluded_dirs) == (14, 4, 9, 1, 1)
+
 def test_summary_counts_agree_with_the_results_file(tmp_path):
     """The scan counts fresh verdicts from its workers' batches (ok rows by kind, not-ok rows one by one):
     the summary must say what the results file holds, per kind and status, and the bytes."""
