@@ -26,7 +26,7 @@ def current_umask() -> int:
                 if line.startswith(b"Umask:"):
                     return int(line.split()[1], 8)
     except (OSError, ValueError, IndexError):
-        pass
+        pass  # no /proc (or an unexpected format): ask the classic way below
     mask = os.umask(0o022)  # elsewhere: the classic set-and-restore
     os.umask(mask)
     return mask

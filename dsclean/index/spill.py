@@ -180,7 +180,6 @@ def remove_stale_spill_folders(parent: str) -> list[str]:
     """
     import fcntl
     import shutil
-    import time
 
     removed = []
     try:
@@ -193,12 +192,9 @@ def remove_stale_spill_folders(parent: str) -> list[str]:
         try:
             fd = os.open(lock, os.O_RDWR)
         except FileNotFoundError:
-            try:
-                if time.time() - entry.stat(follow_symlinks=False).st_mtime > UNLOCKED_GRACE_SECONDS:
-                    shutil.rmtree(entry.path, ignore_errors=True)
-                    removed.append(entry.path)
-            except OSError:
-                pass  # gone meanwhile
+            if _age(entry) > UNLOCKED_GRACE_SECONDS:
+                shutil.rmtree(entry.path, ignore_errors=True)
+                removed.append(entry.path)
             continue
         except OSError:
             continue  # not ours to judge (permissions): left alone
@@ -212,3 +208,13 @@ def remove_stale_spill_folders(parent: str) -> list[str]:
         finally:
             os.close(fd)
     return removed
+
+
+def _age(entry: os.DirEntry) -> float:
+    """Seconds since ``entry`` last changed; 0 if it is gone meanwhile (nothing left to remove)."""
+    import time
+
+    try:
+        return time.time() - entry.stat(follow_symlinks=False).st_mtime
+    except OSError:
+        return 0.0

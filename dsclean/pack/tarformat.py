@@ -138,7 +138,7 @@ def _parse(block: bytes, pos: int) -> tuple[str, int]:
         if name and block == header(name, size):
             return name, size
     except (ValueError, UnicodeError):
-        pass
+        pass  # not a header dsclean writes: the general parser below accepts it or says what is wrong
     try:
         info = tarfile.TarInfo.frombuf(block, "ascii", "strict")
     except (tarfile.HeaderError, UnicodeError) as exc:
