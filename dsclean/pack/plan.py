@@ -28,8 +28,7 @@ import numpy as np
 
 from .. import locations
 from ..errors import UserError
-from ..index.store import MappedIndex
-from ..index.store import KINDS
+from ..index.store import KINDS, MappedIndex
 from .bulk import FACT_NAMES
 from .samples import int_facts_record, key_numbers
 from .tarformat import BLOCK, RECORD
