@@ -190,15 +190,28 @@ def pointer_for(root: str, results: list[str], state_dir: str | None = None) -> 
     return None
 
 
-def _complete_parts(folder: str) -> tuple[dict, str] | None:
-    """The newest complete set of part pointers in ``folder`` merged into one pointer, or None."""
-    by_n: dict[int, dict[int, dict]] = {}
-    for path in glob.glob(os.path.join(glob.escape(folder), tagged(LAST_SCAN_FILE, ".part-*-of-*"))):
+def _part_pointers(folder: str) -> Iterator[tuple[str, dict]]:
+    """``(path, pointer)`` of every job-array part's pointer in a root's state folder."""
+    for path in sorted(glob.glob(os.path.join(glob.escape(folder), tagged(LAST_SCAN_FILE, ".part-*-of-*")))):
         p = read_pointer(path)
-        if p and isinstance(p.get("part"), list) and len(p["part"]) == 2:
-            i, n = p["part"]
-            by_n.setdefault(n, {})[i] = p
-    complete = [(n, got) for n, got in by_n.items() if set(got) == set(range(n))]
+        if p and isinstance(p.get("part"), list) and len(p["part"]) == 2 and p["results"]:
+            yield path, p
+
+
+def _array_key(pointer: dict) -> tuple[int, str]:
+    """Which job array a part belongs to: its number of parts and its check options (one array, one rule)."""
+    return pointer["part"][1], str(pointer.get("options"))
+
+
+def _complete_parts(folder: str) -> tuple[dict, str] | None:
+    """The newest complete set of part pointers in ``folder`` merged into one pointer, or None.
+
+    A set is the N parts of one array (:func:`_array_key`): parts of N with other check
+    options are another array, never mixed in."""
+    arrays: dict[tuple[int, str], dict[int, dict]] = {}
+    for _, p in _part_pointers(folder):
+        arrays.setdefault(_array_key(p), {})[p["part"][0]] = p
+    complete = [(key[0], got) for key, got in arrays.items() if set(got) == set(range(key[0]))]
     if not complete:
         return None
     n, got = max(complete, key=lambda c: min(p.get("finished_ns", 0) for p in c[1].values()))
@@ -271,15 +284,11 @@ def job_array(root: str, state_dir: str | None = None) -> JobArray | None:
     The newest array is the one whose last part finished last; parts of other arrays are
     ignored and named. None when no part of any array of ``root`` is recorded.
     """
-    pattern = tagged(LAST_SCAN_FILE, ".part-*-of-*")
     for base, source in state_bases(state_dir):
         folder = root_state_dir(root, base)
         arrays: dict[tuple[int, str], dict[int, dict]] = {}
         ignored: list[str] = []
-        for path in sorted(glob.glob(os.path.join(glob.escape(folder), pattern))):
-            p = read_pointer(path)
-            if not (p and isinstance(p.get("part"), list) and len(p["part"]) == 2 and p["results"]):
-                continue
+        for path, p in _part_pointers(folder):
             i, n = p["part"]
             gone = [r for r in p["results"] if not os.path.exists(r)]
             other = next((o for o in map(lambda r: _other_root(r, root), p["results"]) if o), None)
@@ -287,7 +296,7 @@ def job_array(root: str, state_dir: str | None = None) -> JobArray | None:
                 ignored.append(f"part {i}/{n} ({path}): its results " + (
                     f"no longer exist ({gone[0]})" if gone else f"were overwritten by a scan of {other}"))
                 continue
-            arrays.setdefault((n, str(p.get("options"))), {})[i] = p
+            arrays.setdefault(_array_key(p), {})[i] = p
         if not arrays and not ignored:
             continue
         if not arrays:
