@@ -148,6 +148,24 @@ def write_pointer(root: str, results: list[str], *, problems: list[str], summary
     return None
 
 
+def note_restore(root: str, quarantine: str, state_dir: str | None = None) -> None:
+    """Record in every pointer of ``root`` that files are being put back from ``quarantine`` (``dsclean restore``).
+
+    The next scan must not reuse a previous result row of a file put back after that scan
+    (:mod:`dsclean.scanning.reuse` reads the restores in the journals of the pointer's own
+    quarantine and of these); a quarantine that no finished scan recorded (the scan that
+    moved the files was killed) is known to the pointer only this way. Raises OSError."""
+    quarantine = os.path.abspath(quarantine)
+    for base, _ in state_bases(state_dir):
+        folder = root_state_dir(root, base)
+        for path in sorted(glob.glob(os.path.join(glob.escape(folder), tagged(LAST_SCAN_FILE, "*")))):
+            pointer = read_pointer(path)
+            if pointer is None or quarantine == pointer.get("quarantine") \
+                    or quarantine in (pointer.get("restored_from") or []):
+                continue
+            _write_json(path, {**pointer, "restored_from": [*(pointer.get("restored_from") or []), quarantine]})
+
+
 def read_pointer(path: str) -> dict | None:
     """A last-scan pointer's content, or None if there is none (or it is unreadable)."""
     try:

@@ -178,10 +178,46 @@ def restore(qdir: str, root: str | None = None, state_dir: str | None = None) ->
     """
     from .quarantine import restore as restore_files
 
+    _tombstones_before_restore(qdir, root, state_dir)
     report = restore_files(qdir, root)
     if report.restored:
         refresh_after_restore(qdir, _report_dirs(qdir, state_dir))
     return report
+
+
+def _tombstones_before_restore(qdir: str, root: str | None, state_dir: str | None) -> None:
+    """Before any file moves back: tombstones in the scan caches of the roots they go back to, and the
+    quarantine noted in those roots' last-scan pointers.
+
+    A file put back must be checked again by the next scan, never answered by a cached verdict or a
+    previous result row of the same size and mtime (bit rot a --rescan found keeps both). The scan
+    that moved it writes a tombstone with its next cache batch and its results at its end: a kill -9
+    in between loses both, and the last finished scan's results still say ``ok``. So restore writes
+    the tombstones again, durably (:func:`~dsclean.scanning.cache.forget_before_restore`), and tells
+    the pointers where to find the restores (:func:`dsclean.locations.note_restore`).
+    """
+    import glob
+
+    from ..errors import UserError
+    from .cache import forget_before_restore
+
+    by_root: dict[str, list[str]] = {}
+    for state in _folds(os.path.abspath(qdir), None, RecoveryReport()):
+        for _, e in _in_quarantine(state):
+            if isinstance(e.get("root"), str) and isinstance(e.get("src"), str):
+                by_root.setdefault(os.path.abspath(root) if root else e["root"], []).append(e["src"])
+    for where, rels in by_root.items():
+        caches = [c for base, _ in locations.state_bases(state_dir)
+                  for c in glob.glob(os.path.join(glob.escape(locations.root_state_dir(where, base)),
+                                                  locations.CACHE_FILE + "*"))]
+        try:
+            forget_before_restore(caches, rels)
+            locations.note_restore(where, qdir, state_dir)  # and no previous result row of them is reused
+        except OSError as exc:
+            raise UserError(f"could not mark the {len(rels):,} files to restore as unchecked in the scan cache of "
+                            f"{where} ({exc.strerror or exc}; {exc.filename}): the next scan could reuse an old "
+                            "verdict for them. Nothing was restored; free space or fix permissions there, or delete "
+                            "that scan cache (it only saves time)") from exc
 
 
 def _report_dirs(qdir: str, state_dir: str | None) -> list[str]:
