@@ -434,7 +434,7 @@ def forget_before_restore(cache_paths: Iterable[str], rels: list[str]) -> list[s
     for cache_path in cache_paths:
         for name in sorted(os.listdir(cache_path)) if os.path.isdir(cache_path) else ():
             folder = os.path.join(cache_path, name)
-            key = _options_of(folder)
+            key = _options_of(folder) if name.startswith("verdicts_") and os.path.isdir(folder) else None
             if key is None:
                 continue  # no readable segment: no verdict to supersede
             n = len(paths)

@@ -74,6 +74,7 @@ def test_rerun_after_kill_9_resumes_from_the_cache(tmp_path):
         write(root, f"c/{i}.jpg", good + str(i).encode())
     proc = subprocess.Popen([sys.executable, "-m", "dsclean", "scan", str(root), "--jobs", "1", "--quiet",
                              "--report", str(tmp_path / "r")])
+    from dsclean.locations import root_state_dir
 
     cache = Path(root_state_dir(str(root))) / "scan_cache"
     deadline = time.time() + 120
@@ -244,6 +245,7 @@ def test_scan_resumes_after_kill_9_between_segments(tmp_path):
     env = {**os.environ, "DSCLEAN_STATE_DIR": str(tmp_path / "state")}
     proc = subprocess.Popen([sys.executable, "-m", "dsclean", "scan", str(root), "--jobs", "1", "--quiet",
                              "--dry-run", "--report", str(tmp_path / "r")], env=env)
+    from dsclean.locations import root_state_dir
 
     cache = Path(root_state_dir(str(root), str(tmp_path / "state"))) / "scan_cache"
     deadline = time.time() + 120
@@ -361,6 +363,7 @@ def _damage_middle(path, n=2000) -> None:
 def test_a_damaged_cache_segment_or_results_file_costs_checks_not_the_scan(tmp_path, capsys):
     """Never trusted, never fatal: a damaged segment's or previous results' files are checked again, with a note."""
     from dsclean.cli import main
+    from dsclean.locations import root_state_dir
 
     root = tmp_path / "data"
     make_tree(root, n_good=400, n_bad=6)
