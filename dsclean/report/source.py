@@ -98,7 +98,7 @@ def open_source(target: str, state_dir: str | None = None) -> Source:
         raise UserError(f"{results} is not a dsclean results file: no column {', '.join(missing)}")
     meta = metas[0]
     root = root_given or meta.get("root") or ""
-    summary = _read_summary(results)
+    summary = _summed_parts([_read_summary(p) for p in paths]) if len(paths) > 1 else _read_summary(results)
     return Source(results, root, columns, meta, summary, _quarantine_of(results, summary), paths, found,
                   incomplete_note(root, metas, ignored, of_root=root_given is not None))
 
@@ -118,6 +118,21 @@ def _read_summary(results: str) -> dict | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def _summed_parts(summaries: list[dict | None]) -> dict | None:
+    """The summary of several parts of a job array as the report shows it: the first part's command and
+    options, files quarantined added up, interrupted if any part was; no scan time (the parts ran apart).
+    None when a part's summary cannot be read: one part's count would pass for all of them."""
+    if not summaries or any(s is None for s in summaries):
+        return None
+    first = summaries[0]
+    moved = [s.get("quarantined") for s in summaries]
+    out = {k: v for k, v in first.items() if k not in ("elapsed", "quarantined")}
+    if all(isinstance(n, int) for n in moved):
+        out["quarantined"] = sum(moved)
+    out["interrupted"] = any(s.get("interrupted") for s in summaries)
+    return out
 
 
 def _quarantine_of(results: str, summary: dict | None) -> str | None:

@@ -318,3 +318,23 @@ def test_a_job_array_with_parts_missing_is_reported_as_incomplete(tmp_path):
     html = out.read_text(encoding="utf-8")
     assert proc.returncode == 0 and "INCOMPLETE" not in proc.stdout + html and 'class="incomplete"' not in html
     assert set(by_path(sections(html)["reasons"])) == bad
+
+
+def test_the_report_of_several_parts_counts_the_moves_of_every_part(tmp_path):
+    """'moved to quarantine' adds up the parts (it was part 0's count alone), for a partial array too."""
+    from support.treegen import make_tree
+
+    from dsclean.scanning.scanner import ScanOptions, scan
+
+    root, state, q = tmp_path / "data", str(tmp_path / "state"), str(tmp_path / "q")
+    make_tree(root, n_good=6, n_bad=9)
+    done = [scan(str(root), ScanOptions(shard=(i, 3), jobs=1, state_dir=state, quarantine=q)) for i in (0, 1)]
+    assert all(s.quarantined for s in done)
+    options = ReportOptions(thumbnails=False, state_dir=state)
+    for last in (False, True):
+        if last:
+            done.append(scan(str(root), ScanOptions(shard=(2, 3), jobs=1, state_dir=state, quarantine=q)))
+        html = open(write_report(str(root), str(tmp_path / "r.html"), options).output, encoding="utf-8").read()
+        moved = sum(s.quarantined for s in done)
+        assert f'<div class="v">{moved}</div><div class="k">moved to quarantine</div>' in html
+        assert ('class="incomplete"' in html) == (not last)
