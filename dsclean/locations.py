@@ -288,11 +288,11 @@ class JobArray:
         """One line for the user: which parts ran, which did not, which part files were ignored."""
         missing = self.missing
         text = (f"{len(self.done)} of the {self.n} parts of a job-array scan of {self.root} ({self.source}: parts "
-                f"{self.names(sorted(self.done))}); ")
+                f"{self.names(sorted(self.done))})")
         if missing:
             how = (f"`{self.commands()[0]}` scans it" if len(missing) == 1 else
                    f"`dsclean scan {self.root} --shard I/{self.n}` scans part I")
-            text += f"part{'s' if len(missing) > 1 else ''} {self.names(missing)} never ran or did not finish ({how})"
+            text += f"; part{'s' if len(missing) > 1 else ''} {self.names(missing)} never ran or did not finish ({how})"
         return text + "".join(f"; ignored: {why}" for why in self.ignored)
 
 
