@@ -22,6 +22,7 @@ import json
 import os
 import socket
 import time
+from dataclasses import dataclass, field
 from typing import Iterator
 
 #: the folder older dsclean versions wrote inside a root; read (never written, never deleted)
@@ -147,6 +148,24 @@ def write_pointer(root: str, results: list[str], *, problems: list[str], summary
     return None
 
 
+def note_restore(root: str, quarantine: str, state_dir: str | None = None) -> None:
+    """Record in every pointer of ``root`` that files are being put back from ``quarantine`` (``dsclean restore``).
+
+    The next scan must not reuse a previous result row of a file put back after that scan
+    (:mod:`dsclean.scanning.reuse` reads the restores in the journals of the pointer's own
+    quarantine and of these); a quarantine that no finished scan recorded (the scan that
+    moved the files was killed) is known to the pointer only this way. Raises OSError."""
+    quarantine = os.path.abspath(quarantine)
+    for base, _ in state_bases(state_dir):
+        folder = root_state_dir(root, base)
+        for path in sorted(glob.glob(os.path.join(glob.escape(folder), tagged(LAST_SCAN_FILE, "*")))):
+            pointer = read_pointer(path)
+            if pointer is None or quarantine == pointer.get("quarantine") \
+                    or quarantine in (pointer.get("restored_from") or []):
+                continue
+            _write_json(path, {**pointer, "restored_from": [*(pointer.get("restored_from") or []), quarantine]})
+
+
 def read_pointer(path: str) -> dict | None:
     """A last-scan pointer's content, or None if there is none (or it is unreadable)."""
     try:
@@ -189,15 +208,28 @@ def pointer_for(root: str, results: list[str], state_dir: str | None = None) -> 
     return None
 
 
-def _complete_parts(folder: str) -> tuple[dict, str] | None:
-    """The newest complete set of part pointers in ``folder`` merged into one pointer, or None."""
-    by_n: dict[int, dict[int, dict]] = {}
-    for path in glob.glob(os.path.join(glob.escape(folder), tagged(LAST_SCAN_FILE, ".part-*-of-*"))):
+def _part_pointers(folder: str) -> Iterator[tuple[str, dict]]:
+    """``(path, pointer)`` of every job-array part's pointer in a root's state folder."""
+    for path in sorted(glob.glob(os.path.join(glob.escape(folder), tagged(LAST_SCAN_FILE, ".part-*-of-*")))):
         p = read_pointer(path)
-        if p and isinstance(p.get("part"), list) and len(p["part"]) == 2:
-            i, n = p["part"]
-            by_n.setdefault(n, {})[i] = p
-    complete = [(n, got) for n, got in by_n.items() if set(got) == set(range(n))]
+        if p and isinstance(p.get("part"), list) and len(p["part"]) == 2 and p["results"]:
+            yield path, p
+
+
+def _array_key(pointer: dict) -> tuple[int, str]:
+    """Which job array a part belongs to: its number of parts and its check options (one array, one rule)."""
+    return pointer["part"][1], str(pointer.get("options"))
+
+
+def _complete_parts(folder: str) -> tuple[dict, str] | None:
+    """The newest complete set of part pointers in ``folder`` merged into one pointer, or None.
+
+    A set is the N parts of one array (:func:`_array_key`): parts of N with other check
+    options are another array, never mixed in."""
+    arrays: dict[tuple[int, str], dict[int, dict]] = {}
+    for _, p in _part_pointers(folder):
+        arrays.setdefault(_array_key(p), {})[p["part"][0]] = p
+    complete = [(key[0], got) for key, got in arrays.items() if set(got) == set(range(key[0]))]
     if not complete:
         return None
     n, got = max(complete, key=lambda c: min(p.get("finished_ns", 0) for p in c[1].values()))
@@ -209,18 +241,134 @@ def _complete_parts(folder: str) -> tuple[dict, str] | None:
     return merged, os.path.join(folder, tagged(LAST_SCAN_FILE, f".part-*-of-{n:04d}"))
 
 
+# --------------------------------------------------------------------------- job arrays with parts missing
+
+
+@dataclass
+class JobArray:
+    """The finished parts of one job-array scan of a root (``dsclean scan ROOT --shard I/N``).
+
+    One array is ``N`` parts scanned with the same check options; part pointers of
+    other arrays (another ``N``, other options) or whose results are gone are never
+    mixed in: they are listed in ``ignored``, each with why.
+    """
+
+    root: str
+    n: int
+    done: dict[int, dict]  # part number -> its pointer (read_pointer)
+    source: str  # which state folder they were found in (--state-dir, DSCLEAN_STATE_DIR, per user)
+    folder: str  # that root state folder
+    ignored: list[str] = field(default_factory=list)  # other part pointers left out, each saying why
+
+    @property
+    def missing(self) -> list[int]:
+        return sorted(set(range(self.n)) - set(self.done))
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing
+
+    @property
+    def results(self) -> list[str]:
+        return [r for i in sorted(self.done) for r in self.done[i]["results"]]
+
+    @property
+    def finished_ns(self) -> int:
+        """When its newest part finished."""
+        return max((p.get("finished_ns", 0) for p in self.done.values()), default=0)
+
+    def names(self, parts: list[int]) -> str:
+        return ", ".join(f"{i}/{self.n}" for i in parts)
+
+    def commands(self) -> list[str]:
+        """The commands that scan the missing parts."""
+        return [f"dsclean scan {self.root} --shard {i}/{self.n}" for i in self.missing]
+
+    def describe(self) -> str:
+        """One line for the user: which parts ran, which did not, which part files were ignored."""
+        missing = self.missing
+        text = (f"{len(self.done)} of the {self.n} parts of a job-array scan of {self.root} ({self.source}: parts "
+                f"{self.names(sorted(self.done))})")
+        if missing:
+            how = (f"`{self.commands()[0]}` scans it" if len(missing) == 1 else
+                   f"`dsclean scan {self.root} --shard I/{self.n}` scans part I")
+            text += f"; part{'s' if len(missing) > 1 else ''} {self.names(missing)} never ran or did not finish ({how})"
+        return text + "".join(f"; ignored: {why}" for why in self.ignored)
+
+
+def job_array(root: str, state_dir: str | None = None) -> JobArray | None:
+    """The newest job array of ``root``: its finished parts, in the first state folder (lookup order) that has any.
+
+    The newest array is the one whose last part finished last; parts of other arrays are
+    ignored and named. None when no part of any array of ``root`` is recorded.
+    """
+    for base, source in state_bases(state_dir):
+        folder = root_state_dir(root, base)
+        arrays: dict[tuple[int, str], dict[int, dict]] = {}
+        ignored: list[str] = []
+        for path, p in _part_pointers(folder):
+            i, n = p["part"]
+            gone = [r for r in p["results"] if not os.path.exists(r)]
+            other = next((o for o in map(lambda r: _other_root(r, root), p["results"]) if o), None)
+            if gone or other:
+                ignored.append(f"part {i}/{n} ({path}): its results " + (
+                    f"no longer exist ({gone[0]})" if gone else f"were overwritten by a scan of {other}"))
+                continue
+            arrays.setdefault(_array_key(p), {})[i] = p
+        if not arrays and not ignored:
+            continue
+        if not arrays:
+            return JobArray(root, 0, {}, source, folder, ignored)
+        newest = max(arrays, key=lambda k: max(p.get("finished_ns", 0) for p in arrays[k].values()))
+        n = newest[0]
+        for (m, options), got in arrays.items():
+            if (m, options) != newest:
+                why = f"an older job array of {m} parts" if m != n else \
+                    f"an older job array of {n} parts scanned with other check options"
+                ignored.append(f"part{'s' if len(got) > 1 else ''} {', '.join(f'{i}/{m}' for i in sorted(got))} "
+                               f"({why}; its verdicts are not mixed with the newer array's)")
+        return JobArray(root, n, arrays[newest], source, folder, ignored)
+    return None
+
+
+@dataclass
+class Found:
+    """What :func:`find_scan` found for a root: the results files, and how much of the tree they cover."""
+
+    paths: list[str]
+    source: str  # one line for the user: where the results came from
+    partial: JobArray | None = None  # set when ``paths`` are only the finished parts of a job array
+    newer: JobArray | None = None  # an unfinished job array newer than the results used (not used)
+
+
 # --------------------------------------------------------------------------- the lookup rule
 
 
 def find_results(root: str, scan_results: list[str] | str | None = None,
                  state_dir: str | None = None, root_moved: bool = False) -> tuple[list[str], str]:
-    """The scan results of ``root``: ``(paths, which source was used)``. THE rule of every command.
+    """The complete scan results of ``root``: ``(paths, where they came from)`` (:func:`find_scan`).
+
+    Only results that cover the whole tree: when just some parts of a job array ran,
+    ``([], "none: ...")`` naming the parts done and missing. Commands that can use the
+    parts that did run call :func:`find_scan` and say what the missing parts leave out.
+    """
+    found = find_scan(root, scan_results, state_dir, root_moved)
+    if found.partial is not None:
+        return [], f"none: no complete scan of {root}: {found.source}"
+    return found.paths, found.source
+
+
+def find_scan(root: str, scan_results: list[str] | str | None = None,
+              state_dir: str | None = None, root_moved: bool = False) -> Found:
+    """The scan results of ``root`` and which source was used. THE rule of every command.
 
     1. ``scan_results`` given (``--scan-results``): those files;
     2. ``state_dir`` (``--state-dir``) or ``$DSCLEAN_STATE_DIR``: the pointer in that state folder;
     3. the pointer in the per-user state folder;
     4. a legacy ``ROOT/.dsclean`` left by dsclean 0.1 (read only: dsclean never writes or deletes it);
-    5. none: ``([], "none ...")``.
+    5. the finished parts of the newest job array whose other parts never ran (:func:`job_array`;
+       ``Found.partial`` says which parts are missing: the caller must say what that leaves out);
+    6. none: ``Found([], "none ...")``.
 
     A pointer whose results files are gone is skipped (and said so). Several paths
     mean the parts of one job array. The description is one line for the user.
@@ -240,7 +388,7 @@ def find_results(root: str, scan_results: list[str] | str | None = None,
                     raise UserError(f"--scan-results {path} records a scan of {other}, not of {root}: another "
                                     "tree's verdicts would let its damaged files through. If this tree was moved "
                                     "or copied from there since the scan, pass --root-moved")
-        return paths, "--scan-results " + " ".join(paths) + (" (--root-moved)" if root_moved else "")
+        return Found(paths, "--scan-results " + " ".join(paths) + (" (--root-moved)" if root_moved else ""))
     skipped: list[str] = []
     for base, source in state_bases(state_dir):
         pointer, where = last_scan(root, base)
@@ -254,12 +402,24 @@ def find_results(root: str, scan_results: list[str] | str | None = None,
         if others:
             skipped.append(f"{where} names results that were overwritten by a scan of {others[0]}")
             continue
-        return pointer["results"], f"the last scan of {root}, recorded in {where} ({source})" + _also(skipped)
+        newer = job_array(root, base)
+        if newer is None or newer.complete or newer.finished_ns <= pointer.get("finished_ns", 0):
+            newer = None
+        also = "" if newer is None else (
+            f"; NOT used: a newer job array of {newer.n} parts, until all its parts have run (parts "
+            f"{newer.names(sorted(newer.done))} done; {newer.names(newer.missing)} missing)")
+        return Found(pointer["results"], f"the last scan of {root}, recorded in {where} ({source})" + also
+                     + _also(skipped), newer=newer)
     legacy = _legacy_results(root)
     if legacy:
-        return [legacy], (f"{legacy}, left inside the root by an older dsclean (read only: dsclean no longer "
-                          f"writes there; you may delete {legacy_state_dir(root)})" + _also(skipped))
-    return [], f"none: no recorded scan of {root}" + _also(skipped)
+        return Found([legacy], (f"{legacy}, left inside the root by an older dsclean (read only: dsclean no longer "
+                                f"writes there; you may delete {legacy_state_dir(root)})" + _also(skipped)))
+    array = job_array(root, state_dir)
+    if array is not None and array.done:
+        return Found(array.results, array.describe() + _also(skipped), partial=array)
+    if array is not None:
+        skipped += array.ignored
+    return Found([], f"none: no recorded scan of {root}" + _also(skipped))
 
 
 #: key of a results file's Parquet schema metadata: {"root", "shard", "options"} (dsclean.scanning.results)

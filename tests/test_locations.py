@@ -96,3 +96,70 @@ def test_unwritable_state_folder_is_a_note_not_a_failure(root, tmp_path):
     assert any("could not record the results location" in n for n in s.notes)
     assert any("scan cache" in n for n in s.notes) is False  # the cache fell back to the report folder
     assert os.path.isdir(tmp_path / "r" / "scan_cache")
+
+
+# --------------------------------------------------------------------------- job arrays with parts missing
+
+
+def _parts(root, tmp_path, n, parts, **check):
+    """Scan parts ``parts`` of a job array of ``n`` (results in tmp_path/r-n); each part finishes after the last."""
+    from dsclean.scanning.check import CheckOptions
+
+    return [scan(root, ScanOptions(shard=(i, n), report_dir=str(tmp_path / f"r-{n}"), jobs=1,
+                                   check=CheckOptions(**check))) for i in parts]
+
+
+def test_some_parts_of_a_job_array_are_found_and_the_missing_ones_named(root, tmp_path):
+    done = _parts(root, tmp_path, 3, [0, 2])
+    found = locations.find_scan(root)
+    assert found.paths == [s.results_path for s in done]
+    assert found.partial is not None and found.partial.missing == [1] and sorted(found.partial.done) == [0, 2]
+    assert "2 of the 3 parts" in found.source and "part 1/3 never ran" in found.source
+    assert f"dsclean scan {root} --shard 1/3" in found.source
+    # the complete-results rule does not pass them off as a scan of the whole tree, and says why
+    paths, source = locations.find_results(root)
+    assert paths == [] and source.startswith(f"none: no complete scan of {root}") and "part 1/3 never ran" in source
+    _parts(root, tmp_path, 3, [1])  # the last part: a complete array, no longer partial
+    found = locations.find_scan(root)
+    assert found.partial is None and len(found.paths) == 3 and locations.find_results(root)[0] == found.paths
+
+
+def test_parts_of_another_job_array_are_never_mixed_in_and_are_named(root, tmp_path):
+    _parts(root, tmp_path, 4, [0, 3])  # an older array of 4 parts, abandoned
+    _parts(root, tmp_path, 3, [0], lenient=True)  # then an array of 3 with other check options, abandoned
+    new = _parts(root, tmp_path, 3, [1, 0])  # the newest array: 3 parts, default options
+    found = locations.find_scan(root)
+    assert found.partial.n == 3 and found.partial.missing == [2]
+    assert found.paths == [new[1].results_path, new[0].results_path]  # part order, this array's files only
+    ignored = " | ".join(found.partial.ignored)
+    assert "parts 0/4, 3/4 (an older job array of 4 parts" in ignored
+    assert "part 0/3" not in ignored  # part 0/3 of the lenient array was overwritten by the new part 0/3
+    assert "ignored: parts 0/4, 3/4" in found.source
+    _parts(root, tmp_path, 3, [2], lenient=True)  # a lone part with other options: its own array, the newest now
+    found = locations.find_scan(root)
+    assert found.partial.n == 3 and sorted(found.partial.done) == [2] and found.partial.missing == [0, 1]
+    assert "parts 0/3, 1/3 (an older job array of 3 parts scanned with other check options" in \
+        " | ".join(found.partial.ignored)
+
+
+def test_an_unfinished_array_newer_than_a_whole_scan_is_named_and_not_used(root, tmp_path):
+    whole = scan(root, ScanOptions(report_dir=str(tmp_path / "whole"), jobs=1))
+    _parts(root, tmp_path, 3, [0, 1])
+    found = locations.find_scan(root)
+    assert found.paths == [whole.results_path] and found.partial is None
+    assert found.newer is not None and found.newer.missing == [2]
+    assert "NOT used: a newer job array of 3 parts" in found.source and "2/3 missing" in found.source
+    again = scan(root, ScanOptions(report_dir=str(tmp_path / "whole"), jobs=1))  # a whole scan after it: no note
+    found = locations.find_scan(root)
+    assert found.paths == [again.results_path] and found.newer is None and "NOT used" not in found.source
+
+
+def test_a_part_whose_results_are_gone_is_ignored_and_said(root, tmp_path):
+    done = _parts(root, tmp_path, 3, [0, 1])
+    os.remove(done[0].results_path)
+    found = locations.find_scan(root)
+    assert found.paths == [done[1].results_path] and found.partial.missing == [0, 2]
+    assert "part 0/3" in found.source and "no longer exist" in found.source
+    os.remove(done[1].results_path)
+    paths, source = locations.find_results(root)
+    assert paths == [] and source.startswith(f"none: no recorded scan of {root}") and "no longer exist" in source

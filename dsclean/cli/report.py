@@ -47,5 +47,6 @@ def format_report_summary(s) -> str:
     thumbs = f"{s.thumbnails:,} thumbnails, {s.placeholders:,} placeholders"
     if s.failed:
         thumbs += f" ({s.failed:,} files crashed or hung a decoder)"
-    return (f"Report: {s.output} ({s.bytes / 1e6:,.1f} MB; {s.files:,} files, {s.problems:,} problems; "
+    line = (f"Report: {s.output} ({s.bytes / 1e6:,.1f} MB; {s.files:,} files, {s.problems:,} problems; "
             f"{thumbs}; {s.elapsed:.1f} s)")
+    return line + (f"\n{s.incomplete}" if getattr(s, "incomplete", None) else "")

@@ -1,7 +1,7 @@
 """Gather, for every media file under the roots, what dups compares: content hash and perceptual hash.
 
-Per root: the last scan's results (:func:`dsclean.locations.find_results`, every part of
-a job array) give the facts of files unchanged since (same size and mtime); files the scan
+Per root: the last scan's results (:func:`dsclean.locations.find_scan`, every part of
+a job array, or the parts that ran of one whose other parts never did) give the facts of files unchanged since (same size and mtime); files the scan
 marked bad are left out; everything else (new or changed files, results
 without fact columns, a root never scanned) is computed in worker processes
 (:mod:`dsclean.dups.worker`). Rows are kept as column arrays (no object per file),
@@ -55,7 +55,7 @@ class Inventory:
     failed: list[str] = field(default_factory=list)  # files that could not be read / killed a worker
     undecodable: int = 0  # hashed but not decoded (no perceptual hash)
     results_files: list[list[str]] = field(default_factory=list)  # per root: the results files read
-    results_sources: list[str] = field(default_factory=list)  # per root: where they came from (find_results)
+    results_sources: list[str] = field(default_factory=list)  # per root: where they came from (find_scan)
 
     def __len__(self) -> int:
         return len(self.root)
@@ -155,7 +155,12 @@ def collect(roots: list[str], *, limits: Limits = Limits(), workers: int = 1, ex
     failed: list[str] = []
     results_files, sources = [], []
     for index, (given, root) in enumerate(zip(roots, abs_roots)):
-        paths, source = locations.find_results(root, state_dir=state_dir) if use_results else ([], "not used (--no-results)")
+        paths, source = [], "not used (--no-results)"
+        if use_results:
+            found = locations.find_scan(root, state_dir=state_dir)
+            paths, source = found.paths, found.source
+            if found.partial is not None:  # the facts of the parts that ran; the others' files are computed here
+                source += ": the files of the missing parts are hashed and decoded here (nothing is left out)"
         results_files.append(paths)
         results = _read_results(paths) if paths else None
         if results is not None and not _with_facts(paths[0]):

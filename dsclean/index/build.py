@@ -14,7 +14,6 @@ Labels and sample order (torchvision ``ImageFolder``'s, or a CSV) are in :mod:`d
 """
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import logging
@@ -188,12 +187,12 @@ def build_index(
                            include_warn=include_warn)
     csv_labels = read_labels_csv(labels_csv) if labels_csv is not None else None  # fail before the walk
 
-    results_paths, summary.results_source = locations.find_results(root, scan_results, state_dir,
-                                                                                 root_moved)
-    partial = False
-    if not results_paths and not scan_results:  # no whole scan, no complete job array: the parts that did run
-        results_paths, summary.results_source = _some_parts(root, state_dir) or ([], summary.results_source)
-        partial = bool(results_paths)
+    found = locations.find_scan(root, scan_results, state_dir, root_moved)
+    results_paths, summary.results_source = found.paths, found.source
+    partial = found.partial is not None  # only the parts of a job array that ran: the others' files are checked here
+    if partial:
+        summary.results_source += ": the files of the missing parts are checked here (run those parts to reuse " \
+                                  "their verdicts)"
     _note(summary, f"scan results: {summary.results_source}", progress)
     results_columns, check_options = _results_info(results_paths, partial) if results_paths else ([], CheckOptions())
     summary.scan_results = ", ".join(results_paths) or None
@@ -666,40 +665,10 @@ def _sniff_kind(full: str, summary: IndexSummary) -> int:
     return KIND_CODE[formats.kind_of(real)]
 
 
-def _some_parts(root: str, state_dir: str | None) -> tuple[list[str], str] | None:
-    """The results of the parts of a job array that did run, when no part set of ``root`` is complete (and no whole
-    scan is recorded), with a description naming the missing parts; None if no part ran.
-
-    Their verdicts are used; the files of the missing parts are not in them, so the build checks those itself.
-    """
-    pattern = locations.tagged(locations.LAST_SCAN_FILE, ".part-*-of-*")
-    for base, source in locations.state_bases(state_dir):
-        by_n: dict[int, dict[int, dict]] = {}
-        for path in glob.glob(os.path.join(glob.escape(locations.root_state_dir(root, base)), pattern)):
-            p = locations.read_pointer(path)
-            if not (p and isinstance(p.get("part"), list) and len(p["part"]) == 2 and p.get("results")):
-                continue
-            if not all(os.path.exists(r) and locations.results_root(r) in (None, os.path.abspath(root),
-                                                                           os.path.realpath(root))
-                       for r in p["results"]):
-                continue  # gone, or overwritten by a scan of another tree
-            i, n = p["part"]
-            by_n.setdefault(n, {})[i] = p
-        if by_n:  # the array whose last part finished last
-            n, got = max(by_n.items(), key=lambda kv: max(p.get("finished_ns", 0) for p in kv[1].values()))
-            missing = sorted(set(range(n)) - set(got))
-            paths = [r for i in sorted(got) for r in got[i]["results"]]
-            return paths, (f"{len(got)} of the {n} parts of a job-array scan of {root} ({source}: parts "
-                           f"{', '.join(f'{i}/{n}' for i in sorted(got))}); parts "
-                           f"{', '.join(f'{i}/{n}' for i in missing)} never ran or did not finish: their files "
-                           "are checked here (run those parts to reuse their verdicts)")
-    return None
-
-
 def _results_info(paths: list[str], partial: bool = False) -> tuple[list[str], CheckOptions]:
     """The columns to read from one scan's results, or from the N parts of a job array (validated), and its options.
 
-    ``partial``: some parts of a job array only (:func:`_some_parts`): they must be parts of one scan."""
+    ``partial``: some parts of a job array only (:func:`dsclean.locations.find_scan`): they must be parts of one scan."""
     import pyarrow.parquet as pq
 
     from ..scanning.merge import check_parts

@@ -10,9 +10,10 @@ trust is the scan cache's: a file rewritten in place with the same size and
 mtime would keep its old checksum; ``dsclean verify`` (which hashes every
 member) reports exactly that, and ``rehash`` hashes everything.
 
-The scan results are found by :func:`dsclean.locations.find_results`, the rule
-every command uses, and read in Parquet batches (bounded memory); rows are
-matched to the index through a 64-bit hash of the path bytes (:func:`path_hashes`,
+The scan results are found by :func:`dsclean.locations.find_scan`, the rule
+every command uses (the parts that ran of an unfinished job array too: a checksum of
+a file unchanged since is right whichever part recorded it; the files of the missing
+parts are hashed here), and read in Parquet batches (bounded memory); rows are matched to the index through a 64-bit hash of the path bytes (:func:`path_hashes`,
 vectorised: ~5x cheaper than a BLAKE2b per row), then compared on the exact path
 bytes, so a collision only costs a file's hash being computed by pack.
 """
@@ -63,7 +64,10 @@ def scan_checksums(idx: MappedIndex) -> tuple[np.ndarray, np.ndarray, str]:
     n = len(idx)
     sums = np.zeros((n, DIGEST_SIZE), np.uint8)
     known = np.zeros(n, bool)
-    paths, source = locations.find_results(str(idx.meta["root"]))
+    found = locations.find_scan(str(idx.meta["root"]))
+    paths, source = found.paths, found.source
+    if found.partial is not None:  # a hash is a hash: the parts that ran are reused, the others' files hashed here
+        source += ": the files of the missing parts are hashed here"
     if not paths:
         return sums, known, source
     keys = path_hashes(idx.offsets, idx.data)

@@ -48,8 +48,9 @@ class ReportSummary:
     placeholders: int = 0
     failed: int = 0  # thumbnails whose decoder crashed or overran (placeholders instead)
     elapsed: float = 0.0
-    results_source: str = ""  # where the scan results came from (dsclean.locations.find_results)
+    results_source: str = ""  # where the scan results came from (dsclean.locations.find_scan)
     notes: list[str] = field(default_factory=list)
+    incomplete: str | None = None  # only some parts of a job array: which files the report leaves out
 
 
 def write_report(target: str, output: str = DEFAULT_OUTPUT, options: ReportOptions = ReportOptions()) -> ReportSummary:
@@ -85,7 +86,8 @@ def write_report(target: str, output: str = DEFAULT_OUTPUT, options: ReportOptio
         _readable_as_umask_allows(tmp)
     return ReportSummary(output=out, bytes=os.path.getsize(out), files=data.files, problems=data.problems_total,
                          thumbnails=stats["made"], placeholders=stats["placeholders"], failed=stats["failed"],
-                         elapsed=time.perf_counter() - start, results_source=src.results_source)
+                         elapsed=time.perf_counter() - start, results_source=src.results_source,
+                         incomplete=src.incomplete)
 
 
 def _describe(data, src, scrub: Scrubber, options: ReportOptions) -> None:
@@ -98,6 +100,8 @@ def _describe(data, src, scrub: Scrubber, options: ReportOptions) -> None:
     data.results = display(scrub(src.results_path)) + (
         f" (+{len(src.results_paths) - 1} more parts)" if len(src.results_paths) > 1 else "")
     data.generated = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    if src.incomplete:
+        data.incomplete = display(scrub(src.incomplete))
     data.version = __version__
     data.report_command = display(scrub.command(list(options.command)))
     summary = src.summary or {}

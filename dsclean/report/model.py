@@ -91,6 +91,7 @@ class ReportData:
     results: str  # display text
     generated: str  # UTC timestamp
     version: str
+    incomplete: str | None = None  # display text: the results are some parts of a job array; what is left out
     scan_command: str = ""
     report_command: str = ""
     scan_options: dict = field(default_factory=dict)

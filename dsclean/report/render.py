@@ -51,11 +51,12 @@ def render(data: ReportData) -> str:
         f'<meta http-equiv="Content-Security-Policy" content="{csp}">',
         '<meta name="referrer" content="no-referrer">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>dsclean report: {esc(data.title)}</title>",
+        f"<title>dsclean report: {esc(data.title)}{' (INCOMPLETE)' if data.incomplete else ''}</title>",
         f"<style>{css}</style></head><body>",
         '<header class="top">',
         f'<h1>dsclean report: <span class="root">{esc(data.title)}</span></h1>',
         f'<div class="sub">made {esc(data.generated)} by dsclean {esc(data.version)} from {esc(data.results)}</div>',
+        f'<p class="incomplete" role="alert">{esc(data.incomplete)}</p>' if data.incomplete else "",
         "</header>",
         '<div class="layout">',
         _toc(data),
@@ -93,7 +94,7 @@ def _stat(value: str, label: str, cls: str = "") -> str:
 def _summary(d: ReportData) -> str:
     bad = sum(d.reasons.get(R.BAD, {}).values())
     warn = sum(d.reasons.get(R.WARN, {}).values())
-    stats = [_stat(f"{d.files:,}", "files checked"), _stat(human_bytes(d.bytes), "total size"),
+    stats = [_stat(f"{d.files:,}", "files checked" + (" (NOT the whole tree)" if d.incomplete else "")), _stat(human_bytes(d.bytes), "total size"),
              _stat(f"{d.files - bad - warn:,}", "ok", "ok"), _stat(f"{bad:,}", "bad", "bad"),
              _stat(f"{warn:,}", "warn", "warn")]
     if d.quarantined is not None:

@@ -28,11 +28,38 @@ class Source:
     summary: dict | None = None  # scan_summary.json, when it is there
     quarantine: str | None = None  # the quarantine folder, when there is one
     results_paths: list[str] = field(default_factory=list)  # every results file (all parts of a job array)
-    results_source: str = ""  # where the results came from (dsclean.locations.find_results), for the user
+    results_source: str = ""  # where the results came from (dsclean.locations.find_scan), for the user
+    incomplete: str | None = None  # the results are some parts of a job array only: which files they leave out
 
     @property
     def results_dir(self) -> str:
         return os.path.dirname(self.results_path)
+
+
+def incomplete_note(root: str, metas: list[dict], ignored: list[str] = (), of_root: bool = False) -> str | None:
+    """What results that are only some parts of a job array leave out (from their files' own metadata), or None.
+
+    ``of_root``: they are every part of ROOT's array that has run (the others never did); else the
+    results files given (``scan --shard I/N --html``, ``report RESULTS``), whatever other parts exist."""
+    shards = [m.get("shard") for m in metas]
+    if not shards or not all(isinstance(s, list) and len(s) == 2 for s in shards):
+        return None
+    n = shards[0][1]
+    done = sorted({s[0] for s in shards})
+    missing = sorted(set(range(n)) - set(done))
+    if not missing:
+        return None
+    names = ", ".join(f"{i}/{n}" for i in missing)
+    one = len(missing) == 1
+    note = (f"INCOMPLETE: this report covers {len(done)} of the {n} parts of a job-array scan of {root} (part"
+            f"{'s' if len(done) > 1 else ''} {', '.join(f'{i}/{n}' for i in done)}). The files of part"
+            f"{'' if one else 's'} {names} are not in it"
+            + (": they were never scanned" if of_root else "")
+            + ", so their problems, duplicates and quality are unknown here and every count leaves them out. "
+            + ((f"Run `dsclean scan {root} --shard {missing[0]}/{n}`" if one else
+                f"Run `dsclean scan {root} --shard I/{n}` for each missing part I") + f", then `dsclean report {root}`."
+               if of_root else f"`dsclean report {root}` reports every part that has run."))
+    return note + "".join(f" Ignored: {why}." for why in ignored)
 
 
 def open_source(target: str, state_dir: str | None = None) -> Source:
@@ -41,6 +68,7 @@ def open_source(target: str, state_dir: str | None = None) -> Source:
     from ..scanning.results import read_results_meta
 
     root_given = None
+    ignored: list[str] = []
     if os.path.isfile(target):
         paths, found = [target], f"the results file {target}"
     elif os.path.isdir(target):
@@ -48,7 +76,9 @@ def open_source(target: str, state_dir: str | None = None) -> Source:
         paths, found = [results], f"the results folder {target}"
         if not os.path.isfile(results):
             root_given = os.path.abspath(target)
-            paths, found = locations.find_results(target, state_dir=state_dir)
+            scan = locations.find_scan(target, state_dir=state_dir)
+            paths, found = scan.paths, scan.source
+            ignored = scan.partial.ignored if scan.partial is not None else []
             if not paths:
                 raise UserError(f"{target}: no scan results found (neither a results folder nor a scanned root: "
                                 f"{found}); run `dsclean scan {target}` first, or give the folder its results were written to")
@@ -60,15 +90,17 @@ def open_source(target: str, state_dir: str | None = None) -> Source:
         import pyarrow.parquet as pq
 
         columns = pq.read_schema(results).names
-        meta = read_results_meta(results)
+        metas = [read_results_meta(p) for p in paths]
     except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
         raise UserError(f"{results} is not a readable dsclean results file: {exc}") from exc
     missing = [c for c in REQUIRED_COLUMNS if c not in columns]
     if missing:
         raise UserError(f"{results} is not a dsclean results file: no column {', '.join(missing)}")
+    meta = metas[0]
     root = root_given or meta.get("root") or ""
-    summary = _read_summary(results)
-    return Source(results, root, columns, meta, summary, _quarantine_of(results, summary), paths, found)
+    summary = _summed_parts([_read_summary(p) for p in paths]) if len(paths) > 1 else _read_summary(results)
+    return Source(results, root, columns, meta, summary, _quarantine_of(results, summary), paths, found,
+                  incomplete_note(root, metas, ignored, of_root=root_given is not None))
 
 
 def _read_summary(results: str) -> dict | None:
@@ -86,6 +118,21 @@ def _read_summary(results: str) -> dict | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def _summed_parts(summaries: list[dict | None]) -> dict | None:
+    """The summary of several parts of a job array as the report shows it: the first part's command and
+    options, files quarantined added up, interrupted if any part was; no scan time (the parts ran apart).
+    None when a part's summary cannot be read: one part's count would pass for all of them."""
+    if not summaries or any(s is None for s in summaries):
+        return None
+    first = summaries[0]
+    moved = [s.get("quarantined") for s in summaries]
+    out = {k: v for k, v in first.items() if k not in ("elapsed", "quarantined")}
+    if all(isinstance(n, int) for n in moved):
+        out["quarantined"] = sum(moved)
+    out["interrupted"] = any(s.get("interrupted") for s in summaries)
+    return out
 
 
 def _quarantine_of(results: str, summary: dict | None) -> str | None:

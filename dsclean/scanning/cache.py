@@ -316,7 +316,7 @@ class ScanCache:
         self._pending_rows = sum(b.num_rows for b in self._pending)
         self._rows = [r for r in self._rows if r[0] != key]
         self._rows.append((key, "", TOMBSTONE, *([None] * (len(_STORED) - 3))))
-        self._maybe_commit()  # with the next batch: a kill -9 before it loses at most this tombstone
+        self._maybe_commit()  # with the next batch: a kill -9 before it loses it (restore writes them again)
 
     def _maybe_commit(self) -> None:
         if self._pending_rows + len(self._rows) >= self._commit_every or \
@@ -416,6 +416,67 @@ class ScanCache:
                 with contextlib.suppress(FileNotFoundError):
                     if now - os.stat(path).st_mtime > _STALE_TEMP_S:
                         os.unlink(path)
+
+
+def forget_before_restore(cache_paths: Iterable[str], rels: list[str]) -> list[str]:
+    """Durable tombstones for ``rels`` in every options folder of these scan caches, before files are put
+    back at those paths (``dsclean restore``); returns the segments written.
+
+    A scan writes a moved file's tombstone with its next cache batch, so a kill -9 soon after the move
+    loses it, and a verdict made with other check options never gets one: either older row (bit rot
+    keeps size and mtime) would answer for the file put back. Each segment is fsynced and renamed into
+    place before this returns; an OSError is raised to the caller, which then moves nothing.
+    """
+    if not rels:
+        return []
+    paths = [encode_path(rel) for rel in rels]
+    written = []
+    for cache_path in cache_paths:
+        for name in sorted(os.listdir(cache_path)) if os.path.isdir(cache_path) else ():
+            folder = os.path.join(cache_path, name)
+            key = _options_of(folder) if name.startswith("verdicts_") and os.path.isdir(folder) else None
+            if key is None:
+                continue  # no readable segment: no verdict to supersede
+            n = len(paths)
+            cols = [pa.array(paths, pa.binary()), pa.array([""] * n), pa.array([TOMBSTONE] * n)]
+            cols += [pa.nulls(n, f.type) for f in list(STORED_SCHEMA)[3:]]
+            batch = pa.RecordBatch.from_arrays([c.cast(f.type) for c, f in zip(cols, STORED_SCHEMA)],
+                                               schema=STORED_SCHEMA)
+            now = time.time_ns()
+            final = os.path.join(folder, f"{now:020d}-{os.getpid()}-restore{now:x}-000001{_SUFFIX}")
+            tmp = os.path.join(folder, f".{os.path.basename(final)}.tmp")
+            try:
+                with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(
+                        sink, STORED_SCHEMA.with_metadata({"options": key}), options=_WRITE_OPTIONS) as w:
+                    w.write_batch(batch)
+                fd = os.open(tmp, os.O_RDONLY)
+                try:
+                    os.fsync(fd)  # its data on disk before its name: a power loss must not leave a torn tombstone
+                finally:
+                    os.close(fd)
+                os.replace(tmp, final)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+                raise
+            from ..atomic import fsync_dir
+
+            fsync_dir(folder)
+            written.append(final)
+    return written
+
+
+def _options_of(folder: str) -> str | None:
+    """The options key of a cache's options folder, from the first of its segments that can be read."""
+    for seg in _segments(folder):
+        try:
+            with pa.memory_map(seg) as source:
+                key = (pa.ipc.open_file(source).schema.metadata or {}).get(b"options")
+        except (OSError, pa.ArrowException):
+            continue
+        if key and os.path.basename(folder) == "verdicts_" + hashlib.sha256(key).hexdigest()[:16]:
+            return key.decode()
+    return None
 
 
 def cached_rows(path: str, mtime_ns: int | None = None) -> int:

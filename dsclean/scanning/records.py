@@ -178,10 +178,46 @@ def restore(qdir: str, root: str | None = None, state_dir: str | None = None) ->
     """
     from .quarantine import restore as restore_files
 
+    _tombstones_before_restore(qdir, root, state_dir)
     report = restore_files(qdir, root)
     if report.restored:
         refresh_after_restore(qdir, _report_dirs(qdir, state_dir))
     return report
+
+
+def _tombstones_before_restore(qdir: str, root: str | None, state_dir: str | None) -> None:
+    """Before any file moves back: tombstones in the scan caches of the roots they go back to, and the
+    quarantine noted in those roots' last-scan pointers.
+
+    A file put back must be checked again by the next scan, never answered by a cached verdict or a
+    previous result row of the same size and mtime (bit rot a --rescan found keeps both). The scan
+    that moved it writes a tombstone with its next cache batch and its results at its end: a kill -9
+    in between loses both, and the last finished scan's results still say ``ok``. So restore writes
+    the tombstones again, durably (:func:`~dsclean.scanning.cache.forget_before_restore`), and tells
+    the pointers where to find the restores (:func:`dsclean.locations.note_restore`).
+    """
+    import glob
+
+    from ..errors import UserError
+    from .cache import forget_before_restore
+
+    by_root: dict[str, list[str]] = {}
+    for state in _folds(os.path.abspath(qdir), None, RecoveryReport()):
+        for _, e in _in_quarantine(state):
+            if isinstance(e.get("root"), str) and isinstance(e.get("src"), str):
+                by_root.setdefault(os.path.abspath(root) if root else e["root"], []).append(e["src"])
+    for where, rels in by_root.items():
+        caches = [c for base, _ in locations.state_bases(state_dir)
+                  for c in glob.glob(os.path.join(glob.escape(locations.root_state_dir(where, base)),
+                                                  locations.CACHE_FILE + "*"))]
+        try:
+            forget_before_restore(caches, rels)
+            locations.note_restore(where, qdir, state_dir)  # and no previous result row of them is reused
+        except OSError as exc:
+            raise UserError(f"could not mark the {len(rels):,} files to restore as unchecked in the scan cache of "
+                            f"{where} ({exc.strerror or exc}; {exc.filename}): the next scan could reuse an old "
+                            "verdict for them. Nothing was restored; free space or fix permissions there, or delete "
+                            "that scan cache (it only saves time)") from exc
 
 
 def _report_dirs(qdir: str, state_dir: str | None) -> list[str]:
@@ -205,8 +241,10 @@ class Status:
     results: list[str] = field(default_factory=list)
     source: str = ""  # which step of the lookup rule found the results
     last_scan: dict | None = None  # the pointer
-    summary: dict | None = None  # the last scan's summary counts
+    summary: dict | None = None  # the last scan's summary counts (of the parts done, for an unfinished job array)
     quarantine: QuarantineState | None = None
+    array: dict | None = None  # an unfinished job array whose done parts are ``results`` (:func:`_array_json`)
+    newer_array: dict | None = None  # an unfinished job array newer than ``results`` (not used by other commands)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -222,15 +260,28 @@ def status(path: str, state_dir: str | None = None) -> Status:
     stem, ext = os.path.splitext(locations.MANIFEST_FILE)
     if any(n.startswith(stem) and n.endswith(ext) for n in os.listdir(path)):
         return Status(path, "quarantine", quarantine=quarantine_state(path))
-    found, source = locations.find_results(path, state_dir=state_dir)
-    st = Status(path, "root", results=found, source=source)
-    st.last_scan = locations.pointer_for(path, found, state_dir)
-    if st.last_scan:
-        st.summary = _summed(st.last_scan.get("summary", []))
-        q = st.last_scan.get("quarantine")
-        if q and os.path.isdir(q):
-            st.quarantine = quarantine_state(q)
+    found = locations.find_scan(path, state_dir=state_dir)
+    st = Status(path, "root", results=found.paths, source=found.source)
+    if found.partial is not None:  # only some parts of a job array ran: what they found, and what is missing
+        pointers = [found.partial.done[i] for i in sorted(found.partial.done)]
+        st.array = _array_json(found.partial)
+        st.summary = _summed([p for pointer in pointers for p in pointer.get("summary", [])])
+        q = next((p["quarantine"] for p in pointers if p.get("quarantine")), None)
+    else:
+        st.last_scan = locations.pointer_for(path, found.paths, state_dir)
+        st.newer_array = _array_json(found.newer) if found.newer is not None else None
+        st.summary = _summed(st.last_scan.get("summary", [])) if st.last_scan else None
+        q = st.last_scan.get("quarantine") if st.last_scan else None
+    if q and os.path.isdir(q):
+        st.quarantine = quarantine_state(q)
     return st
+
+
+def _array_json(array: locations.JobArray) -> dict:
+    """A job array's parts for ``status`` (and its --json): done, missing, the commands to run, ignored pointers."""
+    return {"parts": array.n, "done": sorted(array.done), "missing": array.missing,
+            "finished": max((p.get("finished", "") for p in array.done.values()), default=None),
+            "run": array.commands(), "ignored": array.ignored}
 
 
 def _summed(paths: list[str]) -> dict | None:
@@ -257,18 +308,39 @@ def _summed(paths: list[str]) -> dict | None:
     return total if paths else None
 
 
+def _parts(word: str, parts: list[int], n: int) -> str:
+    """``part 2/3`` or ``parts 0/3, 1/3``."""
+    return f"{word}{'s' if len(parts) != 1 else ''} {', '.join(f'{i}/{n}' for i in parts)}"
+
+
 def format_status(st: Status) -> str:
     lines = []
     if st.kind == "root":
         lines.append(f"root {st.path}")
-        lines.append(f"  results: {', '.join(st.results) or 'none'}")
+        a = st.array
+        if a:
+            files = f" ({st.summary['files']:,} files)" if st.summary else ""
+            lines.append(f"  INCOMPLETE: job array of {a['parts']} parts: {_parts('part', a['done'], a['parts'])} "
+                         f"done{files}, {_parts('part', a['missing'], a['parts'])} missing — run:")
+            lines += [f"    {command}" for command in a["run"]]
+            lines.append("  the files of the missing parts were never scanned: nothing below covers them")
+        lines.append(f"  results{' (parts done)' if a else ''}: {', '.join(st.results) or 'none'}")
         lines.append(f"  found by: {st.source}")
+        if a:
+            lines.append(f"  last part finished {a['finished']}")
         if st.last_scan:
             lines.append(f"  last scan finished {st.last_scan.get('finished')}")
+        if st.newer_array:
+            n = st.newer_array
+            lines.append(f"  a newer job array of {n['parts']} parts is unfinished ({_parts('part', n['done'], n['parts'])}"
+                         f" done, {_parts('part', n['missing'], n['parts'])} missing); the results above are used "
+                         "until every part has run:")
+            lines += [f"    {command}" for command in n["run"]]
         if st.summary:
             s = st.summary
             reasons = ", ".join(f"{r} {n:,}" for r, n in (s.get("bad_reasons") or {}).items())
-            lines.append(f"  {s.get('files') or 0:,} files, {s.get('bad') or 0:,} bad" + (f" ({reasons})" if reasons else "")
+            lines.append(f"  {'in the parts done: ' if a else ''}{s.get('files') or 0:,} files, {s.get('bad') or 0:,} bad"
+                         + (f" ({reasons})" if reasons else "")
                          + (" (dry run)" if s.get("dry_run") else "") + (" INTERRUPTED" if s.get("interrupted") else ""))
             if s.get("move_failures"):
                 lines.append(f"  {s['move_failures']:,} moves failed in that scan (see its problems file)")

@@ -65,7 +65,9 @@ def _moved_paths(results_path: str) -> np.ndarray:
 
 
 def _restored(root: str, paths: list[str], state_dir: str | None) -> np.ndarray:
-    """Hashes of the files put back from the previous scan's quarantine since that scan finished.
+    """Hashes of the files put back since the previous scan finished: from its quarantine, and from any
+    other a restore recorded in its pointer (:func:`dsclean.locations.note_restore`: a scan killed after
+    its moves never recorded its quarantine).
 
     A restore drops a file's line from the problems list, so :func:`_moved_paths` no longer sees that
     it was moved; the journal does (a file moved for a quality flag has an ``ok`` row: reused, it
@@ -73,10 +75,12 @@ def _restored(root: str, paths: list[str], state_dir: str | None) -> np.ndarray:
     from .records import restored_since
 
     pointer = locations.pointer_for(root, paths, state_dir)
-    qdir = pointer.get("quarantine") if pointer else None
-    if not qdir or not os.path.isdir(qdir):
+    if not pointer:
         return np.empty(0, np.int64)
-    return _hashes(restored_since(qdir, root, int(pointer.get("finished_ns") or 0)))
+    since = int(pointer.get("finished_ns") or 0)
+    qdirs = [q for q in [pointer.get("quarantine"), *(pointer.get("restored_from") or [])]
+             if isinstance(q, str) and os.path.isdir(q)]
+    return _hashes([p for q in dict.fromkeys(qdirs) for p in restored_since(q, root, since)])
 
 
 class PreviousResults:

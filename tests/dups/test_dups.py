@@ -278,3 +278,33 @@ def test_a_scan_with_facts_none_holds_no_hashes_so_dups_computes_them_and_says_w
     assert main(["dups", str(root), "--state-dir", state]) == 0
     out = capsys.readouterr().out
     assert "scanned with --facts none" in out and "0 from scan results, 6 computed here" in out
+
+
+def test_a_job_array_with_parts_missing_gives_its_facts_and_the_rest_is_computed(tmp_path, capsys):
+    """2 of 3 parts ran: their facts are used, the missing part's files are hashed and decoded here (nothing is
+    left out), the groups are those of a complete scan, and the output names the missing part."""
+    from dsclean.scanning.scanner import ScanOptions, in_part, scan
+
+    root, state = tmp_path / "r", str(tmp_path / "state")
+    a = synth.jpeg(200, 150, seed=3)
+    write(root, "x/a.jpg", a)
+    write(root, "y/a_copy.jpg", a)
+    for i in range(7):
+        write(root, f"x/{i}.jpg", synth.jpeg(200, 150, seed=10 + i))
+    names = ["x/a.jpg", "y/a_copy.jpg", *(f"x/{i}.jpg" for i in range(7))]
+    write(root, "x/cut.jpg", synth.truncate(synth.jpeg(200, 150, seed=30), 0.5))
+    missing = [n for n in names if in_part(n, (2, 3))]
+    assert missing and len(missing) < len(names)
+    for part in (0, 1):
+        scan(str(root), ScanOptions(shard=(part, 3), state_dir=state, jobs=1, backend="threads"))
+    result = find_duplicates([str(root)], DupsOptions(jobs=2, timeout=30, state_dir=state))
+    s = result.summary
+    cut_done = not in_part("x/cut.jpg", (2, 3))  # the scan's bad verdict, when its part ran
+    assert s.from_results == len(names) - len(missing) and s.computed == len(missing) + (not cut_done)
+    assert s.excluded_bad == int(cut_done)
+    assert len(result.inventory.results_files[0]) == 2
+    assert "2 of the 3 parts" in s.results_sources[0] and "part 2/3 never ran" in s.results_sources[0]
+    assert [sorted(_rel(result, g)) for g in result.groups] == [["x/a.jpg", "y/a_copy.jpg"]]
+    assert main(["dups", str(root), "--state-dir", state, "-j", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "the files of the missing parts are hashed and decoded here" in out and "no recorded scan" not in out

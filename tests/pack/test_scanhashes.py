@@ -185,3 +185,25 @@ def test_a_hash_collision_only_costs_a_hash(scanned, tmp_path, monkeypatch):
     collided = _pack(index, tmp_path / "collided")
     assert collided.scan_hashes == 1 and collided.hashed == reference.scan_hashes - 1
     assert folder_digests(tmp_path / "collided") == folder_digests(tmp_path / "reference")
+
+
+def test_a_job_array_with_parts_missing_gives_its_hashes_and_the_rest_is_hashed(tmp_path):
+    """2 of 3 parts ran: pack reuses the checksums of their files and hashes the missing part's, says so, and
+    writes the same bytes as hashing everything."""
+    from dsclean.scanning.scanner import in_part
+
+    root = tmp_path / "data"
+    make_media(root)
+    for part in (0, 1):
+        scan(str(root), ScanOptions(shard=(part, 3), jobs=1))
+    index = str(tmp_path / "data.arrow")
+    build_index(str(root), index, jobs=1)
+    idx = open_index(index)
+    in_missing = sum(in_part(os.fsdecode(idx.path_bytes(r)), (2, 3)) for r in range(len(idx)))
+    assert 0 < in_missing < len(idx)
+    s = _pack(index, tmp_path / "s")
+    assert s.scan_hashes == len(idx) - in_missing and s.hashed == in_missing
+    assert "2 of the 3 parts" in s.scan_results and "part 2/3 never ran" in s.scan_results
+    assert "the files of the missing parts are hashed here" in s.scan_results
+    _pack(index, tmp_path / "hashed", rehash=True)
+    assert folder_digests(tmp_path / "s") == folder_digests(tmp_path / "hashed")

@@ -275,3 +275,66 @@ def test_hostile_files_cannot_crash_or_hang_the_report(tmp_path):
     assert "crashed the decoder" in shown["c/x__segfault__.jpg"].placeholder
     assert "took longer than 3 s" in shown["c/y__hang__.jpg"].placeholder
     assert "memory" in shown["c/z__oom__.jpg"].placeholder or "crashed" in shown["c/z__oom__.jpg"].placeholder
+
+
+def test_a_job_array_with_parts_missing_is_reported_as_incomplete(tmp_path):
+    """`report ROOT` after 2 of 3 parts: the parts that ran, with a banner naming the files it does not cover;
+    `scan --shard I/N --html` of one part says the same of the others; once every part ran, no banner."""
+    from support.treegen import make_tree
+
+    from dsclean.scanning.scanner import ScanOptions, in_part, scan
+
+    root, state = tmp_path / "data", tmp_path / "state"
+    expected = make_tree(root, n_good=9, n_bad=9)
+    bad = {p for p, v in expected.items() if v == "bad"}
+    in_2 = {p for p in bad if in_part(p, (2, 3))}
+    assert in_2 and bad - in_2  # bad files in the missing part and in the parts done
+    env = {**os.environ, "DSCLEAN_STATE_DIR": str(state)}
+    done = [scan(str(root), ScanOptions(shard=(i, 3), jobs=1, state_dir=str(state))) for i in (0, 1)]
+    out = tmp_path / "r.html"
+    proc = run_cli("report", root, "-o", out, "--no-thumbnails", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "INCOMPLETE: this report covers 2 of the 3 parts" in proc.stdout and "part 2/3" in proc.stdout
+    html = out.read_text(encoding="utf-8")
+    assert "<title>dsclean report: data (INCOMPLETE)</title>" in html
+    banner = html.split('<p class="incomplete" role="alert">')[1].split("</p>")[0]
+    assert "covers 2 of the 3 parts" in banner and "The files of part 2/3 are not in it: they were never scanned" \
+        in banner and "dsclean scan ROOT --shard 2/3" in banner
+    assert html.index('class="incomplete"') < html.index('<section id="summary">')  # above everything else
+    assert f'<div class="v">{sum(s.files for s in done)}</div><div class="k">files checked (NOT the whole tree)' \
+        in html
+    shown = set(by_path(sections(html)["reasons"]))
+    assert shown == bad - in_2
+    # the report of one part, written by the scan itself: the other parts are named as not covered
+    proc = run_cli("scan", root, "--shard", "2/3", "-j", "1", "--html", tmp_path / "p2.html", env=env)
+    assert proc.returncode in (0, 1), proc.stderr
+    assert "INCOMPLETE: this report covers 1 of the 3 parts" in proc.stdout
+    html = (tmp_path / "p2.html").read_text(encoding="utf-8")
+    banner = html.split('<p class="incomplete" role="alert">')[1].split("</p>")[0]
+    assert "The files of parts 0/3, 1/3 are not in it" in banner and "never scanned" not in banner
+    assert set(by_path(sections(html)["reasons"])) == in_2
+    # every part has run now: the root's report is the whole tree's, without a banner
+    proc = run_cli("report", root, "-o", out, "--no-thumbnails", env=env)
+    html = out.read_text(encoding="utf-8")
+    assert proc.returncode == 0 and "INCOMPLETE" not in proc.stdout + html and 'class="incomplete"' not in html
+    assert set(by_path(sections(html)["reasons"])) == bad
+
+
+def test_the_report_of_several_parts_counts_the_moves_of_every_part(tmp_path):
+    """'moved to quarantine' adds up the parts (it was part 0's count alone), for a partial array too."""
+    from support.treegen import make_tree
+
+    from dsclean.scanning.scanner import ScanOptions, scan
+
+    root, state, q = tmp_path / "data", str(tmp_path / "state"), str(tmp_path / "q")
+    make_tree(root, n_good=6, n_bad=9)
+    done = [scan(str(root), ScanOptions(shard=(i, 3), jobs=1, state_dir=state, quarantine=q)) for i in (0, 1)]
+    assert all(s.quarantined for s in done)
+    options = ReportOptions(thumbnails=False, state_dir=state)
+    for last in (False, True):
+        if last:
+            done.append(scan(str(root), ScanOptions(shard=(2, 3), jobs=1, state_dir=state, quarantine=q)))
+        html = open(write_report(str(root), str(tmp_path / "r.html"), options).output, encoding="utf-8").read()
+        moved = sum(s.quarantined for s in done)
+        assert f'<div class="v">{moved}</div><div class="k">moved to quarantine</div>' in html
+        assert ('class="incomplete"' in html) == (not last)

@@ -403,3 +403,57 @@ def test_a_full_state_folder_costs_the_cache_not_the_scan(tmp_path, monkeypatch,
     assert "scan cache" in out and "could not be written" in out
     assert len(dsclean.read_problems(str(q))) == 6 and len(dsclean.read_results(str(q))) == 2006
     assert sum(1 for p in q.rglob("*") if p.is_file() and p.parent != q) == 6  # the bad files, moved
+
+
+_KILLABLE_RESCAN = """
+import sys
+from dsclean.scanning.scanner import ScanOptions, scan
+root, q, r = sys.argv[1:4]
+scan(root, ScanOptions(rescan=True, quarantine=q, report_dir=r, jobs=2, chunk_size=1))
+"""
+
+
+def test_a_tombstone_survives_a_kill_9_right_after_the_move(tmp_path):
+    """The worst moment for the tombstone: a --rescan has found bit rot (same size and mtime as the ok row
+    of an earlier scan) and moved the file, and is killed -9 before its next cache batch. Restored, the
+    rotten file must be checked again, not answered 'ok' by the old row (which would let index ship it)."""
+    import json
+
+    root, q = tmp_path / "data", tmp_path / "q"
+    good = synth.jpeg(64, 64)
+    p = write(root, "a/x.jpg", good)
+    write(root, "a/y.jpg", synth.jpeg(64, 64, seed=1))
+    st = os.stat(p)
+    assert _scan(root, tmp_path, report_dir=str(tmp_path / "r1"), dry_run=True).bad == 0  # cached: x.jpg ok
+    with open(p, "r+b") as f:
+        f.write(b"\0" * len(good))  # bit rot: the same size and mtime
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    stall = write(root, "b/stall__hang__.jpg", synth.jpeg(8, 8, seed=2))  # keeps the scan busy after the move
+    env = {**os.environ, "DSCLEAN_TEST_FAULTS": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", _KILLABLE_RESCAN, str(root), str(q), str(tmp_path / "r2")],
+                            env=env, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and p.exists():  # moved: the journal's "done" is written after the move
+            time.sleep(0.01)
+        done = []
+        while time.time() < deadline and not done:
+            journal = [json.loads(line) for f in q.glob("manifest*.jsonl") for line in f.read_text().splitlines()]
+            done = [e for e in journal if e["op"] == "done"]
+            time.sleep(0.01)
+        assert done and proc.poll() is None, "the scan finished (or never moved x.jpg) before it could be killed"
+    finally:
+        os.killpg(proc.pid, 9)  # the scan and its workers, the stalled one included
+        proc.wait()
+    os.unlink(stall)
+    assert dsclean.restore(str(q)).restored == 1  # the rotten file is back: the same bytes, size and mtime
+    assert os.stat(p).st_mtime_ns == st.st_mtime_ns and p.read_bytes() == b"\0" * len(good)
+    again = _scan(root, tmp_path, dry_run=True, report_dir=str(tmp_path / "r3"))
+    verdicts = {v.path: (v.status, v.reason) for v in dsclean.iter_verdicts(str(tmp_path / "r3"))}
+    assert verdicts["a/x.jpg"][0] == "bad", verdicts  # checked again, not the old 'ok' of the good bytes
+    assert again.cached == 1  # y.jpg
+    from dsclean.index.store import open_index
+
+    dsclean.build_index(str(root), str(tmp_path / "i.arrow"), jobs=1)  # what the user trains on
+    idx = open_index(str(tmp_path / "i.arrow"))
+    assert [os.fsdecode(idx.path_bytes(i)) for i in range(len(idx))] == ["a/y.jpg"]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import glob
+import json
 import os
 import subprocess
 import sys
@@ -160,3 +161,46 @@ def test_status_of_a_root_adds_up_every_part(tree, tmp_path):
     assert st.summary["bad"] == sum(s.bad for s in summaries) == 12
     assert sum(st.summary["bad_reasons"].values()) == 12
     assert "42 files, 12 bad" in format_status(st)
+
+
+def test_status_of_a_root_whose_job_array_ran_only_some_parts(tree, tmp_path, monkeypatch):
+    """3 of 8 parts done is not 'never scanned': status names the parts done and missing, the commands that run
+    the missing ones, and what the done parts found; a stale part of an older array is named, not counted."""
+    monkeypatch.setenv("DSCLEAN_STATE_DIR", str(tmp_path / "state"))
+    scan(str(tree), ScanOptions(shard=(3, 4), report_dir=str(tmp_path / "old"), jobs=1))  # an abandoned array of 4
+    done = [scan(str(tree), ScanOptions(shard=(i, N), report_dir=str(tmp_path / "r"), jobs=1)) for i in (0, 1)]
+    proc = subprocess.run([sys.executable, "-m", "dsclean", "status", str(tree)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    files, bad = sum(s.files for s in done), sum(s.bad for s in done)
+    assert 0 < files < 42
+    assert f"INCOMPLETE: job array of 3 parts: parts 0/3, 1/3 done ({files} files), part 2/3 missing" in out
+    assert f"dsclean scan {tree} --shard 2/3" in out
+    assert f"in the parts done: {files} files, {bad} bad" in out
+    assert "ignored: part 3/4 (an older job array of 4 parts" in out
+    assert "no recorded scan" not in out
+    proc = subprocess.run([sys.executable, "-m", "dsclean", "status", str(tree), "--json"], capture_output=True,
+                          text=True)
+    st = json.loads(proc.stdout)
+    assert st["array"]["parts"] == 3 and st["array"]["done"] == [0, 1] and st["array"]["missing"] == [2]
+    assert st["array"]["run"] == [f"dsclean scan {tree} --shard 2/3"]
+    assert st["results"] == [s.results_path for s in done] and st["summary"]["files"] == files
+    scan(str(tree), ScanOptions(shard=(2, N), report_dir=str(tmp_path / "r"), jobs=1))  # the last part
+    from dsclean.scanning.records import format_status, status
+
+    st = status(str(tree))
+    assert st.array is None and st.summary["files"] == 42 and "INCOMPLETE" not in format_status(st)
+
+
+def test_status_names_an_unfinished_array_newer_than_the_scan_it_reports(tree, tmp_path, monkeypatch):
+    from dsclean.scanning.records import format_status, status
+
+    monkeypatch.setenv("DSCLEAN_STATE_DIR", str(tmp_path / "state"))
+    whole = scan(str(tree), ScanOptions(report_dir=str(tmp_path / "whole"), jobs=1))
+    scan(str(tree), ScanOptions(shard=(1, N), report_dir=str(tmp_path / "r"), jobs=1))
+    st = status(str(tree))
+    assert st.results == [whole.results_path] and st.summary["files"] == 42
+    assert st.newer_array["missing"] == [0, 2]
+    text = format_status(st)
+    assert "a newer job array of 3 parts is unfinished (part 1/3 done, parts 0/3, 2/3 missing)" in text
+    assert f"dsclean scan {tree} --shard 0/3" in text and f"dsclean scan {tree} --shard 2/3" in text
