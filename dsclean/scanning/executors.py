@@ -32,10 +32,12 @@ import io
 import itertools
 import multiprocessing
 import multiprocessing.connection
-from multiprocessing import context as mp_context, forkserver, popen_forkserver, reduction, spawn, util
+from multiprocessing import context as mp_context, forkserver, popen_forkserver, reduction, resource_tracker, spawn, util
 from multiprocessing.context import set_spawning_popen
 import os
 import signal
+import socket
+import sys
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
@@ -150,15 +152,17 @@ def local_pool(workers: int, formats: Iterable[str] | None = None, facts: bool =
     return pool
 
 
-def start_local_workers(formats: Iterable[str] | None = None, facts: bool = True) -> None:
+def start_local_workers(formats: Iterable[str] | None = None, facts: bool = True, fork_here: bool = False) -> None:
     """Start the forkserver now (it imports the checkers in the background while this process goes on).
 
     ``formats``: the formats expected (None: any); the forkserver preloads only their checkers (see
-    :func:`preload_modules`; ``facts``: the scan records facts).
+    :func:`preload_modules`; ``facts``: the scan records facts). ``fork_here``: start it (and the
+    resource tracker) as forks of this process rather than fresh interpreters (:func:`_fork_helpers`):
+    for the ``dsclean`` command, whose process is still small and single-threaded when it calls this.
     """
     if multiprocessing.current_process().daemon:
         return  # a daemonic process cannot start one; the scan says why when it needs workers
-    _fresh_process_context(formats, facts)
+    _fresh_process_context(formats, facts, fork_here)
 
 
 def stop_local_workers() -> None:
@@ -324,13 +328,15 @@ class _WorkerContext(mp_context.ForkServerContext):
     Process = _WorkerProcess
 
 
-def _fresh_process_context(formats: Iterable[str] | None = None, facts: bool = True):
+def _fresh_process_context(formats: Iterable[str] | None = None, facts: bool = True, fork_here: bool = False):
     """A forkserver: each child forks from a clean, single-threaded, pre-imported server.
 
     The server preloads this module (the workers' code, and everything a pool worker unpickles)
     and the checkers of ``formats`` (None: all). Only the first call starts a server, so only its
     ``formats`` count: a worker imports any other checker it needs on first use, for itself
     (a tree of sounds never loads Pillow; a tree of JPEGs never loads libsndfile).
+    ``fork_here`` (and this process single-threaded): the server and the resource tracker are forks
+    of this process (:func:`_fork_helpers`); else fresh interpreters, as multiprocessing starts them.
     """
     global _context
     with _context_lock:  # a Dask worker's task threads can get here at once
@@ -338,13 +344,86 @@ def _fresh_process_context(formats: Iterable[str] | None = None, facts: bool = T
             atexit.register(stop_local_workers)
             context = _WorkerContext()
             context.set_forkserver_preload(preload_modules(formats, facts))
-            os.environ[_SERVER_ENV] = "1"  # seen by the server alone: it inherits this environment, then drops it
-            try:
-                forkserver.ensure_running()
-            finally:
-                os.environ.pop(_SERVER_ENV, None)
+            if fork_here and threading.active_count() == 1 and forkserver._forkserver._forkserver_pid is None:
+                _fork_helpers(preload_modules(formats, facts))
+            else:
+                os.environ[_SERVER_ENV] = "1"  # seen by the server alone: it inherits this environment, then drops it
+                try:
+                    forkserver.ensure_running()
+                finally:
+                    os.environ.pop(_SERVER_ENV, None)
             _context = context
     return _context
+
+
+def _fork_helpers(preload: list[str]) -> None:
+    """Start multiprocessing's resource tracker and the workers' forkserver as forks of this process.
+
+    What ``forkserver.ensure_running`` does (and ``resource_tracker.ensure_running`` before it), with
+    ``os.fork`` where multiprocessing starts a fresh interpreter: each fresh one costs a Python
+    start-up and its imports again (~0.1 CPU-s each, on the same two cores as the scan's own start;
+    BENCHMARKS.md section 10), a fork ~2 ms, and the server inherits what this process has imported.
+    Only for a small, single-threaded process (the ``dsclean`` command before it imports the scan):
+    the server must be the clean single-threaded process each worker forks from. Both run
+    multiprocessing's own ``main`` functions, then end with ``os._exit`` (no teardown, no atexit
+    handler of this process, nothing buffered written twice).
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    tracker = resource_tracker._resource_tracker
+    r, w = os.pipe()
+    # as multiprocessing does: SIGINT/SIGTERM blocked until the tracker ignores them (it must outlive a Ctrl-C)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        pid = _fork_as("tracker")
+        if pid == 0:
+            _run_forked(resource_tracker.main, r, close=(w,))
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    os.close(r)
+    tracker._fd, tracker._pid = w, pid
+
+    server = forkserver._forkserver
+    address = multiprocessing.connection.arbitrary_address("AF_UNIX")
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(address)
+        os.chmod(address, 0o600)
+        listener.listen()
+        alive_r, alive_w = os.pipe()  # the server ends when this process closes alive_w (stop_local_workers)
+        pid = _fork_as("1")
+        if pid == 0:
+            _run_forked(forkserver.main, listener.fileno(), alive_r, preload, close=(alive_w, w))
+        os.close(alive_r)
+    server._forkserver_address, server._forkserver_alive_fd, server._forkserver_pid = address, alive_w, pid
+
+
+def _fork_as(role: str) -> int:
+    """``os.fork()``, the child's role in :data:`_SERVER_ENV` while the fork runs (for at-fork hooks such as
+    ``scripts/scan_timeline.py``'s; the child drops it at once, so its own children never see it)."""
+    os.environ[_SERVER_ENV] = role
+    try:
+        return os.fork()
+    finally:
+        os.environ.pop(_SERVER_ENV, None)
+
+
+def _run_forked(main: Callable, *args, close: tuple[int, ...]) -> None:
+    """In a child of :func:`_fork_helpers`: close this process's ends of its pipes, run ``main``, ``os._exit``."""
+    code = 0
+    try:
+        for fd in close:
+            os.close(fd)
+        main(*args)
+    except SystemExit:  # the forkserver's way of ending when the scan's process is gone
+        pass
+    except BaseException:
+        code = 1
+        sys.excepthook(*sys.exc_info())
+    finally:
+        try:
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
 
 
 def preload_modules(formats: Iterable[str] | None = None, facts: bool = True) -> list[str]:
