@@ -170,6 +170,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
         allow_inside_root=args.allow_inside_root,
         progress=False if (args.quiet or args.json) else None,
         command=("dsclean", *getattr(args, "argv", ())),
+        keep_workers=False,  # one scan per command: the workers end while the results are written
     )
     summary = scan(args.root, options)
     if args.backend == "processes":  # one scan per command: stop its workers now, not at exit (see cli.exit_now)

@@ -130,6 +130,7 @@ def _dask_pool(scheduler: str | None) -> Pool:
 
 
 _local: tuple[ProcessPoolExecutor, int, str | None] | None = None
+_leaving: list[ProcessPoolExecutor] = []  # pools told to end (release_local_workers), waited for by stop_local_workers
 
 
 def local_pool(workers: int, formats: Iterable[str] | None = None, facts: bool = True) -> ProcessPoolExecutor:
@@ -178,9 +179,25 @@ def stop_local_workers() -> None:
         pool = _local[0]
         _local = None
         pool.shutdown(wait=True, cancel_futures=True)
+    while _leaving:
+        _leaving.pop().shutdown(wait=True)
     server = forkserver._forkserver  # the one the forkserver context uses; _stop: close its pipe, waitpid
     if getattr(server, "_forkserver_pid", None) is not None and hasattr(server, "_stop"):
         server._stop()
+
+
+def release_local_workers() -> None:
+    """Tell the kept workers to end once idle, without waiting for them (:func:`stop_local_workers` does).
+
+    For a process that scans once (the ``dsclean`` command): its workers exit while it writes its
+    results, instead of after. A later scan in this process starts a new pool.
+    """
+    global _local
+    if _local is not None:
+        pool = _local[0]
+        _local = None
+        pool.shutdown(wait=False)
+        _leaving.append(pool)
 
 
 def _lost_worker(exc: BaseException) -> bool:
@@ -196,6 +213,7 @@ def run_checks(
     backend: str = "loky",
     scheduler: str | None = None,
     batches: bool = False,
+    release: bool = False,
 ) -> Iterator[list[Verdict]] | Iterator["Chunk"]:
     """Yield verdict chunks as they finish. Closing the generator cancels what is still queued.
 
@@ -228,6 +246,8 @@ def run_checks(
                 task = partial(as_batch, pool.task) if batches else pool.task
                 in_flight[pool.executor.submit(task, root, chunk, options)] = chunk
             if not in_flight:
+                if release and backend == "processes":
+                    release_local_workers()
                 return
             done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
             lost: list[list[str]] = []
@@ -255,12 +275,16 @@ def run_checks(
 
 
 def _last_split(chunks: Iterator[list], pieces: int) -> Iterator[list]:
-    """The chunks as they come, except the last one, cut into ``pieces`` smaller chunks.
+    """The chunks as they come, except the last one, cut into pieces that shrink as they go.
 
     Workers take tasks in order as they free up, so the scan ends when the last task does:
     with the last chunk whole, one worker can sit idle for most of a chunk's time while
-    another finishes it (up to ~0.2 s of a 2-worker scan of 3,000 JPEGs). Cut into small
-    pieces, the last files go to whichever worker is free. Holds one chunk back to know which is last.
+    another finishes it (up to ~0.2 s of a 2-worker scan of 3,000 JPEGs). Each piece is
+    1/``pieces`` of what is left of the chunk (guided self-scheduling), down to 1/8 of that
+    share of the whole chunk: the first pieces keep the workers busy while the others finish their
+    last whole chunk, the last ones are small, so the workers run out of work within a few files'
+    time of each other (the pieces cost ~1 ms each in this process). Holds one chunk back to know
+    which is last.
     """
     held = next(chunks, None)
     for chunk in chunks:
@@ -268,9 +292,15 @@ def _last_split(chunks: Iterator[list], pieces: int) -> Iterator[list]:
         held = chunk
     if held is None:
         return
-    size = -(-len(held) // pieces)  # ceiling: at most `pieces` pieces, none empty
-    for start in range(0, len(held), size):
+    if pieces <= 1:
+        yield held
+        return
+    smallest = -(-len(held) // (8 * pieces))
+    start = 0
+    while start < len(held):
+        size = max(smallest, -(-(len(held) - start) // pieces))  # ceilings: never an empty piece
         yield held[start : start + size]
+        start += size
 
 
 # ---- fresh processes: one chunk, or one file, per process -------------------------------------

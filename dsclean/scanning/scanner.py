@@ -68,6 +68,7 @@ class ScanOptions:
     command: tuple[str, ...] = ()  # the command line that started the scan, recorded in the summary
     flags: FlagOptions = FlagOptions()  # quality flag thresholds (flags need check.facts)
     quarantine_flags: tuple[str, ...] = ()  # quality flags whose files are quarantined too (reason `flagged`)
+    keep_workers: bool = True  # keep local worker processes for a next scan; False: they end with the last check
 
 
 @dataclass
@@ -275,7 +276,7 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
                 to_check = _skip_cached(root, media, None if options.rescan else cache, sink, options.chunk_size, stop,
                                         options.chunk_bytes, identities, previous)
                 checks = run_checks(root, to_check, options.check, jobs, options.backend, options.scheduler,
-                                    batches=True)
+                                    batches=True, release=not options.keep_workers)
                 for chunk in checks:
                     sink.handle_chunk(chunk)
                     if stop.signum:
