@@ -398,8 +398,9 @@ def _fork_helpers(preload: list[str]) -> None:
     multiprocessing's own ``main`` functions, then end with ``os._exit`` (no teardown, no atexit
     handler of this process, nothing buffered written twice).
     """
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            stream.flush()
     tracker = resource_tracker._resource_tracker
     r, w = os.pipe()
     # as multiprocessing does: SIGINT/SIGTERM blocked until the tracker ignores them (it must outlive a Ctrl-C)
@@ -417,7 +418,8 @@ def _fork_helpers(preload: list[str]) -> None:
     address = multiprocessing.connection.arbitrary_address("AF_UNIX")
     with socket.socket(socket.AF_UNIX) as listener:
         listener.bind(address)
-        os.chmod(address, 0o600)
+        if not util.is_abstract_socket_namespace(address):
+            os.chmod(address, 0o600)
         listener.listen()
         alive_r, alive_w = os.pipe()  # the server ends when this process closes alive_w (stop_local_workers)
         pid = _fork_as("1")
