@@ -381,3 +381,23 @@ def test_a_process_with_threads_starts_fresh_interpreters(tmp_path):
         executors.stop_local_workers()
     """)
     assert out.split() == ["True"]
+
+
+def test_a_first_scan_never_imports_pyarrow_compute(tmp_path):
+    """`import pyarrow.compute` is ~75 ms of the main process's start (it wraps every kernel): a first scan,
+    bad files included (their rows are taken out of the batch), calls the kernels it needs by name."""
+    root = tmp_path / "data"
+    for i in range(5):
+        write(root, f"{i}.jpg", synth.jpeg(32, 32, seed=i))
+    write(root, "cut.jpg", synth.truncate(synth.jpeg(64, 64), 0.5))
+    out = _run(f"""
+        import sys
+        from dsclean.cli import main
+        code = main(["scan", {str(root)!r}, "--jobs", "2", "--dry-run", "--rescan", "--quiet", "--facts", "none",
+                     "--state-dir", {str(tmp_path / "s")!r}, "--report", {str(tmp_path / "r")!r}])
+        print(code, "pyarrow.compute" in sys.modules)
+    """)
+    assert out.split() == ["0", "False"]
+    from dsclean import iter_verdicts
+
+    assert {v.path: v.reason for v in iter_verdicts(str(tmp_path / "r"), status="bad")} == {"cut.jpg": "truncated"}
