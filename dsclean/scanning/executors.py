@@ -441,6 +441,8 @@ def _fork_as(role: str) -> int:
 
 def _run_forked(main: Callable, *args, close: tuple[int, ...]) -> None:
     """In a child of :func:`_fork_helpers`: close this process's ends of its pipes, run ``main``, ``os._exit``."""
+    global _context_lock
+    _context_lock = threading.Lock()  # the parent held it across the fork: not the child's to keep
     code = 0
     try:
         for fd in close:
