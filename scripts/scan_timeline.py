@@ -62,7 +62,8 @@ if _LOG:
     _log("site")
 
     def _child():
-        _role[0] = "worker"
+        # dsclean forks its forkserver and resource tracker from the scan's process, saying which in this variable
+        _role[0] = {"1": "forkserver", "tracker": "tracker"}.get(os.environ.get("DSCLEAN_FORKSERVER"), "worker")
         _log("forked")
 
     os.register_at_fork(after_in_child=_child)

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 from support import synth
 from support.files import write
@@ -89,8 +90,10 @@ def test_a_first_scan_starts_its_workers_before_importing_the_scan(tmp_path):
 _CLI_STARTS = """
     import sys
     from multiprocessing import forkserver
-    real = forkserver.ensure_running
+    from dsclean.scanning import executors
+    real, forked = forkserver.ensure_running, executors._fork_helpers
     forkserver.ensure_running = lambda: (print("FORKSERVER"), real())[1]
+    executors._fork_helpers = lambda preload: (print("FORKSERVER"), forked(preload))[1]
     from dsclean.cli import main
     print("EXIT", main(["scan", *sys.argv[1:]]))
 """
@@ -307,3 +310,94 @@ def test_a_checker_imported_mid_scan_is_not_on_the_files_clock(tmp_path):
         print(v.status, v.reason)
     """)
     assert out.split() == ["ok", "None"]
+
+
+_HELPERS = """
+    import json, os, sys
+    from multiprocessing import forkserver, resource_tracker
+    from dsclean.cli.scan import parse_early
+    args = parse_early(sys.argv[1:])
+    server, tracker = forkserver._forkserver._forkserver_pid, resource_tracker._resource_tracker._pid
+    def cmdline(pid):
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().split(b"\\0")
+    def parent(pid):
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    mine = cmdline(os.getpid())
+    print(json.dumps({"same": [cmdline(p) == mine for p in (server, tracker)],
+                      "parent": [parent(p) == os.getpid() for p in (server, tracker)], "tracker": tracker}))
+    sys.stdout.flush()
+    code = args.func(args)
+    assert not os.path.exists(f"/proc/{server}"), server  # stopped and reaped by the scan
+    print("EXIT", code)
+"""
+
+
+def test_the_command_forks_its_forkserver_and_tracker_and_isolates_crashes(tmp_path):
+    """`dsclean scan` forks the forkserver and the resource tracker from its own process (no fresh interpreters);
+    workers forked from that server still isolate a segfaulting file, and both helpers end with the scan."""
+    root = tmp_path / "data"
+    for i in range(6):
+        write(root, f"a/{i}.jpg", synth.jpeg(16, 16, seed=i))
+    write(root, "a/x__segfault__.jpg", synth.jpeg(16, 16))
+    options = [str(root), "--jobs", "2", "--dry-run", "--quiet", "--facts", "none", "--state-dir", str(tmp_path / "s"),
+               "--report", str(tmp_path / "r")]
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(_HELPERS), *options], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "DSCLEAN_TEST_FAULTS": "1"})
+    assert out.returncode == 0, out.stderr
+    first, last = out.stdout.strip().split("\n")
+    tracker = json.loads(first).pop("tracker")
+    assert json.loads(first) == {"same": [True, True], "parent": [True, True], "tracker": tracker}
+    assert last == "EXIT 0"
+    for _ in range(100):  # the tracker ends when the command's process has ended (its pipe's last writer)
+        if not os.path.exists(f"/proc/{tracker}") or open(f"/proc/{tracker}/stat").read().split()[2] == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the resource tracker {tracker} outlived the scan")
+    from dsclean import iter_verdicts
+
+    verdicts = {v.path: (v.status, v.reason) for v in iter_verdicts(str(tmp_path / "r"))}
+    assert verdicts.pop("a/x__segfault__.jpg") == ("bad", "decoder_crash")
+    assert verdicts == {f"a/{i}.jpg": ("ok", None) for i in range(6)}
+
+
+def test_a_process_with_threads_starts_fresh_interpreters(tmp_path):
+    """Forking is for the command's small single-threaded process: with another thread running (a user's
+    program, a Dask worker), the forkserver is a fresh interpreter, as multiprocessing starts it."""
+    out = _run("""
+        import threading, os
+        from multiprocessing import forkserver
+        from dsclean.scanning import executors
+        stop = threading.Event()
+        t = threading.Thread(target=stop.wait)
+        t.start()
+        executors.start_local_workers(["jpeg"], facts=False, fork_here=True)
+        with open(f"/proc/{forkserver._forkserver._forkserver_pid}/cmdline", "rb") as f:
+            print(b"multiprocessing.forkserver" in f.read())
+        stop.set()
+        t.join()
+        executors.stop_local_workers()
+    """)
+    assert out.split() == ["True"]
+
+
+def test_a_first_scan_never_imports_pyarrow_compute(tmp_path):
+    """`import pyarrow.compute` is ~75 ms of the main process's start (it wraps every kernel): a first scan,
+    bad files included (their rows are taken out of the batch), calls the kernels it needs by name."""
+    root = tmp_path / "data"
+    for i in range(5):
+        write(root, f"{i}.jpg", synth.jpeg(32, 32, seed=i))
+    write(root, "cut.jpg", synth.truncate(synth.jpeg(64, 64), 0.5))
+    out = _run(f"""
+        import sys
+        from dsclean.cli import main
+        code = main(["scan", {str(root)!r}, "--jobs", "2", "--dry-run", "--rescan", "--quiet", "--facts", "none",
+                     "--state-dir", {str(tmp_path / "s")!r}, "--report", {str(tmp_path / "r")!r}])
+        print(code, "pyarrow.compute" in sys.modules)
+    """)
+    assert out.split() == ["0", "False"]
+    from dsclean import iter_verdicts
+
+    assert {v.path: v.reason for v in iter_verdicts(str(tmp_path / "r"), status="bad")} == {"cut.jpg": "truncated"}

@@ -170,6 +170,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
         allow_inside_root=args.allow_inside_root,
         progress=False if (args.quiet or args.json) else None,
         command=("dsclean", *getattr(args, "argv", ())),
+        keep_workers=False,  # one scan per command: the workers end while the results are written
     )
     summary = scan(args.root, options)
     if args.backend == "processes":  # one scan per command: stop its workers now, not at exit (see cli.exit_now)
@@ -248,8 +249,9 @@ def _start_workers_early(args: argparse.Namespace) -> None:
     from ..scanning.discover import peek_formats
     from ..scanning.executors import start_local_workers
 
-    # preload the checkers of the formats the tree seems to hold
-    start_local_workers(peek_formats(args.root), getattr(args, "facts", "all") == "all")
+    # preload the checkers of the formats the tree seems to hold; the forkserver and the resource tracker are
+    # forks of this process, still small and single-threaded here (no fresh interpreters to start)
+    start_local_workers(peek_formats(args.root), getattr(args, "facts", "all") == "all", fork_here=True)
 
 
 def _write_html(args: argparse.Namespace, summary) -> None:

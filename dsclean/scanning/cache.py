@@ -39,11 +39,11 @@ from typing import Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from .. import reasons as R
 from .check import CHECKER_VERSION, CheckOptions
 from .results import SCHEMA
+from .schema import SetLookupOptions, call_function
 from .verdict import FIELDS, Verdict, encode_path
 
 #: what the cache stores: every verdict field but the flags (a list; the scan derives them from the facts
@@ -105,9 +105,10 @@ def _hashes(paths: list[bytes]) -> np.ndarray:
 
 def cacheable(batch: pa.RecordBatch | pa.Table) -> pa.Array:
     """Which rows of a results batch the cache may keep: size and mtime known, a verdict about the bytes."""
-    keep = pc.and_(pc.and_(pc.is_valid(batch["size"]), pc.is_valid(batch["mtime_ns"])),
-                   pc.invert(pc.is_in(batch["reason"], value_set=_NOT_CACHED_ARRAY)))
-    return pc.fill_null(keep, False)
+    # pyarrow.compute's and_, is_valid, invert, is_in and fill_null, called by name (see schema.call_function)
+    known = call_function("and", [call_function("is_valid", [batch["size"]]), call_function("is_valid", [batch["mtime_ns"]])])
+    about_bytes = call_function("invert", [call_function("is_in", [batch["reason"]], SetLookupOptions(_NOT_CACHED_ARRAY))])
+    return call_function("coalesce", [call_function("and", [known, about_bytes]), pa.scalar(False)])
 
 
 def _run_of(path: str) -> str:
@@ -291,8 +292,10 @@ class ScanCache:
         keep = cacheable(batch)
         skip = list(skip)
         if skip:
-            keep = pc.and_(keep, pc.invert(pc.is_in(batch["path"], value_set=pa.array(skip, pa.binary()))))
-        kept = (batch if pc.all(keep).as_py() else batch.filter(keep)).select(list(_STORED))
+            moved = call_function("is_in", [batch["path"]], SetLookupOptions(pa.array(skip, pa.binary())))
+            keep = call_function("and", [keep, call_function("invert", [moved])])
+        kept = (batch if call_function("all", [keep]).as_py() else call_function("filter", [batch, keep]))
+        kept = kept.select(list(_STORED))
         if isinstance(kept, pa.Table):
             kept = kept.combine_chunks().to_batches()
             kept = kept[0] if kept else None
@@ -311,6 +314,8 @@ class ScanCache:
     def forget(self, rel: str) -> None:
         """Drop the verdict of a file moved out of the root (quarantined): if a file comes back at that
         path with the same size and mtime (a restore, a backup copied with ``cp -p``), it is checked again."""
+        import pyarrow.compute as pc  # here: a scan that moves nothing never imports it (see schema.call_function)
+
         key = encode_path(rel)
         self._pending = [b.filter(pc.not_equal(b["path"], key)) for b in self._pending]
         self._pending_rows = sum(b.num_rows for b in self._pending)
@@ -387,6 +392,8 @@ class ScanCache:
     def _compact(self, listed: list[str]) -> None:
         """Rewrite every segment as one: the newest row per path, without tombstones (bounded memory:
         the hash index, and one record batch at a time)."""
+        import pyarrow.compute as pc  # here, as in forget: not on a first scan's start
+
         self._listed = listed
         hashes, rows = self._load()
         winners = np.zeros(int(self._starts[-1]), bool)
@@ -482,6 +489,8 @@ def _options_of(folder: str) -> str | None:
 def cached_rows(path: str, mtime_ns: int | None = None) -> int:
     """Rows recorded in the scan cache at ``path`` (every options folder; superseded rows and tombstones
     included), or only those with that ``mtime_ns``: what tests and benchmarks use to see what a run wrote."""
+    import pyarrow.compute as pc
+
     n = 0
     for folder in sorted(os.listdir(path)) if os.path.isdir(path) else ():
         for seg in _segments(os.path.join(path, folder)):

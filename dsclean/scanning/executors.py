@@ -32,10 +32,12 @@ import io
 import itertools
 import multiprocessing
 import multiprocessing.connection
-from multiprocessing import context as mp_context, forkserver, popen_forkserver, reduction, spawn, util
+from multiprocessing import context as mp_context, forkserver, popen_forkserver, reduction, resource_tracker, spawn, util
 from multiprocessing.context import set_spawning_popen
 import os
 import signal
+import socket
+import sys
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
@@ -128,6 +130,7 @@ def _dask_pool(scheduler: str | None) -> Pool:
 
 
 _local: tuple[ProcessPoolExecutor, int, str | None] | None = None
+_leaving: list[ProcessPoolExecutor] = []  # pools told to end (release_local_workers), waited for by stop_local_workers
 
 
 def local_pool(workers: int, formats: Iterable[str] | None = None, facts: bool = True) -> ProcessPoolExecutor:
@@ -150,15 +153,17 @@ def local_pool(workers: int, formats: Iterable[str] | None = None, facts: bool =
     return pool
 
 
-def start_local_workers(formats: Iterable[str] | None = None, facts: bool = True) -> None:
+def start_local_workers(formats: Iterable[str] | None = None, facts: bool = True, fork_here: bool = False) -> None:
     """Start the forkserver now (it imports the checkers in the background while this process goes on).
 
     ``formats``: the formats expected (None: any); the forkserver preloads only their checkers (see
-    :func:`preload_modules`; ``facts``: the scan records facts).
+    :func:`preload_modules`; ``facts``: the scan records facts). ``fork_here``: start it (and the
+    resource tracker) as forks of this process rather than fresh interpreters (:func:`_fork_helpers`):
+    for the ``dsclean`` command, whose process is still small and single-threaded when it calls this.
     """
     if multiprocessing.current_process().daemon:
         return  # a daemonic process cannot start one; the scan says why when it needs workers
-    _fresh_process_context(formats, facts)
+    _fresh_process_context(formats, facts, fork_here)
 
 
 def stop_local_workers() -> None:
@@ -174,9 +179,25 @@ def stop_local_workers() -> None:
         pool = _local[0]
         _local = None
         pool.shutdown(wait=True, cancel_futures=True)
+    while _leaving:
+        _leaving.pop().shutdown(wait=True)
     server = forkserver._forkserver  # the one the forkserver context uses; _stop: close its pipe, waitpid
     if getattr(server, "_forkserver_pid", None) is not None and hasattr(server, "_stop"):
         server._stop()
+
+
+def release_local_workers() -> None:
+    """Tell the kept workers to end once idle, without waiting for them (:func:`stop_local_workers` does).
+
+    For a process that scans once (the ``dsclean`` command): its workers exit while it writes its
+    results, instead of after. A later scan in this process starts a new pool.
+    """
+    global _local
+    if _local is not None:
+        pool = _local[0]
+        _local = None
+        pool.shutdown(wait=False)
+        _leaving.append(pool)
 
 
 def _lost_worker(exc: BaseException) -> bool:
@@ -192,6 +213,7 @@ def run_checks(
     backend: str = "loky",
     scheduler: str | None = None,
     batches: bool = False,
+    release: bool = False,
 ) -> Iterator[list[Verdict]] | Iterator["Chunk"]:
     """Yield verdict chunks as they finish. Closing the generator cancels what is still queued.
 
@@ -224,6 +246,8 @@ def run_checks(
                 task = partial(as_batch, pool.task) if batches else pool.task
                 in_flight[pool.executor.submit(task, root, chunk, options)] = chunk
             if not in_flight:
+                if release and backend == "processes":
+                    release_local_workers()
                 return
             done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
             lost: list[list[str]] = []
@@ -251,12 +275,16 @@ def run_checks(
 
 
 def _last_split(chunks: Iterator[list], pieces: int) -> Iterator[list]:
-    """The chunks as they come, except the last one, cut into ``pieces`` smaller chunks.
+    """The chunks as they come, except the last one, cut into pieces that shrink as they go.
 
     Workers take tasks in order as they free up, so the scan ends when the last task does:
     with the last chunk whole, one worker can sit idle for most of a chunk's time while
-    another finishes it (up to ~0.2 s of a 2-worker scan of 3,000 JPEGs). Cut into small
-    pieces, the last files go to whichever worker is free. Holds one chunk back to know which is last.
+    another finishes it (up to ~0.2 s of a 2-worker scan of 3,000 JPEGs). Each piece is
+    1/``pieces`` of what is left of the chunk (guided self-scheduling), down to 1/8 of that
+    share of the whole chunk: the first pieces keep the workers busy while the others finish their
+    last whole chunk, the last ones are small, so the workers run out of work within a few files'
+    time of each other (the pieces cost ~1 ms each in this process). Holds one chunk back to know
+    which is last.
     """
     held = next(chunks, None)
     for chunk in chunks:
@@ -264,9 +292,15 @@ def _last_split(chunks: Iterator[list], pieces: int) -> Iterator[list]:
         held = chunk
     if held is None:
         return
-    size = -(-len(held) // pieces)  # ceiling: at most `pieces` pieces, none empty
-    for start in range(0, len(held), size):
+    if pieces <= 1:
+        yield held
+        return
+    smallest = -(-len(held) // (8 * pieces))
+    start = 0
+    while start < len(held):
+        size = max(smallest, -(-(len(held) - start) // pieces))  # ceilings: never an empty piece
         yield held[start : start + size]
+        start += size
 
 
 # ---- fresh processes: one chunk, or one file, per process -------------------------------------
@@ -324,13 +358,15 @@ class _WorkerContext(mp_context.ForkServerContext):
     Process = _WorkerProcess
 
 
-def _fresh_process_context(formats: Iterable[str] | None = None, facts: bool = True):
+def _fresh_process_context(formats: Iterable[str] | None = None, facts: bool = True, fork_here: bool = False):
     """A forkserver: each child forks from a clean, single-threaded, pre-imported server.
 
     The server preloads this module (the workers' code, and everything a pool worker unpickles)
     and the checkers of ``formats`` (None: all). Only the first call starts a server, so only its
     ``formats`` count: a worker imports any other checker it needs on first use, for itself
     (a tree of sounds never loads Pillow; a tree of JPEGs never loads libsndfile).
+    ``fork_here`` (and this process single-threaded): the server and the resource tracker are forks
+    of this process (:func:`_fork_helpers`); else fresh interpreters, as multiprocessing starts them.
     """
     global _context
     with _context_lock:  # a Dask worker's task threads can get here at once
@@ -338,13 +374,90 @@ def _fresh_process_context(formats: Iterable[str] | None = None, facts: bool = T
             atexit.register(stop_local_workers)
             context = _WorkerContext()
             context.set_forkserver_preload(preload_modules(formats, facts))
-            os.environ[_SERVER_ENV] = "1"  # seen by the server alone: it inherits this environment, then drops it
-            try:
-                forkserver.ensure_running()
-            finally:
-                os.environ.pop(_SERVER_ENV, None)
+            if fork_here and threading.active_count() == 1 and forkserver._forkserver._forkserver_pid is None:
+                _fork_helpers(preload_modules(formats, facts))
+            else:
+                os.environ[_SERVER_ENV] = "1"  # seen by the server alone: it inherits this environment, then drops it
+                try:
+                    forkserver.ensure_running()
+                finally:
+                    os.environ.pop(_SERVER_ENV, None)
             _context = context
     return _context
+
+
+def _fork_helpers(preload: list[str]) -> None:
+    """Start multiprocessing's resource tracker and the workers' forkserver as forks of this process.
+
+    What ``forkserver.ensure_running`` does (and ``resource_tracker.ensure_running`` before it), with
+    ``os.fork`` where multiprocessing starts a fresh interpreter: each fresh one costs a Python
+    start-up and its imports again (~0.1 CPU-s each, on the same two cores as the scan's own start;
+    BENCHMARKS.md section 10), a fork ~2 ms, and the server inherits what this process has imported.
+    Only for a small, single-threaded process (the ``dsclean`` command before it imports the scan):
+    the server must be the clean single-threaded process each worker forks from. Both run
+    multiprocessing's own ``main`` functions, then end with ``os._exit`` (no teardown, no atexit
+    handler of this process, nothing buffered written twice).
+    """
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            stream.flush()
+    tracker = resource_tracker._resource_tracker
+    r, w = os.pipe()
+    # as multiprocessing does: SIGINT/SIGTERM blocked until the tracker ignores them (it must outlive a Ctrl-C)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        pid = _fork_as("tracker")
+        if pid == 0:
+            _run_forked(resource_tracker.main, r, close=(w,))
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    os.close(r)
+    tracker._fd, tracker._pid = w, pid
+
+    server = forkserver._forkserver
+    address = multiprocessing.connection.arbitrary_address("AF_UNIX")
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(address)
+        if not util.is_abstract_socket_namespace(address):
+            os.chmod(address, 0o600)
+        listener.listen()
+        alive_r, alive_w = os.pipe()  # the server ends when this process closes alive_w (stop_local_workers)
+        pid = _fork_as("1")
+        if pid == 0:
+            _run_forked(forkserver.main, listener.fileno(), alive_r, preload, close=(alive_w, w))
+        os.close(alive_r)
+    server._forkserver_address, server._forkserver_alive_fd, server._forkserver_pid = address, alive_w, pid
+
+
+def _fork_as(role: str) -> int:
+    """``os.fork()``, the child's role in :data:`_SERVER_ENV` while the fork runs (for at-fork hooks such as
+    ``scripts/scan_timeline.py``'s; the child drops it at once, so its own children never see it)."""
+    os.environ[_SERVER_ENV] = role
+    try:
+        return os.fork()
+    finally:
+        os.environ.pop(_SERVER_ENV, None)
+
+
+def _run_forked(main: Callable, *args, close: tuple[int, ...]) -> None:
+    """In a child of :func:`_fork_helpers`: close this process's ends of its pipes, run ``main``, ``os._exit``."""
+    global _context_lock
+    _context_lock = threading.Lock()  # the parent held it across the fork: not the child's to keep
+    code = 0
+    try:
+        for fd in close:
+            os.close(fd)
+        main(*args)
+    except SystemExit:  # the forkserver's way of ending when the scan's process is gone
+        pass
+    except BaseException:
+        code = 1
+        sys.excepthook(*sys.exc_info())
+    finally:
+        try:
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
 
 
 def preload_modules(formats: Iterable[str] | None = None, facts: bool = True) -> list[str]:

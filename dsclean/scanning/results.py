@@ -13,7 +13,6 @@ import os
 from typing import Iterable
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .. import locations, reasons
@@ -177,6 +176,8 @@ def iter_verdicts(path: str, *, status: str | None = None):
         path = os.path.join(path, locations.RESULTS_FILE)
     for batch in pq.ParquetFile(path).iter_batches(batch_size=65_536):
         if status is not None:
+            import pyarrow.compute as pc  # here: not on the scan's start (see scanning.cache)
+
             batch = batch.filter(pc.equal(batch.column("status"), status))
         for row in batch.to_pylist():
             row["path"] = os.fsdecode(row["path"])

@@ -25,7 +25,6 @@ from collections import OrderedDict
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .. import locations
@@ -186,6 +185,8 @@ class PreviousResults:
         but not matched goes into ``stats`` (``rel -> (size, mtime_ns, inode, device)``), so the
         scan cache path does not stat it again.
         """
+        import pyarrow.compute as pc  # here: a first scan never needs it (see scanning.cache)
+
         found = self.candidates(keys)
         stat = os.stat
         sts: list[os.stat_result] = []

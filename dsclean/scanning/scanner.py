@@ -35,7 +35,7 @@ from .quarantine import ChangedError, Quarantine
 from .records import quarantine_state, quarantined_records
 from .results import SCHEMA, ResultsWriter
 from .reuse import PreviousResults
-from .schema import Chunk
+from .schema import Chunk, call_function
 from .verdict import _FS_ENCODING, FIELDS, Verdict, encode_path, verdict_of_row
 from .worker import default_ceiling_override
 
@@ -68,6 +68,7 @@ class ScanOptions:
     command: tuple[str, ...] = ()  # the command line that started the scan, recorded in the summary
     flags: FlagOptions = FlagOptions()  # quality flag thresholds (flags need check.facts)
     quarantine_flags: tuple[str, ...] = ()  # quality flags whose files are quarantined too (reason `flagged`)
+    keep_workers: bool = True  # keep local worker processes for a next scan; False: they end with the last check
 
 
 @dataclass
@@ -275,7 +276,7 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
                 to_check = _skip_cached(root, media, None if options.rescan else cache, sink, options.chunk_size, stop,
                                         options.chunk_bytes, identities, previous)
                 checks = run_checks(root, to_check, options.check, jobs, options.backend, options.scheduler,
-                                    batches=True)
+                                    batches=True, release=not options.keep_workers)
                 for chunk in checks:
                     sink.handle_chunk(chunk)
                     if stop.signum:
@@ -598,7 +599,12 @@ class _Sink:
         ids = [self.identities.pop(p, None) for p in batch.column(0).to_pylist()] if self.identities else None
         changed: dict[int, Verdict] = {}
         not_ok = frozenset(chunk.not_ok)
-        for i, row in zip(special, batch.take(special).to_pylist() if special else ()):
+        rows = ()
+        if special:  # batch.take(special), without importing pyarrow.compute (see schema.call_function)
+            import pyarrow as pa
+
+            rows = call_function("take", [batch, pa.array(special, pa.int64())]).to_pylist()
+        for i, row in zip(special, rows):
             v = verdict_of_row(tuple(row.values()))
             ino_dev = ids[i] if ids else None
             extra = self._quarantine(v, ino_dev) if v.status == R.BAD else None  # may turn it warn/changed

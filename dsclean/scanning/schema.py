@@ -4,12 +4,21 @@ Needs ``pyarrow`` alone (not ``pyarrow.parquet`` or ``pyarrow.compute``, ~75 ms 
 import), so checking processes can build their chunk's batch themselves: the scan's main
 process then receives one buffer per chunk instead of a Python object per file
 (:func:`chunk_message` in the worker, :func:`read_chunk` in the main process).
+
+What a first scan's main process computes on batches calls the kernels by name (:func:`call_function`),
+never the methods that import ``pyarrow.compute`` (``take``, ``filter``, ...): see the import below.
 """
 from __future__ import annotations
 
 from typing import NamedTuple
 
 import pyarrow as pa
+
+try:  # compute kernels called by name: `import pyarrow.compute` costs ~75 ms of CPU (it wraps ~290 kernels
+    # in Python functions), on the critical path of every scan's start (BENCHMARKS.md 10, `--jobs 2` scaling)
+    from pyarrow._compute import SetLookupOptions, call_function
+except ImportError:  # a pyarrow laid out otherwise: the public module has both
+    from pyarrow.compute import SetLookupOptions, call_function
 
 from .. import reasons
 from ..quality.columns import FACT_FIELDS

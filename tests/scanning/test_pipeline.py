@@ -127,8 +127,12 @@ def test_the_last_chunk_is_cut_so_no_worker_waits_on_a_whole_one():
     chunks = [list(range(0, 10)), list(range(10, 20)), list(range(20, 27))]
     out = list(_last_split(iter(chunks), 4))
     assert out[:2] == chunks[:2]
-    assert out[2:] == [[20, 21], [22, 23], [24, 25], [26]]  # the last one in 4 pieces, in order
+    assert out[2:] == [[20, 21], [22, 23], [24], [25], [26]]  # the last one in pieces, in order
     assert list(_last_split(iter([[1, 2]]), 4)) == [[1], [2]]  # never an empty piece
+    last = list(range(190))  # ~190 photo JPEGs to a task: pieces shrink from a quarter down to 6 files
+    sizes = [len(p) for p in _last_split(iter([last]), 4)]
+    assert sizes == [48, 36, 27, 20, 15, 11, 9, 6, 6, 6, 6]
+    assert [x for p in _last_split(iter([last]), 4) for x in p] == last
     assert list(_last_split(iter([]), 4)) == []
     assert list(_last_split(iter(chunks), 1)) == chunks  # one worker: nothing to balance
 
@@ -139,7 +143,7 @@ def test_two_workers_check_every_file_once_with_the_last_chunk_in_pieces(tmp_pat
     for i, rel in enumerate(rels):
         write(root, rel, synth.jpeg(16, 16, seed=i))
     chunks = list(run_checks(str(root), [rels[:6], rels[6:]], CheckOptions(), 2, "processes"))
-    assert sorted(len(c) for c in chunks) == [2, 2, 2, 6]  # the last 6 files as 4 tasks of at most 2
+    assert sorted(len(c) for c in chunks) == [1, 1, 1, 1, 2, 6]  # the last 6 files in pieces that shrink
     assert sorted(v.path for c in chunks for v in c) == sorted(rels)
 
 
@@ -181,3 +185,30 @@ def test_the_memory_ceiling_is_the_checks_and_lifted_for_the_batch(tmp_path):
     write(tmp_path, "a.jpg", synth.jpeg(8, 8))
     out = subprocess.run([sys.executable, "-c", _CEILING, str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["True"], out.stderr
+
+
+def test_a_scan_that_lets_its_workers_go_leaves_none_and_a_next_scan_starts_new_ones(tmp_path):
+    """keep_workers=False (the command's one scan): the pool is let go as the last verdicts come in, its
+    workers end (stop_local_workers waits for them), and a later scan in the same process still works."""
+    from dsclean.scanning import executors
+    from dsclean.scanning.scanner import ScanOptions
+
+    root = tmp_path / "data"
+    for i in range(8):
+        write(root, f"{i}.jpg", synth.jpeg(16, 16, seed=i))
+    write(root, "cut.jpg", synth.truncate(synth.jpeg(64, 64), 0.5))
+    options = ScanOptions(jobs=2, dry_run=True, rescan=True, state_dir=str(tmp_path / "s"),
+                          check=CheckOptions(facts=False))
+    try:
+        kept = dsclean.scan(str(root), options)
+        assert executors._local is not None  # the default keeps the pool for the next scan
+        workers = list(executors._local[0]._processes.values())
+        let_go = dsclean.scan(str(root), ScanOptions(**{**vars(options), "keep_workers": False}))
+        assert executors._local is None and executors._leaving  # told to end, not yet waited for
+        executors.stop_local_workers()
+        assert not executors._leaving and all(w.exitcode is not None for w in workers)
+        again = dsclean.scan(str(root), options)  # a new pool
+        assert [s.bad_reasons for s in (kept, let_go, again)] == [{"truncated": 1}] * 3
+        assert [s.files for s in (kept, let_go, again)] == [9] * 3
+    finally:
+        executors.stop_local_workers()
