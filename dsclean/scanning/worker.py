@@ -4,7 +4,7 @@ A native decoder can hang in C code where no Python exception reaches it, so
 the time limit is an interval timer whose SIGALRM *terminates* the worker
 (default action). A crash (segfault, abort) or a timeout therefore looks the
 same to the scan: a dead worker, whose chunk :mod:`dsclean.scanning.executors` re-checks
-file by file in fresh processes to name the culprit. The memory ceiling is
+in fresh processes, split where it dies, to name the culprit. The memory ceiling is
 RLIMIT_AS: an allocation past it fails (MemoryError -> ``too_large``) instead of
 waking the OOM killer for the whole machine.
 """

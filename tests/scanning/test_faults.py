@@ -5,7 +5,9 @@ crashes / hangs / allocates when it meets a file whose name carries a marker.
 """
 from __future__ import annotations
 
+import math
 import os
+import signal
 import subprocess
 import sys
 
@@ -98,22 +100,107 @@ def test_byte_ranges_are_checked_in_the_same_isolated_pool(tmp_path):
                    ["blob/x__segfault__.jpg", "bad", "decoder_crash", str(len(good))]]
 
 
-def test_chunks_lost_with_a_dead_worker_are_rerun_whole_and_only_the_culprits_file_by_file(tmp_path, monkeypatch):
+def _watch_processes(monkeypatch, executors) -> list:
+    """Every fresh process the isolation ran, as its outcome (files, exit code, overdue, where it ended)."""
+    seen = []
+    real = executors._in_children
+
+    def counted(*args, **kwargs):
+        for outcome in real(*args, **kwargs):
+            seen.append(outcome)
+            yield outcome
+
+    monkeypatch.setattr(executors, "_in_children", counted)
+    return seen
+
+
+def _lost_chunks_tree(root, chunks, broken=()):
+    jpeg, cut = synth.jpeg(8, 8), synth.truncate(synth.jpeg(64, 64), 0.5)
+    for rel in (r for chunk in chunks for r in chunk):
+        write(root, rel, cut if rel in broken else jpeg)
+
+
+def test_chunks_lost_with_a_dead_worker_are_rerun_whole_and_only_the_culprits_split(tmp_path, monkeypatch):
     """A crash takes every chunk in flight down with the pool; the innocent ones are re-checked in one fresh
-    process each, only the chunk that crashes again is checked file by file (one process per file)."""
+    process each, and only the chunk that crashes again is split (where it died)."""
     from dsclean.scanning import executors
     from dsclean.scanning.check import CheckOptions
 
     root = tmp_path / "data"
     # the culprit first in its chunk: it crashes while the chunk next to it is still being checked
     chunks = [[f"a{i}.jpg" for i in range(40)], ["b0__segfault__.jpg", "b1.jpg", "b2.jpg"], [f"c{i}.jpg" for i in range(8)]]
-    for i, rel in enumerate(r for chunk in chunks for r in chunk):
-        write(root, rel, synth.jpeg(256, 256, seed=i))
-    isolated = []
-    real = executors.isolate
-    monkeypatch.setattr(executors, "isolate", lambda r, rels, *a: isolated.append(list(rels)) or real(r, rels, *a))
+    _lost_chunks_tree(root, chunks)
+    ran = _watch_processes(monkeypatch, executors)
     monkeypatch.setenv("DSCLEAN_TEST_FAULTS", "1")
     out = [v for chunk in executors.run_checks(str(root), chunks, CheckOptions(), 2, "processes") for v in chunk]
     assert sorted(v.path for v in out) == sorted(r for chunk in chunks for r in chunk)  # each file once
     assert {v.path: v.reason for v in out if v.status != "ok"} == {"b0__segfault__.jpg": "decoder_crash"}
-    assert isolated == [chunks[1]]  # file by file: the culprit's chunk alone
+    died = [o.rels for o in ran if o.verdicts is None]
+    assert died == [chunks[1], ["b0__segfault__.jpg"]]  # the culprit's chunk, then the culprit alone
+    assert ["b1.jpg", "b2.jpg"] in [o.rels for o in ran]  # the files after it: one process, not one each
+
+
+def test_one_crashing_file_among_many_costs_a_few_processes_not_one_per_file(tmp_path, monkeypatch):
+    """One segfault in a chunk of 300 files: the culprit gets its crash verdict from a process of its own,
+    every other file its real verdict, and the isolation forks O(log n) processes (it used to be n + 1)."""
+    from dsclean.scanning import executors
+    from dsclean.scanning.check import CheckOptions
+
+    root = tmp_path / "data"
+    rels = [f"f{i:03d}.jpg" for i in range(300)]
+    rels[137] = "f137__segfault__.jpg"
+    broken = {"f020.jpg", "f200.jpg"}
+    _lost_chunks_tree(root, [rels], broken)
+    ran = _watch_processes(monkeypatch, executors)
+    monkeypatch.setenv("DSCLEAN_TEST_FAULTS", "1")
+    # 2 workers: the scan's last chunk goes out as 4 tasks of 75 files, all lost when the culprit's worker dies
+    chunk = [v for part in executors.run_checks(str(root), [rels], CheckOptions(), 2, "processes") for v in part]
+    assert sorted(v.path for v in chunk) == rels  # each file once
+    bad = {v.path: (v.reason, v.detail) for v in chunk if v.status != "ok"}
+    assert bad == {"f020.jpg": ("truncated", bad["f020.jpg"][1]), "f200.jpg": ("truncated", bad["f200.jpg"][1]),
+                   "f137__segfault__.jpg": ("decoder_crash", "checking this file killed the decoder's process with SIGSEGV")}
+    assert ["f137__segfault__.jpg"] in [o.rels for o in ran if o.exitcode == -11]  # its verdict: its own process
+    assert len(ran) <= 2 * math.ceil(math.log2(len(rels))) + 2, [len(o.rels) for o in ran]
+
+
+def test_every_culprit_of_a_chunk_is_found(tmp_path, monkeypatch):
+    """Two culprits in one chunk (and one at its very end): each gets its own verdict, the rest theirs."""
+    from dsclean.scanning import executors
+    from dsclean.scanning.check import CheckOptions
+
+    root = tmp_path / "data"
+    rels = [f"f{i:03d}.jpg" for i in range(120)]
+    rels[30], rels[90], rels[119] = "f030__segfault__.jpg", "f090__abort__.jpg", "f119__segfault__.jpg"
+    _lost_chunks_tree(root, [rels], {"f050.jpg"})
+    ran = _watch_processes(monkeypatch, executors)
+    monkeypatch.setenv("DSCLEAN_TEST_FAULTS", "1")
+    out = executors.isolate(str(root), rels, CheckOptions(), parallel=2)
+    assert [v.path for v in out] == rels
+    assert {v.path: (v.reason, v.detail.rsplit(" ", 1)[-1]) for v in out if v.status != "ok"} == {
+        "f030__segfault__.jpg": ("decoder_crash", "SIGSEGV"), "f090__abort__.jpg": ("decoder_crash", "SIGABRT"),
+        "f119__segfault__.jpg": ("decoder_crash", "SIGSEGV"), "f050.jpg": ("truncated", out[50].detail.rsplit(" ", 1)[-1])}
+    assert len(ran) <= 12, [len(o.rels) for o in ran]  # file by file: 121
+
+
+def test_a_hanging_file_meets_its_timeout_once_in_the_isolation(tmp_path, monkeypatch):
+    """A hanging file: its worker's timer ends the pool, then its chunk's fresh process, which says which
+    file it was on: that file gets its timeout verdict there, with no third wait alone; the files after it are
+    still checked."""
+    from dsclean.scanning import executors
+    from dsclean.scanning.check import CheckOptions
+
+    root = tmp_path / "data"
+    rels = [f"f{i:02d}.jpg" for i in range(40)]
+    rels[25] = "f25__hang__.jpg"
+    _lost_chunks_tree(root, [rels], {"f30.jpg"})
+    ran = _watch_processes(monkeypatch, executors)
+    monkeypatch.setenv("DSCLEAN_TEST_FAULTS", "1")
+    (chunk,) = executors.run_checks(str(root), [rels], CheckOptions(timeout=1), 1, "processes")
+    assert [v.path for v in chunk] == rels
+    assert {v.path: v.reason for v in chunk if v.status != "ok"} == {"f25__hang__.jpg": "timeout", "f30.jpg": "truncated"}
+    assert "longer than 1 s" in chunk[25].detail
+    timed_out = [o for o in ran if o.verdicts is None]
+    assert [(o.rels, o.at, o.exitcode) for o in timed_out] == [(rels, 25, -signal.SIGALRM)]  # once, in its chunk
+    assert sorted(len(o.rels) for o in ran) == [14, 25, 40]  # then the files after it, the files before it
+
+
