@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 from support import synth
 from support.files import write
@@ -204,3 +205,73 @@ def test_a_hanging_file_meets_its_timeout_once_in_the_isolation(tmp_path, monkey
     assert sorted(len(o.rels) for o in ran) == [14, 25, 40]  # then the files after it, the files before it
 
 
+
+
+def _children(pid: int) -> set[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return {int(p) for p in f.read().split()}
+    except OSError:
+        return set()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_scan_killed_during_isolation_resumes_and_leaves_no_process(tmp_path):
+    """kill -9 of the scan while it isolates a hanging file's chunk: its processes end on their own (their timer,
+    their parent's end), and the scan run again gives every file one verdict, the culprit its timeout."""
+    root = tmp_path / "data"
+    rels = [f"c{i % 2}/f{i:03d}.jpg" for i in range(300)]
+    rels[150] = "c0/x__hang__.jpg"
+    _lost_chunks_tree(root, [rels], {"c1/f201.jpg"})
+    env = {**os.environ, "DSCLEAN_TEST_FAULTS": "1"}
+    cmd = [sys.executable, "-m", "dsclean", "scan", str(root), "--jobs", "2", "--timeout", "2", "--facts", "none",
+           "--report", str(tmp_path / "r"), "--quiet"]
+    scan = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    seen: set[int] = set()  # every process under the scan: its forkserver, pool workers, then fresh isolation processes
+    deadline = time.monotonic() + 120
+    server_children: set[int] = set()
+    while len(server_children) < 3 and scan.poll() is None and time.monotonic() < deadline:  # 2 workers, then isolation
+        for child in _children(scan.pid):
+            seen.add(child)
+            server_children |= _children(child)
+        seen |= server_children
+        time.sleep(0.02)
+    assert len(server_children) >= 3, "the scan ended before it isolated anything"
+    scan.kill()
+    assert scan.wait(timeout=30) == -signal.SIGKILL
+    deadline = time.monotonic() + 30
+    while any(_alive(p) for p in seen) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in seen if _alive(p)]  # nothing outlives the scan past its --timeout
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    verdicts = {v.path: v for v in dsclean.iter_verdicts(str(tmp_path / "r"))}
+    assert sorted(verdicts) == sorted(rels)
+    assert {p: v.reason for p, v in verdicts.items() if v.status != "ok"} == {"c0/x__hang__.jpg": "timeout",
+                                                                              "c1/f201.jpg": "truncated"}
+
+
+def test_a_file_stuck_past_its_timer_is_ended_by_the_per_file_overdue_rule(tmp_path, monkeypatch):
+    """A decoder that blocks the timer's signal: the parent ends the process once its current file has not changed
+    for --timeout + the grace, names that file `timeout` without a process of its own, and checks the others."""
+    from dsclean.scanning import executors
+    from dsclean.scanning.check import CheckOptions
+
+    root = tmp_path / "data"
+    rels = [f"f{i:02d}.jpg" for i in range(20)]
+    rels[12] = "f12__stuck__.jpg"
+    _lost_chunks_tree(root, [rels])
+    ran = _watch_processes(monkeypatch, executors)
+    monkeypatch.setenv("DSCLEAN_TEST_FAULTS", "1")
+    out = executors.isolate(str(root), rels, CheckOptions(timeout=0.5), parallel=2)
+    assert [(v.path, v.reason) for v in out if v.status != "ok"] == [("f12__stuck__.jpg", "timeout")]
+    assert "longer than 0.5 s; the worker was killed" in out[12].detail
+    assert [(o.overdue, o.at) for o in ran if o.verdicts is None] == [(True, 12)]
+    assert sorted(len(o.rels) for o in ran) == [7, 12, 20]
