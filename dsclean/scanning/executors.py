@@ -254,22 +254,30 @@ def run_checks(
 
 
 def _last_split(chunks: Iterator[list], pieces: int) -> Iterator[list]:
-    """The chunks as they come, except the last one, cut into ``pieces`` smaller chunks.
+    """The chunks as they come, except the last ``pieces // 2`` (one per worker), cut into ever smaller pieces.
 
     Workers take tasks in order as they free up, so the scan ends when the last task does:
-    with the last chunk whole, one worker can sit idle for most of a chunk's time while
-    another finishes it (up to ~0.2 s of a 2-worker scan of 3,000 JPEGs). Cut into small
-    pieces, the last files go to whichever worker is free. Holds one chunk back to know which is last.
+    with the last chunks whole, one worker can sit idle for most of a chunk's time while
+    another finishes one (up to ~0.2 s of a 2-worker scan of 3,000 JPEGs; 0.18-0.8 s with tasks
+    of 4,096 tiny files, BENCHMARKS.md 10). Their files go out in pieces of the files left
+    divided by ``pieces`` (guided self-scheduling: large first, down to one file), so the last
+    files go to whichever worker is free and the workers finish within a small piece of each other.
+    Holds those chunks back to know which are last.
     """
-    held = next(chunks, None)
-    for chunk in chunks:
-        yield held
-        held = chunk
-    if held is None:
+    if pieces <= 1:  # one worker: nothing to balance
+        yield from chunks
         return
-    size = -(-len(held) // pieces)  # ceiling: at most `pieces` pieces, none empty
-    for start in range(0, len(held), size):
-        yield held[start : start + size]
+    held: deque = deque()
+    for chunk in chunks:
+        held.append(chunk)
+        if len(held) > pieces // 2:
+            yield held.popleft()
+    rest = [item for chunk in held for item in chunk]
+    at = 0
+    while at < len(rest):
+        size = -(-(len(rest) - at) // pieces)  # ceiling: never an empty piece
+        yield rest[at:at + size]
+        at += size
 
 
 # ---- fresh processes: one chunk, or a part of one, per process -------------------------------

@@ -154,7 +154,7 @@ def test_one_crashing_file_among_many_costs_a_few_processes_not_one_per_file(tmp
     _lost_chunks_tree(root, [rels], broken)
     ran = _watch_processes(monkeypatch, executors)
     monkeypatch.setenv("DSCLEAN_TEST_FAULTS", "1")
-    # 2 workers: the scan's last chunk goes out as 4 tasks of 75 files, all lost when the culprit's worker dies
+    # 2 workers: the scan's last chunks go out in pieces (75, 57, 42, ... files), those in flight lost with the pool
     chunk = [v for part in executors.run_checks(str(root), [rels], CheckOptions(), 2, "processes") for v in part]
     assert sorted(v.path for v in chunk) == rels  # each file once
     bad = {v.path: (v.reason, v.detail) for v in chunk if v.status != "ok"}
