@@ -18,10 +18,12 @@ shared file system: no file contents ever travel through a scheduler).
 
 When a local worker dies (a decoder segfaults, aborts, or hits the per-file
 timeout) every chunk in flight is lost with the pool: each is re-checked in a
-fresh process of its own, and the files of a chunk that kills that one too are
-re-checked one per fresh process (:func:`isolate_chunks`, :func:`isolate`), so
-the culprit is named exactly (``decoder_crash`` with the signal, or ``timeout``)
-and its neighbours keep their normal verdicts. On Dask, each chunk runs in a loky pool beside the
+fresh process of its own, which records the file it is on; a chunk that kills
+that one too is split where it died and the parts re-checked in fresh processes,
+until the file that kills a process of its own (:func:`isolate_chunks`,
+:func:`isolate`), so the culprit is named exactly (``decoder_crash`` with the
+signal, or ``timeout``) for a few processes, and its neighbours keep their normal
+verdicts. On Dask, each chunk runs in a loky pool beside the
 Dask worker (:func:`check_chunk_on_dask_worker`) and is isolated there the
 same way, so a bad file never takes a Dask worker down.
 """
@@ -40,6 +42,7 @@ import socket
 import sys
 import threading
 import time
+from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from concurrent.futures.process import BrokenProcessPool, ProcessPoolExecutor
 from dataclasses import dataclass
@@ -275,35 +278,33 @@ def run_checks(
 
 
 def _last_split(chunks: Iterator[list], pieces: int) -> Iterator[list]:
-    """The chunks as they come, except the last one, cut into pieces that shrink as they go.
+    """The chunks as they come, except the last ``pieces // 2`` (one per worker), cut into ever smaller pieces.
 
     Workers take tasks in order as they free up, so the scan ends when the last task does:
-    with the last chunk whole, one worker can sit idle for most of a chunk's time while
-    another finishes it (up to ~0.2 s of a 2-worker scan of 3,000 JPEGs). Each piece is
-    1/``pieces`` of what is left of the chunk (guided self-scheduling), down to 1/8 of that
-    share of the whole chunk: the first pieces keep the workers busy while the others finish their
-    last whole chunk, the last ones are small, so the workers run out of work within a few files'
-    time of each other (the pieces cost ~1 ms each in this process). Holds one chunk back to know
-    which is last.
+    with the last chunks whole, one worker can sit idle for most of a chunk's time while
+    another finishes one (up to ~0.2 s of a 2-worker scan of 3,000 JPEGs; 0.18-0.8 s with tasks
+    of 4,096 tiny files, BENCHMARKS.md 10). Their files go out in pieces of the files left
+    divided by ``pieces`` (guided self-scheduling: large first, down to one file), so the last
+    files go to whichever worker is free and the workers finish within a small piece of each other.
+    Holds those chunks back to know which are last.
     """
-    held = next(chunks, None)
+    if pieces <= 1:  # one worker: nothing to balance
+        yield from chunks
+        return
+    held: deque = deque()
     for chunk in chunks:
-        yield held
-        held = chunk
-    if held is None:
-        return
-    if pieces <= 1:
-        yield held
-        return
-    smallest = -(-len(held) // (8 * pieces))
-    start = 0
-    while start < len(held):
-        size = max(smallest, -(-(len(held) - start) // pieces))  # ceilings: never an empty piece
-        yield held[start : start + size]
-        start += size
+        held.append(chunk)
+        if len(held) > pieces // 2:
+            yield held.popleft()
+    rest = [item for chunk in held for item in chunk]
+    at = 0
+    while at < len(rest):
+        size = -(-(len(rest) - at) // pieces)  # ceiling: never an empty piece
+        yield rest[at:at + size]
+        at += size
 
 
-# ---- fresh processes: one chunk, or one file, per process -------------------------------------
+# ---- fresh processes: one chunk, or a part of one, per process -------------------------------
 
 _context = None
 _context_lock = threading.Lock()
@@ -473,43 +474,71 @@ def preload_modules(formats: Iterable[str] | None = None, facts: bool = True) ->
             *(["dsclean.quality.image"] if images else [])]
 
 
-def _child(conn, root: str, rels: list[str], options: CheckOptions, faults: str | None) -> None:
+def _child(conn, root: str, rels: list[str], options: CheckOptions, faults: str | None, at) -> None:
     set_fault_switch(faults)
-    conn.send(check_chunk(root, rels, options))
+    conn.send(check_chunk(root, _Tracked(rels, at), options))
     conn.close()
+
+
+class _Tracked(list):
+    """A group's files as :func:`check_chunk` takes them (one at a time, in order): as it takes one, its
+    position goes into ``at`` (a shared-memory integer the parent reads), and ``len`` once it took them all.
+
+    So when the process dies or overruns, the parent knows which file it was checking.
+    """
+
+    def __init__(self, rels: list, at) -> None:
+        super().__init__(rels)
+        self.at = at
+
+    def __iter__(self) -> Iterator:
+        for i, rel in enumerate(super().__iter__()):
+            self.at.value = i
+            yield rel
+        self.at.value = len(self)
 
 
 @dataclass
 class _Outcome:
+    key: object  # what the caller queued with the group
     rels: list[str]
     verdicts: list[Verdict] | None  # None: the child died or was killed
     exitcode: int | None
     overdue: bool
+    at: int  # the file it was checking when it ended: a position in rels, -1 before the first, len(rels) after the last
 
 
-def _in_children(root: str, groups: list[list[str]], options: CheckOptions, parallel: int) -> Iterator[_Outcome]:
-    """Run each group of files in its own fresh process, ``parallel`` at a time."""
+def _in_children(root: str, queue: deque, options: CheckOptions, parallel: int) -> Iterator[_Outcome]:
+    """Run each ``(key, files)`` group of ``queue`` in its own fresh process, ``parallel`` at a time.
+
+    Groups may be added to ``queue`` between outcomes. A child whose current file has not changed for
+    ``--timeout`` + :data:`_GRACE` seconds (its own timer did not end it: a decoder blocking SIGALRM) is
+    killed as overdue: the budget is per file, whatever the size of the group.
+    """
     if multiprocessing.current_process().daemon:
         raise UserError(_DAEMONIC)
     ctx = _fresh_process_context()
-    queue = list(groups)
-    running: dict = {}  # pipe end -> (process, rels, started)
+    running: dict = {}  # pipe end -> [process, key, rels, shared position, last position seen, since when]
     while queue or running:
         while queue and len(running) < max(1, parallel):
-            rels = queue.pop(0)
+            key, rels = queue.popleft()
             parent_end, child_end = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_child, args=(child_end, root, rels, options, os.environ.get(FAULT_ENV)),
+            at = ctx.RawValue("q", -1)
+            proc = ctx.Process(target=_child, args=(child_end, root, rels, options, os.environ.get(FAULT_ENV), at),
                                daemon=True)
             proc.start()
             child_end.close()
-            running[parent_end] = (proc, rels, time.monotonic())
+            running[parent_end] = [proc, key, rels, at, -1, time.monotonic()]
         # A pipe end is ready when the child sent its verdicts, or died (EOF). Reading before
         # joining matters: a child with a large result blocks in send() until it is read.
         ready = multiprocessing.connection.wait(list(running), timeout=0.5)
         now = time.monotonic()
         for conn in list(running):
-            proc, rels, started = running[conn]
-            overdue = options.timeout > 0 and now - started > len(rels) * options.timeout + _GRACE
+            entry = running[conn]
+            proc, key, rels, at = entry[:4]
+            if at.value != entry[4]:
+                entry[4:] = at.value, now
+            overdue = options.timeout > 0 and now - entry[5] > options.timeout + _GRACE
             if conn not in ready and not overdue:
                 continue
             del running[conn]
@@ -523,27 +552,70 @@ def _in_children(root: str, groups: list[list[str]], options: CheckOptions, para
                     proc.kill()
             proc.join()
             conn.close()
-            yield _Outcome(rels, verdicts, proc.exitcode, overdue and verdicts is None)
+            yield _Outcome(key, rels, verdicts, proc.exitcode, overdue and verdicts is None, at.value)
 
 
 def isolate(root: str, rels: list[str], options: CheckOptions, parallel: int = 1) -> list[Verdict]:
-    """Check each file in its own fresh process; name the ones that kill it."""
-    out = []
-    for o in _in_children(root, [[rel] for rel in rels], options, parallel):
-        out += o.verdicts if o.verdicts is not None else [_failure(root, o.rels[0], options, o.exitcode, o.overdue)]
-    return out
+    """Check files in fresh processes, as :func:`isolate_chunks` does a lost chunk; name the ones that kill them."""
+    return next(isolate_chunks(root, [rels], options, parallel))
 
 
 def isolate_chunks(root: str, chunks: list[list[str]], options: CheckOptions, parallel: int = 1) -> Iterator[list[Verdict]]:
-    """Chunks lost with a dead worker: each again in a fresh process of its own, and only a chunk whose
-    process dies too is checked file by file (:func:`isolate`).
+    """Chunks lost with a dead worker, each checked again in a fresh process of its own; yields each
+    chunk's verdicts (in its order) once all its files have one.
 
     A dead local worker takes every chunk in flight with it, most of them innocent: one fresh process
-    per chunk re-checks those, so a crash costs one process per file of the culprit's chunk alone
-    (a hanging file meets its --timeout once more than with one process per file: in its chunk again, then alone).
+    per chunk re-checks those. A process that dies too is split where it died (:func:`_split`): the
+    file it was checking alone, the files before it, the files after it, each part in a fresh process
+    (up to ``parallel`` at once) and split again if it dies, until a part of one file dies: that file
+    gets :func:`_failure`'s verdict from its own process. So one culprit costs a few processes, not one
+    per file of its chunk, and every culprit of a chunk is found (the files after one are checked too).
+
+    A timeout is the file's own (the worker's timer, or the overdue rule here, runs per file): a file
+    that was being checked when its process timed out gets its ``timeout`` verdict at once, without a
+    process of its own, so a hanging file meets its --timeout twice in all: in the worker pool (which
+    breaks as a whole, without saying which file), then in its chunk's fresh process.
     """
-    for o in _in_children(root, chunks, options, parallel):
-        yield o.verdicts if o.verdicts is not None else isolate(root, o.rels, options, parallel)
+    slots: list[list | None] = [[None] * len(chunk) for chunk in chunks]
+    missing = [len(chunk) for chunk in chunks]
+    queue = deque(((n, 0), chunk) for n, chunk in enumerate(chunks) if chunk)  # key: (chunk, first file's position)
+    yield from ([] for chunk in chunks if not chunk)
+    for o in _in_children(root, queue, options, parallel):
+        n, start = o.key
+        found: list[tuple[int, Verdict]] = []
+        if o.verdicts is not None:
+            found = list(enumerate(o.verdicts, start))
+        elif len(o.rels) == 1:
+            found = [(start, _failure(root, o.rels[0], options, o.exitcode, o.overdue))]
+        else:
+            timed_out = o.overdue or o.exitcode == -signal.SIGALRM
+            for offset, part in _split(o.rels, o.at):
+                if timed_out and offset == o.at:  # the file ran past --timeout on its own clock: that is its verdict
+                    found.append((start + offset, _failure(root, part[0], options, o.exitcode, o.overdue)))
+                else:
+                    queue.append(((n, start + offset), part))
+        for at, verdict in found:
+            slots[n][at] = verdict
+        missing[n] -= len(found)
+        if found and not missing[n]:
+            yield slots[n]
+            slots[n] = None
+
+
+def _split(rels: list[str], at: int) -> list[tuple[int, list[str]]]:
+    """The parts, ``(offset, files)``, to check again of a group whose process died while on file ``at``.
+
+    The file it was on alone (the suspect: it gets its verdict from a process of its own), the files
+    before it (checked without dying: most likely innocent, checked again for their verdicts, which died
+    with the process) and the files after it (never reached; may hold other culprits). Without a file
+    (the process died before its first file or after its last): the two halves.
+    """
+    if 0 <= at < len(rels):
+        parts = [(at, rels[at:at + 1]), (0, rels[:at]), (at + 1, rels[at + 1:])]
+    else:
+        half = len(rels) // 2
+        parts = [(0, rels[:half]), (half, rels[half:])]
+    return [(offset, part) for offset, part in parts if part]
 
 
 def check_chunk_on_dask_worker(root: str, rels: list[str], options: CheckOptions) -> list[Verdict]:
@@ -553,7 +625,7 @@ def check_chunk_on_dask_worker(root: str, rels: list[str], options: CheckOptions
     stderr capture is possible, and a segfault would take the whole Dask
     worker down. So the chunk runs in a loky process next to the worker (one
     pool per Dask worker, reused across tasks, as in a local scan); if a file
-    kills it, the chunk is re-checked file by file in fresh processes here.
+    kills it, the chunk is isolated in fresh processes here (:func:`isolate`).
     """
     from joblib.externals.loky import get_reusable_executor
 

@@ -57,7 +57,7 @@ class ScanOptions:
     symlinks: str | None = None  # "none" (default), "inside" (links staying in ROOT) or "all"
     state_dir: str | None = None  # base of the per-root state folders (default: $DSCLEAN_STATE_DIR, else per user)
     allow_inside_root: bool = False  # accept a quarantine or report folder inside ROOT (ImageFolder sees a class)
-    chunk_size: int = 1024  # files per task sent to a worker, at most (tiny files: a task costs ~1 ms of bookkeeping)
+    chunk_size: int = 4096  # files per task sent to a worker, at most (tiny files: a task costs ~1 ms of bookkeeping)
     chunk_bytes: int = 4 << 20  # bytes per task, about (files per task follow the mean size checked so far)
     backend: str = "processes"  # "processes" (local, default), "loky" (joblib's), "threads", or "dask" (see scheduler)
     scheduler: str | None = None  # Dask scheduler address (tcp://host:port) or scheduler file, for backend="dask"

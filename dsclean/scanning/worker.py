@@ -4,7 +4,7 @@ A native decoder can hang in C code where no Python exception reaches it, so
 the time limit is an interval timer whose SIGALRM *terminates* the worker
 (default action). A crash (segfault, abort) or a timeout therefore looks the
 same to the scan: a dead worker, whose chunk :mod:`dsclean.scanning.executors` re-checks
-file by file in fresh processes to name the culprit. The memory ceiling is
+in fresh processes, split where it dies, to name the culprit. The memory ceiling is
 RLIMIT_AS: an allocation past it fails (MemoryError -> ``too_large``) instead of
 waking the OOM killer for the whole machine.
 """
@@ -28,8 +28,8 @@ from . import check
 from .check import CheckOptions, check_bytes, check_file
 from .verdict import Verdict
 
-#: Set to "1" only by dsclean's own tests: files named with __segfault__, __abort__, __hang__ or
-#: __oom__ then make the check crash, hang or allocate without bound (real faults, for real tests);
+#: Set to "1" only by dsclean's own tests: files named with __segfault__, __abort__, __hang__, __stuck__ (a hang
+#: with SIGALRM blocked) or __oom__ then make the check crash, hang or allocate without bound (real faults, for real tests);
 #: __stderr__ writes a line to file descriptor 2, as a native decoder's warning does; __modules__ writes
 #: there which decoder libraries the checking process had imported when the file's check began.
 FAULT_ENV = "DSCLEAN_TEST_FAULTS"
@@ -296,6 +296,10 @@ def inject_fault(path: str) -> None:
     elif "__abort__" in name:
         os.abort()
     elif "__hang__" in name:
+        while True:
+            time.sleep(3600)
+    elif "__stuck__" in name:  # a hang the worker's own timer cannot end (a decoder blocking SIGALRM)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
         while True:
             time.sleep(3600)
     elif "__oom__" in name:

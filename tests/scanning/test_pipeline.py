@@ -121,29 +121,31 @@ def test_workers_end_when_the_scan_process_is_killed():
     assert not any(alive(p) for p in pids)
 
 
-def test_the_last_chunk_is_cut_so_no_worker_waits_on_a_whole_one():
+def test_the_last_chunks_are_cut_so_no_worker_waits_on_a_whole_one():
     from dsclean.scanning.executors import _last_split
 
     chunks = [list(range(0, 10)), list(range(10, 20)), list(range(20, 27))]
     out = list(_last_split(iter(chunks), 4))
-    assert out[:2] == chunks[:2]
-    assert out[2:] == [[20, 21], [22, 23], [24], [25], [26]]  # the last one in pieces, in order
+    assert out[0] == chunks[0]
+    # the last two (one per worker of 2) as pieces of the files left / 4, in order: large first, down to one file
+    assert [len(piece) for piece in out[1:]] == [5, 3, 3, 2, 1, 1, 1, 1]
+    assert [x for piece in out[1:] for x in piece] == list(range(10, 27))
     assert list(_last_split(iter([[1, 2]]), 4)) == [[1], [2]]  # never an empty piece
-    last = list(range(190))  # ~190 photo JPEGs to a task: pieces shrink from a quarter down to 6 files
+    last = list(range(190))  # ~190 photo JPEGs to a task: pieces shrink from a quarter down to one file
     sizes = [len(p) for p in _last_split(iter([last]), 4)]
-    assert sizes == [48, 36, 27, 20, 15, 11, 9, 6, 6, 6, 6]
+    assert sizes[0] == 48 and sizes == sorted(sizes, reverse=True) and sizes[-1] == 1
     assert [x for p in _last_split(iter([last]), 4) for x in p] == last
     assert list(_last_split(iter([]), 4)) == []
     assert list(_last_split(iter(chunks), 1)) == chunks  # one worker: nothing to balance
 
 
-def test_two_workers_check_every_file_once_with_the_last_chunk_in_pieces(tmp_path):
+def test_two_workers_check_every_file_once_with_the_last_chunks_in_pieces(tmp_path):
     root = tmp_path / "data"
     rels = [f"{i}.jpg" for i in range(12)]
     for i, rel in enumerate(rels):
         write(root, rel, synth.jpeg(16, 16, seed=i))
     chunks = list(run_checks(str(root), [rels[:6], rels[6:]], CheckOptions(), 2, "processes"))
-    assert sorted(len(c) for c in chunks) == [1, 1, 1, 1, 2, 6]  # the last 6 files in pieces that shrink
+    assert sorted(len(c) for c in chunks) == [1, 1, 1, 1, 2, 3, 3]  # both chunks (one per worker) in pieces
     assert sorted(v.path for c in chunks for v in c) == sorted(rels)
 
 
