@@ -375,7 +375,8 @@ def _fresh_process_context(formats: Iterable[str] | None = None, facts: bool = T
             atexit.register(stop_local_workers)
             context = _WorkerContext()
             context.set_forkserver_preload(preload_modules(formats, facts))
-            if fork_here and threading.active_count() == 1 and forkserver._forkserver._forkserver_pid is None:
+            if fork_here and threading.active_count() == 1 and forkserver._forkserver._forkserver_pid is None \
+                    and _STDLIB_LAYOUT_KNOWN:
                 _fork_helpers(preload_modules(formats, facts))
             else:
                 os.environ[_SERVER_ENV] = "1"  # seen by the server alone: it inherits this environment, then drops it
@@ -385,6 +386,15 @@ def _fresh_process_context(formats: Iterable[str] | None = None, facts: bool = T
                     os.environ.pop(_SERVER_ENV, None)
             _context = context
     return _context
+
+
+#: the multiprocessing internals :func:`_fork_helpers` fills in are those of Python 3.10-3.13 (checked in each
+#: one's source: the same attributes and ``main`` signatures); 3.14 adds an authentication key to the
+#: forkserver, so any other version starts fresh interpreters, as multiprocessing does
+_STDLIB_LAYOUT_KNOWN = (3, 10) <= sys.version_info[:2] <= (3, 13) and all(
+    hasattr(obj, name) for obj, names in ((forkserver._forkserver, ("_forkserver_address", "_forkserver_alive_fd")),
+                                          (resource_tracker._resource_tracker, ("_fd", "_pid")))
+    for name in names)
 
 
 def _fork_helpers(preload: list[str]) -> None:
