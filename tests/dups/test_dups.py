@@ -209,6 +209,40 @@ def test_nested_roots_and_outputs_inside_a_root_are_refused_before_anything_move
         quarantine_duplicates(result, str(train / "q"))
 
 
+@pytest.fixture
+def bind_mount(tmp_path):
+    """mount --bind SRC DST (tests run as root), unmounted afterwards."""
+    mounted = []
+
+    def mount(src, dst):
+        dst.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", "--bind", str(src), str(dst)], check=True)
+        mounted.append(dst)
+
+    try:
+        yield mount
+    finally:
+        for dst in reversed(mounted):
+            subprocess.run(["umount", str(dst)], check=True)
+
+
+def test_one_folder_under_two_paths_is_refused_also_through_a_bind_mount(splits, bind_mount, capsys):
+    """realpath cannot see through a bind mount (or one NFS export mounted twice): folders are compared by
+    (st_dev, st_ino), else every file is its own leak and --drop-from empties the dataset."""
+    val = splits / "val"
+    view = splits / "view"
+    bind_mount(val, view)
+    before = _listing(val)
+    q = splits / "bin"
+    assert main(["dups", str(val), str(view), "--quarantine", str(q), "--drop-from", str(view), "-q"]) == 2
+    assert "are the same folder" in capsys.readouterr().err
+    assert main(["dups", str(val), str(view / "cats"), "-q"]) == 2  # nested through the mount
+    assert "is inside" in capsys.readouterr().err
+    assert main(["dups", str(splits / "train"), str(val), "--quarantine", str(view / "bin"), "-q"]) == 2
+    assert "inside the dataset" in capsys.readouterr().err
+    assert _listing(val) == before and not q.exists() and not (val / "bin").exists()
+
+
 @pytest.mark.parametrize("keep, kept", [("first", "a.jpg"), ("largest", "b.png"), ("most-pixels", "c.jpg")])
 def test_keep_policies(tmp_path, keep, kept):
     root = tmp_path / "r"
