@@ -111,7 +111,7 @@ def read_groups(path: str, scrub: Scrubber, max_groups: int = 50, max_members: i
                 g = json.loads(line)
                 members = g["members"]
                 kind = str(g.get("kind", "exact"))
-                splits = [display(s) for s in g.get("splits") or []]
+                splits = [str(s) for s in g.get("splits") or []]
                 if not isinstance(members, list):
                     raise TypeError("members is not a list")
             except (ValueError, KeyError, TypeError) as exc:
@@ -125,9 +125,16 @@ def read_groups(path: str, scrub: Scrubber, max_groups: int = 50, max_members: i
             bucket = leaking if leak else others
             if len(bucket) < max_groups:
                 items = [_member(m, base, scrub) for m in members[:max_members]]
-                bucket.append(DupGroup(kind=kind, members=items, splits=splits, total_members=len(members)))
+                bucket.append(DupGroup(kind=kind, members=items, splits=[_shown_root(s, scrub) for s in splits],
+                                       leak=leak, total_members=len(members)))
     out.groups = (leaking + others)[:max_groups]
     return out
+
+
+def _shown_root(root: str, scrub: Scrubber) -> str:
+    """A split as the report shows it: its folder's name (the groups file holds the paths dups was given,
+    often absolute), the whole path only with ``--absolute-paths``."""
+    return display(root if scrub.keep else os.path.basename(root.rstrip("/")) or scrub(root))
 
 
 def _member(m: dict, base: str, scrub: Scrubber) -> Item:
@@ -140,9 +147,8 @@ def _member(m: dict, base: str, scrub: Scrubber) -> Item:
     except (ValueError, TypeError):
         raw = os.fsencode(str(m.get("path", "")))
     rel = os.fsdecode(raw)
-    shown_root = root if scrub.keep else os.path.basename(root.rstrip("/")) or root
     distance = m.get("distance")
-    note = " · ".join(filter(None, [display(shown_root), f"distance {distance}" if distance else ""]))
+    note = " · ".join(filter(None, [_shown_root(root, scrub), f"distance {distance}" if distance else ""]))
     fmt = format_of_name(rel)
     item = Item(path=display(rel), note=note, kind=kind_of(fmt) if fmt else "unknown")  # no rel: not under the scan root
     if safe_rel(rel):

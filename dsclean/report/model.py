@@ -57,7 +57,8 @@ class Gallery:
 class DupGroup:
     kind: str  # exact / near
     members: list[Item]
-    splits: list[str] = field(default_factory=list)  # several: split leakage
+    splits: list[str] = field(default_factory=list)  # the splits as shown (names, unless --absolute-paths)
+    leak: bool = False  # members in two or more splits (split leakage)
     total_members: int = 0  # members in the group (members may be capped)
 
 

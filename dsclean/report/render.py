@@ -186,7 +186,7 @@ def _reasons(d: ReportData) -> str:
 
 
 def _group(g: DupGroup) -> str:
-    leak = len(set(g.splits)) > 1
+    leak = g.leak
     head = [f'<span class="badge {"bad" if leak else "info"}">{"split leakage" if leak else esc(g.kind)}</span>',
             f"<span>{g.total_members:,} files</span>"]
     if g.splits:

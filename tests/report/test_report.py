@@ -198,6 +198,36 @@ def test_dups_groups_file_puts_split_leakage_first(scanned, tmp_path):
     assert "not found" in shown["../../etc/x.jpg"].placeholder  # a path leaving its root is never read
 
 
+def _two_splits(base, scan_val=False):
+    """train/ (scanned) and val/ with a copy of train's t0.jpg in val: one exact group leaking across splits."""
+    from dsclean.cli import main
+
+    train, val = base / "secret-project" / "train", base / "secret-project" / "val"
+    for i in range(3):
+        write(train, f"a/t{i}.jpg", synth.jpeg(96, 96, seed=i))
+    write(val, "a/leak.jpg", (train / "a" / "t0.jpg").read_bytes())
+    for root in (train, val) if scan_val else (train,):
+        assert main(["scan", str(root), "--dry-run", "-q"]) == 0
+    return train, val
+
+
+def test_splits_of_a_groups_file_show_no_absolute_path(tmp_path):
+    """dups run on absolute roots records them; the report's "splits:" header shows the folders' names."""
+    from dsclean.cli import main
+
+    train, val = _two_splits(tmp_path)
+    groups = tmp_path / "groups.jsonl"
+    assert main(["dups", str(train), str(val), "-o", str(groups), "-q"]) == 0
+    out = tmp_path / "r.html"
+    write_report(str(train), str(out), ReportOptions(dups=str(groups), jobs=1))
+    html = out.read_text(encoding="utf-8")
+    assert str(tmp_path) not in html and "secret-project" not in html
+    dup = sections(html)["duplicates"]
+    assert "splits: train, val" in dup and "split leakage" in dup and "1 groups span splits" in dup
+    write_report(str(train), str(out), ReportOptions(dups=str(groups), jobs=1, absolute_paths=True))
+    assert f"splits: {train}, {val}" in sections(out.read_text(encoding="utf-8"))["duplicates"]
+
+
 def test_cli_report_and_its_errors(scanned, tmp_path):
     out = tmp_path / "r.html"
     proc = run_cli("report", scanned.root, "-o", out, "--no-thumbnails")
