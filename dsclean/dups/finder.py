@@ -170,14 +170,22 @@ def _thumbnails(inv: Inventory, files: np.ndarray, limits: Limits, workers: int)
     return out
 
 
-def write_groups(result: DupsResult, output: str) -> None:
-    """One JSON object per group (FACTS.md), written to a temp file and renamed."""
+def check_groups_output(output: str, roots: list[str]) -> None:
+    """Refuse an ``-o`` that could not be written (no such folder, a folder, not writable, inside a root);
+    the CLI calls it before any work, :func:`write_groups` again before writing."""
     parent = os.path.dirname(os.path.abspath(output))
     if not os.path.isdir(parent):
         raise UserError(f"{output}: the folder {parent} does not exist")
     if os.path.isdir(output):
         raise UserError(f"{output}: is a folder; -o takes a file name such as groups.jsonl")
-    check_outside_roots(output, result.inventory.roots, "-o")
+    if not os.access(parent, os.W_OK | os.X_OK):  # also a read-only file system (EROFS), even for root
+        raise UserError(f"{output}: the folder {parent} is not writable")
+    check_outside_roots(output, roots, "-o")
+
+
+def write_groups(result: DupsResult, output: str) -> None:
+    """One JSON object per group (FACTS.md), written to a temp file and renamed."""
+    check_groups_output(output, result.inventory.roots)
     with atomic_output(output) as tmp, open(tmp, "w", encoding="utf-8") as f:
         for record in result.records():
             f.write(json.dumps(record) + "\n")

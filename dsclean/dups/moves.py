@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from .. import reasons
 from ..errors import UserError
-from ..scanning.quarantine import Quarantine
+from ..scanning.quarantine import Quarantine, bound_root
 from .collect import check_outside_roots
 from .finder import DupsResult
 
@@ -44,6 +44,28 @@ def subfolders(roots: list[str]) -> list[str]:
             name = f"{base}~{n}"
         names.append(name)
     return names
+
+
+def check_quarantine(qdir: str, roots: list[str], dry_run: bool = False) -> None:
+    """Refuse a quarantine that could not take the moves: inside a root, a file, not writable, or a root's
+    subfolder bound to another root. Creates nothing; the CLI calls it before any work."""
+    check_outside_roots(qdir, roots, "the quarantine")
+    if os.path.exists(qdir) and not os.path.isdir(qdir):
+        raise UserError(f"the quarantine {qdir} is a file, not a folder")
+    if dry_run:
+        return
+    for root, name in zip(roots, subfolders(roots)):
+        folder = os.path.join(qdir, name)
+        if os.path.exists(folder) and not os.path.isdir(folder):
+            raise UserError(f"the quarantine {folder} (for {root}) is a file, not a folder")
+        existing = folder
+        while not os.path.exists(existing):  # the folder that would be made must be creatable
+            existing = os.path.dirname(existing)
+        if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
+            raise UserError(f"the quarantine {qdir} is not writable: {existing} cannot be written to")
+        bound = bound_root(folder) if os.path.isdir(folder) else None
+        if bound is not None and os.path.realpath(bound) != os.path.realpath(root):
+            raise UserError(f"the quarantine {folder} holds files of {bound}, not {root}: give another --quarantine")
 
 
 def resolve_split(roots: list[str], split: str) -> int:
@@ -95,7 +117,7 @@ def quarantine_duplicates(result: DupsResult, qdir: str, keep: str = "first", dr
                           dry_run: bool = False) -> MoveReport:
     """Move every extra copy into ``qdir/<root name>/``, journaled; never overwrites, never deletes."""
     inv = result.inventory
-    check_outside_roots(qdir, inv.roots, "the quarantine")
+    check_quarantine(qdir, inv.roots, dry_run)
     moves, left = plan_moves(result, keep, drop_from)
     report = MoveReport(planned=len(moves), left_across_splits=left)
     names = subfolders(inv.roots)

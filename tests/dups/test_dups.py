@@ -209,6 +209,31 @@ def test_nested_roots_and_outputs_inside_a_root_are_refused_before_anything_move
         quarantine_duplicates(result, str(train / "q"))
 
 
+def test_outputs_that_cannot_be_written_are_refused_before_any_work(splits, monkeypatch, capsys):
+    """-o in a missing folder, a quarantine on a read-only file system or that is a file: exit 2 at once,
+    not after hours of facts and search."""
+    from support.mounts import make_read_only, tmpfs
+
+    import dsclean.dups.finder
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the work started before the outputs were checked")
+
+    monkeypatch.setattr(dsclean.dups.finder, "find_duplicates", no_work)
+    train = str(splits / "train")
+    assert main(["dups", train, "-o", str(splits / "no-such-folder" / "groups.jsonl"), "-q"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    (splits / "a-file").write_text("x")
+    assert main(["dups", train, "--quarantine", str(splits / "a-file"), "-q"]) == 2
+    assert "is a file" in capsys.readouterr().err
+    with tmpfs(splits / "ro", size="1m") as ro:
+        make_read_only(ro)
+        assert main(["dups", train, "--quarantine", os.path.join(ro, "bin"), "-q"]) == 2
+        assert "not writable" in capsys.readouterr().err
+        assert main(["dups", train, "-o", os.path.join(ro, "groups.jsonl"), "-q"]) == 2
+        assert "not writable" in capsys.readouterr().err
+
+
 @pytest.fixture
 def bind_mount(tmp_path):
     """mount --bind SRC DST (tests run as root), unmounted afterwards."""
