@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..atomic import atomic_output
+from ..scanning.records import quarantine_state
 from .collect import Caps, collect
 from .duplicates import exact_duplicates, read_groups
 from .render import render
@@ -105,8 +106,10 @@ def _describe(data, src, scrub: Scrubber, options: ReportOptions) -> None:
         data.scan_command = display(scrub.command([str(a) for a in summary["command"]]))
     if isinstance(summary.get("elapsed"), (int, float)):
         data.elapsed = float(summary["elapsed"])
-    if isinstance(summary.get("quarantined"), int) and summary.get("quarantine"):
-        data.quarantined = summary["quarantined"]
+    if src.quarantine and (summary.get("quarantine") or not summary):
+        # The journal, not the scan's summary: a later `dsclean restore` puts files back (as `status` counts).
+        state = quarantine_state(src.quarantine)
+        data.quarantined, data.restored = state.moved, state.restored
     if summary.get("interrupted"):
         data.notes.append("The scan was interrupted: these results cover only the files checked before it stopped.")
     raw = src.meta.get("options")

@@ -100,7 +100,8 @@ class ReportData:
     bytes: int = 0
     counts: dict[str, dict[str, int]] = field(default_factory=dict)  # kind -> status -> n
     reasons: dict[str, dict[str, int]] = field(default_factory=dict)  # status -> reason -> n
-    quarantined: int | None = None
+    quarantined: int | None = None  # files in the scan's quarantine now, by its journal
+    restored: int = 0  # files `dsclean restore` put back into ROOT, by the journal
     reason_galleries: list[Gallery] = field(default_factory=list)
     problems_columns: list[str] = field(default_factory=list)
     problems: list[list] = field(default_factory=list)  # rows of the problems table (capped)

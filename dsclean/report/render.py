@@ -97,7 +97,9 @@ def _summary(d: ReportData) -> str:
              _stat(f"{d.files - bad - warn:,}", "ok", "ok"), _stat(f"{bad:,}", "bad", "bad"),
              _stat(f"{warn:,}", "warn", "warn")]
     if d.quarantined is not None:
-        stats.append(_stat(f"{d.quarantined:,}", "moved to quarantine"))
+        stats.append(_stat(f"{d.quarantined:,}", "in quarantine"))
+    if d.restored:
+        stats.append(_stat(f"{d.restored:,}", "restored to ROOT"))
     if d.elapsed:
         stats.append(_stat(human_seconds(d.elapsed), f"scan time ({d.files / d.elapsed:,.0f} files/s)"))
     rows = "".join(
