@@ -89,7 +89,8 @@ def cmd_dups(args: argparse.Namespace) -> int:
     report = None
     if args.quarantine:
         report = quarantine_duplicates(result, args.quarantine, args.keep, args.drop_from, dry_run=args.dry_run)
-        s.moved, s.move_errors, s.kept_across_splits = report.moved, report.errors, report.left_across_splits
+        s.planned, s.moved, s.move_errors = report.planned, report.moved, report.errors
+        s.kept_across_splits = report.left_across_splits
         if report.changed:
             s.notes.append(f"{report.changed} files changed since their facts were taken: left in place")
     if args.json:

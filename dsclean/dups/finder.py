@@ -63,6 +63,7 @@ class DupsSummary:
     failed: list[str] = field(default_factory=list)
     elapsed: float = 0.0
     output: str | None = None
+    planned: int = 0  # extra copies chosen to move (with --dry-run: how many would move)
     moved: int = 0
     move_errors: list[str] = field(default_factory=list)
     kept_across_splits: int = 0  # extras in another split, left in place (no --drop-from)

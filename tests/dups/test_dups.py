@@ -286,6 +286,13 @@ def test_dry_run_moves_nothing(splits, capsys):
     assert main(["dups", *roots, "--quarantine", str(splits / "q"), "--dry-run", "-j", "2"]) == 0
     assert _listing(splits / "train") == before
     assert "would move 1 extra copies" in capsys.readouterr().out
+    assert main(["dups", *roots, "--quarantine", str(splits / "q"), "--dry-run", "--json", "-j", "2"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["planned"] == 1 and summary["moved"] == 0  # the JSON says how many would move
+    assert _listing(splits / "train") == before and not (splits / "q").exists()
+    assert main(["dups", *roots, "--quarantine", str(splits / "q"), "--json", "-j", "2"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["planned"] == summary["moved"] == 1
 
 
 def test_reads_every_part_of_a_job_array_and_says_where_results_came_from(tmp_path, capsys):
