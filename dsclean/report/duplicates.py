@@ -100,11 +100,16 @@ def read_groups(path: str, scrub: Scrubber, max_groups: int = 50, max_members: i
     others: list[DupGroup] = []
     base = os.path.dirname(os.path.abspath(path))
     try:
-        f = open(path, encoding="utf-8")
+        f = open(path, "rb")
     except OSError as exc:
         raise UserError(f"--dups {path}: cannot read: {exc.strerror or exc}") from exc
     with f:
-        for number, line in enumerate(f, 1):
+        for number, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise UserError(f"--dups {path}:{number}: not UTF-8 text; --dups takes the JSON lines file of "
+                                "`dsclean dups -o groups.jsonl`") from None
             if not line.strip():
                 continue
             try:
@@ -114,6 +119,9 @@ def read_groups(path: str, scrub: Scrubber, max_groups: int = 50, max_members: i
                 splits = [str(s) for s in g.get("splits") or []]
                 if not isinstance(members, list):
                     raise TypeError("members is not a list")
+                for k, m in enumerate(members):
+                    if not isinstance(m, dict) or not isinstance(m.get("path", m.get("path_b64")), str):
+                        raise ValueError(f"member {k} has no path")
             except (ValueError, KeyError, TypeError) as exc:
                 raise UserError(f"--dups {path}:{number}: not a dsclean dups group ({exc})") from exc
             out.total_groups += 1
@@ -139,8 +147,6 @@ def _shown_root(root: str, scrub: Scrubber) -> str:
 
 def _member(m: dict, base: str, scrub: Scrubber) -> Item:
     """A group member: shown as split + path, read from its root (as given to dsclean dups, else next to the file)."""
-    if not isinstance(m, dict):
-        return Item(path=display(m), note="(not a member record)")
     root = str(m.get("root", ""))
     try:
         raw = path_bytes(m)

@@ -245,6 +245,12 @@ def test_cli_report_and_its_errors(scanned, tmp_path):
     bad.write_text('{"group": 0, "kind": "exact", "members": []}\nnot json\n')
     proc = run_cli("report", scanned.root, "-o", out, "--dups", bad)
     assert proc.returncode == 2 and "bad.jsonl:2" in proc.stderr
+    nopath = tmp_path / "nopath.jsonl"  # a member without its path
+    nopath.write_text('{"group": 0, "kind": "exact", "members": [{"root": "r"}], "splits": ["r"]}\n')
+    parquet = scanned.quarantine / "scan_results.parquet"  # the wrong file altogether: binary
+    for wrong, where in ((nopath, "nopath.jsonl:1"), (parquet, "scan_results.parquet:1")):
+        proc = run_cli("report", scanned.root, "-o", out, "--dups", wrong, "--no-thumbnails")
+        assert proc.returncode == 2 and where in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
 def test_a_damaged_results_file_is_named_not_a_traceback(scanned, tmp_path):
