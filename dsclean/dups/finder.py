@@ -84,12 +84,14 @@ class DupsResult:
     def records(self):
         """Yield each group as the JSON-ready dict written to groups.jsonl."""
         inv = self.inventory
+        # A root given relative also gets root_abs: the groups file is read from other folders (report --dups).
+        extra = [{} if os.path.isabs(r) else {"root_abs": os.path.abspath(r)} for r in inv.roots]
         for n, g in enumerate(self.groups):
             yield {
                 "group": n,
                 "kind": g.kind,
-                "members": [{"root": inv.roots[inv.root[i]], **path_fields(inv.rel(i)), "distance": int(d)}
-                            for i, d in zip(g.members, g.distance)],
+                "members": [{"root": inv.roots[inv.root[i]], **extra[inv.root[i]], **path_fields(inv.rel(i)),
+                             "distance": int(d)} for i, d in zip(g.members, g.distance)],
                 "splits": [inv.roots[r] for r in g.splits(inv)],
             }
 

@@ -146,7 +146,8 @@ def _shown_root(root: str, scrub: Scrubber) -> str:
 
 
 def _member(m: dict, base: str, scrub: Scrubber) -> Item:
-    """A group member: shown as split + path, read from its root (as given to dsclean dups, else next to the file)."""
+    """A group member: shown as split + path, read from its root (``root_abs``, else as given to dsclean dups,
+    relative to here or to the groups file's folder)."""
     root = str(m.get("root", ""))
     try:
         raw = path_bytes(m)
@@ -156,9 +157,17 @@ def _member(m: dict, base: str, scrub: Scrubber) -> Item:
     distance = m.get("distance")
     note = " · ".join(filter(None, [_shown_root(root, scrub), f"distance {distance}" if distance else ""]))
     fmt = format_of_name(rel)
-    item = Item(path=display(rel), note=note, kind=kind_of(fmt) if fmt else "unknown")  # no rel: not under the scan root
+    item = Item(path=display(rel), note=note, kind=kind_of(fmt) if fmt else "unknown",  # no rel: not under the scan root
+                missing="file not found where the groups file of dsclean dups says it is")
+    absolute = m.get("root_abs")  # written by dsclean dups for a root given relative
+    if isinstance(absolute, str) and os.path.isabs(absolute):
+        folders: tuple[str, ...] = (absolute,)
+    elif os.path.isabs(root):
+        folders = (root,)
+    else:  # an older groups file: relative to here, else to the groups file's folder
+        folders = (root, os.path.join(base, root))
     if safe_rel(rel):
-        for folder in (root, os.path.join(base, root)) if not os.path.isabs(root) else (root,):
+        for folder in folders:
             candidate = os.path.join(folder, rel)
             if os.path.isfile(candidate):
                 item.source = os.path.abspath(candidate)

@@ -37,6 +37,7 @@ class Item:
     note: str = ""  # what put it here: "brightness 0.031", "distance 4"
     rel: str = ""  # the path relative to the scan root, as the file system spells it (for finding the bytes)
     source: str | None = None  # absolute path to read the bytes from; never shown
+    missing: str = ""  # the placeholder when no source is found (default: where the scan or journal says)
     thumb: Thumb | None = None
 
 

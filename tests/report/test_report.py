@@ -228,6 +228,31 @@ def test_splits_of_a_groups_file_show_no_absolute_path(tmp_path):
     assert f"splits: {train}, {val}" in sections(out.read_text(encoding="utf-8"))["duplicates"]
 
 
+def test_a_groups_file_made_with_relative_roots_is_read_from_another_folder(tmp_path, monkeypatch):
+    """dups run on `train val` records root_abs too: report --dups run elsewhere finds every member; a member
+    that is gone says the groups file (not the scan) put it there."""
+    from dsclean.cli import main
+
+    train, val = _two_splits(tmp_path, scan_val=True)
+    groups = tmp_path / "groups.jsonl"
+    monkeypatch.chdir(train.parent)
+    assert main(["dups", "train", "val", "-o", str(groups), "-q"]) == 0
+    members = json.loads(groups.read_text())["members"]
+    assert [(m["root"], m["root_abs"], m["path"]) for m in members] == [
+        ("train", str(train), "a/t0.jpg"), ("val", str(val), "a/leak.jpg")]
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    out = tmp_path / "r.html"
+    write_report(str(train), str(out), ReportOptions(dups=str(groups), jobs=1))
+    shown = by_path(sections(out.read_text(encoding="utf-8"))["duplicates"])
+    assert shown["a/t0.jpg"].src and shown["a/leak.jpg"].src, shown
+    (val / "a" / "leak.jpg").unlink()
+    write_report(str(train), str(out), ReportOptions(dups=str(groups), jobs=1))
+    shown = by_path(sections(out.read_text(encoding="utf-8"))["duplicates"])
+    assert "groups file of dsclean dups" in shown["a/leak.jpg"].placeholder
+    assert "the scan" not in shown["a/leak.jpg"].placeholder
+
+
 def test_cli_report_and_its_errors(scanned, tmp_path):
     out = tmp_path / "r.html"
     proc = run_cli("report", scanned.root, "-o", out, "--no-thumbnails")
