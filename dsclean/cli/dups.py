@@ -88,7 +88,9 @@ def cmd_dups(args: argparse.Namespace) -> int:
         write_groups(result, args.output)
     report = None
     if args.quarantine:
-        report = quarantine_duplicates(result, args.quarantine, args.keep, args.drop_from, dry_run=args.dry_run)
+        report = quarantine_duplicates(result, args.quarantine, args.keep, args.drop_from, dry_run=args.dry_run,
+                                       state_dir=args.state_dir)
+        s.notes += report.notes
         s.planned, s.moved, s.move_errors = report.planned, report.moved, report.errors
         s.kept_across_splits = report.left_across_splits
         if report.changed:

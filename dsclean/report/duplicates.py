@@ -29,19 +29,33 @@ from .source import safe_rel
 PARTITION_ROWS = 2_000_000
 
 
+def moved_by_dups(folders: list[str], root: str) -> list[str]:
+    """Paths (relative to ``root``) that ``dsclean dups --quarantine`` moved into ``folders`` and that are
+    there now, by the folders' journals (a restored copy is back in the dataset)."""
+    from ..scanning.records import quarantined_records
+
+    out = []
+    for folder in folders:
+        for variant in {os.path.abspath(root), os.path.realpath(root)}:
+            out += [line["path"] for line in quarantined_records(folder, variant) if isinstance(line.get("path"), str)]
+    return out
+
+
 def exact_duplicates(results_path: str | list[str], rows: int, scrub: Scrubber, max_groups: int = 50,
-                     max_members: int = 8) -> Duplicates | None:
+                     max_members: int = 8, moved: list[str] = ()) -> Duplicates | None:
     """Groups of files (not marked bad) with the same ``content_hash``; None when nothing was hashed.
-    ``results_path``: a results file, or every part's of a job array."""
+    ``results_path``: a results file, or every part's of a job array. ``moved``: paths no longer in the
+    dataset (moved out by ``dsclean dups``, :func:`moved_by_dups`), left out of the groups and counts."""
     paths = [results_path] if isinstance(results_path, str) else list(results_path)
+    gone = pa.array([os.fsencode(p) for p in moved], pa.binary()) if moved else None
     names = pq.ParquetFile(paths[0]).schema_arrow.names
     parts = max(1, -(-rows // PARTITION_ROWS))
     dup_counts: dict[bytes, int] = {}
     hashed = 0
     for p in range(parts):
         chunks = []
-        for batch in iter_batches(paths, ["content_hash", "status"]):
-            hashes = _kept_hashes(batch)
+        for batch in iter_batches(paths, ["content_hash", "status", "path"]):
+            hashes = _kept_hashes(batch, gone)
             hashed += len(hashes) if p == 0 else 0
             if parts > 1 and len(hashes):
                 first = np.frombuffer(hashes.buffers()[1], dtype=np.uint8, count=len(hashes) * 16,
@@ -57,6 +71,9 @@ def exact_duplicates(results_path: str | list[str], rows: int, scrub: Scrubber, 
         return None
     out = Duplicates(source="hashes", total_groups=len(dup_counts), exact_groups=len(dup_counts),
                      total_files=sum(dup_counts.values()))
+    if moved:
+        out.notes.append(f"{len(moved):,} extra copies that dsclean dups --quarantine moved out of the dataset "
+                         "(by its journal) are not counted.")
     if not dup_counts:
         return out
     shown = sorted(dup_counts, key=lambda h: (-dup_counts[h], h))[:max_groups]
@@ -66,7 +83,10 @@ def exact_duplicates(results_path: str | list[str], rows: int, scrub: Scrubber, 
     columns = ["content_hash", *[c for c in CARD_COLUMNS if c in names]]
     for batch in iter_batches(paths, columns):
         t = pa.Table.from_batches([batch])
-        t = t.filter(pc.and_(pc.not_equal(t["status"], R.BAD), pc.is_in(t["content_hash"].cast(pa.binary(16)), dup_set)))
+        keep = pc.and_(pc.not_equal(t["status"], R.BAD), pc.is_in(t["content_hash"].cast(pa.binary(16)), dup_set))
+        if gone is not None:
+            keep = pc.and_(keep, pc.invert(pc.is_in(t["path"], value_set=gone)))
+        t = t.filter(keep)
         for row in t.to_pylist():
             h = bytes(row["content_hash"])
             size = row.get("size") or 0
@@ -83,10 +103,12 @@ def exact_duplicates(results_path: str | list[str], rows: int, scrub: Scrubber, 
     return out
 
 
-def _kept_hashes(batch: pa.RecordBatch) -> pa.Array:
-    """The non-null 16-byte hashes of rows not marked bad, as a fixed-size binary array."""
+def _kept_hashes(batch: pa.RecordBatch, gone: pa.Array | None = None) -> pa.Array:
+    """The non-null 16-byte hashes of rows not marked bad (nor in ``gone``), as a fixed-size binary array."""
     hashes = batch.column(batch.schema.get_field_index("content_hash"))
     keep = pc.and_(pc.is_valid(hashes), pc.not_equal(batch.column(batch.schema.get_field_index("status")), R.BAD))
+    if gone is not None:
+        keep = pc.and_(keep, pc.invert(pc.is_in(batch.column(batch.schema.get_field_index("path")), value_set=gone)))
     hashes = hashes.filter(keep)
     if hashes.type != pa.binary(16):
         hashes = hashes.cast(pa.binary(16))

@@ -253,6 +253,32 @@ def test_a_groups_file_made_with_relative_roots_is_read_from_another_folder(tmp_
     assert "the scan" not in shown["a/leak.jpg"].placeholder
 
 
+def test_copies_moved_by_dups_are_not_duplicates_any_more(tmp_path):
+    """dups --quarantine moved the extra copy (journaled): the report's exact groups (from the scan's hashes)
+    leave it out, and nothing is "file not found"; once restored, the group is back."""
+    from dsclean.cli import main
+
+    root, bin_ = tmp_path / "r", tmp_path / "bin"
+    for i in range(3):
+        write(root, f"a/ok{i}.jpg", synth.jpeg(96, 96, seed=i))
+    write(root, "a/ok0_copy.jpg", (root / "a" / "ok0.jpg").read_bytes())
+    assert main(["scan", str(root), "--dry-run", "-q"]) == 0
+    out = tmp_path / "r.html"
+    write_report(str(root), str(out), ReportOptions(jobs=1))
+    assert "1 groups, 2 files" in sections(out.read_text(encoding="utf-8"))["duplicates"]
+    assert main(["dups", str(root), "--quarantine", str(bin_), "-q"]) == 0
+    assert not (root / "a" / "ok0_copy.jpg").exists() and (bin_ / "r" / "a" / "ok0_copy.jpg").exists()
+    write_report(str(root), str(out), ReportOptions(jobs=1))
+    html = out.read_text(encoding="utf-8")
+    dup = sections(html)["duplicates"]
+    assert "0 groups, 0 files" in dup and "1 extra copies that dsclean dups --quarantine moved" in dup
+    assert "ok0_copy.jpg" not in dup and "file not found" not in html
+    assert main(["restore", str(bin_ / "r")]) == 0
+    write_report(str(root), str(out), ReportOptions(jobs=1))
+    dup = sections(out.read_text(encoding="utf-8"))["duplicates"]
+    assert "1 groups, 2 files" in dup and "moved out" not in dup
+
+
 def test_cli_report_and_its_errors(scanned, tmp_path):
     out = tmp_path / "r.html"
     proc = run_cli("report", scanned.root, "-o", out, "--no-thumbnails")
