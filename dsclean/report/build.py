@@ -67,7 +67,7 @@ def write_report(target: str, output: str = DEFAULT_OUTPUT, options: ReportOptio
     _describe(data, src, scrub, options)
     dups_bins = recorded_quarantines(src.root, options.state_dir) if src.root else []  # dsclean dups' moves
     if options.dups:
-        data.duplicates = read_groups(options.dups, scrub)
+        data.duplicates = read_groups(options.dups, scrub, state_dir=options.state_dir)
     elif "content_hash" in src.columns:
         data.duplicates = exact_duplicates(src.results_paths, data.files, scrub,
                                            moved=moved_by_dups(dups_bins, src.root))

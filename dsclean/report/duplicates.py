@@ -17,13 +17,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .. import reasons as R
+from ..dups.quarantines import recorded_quarantines
 from ..errors import UserError
 from ..formats import format_of_name, kind_of
 from ..jsonpaths import path_bytes
 from .collect import CARD_COLUMNS, item_from_row, iter_batches
 from .model import DupGroup, Duplicates, Item
 from .safe import Scrubber, display
-from .source import safe_rel
+from .source import quarantined_locations, safe_rel
 
 #: rows of hashes counted at once (one partition of the first pass)
 PARTITION_ROWS = 2_000_000
@@ -115,9 +116,13 @@ def _kept_hashes(batch: pa.RecordBatch, gone: pa.Array | None = None) -> pa.Arra
     return hashes
 
 
-def read_groups(path: str, scrub: Scrubber, max_groups: int = 50, max_members: int = 8) -> Duplicates:
-    """The first groups of a ``dsclean dups`` groups file (groups spanning splits first), and totals of all."""
+def read_groups(path: str, scrub: Scrubber, max_groups: int = 50, max_members: int = 8,
+                state_dir: str | None = None) -> Duplicates:
+    """The first groups of a ``dsclean dups`` groups file (groups spanning splits first), and totals of all.
+    A member no longer in its root is looked for where ``dsclean dups --quarantine`` moved it (``state_dir``:
+    where the roots' state folders are)."""
     out = Duplicates(source=display(os.path.basename(path)))
+    missing: dict[str, dict[str, list[Item]]] = {}  # root -> rel -> shown members not found there
     leaking: list[DupGroup] = []
     others: list[DupGroup] = []
     base = os.path.dirname(os.path.abspath(path))
@@ -154,11 +159,24 @@ def read_groups(path: str, scrub: Scrubber, max_groups: int = 50, max_members: i
             out.leaking_groups += leak
             bucket = leaking if leak else others
             if len(bucket) < max_groups:
-                items = [_member(m, base, scrub) for m in members[:max_members]]
+                items = [_member(m, base, scrub, missing) for m in members[:max_members]]
                 bucket.append(DupGroup(kind=kind, members=items, splits=[_shown_root(s, scrub) for s in splits],
                                        leak=leak, total_members=len(members)))
     out.groups = (leaking + others)[:max_groups]
+    _find_moved(missing, state_dir)
     return out
+
+
+def _find_moved(missing: dict[str, dict[str, list[Item]]], state_dir: str | None) -> None:
+    """Members moved out by ``dsclean dups --quarantine``: found through each root's recorded quarantines
+    and their journals (one read per root), shown from there."""
+    for root, by_rel in missing.items():
+        for folder in recorded_quarantines(root, state_dir):
+            for variant in {os.path.abspath(root), os.path.realpath(root)}:
+                for rel, where in quarantined_locations(folder, variant, set(by_rel)).items():
+                    for item in by_rel.pop(rel, []):
+                        item.source = where
+                        item.note = " · ".join(filter(None, [item.note, "moved out by dsclean dups"]))
 
 
 def _shown_root(root: str, scrub: Scrubber) -> str:
@@ -167,7 +185,7 @@ def _shown_root(root: str, scrub: Scrubber) -> str:
     return display(root if scrub.keep else os.path.basename(root.rstrip("/")) or scrub(root))
 
 
-def _member(m: dict, base: str, scrub: Scrubber) -> Item:
+def _member(m: dict, base: str, scrub: Scrubber, missing: dict[str, dict[str, list[Item]]]) -> Item:
     """A group member: shown as split + path, read from its root (``root_abs``, else as given to dsclean dups,
     relative to here or to the groups file's folder)."""
     root = str(m.get("root", ""))
@@ -194,4 +212,6 @@ def _member(m: dict, base: str, scrub: Scrubber) -> Item:
             if os.path.isfile(candidate):
                 item.source = os.path.abspath(candidate)
                 break
+        else:
+            missing.setdefault(os.path.abspath(folders[0]), {}).setdefault(rel, []).append(item)
     return item

@@ -266,13 +266,18 @@ def test_copies_moved_by_dups_are_not_duplicates_any_more(tmp_path):
     out = tmp_path / "r.html"
     write_report(str(root), str(out), ReportOptions(jobs=1))
     assert "1 groups, 2 files" in sections(out.read_text(encoding="utf-8"))["duplicates"]
-    assert main(["dups", str(root), "--quarantine", str(bin_), "-q"]) == 0
+    groups = tmp_path / "groups.jsonl"  # written before the moves: it still lists the copy
+    assert main(["dups", str(root), "--quarantine", str(bin_), "-o", str(groups), "-q"]) == 0
     assert not (root / "a" / "ok0_copy.jpg").exists() and (bin_ / "r" / "a" / "ok0_copy.jpg").exists()
     write_report(str(root), str(out), ReportOptions(jobs=1))
     html = out.read_text(encoding="utf-8")
     dup = sections(html)["duplicates"]
     assert "0 groups, 0 files" in dup and "1 extra copies that dsclean dups --quarantine moved" in dup
     assert "ok0_copy.jpg" not in dup and "file not found" not in html
+    write_report(str(root), str(out), ReportOptions(jobs=1, dups=str(groups)))
+    html = out.read_text(encoding="utf-8")
+    copy = by_path(sections(html)["duplicates"])["a/ok0_copy.jpg"]
+    assert copy.src and "moved out by dsclean dups" in copy.rest and "file not found" not in html
     assert main(["restore", str(bin_ / "r")]) == 0
     write_report(str(root), str(out), ReportOptions(jobs=1))
     dup = sections(out.read_text(encoding="utf-8"))["duplicates"]
