@@ -30,25 +30,25 @@ from .source import quarantined_locations, safe_rel
 PARTITION_ROWS = 2_000_000
 
 
-def moved_by_dups(folders: list[str], root: str) -> list[str]:
-    """Paths (relative to ``root``) that ``dsclean dups --quarantine`` moved into ``folders`` and that are
-    there now, by the folders' journals (a restored copy is back in the dataset)."""
+def moved_by_dups(folders: list[str], root: str) -> list[bytes]:
+    """Name bytes (relative to ``root``) of the files ``dsclean dups --quarantine`` moved into ``folders`` and
+    that are there now, by the folders' journals (a restored copy is back in the dataset)."""
     from ..scanning.records import quarantined_records
 
     out = []
     for folder in folders:
         for variant in {os.path.abspath(root), os.path.realpath(root)}:
-            out += [line["path"] for line in quarantined_records(folder, variant) if isinstance(line.get("path"), str)]
+            out += [path_bytes(line) for line in quarantined_records(folder, variant)]
     return out
 
 
 def exact_duplicates(results_path: str | list[str], rows: int, scrub: Scrubber, max_groups: int = 50,
-                     max_members: int = 8, moved: list[str] = ()) -> Duplicates | None:
+                     max_members: int = 8, moved: list[bytes] = ()) -> Duplicates | None:
     """Groups of files (not marked bad) with the same ``content_hash``; None when nothing was hashed.
     ``results_path``: a results file, or every part's of a job array. ``moved``: paths no longer in the
     dataset (moved out by ``dsclean dups``, :func:`moved_by_dups`), left out of the groups and counts."""
     paths = [results_path] if isinstance(results_path, str) else list(results_path)
-    gone = pa.array([os.fsencode(p) for p in moved], pa.binary()) if moved else None
+    gone = pa.array(moved, pa.binary()) if moved else None
     names = pq.ParquetFile(paths[0]).schema_arrow.names
     parts = max(1, -(-rows // PARTITION_ROWS))
     dup_counts: dict[bytes, int] = {}
@@ -86,7 +86,7 @@ def exact_duplicates(results_path: str | list[str], rows: int, scrub: Scrubber, 
         t = pa.Table.from_batches([batch])
         keep = pc.and_(pc.not_equal(t["status"], R.BAD), pc.is_in(t["content_hash"].cast(pa.binary(16)), dup_set))
         if gone is not None:
-            keep = pc.and_(keep, pc.invert(pc.is_in(t["path"], value_set=gone)))
+            keep = pc.and_(keep, _not_gone(t["path"], gone))
         t = t.filter(keep)
         for row in t.to_pylist():
             h = bytes(row["content_hash"])
@@ -109,11 +109,18 @@ def _kept_hashes(batch: pa.RecordBatch, gone: pa.Array | None = None) -> pa.Arra
     hashes = batch.column(batch.schema.get_field_index("content_hash"))
     keep = pc.and_(pc.is_valid(hashes), pc.not_equal(batch.column(batch.schema.get_field_index("status")), R.BAD))
     if gone is not None:
-        keep = pc.and_(keep, pc.invert(pc.is_in(batch.column(batch.schema.get_field_index("path")), value_set=gone)))
+        keep = pc.and_(keep, _not_gone(batch.column(batch.schema.get_field_index("path")), gone))
     hashes = hashes.filter(keep)
     if hashes.type != pa.binary(16):
         hashes = hashes.cast(pa.binary(16))
     return hashes
+
+
+def _not_gone(paths, gone: pa.Array):
+    """True where a path is not in ``gone`` (name bytes); a results file with text paths is compared as bytes."""
+    if paths.type != pa.binary():
+        paths = paths.cast(pa.binary())
+    return pc.invert(pc.is_in(paths, value_set=gone))
 
 
 def read_groups(path: str, scrub: Scrubber, max_groups: int = 50, max_members: int = 8,
