@@ -12,9 +12,9 @@ import time
 from dataclasses import dataclass, field
 
 from ..atomic import atomic_output
+from ..dups.quarantines import recorded_quarantines
 from ..scanning.records import quarantine_state
 from .collect import Caps, collect
-from ..dups.quarantines import recorded_quarantines
 from .duplicates import exact_duplicates, moved_by_dups, read_groups
 from .render import render
 from .safe import Scrubber, display
