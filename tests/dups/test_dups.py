@@ -344,3 +344,21 @@ def test_a_scan_with_facts_none_holds_no_hashes_so_dups_computes_them_and_says_w
     assert main(["dups", str(root), "--state-dir", state]) == 0
     out = capsys.readouterr().out
     assert "scanned with --facts none" in out and "0 from scan results, 6 computed here" in out
+
+
+def test_the_quarantine_is_recorded_in_the_roots_state_folder(splits, tmp_path, capsys):
+    """dups --quarantine records DIR/<root name> for `dsclean report ROOT` (before moving); a state folder that
+    cannot be written is a note, and the moves still happen (journaled)."""
+    from dsclean.dups.quarantines import recorded_quarantines
+
+    train, q, state = splits / "train", splits / "q", tmp_path / "state"
+    assert main(["dups", str(train), "--quarantine", str(q), "--state-dir", str(state), "-q"]) == 0
+    assert recorded_quarantines(str(train), str(state)) == [str(q / "train")]
+    assert main(["dups", str(train), "--quarantine", str(q), "--state-dir", str(state), "-q"]) == 0  # no copies left
+    assert recorded_quarantines(str(train), str(state)) == [str(q / "train")]
+    (splits / "not-a-folder").write_text("x")
+    write(train, "cats/a_copy2.jpg", (train / "cats" / "a.jpg").read_bytes())
+    assert main(["dups", str(train), "--quarantine", str(q), "--state-dir", str(splits / "not-a-folder"),
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["moved"] == 1 and any("dsclean report will not know" in n for n in out["notes"])
