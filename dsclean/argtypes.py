@@ -89,8 +89,13 @@ def memory_floor_problem(value: int, text: str | None = None) -> str | None:
     if not 0 < value < MIN_MEMORY:
         return None
     shown = repr(text) if text is not None else f"max_memory={value}"
-    return (f"{shown} is below the {MIN_MEMORY >> 20}M a worker needs for its own bookkeeping "
-            f"(a bare number is bytes: did you mean {text.strip() if text else value}M?)")
+    if text is None:
+        hint = " (max_memory is in bytes)"
+    elif text.strip().isdigit():  # the one case where a unit was probably forgotten
+        hint = f" (a bare number is bytes: did you mean {text.strip()}M?)"
+    else:
+        hint = f"; give at least {MIN_MEMORY >> 20}M"
+    return f"{shown} is below the {MIN_MEMORY >> 20}M a worker needs for its own bookkeeping{hint}"
 
 
 def shard(text: str) -> tuple[int, int]:

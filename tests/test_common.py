@@ -34,3 +34,22 @@ def test_any_name_bytes_survive_json(raw):
         raw.decode("utf-8")
     except UnicodeDecodeError:
         assert "path_b64" in obj
+
+
+def test_max_memory_hint_only_for_a_bare_number(tmp_path, capsys):
+    """`--max-memory 512` probably meant 512M; `--max-memory 1M` has its unit: no "did you mean 1MM?"."""
+    import pytest
+
+    from dsclean.argtypes import memory_floor_problem
+    from dsclean.cli import main
+
+    assert "did you mean 512M?" in memory_floor_problem(512, "512")
+    assert "did you mean" not in memory_floor_problem(1 << 20, "1M") and "at least 16M" in memory_floor_problem(1 << 20, "1M")
+    assert "did you mean" not in memory_floor_problem(8 << 20, " 8m ")
+    assert "in bytes" in memory_floor_problem(1000)  # the Python API's max_memory=1000
+    for command in (["dups", str(tmp_path)], ["scan", str(tmp_path), "--dry-run"]):
+        with pytest.raises(SystemExit) as exc:
+            main([*command, "--max-memory", "1M"])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert "below the 16M" in err and "1MM" not in err and "did you mean" not in err

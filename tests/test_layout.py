@@ -23,7 +23,7 @@ ALLOWED = {
     "diagnose": {"index", "data"},
     "pack": {"scanning", "index", "data"},
     "dups": {"scanning", "index", "quality"},
-    "report": {"scanning"},  # reads scan results, the quarantine journal and the worker guards
+    "report": {"scanning", "dups"},  # reads scan results, the quarantine journal, the worker guards, dups' moves
     "cli": {"scanning", "index", "data", "diagnose", "pack", "quality", "dups", "report"},
 }
 COMMON = {"reasons", "formats", "errors", "atomic", "locations", "argtypes", "hashing", "jsonpaths"}

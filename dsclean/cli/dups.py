@@ -60,17 +60,19 @@ def add_parsers(sub) -> None:
 
 
 def cmd_dups(args: argparse.Namespace) -> int:
-    from ..dups.collect import check_outside_roots
-    from ..dups.finder import DupsOptions, find_duplicates, write_groups
-    from ..dups.moves import quarantine_duplicates, resolve_split
+    from ..dups.finder import DupsOptions, check_groups_output, find_duplicates, write_groups
+    from ..dups.moves import check_quarantine, quarantine_duplicates, resolve_split
     from ..errors import UserError
 
     if (args.drop_from or args.keep != "first" or args.dry_run) and not args.quarantine:
         raise UserError("--keep, --drop-from and --dry-run go with --quarantine DIR")
     if args.drop_from:
         resolve_split(list(args.roots), args.drop_from)  # a typo fails before any work
-    if args.output:  # before the work, not after it
-        check_outside_roots(args.output, list(args.roots), "-o")
+    # The outputs are checked before the work (which takes hours at scale), not after it.
+    if args.output:
+        check_groups_output(args.output, list(args.roots))
+    if args.quarantine:
+        check_quarantine(args.quarantine, list(args.roots), dry_run=args.dry_run)
     options = DupsOptions(near=args.near, min_similarity=args.min_similarity, verify=not args.no_verify,
                           jobs=args.jobs, timeout=args.timeout, max_memory=args.max_memory,
                           use_results=not args.no_results, state_dir=args.state_dir)
@@ -86,8 +88,11 @@ def cmd_dups(args: argparse.Namespace) -> int:
         write_groups(result, args.output)
     report = None
     if args.quarantine:
-        report = quarantine_duplicates(result, args.quarantine, args.keep, args.drop_from, dry_run=args.dry_run)
-        s.moved, s.move_errors, s.kept_across_splits = report.moved, report.errors, report.left_across_splits
+        report = quarantine_duplicates(result, args.quarantine, args.keep, args.drop_from, dry_run=args.dry_run,
+                                       state_dir=args.state_dir)
+        s.notes += report.notes
+        s.planned, s.moved, s.move_errors = report.planned, report.moved, report.errors
+        s.kept_across_splits = report.left_across_splits
         if report.changed:
             s.notes.append(f"{report.changed} files changed since their facts were taken: left in place")
     if args.json:

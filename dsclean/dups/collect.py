@@ -131,25 +131,63 @@ def check_outside_roots(path: str, roots: list[str], what: str) -> None:
     """Refuse ``path`` (an output or the quarantine) inside any root: dsclean never writes into a dataset, and a
     new folder there would become a class of its own for ImageFolder."""
     for root in roots:
-        if os.path.isdir(root) and locations.is_inside(path, root):
+        if os.path.isdir(root) and (locations.is_inside(path, root) or _below_by_id(path, root)):
             raise UserError(f"{what} {path} is inside the dataset {root}; dsclean never writes into a dataset: "
                             "put it somewhere else")
+
+
+def _folder_id(path: str) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
+
+
+def check_distinct(roots: list[str], abs_roots: list[str]) -> None:
+    """Refuse a folder given twice, or a root inside another: its files would be their own duplicates (and
+    ``--drop-from`` would move every one). Folders are compared by (st_dev, st_ino), so a bind mount or one
+    NFS export mounted twice is recognised as well as a symlink; nesting walks up each root's parents."""
+    ids = {}
+    for given, real in zip(roots, abs_roots):
+        key = _folder_id(real)
+        if key in ids:
+            raise UserError(f"{given} and {ids[key]} are the same folder; give each root once")
+        ids[key] = given
+    for given, real in zip(roots, abs_roots):
+        folder = os.path.realpath(real)
+        while True:
+            parent = os.path.dirname(folder)
+            if parent == folder:
+                break
+            folder = parent
+            try:
+                other = ids.get(_folder_id(folder))
+            except OSError:  # a parent we may not stat: nothing to compare there
+                continue
+            if other is not None:
+                raise UserError(f"{given} is inside {other}; give roots that do not nest (each root is one split)")
+
+
+def _below_by_id(path: str, root: str) -> bool:
+    """Whether ``path``'s nearest existing folder is ``root`` or below it, by (st_dev, st_ino): a bind mount
+    of the root, which realpath cannot see through."""
+    target = _folder_id(root)
+    folder = os.path.realpath(os.path.abspath(path))
+    while True:
+        try:
+            if _folder_id(folder) == target:
+                return True
+        except OSError:
+            pass  # not there yet (a folder -o or --quarantine would create) or not ours to stat: go up
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return False
+        folder = parent
 
 
 def collect(roots: list[str], *, limits: Limits = Limits(), workers: int = 1, exclude: tuple[str, ...] = (),
             use_results: bool = True, progress=None, state_dir: str | None = None) -> Inventory:
     """Facts of every media file under ``roots`` (paths as given), from scan results or computed."""
     abs_roots = [validate_root(r) for r in roots]
-    seen = {}
-    for given, real in zip(roots, abs_roots):
-        key = os.path.realpath(real)
-        if key in seen:
-            raise UserError(f"{given} and {seen[key]} are the same folder; give each root once")
-        seen[key] = given
-    for given, real in zip(roots, abs_roots):  # a root inside another: its files would be their own duplicates
-        for other, other_real in zip(roots, abs_roots):
-            if real != other_real and locations.is_inside(real, other_real):
-                raise UserError(f"{given} is inside {other}; give roots that do not nest (each root is one split)")
+    check_distinct(roots, abs_roots)
     cols = _Columns()
     stats = {"bad": 0, "from_results": 0, "computed": 0, "undecodable": 0}
     failed: list[str] = []

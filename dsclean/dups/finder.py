@@ -63,6 +63,7 @@ class DupsSummary:
     failed: list[str] = field(default_factory=list)
     elapsed: float = 0.0
     output: str | None = None
+    planned: int = 0  # extra copies chosen to move (with --dry-run: how many would move)
     moved: int = 0
     move_errors: list[str] = field(default_factory=list)
     kept_across_splits: int = 0  # extras in another split, left in place (no --drop-from)
@@ -83,12 +84,14 @@ class DupsResult:
     def records(self):
         """Yield each group as the JSON-ready dict written to groups.jsonl."""
         inv = self.inventory
+        # A root given relative also gets root_abs: the groups file is read from other folders (report --dups).
+        extra = [{} if os.path.isabs(r) else {"root_abs": os.path.abspath(r)} for r in inv.roots]
         for n, g in enumerate(self.groups):
             yield {
                 "group": n,
                 "kind": g.kind,
-                "members": [{"root": inv.roots[inv.root[i]], **path_fields(inv.rel(i)), "distance": int(d)}
-                            for i, d in zip(g.members, g.distance)],
+                "members": [{"root": inv.roots[inv.root[i]], **extra[inv.root[i]], **path_fields(inv.rel(i)),
+                             "distance": int(d)} for i, d in zip(g.members, g.distance)],
                 "splits": [inv.roots[r] for r in g.splits(inv)],
             }
 
@@ -170,14 +173,22 @@ def _thumbnails(inv: Inventory, files: np.ndarray, limits: Limits, workers: int)
     return out
 
 
-def write_groups(result: DupsResult, output: str) -> None:
-    """One JSON object per group (FACTS.md), written to a temp file and renamed."""
+def check_groups_output(output: str, roots: list[str]) -> None:
+    """Refuse an ``-o`` that could not be written (no such folder, a folder, not writable, inside a root);
+    the CLI calls it before any work, :func:`write_groups` again before writing."""
     parent = os.path.dirname(os.path.abspath(output))
     if not os.path.isdir(parent):
         raise UserError(f"{output}: the folder {parent} does not exist")
     if os.path.isdir(output):
         raise UserError(f"{output}: is a folder; -o takes a file name such as groups.jsonl")
-    check_outside_roots(output, result.inventory.roots, "-o")
+    if not os.access(parent, os.W_OK | os.X_OK):  # also a read-only file system (EROFS), even for root
+        raise UserError(f"{output}: the folder {parent} is not writable")
+    check_outside_roots(output, roots, "-o")
+
+
+def write_groups(result: DupsResult, output: str) -> None:
+    """One JSON object per group (FACTS.md), written to a temp file and renamed."""
+    check_groups_output(output, result.inventory.roots)
     with atomic_output(output) as tmp, open(tmp, "w", encoding="utf-8") as f:
         for record in result.records():
             f.write(json.dumps(record) + "\n")

@@ -7,7 +7,8 @@ first); its other members in that root are moved. A root's copy is never
 moved because of a copy in another root, unless that root is ``drop_from``:
 then all its members go, as long as another root keeps one. Each root's files
 go to ``DIR/<root name>/<path>``, a quarantine of its own (journal, lock), so
-``dsclean restore DIR/<root name>`` puts them back. Reason: ``duplicate``.
+``dsclean restore DIR/<root name>`` puts them back. Reason: ``duplicate``. Each subfolder is recorded
+in its root's state folder (:mod:`.quarantines`), so ``dsclean report ROOT`` knows what dups moved.
 """
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ from dataclasses import dataclass, field
 
 from .. import reasons
 from ..errors import UserError
-from ..scanning.quarantine import Quarantine
+from ..scanning.quarantine import Quarantine, bound_root
 from .collect import check_outside_roots
 from .finder import DupsResult
+from .quarantines import record_quarantine
 
 KEEP = ("first", "largest", "most-pixels")
 
@@ -31,6 +33,7 @@ class MoveReport:
     left_across_splits: int = 0  # copies in another root kept because no --drop-from names it
     changed: int = 0  # files that changed since their facts were taken: left in place
     destinations: dict[str, str] = field(default_factory=dict)  # root as given -> its quarantine subfolder
+    notes: list[str] = field(default_factory=list)
 
 
 def subfolders(roots: list[str]) -> list[str]:
@@ -44,6 +47,28 @@ def subfolders(roots: list[str]) -> list[str]:
             name = f"{base}~{n}"
         names.append(name)
     return names
+
+
+def check_quarantine(qdir: str, roots: list[str], dry_run: bool = False) -> None:
+    """Refuse a quarantine that could not take the moves: inside a root, a file, not writable, or a root's
+    subfolder bound to another root. Creates nothing; the CLI calls it before any work."""
+    check_outside_roots(qdir, roots, "the quarantine")
+    if os.path.exists(qdir) and not os.path.isdir(qdir):
+        raise UserError(f"the quarantine {qdir} is a file, not a folder")
+    if dry_run:
+        return
+    for root, name in zip(roots, subfolders(roots)):
+        folder = os.path.join(qdir, name)
+        if os.path.exists(folder) and not os.path.isdir(folder):
+            raise UserError(f"the quarantine {folder} (for {root}) is a file, not a folder")
+        existing = folder
+        while not os.path.exists(existing):  # the folder that would be made must be creatable
+            existing = os.path.dirname(existing)
+        if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
+            raise UserError(f"the quarantine {qdir} is not writable: {existing} cannot be written to")
+        bound = bound_root(folder) if os.path.isdir(folder) else None
+        if bound is not None and os.path.realpath(bound) != os.path.realpath(root):
+            raise UserError(f"the quarantine {folder} holds files of {bound}, not {root}: give another --quarantine")
 
 
 def resolve_split(roots: list[str], split: str) -> int:
@@ -92,10 +117,11 @@ def _choose(inv, members: list[int], keep: str) -> int:
 
 
 def quarantine_duplicates(result: DupsResult, qdir: str, keep: str = "first", drop_from: str | None = None,
-                          dry_run: bool = False) -> MoveReport:
-    """Move every extra copy into ``qdir/<root name>/``, journaled; never overwrites, never deletes."""
+                          dry_run: bool = False, state_dir: str | None = None) -> MoveReport:
+    """Move every extra copy into ``qdir/<root name>/``, journaled; never overwrites, never deletes.
+    Each subfolder is first recorded in its root's state folder (``state_dir``), for ``dsclean report``."""
     inv = result.inventory
-    check_outside_roots(qdir, inv.roots, "the quarantine")
+    check_quarantine(qdir, inv.roots, dry_run)
     moves, left = plan_moves(result, keep, drop_from)
     report = MoveReport(planned=len(moves), left_across_splits=left)
     names = subfolders(inv.roots)
@@ -107,6 +133,8 @@ def quarantine_duplicates(result: DupsResult, qdir: str, keep: str = "first", dr
         by_root.setdefault(int(inv.root[m]), []).append(m)
     for r, files in sorted(by_root.items()):
         root = os.path.abspath(inv.roots[r])
+        note = record_quarantine(root, os.path.join(qdir, names[r]), state_dir)
+        report.notes += [note] if note else []
         with Quarantine(os.path.join(qdir, names[r]), root) as q:
             for m in files:
                 rel = os.fsdecode(inv.rel(m))

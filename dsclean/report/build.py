@@ -12,11 +12,13 @@ import time
 from dataclasses import dataclass, field
 
 from ..atomic import atomic_output
+from ..dups.quarantines import recorded_quarantines
+from ..scanning.records import quarantine_state
 from .collect import Caps, collect
-from .duplicates import exact_duplicates, read_groups
+from .duplicates import exact_duplicates, moved_by_dups, read_groups
 from .render import render
 from .safe import Scrubber, display
-from .source import check_output, locate, open_source
+from .source import check_output, locate, open_source, quarantined_locations
 from .thumbs import ThumbLimits, make_thumbnails
 
 DEFAULT_OUTPUT = "report.html"
@@ -64,14 +66,20 @@ def write_report(target: str, output: str = DEFAULT_OUTPUT, options: ReportOptio
     scrub = Scrubber(named, keep=options.absolute_paths)
     data = collect(src.results_paths, src.columns, scrub, options.caps)
     _describe(data, src, scrub, options)
+    dups_bins = recorded_quarantines(src.root, options.state_dir) if src.root else []  # dsclean dups' moves
     if options.dups:
-        data.duplicates = read_groups(options.dups, scrub)
+        data.duplicates = read_groups(options.dups, scrub, state_dir=options.state_dir)
     elif "content_hash" in src.columns:
-        data.duplicates = exact_duplicates(src.results_paths, data.files, scrub)
+        data.duplicates = exact_duplicates(src.results_paths, data.files, scrub,
+                                           moved=moved_by_dups(dups_bins, src.root))
     stats = {"made": 0, "placeholders": 0, "failed": 0}
     if options.thumbnails:
         items = list(data.items())
         found = locate(src, {i.rel for i in items if i.rel and i.source is None})
+        for folder in dups_bins:  # a copy dsclean dups moved: its thumbnail from there
+            missing = {i.rel for i in items if i.rel and i.source is None} - found.keys()
+            for variant in {os.path.abspath(src.root), os.path.realpath(src.root)} if missing else ():
+                found.update(quarantined_locations(folder, variant, missing))
         for i in items:
             if i.rel and i.source is None:
                 i.source = found.get(i.rel)
@@ -109,8 +117,10 @@ def _describe(data, src, scrub: Scrubber, options: ReportOptions) -> None:
         data.scan_command = display(scrub.command([str(a) for a in summary["command"]]))
     if isinstance(summary.get("elapsed"), (int, float)):
         data.elapsed = float(summary["elapsed"])
-    if isinstance(summary.get("quarantined"), int) and summary.get("quarantine"):
-        data.quarantined = summary["quarantined"]
+    if src.quarantine and (summary.get("quarantine") or not summary):
+        # The journal, not the scan's summary: a later `dsclean restore` puts files back (as `status` counts).
+        state = quarantine_state(src.quarantine)
+        data.quarantined, data.restored = state.moved, state.restored
     if summary.get("interrupted"):
         data.notes.append("The scan was interrupted: these results cover only the files checked before it stopped.")
     raw = src.meta.get("options")

@@ -37,6 +37,7 @@ class Item:
     note: str = ""  # what put it here: "brightness 0.031", "distance 4"
     rel: str = ""  # the path relative to the scan root, as the file system spells it (for finding the bytes)
     source: str | None = None  # absolute path to read the bytes from; never shown
+    missing: str = ""  # the placeholder when no source is found (default: where the scan or journal says)
     thumb: Thumb | None = None
 
 
@@ -57,7 +58,8 @@ class Gallery:
 class DupGroup:
     kind: str  # exact / near
     members: list[Item]
-    splits: list[str] = field(default_factory=list)  # several: split leakage
+    splits: list[str] = field(default_factory=list)  # the splits as shown (names, unless --absolute-paths)
+    leak: bool = False  # members in two or more splits (split leakage)
     total_members: int = 0  # members in the group (members may be capped)
 
 
@@ -100,7 +102,8 @@ class ReportData:
     bytes: int = 0
     counts: dict[str, dict[str, int]] = field(default_factory=dict)  # kind -> status -> n
     reasons: dict[str, dict[str, int]] = field(default_factory=dict)  # status -> reason -> n
-    quarantined: int | None = None
+    quarantined: int | None = None  # files in the scan's quarantine now, by its journal
+    restored: int = 0  # files `dsclean restore` put back into ROOT, by the journal
     reason_galleries: list[Gallery] = field(default_factory=list)
     problems_columns: list[str] = field(default_factory=list)
     problems: list[list] = field(default_factory=list)  # rows of the problems table (capped)

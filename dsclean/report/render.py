@@ -98,7 +98,9 @@ def _summary(d: ReportData) -> str:
              _stat(f"{d.files - bad - warn:,}", "ok", "ok"), _stat(f"{bad:,}", "bad", "bad"),
              _stat(f"{warn:,}", "warn", "warn")]
     if d.quarantined is not None:
-        stats.append(_stat(f"{d.quarantined:,}", "moved to quarantine"))
+        stats.append(_stat(f"{d.quarantined:,}", "in quarantine"))
+    if d.restored:
+        stats.append(_stat(f"{d.restored:,}", "restored to ROOT"))
     if d.elapsed:
         stats.append(_stat(human_seconds(d.elapsed), f"scan time ({d.files / d.elapsed:,.0f} files/s)"))
     rows = "".join(
@@ -187,7 +189,7 @@ def _reasons(d: ReportData) -> str:
 
 
 def _group(g: DupGroup) -> str:
-    leak = len(set(g.splits)) > 1
+    leak = g.leak
     head = [f'<span class="badge {"bad" if leak else "info"}">{"split leakage" if leak else esc(g.kind)}</span>',
             f"<span>{g.total_members:,} files</span>"]
     if g.splits:

@@ -299,7 +299,7 @@ def placeholder_note(item: Item) -> str | None:
     if item.kind not in ("image", "audio"):
         return "not an image or audio file"
     if item.source is None:
-        return "file not found where the scan or the quarantine journal says it is"
+        return item.missing or "file not found where the scan or the quarantine journal says it is"
     return None
 
 

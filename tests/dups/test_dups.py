@@ -209,6 +209,65 @@ def test_nested_roots_and_outputs_inside_a_root_are_refused_before_anything_move
         quarantine_duplicates(result, str(train / "q"))
 
 
+def test_outputs_that_cannot_be_written_are_refused_before_any_work(splits, monkeypatch, capsys):
+    """-o in a missing folder, a quarantine on a read-only file system or that is a file: exit 2 at once,
+    not after hours of facts and search."""
+    from support.mounts import make_read_only, tmpfs
+
+    import dsclean.dups.finder
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the work started before the outputs were checked")
+
+    monkeypatch.setattr(dsclean.dups.finder, "find_duplicates", no_work)
+    train = str(splits / "train")
+    assert main(["dups", train, "-o", str(splits / "no-such-folder" / "groups.jsonl"), "-q"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    (splits / "a-file").write_text("x")
+    assert main(["dups", train, "--quarantine", str(splits / "a-file"), "-q"]) == 2
+    assert "is a file" in capsys.readouterr().err
+    with tmpfs(splits / "ro", size="1m") as ro:
+        make_read_only(ro)
+        assert main(["dups", train, "--quarantine", os.path.join(ro, "bin"), "-q"]) == 2
+        assert "not writable" in capsys.readouterr().err
+        assert main(["dups", train, "-o", os.path.join(ro, "groups.jsonl"), "-q"]) == 2
+        assert "not writable" in capsys.readouterr().err
+
+
+@pytest.fixture
+def bind_mount(tmp_path):
+    """mount --bind SRC DST (tests run as root), unmounted afterwards."""
+    mounted = []
+
+    def mount(src, dst):
+        dst.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", "--bind", str(src), str(dst)], check=True)
+        mounted.append(dst)
+
+    try:
+        yield mount
+    finally:
+        for dst in reversed(mounted):
+            subprocess.run(["umount", str(dst)], check=True)
+
+
+def test_one_folder_under_two_paths_is_refused_also_through_a_bind_mount(splits, bind_mount, capsys):
+    """realpath cannot see through a bind mount (or one NFS export mounted twice): folders are compared by
+    (st_dev, st_ino), else every file is its own leak and --drop-from empties the dataset."""
+    val = splits / "val"
+    view = splits / "view"
+    bind_mount(val, view)
+    before = _listing(val)
+    q = splits / "bin"
+    assert main(["dups", str(val), str(view), "--quarantine", str(q), "--drop-from", str(view), "-q"]) == 2
+    assert "are the same folder" in capsys.readouterr().err
+    assert main(["dups", str(val), str(view / "cats"), "-q"]) == 2  # nested through the mount
+    assert "is inside" in capsys.readouterr().err
+    assert main(["dups", str(splits / "train"), str(val), "--quarantine", str(view / "bin"), "-q"]) == 2
+    assert "inside the dataset" in capsys.readouterr().err
+    assert _listing(val) == before and not q.exists() and not (val / "bin").exists()
+
+
 @pytest.mark.parametrize("keep, kept", [("first", "a.jpg"), ("largest", "b.png"), ("most-pixels", "c.jpg")])
 def test_keep_policies(tmp_path, keep, kept):
     root = tmp_path / "r"
@@ -227,6 +286,13 @@ def test_dry_run_moves_nothing(splits, capsys):
     assert main(["dups", *roots, "--quarantine", str(splits / "q"), "--dry-run", "-j", "2"]) == 0
     assert _listing(splits / "train") == before
     assert "would move 1 extra copies" in capsys.readouterr().out
+    assert main(["dups", *roots, "--quarantine", str(splits / "q"), "--dry-run", "--json", "-j", "2"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["planned"] == 1 and summary["moved"] == 0  # the JSON says how many would move
+    assert _listing(splits / "train") == before and not (splits / "q").exists()
+    assert main(["dups", *roots, "--quarantine", str(splits / "q"), "--json", "-j", "2"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["planned"] == summary["moved"] == 1
 
 
 def test_reads_every_part_of_a_job_array_and_says_where_results_came_from(tmp_path, capsys):
@@ -308,3 +374,21 @@ def test_a_job_array_with_parts_missing_gives_its_facts_and_the_rest_is_computed
     assert main(["dups", str(root), "--state-dir", state, "-j", "1"]) == 0
     out = capsys.readouterr().out
     assert "the files of the missing parts are hashed and decoded here" in out and "no recorded scan" not in out
+
+
+def test_the_quarantine_is_recorded_in_the_roots_state_folder(splits, tmp_path, capsys):
+    """dups --quarantine records DIR/<root name> for `dsclean report ROOT` (before moving); a state folder that
+    cannot be written is a note, and the moves still happen (journaled)."""
+    from dsclean.dups.quarantines import recorded_quarantines
+
+    train, q, state = splits / "train", splits / "q", tmp_path / "state"
+    assert main(["dups", str(train), "--quarantine", str(q), "--state-dir", str(state), "-q"]) == 0
+    assert recorded_quarantines(str(train), str(state)) == [str(q / "train")]
+    assert main(["dups", str(train), "--quarantine", str(q), "--state-dir", str(state), "-q"]) == 0  # no copies left
+    assert recorded_quarantines(str(train), str(state)) == [str(q / "train")]
+    (splits / "not-a-folder").write_text("x")
+    write(train, "cats/a_copy2.jpg", (train / "cats" / "a.jpg").read_bytes())
+    assert main(["dups", str(train), "--quarantine", str(q), "--state-dir", str(splits / "not-a-folder"),
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["moved"] == 1 and any("dsclean report will not know" in n for n in out["notes"])

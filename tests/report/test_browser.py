@@ -200,3 +200,43 @@ def test_facts_sections_from_a_real_scan(browser, scanned, tmp_path):
         assert "audio/tone.wav" not in paths("flag-clipped")
     finally:
         v.close()
+
+
+def _stat(text: str, label: str) -> str:
+    """The value shown above the first label containing ``label`` in the summary's stats (inner text: value
+    and label on their own lines)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[next(i for i, line in enumerate(lines) if label in line) - 1]
+
+
+def test_summary_counts_the_quarantine_by_its_journal_after_restore(browser, tmp_path):
+    """`dsclean restore` put the quarantined files back: the report says 0 in quarantine and 2 restored (as
+    `dsclean status` does), not the scan summary's "2 moved"; the files are shown from ROOT."""
+    from support import synth
+    from support.files import write
+
+    from dsclean.cli import main
+
+    root, q = tmp_path / "r", tmp_path / "q"
+    for i in range(3):
+        write(root, f"a/ok{i}.jpg", synth.jpeg(64, 64, seed=i))
+    for i in range(2):
+        write(root, f"a/cut{i}.jpg", synth.truncate(synth.jpeg(64, 64, seed=10 + i), 0.5))
+    assert main(["scan", str(root), "--quarantine", str(q), "-q"]) == 0
+    out = tmp_path / "r.html"
+    write_report(str(root), str(out), ReportOptions(jobs=1))
+    v = Visit(browser, out)
+    assert _stat(v.page.inner_text("#summary"), "quarantine") == "2"
+    v.close()
+    assert main(["restore", str(q)]) == 0
+    assert sorted(p.name for p in (root / "a").iterdir() if p.name.startswith("cut")) == ["cut0.jpg", "cut1.jpg"]
+    write_report(str(root), str(out), ReportOptions(jobs=1))
+    v = Visit(browser, out)
+    try:
+        text = v.page.inner_text("#summary")
+        assert _stat(text, "quarantine") == "0" and _stat(text, "restored to ROOT") == "2"
+        assert "moved to quarantine" not in text
+        shown = v.page.eval_on_selector_all("#reasons figure img", "imgs => imgs.length")
+        assert shown == 2  # both restored files decode from ROOT: thumbnails, not "file not found"
+    finally:
+        v.close()

@@ -198,6 +198,92 @@ def test_dups_groups_file_puts_split_leakage_first(scanned, tmp_path):
     assert "not found" in shown["../../etc/x.jpg"].placeholder  # a path leaving its root is never read
 
 
+def _two_splits(base, scan_val=False):
+    """train/ (scanned) and val/ with a copy of train's t0.jpg in val: one exact group leaking across splits."""
+    from dsclean.cli import main
+
+    train, val = base / "secret-project" / "train", base / "secret-project" / "val"
+    for i in range(3):
+        write(train, f"a/t{i}.jpg", synth.jpeg(96, 96, seed=i))
+    write(val, "a/leak.jpg", (train / "a" / "t0.jpg").read_bytes())
+    for root in (train, val) if scan_val else (train,):
+        assert main(["scan", str(root), "--dry-run", "-q"]) == 0
+    return train, val
+
+
+def test_splits_of_a_groups_file_show_no_absolute_path(tmp_path):
+    """dups run on absolute roots records them; the report's "splits:" header shows the folders' names."""
+    from dsclean.cli import main
+
+    train, val = _two_splits(tmp_path)
+    groups = tmp_path / "groups.jsonl"
+    assert main(["dups", str(train), str(val), "-o", str(groups), "-q"]) == 0
+    out = tmp_path / "r.html"
+    write_report(str(train), str(out), ReportOptions(dups=str(groups), jobs=1))
+    html = out.read_text(encoding="utf-8")
+    assert str(tmp_path) not in html and "secret-project" not in html
+    dup = sections(html)["duplicates"]
+    assert "splits: train, val" in dup and "split leakage" in dup and "1 groups span splits" in dup
+    write_report(str(train), str(out), ReportOptions(dups=str(groups), jobs=1, absolute_paths=True))
+    assert f"splits: {train}, {val}" in sections(out.read_text(encoding="utf-8"))["duplicates"]
+
+
+def test_a_groups_file_made_with_relative_roots_is_read_from_another_folder(tmp_path, monkeypatch):
+    """dups run on `train val` records root_abs too: report --dups run elsewhere finds every member; a member
+    that is gone says the groups file (not the scan) put it there."""
+    from dsclean.cli import main
+
+    train, val = _two_splits(tmp_path, scan_val=True)
+    groups = tmp_path / "groups.jsonl"
+    monkeypatch.chdir(train.parent)
+    assert main(["dups", "train", "val", "-o", str(groups), "-q"]) == 0
+    members = json.loads(groups.read_text())["members"]
+    assert [(m["root"], m["root_abs"], m["path"]) for m in members] == [
+        ("train", str(train), "a/t0.jpg"), ("val", str(val), "a/leak.jpg")]
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    out = tmp_path / "r.html"
+    write_report(str(train), str(out), ReportOptions(dups=str(groups), jobs=1))
+    shown = by_path(sections(out.read_text(encoding="utf-8"))["duplicates"])
+    assert shown["a/t0.jpg"].src and shown["a/leak.jpg"].src, shown
+    (val / "a" / "leak.jpg").unlink()
+    write_report(str(train), str(out), ReportOptions(dups=str(groups), jobs=1))
+    shown = by_path(sections(out.read_text(encoding="utf-8"))["duplicates"])
+    assert "groups file of dsclean dups" in shown["a/leak.jpg"].placeholder
+    assert "the scan" not in shown["a/leak.jpg"].placeholder
+
+
+def test_copies_moved_by_dups_are_not_duplicates_any_more(tmp_path):
+    """dups --quarantine moved the extra copy (journaled): the report's exact groups (from the scan's hashes)
+    leave it out, and nothing is "file not found"; once restored, the group is back."""
+    from dsclean.cli import main
+
+    root, bin_ = tmp_path / "r", tmp_path / "bin"
+    for i in range(3):
+        write(root, f"a/ok{i}.jpg", synth.jpeg(96, 96, seed=i))
+    write(root, "a/ok0_copy.jpg", (root / "a" / "ok0.jpg").read_bytes())
+    assert main(["scan", str(root), "--dry-run", "-q"]) == 0
+    out = tmp_path / "r.html"
+    write_report(str(root), str(out), ReportOptions(jobs=1))
+    assert "1 groups, 2 files" in sections(out.read_text(encoding="utf-8"))["duplicates"]
+    groups = tmp_path / "groups.jsonl"  # written before the moves: it still lists the copy
+    assert main(["dups", str(root), "--quarantine", str(bin_), "-o", str(groups), "-q"]) == 0
+    assert not (root / "a" / "ok0_copy.jpg").exists() and (bin_ / "r" / "a" / "ok0_copy.jpg").exists()
+    write_report(str(root), str(out), ReportOptions(jobs=1))
+    html = out.read_text(encoding="utf-8")
+    dup = sections(html)["duplicates"]
+    assert "0 groups, 0 files" in dup and "1 extra copies that dsclean dups --quarantine moved" in dup
+    assert "ok0_copy.jpg" not in dup and "file not found" not in html
+    write_report(str(root), str(out), ReportOptions(jobs=1, dups=str(groups)))
+    html = out.read_text(encoding="utf-8")
+    copy = by_path(sections(html)["duplicates"])["a/ok0_copy.jpg"]
+    assert copy.src and "moved out by dsclean dups" in copy.rest and "file not found" not in html
+    assert main(["restore", str(bin_ / "r")]) == 0
+    write_report(str(root), str(out), ReportOptions(jobs=1))
+    dup = sections(out.read_text(encoding="utf-8"))["duplicates"]
+    assert "1 groups, 2 files" in dup and "moved out" not in dup
+
+
 def test_cli_report_and_its_errors(scanned, tmp_path):
     out = tmp_path / "r.html"
     proc = run_cli("report", scanned.root, "-o", out, "--no-thumbnails")
@@ -215,6 +301,12 @@ def test_cli_report_and_its_errors(scanned, tmp_path):
     bad.write_text('{"group": 0, "kind": "exact", "members": []}\nnot json\n')
     proc = run_cli("report", scanned.root, "-o", out, "--dups", bad)
     assert proc.returncode == 2 and "bad.jsonl:2" in proc.stderr
+    nopath = tmp_path / "nopath.jsonl"  # a member without its path
+    nopath.write_text('{"group": 0, "kind": "exact", "members": [{"root": "r"}], "splits": ["r"]}\n')
+    parquet = scanned.quarantine / "scan_results.parquet"  # the wrong file altogether: binary
+    for wrong, where in ((nopath, "nopath.jsonl:1"), (parquet, "scan_results.parquet:1")):
+        proc = run_cli("report", scanned.root, "-o", out, "--dups", wrong, "--no-thumbnails")
+        assert proc.returncode == 2 and where in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
 def test_a_damaged_results_file_is_named_not_a_traceback(scanned, tmp_path):
