@@ -111,12 +111,8 @@ def format_pack(s) -> str:
 def cmd_verify(args: argparse.Namespace) -> int:
     from ..pack.verify import verify_shards
 
-    decode = None
-    if args.decode:
-        from ..scanning.check import CheckOptions
-
-        decode = CheckOptions(facts=False)  # verdicts only: verify records no quality facts
-    report = verify_shards(args.folder, jobs=args.jobs, decode=decode)
+    # --decode: judged with the check options the packed index recorded (verdicts only)
+    report = verify_shards(args.folder, jobs=args.jobs, decode=True if args.decode else None)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:

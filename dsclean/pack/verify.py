@@ -98,8 +98,11 @@ class _Task:
 def verify_shards(folder: str, *, jobs: int = 1, decode=None) -> VerifyReport:
     """Check the shard set in ``folder``; a :class:`UserError` when it is not a shard set at all.
 
-    ``decode``: a :class:`dsclean.scanning.check.CheckOptions` to also run the scan's checks on
-    every sample's bytes (:mod:`.decode`); a ``bad`` verdict is a problem, a ``warn`` a note.
+    ``decode``: also run the scan's checks on every sample's bytes (:mod:`.decode`); a ``bad``
+    verdict is a problem, a ``warn`` a note. True: with the check options the packed index recorded
+    (the scan's, and ``--lenient`` when the index ships ``--include-warn truncated``/``corrupt``), so a
+    sample the index included on purpose is judged as it was; or a
+    :class:`dsclean.scanning.check.CheckOptions` to judge with.
     """
     _is_shard_set(folder)
     report = VerifyReport(folder=folder)
@@ -123,7 +126,11 @@ def verify_shards(folder: str, *, jobs: int = 1, decode=None) -> VerifyReport:
             raise KeyboardInterrupt
     position = {n: i for i, n in enumerate(names)}
     report.shards.sort(key=lambda s: position[s.shard])
-    if decode is not None:
+    if decode is True:
+        from .decode import recorded_options
+
+        decode = recorded_options(idx.meta if idx is not None else None)
+    if decode not in (None, False):
         _decode(report, names, decode, jobs)
     report.samples = sum(s.samples for s in report.shards)
     if idx is not None and report.samples != len(idx) and not any(not s.ok for s in report.shards):

@@ -481,3 +481,35 @@ def test_a_second_signal_makes_the_shards_on_threads_give_up_without_a_trace(tmp
     finally:
         runner.ABANDONED.clear()
     assert "interrupted" in result.error and os.listdir(out) == []
+
+
+def test_the_packed_index_keeps_the_source_metadata_so_the_shards_load_and_verify_what_the_index_ships(
+        tmp_path, capsys):
+    """An index built with --include-warn truncated loads its cut JPEG leniently; so must its shards, and
+    verify --decode must judge that sample with the options the index recorded (a note, not a problem)."""
+    import dsclean
+    from dsclean.index.store import read_meta
+    from dsclean.scanning.check import CheckOptions
+    from dsclean.scanning.scanner import ScanOptions, scan
+
+    root = tmp_path / "data"
+    for i in range(3):
+        write(root, f"a/ok{i}.jpg", synth.jpeg(64, 64, seed=i))
+    write(root, "a/cut.jpg", synth.truncate(synth.jpeg(200, 200, seed=9), 0.8))
+    scan(str(root), ScanOptions(check=CheckOptions(lenient=True), jobs=1, report_dir=str(tmp_path / "r")))
+    index = str(tmp_path / "i.arrow")
+    build_index(str(root), index, include_warn=["truncated"])
+    s = _pack(index, tmp_path / "shards")
+    assert s.complete and s.samples == 4
+    source, packed = read_meta(index), read_meta(str(tmp_path / "shards" / "index.arrow"))
+    for key in ("include_warn", "check_options", "files", "symlinks", "extensions", "checked", "created", "root",
+                "classes", "labels", "tree"):
+        assert packed[key] == source[key], key
+    assert packed["rows"] == 4 and packed["packed"]["shards"] == 1
+    for src in (index, str(tmp_path / "shards")):
+        ds = dsclean.IndexedDataset(src)
+        (cut,) = [i for i in range(len(ds)) if ds.path(i) == "a/cut.jpg"]
+        assert ds[cut][0].size == (200, 200), src  # loads (the missing rows grey), as the scan judged it
+    assert main(["verify", str(tmp_path / "shards"), "--decode"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("ok:") and "decode warning: truncated" in out
