@@ -373,6 +373,31 @@ def test_a_resume_refuses_a_shard_of_zeros_as_a_crash_after_no_fsync_can_leave(t
     assert main(["verify", str(out)]) == 0
 
 
+@pytest.mark.parametrize("member", ["media", "cls"])
+def test_a_resume_refuses_a_finished_shard_whose_bytes_were_lost_after_no_fsync(tmp_path, member, capsys):
+    """A page of a finished shard's data lost in a crash after --no-fsync reads as zeros, headers and .json
+    intact: the resume hashes the media (and reads the .cls), refuses the shard naming it, publishes nothing."""
+    _, index = make_indexed(tmp_path)
+    out = tmp_path / "s"
+    assert main(["pack", index, "-o", str(out), "--samples-per-shard", "5", "-q", "--no-fsync"]) == 0
+    for name in ("index.arrow", "shardindex.json", "data-000003.tar"):  # the crash came before the pack finished
+        os.unlink(out / name)
+    victim = out / "data-000001.tar"
+    with tarfile.open(victim) as t:
+        m = next(m for m in t.getmembers() if (m.name.endswith(".cls")) == (member == "cls")
+                 and not m.name.endswith(".json"))
+    with open(victim, "r+b") as f:
+        f.seek(m.offset_data)
+        f.write(bytes(m.size))
+    assert main(["pack", index, "-o", str(out), "--samples-per-shard", "5", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {victim}: sample {m.name.split('.')[0]}: " in err and "remove that shard and pack again" in err
+    assert not (out / "index.arrow").exists()
+    os.unlink(victim)  # as the message says: the same command then rebuilds it
+    assert _pack(index, out, samples_per_shard=5).written == 1  # (the refused run wrote data-000003.tar)
+    assert main(["verify", str(out)]) == 0
+
+
 @pytest.mark.parametrize("damage", ["cut", "empty", "cut mid-member"])
 def test_a_resume_names_a_cut_or_empty_shard(tmp_path, damage, capsys):
     """A shard cut short (or left empty) by a crash stops the resume with an error naming that shard."""
