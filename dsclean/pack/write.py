@@ -758,6 +758,11 @@ def _remove_stale_temps(job: ShardJob) -> None:
 # --------------------------------------------------------------------------- read back
 
 
+def left_out_earlier(shard: str) -> str:
+    """Why a planned sample is not in the finished shard that should hold it."""
+    return f"left out by an earlier run (--skip-changed: its file had changed or vanished); it belongs in {shard}"
+
+
 def read_back(job: ShardJob) -> ShardResult:
     """The records of an existing shard, from its tar headers and ``.json`` members, each checked
     against the shard's bytes: the media bytes hash to the ``.json``'s checksum, the ``.cls`` is the
@@ -790,7 +795,7 @@ def read_back(job: ShardJob) -> ShardResult:
                     release(mm, released, first - _RELEASE_EVERY // 2)
                     released = first - _RELEASE_EVERY // 2
                 while p < len(planned) and planned[p] != key:
-                    result.skipped.append({**path_fields(paths[p]), "why": "left out by an earlier run"})
+                    result.skipped.append({**path_fields(paths[p]), "why": left_out_earlier(job.name)})
                     p += 1
                 if p == len(planned):
                     raise TarError(f"{job.path}: sample {key} is not planned for this shard (or out of order): "
@@ -823,7 +828,7 @@ def read_back(job: ShardJob) -> ShardResult:
             raise TarError(f"{job.path}: unreadable sample json ({exc})") from None
         finally:
             mm.close()
-    result.skipped += [{**path_fields(q), "why": "left out by an earlier run"} for q in paths[p:]]
+    result.skipped += [{**path_fields(q), "why": left_out_earlier(job.name)} for q in paths[p:]]
     result.rows = np.asarray(rows, np.int64)
     result.offsets = np.asarray(offsets, np.int64)
     result.checksums = bytes(sums)

@@ -233,6 +233,35 @@ def test_changed_and_missing_sources_stop_the_pack_or_are_skipped(tmp_path, caps
     assert main(["verify", str(tmp_path / "s")]) == 0
 
 
+def test_a_rerun_of_a_skip_changed_pack_lists_the_rows_not_in_the_shards_and_how_to_get_them_in(tmp_path, capsys):
+    """Once a --skip-changed pack has published, running it again (without --skip-changed, the file back) must
+    not say nothing is missing: it lists the index rows not in the shards, with the shard each belongs in."""
+    root, index = make_indexed(tmp_path)
+    out, args = tmp_path / "s", ["pack", index, "-o", str(tmp_path / "s"), "--samples-per-shard", "5"]
+    victim = root / "dogs" / "img001.jpg"
+    os.rename(victim, tmp_path / "away.jpg")
+    assert main([*args, "--skip-changed", "-q"]) == 0
+    os.rename(tmp_path / "away.jpg", victim)  # back, unchanged
+    capsys.readouterr()
+    assert main([*args, "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["complete"] and summary["samples"] == 17 and summary["written"] == 0
+    (left,) = summary["skipped"]
+    shard = left["why"].rpartition(" it belongs in ")[2]
+    assert left["path"] == "dogs/img001.jpg" and shard.startswith("data-0000") and (out / shard).is_file()
+    assert any("1 of the index's 18 rows are not in the shards" in n and "delete those shards" in n
+               for n in summary["notes"])
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "1 samples left out" in text and "dogs/img001.jpg: left out by an earlier run" in text
+    # as the note says: delete the shard it belongs in and run the same command
+    os.unlink(out / shard)
+    assert main([*args, "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["samples"] == 18 and summary["skipped"] == [] and summary["written"] == 1
+    assert not [n for n in summary["notes"] if "not in the shards" in n]
+
+
 def _touch_all(root: Path) -> None:
     for dirpath, _, names in os.walk(root):
         for n in names:
