@@ -121,16 +121,33 @@ def _create_state(output: str, rec: dict, fsync: bool = True) -> dict | None:
 
 @contextlib.contextmanager
 def locked(output: str, part: tuple[int, int] | None) -> Iterator[None]:
-    """One writer per folder (a whole pack, or the finishing step), or per part of a job array."""
-    name = locations.LOCK_FILE if part is None else f".dsclean.part-{part[0]:04d}-of-{part[1]:04d}.lock"
+    """One writer per folder (a whole pack, or the finishing step), or per part of a job array.
+
+    The folder's lock file is held exclusively by a whole pack (or ``--finish``) and shared by
+    every ``--part`` task, which also holds its part's own lock exclusively: the tasks of a job
+    array run side by side, a whole pack never runs beside any of them (it would remove their
+    shards' temp files), and one part never runs twice at once."""
+    with _flock(output, locations.LOCK_FILE, shared=part is not None,
+                who="this folder (a whole pack, or --finish)" if part else "this folder (a whole pack, "
+                "--finish, or a --part task)"):
+        if part is None:
+            yield
+            return
+        with _flock(output, f".dsclean.part-{part[0]:04d}-of-{part[1]:04d}.lock", shared=False,
+                    who=f"part {part[0]}/{part[1]}"):
+            yield
+
+
+@contextlib.contextmanager
+def _flock(output: str, name: str, *, shared: bool, who: str) -> Iterator[None]:
     path = os.path.join(output, name)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:
-            who = "this part" if part else "this folder"
-            raise UserError(f"{output}: another dsclean pack is writing {who} ({path} is locked)") from None
+            raise UserError(f"{output}: another dsclean pack is writing {who} ({path} is locked); "
+                            "wait for it to finish") from None
         yield
     finally:
         os.close(fd)

@@ -262,6 +262,30 @@ def test_a_rerun_of_a_skip_changed_pack_lists_the_rows_not_in_the_shards_and_how
     assert not [n for n in summary["notes"] if "not in the shards" in n]
 
 
+def test_a_whole_pack_and_part_tasks_exclude_each_other_but_parts_run_side_by_side(tmp_path, capsys):
+    """A whole pack removes shard temp files it finds: it must never run while a --part task writes (nor a part
+    while a whole pack or --finish runs); the parts of one job array run at once. The locks are real flocks
+    on their own open files, as another process holds them."""
+    from dsclean.pack import state
+
+    _, index = make_indexed(tmp_path)
+    out = tmp_path / "s"
+    out.mkdir()
+    args = ["pack", index, "-o", str(out), "--samples-per-shard", "5", "-q"]
+    with state.locked(str(out), (0, 2)):  # part 0/2 is writing
+        assert main(args) == 2
+        assert "another dsclean pack is writing this folder" in capsys.readouterr().err
+        assert main([*args, "--finish"]) == 2
+        assert main([*args, "--part", "0/2"]) == 2  # the same part twice
+        assert "is writing part 0/2" in capsys.readouterr().err
+        assert main([*args, "--part", "1/2"]) == 0  # another part of the array: fine
+    with state.locked(str(out), None):  # a whole pack (or --finish) is writing
+        assert main([*args, "--part", "0/2"]) == 2
+        assert "another dsclean pack is writing this folder" in capsys.readouterr().err
+    assert main([*args, "--part", "0/2"]) == 0 and main([*args, "--finish"]) == 0
+    assert main(["verify", str(out)]) == 0
+
+
 def _touch_all(root: Path) -> None:
     for dirpath, _, names in os.walk(root):
         for n in names:
