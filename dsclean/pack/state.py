@@ -79,7 +79,10 @@ def prepare_output(output: str, rec: dict, *, fsync: bool = True) -> bool:
         parent = os.path.dirname(os.path.abspath(output))
         if not os.path.isdir(parent):
             raise UserError(f"{output}: the folder {parent} does not exist")
-        os.makedirs(output, exist_ok=True)
+        try:
+            os.makedirs(output, exist_ok=True)
+        except OSError as exc:
+            raise _unwritable(output, exc) from None
     existing = read_state(output)
     if existing is None:
         others = [n for n in os.listdir(output) if not _ours(n)]
@@ -96,12 +99,22 @@ def prepare_output(output: str, rec: dict, *, fsync: bool = True) -> bool:
     return True
 
 
+def _unwritable(output: str, exc: OSError) -> UserError:
+    """-o names a folder pack cannot write in (read-only, no permission): bad input, before any shard."""
+    return UserError(f"{output}: cannot write the pack there ({exc.strerror or exc}: {exc.filename or output}); "
+                     "nothing was written: choose a writable folder for -o")
+
+
 def _create_state(output: str, rec: dict, fsync: bool = True) -> dict | None:
     """Create ``pack.json`` without replacing one; None if ours won, else the one already there."""
     final = os.path.join(output, locations.PACK_STATE_FILE)
-    tmp = temp_next_to(final)
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
+        tmp = temp_next_to(final)
+        f = open(tmp, "w", encoding="utf-8")
+    except OSError as exc:  # a read-only folder: nothing of the pack written yet
+        raise _unwritable(output, exc) from None
+    try:
+        with f:
             json.dump(rec, f, indent=1, sort_keys=True)
             f.write("\n")
             f.flush()
@@ -141,7 +154,10 @@ def locked(output: str, part: tuple[int, int] | None) -> Iterator[None]:
 @contextlib.contextmanager
 def _flock(output: str, name: str, *, shared: bool, who: str) -> Iterator[None]:
     path = os.path.join(output, name)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:  # e.g. a pack to resume on a file system mounted read-only since
+        raise _unwritable(output, exc) from None
     try:
         try:
             fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)

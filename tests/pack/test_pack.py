@@ -484,6 +484,27 @@ def small_tmpfs(tmp_path):
         subprocess.run(["umount", str(mnt)], check=True)
 
 
+def test_a_read_only_output_is_bad_input_before_anything_is_written(tmp_path, small_tmpfs, capsys):
+    """-o on a read-only file system (a real tmpfs remounted ro): exit 2 naming the folder, not 3 ("incomplete"),
+    whether pack would create the folder, finds it empty, or would resume a pack there."""
+    _, index = make_indexed(tmp_path)
+    (small_tmpfs / "empty").mkdir()
+    assert main(["pack", index, "-o", str(small_tmpfs / "done"), "--samples-per-shard", "5", "-q"]) == 0
+    for name in ("index.arrow", "shardindex.json"):  # a pack to resume
+        os.unlink(small_tmpfs / "done" / name)
+    subprocess.run(["mount", "-o", "remount,ro", str(small_tmpfs)], check=True)
+    try:
+        for target in ("new", "empty", "done"):
+            out = small_tmpfs / target
+            assert main(["pack", index, "-o", str(out), "--samples-per-shard", "5", "-q"]) == 2, target
+            err = capsys.readouterr().err
+            assert f"error: {out}: cannot write the pack there (Read-only file system" in err, err
+            assert "Traceback" not in err
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(small_tmpfs)], check=True)
+    assert sorted(os.listdir(small_tmpfs)) == ["done", "empty"] and os.listdir(small_tmpfs / "empty") == []
+
+
 @pytest.mark.parametrize("jobs", ["1", "2"])  # 2: loky workers leave complete temp files, this process renames
 def test_a_full_disk_leaves_no_partial_shard_named_as_a_shard(tmp_path, small_tmpfs, capsys, jobs):
     root = tmp_path / "data"
