@@ -102,6 +102,9 @@ def _prepare(index: str, output: str, options: PackOptions, *, writing: bool = T
     layout = make_layout(options.shard_size, options.samples_per_shard, options.shuffle, options.name)
     if options.jobs < 1:
         raise UserError(f"--jobs must be 1 or more, not {options.jobs}")
+    if options.scheduler is not None and options.backend != "dask":  # as dsclean scan: never silently local
+        raise UserError(f"--scheduler goes with --backend dask (the backend is {options.backend}): add "
+                        "--backend dask to pack on that cluster, or drop --scheduler to pack on this machine")
     index = os.path.abspath(index)
     if os.path.isdir(index) and os.path.isfile(os.path.join(index, locations.SHARD_LIST_FILE)):
         raise UserError(f"{index}: is a packed shard set; pack takes the index written by dsclean index")

@@ -286,6 +286,15 @@ def test_a_whole_pack_and_part_tasks_exclude_each_other_but_parts_run_side_by_si
     assert main(["verify", str(out)]) == 0
 
 
+def test_scheduler_without_the_dask_backend_is_refused_not_ignored(tmp_path, capsys):
+    _, index = make_indexed(tmp_path)
+    for extra in ([], ["--finish"], ["--part", "0/2"]):
+        assert main(["pack", index, "-o", str(tmp_path / "s"), "--scheduler", "tcp://scheduler.example:8786",
+                     *extra]) == 2
+        assert "--scheduler goes with --backend dask (the backend is loky)" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
+
+
 def _touch_all(root: Path) -> None:
     for dirpath, _, names in os.walk(root):
         for n in names:
