@@ -35,7 +35,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--jobs", "-j", type=argtypes.positive, default=1, metavar="N", help="shards written at once (default 1)")
     p.add_argument("--backend", choices=("loky", "dask"), default="loky",
                    help="loky: processes on this machine (default); dask: a Dask cluster, one task per shard")
-    p.add_argument("--scheduler", metavar="ADDRESS", help="with --backend dask: tcp://HOST:PORT or a scheduler file (refused without --backend dask)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="with --backend dask: tcp://HOST:PORT or a scheduler file (refused without --backend dask)")
     p.add_argument("--part", type=argtypes.shard, metavar="I/N",
                    help="write only the shards whose number is I mod N (a job array's task); then run --finish once")
     p.add_argument("--finish", action="store_true",
