@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .. import locations
-from ..data.shards import open_packed_index, packed_index, read_shard_list, release
+from ..data.shards import open_packed_index, packed_index, read_shard_list, refuse_unfinished_pack, release
 from ..errors import UserError
 from ..hashing import content_hash
 from ..index.store import KINDS, read_table
@@ -148,9 +148,7 @@ def _is_shard_set(folder: str) -> None:
     has = {n: os.path.isfile(os.path.join(folder, n))
            for n in (locations.SHARD_LIST_FILE, locations.PACKED_INDEX_FILE, locations.PACK_STATE_FILE)}
     if not has[locations.SHARD_LIST_FILE] and not has[locations.PACKED_INDEX_FILE]:
-        if has[locations.PACK_STATE_FILE]:
-            raise UserError(f"{folder}: an unfinished pack (no {locations.SHARD_LIST_FILE} or "
-                            f"{locations.PACKED_INDEX_FILE} yet): run the same dsclean pack command again to finish it")
+        refuse_unfinished_pack(folder)  # (a pack.json there: the message every command gives)
         raise UserError(f"{folder}: not a shard set (no {locations.SHARD_LIST_FILE} nor {locations.PACKED_INDEX_FILE})")
 
 
