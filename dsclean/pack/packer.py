@@ -234,8 +234,8 @@ def _note_left_out(ctx: _Context, summary: PackSummary) -> None:
     if not summary.complete or summary.samples == rows:
         return
     summary.notes.append(f"{rows - summary.samples:,} of the index's {rows:,} rows are not in the shards (left out "
-                         "by --skip-changed; listed, with the shard each belongs in): once their files are back as "
-                         "indexed, delete those shards and run the same command to pack them")
+                         "by --skip-changed, listed): once their files are back as indexed, delete the shards they "
+                         "belong in and run the same command to pack them")
 
 
 def finish_pack(index: str, output: str, options: PackOptions = PackOptions()) -> PackSummary:

@@ -621,7 +621,7 @@ def write_shard(job: ShardJob) -> ShardResult:
                                     result.error = (f"{src}; rebuild the index, or pack with --skip-changed "
                                                     "to leave it out")
                                     raise _Abandon
-                                result.skipped.append({**path_fields(batch.path[j]), "why": str(src)})
+                                result.skipped.append({**path_fields(batch.path[j]), "why": f"{src}; it belongs in {job.name}"})
                                 continue
                             try:
                                 media_at = _write_sample(out, batch, j, src, classes)

@@ -249,7 +249,7 @@ def test_a_rerun_of_a_skip_changed_pack_lists_the_rows_not_in_the_shards_and_how
     (left,) = summary["skipped"]
     shard = left["why"].rpartition(" it belongs in ")[2]
     assert left["path"] == "dogs/img001.jpg" and shard.startswith("data-0000") and (out / shard).is_file()
-    assert any("1 of the index's 18 rows are not in the shards" in n and "delete those shards" in n
+    assert any("1 of the index's 18 rows are not in the shards" in n and "delete the shards they belong in" in n
                for n in summary["notes"])
     assert main(args) == 0
     text = capsys.readouterr().out
