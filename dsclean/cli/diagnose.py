@@ -108,9 +108,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 def _check_root(index: str, root: str | None) -> None:
     """A moved dataset: name this command's flag (--root), not the Python argument."""
-    from ..data.shards import is_packed_set
+    from ..data.shards import is_packed_set, refuse_unfinished_pack
     from ..index.store import read_meta
 
+    refuse_unfinished_pack(index)
     if is_packed_set(index):
         if root is not None:
             raise UserError(f"{index}: is a packed shard set: its samples are inside its shards, so --root does "

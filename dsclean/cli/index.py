@@ -168,10 +168,11 @@ def format_summary(s: IndexSummary) -> str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from ..data.shards import is_packed_set, packed_index
+    from ..data.shards import is_packed_set, packed_index, refuse_unfinished_pack
     from ..index.store import index_info
 
     # a shard folder written by dsclean pack (as IndexedDataset takes it): its packed index
+    refuse_unfinished_pack(args.index)
     info = index_info(packed_index(args.index) if is_packed_set(args.index) else args.index)
     if args.json:
         print(json.dumps(info, indent=2))

@@ -35,7 +35,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--jobs", "-j", type=argtypes.positive, default=1, metavar="N", help="shards written at once (default 1)")
     p.add_argument("--backend", choices=("loky", "dask"), default="loky",
                    help="loky: processes on this machine (default); dask: a Dask cluster, one task per shard")
-    p.add_argument("--scheduler", metavar="ADDRESS", help="with --backend dask: tcp://HOST:PORT or a scheduler file")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="with --backend dask: tcp://HOST:PORT or a scheduler file (refused without --backend dask)")
     p.add_argument("--part", type=argtypes.shard, metavar="I/N",
                    help="write only the shards whose number is I mod N (a job array's task); then run --finish once")
     p.add_argument("--finish", action="store_true",
@@ -111,12 +112,8 @@ def format_pack(s) -> str:
 def cmd_verify(args: argparse.Namespace) -> int:
     from ..pack.verify import verify_shards
 
-    decode = None
-    if args.decode:
-        from ..scanning.check import CheckOptions
-
-        decode = CheckOptions(facts=False)  # verdicts only: verify records no quality facts
-    report = verify_shards(args.folder, jobs=args.jobs, decode=decode)
+    # --decode: judged with the check options the packed index recorded (verdicts only)
+    report = verify_shards(args.folder, jobs=args.jobs, decode=True if args.decode else None)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:

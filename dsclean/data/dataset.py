@@ -124,7 +124,8 @@ def resolve_source(source: str | os.PathLike) -> tuple[str, str]:
 
     A file is an Arrow index; a folder holding ``shardindex.json`` + ``index.arrow``
     is a packed shard set (``dsclean pack``); a folder holding ``meta.json`` is an npy
-    index; any other folder is a dataset that has no index yet (a :class:`UserError`
+    index; a folder of a pack that has not finished is a :class:`UserError` saying so;
+    any other folder is a dataset that has no index yet (a :class:`UserError`
     pointing to :meth:`IndexedDataset.from_folder`).
     """
     path = os.fspath(source)
@@ -135,6 +136,7 @@ def resolve_source(source: str | os.PathLike) -> tuple[str, str]:
             return "packed", path
         if os.path.isfile(os.path.join(path, NPY_META)):
             return "npy", path
+        shards.refuse_unfinished_pack(path)
         raise UserError(f"{path} is a folder but not a dsclean index. For a dataset folder (the ImageFolder layout) "
                         f"use IndexedDataset.from_folder({path!r}), or first run: dsclean scan {path} --quarantine "
                         f"DIR && dsclean index {path} -o INDEX.arrow")

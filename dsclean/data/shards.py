@@ -62,6 +62,19 @@ def is_packed_set(path: str) -> bool:
                                        for n in (locations.SHARD_LIST_FILE, locations.PACKED_INDEX_FILE))
 
 
+def refuse_unfinished_pack(folder: str) -> None:
+    """A :class:`UserError` for a shard folder whose pack has not finished (its ``pack.json`` is there,
+    its shard list or packed index not yet: a pack killed before publishing), so every command that takes
+    a shard set (verify, info, probe, IndexedDataset) says the same thing. Nothing for any other path."""
+    if not os.path.isdir(folder) or not os.path.isfile(os.path.join(folder, locations.PACK_STATE_FILE)) \
+            or is_packed_set(folder):
+        return
+    missing = [n for n in (locations.SHARD_LIST_FILE, locations.PACKED_INDEX_FILE)
+               if not os.path.isfile(os.path.join(folder, n))]
+    raise UserError(f"{folder}: an unfinished pack (no {' or '.join(missing)} yet): run the same dsclean pack "
+                    "command again to finish it")
+
+
 def packed_index(folder: str) -> str:
     return os.path.join(folder, locations.PACKED_INDEX_FILE)
 

@@ -13,6 +13,10 @@ import mmap
 import os
 from typing import Iterator
 
+import dataclasses
+
+from ..reasons import LENIENT
+from ..scanning.cache import options_from_key
 from ..scanning.check import CheckOptions
 from ..scanning.executors import run_checks
 from ..scanning.verdict import Verdict
@@ -21,6 +25,16 @@ from .tarformat import TarError, iter_members
 
 #: samples per check task
 CHUNK = 64
+
+
+def recorded_options(meta: dict | None) -> CheckOptions:
+    """The check options the packed set's samples were judged with: the ``check_options`` its index
+    recorded (from the scan results it was built from; defaults when none), ``lenient`` also when the
+    index ships warnings only ``scan --lenient`` accepts (``include_warn``). Verdicts only (no facts)."""
+    meta = meta or {}
+    options = options_from_key(meta.get("check_options"))
+    lenient = options.lenient or bool(set(meta.get("include_warn") or ()) & LENIENT)
+    return dataclasses.replace(options, lenient=lenient, facts=False)
 
 
 def decode_members(folder: str, names: list[str], options: CheckOptions, jobs: int) -> Iterator[tuple[str, str, Verdict]]:

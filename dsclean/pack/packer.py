@@ -23,16 +23,19 @@ import numpy as np
 
 from .. import locations
 from ..atomic import remove_stale_temps
+from ..data.shards import open_packed_index
 from ..errors import UserError
 from ..hashing import content_hash, content_hash_file
-from ..index.store import open_index, read_meta
+from ..index.store import open_index, read_meta, read_table
+from ..jsonpaths import path_fields
 from . import state
 from .plan import Layout, Plan, make_layout, make_plan
 from .publish import publish
 from .runner import run_tasks, stop_on_signals
+from .samples import key_numbers
 from .scanhashes import scan_checksums
 from .tarformat import TarError
-from .write import INLINE_LIMIT, ShardJob, ShardResult, finish_shard, read_back, write_shard
+from .write import INLINE_LIMIT, ShardJob, ShardResult, finish_shard, left_out_earlier, read_back, write_shard
 
 
 #: files of the folder a killed run may have left temp copies of (shards' temps are their writers' to remove)
@@ -99,6 +102,9 @@ def _prepare(index: str, output: str, options: PackOptions, *, writing: bool = T
     layout = make_layout(options.shard_size, options.samples_per_shard, options.shuffle, options.name)
     if options.jobs < 1:
         raise UserError(f"--jobs must be 1 or more, not {options.jobs}")
+    if options.scheduler is not None and options.backend != "dask":  # as dsclean scan: never silently local
+        raise UserError(f"--scheduler goes with --backend dask (the backend is {options.backend}): add "
+                        "--backend dask to pack on that cluster, or drop --scheduler to pack on this machine")
     index = os.path.abspath(index)
     if os.path.isdir(index) and os.path.isfile(os.path.join(index, locations.SHARD_LIST_FILE)):
         raise UserError(f"{index}: is a packed shard set; pack takes the index written by dsclean index")
@@ -197,12 +203,39 @@ def pack_shards(index: str, output: str, options: PackOptions = PackOptions()) -
         if not results and _published(ctx.output):
             summary.complete = True
             summary.samples = int(read_meta(os.path.join(ctx.output, locations.PACKED_INDEX_FILE))["rows"])
+            summary.skipped = _not_in_the_shards(ctx) if summary.samples != len(ctx.plan.order) else []
             summary.notes.append("every shard was already there: nothing to do")
+            _note_left_out(ctx, summary)
             return _done(summary, t0)
         _read_back_all(ctx, [k for k in range(ctx.plan.shards) if k not in results], options, results)
         _refuse_empty(ctx, results)
         _finish(ctx, results, summary, options.fsync)
+        _note_left_out(ctx, summary)
     return _done(summary, t0)
+
+
+def _not_in_the_shards(ctx: _Context) -> list[dict]:
+    """The index rows a finished, published pack does not hold (an earlier ``--skip-changed`` run left
+    them out), in pack order, each with the shard it belongs in: found by key against the packed index."""
+    packed = open_packed_index(ctx.output)
+    have = key_numbers(np.asarray(packed.offsets, np.int64), packed.data)
+    absent = ~np.isin(ctx.plan.keys[ctx.plan.order], have)  # by pack position
+    positions = np.flatnonzero(absent)
+    shards = np.searchsorted(ctx.plan.bounds, positions, side="right") - 1
+    rows = ctx.plan.order[positions]
+    paths = read_table(ctx.index, rows).column("path").to_pylist()
+    return [{**path_fields(p), "why": left_out_earlier(ctx.plan.shard_name(int(k)))} for p, k in zip(paths, shards)]
+
+
+def _note_left_out(ctx: _Context, summary: PackSummary) -> None:
+    """Say how many index rows the published set lacks and how to get them in (samples left out by a
+    ``--skip-changed`` run stay out of the shards that run finished, also on later runs without it)."""
+    rows = len(ctx.plan.order)
+    if not summary.complete or summary.samples == rows:
+        return
+    summary.notes.append(f"{rows - summary.samples:,} of the index's {rows:,} rows are not in the shards (left out "
+                         "by --skip-changed, listed): once their files are back as indexed, delete the shards they "
+                         "belong in and run the same command to pack them")
 
 
 def finish_pack(index: str, output: str, options: PackOptions = PackOptions()) -> PackSummary:
@@ -229,6 +262,7 @@ def finish_pack(index: str, output: str, options: PackOptions = PackOptions()) -
         _refuse_empty(ctx, results)
         summary.reused = ctx.plan.shards
         _finish(ctx, results, summary, options.fsync)
+        _note_left_out(ctx, summary)
     return _done(summary, t0)
 
 

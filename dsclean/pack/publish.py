@@ -22,11 +22,20 @@ import pyarrow as pa
 from .. import locations
 from ..data.shards import SHARD_COLUMNS
 from ..hashing import DIGEST_SIZE
-from ..index.store import make_meta, read_table, write_arrow
+from ..index.store import FORMAT_VERSION, read_table, write_arrow
 from .plan import Plan
 from .write import ShardResult, make_readable, output_file
 
 WIDS_KIND = "wids-shard-index-v1"
+
+
+def packed_meta(source_meta: dict, rows: int) -> dict:
+    """The packed index's metadata: the source index's (``created``, ``include_warn``, ``check_options``,
+    ``files``, ``symlinks``, ``extensions``, ...: a reader of the shards loads and judges the samples as a
+    reader of the index does), with this file's row count, format and writer's version."""
+    from .. import __version__
+
+    return {**source_meta, "format_version": FORMAT_VERSION, "dsclean_version": __version__, "rows": rows}
 
 
 def publish(output: str, index: str, source_meta: dict, plan: Plan, results: dict[int, ShardResult],
@@ -43,9 +52,7 @@ def publish(output: str, index: str, source_meta: dict, plan: Plan, results: dic
     for name, values in (("shard", pa.array(shard)), ("offset", pa.array(offset)), ("checksum", checksum)):
         table = table.append_column(pa.field(name, SHARD_COLUMNS[name], nullable=False), values)
     table = table.combine_chunks()
-    meta = make_meta(source_meta["root"], list(source_meta.get("classes", [])), source_meta.get("labels", "folder"),
-                     len(rows), source_meta.get("scan_results"))
-    meta["created"] = source_meta.get("created")
+    meta = packed_meta(source_meta, len(rows))
     meta["packed"] = {"name": plan.layout.name, "shards": plan.shards, "source_identity": identity,
                       "layout": plan.layout.to_json()}
     with output_file(os.path.join(output, locations.PACKED_INDEX_FILE), fsync=fsync) as tmp:

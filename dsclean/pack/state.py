@@ -79,7 +79,10 @@ def prepare_output(output: str, rec: dict, *, fsync: bool = True) -> bool:
         parent = os.path.dirname(os.path.abspath(output))
         if not os.path.isdir(parent):
             raise UserError(f"{output}: the folder {parent} does not exist")
-        os.makedirs(output, exist_ok=True)
+        try:
+            os.makedirs(output, exist_ok=True)
+        except OSError as exc:
+            raise _unwritable(output, exc) from None
     existing = read_state(output)
     if existing is None:
         others = [n for n in os.listdir(output) if not _ours(n)]
@@ -96,12 +99,22 @@ def prepare_output(output: str, rec: dict, *, fsync: bool = True) -> bool:
     return True
 
 
+def _unwritable(output: str, exc: OSError) -> UserError:
+    """-o names a folder pack cannot write in (read-only, no permission): bad input, before any shard."""
+    return UserError(f"{output}: cannot write the pack there ({exc.strerror or exc}: {exc.filename or output}); "
+                     "nothing was written: choose a writable folder for -o")
+
+
 def _create_state(output: str, rec: dict, fsync: bool = True) -> dict | None:
     """Create ``pack.json`` without replacing one; None if ours won, else the one already there."""
     final = os.path.join(output, locations.PACK_STATE_FILE)
-    tmp = temp_next_to(final)
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
+        tmp = temp_next_to(final)
+        f = open(tmp, "w", encoding="utf-8")
+    except OSError as exc:  # a read-only folder: nothing of the pack written yet
+        raise _unwritable(output, exc) from None
+    try:
+        with f:
             json.dump(rec, f, indent=1, sort_keys=True)
             f.write("\n")
             f.flush()
@@ -121,16 +134,36 @@ def _create_state(output: str, rec: dict, fsync: bool = True) -> dict | None:
 
 @contextlib.contextmanager
 def locked(output: str, part: tuple[int, int] | None) -> Iterator[None]:
-    """One writer per folder (a whole pack, or the finishing step), or per part of a job array."""
-    name = locations.LOCK_FILE if part is None else f".dsclean.part-{part[0]:04d}-of-{part[1]:04d}.lock"
+    """One writer per folder (a whole pack, or the finishing step), or per part of a job array.
+
+    The folder's lock file is held exclusively by a whole pack (or ``--finish``) and shared by
+    every ``--part`` task, which also holds its part's own lock exclusively: the tasks of a job
+    array run side by side, a whole pack never runs beside any of them (it would remove their
+    shards' temp files), and one part never runs twice at once."""
+    with _flock(output, locations.LOCK_FILE, shared=part is not None,
+                who="this folder (a whole pack, or --finish)" if part else "this folder (a whole pack, "
+                "--finish, or a --part task)"):
+        if part is None:
+            yield
+            return
+        with _flock(output, f".dsclean.part-{part[0]:04d}-of-{part[1]:04d}.lock", shared=False,
+                    who=f"part {part[0]}/{part[1]}"):
+            yield
+
+
+@contextlib.contextmanager
+def _flock(output: str, name: str, *, shared: bool, who: str) -> Iterator[None]:
     path = os.path.join(output, name)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:  # e.g. a pack to resume on a file system mounted read-only since
+        raise _unwritable(output, exc) from None
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:
-            who = "this part" if part else "this folder"
-            raise UserError(f"{output}: another dsclean pack is writing {who} ({path} is locked)") from None
+            raise UserError(f"{output}: another dsclean pack is writing {who} ({path} is locked); "
+                            "wait for it to finish") from None
         yield
     finally:
         os.close(fd)

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .. import locations
-from ..data.shards import open_packed_index, packed_index, read_shard_list, release
+from ..data.shards import open_packed_index, packed_index, read_shard_list, refuse_unfinished_pack, release
 from ..errors import UserError
 from ..hashing import content_hash
 from ..index.store import KINDS, read_table
@@ -98,8 +98,11 @@ class _Task:
 def verify_shards(folder: str, *, jobs: int = 1, decode=None) -> VerifyReport:
     """Check the shard set in ``folder``; a :class:`UserError` when it is not a shard set at all.
 
-    ``decode``: a :class:`dsclean.scanning.check.CheckOptions` to also run the scan's checks on
-    every sample's bytes (:mod:`.decode`); a ``bad`` verdict is a problem, a ``warn`` a note.
+    ``decode``: also run the scan's checks on every sample's bytes (:mod:`.decode`); a ``bad``
+    verdict is a problem, a ``warn`` a note. True: with the check options the packed index recorded
+    (the scan's, and ``--lenient`` when the index ships ``--include-warn truncated``/``corrupt``), so a
+    sample the index included on purpose is judged as it was; or a
+    :class:`dsclean.scanning.check.CheckOptions` to judge with.
     """
     _is_shard_set(folder)
     report = VerifyReport(folder=folder)
@@ -123,7 +126,11 @@ def verify_shards(folder: str, *, jobs: int = 1, decode=None) -> VerifyReport:
             raise KeyboardInterrupt
     position = {n: i for i, n in enumerate(names)}
     report.shards.sort(key=lambda s: position[s.shard])
-    if decode is not None:
+    if decode is True:
+        from .decode import recorded_options
+
+        decode = recorded_options(idx.meta if idx is not None else None)
+    if decode not in (None, False):
         _decode(report, names, decode, jobs)
     report.samples = sum(s.samples for s in report.shards)
     if idx is not None and report.samples != len(idx) and not any(not s.ok for s in report.shards):
@@ -141,9 +148,7 @@ def _is_shard_set(folder: str) -> None:
     has = {n: os.path.isfile(os.path.join(folder, n))
            for n in (locations.SHARD_LIST_FILE, locations.PACKED_INDEX_FILE, locations.PACK_STATE_FILE)}
     if not has[locations.SHARD_LIST_FILE] and not has[locations.PACKED_INDEX_FILE]:
-        if has[locations.PACK_STATE_FILE]:
-            raise UserError(f"{folder}: an unfinished pack (no {locations.SHARD_LIST_FILE} or "
-                            f"{locations.PACKED_INDEX_FILE} yet): run the same dsclean pack command again to finish it")
+        refuse_unfinished_pack(folder)  # (a pack.json there: the message every command gives)
         raise UserError(f"{folder}: not a shard set (no {locations.SHARD_LIST_FILE} nor {locations.PACKED_INDEX_FILE})")
 
 

@@ -120,3 +120,25 @@ def test_dataloader_workers_read_the_shards(sets, context):
     for (x, y), j in zip(got, images):
         want_x, want_y = folder[by_path[packed.path(j)]]
         assert np.array_equal(x, want_x) and y == want_y
+
+
+def test_an_unfinished_pack_gets_one_message_from_every_command(tmp_path, capsys):
+    """A shard folder whose pack was killed before publishing (pack.json and shards, no shard list nor packed
+    index): verify, info, probe and IndexedDataset all say it is an unfinished pack and how to finish it."""
+    from dsclean.cli import main
+
+    _, index = make_indexed(tmp_path)
+    out = tmp_path / "shards"
+    pack_shards(index, str(out), PackOptions(samples_per_shard=4))
+    for name in ("index.arrow", "shardindex.json"):
+        os.unlink(out / name)
+    want = (f"{out}: an unfinished pack (no shardindex.json or index.arrow yet): run the same dsclean pack "
+            "command again to finish it")
+    with pytest.raises(UserError) as exc:
+        IndexedDataset(str(out))
+    assert str(exc.value) == want
+    for args in (["verify", str(out)], ["info", str(out)], ["probe", str(out), "--num-workers", "0", "--batches", "1"]):
+        assert main(args) == 2, args
+        assert capsys.readouterr().err.strip().endswith(f"error: {want}"), args
+    pack_shards(index, str(out), PackOptions(samples_per_shard=4))  # as the message says: finished
+    assert len(IndexedDataset(str(out))) == 18 and main(["info", str(out)]) == 0

@@ -233,6 +233,68 @@ def test_changed_and_missing_sources_stop_the_pack_or_are_skipped(tmp_path, caps
     assert main(["verify", str(tmp_path / "s")]) == 0
 
 
+def test_a_rerun_of_a_skip_changed_pack_lists_the_rows_not_in_the_shards_and_how_to_get_them_in(tmp_path, capsys):
+    """Once a --skip-changed pack has published, running it again (without --skip-changed, the file back) must
+    not say nothing is missing: it lists the index rows not in the shards, with the shard each belongs in."""
+    root, index = make_indexed(tmp_path)
+    out, args = tmp_path / "s", ["pack", index, "-o", str(tmp_path / "s"), "--samples-per-shard", "5"]
+    victim = root / "dogs" / "img001.jpg"
+    os.rename(victim, tmp_path / "away.jpg")
+    assert main([*args, "--skip-changed", "-q"]) == 0
+    os.rename(tmp_path / "away.jpg", victim)  # back, unchanged
+    capsys.readouterr()
+    assert main([*args, "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["complete"] and summary["samples"] == 17 and summary["written"] == 0
+    (left,) = summary["skipped"]
+    shard = left["why"].rpartition(" it belongs in ")[2]
+    assert left["path"] == "dogs/img001.jpg" and shard.startswith("data-0000") and (out / shard).is_file()
+    assert any("1 of the index's 18 rows are not in the shards" in n and "delete the shards they belong in" in n
+               for n in summary["notes"])
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "1 samples left out" in text and "dogs/img001.jpg: left out by an earlier run" in text
+    # as the note says: delete the shard it belongs in and run the same command
+    os.unlink(out / shard)
+    assert main([*args, "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["samples"] == 18 and summary["skipped"] == [] and summary["written"] == 1
+    assert not [n for n in summary["notes"] if "not in the shards" in n]
+
+
+def test_a_whole_pack_and_part_tasks_exclude_each_other_but_parts_run_side_by_side(tmp_path, capsys):
+    """A whole pack removes shard temp files it finds: it must never run while a --part task writes (nor a part
+    while a whole pack or --finish runs); the parts of one job array run at once. The locks are real flocks
+    on their own open files, as another process holds them."""
+    from dsclean.pack import state
+
+    _, index = make_indexed(tmp_path)
+    out = tmp_path / "s"
+    out.mkdir()
+    args = ["pack", index, "-o", str(out), "--samples-per-shard", "5", "-q"]
+    with state.locked(str(out), (0, 2)):  # part 0/2 is writing
+        assert main(args) == 2
+        assert "another dsclean pack is writing this folder" in capsys.readouterr().err
+        assert main([*args, "--finish"]) == 2
+        assert main([*args, "--part", "0/2"]) == 2  # the same part twice
+        assert "is writing part 0/2" in capsys.readouterr().err
+        assert main([*args, "--part", "1/2"]) == 0  # another part of the array: fine
+    with state.locked(str(out), None):  # a whole pack (or --finish) is writing
+        assert main([*args, "--part", "0/2"]) == 2
+        assert "another dsclean pack is writing this folder" in capsys.readouterr().err
+    assert main([*args, "--part", "0/2"]) == 0 and main([*args, "--finish"]) == 0
+    assert main(["verify", str(out)]) == 0
+
+
+def test_scheduler_without_the_dask_backend_is_refused_not_ignored(tmp_path, capsys):
+    _, index = make_indexed(tmp_path)
+    for extra in ([], ["--finish"], ["--part", "0/2"]):
+        assert main(["pack", index, "-o", str(tmp_path / "s"), "--scheduler", "tcp://scheduler.example:8786",
+                     *extra]) == 2
+        assert "--scheduler goes with --backend dask (the backend is loky)" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
+
+
 def _touch_all(root: Path) -> None:
     for dirpath, _, names in os.walk(root):
         for n in names:
@@ -373,6 +435,31 @@ def test_a_resume_refuses_a_shard_of_zeros_as_a_crash_after_no_fsync_can_leave(t
     assert main(["verify", str(out)]) == 0
 
 
+@pytest.mark.parametrize("member", ["media", "cls"])
+def test_a_resume_refuses_a_finished_shard_whose_bytes_were_lost_after_no_fsync(tmp_path, member, capsys):
+    """A page of a finished shard's data lost in a crash after --no-fsync reads as zeros, headers and .json
+    intact: the resume hashes the media (and reads the .cls), refuses the shard naming it, publishes nothing."""
+    _, index = make_indexed(tmp_path)
+    out = tmp_path / "s"
+    assert main(["pack", index, "-o", str(out), "--samples-per-shard", "5", "-q", "--no-fsync"]) == 0
+    for name in ("index.arrow", "shardindex.json", "data-000003.tar"):  # the crash came before the pack finished
+        os.unlink(out / name)
+    victim = out / "data-000001.tar"
+    with tarfile.open(victim) as t:
+        m = next(m for m in t.getmembers() if (m.name.endswith(".cls")) == (member == "cls")
+                 and not m.name.endswith(".json"))
+    with open(victim, "r+b") as f:
+        f.seek(m.offset_data)
+        f.write(bytes(m.size))
+    assert main(["pack", index, "-o", str(out), "--samples-per-shard", "5", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {victim}: sample {m.name.split('.')[0]}: " in err and "remove that shard and pack again" in err
+    assert not (out / "index.arrow").exists()
+    os.unlink(victim)  # as the message says: the same command then rebuilds it
+    assert _pack(index, out, samples_per_shard=5).written == 1  # (the refused run wrote data-000003.tar)
+    assert main(["verify", str(out)]) == 0
+
+
 @pytest.mark.parametrize("damage", ["cut", "empty", "cut mid-member"])
 def test_a_resume_names_a_cut_or_empty_shard(tmp_path, damage, capsys):
     """A shard cut short (or left empty) by a crash stops the resume with an error naming that shard."""
@@ -404,6 +491,27 @@ def small_tmpfs(tmp_path):
         yield mnt
     finally:
         subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_a_read_only_output_is_bad_input_before_anything_is_written(tmp_path, small_tmpfs, capsys):
+    """-o on a read-only file system (a real tmpfs remounted ro): exit 2 naming the folder, not 3 ("incomplete"),
+    whether pack would create the folder, finds it empty, or would resume a pack there."""
+    _, index = make_indexed(tmp_path)
+    (small_tmpfs / "empty").mkdir()
+    assert main(["pack", index, "-o", str(small_tmpfs / "done"), "--samples-per-shard", "5", "-q"]) == 0
+    for name in ("index.arrow", "shardindex.json"):  # a pack to resume
+        os.unlink(small_tmpfs / "done" / name)
+    subprocess.run(["mount", "-o", "remount,ro", str(small_tmpfs)], check=True)
+    try:
+        for target in ("new", "empty", "done"):
+            out = small_tmpfs / target
+            assert main(["pack", index, "-o", str(out), "--samples-per-shard", "5", "-q"]) == 2, target
+            err = capsys.readouterr().err
+            assert f"error: {out}: cannot write the pack there (Read-only file system" in err, err
+            assert "Traceback" not in err
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(small_tmpfs)], check=True)
+    assert sorted(os.listdir(small_tmpfs)) == ["done", "empty"] and os.listdir(small_tmpfs / "empty") == []
 
 
 @pytest.mark.parametrize("jobs", ["1", "2"])  # 2: loky workers leave complete temp files, this process renames
@@ -481,3 +589,35 @@ def test_a_second_signal_makes_the_shards_on_threads_give_up_without_a_trace(tmp
     finally:
         runner.ABANDONED.clear()
     assert "interrupted" in result.error and os.listdir(out) == []
+
+
+def test_the_packed_index_keeps_the_source_metadata_so_the_shards_load_and_verify_what_the_index_ships(
+        tmp_path, capsys):
+    """An index built with --include-warn truncated loads its cut JPEG leniently; so must its shards, and
+    verify --decode must judge that sample with the options the index recorded (a note, not a problem)."""
+    import dsclean
+    from dsclean.index.store import read_meta
+    from dsclean.scanning.check import CheckOptions
+    from dsclean.scanning.scanner import ScanOptions, scan
+
+    root = tmp_path / "data"
+    for i in range(3):
+        write(root, f"a/ok{i}.jpg", synth.jpeg(64, 64, seed=i))
+    write(root, "a/cut.jpg", synth.truncate(synth.jpeg(200, 200, seed=9), 0.8))
+    scan(str(root), ScanOptions(check=CheckOptions(lenient=True), jobs=1, report_dir=str(tmp_path / "r")))
+    index = str(tmp_path / "i.arrow")
+    build_index(str(root), index, include_warn=["truncated"])
+    s = _pack(index, tmp_path / "shards")
+    assert s.complete and s.samples == 4
+    source, packed = read_meta(index), read_meta(str(tmp_path / "shards" / "index.arrow"))
+    for key in ("include_warn", "check_options", "files", "symlinks", "extensions", "checked", "created", "root",
+                "classes", "labels", "tree"):
+        assert packed[key] == source[key], key
+    assert packed["rows"] == 4 and packed["packed"]["shards"] == 1
+    for src in (index, str(tmp_path / "shards")):
+        ds = dsclean.IndexedDataset(src)
+        (cut,) = [i for i in range(len(ds)) if ds.path(i) == "a/cut.jpg"]
+        assert ds[cut][0].size == (200, 200), src  # loads (the missing rows grey), as the scan judged it
+    assert main(["verify", str(tmp_path / "shards"), "--decode"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("ok:") and "decode warning: truncated" in out
