@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import formats, locations, reasons
-from ..atomic import atomic_output
+from ..atomic import atomic_output, output_target
 from ..errors import UserError
 from ..scanning.cache import options_from_key, options_key
 from ..scanning.check import CheckOptions
@@ -535,12 +535,18 @@ def _check_exclude(root: str, exclude: Iterable[str]) -> tuple[str, ...]:
 
 
 def _check_output(output: str, fmt: str) -> None:
-    """Refuse to replace something that is not an index of the same format."""
+    """Refuse to replace something that is not an index of the same format (checked before any work)."""
     parent = os.path.dirname(os.path.abspath(output))
     if not os.path.isdir(parent):
         raise UserError(f"{output}: the folder {parent} does not exist")
     if fmt == "arrow" and os.path.isdir(output):
         raise UserError(f"{output}: is a folder; an arrow index is a single file (use --format npy for a folder)")
+    target = output_target(output, directory=fmt == "npy")  # devices, FIFOs, sockets: refused; links: their target
+    if fmt == "arrow" and os.path.isfile(target) and os.path.getsize(target) > 0:
+        with open(target, "rb") as f:
+            if f.read(6) != b"ARROW1":
+                raise UserError(f"{output}: exists and is not an Arrow index (no Arrow file signature); "
+                                "refusing to replace it: choose another output path")
     if fmt == "npy" and os.path.lexists(output):
         if not os.path.isdir(output):
             raise UserError(f"{output}: exists and is not a folder; an npy index is a folder")
