@@ -876,7 +876,8 @@ def _apply_results(root: str, table: pa.Table, results: pa.Table, summary: Index
     """``--no-check``: drop files the scan marked bad and copy its facts, with one vectorized lookup.
 
     ``index_in`` hashes the results' path column once; no Python set of paths.
-    Files missing from the results are checked by magic bytes, like a build without results.
+    Files missing from the results, and files changed since the scan (size or mtime), are checked by
+    magic bytes, like a build without results.
     """
     where = pc.index_in(table.column("path"), value_set=one_chunk(results.column("path")))
     status = results.column("status").take(where)
@@ -893,12 +894,16 @@ def _apply_results(root: str, table: pa.Table, results: pa.Table, summary: Index
         values = pc.if_else(same_size, values, pa.scalar(None, typ))
         table = table.append_column(pa.field(name, typ), values)
     scanned = pc.is_valid(where)
-    summary.changed_since_scan += int(pc.sum(pc.and_(scanned, pc.invert(same_size))).as_py() or 0)
+    changed = pc.and_(scanned, pc.invert(same_size))
+    summary.changed_since_scan += int(pc.sum(changed).as_py() or 0)
     keep = pc.invert(pc.or_(bad, warned))
     unscanned = pc.invert(scanned).to_numpy(zero_copy_only=False)
     summary.unscanned += int(unscanned.sum())
-    if unscanned.any():
-        keep, kinds = _sniff_rows(root, table, unscanned, keep, summary)
+    # the scan's "ok" says nothing of a file changed since (e.g. a good JPEG replaced by an HTML error page):
+    # changed files get the magic-byte check of never-scanned ones (a file bad at the scan stays out)
+    uncovered = unscanned | pc.and_(changed, keep).to_numpy(zero_copy_only=False)
+    if uncovered.any():
+        keep, kinds = _sniff_rows(root, table, uncovered, keep, summary)
         table = table.set_column(table.schema.get_field_index("kind"), "kind", kinds)
     return table.filter(keep)
 
@@ -942,11 +947,14 @@ def _drop_exact_duplicates(root: str, table: pa.Table, results_paths: list[str],
     known = np.zeros(n, dtype=bool)
     for path in results_paths:
         try:
-            res = read_results(path, columns=["path", "size", "content_hash"])
+            res = read_results(path, columns=["path", "size", "mtime_ns", "content_hash"])
         except (KeyError, pa.ArrowInvalid):  # results written before content hashes were recorded
             continue
         where = pc.index_in(table.column("path").cast(pa.binary()), value_set=one_chunk(res.column("path")))
-        hit = pc.and_(pc.is_valid(where), pc.fill_null(pc.equal(res.column("size").take(where), table.column("size")), False))
+        # current = same size AND mtime: an edit in place of an uncompressed file (BMP, WAV, PGM) keeps its size
+        same = pc.and_(pc.equal(res.column("size").take(where), table.column("size")),
+                       pc.equal(res.column("mtime_ns").take(where), table.column("mtime_ns")))
+        hit = pc.and_(pc.is_valid(where), pc.fill_null(same, False))
         hashes = res.column("content_hash").take(where).cast(pa.binary(DIGEST_SIZE)).combine_chunks()
         hit = pc.and_(hit, pc.is_valid(hashes)).to_numpy(zero_copy_only=False) & ~known
         if not hit.any():
