@@ -143,7 +143,7 @@ def format_summary(s: IndexSummary) -> str:
                 ("changed since the scan", s.changed_since_scan),
                 ("checked again: the scan's verdict was about the moment (too_large, timeout, ...), not the file",
                  s.rechecked),
-                ("warnings left out: not judged, or accepted by scan --lenient (below)", s.warned),
+                ("warnings left out: not judged, accepted by scan --lenient, or another kind than the extension (below)", s.warned),
                 ("not in the scan results", s.unscanned),
                 ("exact duplicates left out (--dedup; the first by path order kept)", s.duplicates)]
     lines += [f"  {n:>10}  {what}" for what, n in left_out if n]

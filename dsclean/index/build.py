@@ -819,12 +819,12 @@ def _judge(root: str, table: pa.Table, results: pa.Table | None, options: CheckO
         room = MAX_LISTED - len(summary.bad_paths)
         summary.bad_paths += [os.fsdecode(p) for p in paths.filter(checked_bad).slice(0, max(room, 0)).to_pylist()]
     summary.unreadable += int(pc.sum(pc.and_(gone, pc.invert(bad))).as_py() or 0)
-    warned = _left_out_warnings(status, pick("reason"), paths, summary)
+    checked_kind = pick("kind")
+    warned = _left_out_warnings(status, pick("reason"), paths, summary, _kind_changed(table.column("kind"), checked_kind))
     for name, typ in FACTS.items():
         table = table.append_column(pa.field(name, typ), pick(name).cast(typ))
     # A checked file's kind is what its content is (a WAV named .jpg is audio), whether the scan or this run
     # checked it; the extension's guess stays only where no check says otherwise.
-    checked_kind = pick("kind")
     if checked_kind.null_count < n:
         kinds = table.column("kind")
         for name in (formats.IMAGE, formats.AUDIO):
@@ -848,12 +848,17 @@ def _check_include_warn(include_warn: Iterable[str]) -> list[str]:
     return chosen
 
 
-def _left_out_warnings(status, reason, paths, summary: IndexSummary) -> pa.Array:
+def _left_out_warnings(status, reason, paths, summary: IndexSummary, kind_changed=None) -> pa.Array:
     """Rows whose verdict is a warning the index leaves out (:data:`dsclean.reasons.LEFT_OUT_WARNINGS`, minus
-    ``--include-warn``); counted by reason and the first paths listed."""
+    ``--include-warn``); counted by reason and the first paths listed. ``kind_changed``: per row, whether the
+    content's kind differs from the extension's (the reasons of :data:`~dsclean.reasons.KIND_CHANGE_ONLY`
+    leave out only those rows; none if not given)."""
     codes = sorted(set(reasons.LEFT_OUT_WARNINGS) - set(summary.include_warn))
     warned = pc.fill_null(pc.and_(pc.equal(status, reasons.WARN),
                                   pc.is_in(reason, value_set=pa.array(codes, pa.string()))), False)
+    only_kind = pc.fill_null(pc.is_in(reason, value_set=pa.array(sorted(reasons.KIND_CHANGE_ONLY), pa.string())), False)
+    changed = pa.array(np.zeros(len(status), dtype=bool)) if kind_changed is None else pc.fill_null(kind_changed, False)
+    warned = pc.and_(warned, pc.or_(pc.invert(only_kind), changed))
     n = int(pc.sum(warned).as_py() or 0)
     if n:
         summary.warned += n
@@ -862,6 +867,15 @@ def _left_out_warnings(status, reason, paths, summary: IndexSummary) -> pa.Array
         room = MAX_LISTED - len(summary.warned_paths)
         summary.warned_paths += [os.fsdecode(p) for p in paths.filter(warned).slice(0, max(room, 0)).to_pylist()]
     return warned
+
+
+def _kind_changed(extension_kinds, content_kinds) -> pa.Array:
+    """Per row: the content's kind (``"image"``/``"audio"``, null if unknown) is not the extension's (a kind code)."""
+    changed = pa.array(np.zeros(len(extension_kinds), dtype=bool))
+    for name in (formats.IMAGE, formats.AUDIO):
+        other = pc.not_equal(extension_kinds, pa.scalar(KIND_CODE[name], pa.int8()))
+        changed = pc.or_(changed, pc.fill_null(pc.and_(pc.equal(content_kinds, name), other), False))
+    return changed
 
 
 def _state_writable(root: str, state_dir: str | None) -> bool:
@@ -883,7 +897,9 @@ def _apply_results(root: str, table: pa.Table, results: pa.Table, summary: Index
     status = results.column("status").take(where)
     bad = pc.fill_null(pc.equal(status, reasons.BAD), False)
     summary.excluded_bad += int(pc.sum(bad).as_py() or 0)
-    warned = _left_out_warnings(status, results.column("reason").take(where), table.column("path"), summary)
+    checked_kind = results.column("kind").take(where) if "kind" in results.column_names else None
+    warned = _left_out_warnings(status, results.column("reason").take(where), table.column("path"), summary,
+                                None if checked_kind is None else _kind_changed(table.column("kind"), checked_kind))
     same_size = pc.fill_null(pc.and_(pc.equal(results.column("size").take(where), table.column("size")),
                                      pc.equal(results.column("mtime_ns").take(where), table.column("mtime_ns"))),
                              True)

@@ -201,7 +201,10 @@ def test_scanned_files_keep_the_kind_of_their_content(tmp_path):
     write(root, "b/ok.wav", synth.encode_audio(synth.tone(0.05, 8000, seed=1), 8000, "WAV"))
     scan(str(root), ScanOptions(jobs=1, report_dir=str(tmp_path / "r")))
     out = str(tmp_path / "i.arrow")
-    s = build_index(str(root), out, scan_results=str(tmp_path / "r" / "scan_results.parquet"))
+    # by default a file whose content is another kind than its extension stays out (test_index_warnings);
+    # asked for, it is indexed with its content's kind
+    s = build_index(str(root), out, scan_results=str(tmp_path / "r" / "scan_results.parquet"),
+                    include_warn=["extension_mismatch"])
     assert s.checked == 0  # every row came from the scan
     idx = open_index(out)
     kinds = {os.fsdecode(idx.path_bytes(i)): idx.meta["kinds"][idx.kinds[i]] for i in range(len(idx))}
