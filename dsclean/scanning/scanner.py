@@ -334,19 +334,23 @@ def _check_folders(root: str, quarantine: str | None, report: str, state: str, a
     for what, folder in (("quarantine folder", quarantine), ("report folder", report)):
         if folder and os.path.exists(folder) and not os.path.isdir(folder):
             raise UserError(f"{what} {folder} is a file, not a folder")
-    for what, folder, flag in (("quarantine folder", quarantine, "--quarantine"), ("report folder", report, "--report"),
-                               ("state folder", state, "--state-dir / DSCLEAN_STATE_DIR")):
+    # the state folder first: the default report folder is inside it, and the user chose the state folder
+    for what, folder, flag in (("state folder", state, "--state-dir / DSCLEAN_STATE_DIR"),
+                               ("quarantine folder", quarantine, "--quarantine"), ("report folder", report, "--report")):
         if folder and not allow_inside and locations.is_inside(folder, root):
             raise UserError(
                 f"the {what} {folder} is inside the dataset root {root}: torchvision's ImageFolder (and anything "
                 f"else that lists the tree) would see it as one more class and shift the labels after it. "
                 f"Choose a {flag} outside ROOT, or pass --allow-inside-root to accept that folder in ROOT")
-        if folder and what != "state folder" and locations.is_inside(folder, root):
-            media = _media_in(folder)  # allowed inside ROOT, but never one of the dataset's own folders
+        if folder and (what == "quarantine folder" or what == "report folder" and locations.is_inside(folder, root)):
+            # never one of a dataset's own folders; a quarantine not even outside ROOT (e.g. the val/ split next to
+            # train/): dsclean marks it and leaves it out of every scan, so the media already there would never be checked
+            media = _media_in(folder)
             if media:
                 raise UserError(
-                    f"the {what} {folder} already holds the dataset's files (e.g. {media}): dsclean leaves its own "
-                    f"folders out of the scan, so those files would never be checked. Choose a new {flag} folder")
+                    f"the {what} {folder} already holds media files (e.g. {media}) and is not a folder dsclean "
+                    f"made: dsclean marks its own folders and leaves them out of every scan (of ROOT, or of a tree "
+                    f"holding that folder), so those files would never be checked again. Choose a new {flag} folder")
 
 
 def _media_in(folder: str) -> str | None:

@@ -101,7 +101,7 @@ def test_a_class_folder_is_never_taken_for_a_quarantine_or_report_folder(tree, t
     before = listing(root)
     for options in (ScanOptions(quarantine=str(root / "cats"), allow_inside_root=True),
                     ScanOptions(report_dir=str(root / "dogs"), allow_inside_root=True)):
-        with pytest.raises(UserError, match="already holds the dataset's files"):
+        with pytest.raises(UserError, match="already holds media files"):
             scan(str(root), options)
     proc = run_cli("scan", root, "--quarantine", root / "cats", "--allow-inside-root")
     assert proc.returncode == 2 and "already holds" in proc.stderr and "Traceback" not in proc.stderr
@@ -304,3 +304,26 @@ def test_a_hostile_index_cannot_switch_the_escape_check_off(tmp_path):
         w.write_table(table)
     with pytest.raises(UnsafePathError, match="outside the root"):
         dsclean.IndexedDataset(str(tmp_path / "evil.arrow"))[0]
+
+
+def test_a_quarantine_outside_root_that_holds_another_split_is_refused(tmp_path):
+    """Review 6, bug 6: --quarantine data/val while scanning data/train poured train's bad files into val/ and marked
+    it dsclean's: every later scan of data/ left all of val/ (and its own damaged files) unchecked."""
+    for split in ("train", "val"):
+        for i in range(2):
+            write(tmp_path / "data" / split, f"cats/{i}.jpg", synth.jpeg(16, 16, seed=i + len(split)))
+    write(tmp_path / "data" / "train", "cats/cut.jpg", synth.truncate(synth.jpeg(32, 32), 0.5))
+    before = listing(tmp_path / "data")
+    proc = run_cli("scan", tmp_path / "data" / "train", "--quarantine", tmp_path / "data" / "val")
+    assert proc.returncode == 2 and "already holds media files" in proc.stderr and "Traceback" not in proc.stderr
+    assert listing(tmp_path / "data") == before
+    assert run_cli("scan", tmp_path / "data" / "train", "--quarantine", tmp_path / "bad").returncode == 0
+    assert run_cli("scan", tmp_path / "data" / "train", "--quarantine", tmp_path / "bad").returncode == 0  # ours: reused
+
+
+def test_a_state_folder_inside_root_is_named_as_the_cause(tmp_path):
+    """Review 6, bug 9: with the state folder inside ROOT, the error blamed the (default) report folder and --report."""
+    write(tmp_path / "data", "cats/0.jpg", synth.jpeg(16, 16))
+    proc = run_cli("scan", tmp_path / "data", "--dry-run", "--state-dir", tmp_path / "data" / "state")
+    assert proc.returncode == 2 and "the state folder" in proc.stderr and "--state-dir" in proc.stderr
+    assert "report folder" not in proc.stderr
