@@ -160,3 +160,14 @@ def test_status_of_a_root_adds_up_every_part(tree, tmp_path):
     assert st.summary["bad"] == sum(s.bad for s in summaries) == 12
     assert sum(st.summary["bad_reasons"].values()) == 12
     assert "42 files, 12 bad" in format_status(st)
+
+
+def test_status_of_a_root_keeps_its_counts_after_merge(tree, tmp_path):
+    """Review 6, bug 10: after `dsclean merge` the root's pointer named no summary, so `status` lost its counts."""
+    from dsclean.scanning.records import format_status, status
+
+    _part_scans(tree, tmp_path / "r", quarantine=None)
+    merge(sorted(glob.glob(str(tmp_path / "r" / "scan_results.part-*.parquet"))))
+    st = status(str(tree))
+    assert st.summary["files"] == 42 and st.summary["bad"] == 12
+    assert "42 files, 12 bad" in format_status(st)
