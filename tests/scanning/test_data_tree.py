@@ -327,3 +327,21 @@ def test_a_state_folder_inside_root_is_named_as_the_cause(tmp_path):
     proc = run_cli("scan", tmp_path / "data", "--dry-run", "--state-dir", tmp_path / "data" / "state")
     assert proc.returncode == 2 and "the state folder" in proc.stderr and "--state-dir" in proc.stderr
     assert "report folder" not in proc.stderr
+
+
+def test_restore_root_refuses_another_dataset_while_the_recorded_root_exists(tmp_path):
+    """Review 6, bug 5: `restore Q --root B` poured dataset A's bad files into dataset B (a class B never had),
+    while A was still where the journal says. A moved copy of A (its folders there) is still accepted."""
+    write(tmp_path / "A", "cats/ok.jpg", synth.jpeg(16, 16, seed=1))
+    write(tmp_path / "A", "cats/broken.jpg", synth.truncate(synth.jpeg(32, 32, seed=2), 0.5))
+    write(tmp_path / "B", "birds/ok.jpg", synth.jpeg(16, 16, seed=3))
+    assert scan(str(tmp_path / "A"), ScanOptions(quarantine=str(tmp_path / "q"), jobs=1)).quarantined == 1
+    before = listing(tmp_path / "B")
+    with pytest.raises(UserError, match="looks like another dataset"):
+        dsclean.restore(str(tmp_path / "q"), root=str(tmp_path / "B"))
+    proc = run_cli("restore", tmp_path / "q", "--root", tmp_path / "B")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert listing(tmp_path / "B") == before
+    shutil.copytree(tmp_path / "A", tmp_path / "A2")  # the same tree at a new place
+    report = dsclean.restore(str(tmp_path / "q"), root=str(tmp_path / "A2"))
+    assert os.path.isfile(tmp_path / "A2" / "cats" / "broken.jpg") and not report.refused
