@@ -345,3 +345,26 @@ def test_restore_root_refuses_another_dataset_while_the_recorded_root_exists(tmp
     shutil.copytree(tmp_path / "A", tmp_path / "A2")  # the same tree at a new place
     report = dsclean.restore(str(tmp_path / "q"), root=str(tmp_path / "A2"))
     assert os.path.isfile(tmp_path / "A2" / "cats" / "broken.jpg") and not report.refused
+
+
+def test_a_scan_names_the_class_folders_its_moves_emptied(tmp_path):
+    """Review 6, bug 7: every file of class zebra was bad and moved out; ImageFolder then refuses the empty class.
+    The scan says which folders it emptied (summary note, scan_summary.json); a class with a file left is not named."""
+    write(tmp_path / "data", "cats/ok.jpg", synth.jpeg(16, 16, seed=1))
+    write(tmp_path / "data", "cats/cut.jpg", synth.truncate(synth.jpeg(32, 32, seed=2), 0.5))
+    for i in range(2):
+        write(tmp_path / "data", f"zebra/{i}.jpg", synth.truncate(synth.jpeg(32, 32, seed=3 + i), 0.4))
+    s = scan(str(tmp_path / "data"), ScanOptions(quarantine=str(tmp_path / "q"), jobs=1, progress=False))
+    assert s.quarantined == 3 and s.emptied_folders == ["zebra"]
+    assert "zebra" in format_summary(s) and "Found no valid file" in format_summary(s)
+    with open(tmp_path / "q" / "scan_summary.json") as f:
+        assert json.load(f)["emptied_folders"] == ["zebra"]
+
+
+def test_a_quarantine_inside_a_class_folder_is_refused_even_when_allowed_inside_root(tree, tmp_path):
+    """Review 6, bug 8: with --quarantine data/cats/_q, ImageFolder loads every moved file as a cats sample."""
+    root, _ = tree
+    before = listing(root)
+    proc = run_cli("scan", root, "--quarantine", root / "cats" / "_q", "--allow-inside-root")
+    assert proc.returncode == 2 and "inside cats/ of ROOT" in proc.stderr and "Traceback" not in proc.stderr
+    assert listing(root) == before
