@@ -139,7 +139,7 @@ def format_summary(s: IndexSummary) -> str:
                 ("checked here" + checked, s.checked),
                 ("bad, found by that check and left out", s.checked_bad),
                 ("not media (magic bytes, --no-check)", s.not_media),
-                ("unreadable", s.unreadable), ("skipped without a label", s.unlabeled),
+                ("unreadable", s.unreadable), ("not a regular file (FIFO, socket, device): never opened", s.not_regular), ("skipped without a label", s.unlabeled),
                 ("changed since the scan", s.changed_since_scan),
                 ("checked again: the scan's verdict was about the moment (too_large, timeout, ...), not the file",
                  s.rechecked),

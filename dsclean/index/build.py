@@ -86,6 +86,7 @@ class IndexSummary:
     bad_paths: list[str] = field(default_factory=list)  # the first MAX_LISTED files left out as bad by the check
     not_media: int = 0  # --no-check: magic bytes do not match any media format
     unreadable: int = 0  # could not be stat'ed or read while indexing
+    not_regular: int = 0  # a FIFO, socket or device named like media (the scan's warn/not_regular): never opened
     unlabeled: int = 0  # no class: a file directly in the root (folder labels) or not in the CSV
     unscanned: int = 0  # not in the scan results
     changed_since_scan: int = 0  # size or mtime differ from the scan's
@@ -472,6 +473,7 @@ def _empty_message(root: str, s: IndexSummary) -> str:
     d = s.discovery
     why = [f"{n:,} {what}" for n, what in (
         (s.excluded_bad + s.checked_bad, "bad"), (s.not_media, "not media"), (s.unreadable, "unreadable"),
+        (s.not_regular, "not a regular file"),
         (s.warned, "warnings left out (not judged, or accepted by --lenient; --include-warn ships them)"),
         (s.unlabeled, "without a label (files directly in ROOT have no class folder)" if s.labels == "folder"
          else "not in the labels CSV"),
@@ -600,7 +602,7 @@ def _walk(root: str, exclude: Iterable[str], classes: list[str], *, sniff_all: b
             continue
         prints.add(rel, st.st_size, st.st_mtime_ns)
         if not stat.S_ISREG(st.st_mode):  # a FIFO/socket/device named like media: never opened (could block)
-            summary.unreadable += 1
+            summary.not_regular += 1
             continue
         label = -1
         if folder_labels:
