@@ -5,8 +5,11 @@ import contextlib
 import errno
 import os
 import shutil
+import stat
 import tempfile
 from typing import Iterator
+
+from .errors import UserError
 
 
 def fsync_dir(path: str) -> None:
@@ -56,6 +59,36 @@ def publish(tmp: str, final: str, *, sync_dir: bool = True) -> None:
         fsync_dir(os.path.dirname(os.path.abspath(final)) or ".")
 
 
+def output_target(final: str, *, directory: bool = False) -> str:
+    """The path an output named ``final`` is really written to; refuses what must never be replaced.
+
+    A symbolic link is written through (the link stays, its target gets the new output: ``current.arrow
+    -> v1.arrow`` keeps pointing at an up-to-date file). Anything else that is not a regular file (a
+    device such as ``/dev/null``, a FIFO, a socket), or a folder where a file goes, is refused with a
+    :class:`~dsclean.errors.UserError`: a rename over it would destroy it (as root, ``-o /dev/null``
+    would replace the machine's device node with a file).
+    """
+    target = os.path.realpath(final) if os.path.islink(final) else final
+    try:
+        mode = os.lstat(target).st_mode
+    except FileNotFoundError:
+        return target
+    if directory and stat.S_ISDIR(mode) or not directory and stat.S_ISREG(mode):
+        return target
+    what = _kind(mode)
+    via = f" (the target of the link {final})" if target != final else ""
+    raise UserError(f"{target}{via} exists and is {what}, not {'a folder' if directory else 'a regular file'}: "
+                    "dsclean will not replace it; choose another output path")
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISREG, "a regular file")):
+        if test(mode):
+            return name
+    return "a special file"
+
+
 @contextlib.contextmanager
 def atomic_output(final: str, *, directory: bool = False, sync_dir: bool = True) -> Iterator[str]:
     """Yield a temp path next to ``final``; on success fsync it and rename it over ``final``.
@@ -64,7 +97,10 @@ def atomic_output(final: str, *, directory: bool = False, sync_dir: bool = True)
     With ``directory=True`` the temp path is a fresh folder (for multi-file outputs).
     ``sync_dir=False`` (files only) skips the fsync of the parent folder after the rename:
     for many outputs in one folder whose last one is written with it (pack's shards).
+    ``final`` goes through :func:`output_target` first (symbolic links written through; devices,
+    FIFOs and sockets refused).
     """
+    final = output_target(final, directory=directory)
     parent = os.path.dirname(os.path.abspath(final)) or "."
     base = os.path.basename(final)
     if directory:

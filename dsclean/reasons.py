@@ -65,7 +65,7 @@ NOT_JUDGED = frozenset({VANISHED, CHANGED, UNREADABLE, TIMEOUT, TOO_LARGE, DECOD
 #: unless ``--include-warn REASON`` asks for it
 LENIENT = frozenset({TRUNCATED, CORRUPT})
 #: what ``dsclean index`` does with a ``warn`` verdict of each reason: the ones it leaves out unless asked, and why
-#: (the rest, e.g. ``extension_mismatch`` or ``nonconforming``, are files every common decoder reads: shipped)
+#: (the rest, e.g. ``nonconforming``, are files every common decoder reads: shipped)
 LEFT_OUT_WARNINGS: dict[str, str] = {
     TOO_LARGE: "not judged: checking needed more memory than the default ceiling per check; re-scan with a higher "
                "--max-memory (e.g. 8G, or none) to judge them",
@@ -75,4 +75,9 @@ LEFT_OUT_WARNINGS: dict[str, str] = {
     UNREADABLE: "not judged: the file could not be read",
     TRUNCATED: "cut short, accepted by scan --lenient: Pillow's default loader refuses a truncated image",
     CORRUPT: "damaged, accepted by scan --lenient: a decoder recovered from it, a strict one may not",
+    EXTENSION_MISMATCH: "only when the content is another kind than the extension says (a WAV named .jpg): the "
+                        "loader and transforms of an image dataset fail on a sound; a PNG named .jpg is indexed",
 }
+#: reasons in :data:`LEFT_OUT_WARNINGS` that leave a file out only when its content's kind (image, audio) is not
+#: the one its extension names
+KIND_CHANGE_ONLY = frozenset({EXTENSION_MISMATCH})

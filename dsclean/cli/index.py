@@ -139,11 +139,11 @@ def format_summary(s: IndexSummary) -> str:
                 ("checked here" + checked, s.checked),
                 ("bad, found by that check and left out", s.checked_bad),
                 ("not media (magic bytes, --no-check)", s.not_media),
-                ("unreadable", s.unreadable), ("skipped without a label", s.unlabeled),
+                ("unreadable", s.unreadable), ("not a regular file (FIFO, socket, device): never opened", s.not_regular), ("skipped without a label", s.unlabeled),
                 ("changed since the scan", s.changed_since_scan),
                 ("checked again: the scan's verdict was about the moment (too_large, timeout, ...), not the file",
                  s.rechecked),
-                ("warnings left out: not judged, or accepted by scan --lenient (below)", s.warned),
+                ("warnings left out: not judged, accepted by scan --lenient, or another kind than the extension (below)", s.warned),
                 ("not in the scan results", s.unscanned),
                 ("exact duplicates left out (--dedup; the first by path order kept)", s.duplicates)]
     lines += [f"  {n:>10}  {what}" for what, n in left_out if n]

@@ -119,7 +119,8 @@ def explain(text: str) -> Explanation:
     """Classify a DataLoader error (message or whole log) and explain it."""
     kind, evidence = classify(text)
     exp = _BUILDERS[kind](text)
-    if kind != UNKNOWN and _IMAGEFOLDER.search(text) and "IndexedDataset" not in text:
+    # a class left empty is no bad file to scan for (it may be what a scan's moves left): its own fixes stand
+    if kind not in (UNKNOWN, EMPTY_CLASS) and _IMAGEFOLDER.search(text) and "IndexedDataset" not in text:
         exp.fixes = _SCAN_FIRST + [f for f in exp.fixes if f not in _SCAN_FIRST and "dsclean scan" not in f]
     exp.evidence = evidence
     pids = _PIDS.search(evidence) or _PIDS.search(text)
@@ -231,7 +232,10 @@ def _empty_class(text: str) -> Explanation:
                        "torchvision's ImageFolder treats every folder under its root as a class, hidden ones too, "
                        "and refuses one without image files; with allow_empty=True it keeps it and every label "
                        "after it shifts by one. A folder left in the data tree (an old dsclean's .dsclean, a "
-                       "quarantine or report folder inside ROOT) is the usual culprit", [
+                       "quarantine or report folder inside ROOT) is the usual culprit; so is a class whose every "
+                       "file was broken and moved out by dsclean scan --quarantine (its summary names such folders)", [
+        "if the scan emptied that class (its summary's note, or scan_summary.json's emptied_folders): remove the "
+        "empty folder, or dsclean restore the quarantine and repair or replace its files",
         "move that folder out of ROOT: dsclean >= 0.2 writes nothing into ROOT (its state lives in "
         "$XDG_CACHE_HOME/dsclean or --state-dir; a leftover ROOT/.dsclean can be deleted)",
         "dsclean index ROOT -o INDEX.arrow --files imagefolder: ImageFolder's exact file rule, leaving dsclean's "

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import formats, locations, reasons
-from ..atomic import atomic_output
+from ..atomic import atomic_output, output_target
 from ..errors import UserError
 from ..scanning.cache import options_from_key, options_key
 from ..scanning.check import CheckOptions
@@ -85,6 +85,7 @@ class IndexSummary:
     bad_paths: list[str] = field(default_factory=list)  # the first MAX_LISTED files left out as bad by the check
     not_media: int = 0  # --no-check: magic bytes do not match any media format
     unreadable: int = 0  # could not be stat'ed or read while indexing
+    not_regular: int = 0  # a FIFO, socket or device named like media (the scan's warn/not_regular): never opened
     unlabeled: int = 0  # no class: a file directly in the root (folder labels) or not in the CSV
     unscanned: int = 0  # not in the scan results
     changed_since_scan: int = 0  # size or mtime differ from the scan's
@@ -471,6 +472,7 @@ def _empty_message(root: str, s: IndexSummary) -> str:
     d = s.discovery
     why = [f"{n:,} {what}" for n, what in (
         (s.excluded_bad + s.checked_bad, "bad"), (s.not_media, "not media"), (s.unreadable, "unreadable"),
+        (s.not_regular, "not a regular file"),
         (s.warned, "warnings left out (not judged, or accepted by --lenient; --include-warn ships them)"),
         (s.unlabeled, "without a label (files directly in ROOT have no class folder)" if s.labels == "folder"
          else "not in the labels CSV"),
@@ -534,12 +536,18 @@ def _check_exclude(root: str, exclude: Iterable[str]) -> tuple[str, ...]:
 
 
 def _check_output(output: str, fmt: str) -> None:
-    """Refuse to replace something that is not an index of the same format."""
+    """Refuse to replace something that is not an index of the same format (checked before any work)."""
     parent = os.path.dirname(os.path.abspath(output))
     if not os.path.isdir(parent):
         raise UserError(f"{output}: the folder {parent} does not exist")
     if fmt == "arrow" and os.path.isdir(output):
         raise UserError(f"{output}: is a folder; an arrow index is a single file (use --format npy for a folder)")
+    target = output_target(output, directory=fmt == "npy")  # devices, FIFOs, sockets: refused; links: their target
+    if fmt == "arrow" and os.path.isfile(target) and os.path.getsize(target) > 0:
+        with open(target, "rb") as f:
+            if f.read(6) != b"ARROW1":
+                raise UserError(f"{output}: exists and is not an Arrow index (no Arrow file signature); "
+                                "refusing to replace it: choose another output path")
     if fmt == "npy" and os.path.lexists(output):
         if not os.path.isdir(output):
             raise UserError(f"{output}: exists and is not a folder; an npy index is a folder")
@@ -593,7 +601,7 @@ def _walk(root: str, exclude: Iterable[str], classes: list[str], *, sniff_all: b
             continue
         prints.add(rel, st.st_size, st.st_mtime_ns)
         if not stat.S_ISREG(st.st_mode):  # a FIFO/socket/device named like media: never opened (could block)
-            summary.unreadable += 1
+            summary.not_regular += 1
             continue
         label = -1
         if folder_labels:
@@ -782,12 +790,12 @@ def _judge(root: str, table: pa.Table, results: pa.Table | None, options: CheckO
         room = MAX_LISTED - len(summary.bad_paths)
         summary.bad_paths += [os.fsdecode(p) for p in paths.filter(checked_bad).slice(0, max(room, 0)).to_pylist()]
     summary.unreadable += int(pc.sum(pc.and_(gone, pc.invert(bad))).as_py() or 0)
-    warned = _left_out_warnings(status, pick("reason"), paths, summary)
+    checked_kind = pick("kind")
+    warned = _left_out_warnings(status, pick("reason"), paths, summary, _kind_changed(table.column("kind"), checked_kind))
     for name, typ in FACTS.items():
         table = table.append_column(pa.field(name, typ), pick(name).cast(typ))
     # A checked file's kind is what its content is (a WAV named .jpg is audio), whether the scan or this run
     # checked it; the extension's guess stays only where no check says otherwise.
-    checked_kind = pick("kind")
     if checked_kind.null_count < n:
         kinds = table.column("kind")
         for name in (formats.IMAGE, formats.AUDIO):
@@ -811,12 +819,17 @@ def _check_include_warn(include_warn: Iterable[str]) -> list[str]:
     return chosen
 
 
-def _left_out_warnings(status, reason, paths, summary: IndexSummary) -> pa.Array:
+def _left_out_warnings(status, reason, paths, summary: IndexSummary, kind_changed=None) -> pa.Array:
     """Rows whose verdict is a warning the index leaves out (:data:`dsclean.reasons.LEFT_OUT_WARNINGS`, minus
-    ``--include-warn``); counted by reason and the first paths listed."""
+    ``--include-warn``); counted by reason and the first paths listed. ``kind_changed``: per row, whether the
+    content's kind differs from the extension's (the reasons of :data:`~dsclean.reasons.KIND_CHANGE_ONLY`
+    leave out only those rows; none if not given)."""
     codes = sorted(set(reasons.LEFT_OUT_WARNINGS) - set(summary.include_warn))
     warned = pc.fill_null(pc.and_(pc.equal(status, reasons.WARN),
                                   pc.is_in(reason, value_set=pa.array(codes, pa.string()))), False)
+    only_kind = pc.fill_null(pc.is_in(reason, value_set=pa.array(sorted(reasons.KIND_CHANGE_ONLY), pa.string())), False)
+    changed = pa.array(np.zeros(len(status), dtype=bool)) if kind_changed is None else pc.fill_null(kind_changed, False)
+    warned = pc.and_(warned, pc.or_(pc.invert(only_kind), changed))
     n = int(pc.sum(warned).as_py() or 0)
     if n:
         summary.warned += n
@@ -825,6 +838,15 @@ def _left_out_warnings(status, reason, paths, summary: IndexSummary) -> pa.Array
         room = MAX_LISTED - len(summary.warned_paths)
         summary.warned_paths += [os.fsdecode(p) for p in paths.filter(warned).slice(0, max(room, 0)).to_pylist()]
     return warned
+
+
+def _kind_changed(extension_kinds, content_kinds) -> pa.Array:
+    """Per row: the content's kind (``"image"``/``"audio"``, null if unknown) is not the extension's (a kind code)."""
+    changed = pa.array(np.zeros(len(extension_kinds), dtype=bool))
+    for name in (formats.IMAGE, formats.AUDIO):
+        other = pc.not_equal(extension_kinds, pa.scalar(KIND_CODE[name], pa.int8()))
+        changed = pc.or_(changed, pc.fill_null(pc.and_(pc.equal(content_kinds, name), other), False))
+    return changed
 
 
 def _state_writable(root: str, state_dir: str | None) -> bool:
@@ -839,13 +861,16 @@ def _apply_results(root: str, table: pa.Table, results: pa.Table, summary: Index
     """``--no-check``: drop files the scan marked bad and copy its facts, with one vectorized lookup.
 
     ``index_in`` hashes the results' path column once; no Python set of paths.
-    Files missing from the results are checked by magic bytes, like a build without results.
+    Files missing from the results, and files changed since the scan (size or mtime), are checked by
+    magic bytes, like a build without results.
     """
     where = pc.index_in(table.column("path"), value_set=one_chunk(results.column("path")))
     status = results.column("status").take(where)
     bad = pc.fill_null(pc.equal(status, reasons.BAD), False)
     summary.excluded_bad += int(pc.sum(bad).as_py() or 0)
-    warned = _left_out_warnings(status, results.column("reason").take(where), table.column("path"), summary)
+    checked_kind = results.column("kind").take(where) if "kind" in results.column_names else None
+    warned = _left_out_warnings(status, results.column("reason").take(where), table.column("path"), summary,
+                                None if checked_kind is None else _kind_changed(table.column("kind"), checked_kind))
     same_size = pc.fill_null(pc.and_(pc.equal(results.column("size").take(where), table.column("size")),
                                      pc.equal(results.column("mtime_ns").take(where), table.column("mtime_ns"))),
                              True)
@@ -856,12 +881,16 @@ def _apply_results(root: str, table: pa.Table, results: pa.Table, summary: Index
         values = pc.if_else(same_size, values, pa.scalar(None, typ))
         table = table.append_column(pa.field(name, typ), values)
     scanned = pc.is_valid(where)
-    summary.changed_since_scan += int(pc.sum(pc.and_(scanned, pc.invert(same_size))).as_py() or 0)
+    changed = pc.and_(scanned, pc.invert(same_size))
+    summary.changed_since_scan += int(pc.sum(changed).as_py() or 0)
     keep = pc.invert(pc.or_(bad, warned))
     unscanned = pc.invert(scanned).to_numpy(zero_copy_only=False)
     summary.unscanned += int(unscanned.sum())
-    if unscanned.any():
-        keep, kinds = _sniff_rows(root, table, unscanned, keep, summary)
+    # the scan's "ok" says nothing of a file changed since (e.g. a good JPEG replaced by an HTML error page):
+    # changed files get the magic-byte check of never-scanned ones (a file bad at the scan stays out)
+    uncovered = unscanned | pc.and_(changed, keep).to_numpy(zero_copy_only=False)
+    if uncovered.any():
+        keep, kinds = _sniff_rows(root, table, uncovered, keep, summary)
         table = table.set_column(table.schema.get_field_index("kind"), "kind", kinds)
     return table.filter(keep)
 
@@ -905,11 +934,14 @@ def _drop_exact_duplicates(root: str, table: pa.Table, results_paths: list[str],
     known = np.zeros(n, dtype=bool)
     for path in results_paths:
         try:
-            res = read_results(path, columns=["path", "size", "content_hash"])
+            res = read_results(path, columns=["path", "size", "mtime_ns", "content_hash"])
         except (KeyError, pa.ArrowInvalid):  # results written before content hashes were recorded
             continue
         where = pc.index_in(table.column("path").cast(pa.binary()), value_set=one_chunk(res.column("path")))
-        hit = pc.and_(pc.is_valid(where), pc.fill_null(pc.equal(res.column("size").take(where), table.column("size")), False))
+        # current = same size AND mtime: an edit in place of an uncompressed file (BMP, WAV, PGM) keeps its size
+        same = pc.and_(pc.equal(res.column("size").take(where), table.column("size")),
+                       pc.equal(res.column("mtime_ns").take(where), table.column("mtime_ns")))
+        hit = pc.and_(pc.is_valid(where), pc.fill_null(same, False))
         hashes = res.column("content_hash").take(where).cast(pa.binary(DIGEST_SIZE)).combine_chunks()
         hit = pc.and_(hit, pc.is_valid(hashes)).to_numpy(zero_copy_only=False) & ~known
         if not hit.any():

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 
 from .. import locations
+from ..atomic import output_target
 from ..errors import UserError
 
 REQUIRED_COLUMNS = ("path", "kind", "status", "reason", "detail")
@@ -188,8 +189,13 @@ def locate(source: Source, rels: set[str]) -> dict[str, str]:
     return found
 
 
+#: what the head of every report holds (its <title>): an existing file without it is not replaced
+REPORT_MARK = b"<title>dsclean report"
+
+
 def check_output(output: str, root: str | None) -> str:
-    """The report's absolute path; refuses a folder, and any place inside the dataset being reported on."""
+    """The report's absolute path; refuses a folder, a device or other special file, an existing file that is
+    not a dsclean report, and any place inside the dataset being reported on."""
     out = os.path.abspath(output)
     if os.path.isdir(out):
         raise UserError(f"{output} is a folder; give the report's file name, e.g. {os.path.join(output, 'report.html')}")
@@ -198,6 +204,12 @@ def check_output(output: str, root: str | None) -> str:
         parent = os.path.dirname(parent)
     if not os.path.isdir(parent):
         raise UserError(f"{output}: {parent} is a file, not a folder; the report cannot be written there")
+    target = output_target(out)  # devices, FIFOs, sockets: refused; a symbolic link: its target
+    if os.path.isfile(target) and os.path.getsize(target) > 0:
+        with open(target, "rb") as f:
+            if REPORT_MARK not in f.read(4096):
+                raise UserError(f"{output}: exists and is not a dsclean report; refusing to replace it: "
+                                "choose another file name (-o FILE)")
     if root:
         real_parent, real_root = os.path.realpath(os.path.dirname(out)), os.path.realpath(root)
         if real_parent == real_root or real_parent.startswith(real_root.rstrip(os.sep) + os.sep):

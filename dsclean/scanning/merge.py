@@ -115,7 +115,9 @@ def merge(paths: list[str], output_dir: str | None = None, state_dir: str | None
                     out.write(f.read())
             else:
                 summary.notes.append(f"{problems} not found: its part's bad/warn list is not in the merged one")
-    note = locations.write_pointer(root, [summary.results_path], problems=[summary.problems_path],
+    # the parts' own summaries stay where they are: `status` adds them up (files, bad, moved) as for the parts
+    summaries = [p for p in (_sibling(path, locations.SUMMARY_FILE) for path in paths) if os.path.isfile(p)]
+    note = locations.write_pointer(root, [summary.results_path], problems=[summary.problems_path], summary=summaries,
                                    quarantine=_part_quarantine(paths[0]), options=meta.get("options"),
                                    state_dir=state_dir)
     summary.notes += [note] if note else []

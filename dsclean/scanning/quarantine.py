@@ -628,17 +628,31 @@ def restore(qdir: str, root: str | None = None) -> RecoveryReport:
 def _restore_root(qdir: str, root: str | None, bound: str | None = None) -> str | None:
     """The root to restore into: ``root`` (checked), or None to use each entry's recorded root (checked)."""
     recorded = set()
+    folders = set()  # the folders (relative to their root) the quarantined files came from
     for tag in _journals(qdir):
         state = _fold(os.path.join(qdir, locations.tagged(locations.MANIFEST_FILE, tag)), RecoveryReport())
-        recorded |= {e["root"] for _, e in _in_quarantine(state)
-                     if isinstance(e.get("root"), str) and os.path.isabs(e["root"])
-                     and (bound is None or _same_root(e["root"], bound))}  # others are refused per entry
+        for _, e in _in_quarantine(state):
+            if isinstance(e.get("root"), str) and os.path.isabs(e["root"]) \
+                    and (bound is None or _same_root(e["root"], bound)):  # others are refused per entry
+                recorded.add(e["root"])
+                src = _safe_rel(e.get("src"))
+                if src is not None:
+                    folders.add(os.path.dirname(src))
     if root is not None:
         if not os.path.isdir(root):
             raise UserError(f"--root {root}: no such folder")
         if len(recorded) > 1:
             raise UserError(f"{qdir} holds files of {len(recorded)} roots ({', '.join(sorted(recorded))}); "
                             "--root can only stand for one")
+        old = next(iter(recorded), None)
+        # --root is for the same tree at a new place: while the recorded root is still there, NEW must look like
+        # it (a folder the files came from exists in NEW), or another dataset would get this one's files
+        if old is not None and os.path.isdir(old) and not _same_root(old, root) and folders \
+                and not any(os.path.isdir(os.path.join(root, f)) for f in folders):
+            example = sorted(folders)[0] or "."
+            raise UserError(f"--root {root}: the files in {qdir} came from {old}, which still exists, and {root} "
+                            f"has none of their folders (e.g. {example}): it looks like another dataset. Restore "
+                            f"without --root to put them back into {old}")
         return os.path.abspath(root)
     missing = sorted(r for r in recorded if not os.path.isdir(r))
     if missing:

@@ -105,6 +105,9 @@ class ScanSummary:
     signal: int = 0  # the signal that stopped the scan (SIGINT / SIGTERM), 0 if none
     notes: list[str] = field(default_factory=list)
     command: list[str] = field(default_factory=list)  # the command line, when the scan came from one
+    #: folders directly under ROOT this scan's moves left without any media file: torchvision's ImageFolder
+    #: refuses such a class ("Found no valid file for the classes ..."), so the scan says so
+    emptied_folders: list[str] = field(default_factory=list)
 
     @property
     def bad(self) -> int:
@@ -289,6 +292,14 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
     summary.results_path, summary.problems_path = writer.results_path, writer.problems_path
     if moving:
         summary.quarantine_state = quarantine_state(quarantine_dir, [tag] if tag else None).to_json()
+    summary.emptied_folders = _emptied(root, sink.moved_from) if moving else []
+    if summary.emptied_folders:
+        shown = ", ".join(summary.emptied_folders[:20]) + (", ..." if len(summary.emptied_folders) > 20 else "")
+        summary.notes.append(
+            f"{len(summary.emptied_folders)} folder(s) of ROOT hold no media file any more, every one moved out as "
+            f"bad: {shown}. torchvision's ImageFolder refuses a class without a valid file (\"Found no valid file "
+            "for the classes ...\"): remove that folder, or restore and repair its files (dsclean restore); "
+            "IndexedDataset.from_folder and dsclean index simply have one class fewer")
     summary_path = _write_summary(report_dir, summary, tag)
     note = locations.write_pointer(root, [summary.results_path], problems=[summary.problems_path],
                                    summary=[summary_path], quarantine=quarantine_dir if moving else None,
@@ -335,19 +346,31 @@ def _check_folders(root: str, quarantine: str | None, report: str, state: str, a
     for what, folder in (("quarantine folder", quarantine), ("report folder", report)):
         if folder and os.path.exists(folder) and not os.path.isdir(folder):
             raise UserError(f"{what} {folder} is a file, not a folder")
-    for what, folder, flag in (("quarantine folder", quarantine, "--quarantine"), ("report folder", report, "--report"),
-                               ("state folder", state, "--state-dir / DSCLEAN_STATE_DIR")):
+    # the state folder first: the default report folder is inside it, and the user chose the state folder
+    for what, folder, flag in (("state folder", state, "--state-dir / DSCLEAN_STATE_DIR"),
+                               ("quarantine folder", quarantine, "--quarantine"), ("report folder", report, "--report")):
         if folder and not allow_inside and locations.is_inside(folder, root):
             raise UserError(
                 f"the {what} {folder} is inside the dataset root {root}: torchvision's ImageFolder (and anything "
                 f"else that lists the tree) would see it as one more class and shift the labels after it. "
                 f"Choose a {flag} outside ROOT, or pass --allow-inside-root to accept that folder in ROOT")
-        if folder and what != "state folder" and locations.is_inside(folder, root):
-            media = _media_in(folder)  # allowed inside ROOT, but never one of the dataset's own folders
+        if what == "quarantine folder" and folder and allow_inside and locations.is_inside(folder, root) \
+                and os.sep in os.path.relpath(os.path.abspath(folder), os.path.abspath(root)):
+            top = os.path.relpath(os.path.abspath(folder), os.path.abspath(root)).split(os.sep)[0]
+            raise UserError(
+                f"the quarantine folder {folder} is inside {top}/ of ROOT: torchvision's ImageFolder (and dsclean's "
+                f"folder labels) would load every bad file moved there, from every class, as a sample of {top}. "
+                "With --allow-inside-root the quarantine may only sit directly under ROOT (where it is one more "
+                "class folder); better, choose a --quarantine outside ROOT")
+        if folder and (what == "quarantine folder" or what == "report folder" and locations.is_inside(folder, root)):
+            # never one of a dataset's own folders; a quarantine not even outside ROOT (e.g. the val/ split next to
+            # train/): dsclean marks it and leaves it out of every scan, so the media already there would never be checked
+            media = _media_in(folder)
             if media:
                 raise UserError(
-                    f"the {what} {folder} already holds the dataset's files (e.g. {media}): dsclean leaves its own "
-                    f"folders out of the scan, so those files would never be checked. Choose a new {flag} folder")
+                    f"the {what} {folder} already holds media files (e.g. {media}) and is not a folder dsclean "
+                    f"made: dsclean marks its own folders and leaves them out of every scan (of ROOT, or of a tree "
+                    f"holding that folder), so those files would never be checked again. Choose a new {flag} folder")
 
 
 def _media_in(folder: str) -> str | None:
@@ -374,6 +397,24 @@ def _refuse_read_only(root: str, report_dir: str) -> None:
         raise UserError(f"{root} is on a read-only file system: bad files cannot be moved out of it. Run "
                         f"dsclean scan --dry-run to check and report only (results go to {report_dir}), "
                         "or remount it read-write to quarantine")
+
+
+#: at most this many folders under ROOT are remembered for the emptied-class check (one per class)
+MAX_FOLDERS_TRACKED = 10_000
+
+
+def _emptied(root: str, folders: set[str]) -> list[str]:
+    """The ``folders`` (directly under ``root``) that hold no media file now; each walk stops at its first one."""
+    from ..formats import format_of_name
+
+    emptied = []
+    for folder in sorted(folders):
+        path = os.path.join(root, folder)
+        if not os.path.isdir(path):
+            continue
+        if not any(format_of_name(name) for _, _, files in os.walk(path) for name in files):
+            emptied.append(folder)
+    return emptied
 
 
 def _link_notes(d: DiscoverStats) -> list[str]:
@@ -549,6 +590,8 @@ class _Sink:
     _fresh: list = field(default_factory=list)  # record batches of fresh verdicts not yet written
     _fresh_rows: int = 0
     _moved: list[bytes] = field(default_factory=list)  # paths in _fresh moved now (never cached)
+    #: the folders directly under ROOT this run moved files out of (one per class, at most MAX_FOLDERS_TRACKED)
+    moved_from: set[str] = field(default_factory=set)
     _flushed: float = field(default_factory=time.monotonic)
 
     def handle(self, v: Verdict, *, fresh: bool) -> None:
@@ -792,6 +835,9 @@ class _Sink:
                 s.move_errors.append(msg)
             return {"quarantine_error": msg}
         self.summary.quarantined += 1
+        top, sep, _ = v.path.partition("/")
+        if sep and len(self.moved_from) < MAX_FOLDERS_TRACKED:
+            self.moved_from.add(top)
         return {"quarantined_as": dst}
 
     def close_progress(self) -> None:

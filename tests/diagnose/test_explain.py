@@ -275,3 +275,11 @@ def test_imagefolder_empty_class_is_explained():
     exp = explain("FileNotFoundError: Found no valid file for the classes .dsclean. Supported extensions are: .jpg")
     assert exp.kind == "empty_class" and "allow_empty" in exp.cause
     assert any("--files imagefolder" in f for f in exp.fixes)
+
+
+def test_an_empty_class_is_not_answered_with_scan_first():
+    """Review 6, bug 7: the class may be empty because a scan moved all its files out; scanning again is no fix."""
+    exp = explain("  File \"torchvision/datasets/folder.py\", line 102, in make_dataset\n"
+                  "FileNotFoundError: Found no valid file for the classes zebra. Supported extensions are: .jpg")
+    assert exp.kind == "empty_class" and not exp.fixes[0].startswith("dsclean scan")
+    assert "emptied" in exp.fixes[0] and "restore" in exp.fixes[0]

@@ -71,3 +71,23 @@ def test_a_scan_with_facts_none_has_no_hashes_so_dedup_hashes_and_facts_are_null
         table = pa.ipc.open_file(src).read_all()
     assert table.num_rows == 5 and table["content_hash"].null_count == 5 and table["phash"].null_count == 5
     assert table["width"].to_pylist() == [32] * 5  # media facts come with every verdict
+
+
+def test_a_file_edited_in_place_keeping_its_size_is_not_dropped_by_an_old_hash(tmp_path, monkeypatch):
+    """Review 6, bug 3: uncompressed formats keep their size when edited; the scan's hash of the old bytes
+    must not make a now-unique file an "exact duplicate"."""
+    monkeypatch.setenv("DSCLEAN_STATE_DIR", str(tmp_path / "state"))
+    img = synth.photo_like(16, 16, seed=4)
+    data = synth.encode_image(img, "BMP")
+    write(tmp_path / "d", "cats/a.bmp", data)
+    write(tmp_path / "d", "cats/b.bmp", data)
+    write(tmp_path / "d", "cats/c.bmp", synth.encode_image(synth.photo_like(16, 16, seed=5), "BMP"))
+    assert main(["scan", str(tmp_path / "d"), "--dry-run", "-q"]) == 0
+    edited = bytearray(data)
+    edited[-10:] = bytes(255 - x for x in edited[-10:])  # new pixels, same size
+    path = tmp_path / "d" / "cats" / "b.bmp"
+    path.write_bytes(bytes(edited))
+    st = os.stat(path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 2_000_000_000))
+    assert main(["index", str(tmp_path / "d"), "-o", str(tmp_path / "i.arrow"), "--dedup"]) == 0
+    assert _paths(tmp_path / "i.arrow") == ["cats/a.bmp", "cats/b.bmp", "cats/c.bmp"]

@@ -201,7 +201,10 @@ def test_scanned_files_keep_the_kind_of_their_content(tmp_path):
     write(root, "b/ok.wav", synth.encode_audio(synth.tone(0.05, 8000, seed=1), 8000, "WAV"))
     scan(str(root), ScanOptions(jobs=1, report_dir=str(tmp_path / "r")))
     out = str(tmp_path / "i.arrow")
-    s = build_index(str(root), out, scan_results=str(tmp_path / "r" / "scan_results.parquet"))
+    # by default a file whose content is another kind than its extension stays out (test_index_warnings);
+    # asked for, it is indexed with its content's kind
+    s = build_index(str(root), out, scan_results=str(tmp_path / "r" / "scan_results.parquet"),
+                    include_warn=["extension_mismatch"])
     assert s.checked == 0  # every row came from the scan
     idx = open_index(out)
     kinds = {os.fsdecode(idx.path_bytes(i)): idx.meta["kinds"][idx.kinds[i]] for i in range(len(idx))}
@@ -209,3 +212,20 @@ def test_scanned_files_keep_the_kind_of_their_content(tmp_path):
     ds = dsclean.IndexedDataset(out, root=str(root))
     loaded = {ds.path(i): type(ds[i][0]).__name__ for i in range(len(ds))}
     assert loaded["a/sound.jpg"] == loaded["b/ok.wav"] and loaded["b/picture.wav"] == loaded["a/ok.jpg"]
+
+
+def test_no_check_sniffs_a_file_changed_since_the_scan(tmp_path, monkeypatch):
+    """Review 6, bug 2: a good JPEG replaced after the scan by an HTML error page must not ride on its old
+    "ok" into the index under --no-check: changed files get the magic-byte check of never-scanned ones."""
+    monkeypatch.setenv("DSCLEAN_STATE_DIR", str(tmp_path / "state"))
+    root = tmp_path / "data"
+    for i in range(3):
+        write(root, f"cats/{i}.jpg", synth.jpeg(16, 16, seed=i))
+    scan(str(root), ScanOptions(dry_run=True, jobs=1, progress=False))
+    page = root / "cats" / "1.jpg"
+    page.write_bytes(b"<!DOCTYPE html><html>404 Not Found</html>")
+    st = os.stat(page)
+    os.utime(page, ns=(st.st_atime_ns, st.st_mtime_ns + 2_000_000_000))
+    s = build_index(str(root), str(tmp_path / "i.arrow"), check=False)
+    assert s.changed_since_scan == 1
+    assert rel_paths(str(tmp_path / "i.arrow")) == ["cats/0.jpg", "cats/2.jpg"]

@@ -124,3 +124,11 @@ def test_index_uses_the_parts_of_a_job_array_that_ran_and_names_the_missing_ones
     assert s.excluded_bad + s.checked_bad == 4
     idx = open_index(str(tmp_path / "i.arrow"))
     assert sorted(os.fsdecode(idx.path_bytes(i)) for i in range(len(idx))) == [f for f in files if "cut" not in f]
+
+
+def test_a_fifo_named_like_media_is_counted_as_not_regular_not_unreadable(tmp_path):
+    """Review 6: the index called a FIFO "unreadable" where the scan says warn/not_regular."""
+    _tree(tmp_path / "data")
+    os.mkfifo(tmp_path / "data" / "cats" / "pipe.jpg")
+    s = build_index(str(tmp_path / "data"), str(tmp_path / "i.arrow"), check=False)
+    assert (s.not_regular, s.unreadable) == (1, 0) and s.rows == 6

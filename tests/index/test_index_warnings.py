@@ -106,5 +106,25 @@ def test_a_truncated_jpeg_scan_lenient_accepted_never_crashes_the_dataloader(len
 
 def test_include_warn_takes_only_reasons_the_index_leaves_out(tmp_path):
     write(tmp_path / "data", "a/x.jpg", synth.jpeg(16, 16))
-    with pytest.raises(UserError, match="--include-warn extension_mismatch: not a warning the index leaves out"):
-        build_index(str(tmp_path / "data"), str(tmp_path / "i.arrow"), include_warn=["extension_mismatch"])
+    with pytest.raises(UserError, match="--include-warn nonconforming: not a warning the index leaves out"):
+        build_index(str(tmp_path / "data"), str(tmp_path / "i.arrow"), include_warn=["nonconforming"])
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_a_sound_named_jpg_stays_out_of_an_image_index_unless_asked(tmp_path, monkeypatch, check):
+    """Review 6, bug 4: a WAV saved as .jpg is warn/extension_mismatch (never moved); indexed, it reached the image
+    transform as a (tensor, rate) tuple and killed the DataLoader worker. A PNG named .jpg (same kind) stays in."""
+    monkeypatch.setenv("DSCLEAN_STATE_DIR", str(tmp_path / "state"))
+    root = tmp_path / "data"
+    for i in range(2):
+        write(root, f"cats/{i}.jpg", synth.jpeg(24, 16, seed=i))
+    write(root, "cats/png.jpg", synth.png(16, 16, seed=5))
+    write(root, "cats/clip.jpg", synth.encode_audio(synth.tone(0.1), 16_000, "WAV"))
+    scan(str(root), ScanOptions(dry_run=True, jobs=1, progress=False))
+    s = build_index(str(root), str(tmp_path / "i.arrow"), check=check)
+    assert rel_paths(str(tmp_path / "i.arrow")) == ["cats/0.jpg", "cats/1.jpg", "cats/png.jpg"]
+    assert s.warned_reasons == {"extension_mismatch": 1} and s.warned_paths == ["cats/clip.jpg"]
+    ds = dsclean.IndexedDataset(str(tmp_path / "i.arrow"), transform=lambda img: img.resize((8, 8)).size)
+    assert [ds[i][0] for i in range(len(ds))] == [(8, 8)] * 3
+    build_index(str(root), str(tmp_path / "all.arrow"), check=check, include_warn=["extension_mismatch"])
+    assert "cats/clip.jpg" in rel_paths(str(tmp_path / "all.arrow"))

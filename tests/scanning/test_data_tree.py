@@ -101,7 +101,7 @@ def test_a_class_folder_is_never_taken_for_a_quarantine_or_report_folder(tree, t
     before = listing(root)
     for options in (ScanOptions(quarantine=str(root / "cats"), allow_inside_root=True),
                     ScanOptions(report_dir=str(root / "dogs"), allow_inside_root=True)):
-        with pytest.raises(UserError, match="already holds the dataset's files"):
+        with pytest.raises(UserError, match="already holds media files"):
             scan(str(root), options)
     proc = run_cli("scan", root, "--quarantine", root / "cats", "--allow-inside-root")
     assert proc.returncode == 2 and "already holds" in proc.stderr and "Traceback" not in proc.stderr
@@ -304,3 +304,67 @@ def test_a_hostile_index_cannot_switch_the_escape_check_off(tmp_path):
         w.write_table(table)
     with pytest.raises(UnsafePathError, match="outside the root"):
         dsclean.IndexedDataset(str(tmp_path / "evil.arrow"))[0]
+
+
+def test_a_quarantine_outside_root_that_holds_another_split_is_refused(tmp_path):
+    """Review 6, bug 6: --quarantine data/val while scanning data/train poured train's bad files into val/ and marked
+    it dsclean's: every later scan of data/ left all of val/ (and its own damaged files) unchecked."""
+    for split in ("train", "val"):
+        for i in range(2):
+            write(tmp_path / "data" / split, f"cats/{i}.jpg", synth.jpeg(16, 16, seed=i + len(split)))
+    write(tmp_path / "data" / "train", "cats/cut.jpg", synth.truncate(synth.jpeg(32, 32), 0.5))
+    before = listing(tmp_path / "data")
+    proc = run_cli("scan", tmp_path / "data" / "train", "--quarantine", tmp_path / "data" / "val")
+    assert proc.returncode == 2 and "already holds media files" in proc.stderr and "Traceback" not in proc.stderr
+    assert listing(tmp_path / "data") == before
+    assert run_cli("scan", tmp_path / "data" / "train", "--quarantine", tmp_path / "bad").returncode == 0
+    assert run_cli("scan", tmp_path / "data" / "train", "--quarantine", tmp_path / "bad").returncode == 0  # ours: reused
+
+
+def test_a_state_folder_inside_root_is_named_as_the_cause(tmp_path):
+    """Review 6, bug 9: with the state folder inside ROOT, the error blamed the (default) report folder and --report."""
+    write(tmp_path / "data", "cats/0.jpg", synth.jpeg(16, 16))
+    proc = run_cli("scan", tmp_path / "data", "--dry-run", "--state-dir", tmp_path / "data" / "state")
+    assert proc.returncode == 2 and "the state folder" in proc.stderr and "--state-dir" in proc.stderr
+    assert "report folder" not in proc.stderr
+
+
+def test_restore_root_refuses_another_dataset_while_the_recorded_root_exists(tmp_path):
+    """Review 6, bug 5: `restore Q --root B` poured dataset A's bad files into dataset B (a class B never had),
+    while A was still where the journal says. A moved copy of A (its folders there) is still accepted."""
+    write(tmp_path / "A", "cats/ok.jpg", synth.jpeg(16, 16, seed=1))
+    write(tmp_path / "A", "cats/broken.jpg", synth.truncate(synth.jpeg(32, 32, seed=2), 0.5))
+    write(tmp_path / "B", "birds/ok.jpg", synth.jpeg(16, 16, seed=3))
+    assert scan(str(tmp_path / "A"), ScanOptions(quarantine=str(tmp_path / "q"), jobs=1)).quarantined == 1
+    before = listing(tmp_path / "B")
+    with pytest.raises(UserError, match="looks like another dataset"):
+        dsclean.restore(str(tmp_path / "q"), root=str(tmp_path / "B"))
+    proc = run_cli("restore", tmp_path / "q", "--root", tmp_path / "B")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert listing(tmp_path / "B") == before
+    shutil.copytree(tmp_path / "A", tmp_path / "A2")  # the same tree at a new place
+    report = dsclean.restore(str(tmp_path / "q"), root=str(tmp_path / "A2"))
+    assert os.path.isfile(tmp_path / "A2" / "cats" / "broken.jpg") and not report.refused
+
+
+def test_a_scan_names_the_class_folders_its_moves_emptied(tmp_path):
+    """Review 6, bug 7: every file of class zebra was bad and moved out; ImageFolder then refuses the empty class.
+    The scan says which folders it emptied (summary note, scan_summary.json); a class with a file left is not named."""
+    write(tmp_path / "data", "cats/ok.jpg", synth.jpeg(16, 16, seed=1))
+    write(tmp_path / "data", "cats/cut.jpg", synth.truncate(synth.jpeg(32, 32, seed=2), 0.5))
+    for i in range(2):
+        write(tmp_path / "data", f"zebra/{i}.jpg", synth.truncate(synth.jpeg(32, 32, seed=3 + i), 0.4))
+    s = scan(str(tmp_path / "data"), ScanOptions(quarantine=str(tmp_path / "q"), jobs=1, progress=False))
+    assert s.quarantined == 3 and s.emptied_folders == ["zebra"]
+    assert "zebra" in format_summary(s) and "Found no valid file" in format_summary(s)
+    with open(tmp_path / "q" / "scan_summary.json") as f:
+        assert json.load(f)["emptied_folders"] == ["zebra"]
+
+
+def test_a_quarantine_inside_a_class_folder_is_refused_even_when_allowed_inside_root(tree, tmp_path):
+    """Review 6, bug 8: with --quarantine data/cats/_q, ImageFolder loads every moved file as a cats sample."""
+    root, _ = tree
+    before = listing(root)
+    proc = run_cli("scan", root, "--quarantine", root / "cats" / "_q", "--allow-inside-root")
+    assert proc.returncode == 2 and "inside cats/ of ROOT" in proc.stderr and "Traceback" not in proc.stderr
+    assert listing(root) == before

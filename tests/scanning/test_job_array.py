@@ -204,3 +204,14 @@ def test_status_names_an_unfinished_array_newer_than_the_scan_it_reports(tree, t
     text = format_status(st)
     assert "a newer job array of 3 parts is unfinished (part 1/3 done, parts 0/3, 2/3 missing)" in text
     assert f"dsclean scan {tree} --shard 0/3" in text and f"dsclean scan {tree} --shard 2/3" in text
+
+
+def test_status_of_a_root_keeps_its_counts_after_merge(tree, tmp_path):
+    """Review 6, bug 10: after `dsclean merge` the root's pointer named no summary, so `status` lost its counts."""
+    from dsclean.scanning.records import format_status, status
+
+    _part_scans(tree, tmp_path / "r", quarantine=None)
+    merge(sorted(glob.glob(str(tmp_path / "r" / "scan_results.part-*.parquet"))))
+    st = status(str(tree))
+    assert st.summary["files"] == 42 and st.summary["bad"] == 12
+    assert "42 files, 12 bad" in format_status(st)
