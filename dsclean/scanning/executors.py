@@ -240,6 +240,7 @@ def run_checks(
         shape, unpack = chunk_of, read_chunk
     source = _last_split(source, 2 * pool.slots if pool.slots > 1 else 1)
     in_flight: dict[Future, list[str]] = {}
+    fresh_pools = 0  # pools made in a row because one broke with nothing in flight
     try:
         while True:
             while len(in_flight) < 2 * pool.slots:
@@ -247,7 +248,22 @@ def run_checks(
                 if chunk is None:
                     break
                 task = partial(as_batch, pool.task) if batches else pool.task
-                in_flight[pool.executor.submit(task, root, chunk, options)] = chunk
+                try:
+                    in_flight[pool.executor.submit(task, root, chunk, options)] = chunk
+                except Exception as exc:
+                    # A worker died since the last wait: a broken pool refuses new tasks at once. The chunk goes
+                    # back to the queue; the futures in flight then fail as lost (below), or, with none in flight
+                    # (a worker killed while idle), a new pool takes the queue.
+                    if not _lost_worker(exc) or fresh_pools >= 3:
+                        raise
+                    source = itertools.chain([chunk], source)
+                    if in_flight:
+                        break
+                    fresh_pools += 1
+                    pool.close()
+                    pool = make_pool(backend, workers, scheduler)
+                    continue
+                fresh_pools = 0
             if not in_flight:
                 if release and backend == "processes":
                     release_local_workers()

@@ -214,3 +214,54 @@ def test_a_scan_that_lets_its_workers_go_leaves_none_and_a_next_scan_starts_new_
         assert [s.files for s in (kept, let_go, again)] == [9] * 3
     finally:
         executors.stop_local_workers()
+
+
+@pytest.mark.parametrize("in_flight", [True, False])
+def test_a_pool_that_breaks_between_waits_loses_no_chunk(tmp_path, monkeypatch, in_flight):
+    """A worker that dies while the scan is handing out tasks makes the next ``submit`` raise BrokenProcessPool
+    at once (seen under load: the exception escaped the scan). The chunk must go back to the queue: with tasks
+    in flight they fail as lost and are isolated; with none, a new pool takes the queue."""
+    from concurrent.futures import Future, ThreadPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    from dsclean.scanning import executors
+
+    root = tmp_path / "data"
+    rels = [f"{i}.jpg" for i in range(8)]
+    for i, rel in enumerate(rels):
+        write(root, rel, synth.jpeg(16, 16, seed=i))
+    calls = {"submit": 0, "pools": 0}
+    fail_at = 2 if in_flight else 1  # the 2nd submit (one task in flight), or the very first one
+
+    class Breaking:
+        def __init__(self, broken: bool):
+            self.inner, self.broken = ThreadPoolExecutor(1), broken
+
+        def submit(self, fn, *args):
+            calls["submit"] += 1
+            if self.broken and calls["submit"] == fail_at:
+                for f in pending:  # the tasks in flight fail too, as a broken pool's do
+                    if not f.done():
+                        f.set_exception(BrokenProcessPool("a worker died"))
+                raise BrokenProcessPool("A child process terminated abruptly")
+            if self.broken and calls["submit"] > fail_at:
+                raise BrokenProcessPool("still broken")
+            if self.broken:
+                f = Future()  # held until the pool "breaks"
+                pending.append(f)
+                return f
+            return self.inner.submit(fn, *args)
+
+    pending: list = []
+
+    def fake_pool(backend, workers, scheduler=None, formats=None, facts=True):
+        calls["pools"] += 1
+        ex = Breaking(broken=calls["pools"] == 1)
+        return executors.Pool(ex, executors.check_chunk_in_thread, 1, lambda: ex.inner.shutdown(wait=False))
+
+    monkeypatch.setattr(executors, "make_pool", fake_pool)
+    monkeypatch.setattr(executors, "isolate_chunks",
+                        lambda root, chunks, options, parallel=1: (executors.check_chunk(root, c, options) for c in chunks))
+    chunks = list(run_checks(str(root), [rels[:4], rels[4:]], CheckOptions(), 1, "processes"))
+    assert sorted(v.path for c in chunks for v in c) == sorted(rels)  # every file once
+    assert calls["pools"] == 2
