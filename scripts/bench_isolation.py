@@ -31,6 +31,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))  # tests/support: media synthesis
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_scan import make_small_tree  # noqa: E402  (the same tiny-file tree as the main-process benchmark)
 from support import synth  # noqa: E402
 
 _RUN = """
@@ -56,13 +58,7 @@ print(json.dumps({"wall": wall, "processes": started[0], "files": s.files,
 
 def make_tree(folder: str, n: int, culprit: str) -> None:
     """n tiny valid JPEGs (unique bytes) in folders of 1,000; the file at ``culprit`` is one of them."""
-    data = synth.jpeg(16, 16)
-    for i in range(n):
-        d = os.path.join(folder, f"d{i // 1000:04d}")
-        if i % 1000 == 0:
-            os.makedirs(d, exist_ok=True)
-        with open(os.path.join(d, f"f{i:07d}.jpg"), "wb") as f:
-            f.write(data + i.to_bytes(4, "big"))
+    make_small_tree(folder, n)
     os.rename(os.path.join(folder, f"d{n // 2 // 1000:04d}", f"f{n // 2:07d}.jpg"), os.path.join(folder, culprit))
 
 

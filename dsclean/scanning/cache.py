@@ -150,6 +150,36 @@ def _opened(path: str, key: str, fields: list[int] | None = None) -> Iterator[pa
         yield reader
 
 
+
+def write_segment(final: str, schema: pa.Schema, tables: Iterable[pa.Table | pa.RecordBatch], *,
+                  durable: bool = False) -> str:
+    """Write one Arrow IPC segment to a temp name and rename it to ``final`` (a reader never sees half a file).
+
+    ``durable``: fsync the data before the rename and the folder after it (a tombstone ``restore`` relies on);
+    the cache's own batches skip it, as a lost batch is only checked again.
+    """
+    tmp = os.path.join(os.path.dirname(final), f".{os.path.basename(final)}.{os.getpid()}.tmp")
+    try:
+        with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema, options=_WRITE_OPTIONS) as w:
+            for t in tables:
+                w.write(t)
+        if durable:
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        os.replace(tmp, final)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    if durable:
+        from ..atomic import fsync_dir
+
+        fsync_dir(os.path.dirname(final))
+    return final
+
 class ScanCache:
     """Verdicts of earlier scans of one root. Use :meth:`lookup` (or :meth:`rows_of`) before checking,
     :meth:`add_batch` (or :meth:`add`) after, :meth:`forget` for a file moved out, :meth:`close` at the end."""
@@ -352,18 +382,7 @@ class ScanCache:
                               "are not cached (the next scan checks those files again)")
 
     def _write(self, name: str, tables: Iterable[pa.Table | pa.RecordBatch]) -> str:
-        final = os.path.join(self.folder, name)
-        tmp = os.path.join(self.folder, f".{name}.{os.getpid()}.tmp")
-        try:
-            with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, self._schema, options=_WRITE_OPTIONS) as w:
-                for t in tables:
-                    w.write(t)
-            os.replace(tmp, final)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
-        return final
+        return write_segment(os.path.join(self.folder, name), self._schema, tables)
 
     def close(self) -> None:
         """Write what is pending; compact when the segments of many runs piled up.
@@ -451,25 +470,8 @@ def forget_before_restore(cache_paths: Iterable[str], rels: list[str]) -> list[s
                                                schema=STORED_SCHEMA)
             now = time.time_ns()
             final = os.path.join(folder, f"{now:020d}-{os.getpid()}-restore{now:x}-000001{_SUFFIX}")
-            tmp = os.path.join(folder, f".{os.path.basename(final)}.tmp")
-            try:
-                with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(
-                        sink, STORED_SCHEMA.with_metadata({"options": key}), options=_WRITE_OPTIONS) as w:
-                    w.write_batch(batch)
-                fd = os.open(tmp, os.O_RDONLY)
-                try:
-                    os.fsync(fd)  # its data on disk before its name: a power loss must not leave a torn tombstone
-                finally:
-                    os.close(fd)
-                os.replace(tmp, final)
-            except BaseException:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
-                raise
-            from ..atomic import fsync_dir
-
-            fsync_dir(folder)
-            written.append(final)
+            # its data on disk before its name: a power loss must not leave a torn tombstone
+            written.append(write_segment(final, STORED_SCHEMA.with_metadata({"options": key}), [batch], durable=True))
     return written
 
 
