@@ -413,7 +413,7 @@ def test_a_job_array_with_parts_missing_is_reported_as_incomplete(tmp_path):
 
 
 def test_the_report_of_several_parts_counts_the_moves_of_every_part(tmp_path):
-    """'moved to quarantine' adds up the parts (it was part 0's count alone), for a partial array too."""
+    """'in quarantine' adds up the parts (it was part 0's count alone), for a partial array too."""
     from support.treegen import make_tree
 
     from dsclean.scanning.scanner import ScanOptions, scan
@@ -428,5 +428,5 @@ def test_the_report_of_several_parts_counts_the_moves_of_every_part(tmp_path):
             done.append(scan(str(root), ScanOptions(shard=(2, 3), jobs=1, state_dir=state, quarantine=q)))
         html = open(write_report(str(root), str(tmp_path / "r.html"), options).output, encoding="utf-8").read()
         moved = sum(s.quarantined for s in done)
-        assert f'<div class="v">{moved}</div><div class="k">moved to quarantine</div>' in html
+        assert f'<div class="v">{moved}</div><div class="k">in quarantine</div>' in html
         assert ('class="incomplete"' in html) == (not last)
