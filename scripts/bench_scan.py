@@ -344,6 +344,18 @@ def _run_counted(cmd: list[str], env: dict, cwd: str | None = None) -> tuple[flo
     return wall, children_cpu() - cpu0, out.stdout
 
 
+#: dsclean's JPEG check call (check_image: strict, 1/8, grey, fast DCT) over the files listed in argv[1]
+_DECODE_LOOP = """
+import sys, simplejpeg
+for path in open(sys.argv[1]).read().split(chr(10)):
+    data = open(path, "rb").read()
+    try:
+        simplejpeg.decode_jpeg(data, colorspace="GRAY", strict=True, min_height=1, min_width=1, fastdct=True, fastupsample=True)
+    except ValueError:
+        pass
+"""
+
+
 def _env(src: str | None) -> dict:
     """The environment of a measured process: ``src``'s dsclean, else the one of this script's own tree."""
     env = dict(os.environ)
@@ -389,6 +401,7 @@ def pipeline_benchmark(args) -> None:
     print(f"machine: {platform.node()}, {os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}")
     print(f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average at start: {os.getloadavg()}")
     folder = tempfile.mkdtemp(prefix="dsclean-pipe-")
+    list_dir = tempfile.mkdtemp(prefix="dsclean-pipe-lists-")  # the decode loops' file lists, outside the tree
     try:
         bad = make_dataset(folder, args.n, args.size, args.corrupt, args.seed)
         paths = sorted(os.path.relpath(os.path.join(d, f), folder) for d, _, fs in os.walk(folder) for f in fs)
@@ -401,6 +414,18 @@ def pipeline_benchmark(args) -> None:
             # one jpeginfo process per 500 files, like xargs; CPU of every process counted
             script = f"cd {folder} && find . -name '*.jpg' -print0 | xargs -0 -n 500 {exe} -c > /dev/null"
             contenders["jpeginfo -c (xargs -n 500)"] = (["bash", "-c", script], _env(None), 1)
+        # The machine's own ceiling for --jobs 2 / --jobs 1: dsclean's decode call in a bare Python loop over
+        # every file, in one process, then over half the files in each of two processes at once (no pool, no
+        # results: an ideal split with the same libraries' start-up)
+        lists = [os.path.join(list_dir, f"list{i}") for i in range(3)]
+        for path, part in zip(lists, (paths, paths[0::2], paths[1::2])):
+            with open(path, "w") as f:
+                f.write("\n".join(os.path.join(folder, p) for p in part))
+        loop = [sys.executable, "-c", _DECODE_LOOP]
+        contenders["decode loop, 1 process"] = ([*loop, lists[0]], _env(None), 1)
+        contenders["decode loop, 2 processes (half each)"] = (
+            ["bash", "-c", " & ".join(f"{sys.executable} -c '{_DECODE_LOOP}' {path}" for path in lists[1:]) + " & wait"],
+            _env(None), 2)
         for version, src in versions.items():
             for jobs in (1, 2):
                 cmd = [sys.executable, "-m", "dsclean", "scan", folder, "--jobs", str(jobs), "--dry-run", "--rescan",
@@ -433,7 +458,10 @@ def pipeline_benchmark(args) -> None:
                 (j1, c1), (j2, _) = (med[f"dsclean scan --jobs {j} ({labels[version]})"] for j in (1, 2))
                 print(f"{labels[version]}: --jobs 1 is {ji / j1:.2f}x jpeginfo -c per core in wall time, "
                       f"{jc / c1:.2f}x per CPU-second; --jobs 2 is {j1 / j2:.2f}x --jobs 1 in wall time")
+        (l1, _), (l2, _) = med["decode loop, 1 process"], med["decode loop, 2 processes (half each)"]
+        print(f"the machine's ceiling: the bare decode loop in 2 processes is {l1 / l2:.2f}x the loop in 1")
     finally:
+        shutil.rmtree(list_dir)
         shutil.rmtree(folder)
     if args.whole_only:
         return
