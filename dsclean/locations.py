@@ -34,6 +34,7 @@ PROBLEMS_FILE = "problems.jsonl"  # bad and warn verdicts, one JSON object per l
 SUMMARY_FILE = "scan_summary.json"  # counts, elapsed time, options
 CACHE_FILE = "scan_cache"  # in the state folder: a folder of verdicts by (path, size, mtime) for re-scans (Arrow)
 LAST_SCAN_FILE = "last_scan.json"  # in the state folder: where the last scan of this root wrote its results
+DUPS_QUARANTINES_FILE = "dups_quarantines.json"  # in the state folder: where `dups --quarantine` moved copies
 ROOT_FILE = "root.json"  # in the state folder: which root it belongs to (for people browsing the cache)
 INDEX_LOCK_FILE = "index.lock"  # in the state folder: held while IndexedDataset.from_folder builds
 MANIFEST_FILE = "manifest.jsonl"  # in a quarantine folder: the move journal

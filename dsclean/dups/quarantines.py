@@ -13,8 +13,8 @@ import os
 from .. import locations
 from ..atomic import atomic_output
 
-#: in a root's state folder: the quarantine folders dups moved the root's copies into
-DUPS_QUARANTINES_FILE = "dups_quarantines.json"
+#: in a root's state folder: the quarantine folders dups moved the root's copies into (named in locations)
+DUPS_QUARANTINES_FILE = locations.DUPS_QUARANTINES_FILE
 
 
 def recorded_quarantines(root: str, state_dir: str | None = None) -> list[str]:
