@@ -104,6 +104,9 @@ def iter_members(buf, total: int | None = None) -> Iterator[Member]:
 
     Only regular-file ustar members are allowed (no PAX / GNU long-name headers:
     dsclean writes none). Stops at the end-of-archive blocks, which must be there.
+    Every step moves forward by at least one block or raises (a size that is negative,
+    as a GNU base-256 field can say, or that runs past the file is broken tar), so a
+    hostile header can never make the walk stand still.
     """
     total = len(buf) if total is None else total
     pos = 0
@@ -117,11 +120,16 @@ def iter_members(buf, total: int | None = None) -> Iterator[Member]:
             return
         name, size = _parse(block, pos)
         data = pos + BLOCK
+        if size < 0:  # (GNU base-256 allows it): the next header would be at or before this one
+            raise TarError(f"member {name!r} at byte {pos} has a negative size ({size})")
         if data + size > total:
             raise TarError(f"member {name!r} at byte {pos} runs past the end of the file "
                            f"({size} bytes from {data}, file is {total})")
         yield Member(name, data, size)
-        pos = data + size + (-size % BLOCK)
+        following = data + size + (-size % BLOCK)
+        if following <= pos:  # never reached (size >= 0 above); the walk must advance on every step
+            raise TarError(f"member {name!r} at byte {pos} does not advance the walk")
+        pos = following
 
 
 def _parse(block: bytes, pos: int) -> tuple[str, int]:
