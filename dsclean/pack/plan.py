@@ -21,20 +21,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-import string
 from dataclasses import dataclass
 
 import numpy as np
 
-from .. import locations
 from ..errors import UserError
 from ..index.store import KINDS, MappedIndex
+from . import names
 from .bulk import FACT_NAMES
 from .samples import int_facts_record, key_numbers
 from .tarformat import BLOCK, RECORD
 
 DEFAULT_SHARD_SIZE = 1 << 30  # 1 GiB
-DEFAULT_NAME = "data-{:06d}.tar"
+DEFAULT_NAME = names.EXAMPLE
 #: the longest ``.json`` record but for its path and class name: every fact, the size and a label of the
 #: most digits an int64 has, an empty path, path_b64 and class (their lengths are added per row)
 _JSON_FIXED = len(int_facts_record({"path": "", "path_b64": ""}, 0, [""], max(KINDS, key=len), -(2**63),
@@ -73,24 +72,11 @@ def make_layout(shard_size: int | None, samples_per_shard: int | None, shuffle: 
 
 
 def check_name(name: str) -> None:
-    """A shard name format: one integer field, a plain file name, a different name per shard."""
+    """A shard name template (:mod:`.names`: a prefix, one integer field, a suffix), else a UserError (exit 2)."""
     try:
-        fields = [f for _, f, _, _ in string.Formatter().parse(name) if f is not None]
-        first, second, big = name.format(0), name.format(1), name.format(10**7)
-    except (ValueError, IndexError, KeyError, TypeError) as exc:
-        raise UserError(f"--name {name!r} is not a format string for the shard number, like "
-                        f"{DEFAULT_NAME!r} ({exc})") from None
-    if len(fields) != 1:
-        raise UserError(f"--name {name!r} must have exactly one {{}} field for the shard number")
-    if first == second or first == big:
-        raise UserError(f"--name {name!r} gives the same name to different shards")
-    for shown in (first, big):
-        if "/" in shown or "\\" in shown or "\0" in shown or shown.startswith(".") or not shown.strip():
-            raise UserError(f"--name {name!r} gives {shown!r}: a shard name must be a plain file name "
-                            "that does not start with '.'")
-        if shown in (locations.PACKED_INDEX_FILE, locations.SHARD_LIST_FILE, locations.PACK_STATE_FILE) \
-                or shown.startswith("pack.part-"):
-            raise UserError(f"--name {name!r} gives {shown!r}, a name dsclean uses for its own files")
+        names.parse(name)
+    except names.NameTemplateError as exc:
+        raise UserError(f"--name {name!r} is not a shard name template like {names.EXAMPLE!r}: {exc}") from None
 
 
 @dataclass
@@ -110,7 +96,7 @@ class Plan:
         return self.order[self.bounds[shard]:self.bounds[shard + 1]]
 
     def shard_name(self, shard: int) -> str:
-        return self.layout.name.format(shard)
+        return names.cached(self.layout.name).name(shard)
 
 
 def make_plan(idx: MappedIndex, layout: Layout) -> Plan:

@@ -29,6 +29,7 @@ from ..errors import UserError
 from ..hashing import content_hash
 from ..index.store import KINDS, read_table
 from ..jsonpaths import path_bytes
+from . import names as templates
 from .bulk import FACT_NAMES, json_members
 from .runner import run_tasks, stop_on_signals
 from .samples import KEY_RE, sample_key
@@ -161,23 +162,40 @@ def _try(report: VerifyReport, fn):
 
 
 def _names(report: VerifyReport, shardlist: list[dict] | None, idx) -> list[str]:
-    """Shard file names: the shard list's, checked against the packed index's name format and count."""
+    """Shard file names: the shard list's, checked against the packed index's name template and count.
+
+    Both are data from the index's metadata: the template is parsed by :mod:`.names` (never
+    ``str.format``-ed) and the count is checked against the shard list (or, without one, the index's
+    rows: a shard holds at least one sample) before a name is built."""
     packed = idx.meta.get("packed", {}) if idx is not None else {}
+    packed = packed if isinstance(packed, dict) else {}
     from_index = None
-    if isinstance(packed.get("name"), str) and isinstance(packed.get("shards"), int):
-        try:
-            from_index = [packed["name"].format(k) for k in range(packed["shards"])]
-        except (ValueError, IndexError, KeyError):
-            report.problems.append(f"the packed index's shard name format {packed['name']!r} is unusable")
-    elif idx is not None:
+    template, count = packed.get("name"), packed.get("shards")
+    if idx is not None and (not isinstance(template, str) or not isinstance(count, int) or isinstance(count, bool)):
         report.problems.append("the packed index's metadata has no shard name format and count")
+    elif idx is not None:
+        try:
+            shard_names = templates.parse(template)
+        except templates.NameTemplateError as exc:
+            report.problems.append(f"the packed index's shard name format {template!r} is unusable: {exc}")
+        else:
+            limit = len(shardlist) if shardlist is not None else max(len(idx), 1)
+            wrong = count != limit if shardlist is not None else not 0 < count <= limit
+            if wrong:
+                report.problems.append(
+                    f"the packed index's metadata says {count} shards, " +
+                    (f"the shard list names {limit}" if shardlist is not None
+                     else f"more than its {len(idx)} samples could fill"))
+            else:
+                from_index = [shard_names.name(k) for k in range(count)]
     if shardlist is None:
         return from_index or []
-    names = [s["url"] for s in shardlist]
-    if from_index is not None and names != from_index:
-        report.problems.append(f"the shard list names {len(names)} shards, the packed index {len(from_index)} "
-                               f"(first difference: {next((a, b) for a, b in zip(names + [None], from_index + [None]) if a != b)})")
-    return names
+    listed = [s["url"] for s in shardlist]
+    if from_index is not None and listed != from_index:
+        first = next((a, b) for a, b in zip(listed, from_index) if a != b)
+        report.problems.append(f"the shard list's names differ from the packed index's name format "
+                               f"(first difference: {first})")
+    return listed
 
 
 def _bounds(report: VerifyReport, idx, shards: int) -> np.ndarray | None:

@@ -89,3 +89,83 @@ def test_a_resumed_pack_refuses_a_negative_size_shard_naming_it(packed, tmp_path
     assert r.returncode == 2, r.stderr
     assert f"error: {victim}: " in r.stderr and "negative size" in r.stderr and "remove that shard" in r.stderr
     assert not (out / "index.arrow").exists()
+
+
+# -- items 2 and 3: the shard name template is data, counts are checked before they size anything ----------
+
+def set_packed_meta(folder, **changes) -> None:
+    """Rewrite the packed index's ``packed`` metadata (a hostile or damaged index)."""
+    import pyarrow as pa
+
+    path = str(folder / "index.arrow")
+    with pa.memory_map(path) as src:
+        table = pa.ipc.open_file(src).read_all()
+    meta = json.loads(table.schema.metadata[b"dsclean"])
+    meta["packed"].update(changes)
+    table = table.replace_schema_metadata({**table.schema.metadata, b"dsclean": json.dumps(meta).encode()})
+    tmp = path + ".new"
+    with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
+        w.write_table(table, max_chunksize=len(table))
+    os.replace(tmp, path)
+
+
+GOOD = ["data-{:06d}.tar", "{}.tar", "{:d}.tar", "x{0:06d}.tar", "{0}y.tar", "{{a}}-{:3d}.tar", "s{:020d}.tar"]
+BAD = ["{0.x}.tar", "{0[0]}.tar", "{:>99999999999}.tar", "{:>300000000}.tar", "d{!s:.1}.tar", "d{!r}.tar",
+       "{}{}.tar", "data.tar", "{:.3d}.tar", "{:021d}.tar", "{x}.tar", "{1}.tar", "{:x}.tar", "{:,d}.tar",
+       "{:+d}.tar", "{:_>5d}.tar", "{:{}}.tar", "{:06d}/x.tar", ".{:03d}.tar", "pack.part-{}.tar",
+       "{", "}{}", "a" * 250 + "{}.tar", "a\0{}.tar"]
+
+
+@pytest.mark.parametrize("template", GOOD)
+def test_a_good_template_names_like_str_format_and_is_injective(template):
+    from dsclean.pack import names
+
+    t = names.parse(template)
+    assert [t.name(k) for k in (0, 7, 123456)] == [template.format(k) for k in (0, 7, 123456)]
+    many = [t.name(k) for k in range(20000)]
+    assert len(set(many)) == len(many)
+
+
+@pytest.mark.parametrize("template", BAD)
+def test_a_bad_template_is_refused_by_the_grammar(template):
+    from dsclean.pack import names
+
+    with pytest.raises(names.NameTemplateError):
+        names.parse(template)
+
+
+@pytest.mark.parametrize("template", ["d{!s:.1}.tar", "{0.x}.tar", "{0[0]}.tar", "{:>99999999999}.tar", "{:{}}.tar"])
+def test_pack_name_refuses_a_bad_template_with_exit_2_before_writing(packed, tmp_path, template):
+    r = run_cli("pack", packed[1], "-o", tmp_path / "out", "--name", template, "-q")
+    assert r.returncode == 2, r.stderr
+    assert f"--name {template!r} is not a shard name template" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "out").exists() or not any(p.endswith(".tar") for p in os.listdir(tmp_path / "out"))
+
+
+@pytest.mark.parametrize("template", ["{0.x}.tar", "{0[0]}.tar", "{:>99999999999}", "{:>300000000}", "d{!s:.1}.tar"])
+def test_verify_refuses_a_template_in_the_metadata_that_is_code_or_a_size(copy, template):
+    set_packed_meta(copy, name=template)
+    r = run_cli("verify", copy)
+    assert r.returncode == 1, r.stderr
+    assert f"the packed index's shard name format {template!r} is unusable" in r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def _peak_rss_of(code: str) -> tuple[int, str]:
+    """Run ``code`` in a fresh interpreter; (peak RSS in bytes, its stdout)."""
+    wrapped = code + "\nimport resource; print('RSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)\n"
+    r = subprocess.run([sys.executable, "-c", wrapped], capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    rss = int(r.stdout.rsplit("RSS ", 1)[1])
+    return rss, r.stdout
+
+
+@pytest.mark.parametrize("drop_list", [False, True])
+def test_a_huge_shard_count_in_the_metadata_is_checked_before_it_sizes_memory(copy, drop_list):
+    set_packed_meta(copy, shards=10 ** 7)
+    if drop_list:
+        os.unlink(copy / "shardindex.json")
+    rss, out = _peak_rss_of(f"from dsclean.pack.verify import verify_shards\n"
+                            f"r = verify_shards({str(copy)!r})\nprint(r.ok, r.problems)")
+    assert out.startswith("False") and "the packed index's metadata says 10000000 shards" in out
+    assert rss < 300 << 20  # a list of 10**7 names would take ~700 MB
