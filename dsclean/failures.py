@@ -36,6 +36,7 @@ import stat
 from typing import Any, Iterator
 
 from .jsonpaths import path_fields
+from .openfile import open_regular
 
 VERSION = 1
 #: the fields of a failure line, in the order they are written
@@ -195,10 +196,8 @@ def iter_failures(*logs: str | os.PathLike) -> Iterator[dict]:
 
 def _lines(path: str) -> Iterator[tuple[bytes, bool]]:
     """(line, ends with a newline) for each line of a regular file; over-long lines come back as b''."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    fd = open_regular(path)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(0, "not a regular file")
         with os.fdopen(fd, "rb", closefd=True) as f:
             fd = -1
             while True:

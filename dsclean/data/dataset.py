@@ -29,6 +29,7 @@ from torch.utils.data import Dataset
 from .. import formats
 from ..errors import UserError
 from ..index.store import KINDS, NPY_META, MappedIndex, open_index, read_meta
+from ..openfile import open_regular_file
 from ..reasons import LENIENT as _LENIENT
 from . import shards
 from .loaders import DEFAULT_LOADERS, LENIENT_LOADERS
@@ -362,7 +363,7 @@ class IndexedDataset(Dataset):
         if self.packed:
             return self._packed_set.read(j)
         full, _ = self._resolve(j, os.fsdecode(idx.path_bytes(j)))
-        with open(full, "rb") as f:
+        with open_regular_file(full) as f:
             return f.read()
 
     def __getitem__(self, i):

@@ -10,6 +10,8 @@ from typing import BinaryIO
 import numpy as np
 import torch
 
+from ..openfile import open_regular_file
+
 
 def pil_loader(path: str | BinaryIO):
     """torchvision's default: open with Pillow and convert to RGB (forces the decode here)."""
@@ -17,7 +19,7 @@ def pil_loader(path: str | BinaryIO):
 
     if not isinstance(path, (str, bytes, os.PathLike)):
         return Image.open(path).convert("RGB")
-    with open(path, "rb") as f:
+    with open_regular_file(path) as f:  # a FIFO in the dataset is refused, never waited on
         img = Image.open(f)
         return img.convert("RGB")
 
@@ -33,7 +35,7 @@ def lenient_pil_loader(path: str | BinaryIO):
         return pil_loader(path)
     except OSError:
         if isinstance(path, (str, bytes, os.PathLike)):
-            with open(path, "rb") as f:
+            with open_regular_file(path) as f:
                 data = f.read()
         else:
             path.seek(0)
@@ -50,7 +52,11 @@ def audio_loader(path: str | BinaryIO) -> tuple[torch.Tensor, int]:
     """``(float32 tensor shaped (channels, frames), sample_rate)`` via soundfile."""
     import soundfile
 
-    data, rate = soundfile.read(path, dtype="float32", always_2d=True)
+    if isinstance(path, (str, bytes, os.PathLike)):
+        with open_regular_file(path) as f:  # (libsndfile's own open would block on a FIFO)
+            data, rate = soundfile.read(f, dtype="float32", always_2d=True)
+    else:
+        data, rate = soundfile.read(path, dtype="float32", always_2d=True)
     return torch.from_numpy(np.ascontiguousarray(data.T)), int(rate)
 
 

@@ -28,6 +28,7 @@ from .. import locations
 from ..errors import UserError
 from ..hashing import DIGEST_SIZE
 from ..index.store import MappedIndex, open_index
+from ..openfile import NotRegularFile, open_regular_file
 
 #: the packed index's columns beyond a plain index's
 SHARD_COLUMNS = {"shard": pa.int32(), "offset": pa.int64(), "checksum": pa.binary(DIGEST_SIZE)}
@@ -83,7 +84,7 @@ def read_shard_list(folder: str) -> list[dict]:
     """The ``shardlist`` entries of ``shardindex.json`` (``url``, ``nsamples``, ``filesize``), checked."""
     path = os.path.join(folder, locations.SHARD_LIST_FILE)
     try:
-        with open(path, encoding="utf-8") as f:
+        with open_regular_file(path, "r", encoding="utf-8") as f:
             data = json.load(f)
     except (OSError, ValueError) as exc:
         raise UserError(f"{path}: unreadable shard list ({exc})") from exc
@@ -143,7 +144,11 @@ class PackedSet:
             self._maps.move_to_end(shard)
             return mm
         path = self.shard_path(shard)
-        with open(path, "rb") as f:
+        try:
+            f = open_regular_file(path)
+        except NotRegularFile as exc:
+            raise ValueError(f"{path}: {exc.strerror}: a shard must be a regular file") from None
+        with f:
             size = os.fstat(f.fileno()).st_size
             want = self.shards[shard]["filesize"]
             if size != want:

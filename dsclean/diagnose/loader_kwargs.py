@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import UserError
+from ..openfile import map_regular
 from .sysinfo import SysPaths, read_cgroup, read_cpus, read_meminfo, read_shm
 
 DEFAULT_PREFETCH = 2
@@ -63,7 +64,7 @@ def index_facts(path: str) -> dict[str, np.ndarray]:
                 if os.path.exists(f):
                     out[name] = np.asarray(np.load(f, mmap_mode="r", allow_pickle=False), dtype=np.int64)
         else:
-            with pa.memory_map(path, "r") as source:
+            with pa.BufferReader(pa.py_buffer(map_regular(path) or b"")) as source:  # (a FIFO: refused)
                 table = pa.ipc.open_file(source).read_all()
             for name in _FACT_NAMES:
                 if name in table.column_names:

@@ -26,6 +26,7 @@ read. Never imports torch.
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import json
 import os
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ import pyarrow.compute as pc
 
 from .. import formats
 from ..errors import UserError
+from ..openfile import map_regular, open_regular, open_regular_file
 
 #: 2: narrow label/size types, facts only with --facts, validated at open; 1 is still read
 FORMAT_VERSION = 2
@@ -252,7 +254,7 @@ def read_meta(path: str) -> dict:
     if index_format(path) == "npy":
         return _npy_meta(path)
     try:
-        with pa.memory_map(path, "r") as source:
+        with _arrow_source(path) as source:
             schema = pa.ipc.open_file(source).schema
     except (pa.ArrowException, OSError) as exc:
         raise UserError(f"{path}: not a readable Arrow index ({exc}); rebuild it with dsclean index") from exc
@@ -295,7 +297,7 @@ def _check_meta(path: str, meta) -> dict:
 def _npy_meta(path: str) -> dict:
     meta_path = os.path.join(path, NPY_META)
     try:
-        with open(meta_path, encoding="ascii") as f:
+        with open_regular_file(meta_path, "r", encoding="ascii") as f:
             meta = json.load(f)
     except FileNotFoundError as exc:
         raise UserError(f"{path}: not a dsclean npy index (no {NPY_META})") from exc
@@ -402,9 +404,18 @@ def _bad_row(path: str, row: int, what: str) -> None:
     raise UserError(f"{path}: corrupt index at row {row:,}: {what}; rebuild it with dsclean index")
 
 
+def _arrow_source(path: str) -> pa.BufferReader:
+    """A zero-copy reader over a read-only map of the Arrow file at ``path``, opened by
+    :func:`dsclean.openfile.open_regular` (a FIFO or device in its place is refused, never blocks)."""
+    mm = map_regular(path)
+    if mm is None:
+        raise OSError(errno.EINVAL, "the file is empty", path)
+    return pa.BufferReader(pa.py_buffer(mm))
+
+
 def _open_arrow(path: str, extra: dict[str, pa.DataType]) -> MappedIndex:
     try:
-        source = pa.memory_map(path, "r")
+        source = _arrow_source(path)
         reader = pa.ipc.open_file(source)
         meta = _parse_meta(path, reader.schema.metadata)
         if reader.num_record_batches != 1:
@@ -483,6 +494,7 @@ def _fixed_binary_view(arr: pa.Array) -> np.ndarray:
 def _load_npy(folder: str, name: str) -> np.ndarray:
     path = os.path.join(folder, f"{name}.npy")
     try:
+        os.close(open_regular(path))  # (np.load maps a path, not a descriptor: refuse a FIFO before it opens one)
         return np.load(path, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError) as exc:
         raise UserError(f"{path}: unreadable index column ({exc}); rebuild it with dsclean index") from exc

@@ -9,12 +9,12 @@ written anywhere.
 """
 from __future__ import annotations
 
-import mmap
 import os
 from typing import Iterator
 
 import dataclasses
 
+from ..openfile import map_regular
 from ..reasons import LENIENT
 from ..scanning.cache import options_from_key
 from ..scanning.check import CheckOptions
@@ -60,9 +60,13 @@ def decode_members(folder: str, names: list[str], options: CheckOptions, jobs: i
 def _media_members(path: str) -> Iterator[tuple[str, int, int]]:
     """``(member name, offset, size)`` of each media member; a shard that cannot be walked yields what it
     can (its structure problems are the structural check's to report)."""
-    if not os.path.isfile(path) or not os.path.getsize(path):
+    try:
+        mm = map_regular(path)
+    except OSError:  # missing, or not a regular file: the structural check reports it
         return
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+    if mm is None:
+        return
+    with mm:
         try:
             for m in iter_members(mm):
                 if not m.name.endswith((".cls", ".json")):

@@ -22,6 +22,7 @@ from typing import Iterator
 from .. import locations
 from ..atomic import fsync_dir, temp_next_to
 from ..errors import UserError
+from ..openfile import open_regular_file
 from .write import make_readable, output_file
 
 FORMAT = "dsclean-pack"
@@ -53,7 +54,7 @@ def _same_pack(a: dict, b: dict) -> str | None:
 def read_state(output: str) -> dict | None:
     path = os.path.join(output, locations.PACK_STATE_FILE)
     try:
-        with open(path, encoding="utf-8") as f:
+        with open_regular_file(path, "r", encoding="utf-8") as f:
             data = json.load(f)
     except FileNotFoundError:
         return None

@@ -29,6 +29,7 @@ from ..errors import UserError
 from ..hashing import content_hash
 from ..index.store import KINDS, read_table
 from ..jsonpaths import path_bytes
+from ..openfile import open_regular_file
 from . import names as templates
 from .bulk import FACT_NAMES, json_members
 from .runner import run_tasks, stop_on_signals
@@ -213,11 +214,16 @@ def verify_shard(task: _Task) -> tuple[ShardReport, np.ndarray]:
     rep = ShardReport(task.name)
     path = os.path.join(task.folder, task.name)
     keys: list[int] = []
-    if not os.path.isfile(path):
+    try:
+        f = open_regular_file(path)
+    except FileNotFoundError:
         rep.add("missing: the shard list names it but there is no such file")
         return rep, np.zeros(0, np.uint64)
+    except OSError as exc:  # NotRegularFile (a FIFO, device, folder): never read, never waited on
+        rep.add(f"unreadable: {exc.strerror}")
+        return rep, np.zeros(0, np.uint64)
     idx = open_packed_index(task.folder) if task.have_index else None
-    with open(path, "rb") as f:
+    with f:
         size = os.fstat(f.fileno()).st_size
         if task.filesize is not None and size != task.filesize:
             rep.add(f"the file is {size} bytes, the shard list says {task.filesize}")

@@ -29,6 +29,7 @@ from ..formats import FORMATS, SNIFF_BYTES, sniff
 from ..hashing import DIGEST_SIZE, content_hash, new_hasher
 from ..index.store import KINDS, read_table
 from ..jsonpaths import path_fields
+from ..openfile import NotRegularFile, open_regular, open_regular_file
 from .bulk import CLS, EXT_CODE, FACT_NAMES, JSON, MEDIA, Layout, headers, json_members, key_stems, layout, place, \
     split_lines
 from .runner import ABANDONED
@@ -156,7 +157,7 @@ def _read_source(root: bytes, rel: bytes, size: int, mtime_ns: int, inline_limit
                             f"{os.fsdecode(root)}")
     full = root + rel
     try:
-        fd = os.open(full, os.O_RDONLY)
+        fd = open_regular(full)  # a FIFO or device swapped in since the scan: refused, never waited on
     except FileNotFoundError:
         raise SourceProblem(f"{os.fsdecode(full)}: missing: the file is gone since it was indexed") from None
     except OSError as exc:
@@ -781,7 +782,11 @@ def read_back(job: ShardJob) -> ShardResult:
     planned = [sample_key(p) for p in paths]
     rows, offsets, sums = [], [], bytearray()
     p = end = 0  # end: of the last member read, padding included
-    with open(job.path, "rb") as f:
+    try:
+        f = open_regular_file(job.path)
+    except NotRegularFile as exc:
+        raise TarError(f"{job.path}: {exc.strerror}: not a shard pack wrote") from None
+    with f:
         size = os.fstat(f.fileno()).st_size
         if not size:  # a crash after --no-fsync can leave the name with no data
             raise TarError(f"{job.path}: empty (0 bytes): not a shard pack finished")

@@ -26,6 +26,7 @@ from typing import Callable, ContextManager, Iterable, Iterator, Union
 from .. import reasons as R
 from ..formats import FORMATS, SNIFF_BYTES, format_of_name, is_prefix_of_magic, kind_of, sniff
 from ..hashing import content_hash
+from ..openfile import NotRegularFile, open_regular
 from .verdict import Verdict
 
 #: The version of the integrity rules. Bump it with every change that can change a verdict
@@ -178,8 +179,10 @@ def _check_path(path: str, v: Verdict, options: CheckOptions) -> None:
         _not_regular(v, first.st_mode)  # a FIFO, socket or device is never opened: the open could block or act
         return
     try:
-        # O_NONBLOCK: a FIFO swapped in since the stat must not block the open (it is refused below)
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = open_regular(path)  # a FIFO swapped in since the stat must not block the open: refused
+    except NotRegularFile as exc:
+        _not_regular(v, exc.mode)
+        return
     except FileNotFoundError:
         if os.path.islink(path):
             v.mark(R.BAD, R.UNREADABLE, "broken symlink")
@@ -191,9 +194,6 @@ def _check_path(path: str, v: Verdict, options: CheckOptions) -> None:
         return
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            _not_regular(v, st.st_mode)
-            return
         v.size, v.mtime_ns = st.st_size, st.st_mtime_ns
         data = _read_all(fd, st.st_size)
     except OSError as exc:

@@ -22,7 +22,7 @@ TIMEOUT = 120
 
 
 def run_cli(*args, timeout=TIMEOUT):
-    return subprocess.run([sys.executable, "-m", "dsclean", *map(str, args)], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "dsclean", *map(str, args)], capture_output=True, text=True, errors="replace",
                           timeout=timeout)
 
 
@@ -154,7 +154,7 @@ def test_verify_refuses_a_template_in_the_metadata_that_is_code_or_a_size(copy, 
 def _peak_rss_of(code: str) -> tuple[int, str]:
     """Run ``code`` in a fresh interpreter; (peak RSS in bytes, its stdout)."""
     wrapped = code + "\nimport resource; print('RSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)\n"
-    r = subprocess.run([sys.executable, "-c", wrapped], capture_output=True, text=True, timeout=TIMEOUT)
+    r = subprocess.run([sys.executable, "-c", wrapped], capture_output=True, text=True, errors="replace", timeout=TIMEOUT)
     assert r.returncode == 0, r.stderr
     rss = int(r.stdout.rsplit("RSS ", 1)[1])
     return rss, r.stdout
@@ -169,3 +169,137 @@ def test_a_huge_shard_count_in_the_metadata_is_checked_before_it_sizes_memory(co
                             f"r = verify_shards({str(copy)!r})\nprint(r.ok, r.problems)")
     assert out.startswith("False") and "the packed index's metadata says 10000000 shards" in out
     assert rss < 300 << 20  # a list of 10**7 names would take ~700 MB
+
+
+# -- item 4: special files in a shard folder are refused without blocking ----------------------------------
+
+def test_open_regular_refuses_fifos_sockets_devices_and_folders_without_blocking(tmp_path):
+    import socket
+
+    from dsclean.openfile import NotRegularFile, map_regular, open_regular, open_regular_file
+
+    os.mkfifo(tmp_path / "fifo")
+    os.symlink(tmp_path / "fifo", tmp_path / "link-to-fifo")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "sock"))
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "file").write_bytes(b"abc")
+    code = f"""
+import os, sys
+sys.path[:0] = {sys.path!r}
+from dsclean.openfile import NotRegularFile, open_regular
+for name in ("fifo", "link-to-fifo", "sock", "dir", "/dev/zero", "/dev/null"):
+    try:
+        os.close(open_regular(os.path.join({str(tmp_path)!r}, name)))
+    except NotRegularFile as exc:
+        print(name, exc.kind, exc.filename)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, errors="replace", timeout=60)
+    assert r.returncode == 0, r.stderr
+    kinds = {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in r.stdout.splitlines()}
+    assert kinds == {"fifo": f"FIFO {tmp_path}/fifo", "link-to-fifo": f"FIFO {tmp_path}/link-to-fifo",
+                     "sock": f"socket {tmp_path}/sock", "dir": f"directory {tmp_path}/dir",
+                     "/dev/zero": "character device /dev/zero", "/dev/null": "character device /dev/null"}
+    with open_regular_file(tmp_path / "file") as f:
+        assert f.read() == b"abc"
+    fd = open_regular(tmp_path / "file")
+    try:
+        import fcntl
+
+        assert not fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_NONBLOCK  # cleared for ordinary reads
+    finally:
+        os.close(fd)
+    with map_regular(tmp_path / "file") as mm:
+        assert mm[:] == b"abc"
+    with pytest.raises(NotRegularFile, match="a FIFO"):
+        map_regular(tmp_path / "fifo")
+    sock.close()
+
+
+def _replace_with_fifo(path) -> None:
+    os.unlink(path)
+    os.mkfifo(path)
+
+
+@pytest.mark.parametrize("victim", ["data-000001.tar", "shardindex.json", "index.arrow"])
+def test_verify_refuses_a_fifo_in_the_shard_set_without_blocking(copy, victim):
+    _replace_with_fifo(copy / victim)
+    r = run_cli("verify", copy, "--json", timeout=90)  # a blocking open would never return
+    assert r.returncode == 1, r.stderr
+    out = json.loads(r.stdout)
+    text = json.dumps(out)
+    assert "not a regular file (a FIFO)" in text and "Traceback" not in r.stderr
+    if victim.endswith(".tar"):
+        bad = [s for s in out["shards"] if not s["ok"]]
+        assert [s["shard"] for s in bad] == [victim]
+
+
+@pytest.mark.parametrize("target", ["fifo", "/dev/zero"])
+def test_indexed_dataset_refuses_a_special_shard_instead_of_hanging(copy, target):
+    """IndexedDataset(shards)[i] in a real DataLoader worker: a FIFO (or a link to /dev/zero) as a shard is a
+    SampleError naming it, never a hang."""
+    victim = copy / "data-000000.tar"
+    os.unlink(victim)
+    if target == "fifo":
+        os.mkfifo(victim)
+    else:
+        os.symlink(target, victim)
+    code = f"""
+import sys
+sys.path[:0] = {sys.path!r}
+import torch
+from dsclean import IndexedDataset
+ds = IndexedDataset({str(copy)!r}, loader=lambda f: f.read())
+try:
+    next(iter(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=1)))
+except Exception as exc:
+    print("ERROR", type(exc).__name__, exc)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, errors="replace", timeout=90)
+    assert r.returncode == 0, r.stderr
+    kind = "FIFO" if target == "fifo" else "character device"
+    assert r.stdout.startswith("ERROR") and f"not a regular file (a {kind})" in r.stdout, r.stdout
+    assert "data-000000.tar" in r.stdout
+
+
+def test_a_resumed_pack_refuses_a_fifo_shard_naming_it(packed, tmp_path):
+    out = tmp_path / "s"
+    shutil.copytree(packed[0], out)
+    for name in ("index.arrow", "shardindex.json"):
+        os.unlink(out / name)
+    _replace_with_fifo(out / "data-000002.tar")
+    r = run_cli("pack", packed[1], "-o", out, "--samples-per-shard", "5", "-q", timeout=90)
+    assert r.returncode == 2, r.stderr
+    assert f"error: {out / 'data-000002.tar'}" in r.stderr and "FIFO" in r.stderr  # (pack's output check, or read-back)
+
+
+def test_read_back_itself_refuses_a_fifo_swapped_in_after_the_output_check(packed, tmp_path):
+    """The resume's read-back opens through dsclean.openfile too: a FIFO reaching it is a TarError naming it."""
+    os.mkfifo(tmp_path / "x.tar")
+    code = f"""
+import sys
+sys.path[:0] = {sys.path!r}
+import numpy as np
+from dsclean.pack.tarformat import TarError
+from dsclean.pack.write import ShardJob, read_back
+job = ShardJob(number=0, output={str(tmp_path)!r}, name="x.tar", index={packed[1]!r}, root="/", rows=np.arange(3),
+               classes=())
+try:
+    read_back(job)
+except TarError as exc:
+    print("TarError", exc)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, errors="replace", timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("TarError") and "x.tar: not a regular file (a FIFO)" in r.stdout, r.stdout
+
+
+def test_a_fifo_pack_json_is_refused_without_blocking(packed, tmp_path):
+    out = tmp_path / "s"
+    shutil.copytree(packed[0], out)
+    for name in ("index.arrow", "shardindex.json"):
+        os.unlink(out / name)
+    _replace_with_fifo(out / "pack.json")
+    r = run_cli("pack", packed[1], "-o", out, "--samples-per-shard", "5", "-q", timeout=90)
+    assert r.returncode == 2, r.stderr
+    assert "pack.json" in r.stderr and "not a regular file (a FIFO)" in r.stderr
