@@ -20,8 +20,10 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import tarfile
 from collections import OrderedDict
 
+import numpy as np
 import pyarrow as pa
 
 from .. import locations
@@ -109,6 +111,65 @@ def open_packed_index(folder: str) -> MappedIndex:
     return idx
 
 
+#: (realpath of the packed index, its identity, the shard list's sizes) this process checked (see check_layout)
+_LAID_OUT: dict[str, tuple] = {}
+#: rows checked per step (bounded temporaries)
+_LAYOUT_ROWS = 1 << 20
+_BLOCK = tarfile.BLOCKSIZE
+
+
+def check_layout(idx: MappedIndex, shards: list[dict]) -> None:
+    """Refuse a packed index whose rows cannot be the members of its shards, vectorised (numpy over the
+    shard, offset and size columns, in bounded steps): a UserError naming the first bad row and its shard.
+
+    A row's shard is in the shard list and the shard column never decreases; a row's bytes start on a
+    tar block after a header (offset a multiple of 512, at least 512) and end inside the shard's file;
+    within a shard, each row starts after the previous row's bytes, their padding and a header: rows
+    never overlap nor go back (a row copying another's offset and size would serve that sample's bytes
+    under its own path and label). This is a check of the index against itself and the shard list; the
+    bytes themselves are ``dsclean verify``'s (measured: scripts/bench_shards_open.py)."""
+    path = idx.path
+    n, count = len(idx), len(shards)
+    filesize = np.array([s["filesize"] for s in shards] + [0], np.int64)
+    name = [u["url"] for u in shards]
+    shard_col, offset_col, size_col = idx.extra["shard"], idx.extra["offset"], idx.sizes
+    for start in range(0, n, _LAYOUT_ROWS):
+        lo, hi = max(start - 1, 0), min(start + _LAYOUT_ROWS, n)  # (one row of overlap: pairs across steps)
+        s = np.asarray(shard_col[lo:hi], np.int64)
+        o = np.asarray(offset_col[lo:hi], np.int64)
+        z = np.asarray(size_col[lo:hi], np.int64)
+        bad = (s < 0) | (s >= count)
+        if bad.any():
+            row = lo + int(np.argmax(bad))
+            _bad_layout(path, row, f"it names shard {int(shard_col[row])}; the shard list has {count}")
+        ends = o + z
+        bad = (o < _BLOCK) | ((o & (_BLOCK - 1)) != 0) | (ends > filesize[s])  # (& not %: 5x faster)
+        if bad.any():
+            i = int(np.argmax(bad))
+            _bad_layout(path, lo + i, f"its bytes {int(o[i])}..{int(o[i] + z[i])} are not a member's data in "
+                                      f"{name[s[i]]} ({int(filesize[s[i]])} bytes)")
+        if len(s) < 2:
+            continue
+        back = s[1:] < s[:-1]
+        if back.any():
+            i = int(np.argmax(back)) + 1
+            _bad_layout(path, lo + i, f"its shard {name[s[i]]} comes before the previous row's "
+                                      f"{name[s[i - 1]]}: rows are in shard order")
+        ends += _BLOCK - 1 + _BLOCK  # the earliest the next member's data can start: padding, then a header
+        ends &= ~(_BLOCK - 1)
+        overlap = (o[1:] < ends[:-1]) & (s[1:] == s[:-1])
+        if overlap.any():
+            i = int(np.argmax(overlap)) + 1
+            what = "the same bytes as" if o[i] == o[i - 1] else "bytes that overlap or come before those of"
+            _bad_layout(path, lo + i, f"in {name[s[i]]}, its bytes {int(o[i])}..{int(o[i] + z[i])} are {what} "
+                                      f"row {lo + i - 1:,} ({int(o[i - 1])}..{int(o[i - 1] + z[i - 1])})")
+
+
+def _bad_layout(path: str, row: int, what: str) -> None:
+    raise UserError(f"{path}: corrupt packed index at row {row:,}: {what}; the index does not describe its "
+                    "shards (dsclean verify says more)")
+
+
 class PackedSet:
     """Process-local reader of one packed set: the mapped index and a bounded set of shard maps."""
 
@@ -116,6 +177,11 @@ class PackedSet:
         self.folder = folder
         self.idx = open_packed_index(folder)
         self.shards = read_shard_list(folder)
+        checked = (self.idx.identity, tuple((s["url"], s["filesize"]) for s in self.shards))
+        key = os.path.realpath(self.idx.path)
+        if _LAID_OUT.get(key) != checked:  # once per process and file identity (forked workers inherit it)
+            check_layout(self.idx, self.shards)
+            _LAID_OUT[key] = checked
         self.shard_of = self.idx.extra["shard"]
         self.offset_of = self.idx.extra["offset"]
         self.max_open = max(1, max_open)
