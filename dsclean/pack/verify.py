@@ -265,9 +265,29 @@ def _groups(mm, rep: ShardReport):
         members.append(m)
     if key is not None:
         yield key, members
-    tail = mm[end + 2 * BLOCK:]
-    if tail.count(0) != len(tail):
-        rep.add("non-zero bytes after the end-of-archive blocks")
+    at = _first_non_zero(mm, end + 2 * BLOCK, len(mm))
+    if at is not None:
+        rep.add(f"non-zero bytes after the end-of-archive blocks (the first at byte {at})")
+
+
+#: bytes of a shard's tail compared with zeros at a time
+_ZERO_CHUNK = 1 << 20
+_ZERO_BLOCK = bytes(_ZERO_CHUNK)
+
+
+def _first_non_zero(mm, start: int, stop: int) -> int | None:
+    """The offset of the first non-zero byte in ``mm[start:stop]``, or None; in bounded chunks (a sparse
+    or preallocated shard's tail of zeros may be many GiB), each chunk's pages released once read."""
+    pos = start
+    while pos < stop:
+        n = min(_ZERO_CHUNK, stop - pos)
+        chunk = mm[pos:pos + n]  # (a 1 MiB copy compared with memcmp: 20x faster than a memoryview compare)
+        if chunk != (_ZERO_BLOCK if n == _ZERO_CHUNK else bytes(n)):
+            return pos + n - len(chunk.lstrip(b"\0"))
+        if isinstance(mm, mmap.mmap):
+            release(mm, pos, pos + n)
+        pos += n
+    return None
 
 
 def _check_samples(task: _Task, rep: ShardReport, mm, idx, keys: list[int]) -> None:

@@ -365,3 +365,41 @@ def test_an_intact_packed_set_opens_and_the_check_runs_once_per_process(packed):
 
     ds = IndexedDataset(str(packed[0]))
     assert len(ds) == 18 and os.path.realpath(str(packed[0] / "index.arrow")) in shards._LAID_OUT
+
+
+# -- item 9: a long zero tail after the end-of-archive is checked in bounded memory -------------------------
+
+def _grow_sparse(folder, shard: str, extra: int) -> int:
+    """Extend the shard by a hole of ``extra`` zero bytes (no disk used) and record its new size in the
+    shard list, so the tail is the only thing unusual about it; returns the new size."""
+    path = folder / shard
+    size = os.path.getsize(path) + extra
+    os.truncate(path, size)
+    lst = json.loads((folder / "shardindex.json").read_text())
+    for s in lst["shardlist"]:
+        if s["url"] == shard:
+            s["filesize"] = size
+    (folder / "shardindex.json").write_text(json.dumps(lst))
+    return size
+
+
+def test_a_multi_gib_zero_tail_is_checked_in_bounded_memory(copy):
+    code = f"from dsclean.pack.verify import verify_shards\nr = verify_shards({str(copy)!r})\nprint(r.ok, r.problems)"
+    control, out = _peak_rss_of(code)
+    assert out.startswith("True")
+    _grow_sparse(copy, "data-000001.tar", 2 << 30)
+    rss, out = _peak_rss_of(code)
+    assert out.startswith("True"), out  # zeros after the end-of-archive are fine
+    assert rss - control < 300 << 20, f"peak RSS grew by {(rss - control) >> 20} MiB for a 2 GiB tail"
+
+
+def test_a_non_zero_byte_far_into_a_sparse_tail_is_found_at_its_offset(copy):
+    size = _grow_sparse(copy, "data-000002.tar", 64 << 20)
+    with open(copy / "data-000002.tar", "r+b") as f:
+        f.seek(size - 3)
+        f.write(b"\x01")
+    from dsclean.pack.verify import verify_shards
+
+    r = verify_shards(str(copy))
+    bad = {s.shard: [p["problem"] for p in s.problems] for s in r.shards if not s.ok}
+    assert bad == {"data-000002.tar": [f"non-zero bytes after the end-of-archive blocks (the first at byte {size - 3})"]}
