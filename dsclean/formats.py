@@ -19,7 +19,7 @@ FORMATS: dict[str, tuple[str, tuple[str, ...]]] = {
     "ppm": (IMAGE, (".ppm", ".pgm")),  # Netpbm: PPM (colour) and PGM (grey), plain or raw
     "wav": (AUDIO, (".wav",)),
     "flac": (AUDIO, (".flac",)),
-    "ogg": (AUDIO, (".ogg",)),
+    "ogg": (AUDIO, (".ogg", ".opus", ".oga")),  # Ogg Vorbis, Ogg Opus (.opus), Ogg audio (.oga)
     "mp3": (AUDIO, (".mp3",)),
 }
 
@@ -33,12 +33,15 @@ IMAGEFOLDER_EXTENSIONS: tuple[str, ...] = (".jpg", ".jpeg", ".png", ".ppm", ".bm
 SNIFF_BYTES = 16
 
 # Fixed magic prefixes, used both to sniff and to recognise a file truncated inside its magic.
+# Every signature a format's specification allows and its parser handles (one test each in
+# tests/scanning/test_signatures.py): TIFF 6.0 and BigTIFF in both byte orders; WAV's RIFF
+# (little-endian), RIFX (big-endian) and RF64 are matched in :func:`sniff`.
 _PREFIXES: dict[str, tuple[bytes, ...]] = {
     "jpeg": (b"\xff\xd8\xff",),
     "png": (b"\x89PNG\r\n\x1a\n",),
     "gif": (b"GIF87a", b"GIF89a"),
     "bmp": (b"BM",),
-    "tiff": (b"II*\x00", b"MM\x00*"),
+    "tiff": (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+"),  # classic TIFF, BigTIFF
     "flac": (b"fLaC",),
     "ogg": (b"OggS",),
     "mp3": (b"ID3",),
@@ -73,6 +76,8 @@ def sniff(head: bytes) -> str | None:
     """The format the first bytes of a file belong to, or None."""
     if head[:4] == b"RIFF" and len(head) >= 12:
         return {b"WAVE": "wav", b"WEBP": "webp"}.get(head[8:12])
+    if head[:4] == b"RIFX" and head[8:12] == b"WAVE":
+        return "wav"  # big-endian RIFF, which libsndfile reads
     if head[:4] == b"RF64" and head[8:12] == b"WAVE":
         return "wav"
     for fmt, prefixes in _PREFIXES.items():
@@ -90,6 +95,6 @@ def is_prefix_of_magic(head: bytes, fmt: str) -> bool:
     if not head:
         return False
     if fmt in ("wav", "webp"):
-        want = b"RIFF"[: len(head)] if len(head) <= 4 else None
-        return want == head[:4] and len(head) < 12
+        magics = (b"RIFF", b"RIFX", b"RF64") if fmt == "wav" else (b"RIFF",)
+        return len(head) < 12 and any(m.startswith(head[:4]) for m in magics)
     return any(len(head) < len(p) and p.startswith(head) for p in _PREFIXES.get(fmt, ()))
