@@ -17,6 +17,9 @@ FORMATS: dict[str, tuple[str, tuple[str, ...]]] = {
     "tiff": (IMAGE, (".tif", ".tiff")),
     "webp": (IMAGE, (".webp",)),
     "ppm": (IMAGE, (".ppm", ".pgm")),  # Netpbm: PPM (colour) and PGM (grey), plain or raw
+    "avif": (IMAGE, (".avif",)),  # AV1 in HEIF (ISOBMFF); Pillow decodes it
+    "heif": (IMAGE, (".heic", ".heif")),  # HEVC in HEIF (ISOBMFF), phones' default; pillow-heif decodes it
+    "jxl": (IMAGE, (".jxl",)),  # JPEG XL, bare codestream or ISOBMFF-style container; pillow-jxl-plugin decodes it
     "wav": (AUDIO, (".wav",)),
     "flac": (AUDIO, (".flac",)),
     "ogg": (AUDIO, (".ogg", ".opus", ".oga")),  # Ogg Vorbis, Ogg Opus (.opus), Ogg audio (.oga)
@@ -29,8 +32,14 @@ MEDIA_EXTENSIONS: frozenset[str] = frozenset(EXT_TO_FORMAT)
 #: torchvision's ``IMG_EXTENSIONS``, the files ``ImageFolder`` takes (no .gif); ``dsclean index --files imagefolder``
 IMAGEFOLDER_EXTENSIONS: tuple[str, ...] = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
-#: how many leading bytes :func:`sniff` needs
-SNIFF_BYTES = 16
+#: how many leading bytes :func:`sniff` needs (an ISOBMFF ftyp box's first compatible brands included)
+SNIFF_BYTES = 32
+
+#: ISOBMFF (HEIF family) ftyp brands: which say AVIF, which HEVC-coded HEIF; the generic HEIF brands
+#: (mif1, msf1, miaf) say HEIF unless an AVIF brand is among the compatible ones
+_AVIF_BRANDS = frozenset({b"avif", b"avis"})
+_HEIF_BRANDS = frozenset({b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm", b"hevs", b"mif1", b"msf1", b"miaf"})
+_JXL_CODESTREAM, _JXL_CONTAINER = b"\xff\x0a", b"\x00\x00\x00\x0cJXL \r\n\x87\n"
 
 # Fixed magic prefixes, used both to sniff and to recognise a file truncated inside its magic.
 # Every signature a format's specification allows and its parser handles (one test each in
@@ -83,11 +92,24 @@ def sniff(head: bytes) -> str | None:
     for fmt, prefixes in _PREFIXES.items():
         if any(head.startswith(p) for p in prefixes):
             return fmt
+    if head[4:8] == b"ftyp":
+        return _heif_brand(head)
+    if head.startswith(_JXL_CODESTREAM) or head.startswith(_JXL_CONTAINER):
+        return "jxl"
     if _is_mp3_frame_sync(head):
         return "mp3"
     if head[:1] == b"P" and head[1:2] in (b"1", b"2", b"3", b"4", b"5", b"6") and head[2:3].isspace():
         return "ppm"  # Netpbm magic: P1-P6 and whitespace
     return None
+
+
+def _heif_brand(head: bytes) -> str | None:
+    """``avif`` or ``heif`` from the ftyp box's major brand and the compatible brands ``head`` holds."""
+    size = int.from_bytes(head[:4], "big")
+    brands = [head[8:12]] + [head[i : i + 4] for i in range(16, min(size, len(head)) - 3, 4)]
+    if any(b in _AVIF_BRANDS for b in brands):
+        return "avif"
+    return "heif" if any(b in _HEIF_BRANDS for b in brands) else None
 
 
 def is_prefix_of_magic(head: bytes, fmt: str) -> bool:

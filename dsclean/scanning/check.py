@@ -86,11 +86,11 @@ import_guard: Callable[[], ContextManager[None]] | None = None
 
 _CHECKERS: dict[str, Checker] = {}
 #: formats whose checker module is not ``check_<kind>``
-_MODULES = {"ppm": "check_pnm"}
+_MODULES = {"ppm": "check_pnm", "avif": "check_isobmff", "heif": "check_isobmff", "jxl": "check_isobmff"}
 
 
 #: formats the image checker hands to Pillow (and PNG to its chunk walker): it imports them on their first file
-PILLOW_FORMATS = frozenset({"png", "gif", "bmp", "tiff", "webp"})
+PILLOW_FORMATS = frozenset({"png", "gif", "bmp", "tiff", "webp", "avif", "heif", "jxl"})
 
 
 def checker_modules(formats: Iterable[str] | None = None) -> list[str]:
