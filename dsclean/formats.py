@@ -17,9 +17,12 @@ FORMATS: dict[str, tuple[str, tuple[str, ...]]] = {
     "tiff": (IMAGE, (".tif", ".tiff")),
     "webp": (IMAGE, (".webp",)),
     "ppm": (IMAGE, (".ppm", ".pgm")),  # Netpbm: PPM (colour) and PGM (grey), plain or raw
+    "avif": (IMAGE, (".avif",)),  # AV1 in HEIF (ISOBMFF); Pillow decodes it
+    "heif": (IMAGE, (".heic", ".heif")),  # HEVC in HEIF (ISOBMFF), phones' default; pillow-heif decodes it
+    "jxl": (IMAGE, (".jxl",)),  # JPEG XL, bare codestream or ISOBMFF-style container; pillow-jxl-plugin decodes it
     "wav": (AUDIO, (".wav",)),
     "flac": (AUDIO, (".flac",)),
-    "ogg": (AUDIO, (".ogg",)),
+    "ogg": (AUDIO, (".ogg", ".opus", ".oga")),  # Ogg Vorbis, Ogg Opus (.opus), Ogg audio (.oga)
     "mp3": (AUDIO, (".mp3",)),
 }
 
@@ -29,16 +32,25 @@ MEDIA_EXTENSIONS: frozenset[str] = frozenset(EXT_TO_FORMAT)
 #: torchvision's ``IMG_EXTENSIONS``, the files ``ImageFolder`` takes (no .gif); ``dsclean index --files imagefolder``
 IMAGEFOLDER_EXTENSIONS: tuple[str, ...] = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
-#: how many leading bytes :func:`sniff` needs
-SNIFF_BYTES = 16
+#: how many leading bytes :func:`sniff` needs (an ISOBMFF ftyp box's first compatible brands included)
+SNIFF_BYTES = 32
+
+#: ISOBMFF (HEIF family) ftyp brands: which say AVIF, which HEVC-coded HEIF; the generic HEIF brands
+#: (mif1, msf1, miaf) say HEIF unless an AVIF brand is among the compatible ones
+_AVIF_BRANDS = frozenset({b"avif", b"avis"})
+_HEIF_BRANDS = frozenset({b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm", b"hevs", b"mif1", b"msf1", b"miaf"})
+_JXL_CODESTREAM, _JXL_CONTAINER = b"\xff\x0a", b"\x00\x00\x00\x0cJXL \r\n\x87\n"
 
 # Fixed magic prefixes, used both to sniff and to recognise a file truncated inside its magic.
+# Every signature a format's specification allows and its parser handles (one test each in
+# tests/scanning/test_signatures.py): TIFF 6.0 and BigTIFF in both byte orders; WAV's RIFF
+# (little-endian), RIFX (big-endian) and RF64 are matched in :func:`sniff`.
 _PREFIXES: dict[str, tuple[bytes, ...]] = {
     "jpeg": (b"\xff\xd8\xff",),
     "png": (b"\x89PNG\r\n\x1a\n",),
     "gif": (b"GIF87a", b"GIF89a"),
     "bmp": (b"BM",),
-    "tiff": (b"II*\x00", b"MM\x00*"),
+    "tiff": (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+"),  # classic TIFF, BigTIFF
     "flac": (b"fLaC",),
     "ogg": (b"OggS",),
     "mp3": (b"ID3",),
@@ -73,11 +85,17 @@ def sniff(head: bytes) -> str | None:
     """The format the first bytes of a file belong to, or None."""
     if head[:4] == b"RIFF" and len(head) >= 12:
         return {b"WAVE": "wav", b"WEBP": "webp"}.get(head[8:12])
+    if head[:4] == b"RIFX" and head[8:12] == b"WAVE":
+        return "wav"  # big-endian RIFF, which libsndfile reads
     if head[:4] == b"RF64" and head[8:12] == b"WAVE":
         return "wav"
     for fmt, prefixes in _PREFIXES.items():
         if any(head.startswith(p) for p in prefixes):
             return fmt
+    if head[4:8] == b"ftyp":
+        return _heif_brand(head)
+    if head.startswith(_JXL_CODESTREAM) or head.startswith(_JXL_CONTAINER):
+        return "jxl"
     if _is_mp3_frame_sync(head):
         return "mp3"
     if head[:1] == b"P" and head[1:2] in (b"1", b"2", b"3", b"4", b"5", b"6") and head[2:3].isspace():
@@ -85,11 +103,20 @@ def sniff(head: bytes) -> str | None:
     return None
 
 
+def _heif_brand(head: bytes) -> str | None:
+    """``avif`` or ``heif`` from the ftyp box's major brand and the compatible brands ``head`` holds."""
+    size = int.from_bytes(head[:4], "big")
+    brands = [head[8:12]] + [head[i : i + 4] for i in range(16, min(size, len(head)) - 3, 4)]
+    if any(b in _AVIF_BRANDS for b in brands):
+        return "avif"
+    return "heif" if any(b in _HEIF_BRANDS for b in brands) else None
+
+
 def is_prefix_of_magic(head: bytes, fmt: str) -> bool:
     """True if ``head`` is a non-empty strict prefix of ``fmt``'s magic: a file cut inside its signature."""
     if not head:
         return False
     if fmt in ("wav", "webp"):
-        want = b"RIFF"[: len(head)] if len(head) <= 4 else None
-        return want == head[:4] and len(head) < 12
+        magics = (b"RIFF", b"RIFX", b"RF64") if fmt == "wav" else (b"RIFF",)
+        return len(head) < 12 and any(m.startswith(head[:4]) for m in magics)
     return any(len(head) < len(p) and p.startswith(head) for p in _PREFIXES.get(fmt, ()))

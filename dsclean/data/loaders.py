@@ -15,13 +15,43 @@ from ..openfile import open_regular_file
 
 def pil_loader(path: str | BinaryIO):
     """torchvision's default: open with Pillow and convert to RGB (forces the decode here)."""
-    from PIL import Image
-
     if not isinstance(path, (str, bytes, os.PathLike)):
-        return Image.open(path).convert("RGB")
+        return open_image(path).convert("RGB")
     with open_regular_file(path) as f:  # a FIFO in the dataset is refused, never waited on
-        img = Image.open(f)
+        img = open_image(f)
         return img.convert("RGB")
+
+
+_PLUGINS_TRIED = False
+
+
+def open_image(f: BinaryIO):
+    """``Image.open``, and for a format Pillow only reads through an installed plugin (HEIF/HEIC:
+    ``pillow-heif``, JPEG XL: ``pillow-jxl-plugin``, the extras ``dsclean[heif]``/``[jxl]``), the
+    plugin registered on the first file Pillow cannot identify: nothing is imported for other sets."""
+    global _PLUGINS_TRIED
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        return Image.open(f)
+    except UnidentifiedImageError:
+        if _PLUGINS_TRIED:
+            raise
+        _PLUGINS_TRIED = True
+        import importlib
+        import importlib.util
+
+        registered = False
+        for module in ("pillow_heif", "pillow_jxl"):  # importing pillow_jxl registers it; pillow_heif is asked to
+            if importlib.util.find_spec(module) is not None:
+                plugin = importlib.import_module(module)
+                if module == "pillow_heif":
+                    plugin.register_heif_opener()
+                registered = True
+        if not registered:
+            raise
+        f.seek(0)
+        return Image.open(f)
 
 
 def lenient_pil_loader(path: str | BinaryIO):

@@ -32,8 +32,9 @@ from .verdict import Verdict
 #: The version of the integrity rules. Bump it with every change that can change a verdict
 #: (a new rule, a rule made stricter or more tolerant): it is part of the scan cache key and of
 #: the results' recorded options, so no verdict outlives the rules that made it. Also bumped when the facts
-#: a check records change (3: JPEG facts from a decode keeping the thumbnail's 64 px, not always 1/8).
-CHECKER_VERSION = 3
+#: a check records change (3: JPEG facts from a decode keeping the thumbnail's 64 px, not always 1/8;
+#: 4: BigTIFF and RIFX signatures, .opus/.oga, the FLAC frame sequence, Ogg granules, TIFF PageNumber).
+CHECKER_VERSION = 4
 
 #: Pillow's own default for MAX_IMAGE_PIXELS (about 89.5 Mpx): above it an image is a decompression bomb.
 DEFAULT_MAX_PIXELS = 89_478_485
@@ -55,8 +56,10 @@ class CheckOptions:
     lenient: bool = False  # recoverable decoder warnings become `warn` instead of `bad`
     max_pixels: int = DEFAULT_MAX_PIXELS
     max_frames: int = DEFAULT_MAX_FRAMES
-    # Also check FLAC's STREAMINFO MD5 against the decoded samples. Off by default: hashing every
-    # sample costs ~15% of a FLAC check, and every frame's CRC-16 already covers every byte.
+    # Also check FLAC's STREAMINFO MD5 against the decoded samples (`scan --flac-md5`): it catches whole
+    # frames in the wrong order or from another stream, which every frame CRC passes. Off by default:
+    # MD5 over the decoded samples alone is ~20% of a FLAC check (hashed in the same pass; MD5 runs at
+    # ~850 MB/s here, so it cannot drop under 5%) — scripts/bench_flac_md5.py, BENCHMARKS "FLAC MD5".
     flac_md5: bool = False
     # Record the facts (content_hash and the quality facts: perceptual hash, levels, ...; dsclean.quality)
     # from the bytes and decode the check has anyway. False (`scan --facts none`): the verdict alone, no
@@ -84,11 +87,11 @@ import_guard: Callable[[], ContextManager[None]] | None = None
 
 _CHECKERS: dict[str, Checker] = {}
 #: formats whose checker module is not ``check_<kind>``
-_MODULES = {"ppm": "check_pnm"}
+_MODULES = {"ppm": "check_pnm", "avif": "check_isobmff", "heif": "check_isobmff", "jxl": "check_isobmff"}
 
 
 #: formats the image checker hands to Pillow (and PNG to its chunk walker): it imports them on their first file
-PILLOW_FORMATS = frozenset({"png", "gif", "bmp", "tiff", "webp"})
+PILLOW_FORMATS = frozenset({"png", "gif", "bmp", "tiff", "webp", "avif", "heif", "jxl"})
 
 
 def checker_modules(formats: Iterable[str] | None = None) -> list[str]:

@@ -83,6 +83,7 @@ def check_wav(data, v: Verdict, opts: CheckOptions) -> None:
 
 def check_flac(data, v: Verdict, opts: CheckOptions) -> None:
     """FLAC: full decode (libFLAC checks every frame's CRC-8 and CRC-16), STREAMINFO's sample count,
+    the frame sequence (each frame's number follows the last; :func:`flac.sequence_finding`),
     on a failed decode the frame that broke or the cut, and with ``opts.flac_md5`` the STREAMINFO
     MD5 of the decoded samples when the encoder recorded one."""
     walk = flac.walk(data)
@@ -99,6 +100,9 @@ def check_flac(data, v: Verdict, opts: CheckOptions) -> None:
     failed = dec is None or dec.error is not None
     if failed and info is not None and info.total and not any(f.status == R.BAD for f in structural):
         structural += _flac_failure(data, walk, dec)
+    elif not failed and info is not None and not any(f.status == R.BAD for f in structural + decoded) \
+            and (out_of_order := flac.sequence_finding(data, walk.audio_start, info)) is not None:
+        structural.append(out_of_order)
     elif md5 is not None and not decoded and dec.frames == info.total and md5.digest() != info.md5:
         structural.append(bad(R.CORRUPT, "FLAC: the MD5 of the decoded samples differs from the STREAMINFO MD5 signature"))
     _report(v, decoded, structural)

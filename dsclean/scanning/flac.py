@@ -28,6 +28,7 @@ class StreamInfo:
     bits: int  # bits per sample
     total: int  # samples per channel; 0 = unknown
     md5: bytes  # all zero = not computed by the encoder
+    min_frame: int = 0  # the smallest frame in bytes, as the encoder recorded it; 0 = unknown
 
 
 @dataclass
@@ -61,7 +62,8 @@ def walk(buf) -> Walk:
             (max_block,) = struct.unpack_from(">H", buf, body + 2)
             (packed,) = struct.unpack_from(">Q", buf, body + 10)
             bits = ((packed >> 36) & 0x1F) + 1
-            out.info = StreamInfo(max_block, bits, packed & ((1 << 36) - 1), bytes(buf[body + 18 : body + 34]))
+            min_frame = int.from_bytes(buf[body + 4 : body + 7], "big")
+            out.info = StreamInfo(max_block, bits, packed & ((1 << 36) - 1), bytes(buf[body + 18 : body + 34]), min_frame)
         pos += 4 + length
         if head & 0x80:
             break
@@ -116,6 +118,63 @@ def tail_finding(buf, start: int, info: StreamInfo) -> Finding | None:
     if first + blocksize == total and crc16(bytes(buf[hi : end - 2])) != struct.unpack_from(">H", buf, end - 2)[0]:
         return bad(R.TRUNCATED, f"the last frame (offset {hi}, samples {first}..{total}) fails its CRC-16: the file ends inside it")
     return None
+
+
+def sequence_finding(buf, start: int, info: StreamInfo) -> Finding | None:
+    """Frame order, the promise a FLAC stream's frame (or sample) numbers make: each frame starts at
+    the sample the one before it ended, from 0 to STREAMINFO's total. libFLAC decodes frames in any
+    order and every frame's CRC passes, so a whole frame lost, doubled or moved decodes "cleanly".
+
+    Frames are found by their sync codes at C speed. A sync code inside a frame's data whose header
+    happens to pass its CRC-8 is skipped, since only the frame the sequence expects next is taken;
+    the stream is damaged only if the sequence cannot be completed from the frames present."""
+    end, total = len(buf), info.total
+    if not total or start is None or start + 2 > end or buf[start] != 0xFF:
+        return None  # no promised length to follow, or no frame where the audio starts (the decode said why)
+    sync = bytes(buf[start : start + 2])
+    expected, last, doubled = _follow(buf, sync, start, total, info)
+    if doubled is not None:
+        return bad(R.CORRUPT, f"FLAC frame sequence: the frame at byte {doubled} is a copy of the one before it "
+                              f"(byte {last}): a frame is doubled")
+    if expected >= total:
+        return None
+    nxt = _find_frame(buf, sync, last + 1, end, info, lambda first, _size: first != expected)
+    where = f"after the frame at byte {last}, which ends at sample {expected},"
+    if nxt is None:
+        return bad(R.CORRUPT, f"FLAC frame sequence: {where} no frame holds sample {expected}, "
+                              f"STREAMINFO promises {total}")
+    at, first, _size = nxt
+    what = "doubled or out of order" if first < expected else "lost or out of order"
+    return bad(R.CORRUPT, f"FLAC frame sequence: {where} the next frame (byte {at}) starts at sample {first}, "
+                          f"not {expected}: frames {what}")
+
+
+def _follow(buf, sync: bytes, pos: int, total: int, info: StreamInfo) -> tuple[int, int, int | None]:
+    """Take frames in sequence from ``pos``: (the sample the sequence reached, where its last frame
+    starts, where a byte-for-byte copy of that frame follows it, if one does).
+
+    Frames of one stream are of similar size, so after taking a frame the search jumps most of the
+    last frame's length ahead (never less than STREAMINFO's smallest frame) and looks at no sync code
+    in between. A jump too far shows as finding a later frame (or none): the search then goes back
+    to just after the last frame taken and walks byte by byte, so the jump saves time, never a frame."""
+    end, expected, first, last, length, jumped = len(buf), 0, -1, pos, 0, False
+    while expected < total:
+        pos = buf.find(sync, pos, end)
+        frame = frame_header(buf, pos, end, info.max_block) if pos >= 0 else None
+        if frame is not None and frame[0] == expected and frame[1] > 0:
+            if expected:
+                length = pos - last
+            first, expected, last, jumped = expected, expected + frame[1], pos, True
+            pos += max(1, info.min_frame, length - length // 8)
+        elif frame is not None and frame[0] == first and buf[pos : 2 * pos - last] == buf[last:pos]:
+            return expected, last, pos  # the frame just taken, again, right after itself
+        elif jumped and (pos < 0 or frame is not None and frame[0] > expected):
+            pos, jumped = last + 1, False  # jumped past the frame: walk from the last one taken
+        elif pos < 0:
+            break
+        else:
+            pos += 1
+    return expected, last, None
 
 
 def damaged_frame(buf, start: int, info: StreamInfo, sample: int, look_ahead: int = 16) -> Finding:

@@ -1,8 +1,9 @@
 """Ogg structure: the page walk (RFC 3533).
 
 Every page: the capture pattern, the structure version, its bytes present, its CRC-32,
-per-stream sequence numbers without gaps; every stream ends with an end-of-stream page.
-libvorbis notices neither lost pages nor a missing end.
+per-stream sequence numbers without gaps, granule positions that never go back (a page on
+which no packet ends carries -1 and is skipped); every stream ends with an end-of-stream page.
+libvorbis notices neither lost pages, nor pages in the wrong order, nor a missing end.
 """
 from __future__ import annotations
 
@@ -31,12 +32,13 @@ def walk(buf) -> list[Finding]:
     out: list[Finding] = []
     next_seq: dict[int, int] = {}
     ended: dict[int, bool] = {}
+    granules: dict[int, int] = {}
     while pos < size:
         if size - pos < 27:
             return out + [bad(R.TRUNCATED, f"file ends inside the header of Ogg page {page} (offset {pos})")]
         if buf[pos : pos + 4] != b"OggS":
             return out + [bad(R.CORRUPT, f"no Ogg capture pattern at offset {pos} (page {page}): broken page structure")]
-        version, htype, _granule, serial, seq, crc, nseg = struct.unpack_from("<BBqIIIB", buf, pos + 4)
+        version, htype, granule, serial, seq, crc, nseg = struct.unpack_from("<BBqIIIB", buf, pos + 4)
         if pos + 27 + nseg > size:
             return out + [bad(R.TRUNCATED, f"file ends inside the segment table of Ogg page {page} (offset {pos})")]
         end = pos + 27 + nseg + sum(buf[pos + 27 : pos + 27 + nseg])
@@ -46,6 +48,11 @@ def walk(buf) -> list[Finding]:
             out.append(bad(R.CORRUPT, f"Ogg page {page} (offset {pos}) has stream structure version {version}"))
         if serial in next_seq and seq != next_seq[serial]:
             out.append(bad(R.CORRUPT, f"Ogg stream {serial:08x}: page sequence jumps from {next_seq[serial] - 1} to {seq} at offset {pos} (pages lost)"))
+        if granule != -1:
+            if granule < granules.get(serial, -1):
+                out.append(bad(R.CORRUPT, f"Ogg stream {serial:08x}: granule position goes back from {granules[serial]} "
+                                          f"to {granule} at page {page} (offset {pos}): pages out of order"))
+            granules[serial] = granule
         data = bytes(buf[pos:end])
         if ogg_crc(data[:22] + b"\0\0\0\0" + data[26:]) != crc:
             out.append(bad(R.CORRUPT, f"Ogg page {page} (offset {pos}) fails its CRC-32"))

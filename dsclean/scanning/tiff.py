@@ -3,7 +3,9 @@
 Writers often put a directory after the pixel data it describes, so a cut file can
 lose whole pages, or keep a directory whose strips lie past the end. The walk visits
 every directory of the chain (every page) and checks that each strip or tile
-(offset + byte count) lies inside the file, and that the chain does not loop.
+(offset + byte count) lies inside the file, and that the chain does not loop. Where pages
+carry a PageNumber tag (297: page number, total pages or 0 if unknown), no number is below
+the total's range or given to two pages (a doubled directory).
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ _DATA_TAGS = {"strip": (273, 279), "tile": (324, 325)}
 _INT_TYPES = {3: "H", 4: "I", 16: "Q", 13: "I"}  # SHORT, LONG, LONG8, IFD
 _TYPE_SIZES = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 1, 7: 1, 8: 2, 9: 4, 10: 8, 11: 4, 12: 8, 13: 4, 16: 8, 17: 8, 18: 8}
 MAX_PAGES = 100_000  # a longer chain is not walked further (no real file has one)
+PAGE_NUMBER = 297
 
 
 @dataclass
@@ -45,6 +48,7 @@ def walk(data) -> Walk:
         (ifd,) = struct.unpack_from(e + "I", data, 4)
     fmt = _Format(e, big)
     seen: set[int] = set()
+    numbered: dict[int, int] = {}  # PageNumber -> the chain's page that carries it
     while ifd and out.pages < MAX_PAGES:
         page = out.pages
         if ifd in seen:
@@ -57,7 +61,7 @@ def walk(data) -> Walk:
             out.findings.append(bad(R.TRUNCATED, f"TIFF {where} at byte {ifd} lies past the end of the file ({n} bytes)"))
             return out
         out.pages += 1
-        finding = _check_data(data, fmt, entries, page)
+        finding = _check_data(data, fmt, entries, page) or _page_number(data, fmt, entries, page, numbered)
         if finding is not None:
             out.findings.append(finding)
             return out
@@ -103,6 +107,24 @@ class _Format:
         if at + size > len(data):
             return None
         return struct.unpack_from(f"{self.e}{count}{code}", data, at)
+
+
+def _page_number(data, fmt: _Format, entries, page: int, numbered: dict[int, int]) -> Finding | None:
+    """The page's PageNumber, if it has one: inside 0..total-1 when the total is known, and its own."""
+    entry = next(((typ, count, at) for tag, typ, count, at in entries if tag == PAGE_NUMBER), None)
+    if entry is None or entry[1] != 2:
+        return None
+    values = fmt.values(data, *entry)
+    if values is None:
+        return None  # not integers or outside the file: readers ignore the tag, and so do we
+    number, total = values
+    if total and number >= total:
+        return bad(R.CORRUPT, f"TIFF page {page}: PageNumber says page {number} of {total} (pages are numbered from 0)")
+    if number in numbered:
+        return bad(R.CORRUPT, f"TIFF pages {numbered[number]} and {page} both say they are page {number} "
+                              "(PageNumber): a directory is doubled")
+    numbered[number] = page
+    return None
 
 
 def _check_data(data, fmt: _Format, entries, page: int) -> Finding | None:

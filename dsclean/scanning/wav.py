@@ -1,4 +1,4 @@
-"""WAV / RF64 structure: the RIFF chunk walk.
+"""WAV / RF64 / RIFX structure: the RIFF chunk walk (RIFX: the same chunks, big-endian).
 
 Every chunk's declared size against the bytes present, the ``data`` chunk holding
 whole sample frames, a codec libsndfile decodes, and chunks after the audio (LIST,
@@ -24,29 +24,29 @@ class Walk:
     data_start: int | None = None  # offset of the first byte of audio (the data chunk's body)
 
 
-def _u16(buf, pos: int) -> int:
-    return struct.unpack_from("<H", buf, pos)[0]
+def _u16(buf, pos: int, e: str = "<") -> int:
+    return struct.unpack_from(e + "H", buf, pos)[0]
 
 
-def _u32(buf, pos: int) -> int:
-    return struct.unpack_from("<I", buf, pos)[0]
+def _u32(buf, pos: int, e: str = "<") -> int:
+    return struct.unpack_from(e + "I", buf, pos)[0]
 
 
 def walk(buf) -> Walk:
     """Walk RIFF/RF64 chunks; compare every declared size with the bytes present."""
     out = Walk()
-    size, rf64 = len(buf), buf[:4] == b"RF64"
-    total: int | None = None if rf64 else _u32(buf, 4)  # RIFF size; RF64 keeps it in ds64
+    size, rf64, e = len(buf), buf[:4] == b"RF64", ">" if buf[:4] == b"RIFX" else "<"
+    total: int | None = None if rf64 else _u32(buf, 4, e)  # RIFF size; RF64 keeps it in ds64
     block_align: int | None = None
     ds64_data = None
     pos = 12
     while pos + 8 <= size:
-        cid, csize, body = bytes(buf[pos : pos + 4]), _u32(buf, pos + 4), pos + 8
+        cid, csize, body = bytes(buf[pos : pos + 4]), _u32(buf, pos + 4, e), pos + 8
         if cid == b"ds64" and csize >= 16 and body + 16 <= size:
             total, ds64_data = struct.unpack_from("<QQ", buf, body)
         elif cid == b"fmt " and csize >= 14 and body + 14 <= size:
-            block_align = _u16(buf, body + 12)
-            tag = _u16(buf, body)
+            block_align = _u16(buf, body + 12, e)
+            tag = _u16(buf, body, e)
             if tag not in CODECS:
                 out.findings.append(bad(R.UNSUPPORTED, f"WAV codec 0x{tag:04x} (format tag) is not one libsndfile decodes"))
                 return out
@@ -55,7 +55,7 @@ def walk(buf) -> Walk:
             declared = ds64_data if rf64 and csize == 0xFFFFFFFF else csize
             found = _data_findings(declared, size - body, block_align)
             if not found and declared is not None and declared not in (0, 0xFFFFFFFF):
-                found = _trailing_findings(buf, body + declared + (declared & 1), total)
+                found = _trailing_findings(buf, body + declared + (declared & 1), total, e)
             out.findings += found
             return out
         if not _is_chunk_id(cid):
@@ -70,11 +70,11 @@ def walk(buf) -> Walk:
     return out
 
 
-def _trailing_findings(buf, pos: int, total: int | None) -> list[Finding]:
+def _trailing_findings(buf, pos: int, total: int | None, e: str = "<") -> list[Finding]:
     """Chunks after ``data`` (LIST, id3, ...): one cut short means the file was cut, though the audio is whole."""
     size = len(buf)
     while pos + 8 <= size:
-        cid, csize = bytes(buf[pos : pos + 4]), _u32(buf, pos + 4)
+        cid, csize = bytes(buf[pos : pos + 4]), _u32(buf, pos + 4, e)
         if not _is_chunk_id(cid):
             return []  # padding or junk after the last chunk: libsndfile ignores it, and so do we
         if pos + 8 + csize > size:
