@@ -221,3 +221,26 @@ def test_the_site_in_chromium_has_no_broken_links_no_console_errors_and_searches
         page.fill(".md-search__input", "quarantine")
         page.wait_for_selector(".md-search-result__item", timeout=30_000)
         assert page.locator(".md-search-result__item").count() > 0
+
+
+def test_a_new_guide_bench_or_reliability_page_joins_the_nav_without_a_nav_edit(tmp_path):
+    """A branch adds docs/guides/<topic>.md (or docs/bench/, docs/reliability/): the strict build lists it."""
+    exe = _mkdocs()
+    if exe is None:
+        pytest.skip("mkdocs, mkdocs-material or mkdocstrings-python is not installed (pip install -e '.[docs]')")
+    shutil.copytree(DOCS, tmp_path / "docs")
+    shutil.copy(os.path.join(ROOT, "mkdocs.yml"), tmp_path / "mkdocs.yml")
+    os.symlink(os.path.join(ROOT, "dsclean"), tmp_path / "dsclean")
+    for folder, title in (("guides", "Frobnicating shards"), ("bench", "Frobnication speed"),
+                          ("reliability", "Frobnication under kill -9")):
+        (tmp_path / "docs" / folder).mkdir(exist_ok=True)
+        (tmp_path / "docs" / folder / "frob.md").write_text(f"# {title}\n\nSee [the scan](../how-to/scan.md).\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]),
+           "NO_MKDOCS_2_WARNING": "1"}
+    run = subprocess.run([exe, "build", "--strict", "--site-dir", str(tmp_path / "site")], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    home = (tmp_path / "site" / "index.html").read_text()
+    for folder, title in (("guides", "Frobnicating shards"), ("bench", "Frobnication speed"),
+                          ("reliability", "Frobnication under kill -9")):
+        assert f'href="{folder}/frob/"' in home and title in home, folder
