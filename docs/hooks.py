@@ -74,7 +74,7 @@ def command_page(name: str, parser: argparse.ArgumentParser) -> str:
                     names += f" `{metavar}`"
             else:
                 names = f"`{a.metavar or a.dest}`"
-            extra = f" (one of: {', '.join(f'`{c}`' for c in a.choices)})" if a.choices and a.option_strings else ""
+            extra = f" (one of: {', '.join(f'`{c}`' for c in a.choices)})" if a.choices and a.option_strings and a.metavar else ""
             lines.append(f"- {names}: {_esc(option_help(parser, a))}{extra}")
         lines.append("")
     lines += ["Exit codes: see [Exit codes](../exit-codes.md).", ""]
