@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DSCLEAN := $(VENV)/bin/dsclean
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test lint docs bench clean
 
 setup: $(VENV)/.installed
 
@@ -13,7 +13,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[test,plot,dask,heif,jxl]'
+	$(PY) -m pip install --quiet -e '.[test,plot,dask,heif,jxl,docs,lint]'
 	touch $@
 
 # The demo works on a copy: the repo's own sample_data is never moved, and dsclean's own
@@ -36,9 +36,18 @@ demo: setup
 test: setup
 	$(VENV)/bin/pytest -q
 
+# ruff and mypy as configured in pyproject.toml (rules deferred there are listed with their counts)
+lint: setup
+	$(VENV)/bin/ruff check dsclean tests scripts
+	$(VENV)/bin/mypy dsclean
+
+# the docs site into site/ (gitignored); --strict turns every warning (a broken link, a missing page) into an error
+docs: setup
+	$(VENV)/bin/mkdocs build --strict --site-dir site
+
 bench: setup
 	$(PY) scripts/bench_scan.py
 	$(PY) scripts/bench_report.py
 
 clean:
-	rm -rf demo $(VENV)
+	rm -rf demo site $(VENV)

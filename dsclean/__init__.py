@@ -9,6 +9,7 @@ torch is loaded only by code that touches the Dataset.
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
@@ -69,7 +70,38 @@ _EXPORTS = {
     "ReportSummary": "report.build",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(_EXPORTS)  # noqa: PLE0605 (a list at run time)
+
+if TYPE_CHECKING:  # what IDEs and type checkers see; at run time the names load lazily (__getattr__)
+    from .data.collate import collate_skip_none
+    from .data.dataset import IndexedDataset
+    from .diagnose.doctor import DoctorReport, run_doctor
+    from .diagnose.explain import explain_error
+    from .diagnose.loader_kwargs import Recommendation, recommended_loader_kwargs
+    from .diagnose.probe import check_all, probe_dataset, probe_index
+    from .diagnose.sysinfo import SysPaths
+    from .dups.finder import DupsOptions, DupsResult, find_duplicates, write_groups
+    from .dups.moves import quarantine_duplicates
+    from .errors import UserError
+    from .index.build import build_index
+    from .index.store import index_info
+    from .locations import find_results
+    from .pack.packer import PackOptions, PackSummary, finish_pack, pack_shards
+    from .pack.verify import verify_shards
+    from .quality.audio import AudioStats
+    from .quality.facts import Facts
+    from .quality.files import facts_from_path
+    from .quality.flags import FLAGS, FlagOptions
+    from .quality.image import image_facts
+    from .reasons import REASONS
+    from .report.build import ReportOptions, ReportSummary, write_report
+    from .scanning.check import CheckOptions, check_bytes, check_file
+    from .scanning.discover import DiscoverStats, iter_media
+    from .scanning.quarantine import recover
+    from .scanning.records import quarantine_state, restore, status
+    from .scanning.results import iter_verdicts, read_problems, read_results
+    from .scanning.scanner import ScanOptions, ScanSummary, scan
+    from .scanning.verdict import Verdict
 
 
 def __getattr__(name: str):

@@ -2,7 +2,7 @@
 
 Every verdict dsclean writes has a ``status`` (``ok`` / ``warn`` / ``bad``) and,
 unless it is ``ok``, a ``reason`` taken from :data:`REASONS`. Reports, the CLI
-summary and the README table are all generated from this module.
+summary and docs/reference/reasons.md are all generated from this module.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ NOT_REGULAR = "not_regular"
 DUPLICATE = "duplicate"
 FLAGGED = "flagged"
 
-#: reason code -> what it means (shown by ``dsclean reasons`` and in the README)
+#: reason code -> what it means (shown by ``dsclean reasons`` and in docs/reference/reasons.md)
 REASONS: dict[str, str] = {
     TRUNCATED: "the file ends early: missing end marker, fewer bytes or frames than its header promises",
     CORRUPT: "the data is damaged: decoder error or warning, bad chunk CRC, broken container structure",

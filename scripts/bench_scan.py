@@ -117,7 +117,7 @@ def main() -> None:
     ap.add_argument("--only-main", action="store_true",
                     help="run only the main-process cost per file of --pipeline (with --tiny, --before, --rounds)")
     ap.add_argument("--pipeline", action="store_true",
-                    help="run only the scan-pipeline benchmarks (BENCHMARKS.md section 10): whole processes against "
+                    help="run only the scan-pipeline benchmarks (docs/benchmarks-history.md, The scan pipeline): whole processes against "
                          "jpeginfo, main-process cost per file, worker system calls per file")
     ap.add_argument("--before", metavar="SRC",
                     help="with --pipeline, --only-main or --only-rescan: a source tree of an earlier dsclean, measured side by side (PYTHONPATH)")

@@ -1,6 +1,6 @@
 """Timeline of one whole `dsclean scan`: when each of its processes starts, imports, forks, checks and ends.
 
-Answers "where does the serial or idle wall time of a scan go" (BENCHMARKS.md section 10) with
+Answers "where does the serial or idle wall time of a scan go" (docs/benchmarks-history.md "The scan pipeline") with
 timestamps instead of a wall-time ratio taken at load. Every Python process of the scan (main,
 forkserver, resource tracker, workers) loads a ``sitecustomize`` from a temporary folder put
 first on PYTHONPATH; it installs an audit hook (``sys.addaudithook``, nothing in dsclean changes)

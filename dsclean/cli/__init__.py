@@ -3,7 +3,7 @@
 One module per command group (:mod:`.scan`, :mod:`.index`, :mod:`.diagnose`, :mod:`.pack`):
 each parses, calls the API, prints.
 
-Exit codes (:mod:`.exit_codes`, the README's table): 0 done; 1 findings (``--check``
+Exit codes (:mod:`.exit_codes`, docs/reference/exit-codes.md): 0 done; 1 findings (``--check``
 found bad files, a restore refused entries, ``verify`` found problems, ...); 2 usage error or bad input, before
 anything changed (message, no traceback); 3 incomplete: some moves or writes failed,
 state consistent, every failure listed; 130/143 interrupted by SIGINT/SIGTERM after
@@ -42,7 +42,7 @@ def one_blas_thread() -> None:
 
     dsclean's numpy work is small arrays (thumbnails, a 32x32 DCT), and a scan runs one worker
     process per core. OpenBLAS's default starts a thread per core when numpy is imported, and
-    those threads busy-wait ~0.1 CPU-s each (BENCHMARKS.md section 10): in this process, the
+    those threads busy-wait ~0.1 CPU-s each (docs/benchmarks-history.md "The scan pipeline"): in this process, the
     workers' forkserver and every worker, all inheriting this environment. Must run before numpy
     is imported.
     """
@@ -113,7 +113,7 @@ def exit_now(code: int) -> None:
     """End this process with ``code`` without tearing the interpreter down, when that is safe.
 
     A normal exit frees every object of every module (pyarrow, numpy, ...) one by one: 0.05-0.12 s
-    of CPU and wall time at the end of each command (BENCHMARKS.md section 10) that changes nothing
+    of CPU and wall time at the end of each command (docs/benchmarks-history.md "The scan pipeline") that changes nothing
     on disk. So: flush stdout and stderr, run the atexit handlers (they stop the workers, remove
     temporary files, flush logs), then ``os._exit``. When a non-daemon thread is still running, or an
     atexit handler leaves one, the normal exit runs instead (it waits for those threads).

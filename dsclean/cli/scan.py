@@ -220,7 +220,7 @@ def parse_early(argv: list[str]) -> argparse.Namespace | None:
 
     What :func:`dsclean.cli.main` does first for a scan: the forkserver's imports then run beside this
     process's (importing the scan), on two cores at once instead of one after the other, and the other
-    commands' parsers are never built (BENCHMARKS.md section 10). The options are the real ``scan``
+    commands' parsers are never built (docs/benchmarks-history.md "The scan pipeline"). The options are the real ``scan``
     parser's; help or a usage error returns None and starts nothing (the full parser then prints it).
     """
     parser = _QuietParser(prog="dsclean scan")
@@ -239,7 +239,7 @@ def _start_workers_early(args: argparse.Namespace) -> None:
 
     The forkserver imports the decoders (numpy, Pillow, simplejpeg, ...) while this process
     imports its own (pyarrow, the results, the cache): on two cores the two start-ups overlap
-    instead of following each other (BENCHMARKS.md section 10). Only for a first scan or
+    instead of following each other (docs/benchmarks-history.md "The scan pipeline"). Only for a first scan or
     ``--rescan``: a re-scan of a tree with earlier results may check nothing, and then starts
     no process at all (the scan starts the workers itself when a file needs checking).
     """

@@ -7,5 +7,5 @@ results, else computed in :mod:`.worker` processes run by :mod:`.pool`);
 :mod:`.finder` is the API; :mod:`.moves` quarantines extra copies.
 """
 
-#: default ``--near``: Hamming distance on the 64-bit hash (README "Why K = 8": recall and search cost measured)
+#: default ``--near``: Hamming distance on the 64-bit hash (docs/how-to/dups.md "Why K = 8": recall and search cost measured)
 DEFAULT_NEAR = 8

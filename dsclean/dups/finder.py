@@ -2,7 +2,7 @@
 
 :func:`find_duplicates` gathers facts (:mod:`.collect`), groups (:mod:`.grouping`),
 and returns a :class:`DupsResult`; :func:`write_groups` writes the JSONL described
-in FACTS.md; :func:`quarantine_duplicates` moves the extras (:mod:`.moves`).
+in docs/reference/facts.md; :func:`quarantine_duplicates` moves the extras (:mod:`.moves`).
 """
 from __future__ import annotations
 
@@ -187,7 +187,7 @@ def check_groups_output(output: str, roots: list[str]) -> None:
 
 
 def write_groups(result: DupsResult, output: str) -> None:
-    """One JSON object per group (FACTS.md), written to a temp file and renamed."""
+    """One JSON object per group (docs/reference/facts.md), written to a temp file and renamed."""
     check_groups_output(output, result.inventory.roots)
     with atomic_output(output) as tmp, open(tmp, "w", encoding="utf-8") as f:
         for record in result.records():

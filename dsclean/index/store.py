@@ -5,7 +5,7 @@ One row per file: ``path`` (exact file-name bytes relative to the root),
 ``kind`` (int8), ``size`` (uint32 when every file is below 4 GiB, else int64) and
 ``mtime_ns`` (int64; size and mtime detect stale entries). With ``--facts`` the
 scan's facts follow (``FACTS``: media facts, ``content_hash`` and the quality facts
-of FACTS.md); without it there are none, so a row costs ~22 bytes beside its path.
+of docs/reference/facts.md); without it there are none, so a row costs ~22 bytes beside its path.
 Two on-disk formats, both mappable with zero copies so every DataLoader worker
 shares the same page-cache pages:
 
@@ -57,7 +57,7 @@ MEDIA_FACTS: dict[str, pa.DataType] = {
     "frames": pa.int64(),
     "channels": pa.int32(),
 }
-#: the quality facts and the content hash of FACTS.md (scan results columns; absent in older results)
+#: the quality facts and the content hash of the facts schema (docs/reference/facts.md) (scan results columns; absent in older results)
 SCAN_FACTS: dict[str, pa.DataType] = {
     "content_hash": pa.binary(16),
     "phash": pa.uint64(),

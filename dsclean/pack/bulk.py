@@ -3,7 +3,7 @@
 Why: packing is a copy (read each file, write it into the shard), and for the small
 files datasets are made of, the Python around each copy cost more than the copy:
 three 512-byte headers, a JSON record, padding and offsets per sample, ~40 us, where
-``tar -cf`` copies a whole file in ~20 us (BENCHMARKS.md section 7). Here they are
+``tar -cf`` copies a whole file in ~20 us (BENCHMARKS.md "Pack"). Here they are
 computed for a whole batch of samples from column arrays, with no Python per member:
 
 - :func:`layout`: where each member's header and data go in the batch's bytes

@@ -773,7 +773,7 @@ def read_back(job: ShardJob) -> ShardResult:
     out (an earlier run with ``--skip-changed``); anything else is a foreign shard. Hashing
     the media is what finds a shard named as finished whose data a crash after ``--no-fsync``
     lost (zeros where a page was): the cost is one read and hash of the finished shards
-    (measured in README, pack "Reliability": about half the time writing them took).
+    (measured in docs/how-to/shards.md, "Reliability": about half the time writing them took).
     """
     result = ShardResult(job.number, job.name, written=False)
     table = read_table(job.index, job.rows)

@@ -23,7 +23,7 @@ _SUBTYPE_BITS = {"PCM_S8": 8, "PCM_U8": 8, "PCM_16": 16, "PCM_24": 24, "PCM_32":
 
 @dataclass
 class AudioFacts:
-    """Level facts of a sound; None when not computed (see FACTS.md)."""
+    """Level facts of a sound; None when not computed (see the facts schema, docs/reference/facts.md)."""
 
     duration: float | None = None  # seconds
     peak: float | None = None  # max abs sample, 0..1

@@ -1,4 +1,4 @@
-"""The Arrow types of the fact columns, defined once (FACTS.md is the contract).
+"""The Arrow types of the fact columns, defined once (the facts schema, docs/reference/facts.md, is the contract).
 
 The scan's results table and ``index --facts`` append these columns; readers
 (``dsclean dups``, reports) must accept any subset of them, including none.

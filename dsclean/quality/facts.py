@@ -56,7 +56,7 @@ class Facts:
         return out
 
     def row(self) -> dict:
-        """Column name -> value, every fact column present (FACTS.md)."""
+        """Column name -> value, every fact column present (docs/reference/facts.md)."""
         return dataclasses.asdict(self)
 
 

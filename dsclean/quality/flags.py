@@ -2,7 +2,7 @@
 
 Flags are not verdicts: a flagged file is whole and decodable, and ``status`` /
 ``reason`` stay the integrity verdict. Every threshold is a field of
-:class:`FlagOptions`, with the default documented there and in the README.
+:class:`FlagOptions`, with the default documented there and in docs/reference/reasons.md.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ CLIPPED = "clipped"
 DC_OFFSET = "dc_offset"
 TOO_SHORT = "too_short"
 
-#: flag code -> what it means (the README table is tested against this)
+#: flag code -> what it means (docs/reference/reasons.md is generated from this)
 FLAGS: dict[str, str] = {
     DARK: "image: mean luma below dark (default 0.10 of full scale)",
     BRIGHT: "image: mean luma above bright (default 0.92 of full scale)",

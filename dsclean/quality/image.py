@@ -26,7 +26,7 @@ GRAY_SPREAD = 4
 
 @dataclass
 class ImageFacts:
-    """What an image is like; every field None when it could not be computed (see FACTS.md)."""
+    """What an image is like; every field None when it could not be computed (see the facts schema, docs/reference/facts.md)."""
 
     phash: int | None = None  # 64-bit perceptual hash (dsclean.quality.phash)
     brightness: float | None = None  # mean luma, 0..1
@@ -109,7 +109,7 @@ def grey_facts_batch(greys: list[np.ndarray]) -> list[ImageFacts]:
     What the scan runs on a worker's queue of JPEG decodes (:func:`dsclean.scanning.facts.batched`). Each numpy
     call costs about the same for one picture or thirty, and in the scan, where a decoder runs between two
     pictures and leaves the CPU caches full of its own data, one picture's fifteen calls cost two to three
-    times what they cost in a tight loop (BENCHMARKS.md section 12): so the decodes are queued and their facts
+    times what they cost in a tight loop (BENCHMARKS.md "What the quality facts cost the scan"): so the decodes are queued and their facts
     computed in one go, a handful of calls for the lot (one Pillow resize per size, one histogram).
     """
     n = len(greys)

@@ -3,7 +3,7 @@
 Memory is bounded whatever the number of files: counts and histograms are
 fixed-size, galleries keep at most a cap of items, the problems table at most
 ``table_cap`` rows, the outlier galleries a running top-k. Facts columns
-(``brightness``, ``flags``, ... see FACTS.md) are optional: a section exists
+(``brightness``, ``flags``, ... see docs/reference/facts.md) are optional: a section exists
 only when its columns are in the results.
 """
 from __future__ import annotations

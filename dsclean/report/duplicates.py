@@ -3,7 +3,7 @@
 Exact duplicates are found in two streaming passes over the ``content_hash``
 column (counts per hash, then the members of the groups shown), partitioned
 by the hash's first byte so memory stays bounded for tens of millions of rows.
-A groups file (``dsclean dups -o groups.jsonl``, format in FACTS.md) is read
+A groups file (``dsclean dups -o groups.jsonl``, format in docs/reference/facts.md) is read
 line by line; only the groups shown are kept.
 """
 from __future__ import annotations

@@ -299,7 +299,7 @@ def _last_split(chunks: Iterator[list], pieces: int) -> Iterator[list]:
     Workers take tasks in order as they free up, so the scan ends when the last task does:
     with the last chunks whole, one worker can sit idle for most of a chunk's time while
     another finishes one (up to ~0.2 s of a 2-worker scan of 3,000 JPEGs; 0.18-0.8 s with tasks
-    of 4,096 tiny files, BENCHMARKS.md 10). Their files go out in pieces of the files left
+    of 4,096 tiny files, docs/benchmarks-history.md "The scan pipeline"). Their files go out in pieces of the files left
     divided by ``pieces`` (guided self-scheduling: large first, down to one file), so the last
     files go to whichever worker is free and the workers finish within a small piece of each other.
     Holds those chunks back to know which are last.
@@ -329,7 +329,7 @@ _SERVER_ENV = "DSCLEAN_FORKSERVER"
 if os.environ.pop(_SERVER_ENV, None) == "1":
     # This process is the forkserver. Its workers end with os._exit; it ends when the scan's process
     # stops it (stop_local_workers waits for that). Skip the interpreter's teardown at that exit
-    # (freeing numpy's, Pillow's, ... objects: ~0.04 s the scan's process waits for, BENCHMARKS.md 10).
+    # (freeing numpy's, Pillow's, ... objects: ~0.04 s the scan's process waits for, docs/benchmarks-history.md "The scan pipeline").
     atexit.register(os._exit, 0)
 _DAEMONIC = (
     "this process is daemonic and cannot start the processes dsclean checks files in (Dask workers are, "
@@ -419,7 +419,7 @@ def _fork_helpers(preload: list[str]) -> None:
     What ``forkserver.ensure_running`` does (and ``resource_tracker.ensure_running`` before it), with
     ``os.fork`` where multiprocessing starts a fresh interpreter: each fresh one costs a Python
     start-up and its imports again (~0.1 CPU-s each, on the same two cores as the scan's own start;
-    BENCHMARKS.md section 10), a fork ~2 ms, and the server inherits what this process has imported.
+    docs/benchmarks-history.md "The scan pipeline"), a fork ~2 ms, and the server inherits what this process has imported.
     Only for a small, single-threaded process (the ``dsclean`` command before it imports the scan):
     the server must be the clean single-threaded process each worker forks from. Both run
     multiprocessing's own ``main`` functions, then end with ``os._exit`` (no teardown, no atexit

@@ -85,7 +85,7 @@ def batched() -> Iterator[None]:
     """Within this block (a worker's chunk of checks), :func:`from_grey` queues each JPEG decode and computes
     the facts of :data:`BATCH` of them at a time (:func:`~dsclean.quality.image.grey_facts_batch`); the last
     ones when the block ends, so every verdict has its facts by then. The values are those of one picture
-    at a time, for less CPU in the scan (BENCHMARKS.md section 12). If the block raises, the queued
+    at a time, for less CPU in the scan (BENCHMARKS.md "What the quality facts cost the scan"). If the block raises, the queued
     verdicts keep null facts (the chunk is lost or re-checked anyway)."""
     queue: list = []
     outer = getattr(_batch, "queue", None)

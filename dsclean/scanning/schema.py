@@ -15,7 +15,7 @@ from typing import NamedTuple
 import pyarrow as pa
 
 try:  # compute kernels called by name: `import pyarrow.compute` costs ~75 ms of CPU (it wraps ~290 kernels
-    # in Python functions), on the critical path of every scan's start (BENCHMARKS.md 10, `--jobs 2` scaling)
+    # in Python functions), on the critical path of every scan's start (BENCHMARKS.md "Scan scaling")
     from pyarrow._compute import SetLookupOptions, call_function
 except ImportError:  # a pyarrow laid out otherwise: the public module has both
     from pyarrow.compute import SetLookupOptions, call_function
@@ -45,7 +45,7 @@ SCHEMA = pa.schema(
         pa.field("duration", pa.float64()),
         pa.field("subtype", pa.string()),
         pa.field("content_hash", pa.binary(16)),  # BLAKE2b-128 of the file's bytes; null if not read
-        # the quality facts and flags (FACTS.md): null when not computed (scan --facts none, or not decoded)
+        # the quality facts and flags (docs/reference/facts.md): null when not computed (scan --facts none, or not decoded)
         *[f for f in FACT_FIELDS if f.name != "content_hash"],
     ]
 )

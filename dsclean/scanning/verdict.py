@@ -45,7 +45,7 @@ class Verdict:
     subtype: str | None = None
     # BLAKE2b-128 of the bytes the check read (dsclean.hashing.content_hash); None if not read or facts off
     content_hash: bytes | None = None
-    # quality facts (FACTS.md, dsclean.quality), from the check's own decode; None = not computed
+    # quality facts (docs/reference/facts.md, dsclean.quality), from the check's own decode; None = not computed
     phash: int | None = None
     brightness: float | None = None
     contrast: float | None = None
