@@ -1,6 +1,6 @@
 """Fuzz the member walker: a valid shard with a random header field set to random bytes and the checksum
 fixed up; the walk must end (TarError or a normal end) within a bounded number of steps."""
-import random, sys, tarfile
+import random, sys
 from dsclean.pack.tarformat import TarError, iter_members, header, padding, end_of_archive
 random.seed(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
 def shard():
@@ -16,7 +16,8 @@ stats = {"ok": 0, "TarError": 0}
 for trial in range(5000):
     buf = bytearray(shard())
     at = random.choice([0, 512 * random.randint(0, 8)])
-    if at + 512 > len(buf): at = 0
+    if at + 512 > len(buf):
+        at = 0
     field = random.choice([(124, 136), (0, 100), (156, 157), (100, 124), (257, 265)])
     val = bytes(random.choice([0, 0x80, 0xff, 0x30, 0x37, 0x20]) if random.random() < .5 else random.randrange(256)
                 for _ in range(field[1] - field[0]))
@@ -27,7 +28,7 @@ for trial in range(5000):
         for m in iter_members(bytes(buf)):
             steps += 1
             assert steps < len(buf) // 512 + 2, "walk does not advance"
-            assert 0 <= m.offset and m.size >= 0 and m.offset + m.size <= len(buf)
+            assert m.offset >= 0 and m.size >= 0 and m.offset + m.size <= len(buf)
         stats["ok"] += 1
     except TarError:
         stats["TarError"] += 1
