@@ -228,7 +228,8 @@ def build_index(
         schema = index_schema(classes=len(classes), max_size=rows.max_size, large=summary.large_paths, facts=facts)
         meta = make_meta(root, classes, mode, rows.order.rows, summary.scan_results)
         meta.update(files=files, symlinks=links, extensions=list(_extensions(files)), checked=check,
-                    check_options=options_key(check_options), tree=fingerprint, include_warn=include_warn)
+                    check_options=options_key(check_options), tree=fingerprint, include_warn=include_warn,
+                    exif=getattr(check_options, "exif", "ignore"))  # scan --exif apply: IndexedDataset turns images
         if dedup:  # in memory (16 bytes of hash a row and the table): --dedup is not a default option
             table = _finalize(pa.concat_tables(rows.order.sorted()), schema)
             table = _drop_exact_duplicates(root, table, results_paths, summary)

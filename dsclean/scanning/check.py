@@ -68,6 +68,9 @@ class CheckOptions:
     # outside it are warned about, or bad with strict_expect (`--strict-expect`)
     expect: str = ""
     strict_expect: bool = False
+    # `scan --exif apply`: the index's default image loader applies the EXIF orientation (no verdict changes;
+    # recorded here so the results, and the index built from them, carry it)
+    exif: str = "ignore"
     # Enforced around the check by the worker process (dsclean.scanning.worker), not by check_file:
     timeout: float = DEFAULT_TIMEOUT  # seconds per file; 0 = none
     # bytes of address space a check may add; 0 = the default ceiling (a share of RAM per core, see
