@@ -158,3 +158,19 @@ def test_index_exclude_warn(tmp_path):
     assert main(["index", str(root), "-o", str(tmp_path / "rgb.arrow"), *state, "-q", "--exclude-warn", "cmyk"]) == 0
     assert len(IndexedDataset(str(tmp_path / "rgb.arrow"))) == 1
     assert main(["index", str(root), "-o", str(tmp_path / "x.arrow"), *state, "--exclude-warn", "nope"]) == 2
+
+
+def test_status_and_report_show_the_distributions(tmp_path, capsys):
+    root = tmp_path / "ds"
+    _images(root, "c", 150, 1, "L")
+    state = ["--state-dir", str(tmp_path / "state")]
+    assert main(["scan", str(root), *state, "-q"]) == 0
+    capsys.readouterr()
+    assert main(["status", str(root), *state]) == 0
+    out = capsys.readouterr().out
+    assert "warnings: grayscale 1" in out and "mode:" in out and "outside the set's norm (warn): grayscale 1" in out
+    html = str(tmp_path / "r.html")
+    assert main(["report", str(root), *state, "-o", html, "--no-thumbnails"]) == 0
+    page = open(html, encoding="utf-8").read()
+    assert 'id="consistency"' in page and "Image modes" in page and "grayscale 1" in page
+    assert page.count('<svg class="chart"') >= 3
