@@ -28,6 +28,21 @@ TOO_LARGE = "too_large"
 NONCONFORMING = "nonconforming"
 NOT_REGULAR = "not_regular"
 
+# what silently changes the data (issue 27): warnings, never moved (bad only under scan --strict-expect)
+HIGH_BIT_DEPTH = "high_bit_depth"
+CMYK = "cmyk"
+YCCK = "ycck"
+EXIF_ROTATED = "exif_rotated"
+PALETTE_TRANSPARENCY = "palette_transparency"
+ALPHA = "alpha"
+GRAYSCALE = "grayscale"
+MODE_MISMATCH = "mode_mismatch"
+TOO_SMALL = "too_small"
+ASPECT_RATIO = "aspect_ratio"
+SAMPLE_RATE_MISMATCH = "sample_rate_mismatch"
+CHANNEL_MISMATCH = "channel_mismatch"
+TOO_SHORT = "too_short"
+
 DUPLICATE = "duplicate"
 FLAGGED = "flagged"
 
@@ -51,6 +66,28 @@ REASONS: dict[str, str] = {
     NONCONFORMING: "breaks a rule of its format that common decoders tolerate (e.g. an ID3v2 tag before a FLAC stream, "
                    "junk after the last MP3 frame, data after a PNG's zlib stream); a warning",
     NOT_REGULAR: "a FIFO, socket or device named like media: never opened, never moved, not indexed; a warning",
+
+    HIGH_BIT_DEPTH: "a 16-bit or 32-bit image: an 8-bit RGB conversion saturates it (torchvision's convert(\"RGB\") "
+                    "turns a 16-bit grey PNG white) or truncates it; dsclean's default loader scales it; a warning",
+    CMYK: "a CMYK JPEG: its colours depend on the decoder and on the Adobe APP14 marker (inverted or not); "
+          "some decoders refuse it; a warning",
+    YCCK: "a YCCK JPEG (Adobe transform 2): the colour transform depends on the decoder; a warning",
+    EXIF_ROTATED: "EXIF orientation 2-8: loaders that apply it and loaders that do not disagree on the shape "
+                  "(boxes, masks); scan --exif apply makes the default loader apply it; a warning",
+    PALETTE_TRANSPARENCY: "a palette image with a transparent colour (PNG tRNS, GIF): convert(\"RGB\") drops "
+                          "the transparency; a warning",
+    ALPHA: "has an alpha channel in a set that is otherwise opaque (or scan --expect asks for a mode without one); "
+           "a warning",
+    GRAYSCALE: "a greyscale image in a colour set (or scan --expect mode=RGB); a warning",
+    MODE_MISMATCH: "an image mode that is not the set's (inferred norm or scan --expect mode=); a warning",
+    TOO_SMALL: "shorter side below scan --expect min-side; a warning",
+    ASPECT_RATIO: "longer side more than scan --expect max-aspect times the shorter; a warning",
+    SAMPLE_RATE_MISMATCH: "a sample rate that is not the set's (inferred norm or scan --expect sample-rate=): a "
+                          "model hears it pitch-shifted, batching fails; a warning",
+    CHANNEL_MISMATCH: "a channel count that is not the set's (inferred norm or scan --expect channels=): "
+                      "default_collate cannot stack it; a warning",
+    TOO_SHORT: "a clip far shorter than the set's (under a tenth of its median) or than scan --expect "
+               "min-duration; a warning",
 
     DUPLICATE: "an extra copy of a file kept elsewhere (exact or near duplicate); moved only by dsclean dups --quarantine",
     FLAGGED: "a whole file with a quality flag named in scan --quarantine-flags (the flag is in the detail); moved only when asked",
@@ -81,3 +118,8 @@ LEFT_OUT_WARNINGS: dict[str, str] = {
 #: reasons in :data:`LEFT_OUT_WARNINGS` that leave a file out only when its content's kind (image, audio) is not
 #: the one its extension names
 KIND_CHANGE_ONLY = frozenset({EXTENSION_MISMATCH})
+
+#: the warnings of issue 27: what silently changes the data a loader returns. Never moved (``bad`` only under
+#: ``scan --strict-expect``); ``dsclean index`` ships them unless ``--exclude-warn REASON`` leaves them out
+CONSISTENCY = frozenset({HIGH_BIT_DEPTH, CMYK, YCCK, EXIF_ROTATED, PALETTE_TRANSPARENCY, ALPHA, GRAYSCALE,
+                         MODE_MISMATCH, TOO_SMALL, ASPECT_RATIO, SAMPLE_RATE_MISMATCH, CHANNEL_MISMATCH, TOO_SHORT})

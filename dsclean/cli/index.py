@@ -60,6 +60,10 @@ def add_parsers(sub) -> None:
     p.add_argument("--include-warn", action="append", default=[], metavar="REASON[,REASON]",
                    help="also index files whose scan verdict is a warning of this reason, left out by default: "
                         "too_large, changed, ... (not judged) or truncated, corrupt (accepted by scan --lenient)")
+    p.add_argument("--exclude-warn", action="append", default=[], metavar="REASON[,REASON]",
+                   help="leave out files whose scan verdict is a warning of this reason, shipped by default: "
+                        "cmyk, high_bit_depth, exif_rotated, grayscale, sample_rate_mismatch, ... "
+                        "(docs/guides/consistency.md)")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     p.set_defaults(func=cmd_index)
 
@@ -121,6 +125,7 @@ def _build(args: argparse.Namespace):
         root_moved=args.root_moved,
         facts=args.facts,
         include_warn=args.include_warn,
+        exclude_warn=args.exclude_warn,
     )
 
 
@@ -158,6 +163,9 @@ def format_summary(s: IndexSummary) -> str:
         from ..reasons import LEFT_OUT_WARNINGS
 
         for reason, n in sorted(s.warned_reasons.items()):
+            if reason in s.exclude_warn:
+                lines.append(f"  left out, warn/{reason} {n}: --exclude-warn {reason}")
+                continue
             lines.append(f"  left out, warn/{reason} {n}: {LEFT_OUT_WARNINGS[reason]}; "
                          f"--include-warn {reason} indexes them anyway")
         lines += [f"    warn: {p}" for p in s.warned_paths[:20]]

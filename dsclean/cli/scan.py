@@ -13,6 +13,7 @@ import sys
 
 from .. import argtypes
 from .. import reasons as R
+from ..errors import UserError
 from .exit_codes import EXIT_FOUND_BAD, EXIT_INCOMPLETE, EXIT_OK
 
 
@@ -72,6 +73,18 @@ def add_scan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-memory", type=argtypes.memory_ceiling, default=0, metavar="SIZE",
                    help="memory a single check may use, e.g. 2G or 512M; past it the file is bad/too_large "
                         "(default: a share of RAM per core, past which the file is only warn/too_large; none = no ceiling)")
+    p.add_argument("--expect", metavar="KEY=VALUE,...", default="",
+                   help="what every file should be: mode=RGB,min-side=224,max-aspect=4,sample-rate=16000,channels=1,"
+                        "min-duration=1.0 (every key optional); files outside it are warn (mode_mismatch, too_small, "
+                        "...; docs/guides/consistency.md)")
+    p.add_argument("--strict-expect", action="store_true",
+                   help="files outside --expect are bad (quarantined like any bad file), not warn")
+    p.add_argument("--minority", type=_share, default=0.01, metavar="SHARE",
+                   help="without --expect: warn about files whose mode, sample rate or channel count is under this "
+                        "share of their class folder (default 0.01 = 1%%; 0 turns the inferred norm off)")
+    p.add_argument("--exif", choices=("ignore", "apply"), default="ignore",
+                   help="ignore (default, torchvision's loader): images load as stored; apply: the index's default "
+                        "loader turns each image as its EXIF orientation says (ImageOps.exif_transpose)")
     p.add_argument("--lenient", action="store_true", help="recoverable decoder warnings (e.g. 'Corrupt JPEG data') are warn, not bad")
     p.add_argument("--flac-md5", action="store_true",
                    help="also check each FLAC's STREAMINFO MD5 against its decoded samples: catches whole frames in the "
@@ -145,6 +158,26 @@ def flag_options(args: argparse.Namespace):
     return FlagOptions(**{field: getattr(args, f"flag_{field}") for field, _, _ in FLAG_OPTIONS.values()})
 
 
+def _share(text: str) -> float:
+    """A share between 0 and 1 (``--minority``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r} (e.g. 0.01 for 1%)") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: give a share from 0 (off) to below 1, e.g. 0.01 for 1%")
+    return value
+
+
+def _expect(args: argparse.Namespace) -> str:
+    """``--expect`` in its canonical spelling (a UserError for an unknown key or a bad value)."""
+    from ..scanning.traits import canonical_expect
+
+    if args.strict_expect and not args.expect:
+        raise UserError("--strict-expect needs --expect KEY=VALUE,... (what the files must be)")
+    return canonical_expect(args.expect)
+
+
 def cmd_scan(args: argparse.Namespace) -> int:
     # the workers' forkserver, when the scan needs one, was started by dsclean.cli.main (parse_early)
     from ..scanning.check import CheckOptions
@@ -158,7 +191,9 @@ def cmd_scan(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         check=CheckOptions(lenient=args.lenient, max_pixels=args.max_pixels, max_frames=max(1, args.max_frames),
                            timeout=args.timeout, max_memory=args.max_memory, facts=args.facts == "all",
-                           flac_md5=args.flac_md5),
+                           flac_md5=args.flac_md5, expect=_expect(args), strict_expect=args.strict_expect,
+                           exif=args.exif),
+        minority=args.minority,
         flags=flag_options(args),
         quarantine_flags=tuple(args.quarantine_flags),
         backend=args.backend,

@@ -30,9 +30,8 @@ from .. import formats
 from ..errors import UserError
 from ..index.store import KINDS, NPY_META, MappedIndex, open_index, read_meta
 from ..openfile import open_regular_file
-from ..reasons import LENIENT as _LENIENT
 from . import shards
-from .loaders import DEFAULT_LOADERS, LENIENT_LOADERS
+from .loaders import DEFAULT_LOADERS, default_loaders
 
 logger = logging.getLogger("dsclean")
 
@@ -292,8 +291,8 @@ class IndexedDataset(Dataset):
             if self._meta is None:
                 self._meta = idx.meta
             # an index that ships what scan --lenient accepted (--include-warn truncated) reads it as the scan did
-            lenient = set(self._meta.get("include_warn") or ()) & _LENIENT
-            self._loaders = LENIENT_LOADERS if lenient else DEFAULT_LOADERS
+            # and one built from a `scan --exif apply` turns images as their EXIF orientation says
+            self._loaders = default_loaders(self._meta)
         return self._idx
 
     @property

@@ -4,6 +4,7 @@ Each takes a path, or a binary file object (a packed set's samples are decoded f
 """
 from __future__ import annotations
 
+import io
 import os
 from typing import BinaryIO
 
@@ -11,15 +12,57 @@ import numpy as np
 import torch
 
 from ..openfile import open_regular_file
+from ..reasons import LENIENT
 
 
-def pil_loader(path: str | BinaryIO):
-    """torchvision's default: open with Pillow and convert to RGB (forces the decode here)."""
-    if not isinstance(path, (str, bytes, os.PathLike)):
-        return open_image(path).convert("RGB")
-    with open_regular_file(path) as f:  # a FIFO in the dataset is refused, never waited on
-        img = open_image(f)
+#: Pillow modes holding more than 8 bits per sample, which ``convert("RGB")`` clips (every value above 255 becomes
+#: white: a 16-bit greyscale PNG comes out ~99.6% white) instead of scaling
+HIGH_BIT_MODES = frozenset({"I;16", "I;16L", "I;16B", "I;16N", "I;16S", "I;16BS", "I;16LS", "I;32", "I;32B", "I",
+                            "F"})
+
+
+def to_rgb(img):
+    """``img.convert("RGB")``, except that an image of more than 8 bits per sample is *scaled* to 8 bits first.
+
+    The rule (docs/guides/consistency.md): 16-bit samples (``I;16*``) keep their high byte (``v >> 8``, i.e.
+    ``v / 257`` rounded down: 0 -> 0, 65535 -> 255); 32-bit integer samples (``I``, ``I;32*``) are the same
+    when they fit in 16 bits (a 16-bit PNG or TIFF Pillow widened to ``I``), else they keep their top 8 bits
+    (``v >> 24``, negatives clipped to 0); float samples (``F``) are taken as 0..1 when they all lie there,
+    else as 0..65535 (NaN -> 0). Pillow already reduces 16-bit RGB(A) PNGs to 8 bits by their high byte. An
+    8-bit image is exactly ``convert("RGB")``: the same bytes.
+    """
+    from PIL import Image
+
+    if img.mode not in HIGH_BIT_MODES:
         return img.convert("RGB")
+    a = np.asarray(img)
+    if a.dtype.kind == "f":
+        a = np.nan_to_num(a.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0)
+        top = 1.0 if a.size == 0 or (a.min() >= 0.0 and a.max() <= 1.0) else 65535.0
+        grey = np.clip(np.floor(a / top * 255.0 + 0.5), 0, 255).astype(np.uint8)
+    else:
+        a = np.clip(a.astype(np.int64), 0, 0xFFFFFFFF)  # negative samples (I;16S, I) clip to black
+        wide = not img.mode.startswith("I;16") and a.size and int(a.max()) > 0xFFFF
+        grey = (a >> (24 if wide else 8)).astype(np.uint8)
+    return Image.fromarray(grey, "L").convert("RGB")
+
+
+def pil_loader(path: str | BinaryIO, *, exif: bool = False):
+    """torchvision's default (open with Pillow, convert to RGB, forcing the decode here), with 16/32-bit images
+    scaled to 8 bits (:func:`to_rgb`) instead of clipped white; ``exif=True`` (an index of ``scan --exif apply``)
+    first turns the image as its EXIF orientation says (``ImageOps.exif_transpose``)."""
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        return _finish(open_image(path), exif)
+    with open_regular_file(path) as f:  # a FIFO in the dataset is refused, never waited on
+        return _finish(open_image(f), exif)
+
+
+def _finish(img, exif: bool):
+    if exif:
+        from PIL import ImageOps
+
+        img = ImageOps.exif_transpose(img)
+    return to_rgb(img)
 
 
 _PLUGINS_TRIED = False
@@ -54,6 +97,11 @@ def open_image(f: BinaryIO):
         return Image.open(f)
 
 
+def exif_pil_loader(path: str | BinaryIO):
+    """:func:`pil_loader` applying the EXIF orientation: the default image loader of a ``scan --exif apply`` index."""
+    return pil_loader(path, exif=True)
+
+
 def lenient_pil_loader(path: str | BinaryIO):
     """:func:`pil_loader`, but a JPEG Pillow refuses (cut short: "image file is truncated") is decoded the way
     ``scan --lenient`` accepted it: libjpeg-turbo in its recovering mode, the missing rows grey.
@@ -61,8 +109,12 @@ def lenient_pil_loader(path: str | BinaryIO):
     The default image loader of an index built with ``--include-warn truncated`` (or ``corrupt``) only:
     nothing global changes (Pillow's ``LOAD_TRUNCATED_IMAGES`` stays as it is).
     """
+    return _lenient(path, exif=False)
+
+
+def _lenient(path, *, exif: bool):
     try:
-        return pil_loader(path)
+        return pil_loader(path, exif=exif)
     except OSError:
         if isinstance(path, (str, bytes, os.PathLike)):
             with open_regular_file(path) as f:
@@ -75,7 +127,16 @@ def lenient_pil_loader(path: str | BinaryIO):
         import simplejpeg
         from PIL import Image
 
-        return Image.fromarray(simplejpeg.decode_jpeg(data, colorspace="RGB", strict=False))
+        img = Image.fromarray(simplejpeg.decode_jpeg(data, colorspace="RGB", strict=False))
+        if exif:  # the orientation tag sits in the header, which Pillow still reads
+            from PIL import ImageOps
+
+            orientation = Image.open(io.BytesIO(data)).getexif().get(0x0112)
+            if orientation in range(2, 9):
+                img.info["exif"] = Image.Exif()
+                img.getexif()[0x0112] = orientation
+                img = ImageOps.exif_transpose(img)
+        return img
 
 
 def audio_loader(path: str | BinaryIO) -> tuple[torch.Tensor, int]:
@@ -93,3 +154,19 @@ def audio_loader(path: str | BinaryIO) -> tuple[torch.Tensor, int]:
 DEFAULT_LOADERS = {"image": pil_loader, "audio": audio_loader}
 #: the default loaders of an index that ships warnings scan --lenient accepted (``meta["include_warn"]``)
 LENIENT_LOADERS = {"image": lenient_pil_loader, "audio": audio_loader}
+
+
+def lenient_exif_pil_loader(path: str | BinaryIO):
+    """:func:`lenient_pil_loader` applying the EXIF orientation (``scan --exif apply``)."""
+    return _lenient(path, exif=True)
+
+
+def default_loaders(meta: dict) -> dict:
+    """The default loaders of an index from its metadata: lenient when it ships what ``scan --lenient`` accepted
+    (``include_warn`` truncated/corrupt), EXIF-applying when it was built from a ``scan --exif apply``
+    (``meta["exif"] == "apply"``)."""
+    lenient = bool(set(meta.get("include_warn") or ()) & LENIENT)
+    exif = meta.get("exif") == "apply"
+    image = {(False, False): pil_loader, (True, False): lenient_pil_loader, (False, True): exif_pil_loader,
+             (True, True): lenient_exif_pil_loader}[(lenient, exif)]
+    return {"image": image, "audio": audio_loader}

@@ -94,6 +94,7 @@ class IndexSummary:
     warned_reasons: dict[str, int] = field(default_factory=dict)
     warned_paths: list[str] = field(default_factory=list)  # the first MAX_LISTED of them
     include_warn: list[str] = field(default_factory=list)  # --include-warn: such reasons shipped anyway
+    exclude_warn: list[str] = field(default_factory=list)  # --exclude-warn: warnings otherwise shipped, left out
     duplicates: int = 0  # --dedup: exact duplicates left out (the first by path order kept)
     hashed: int = 0  # --dedup: files hashed here because the scan results had no current content_hash
     scan_results: str | None = None
@@ -133,6 +134,7 @@ def build_index(
     root_moved: bool = False,
     facts: bool = False,
     include_warn: Iterable[str] = (),
+    exclude_warn: Iterable[str] = (),
 ) -> IndexSummary:
     """Index the media files under ``root`` into ``output`` (Arrow file or npy folder).
 
@@ -158,7 +160,8 @@ def build_index(
     (not judged: past the default memory ceiling, changed while checked; or damage
     ``scan --lenient`` accepted) is left out and listed, unless its reason is in
     ``include_warn`` (``--include-warn``): ``scan && index`` never ships a file silently
-    that the scan could not judge, or that the default loader cannot read.
+    that the scan could not judge, or that the default loader cannot read. ``exclude_warn``
+    (``--exclude-warn``) leaves out warnings that are otherwise shipped, e.g. ``cmyk``, ``grayscale``.
     """
     t0 = time.monotonic()
     fmt = resolve_format(output, format)
@@ -182,10 +185,11 @@ def build_index(
                         f"{root}: the scan cache would become part of the data. Choose one outside ROOT, or pass "
                         "--allow-inside-root to accept that")
     include_warn = _check_include_warn(include_warn)
+    exclude_warn = _check_exclude_warn(exclude_warn)
     mode = "csv" if labels_csv is not None else "none" if no_labels else "folder"
     links = symlink_mode(symlinks if symlinks is not None else ("all" if files == "imagefolder" else None))
     summary = IndexSummary(output=output, format=fmt, labels=mode, files=files, symlinks=links,
-                           include_warn=include_warn)
+                           include_warn=include_warn, exclude_warn=exclude_warn)
     csv_labels = read_labels_csv(labels_csv) if labels_csv is not None else None  # fail before the walk
 
     found = locations.find_scan(root, scan_results, state_dir, root_moved)
@@ -228,7 +232,8 @@ def build_index(
         schema = index_schema(classes=len(classes), max_size=rows.max_size, large=summary.large_paths, facts=facts)
         meta = make_meta(root, classes, mode, rows.order.rows, summary.scan_results)
         meta.update(files=files, symlinks=links, extensions=list(_extensions(files)), checked=check,
-                    check_options=options_key(check_options), tree=fingerprint, include_warn=include_warn)
+                    check_options=options_key(check_options), tree=fingerprint, include_warn=include_warn,
+                    exif=getattr(check_options, "exif", "ignore"))  # scan --exif apply: IndexedDataset turns images
         if dedup:  # in memory (16 bytes of hash a row and the table): --dedup is not a default option
             table = _finalize(pa.concat_tables(rows.order.sorted()), schema)
             table = _drop_exact_duplicates(root, table, results_paths, summary)
@@ -819,12 +824,23 @@ def _check_include_warn(include_warn: Iterable[str]) -> list[str]:
     return chosen
 
 
+def _check_exclude_warn(exclude_warn: Iterable[str]) -> list[str]:
+    """``--exclude-warn``: reason codes of warnings the index ships by default, to leave out."""
+    chosen = sorted({r.strip() for item in exclude_warn for r in item.split(",") if r.strip()})
+    shipped = sorted(set(reasons.REASONS) - set(reasons.LEFT_OUT_WARNINGS) - set(reasons.NOT_JUDGED))
+    unknown = [r for r in chosen if r not in shipped]
+    if unknown:
+        raise UserError(f"--exclude-warn {', '.join(unknown)}: not a warning the index ships; use one or more of "
+                        f"{', '.join(shipped)}")
+    return chosen
+
+
 def _left_out_warnings(status, reason, paths, summary: IndexSummary, kind_changed=None) -> pa.Array:
     """Rows whose verdict is a warning the index leaves out (:data:`dsclean.reasons.LEFT_OUT_WARNINGS`, minus
     ``--include-warn``); counted by reason and the first paths listed. ``kind_changed``: per row, whether the
     content's kind differs from the extension's (the reasons of :data:`~dsclean.reasons.KIND_CHANGE_ONLY`
     leave out only those rows; none if not given)."""
-    codes = sorted(set(reasons.LEFT_OUT_WARNINGS) - set(summary.include_warn))
+    codes = sorted((set(reasons.LEFT_OUT_WARNINGS) - set(summary.include_warn)) | set(summary.exclude_warn))
     warned = pc.fill_null(pc.and_(pc.equal(status, reasons.WARN),
                                   pc.is_in(reason, value_set=pa.array(codes, pa.string()))), False)
     only_kind = pc.fill_null(pc.is_in(reason, value_set=pa.array(sorted(reasons.KIND_CHANGE_ONLY), pa.string())), False)

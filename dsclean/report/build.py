@@ -115,6 +115,9 @@ def _describe(data, src, scrub: Scrubber, options: ReportOptions) -> None:
     summary = src.summary or {}
     if isinstance(summary.get("command"), list):
         data.scan_command = display(scrub.command([str(a) for a in summary["command"]]))
+    if isinstance(summary.get("distributions"), dict):  # the set's norm (scan; dsclean.scanning.norm)
+        data.distributions = summary["distributions"]
+        data.norm_flagged = summary.get("norm_flagged") or {}
     if isinstance(summary.get("elapsed"), (int, float)):
         data.elapsed = float(summary["elapsed"])
     if src.quarantine and (summary.get("quarantine") or not summary):

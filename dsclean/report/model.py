@@ -123,6 +123,10 @@ class ReportData:
     duplicates: Duplicates | None = None
     thumbnails: str = "on"  # on / off (--no-thumbnails)
     notes: list[str] = field(default_factory=list)
+    #: the set's distributions from the scan's summary (dsclean.scanning.norm: name -> value -> files) and the
+    #: files its inferred norm warned about (reason -> n)
+    distributions: dict = field(default_factory=dict)
+    norm_flagged: dict = field(default_factory=dict)
 
     def items(self):
         """Every item that may get a thumbnail."""

@@ -23,6 +23,7 @@ SECTIONS = {
     "duplicates": "Duplicates",
     "quality": "Quality outliers",
     "composition": "Dataset composition",
+    "consistency": "Consistency of the set",
     "problems": "All problems",
 }
 
@@ -45,7 +46,10 @@ def render(data: ReportData) -> str:
         parts.append(_duplicates(data.duplicates))
     if data.outliers or data.flags or data.fact_counts:
         parts.append(_quality(data))
-    parts += [_composition(data), _problems(data)]
+    parts += [_composition(data)]
+    if data.distributions:
+        parts.append(_consistency(data))
+    parts.append(_problems(data))
     return "".join([
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">',
         f'<meta http-equiv="Content-Security-Policy" content="{csp}">',
@@ -80,8 +84,10 @@ def _toc(data: ReportData) -> str:
         entries.append(("quality", SECTIONS["quality"], "", False))
         entries += [(g.anchor, g.title, "", True) for g in data.outliers]
         entries += [(g.anchor, f"flag: {g.title}", f"{g.total:,}", True) for g in data.flags]
-    entries += [("composition", SECTIONS["composition"], "", False),
-                ("problems", SECTIONS["problems"], f"{data.problems_total:,}", False)]
+    entries += [("composition", SECTIONS["composition"], "", False)]
+    if data.distributions:
+        entries.append(("consistency", SECTIONS["consistency"], f"{sum(data.norm_flagged.values()):,}", False))
+    entries += [("problems", SECTIONS["problems"], f"{data.problems_total:,}", False)]
     items = "".join(f'<li{" class=sub" if sub else ""}><a href="#{esc(anchor)}"><span>{esc(title)}</span>'
                     f'<span class="n">{esc(n)}</span></a></li>' for anchor, title, n, sub in entries)
     return f'<nav class="toc" aria-label="Sections"><ol>{items}</ol></nav>'
@@ -259,6 +265,36 @@ def _composition(d: ReportData) -> str:
                      + columns(d.channels, lambda c: f"{c} ch", "audio channels") + "</div>")
     body = "".join(boxes) or '<p class="empty">No media facts recorded.</p>'
     return f'<section id="composition"><h2>{SECTIONS["composition"]}</h2><div class="charts">{body}</div></section>'
+
+
+#: the distributions the consistency section shows, with their titles
+_DISTRIBUTIONS = (("mode", "Image modes"), ("shorter_side", "Image shorter side"), ("aspect_ratio", "Aspect ratio"),
+                  ("sample_rate", "Audio sample rate (Hz)"), ("channels", "Audio channels"),
+                  ("duration", "Audio duration"))
+
+
+def _consistency(d: ReportData) -> str:
+    """The set's distributions (table + bars each) and the minority its inferred norm warned about."""
+    boxes = []
+    for name, title in _DISTRIBUTIONS:
+        values = d.distributions.get(name)
+        if not values:
+            continue
+        total = sum(values.values()) or 1
+        rows = "".join(f'<tr><td>{esc(k)}</td><td class="n">{n:,}</td><td class="n">{n / total:.1%}</td></tr>'
+                       for k, n in list(values.items())[:20])
+        boxes.append(f'<div class="chartbox"><h3>{esc(title)}</h3>'
+                     + columns(values, str, title.lower())
+                     + f'<table class=plain><thead><tr><th>value</th><th class="n">files</th><th class="n">share</th>'
+                     f"</tr></thead><tbody>{rows}</tbody></table></div>")
+    if d.norm_flagged:
+        flagged = ", ".join(f"{r} {n:,}" for r, n in sorted(d.norm_flagged.items()))
+        lead = (f'<p class="lead">Outside the set\'s inferred norm (a minority of their class folder, warned about; '
+                f"their galleries are under {esc(SECTIONS['reasons'])}): {esc(flagged)}.</p>")
+    else:
+        lead = '<p class="lead">No file lies outside the set\'s inferred norm.</p>'
+    return (f'<section id="consistency"><h2>{SECTIONS["consistency"]}</h2>{lead}'
+            f'<div class="charts">{"".join(boxes)}</div></section>')
 
 
 def _problems(d: ReportData) -> str:

@@ -32,8 +32,10 @@ from .verdict import Verdict
 #: The version of the integrity rules. Bump it with every change that can change a verdict
 #: (a new rule, a rule made stricter or more tolerant): it is part of the scan cache key and of
 #: the results' recorded options, so no verdict outlives the rules that made it. Also bumped when the facts
-#: a check records change (3: JPEG facts from a decode keeping the thumbnail's 64 px, not always 1/8;
-#: 4: BigTIFF and RIFX signatures, .opus/.oga, the FLAC frame sequence, Ogg granules, TIFF PageNumber).
+#: a check records change (3: JPEG facts from a decode keeping the thumbnail's 64 px, not always 1/8).
+#: 4: BigTIFF and RIFX signatures, .opus/.oga, the FLAC frame sequence, Ogg granules, TIFF PageNumber, AVIF/HEIF/JXL;
+#: the warnings of what silently changes the data (issue 27: high_bit_depth, cmyk, exif_rotated, ...;
+#: dsclean.scanning.traits) and ``--expect``.
 CHECKER_VERSION = 4
 
 #: Pillow's own default for MAX_IMAGE_PIXELS (about 89.5 Mpx): above it an image is a decompression bomb.
@@ -66,6 +68,13 @@ class CheckOptions:
     # content_hash either. Never changes a verdict; part of the cache key, so a scan with facts never
     # reuses verdicts without.
     facts: bool = True
+    # `scan --expect` in its canonical spelling (dsclean.scanning.traits.canonical_expect; "" = none): files
+    # outside it are warned about, or bad with strict_expect (`--strict-expect`)
+    expect: str = ""
+    strict_expect: bool = False
+    # `scan --exif apply`: the index's default image loader applies the EXIF orientation (no verdict changes;
+    # recorded here so the results, and the index built from them, carry it)
+    exif: str = "ignore"
     # Enforced around the check by the worker process (dsclean.scanning.worker), not by check_file:
     timeout: float = DEFAULT_TIMEOUT  # seconds per file; 0 = none
     # bytes of address space a check may add; 0 = the default ceiling (a share of RAM per core, see
@@ -267,13 +276,25 @@ def _check_data(data: Data, name: str, v: Verdict, options: CheckOptions) -> Non
         v.format, v.kind = real, kind_of(real)
         _checker(real)(data, v, options)
         if real != claimed and v.status == R.OK:
-            v.mark(R.WARN, R.EXTENSION_MISMATCH, f"content is {real}, extension says {claimed}")
+            v.mark(R.WARN, R.EXTENSION_MISMATCH, f"content is {real}, extension says {claimed}{_who_cares(real, claimed)}")
+        from .traits import apply as record_traits  # what silently changes the data: warnings (issue 27)
+
+        record_traits(data, v, options.expect, options.strict_expect)
     except MemoryError:
         _too_large(v, options, "the check ran out of memory")
     except ImportError:
         raise  # a broken installation says nothing about the file
     except Exception as exc:  # a decoder's own exception on damaged data is a verdict, not a crash
         v.mark(R.BAD, R.CORRUPT, f"{type(exc).__name__}: {exc}")
+
+
+def _who_cares(real: str, claimed: str) -> str:
+    """Which loaders an extension that names another format affects (the detail of extension_mismatch)."""
+    if kind_of(real) != kind_of(claimed):
+        return "; every loader for its extension's kind fails on it (an image dataset's transforms on a sound)"
+    return ("; Pillow, torchvision.io.decode_image and cv2.imread read by content (no harm), while loaders that "
+            "pick the decoder by extension (DALI/nvJPEG readers, torchvision.io.decode_jpeg on a .jpg list, "
+            "webdataset's extension-keyed decoders) fail or misread it")
 
 
 def _too_large(v: Verdict, options: CheckOptions, what: str) -> None:

@@ -303,6 +303,9 @@ def _summed(paths: list[str]) -> dict | None:
         for key in ("bad_reasons", "warn_reasons"):
             for reason, n in (full.get(key) or {}).items():
                 total[key][reason] = total[key].get(reason, 0) + n
+        if len(paths) == 1:  # the set's distributions and inferred norm: a whole scan's only (dsclean.scanning.norm)
+            total["distributions"] = full.get("distributions") or {}
+            total["norm_flagged"] = full.get("norm_flagged") or {}
         total["interrupted"] |= bool(full.get("interrupted"))
         total["dry_run"] |= bool(full.get("dry_run"))
     return total if paths else None
@@ -344,6 +347,14 @@ def format_status(st: Status) -> str:
                          + (" (dry run)" if s.get("dry_run") else "") + (" INTERRUPTED" if s.get("interrupted") else ""))
             if s.get("move_failures"):
                 lines.append(f"  {s['move_failures']:,} moves failed in that scan (see its problems file)")
+            warned = ", ".join(f"{r} {n:,}" for r, n in (s.get("warn_reasons") or {}).items())
+            if warned:
+                lines.append(f"  warnings: {warned}")
+            if s.get("distributions"):
+                from .norm import format_distributions
+
+                lines.append("  the set (distributions):")
+                lines += ["  " + line for line in format_distributions(s["distributions"], s.get("norm_flagged"))]
     q = st.quarantine
     if q is not None:
         lines.append(f"quarantine {q.quarantine}" + (f" (root {', '.join(q.roots)})" if q.roots else ""))

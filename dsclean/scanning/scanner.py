@@ -69,6 +69,9 @@ class ScanOptions:
     flags: FlagOptions = FlagOptions()  # quality flag thresholds (flags need check.facts)
     quarantine_flags: tuple[str, ...] = ()  # quality flags whose files are quarantined too (reason `flagged`)
     keep_workers: bool = True  # keep local worker processes for a next scan; False: they end with the last check
+    # share of a class folder under which a mode, sample rate, ... is warned about as outside the set's inferred
+    # norm (`--minority`; dsclean.scanning.norm); 0: no inferred norm (distributions are still shown)
+    minority: float = 0.01
 
 
 @dataclass
@@ -108,6 +111,10 @@ class ScanSummary:
     #: folders directly under ROOT this scan's moves left without any media file: torchvision's ImageFolder
     #: refuses such a class ("Found no valid file for the classes ..."), so the scan says so
     emptied_folders: list[str] = field(default_factory=list)
+    #: the set's distributions (modes, sizes, aspect ratios, sample rates, channels, durations: value -> files)
+    #: and the files the inferred norm warned about (reason -> n), dsclean.scanning.norm
+    distributions: dict = field(default_factory=dict)
+    norm_flagged: dict[str, int] = field(default_factory=dict)
 
     @property
     def bad(self) -> int:
@@ -290,6 +297,7 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
             summary.signal = signal.SIGINT  # a second Ctrl-C: stop now, still keep what was decided
         summary.interrupted = bool(summary.signal)
     summary.results_path, summary.problems_path = writer.results_path, writer.problems_path
+    _apply_norm(summary, options)
     if moving:
         summary.quarantine_state = quarantine_state(quarantine_dir, [tag] if tag else None).to_json()
     summary.emptied_folders = _emptied(root, sink.moved_from) if moving else []
@@ -307,6 +315,31 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
     summary.notes += [note] if note else []
     summary.notes += _link_notes(summary.discovery)
     return summary
+
+
+def _apply_norm(summary: ScanSummary, options: ScanOptions) -> None:
+    """The pass over the written results that infers the set's norm (dsclean.scanning.norm): not for an
+    interrupted scan (half a set has no norm) nor one part of a job array (each part sees a sample)."""
+    if summary.interrupted or options.shard is not None or not os.path.exists(summary.results_path):
+        return
+    from .norm import apply_norm
+
+    result = apply_norm(summary.results_path, summary.problems_path, options.minority)
+    summary.distributions, summary.norm_flagged = result.distributions, result.flagged
+    for kind, changes in result.count_changes.items():
+        counts = summary.counts.setdefault(kind, {})
+        for status, n in changes.items():
+            counts[status] = counts.get(status, 0) + n
+    # warnings of an earlier pass reused with their rows are taken back before judging again
+    for code, n in result.reset_reasons.items():
+        summary.warn_reasons[code] = summary.warn_reasons.get(code, 0) - n
+        if summary.warn_reasons[code] <= 0:
+            del summary.warn_reasons[code]
+    for code, n in result.flagged.items():
+        summary.warn_reasons[code] = summary.warn_reasons.get(code, 0) + n
+    if result.flagged:
+        summary.notes.append("outside the set's inferred norm (warn; --minority 0 turns it off): " + ", ".join(
+            f"{code} {n} (e.g. {', '.join(result.examples[code][:3])})" for code, n in sorted(result.flagged.items())))
 
 
 #: how many move failures are kept in memory for the screen; all of them are in the problems file
@@ -895,6 +928,11 @@ def format_summary(s: ScanSummary) -> str:
         if table:
             lines.append(f"{title}:")
             lines += [f"  {reason:<20} {n:,}" for reason, n in Counter(table).most_common()]
+    if s.distributions:
+        from .norm import format_distributions
+
+        lines.append("The set (distributions; the minority outside its norm is warned about, --minority):")
+        lines += format_distributions(s.distributions, s.norm_flagged)
     if s.flags:
         lines.append("Quality flags (not verdicts): " + ", ".join(f"{f} {n:,}" for f, n in Counter(s.flags).most_common()))
     if s.flag_quarantined:
