@@ -129,58 +129,28 @@ def validate_root(root: str) -> str:
 
 def check_outside_roots(path: str, roots: list[str], what: str) -> None:
     """Refuse ``path`` (an output or the quarantine) inside any root: dsclean never writes into a dataset, and a
-    new folder there would become a class of its own for ImageFolder."""
+    new folder there would become a class of its own for ImageFolder (:func:`dsclean.locations.is_inside`)."""
     for root in roots:
-        if os.path.isdir(root) and (locations.is_inside(path, root) or _below_by_id(path, root)):
+        if os.path.isdir(root) and locations.is_inside(path, root):
             raise UserError(f"{what} {path} is inside the dataset {root}; dsclean never writes into a dataset: "
                             "put it somewhere else")
 
 
-def _folder_id(path: str) -> tuple[int, int]:
-    st = os.stat(path)
-    return st.st_dev, st.st_ino
-
-
 def check_distinct(roots: list[str], abs_roots: list[str]) -> None:
     """Refuse a folder given twice, or a root inside another: its files would be their own duplicates (and
-    ``--drop-from`` would move every one). Folders are compared by (st_dev, st_ino), so a bind mount or one
-    NFS export mounted twice is recognised as well as a symlink; nesting walks up each root's parents."""
-    ids = {}
+    ``--drop-from`` would move every one). Folders are compared by (st_dev, st_ino) along each root's
+    ancestors (:func:`dsclean.locations.is_inside`), so a bind mount or one NFS export mounted twice is
+    recognised as well as a symlink."""
+    ids: dict[tuple[int, int], str] = {}
     for given, real in zip(roots, abs_roots):
-        key = _folder_id(real)
+        key = locations.folder_id(real)
         if key in ids:
             raise UserError(f"{given} and {ids[key]} are the same folder; give each root once")
         ids[key] = given
-    for given, real in zip(roots, abs_roots):
-        folder = os.path.realpath(real)
-        while True:
-            parent = os.path.dirname(folder)
-            if parent == folder:
-                break
-            folder = parent
-            try:
-                other = ids.get(_folder_id(folder))
-            except OSError:  # a parent we may not stat: nothing to compare there
-                continue
-            if other is not None:
+    for i, (given, real) in enumerate(zip(roots, abs_roots)):
+        for j, (other, other_real) in enumerate(zip(roots, abs_roots)):
+            if i != j and locations.is_inside(real, other_real):
                 raise UserError(f"{given} is inside {other}; give roots that do not nest (each root is one split)")
-
-
-def _below_by_id(path: str, root: str) -> bool:
-    """Whether ``path``'s nearest existing folder is ``root`` or below it, by (st_dev, st_ino): a bind mount
-    of the root, which realpath cannot see through."""
-    target = _folder_id(root)
-    folder = os.path.realpath(os.path.abspath(path))
-    while True:
-        try:
-            if _folder_id(folder) == target:
-                return True
-        except OSError:
-            pass  # not there yet (a folder -o or --quarantine would create) or not ours to stat: go up
-        parent = os.path.dirname(folder)
-        if parent == folder:
-            return False
-        folder = parent
 
 
 def collect(roots: list[str], *, limits: Limits = Limits(), workers: int = 1, exclude: tuple[str, ...] = (),

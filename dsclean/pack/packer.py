@@ -111,8 +111,7 @@ def _prepare(index: str, output: str, options: PackOptions, *, writing: bool = T
     meta = read_meta(index)
     root = str(meta["root"])
     out = os.path.abspath(output)
-    real_out, real_root = os.path.realpath(out), os.path.realpath(root)
-    if real_out == real_root or real_out.startswith(real_root.rstrip(os.sep) + os.sep):
+    if locations.is_inside(out, root):
         raise UserError(f"{output}: is inside the dataset {root}; dsclean never writes into the data it packs: "
                         "choose a folder outside it")
     if meta.get("packed"):
