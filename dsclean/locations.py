@@ -113,9 +113,113 @@ def default_report_dir(root: str, quarantine: str | None, state_dir: str | None 
 
 
 def is_inside(path: str, root: str) -> bool:
-    """Whether ``path`` is ``root`` or lies below it, after resolving symlinks in both."""
+    """Whether ``path`` (which need not exist yet) is the folder ``root`` or lies below it. THE rule of every
+    "not inside ROOT" check (outputs, quarantines, state folders, dups roots).
+
+    Folders are compared by ``(st_dev, st_ino)``, not by name: the chain of folders above ``path``'s
+    nearest existing folder (:func:`ancestor_ids`) is walked up, through symlinks (resolved) and bind
+    mounts (crossed to every name of the folder they show, :func:`_other_names`), and compared with ``root``'s. A bind
+    mount of ``ROOT/cats`` at ``M`` thus makes ``M/Q`` inside ROOT, as a symlink ``M -> ROOT/cats`` does.
+    A ``root`` that does not exist is compared by its real path.
+    """
     real, real_root = os.path.realpath(path), os.path.realpath(root)
-    return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
+    if real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep):
+        return True
+    try:
+        target = folder_id(real_root)
+    except OSError:
+        return False
+    return any(key == target for key in ancestor_ids(path))
+
+
+def folder_id(path: str) -> tuple[int, int]:
+    """``(st_dev, st_ino)`` of ``path`` (symlinks followed): what names one folder however it is reached."""
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
+
+
+def ancestor_ids(path: str) -> Iterator[tuple[int, int]]:
+    """``(st_dev, st_ino)`` of ``path``'s nearest existing folder and of every folder above it.
+
+    Symlinks are resolved first. A folder shown under other names by bind mounts (:func:`_other_names`)
+    has the parents of each of its names: a bind mount ``M`` of ``ROOT/cats`` has ``M``'s parent and
+    ``ROOT``. Folders that cannot be stat-ed are passed over.
+    """
+    folder = os.path.realpath(os.path.abspath(path))
+    while not os.path.lexists(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    mounts: list[tuple[str, str, str]] | None = None
+    todo, seen_paths, seen_ids = [folder], set(), set()
+    while todo and len(seen_paths) < 4096:  # a bound walk, whatever the mount table holds
+        folder = todo.pop()
+        if folder in seen_paths:
+            continue
+        seen_paths.add(folder)
+        try:
+            key = folder_id(folder)
+        except OSError:
+            key = None
+        if key is not None and key not in seen_ids:
+            seen_ids.add(key)
+            yield key
+        parent = os.path.dirname(folder)
+        if parent != folder:
+            todo.append(parent)
+        if key is not None:
+            if mounts is None:
+                mounts = _mount_table()
+            todo.extend(_other_names(folder, key, mounts))
+
+
+def _mount_table() -> list[tuple[str, str, str]]:
+    """``(device "major:minor", root of the mount in its file system, mount point)`` of this process's mounts
+    (``/proc/self/mountinfo``; empty where there is none)."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+            lines = f.read(1 << 22).splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        fields = line.split(" ")
+        if len(fields) >= 5:
+            out.append((fields[2], _unescape(fields[3]), _unescape(fields[4])))
+    return out
+
+
+def _unescape(field: str) -> str:
+    r"""mountinfo writes space, tab, newline and backslash as ``\040`` etc."""
+    if "\\" not in field:
+        return field
+    import re
+
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def _other_names(folder: str, key: tuple[int, int], mounts: list[tuple[str, str, str]]) -> list[str]:
+    """Every other path that shows the folder ``folder`` through a mount of its file system: for a bind mount
+    of ``ROOT/cats`` at ``M``, ``M`` for ``ROOT/cats`` and ``ROOT/cats`` for ``M``. The folder's place in its
+    file system is its mount's root plus the rest of the path; each candidate is checked by
+    ``(st_dev, st_ino)``, so a stale or odd mount table cannot mislead."""
+    def under(path: str, top: str) -> bool:
+        return top == "/" or path == top or path.startswith(top.rstrip("/") + "/")
+
+    mine = [m for m in mounts if under(folder, m[2])]
+    if not mine:
+        return []
+    dev, mount_root, point = max(enumerate(mine), key=lambda t: (len(t[1][2]), t[0]))[1]  # the topmost, deepest
+    place = os.path.normpath(os.path.join(mount_root, os.path.relpath(folder, point)))
+    out = []
+    for other_dev, other_root, other_point in mounts:
+        if other_dev != dev or not under(place, other_root):
+            continue
+        candidate = os.path.normpath(os.path.join(other_point, os.path.relpath(place, other_root)))
+        try:
+            if candidate != folder and folder_id(candidate) == key:
+                out.append(candidate)
+        except OSError:
+            continue
+    return out
 
 
 # --------------------------------------------------------------------------- the last-scan pointer

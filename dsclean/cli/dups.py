@@ -137,6 +137,10 @@ def format_summary(result, report=None, dry_run: bool = False) -> str:
         lines.append(f"  left out: {f}")
     if len(s.failed) > 5:
         lines.append(f"  ... and {len(s.failed) - 5} more files left out")
+    for f in s.same_file[:5]:
+        lines.append(f"  one file, two names: {f}")
+    if len(s.same_file) > 5:
+        lines.append(f"  ... and {len(s.same_file) - 5} more names of files already listed (not compared)")
     records = result.records()
     shown = 0
     for rec, g in zip(records, result.groups):

@@ -71,7 +71,13 @@ def cmd_pack(args: argparse.Namespace) -> int:
                           shuffle=args.shuffle, name=args.name, jobs=args.jobs, backend=args.backend,
                           scheduler=args.scheduler, part=args.part, skip_changed=args.skip_changed, rehash=args.rehash,
                           fsync=args.fsync, progress=not (args.quiet or args.json) and sys.stderr.isatty())
-    summary = (finish_pack if args.finish else pack_shards)(args.index, args.output, options)
+    try:
+        summary = (finish_pack if args.finish else pack_shards)(args.index, args.output, options)
+    finally:
+        if args.backend == "loky" and args.jobs > 1:  # one pack per command: no worker outlives it
+            from ..pack.runner import release_workers
+
+            release_workers()
     if args.json:
         print(json.dumps(summary.to_json(), indent=2))
     elif not args.quiet:

@@ -228,9 +228,12 @@ def cmd_scan(args: argparse.Namespace) -> int:
         print(f"dsclean scan: interrupted by {signal.Signals(summary.signal).name}; results so far were saved",
               file=sys.stderr)
         return 128 + summary.signal
-    if summary.incomplete:
+    if summary.stopped:
+        print(f"dsclean scan: incomplete: {summary.stopped} ({summary.results_path})", file=sys.stderr)
+    if summary.move_failures:
         print(f"dsclean scan: incomplete: {move_failure_line(summary)}; every failed path is in "
               f"{summary.problems_path}", file=sys.stderr)
+    if summary.incomplete:
         return EXIT_INCOMPLETE
     return EXIT_FOUND_BAD if args.check and summary.bad else EXIT_OK
 

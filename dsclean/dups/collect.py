@@ -49,6 +49,9 @@ class Inventory:
     phash: np.ndarray  # uint64
     has_phash: np.ndarray  # bool
     low_information: np.ndarray  # bool
+    dev: np.ndarray | None = None  # uint64 st_dev, with ino: which file on disk (0, 0: unknown)
+    ino: np.ndarray | None = None  # uint64 st_ino
+    alias_of: np.ndarray | None = None  # int64: an earlier file (root, path order) that is the same file, or -1
     excluded_bad: int = 0  # marked bad by the scan: not compared
     from_results: int = 0  # facts taken from scan results
     computed: int = 0  # facts computed here
@@ -56,6 +59,7 @@ class Inventory:
     undecodable: int = 0  # hashed but not decoded (no perceptual hash)
     results_files: list[list[str]] = field(default_factory=list)  # per root: the results files read
     results_sources: list[str] = field(default_factory=list)  # per root: where they came from (find_scan)
+    same_file: list[str] = field(default_factory=list)  # "B/x is the same file as A/x": names not compared
 
     def __len__(self) -> int:
         return len(self.root)
@@ -68,13 +72,14 @@ class _Columns:
     """Rows appended one at a time, flushed to numpy arrays every BATCH rows."""
 
     NAMES = ("root", "path", "size", "mtime_ns", "kind", "pixels", "content_hash", "has_hash", "phash",
-             "has_phash", "low_information")
+             "has_phash", "low_information", "dev", "ino")
 
     def __init__(self) -> None:
         self.parts: dict[str, list] = {n: [] for n in self.NAMES}
         self.rows: dict[str, list] = {n: [] for n in self.NAMES}
 
-    def add(self, root: int, path: bytes, size, mtime, kind, width, height, chash, phash, low) -> None:
+    def add(self, root: int, path: bytes, size, mtime, kind, width, height, chash, phash, low,
+            file_id: tuple[int, int] | None = None) -> None:
         r = self.rows
         r["root"].append(root)
         r["path"].append(path)
@@ -87,6 +92,8 @@ class _Columns:
         r["phash"].append(0 if phash is None else phash)
         r["has_phash"].append(phash is not None)
         r["low_information"].append(bool(low))
+        r["dev"].append(file_id[0] if file_id else 0)
+        r["ino"].append(file_id[1] if file_id else 0)
         if len(r["root"]) >= BATCH:
             self.flush()
 
@@ -101,7 +108,8 @@ class _Columns:
                           ("has_hash", bool), ("has_phash", bool), ("low_information", bool)):
             p[name].append(np.array(r[name], typ))
         p["content_hash"].append(np.frombuffer(b"".join(r["content_hash"]), np.uint8).reshape(-1, DIGEST_SIZE))
-        p["phash"].append(np.array(r["phash"], np.uint64))
+        for name in ("phash", "dev", "ino"):
+            p[name].append(np.array(r[name], np.uint64))
         self.rows = {n: [] for n in self.NAMES}
 
     def inventory(self, roots: list[str]) -> Inventory:
@@ -111,7 +119,8 @@ class _Columns:
             empty = {n: np.zeros(0, t) for n, t in (("root", np.int32), ("size", np.int64), ("mtime_ns", np.int64),
                                                     ("kind", np.int8), ("pixels", np.int64), ("has_hash", bool),
                                                     ("phash", np.uint64), ("has_phash", bool),
-                                                    ("low_information", bool))}
+                                                    ("low_information", bool), ("dev", np.uint64),
+                                                    ("ino", np.uint64))}
             return Inventory(roots=roots, path=pa.array([], pa.binary()),
                              content_hash=np.zeros((0, DIGEST_SIZE), np.uint8), **empty)
         cols = {n: np.concatenate(p[n]) for n in self.NAMES if n != "path"}
@@ -129,58 +138,28 @@ def validate_root(root: str) -> str:
 
 def check_outside_roots(path: str, roots: list[str], what: str) -> None:
     """Refuse ``path`` (an output or the quarantine) inside any root: dsclean never writes into a dataset, and a
-    new folder there would become a class of its own for ImageFolder."""
+    new folder there would become a class of its own for ImageFolder (:func:`dsclean.locations.is_inside`)."""
     for root in roots:
-        if os.path.isdir(root) and (locations.is_inside(path, root) or _below_by_id(path, root)):
+        if os.path.isdir(root) and locations.is_inside(path, root):
             raise UserError(f"{what} {path} is inside the dataset {root}; dsclean never writes into a dataset: "
                             "put it somewhere else")
 
 
-def _folder_id(path: str) -> tuple[int, int]:
-    st = os.stat(path)
-    return st.st_dev, st.st_ino
-
-
 def check_distinct(roots: list[str], abs_roots: list[str]) -> None:
     """Refuse a folder given twice, or a root inside another: its files would be their own duplicates (and
-    ``--drop-from`` would move every one). Folders are compared by (st_dev, st_ino), so a bind mount or one
-    NFS export mounted twice is recognised as well as a symlink; nesting walks up each root's parents."""
-    ids = {}
+    ``--drop-from`` would move every one). Folders are compared by (st_dev, st_ino) along each root's
+    ancestors (:func:`dsclean.locations.is_inside`), so a bind mount or one NFS export mounted twice is
+    recognised as well as a symlink."""
+    ids: dict[tuple[int, int], str] = {}
     for given, real in zip(roots, abs_roots):
-        key = _folder_id(real)
+        key = locations.folder_id(real)
         if key in ids:
             raise UserError(f"{given} and {ids[key]} are the same folder; give each root once")
         ids[key] = given
-    for given, real in zip(roots, abs_roots):
-        folder = os.path.realpath(real)
-        while True:
-            parent = os.path.dirname(folder)
-            if parent == folder:
-                break
-            folder = parent
-            try:
-                other = ids.get(_folder_id(folder))
-            except OSError:  # a parent we may not stat: nothing to compare there
-                continue
-            if other is not None:
+    for i, (given, real) in enumerate(zip(roots, abs_roots)):
+        for j, (other, other_real) in enumerate(zip(roots, abs_roots)):
+            if i != j and locations.is_inside(real, other_real):
                 raise UserError(f"{given} is inside {other}; give roots that do not nest (each root is one split)")
-
-
-def _below_by_id(path: str, root: str) -> bool:
-    """Whether ``path``'s nearest existing folder is ``root`` or below it, by (st_dev, st_ino): a bind mount
-    of the root, which realpath cannot see through."""
-    target = _folder_id(root)
-    folder = os.path.realpath(os.path.abspath(path))
-    while True:
-        try:
-            if _folder_id(folder) == target:
-                return True
-        except OSError:
-            pass  # not there yet (a folder -o or --quarantine would create) or not ours to stat: go up
-        parent = os.path.dirname(folder)
-        if parent == folder:
-            return False
-        folder = parent
 
 
 def collect(roots: list[str], *, limits: Limits = Limits(), workers: int = 1, exclude: tuple[str, ...] = (),
@@ -214,14 +193,55 @@ def collect(roots: list[str], *, limits: Limits = Limits(), workers: int = 1, ex
                 stats["computed"] += 1
                 if kind == KIND_CODES["image"] and phash is None:
                     stats["undecodable"] += 1
-                cols.add(index, encode_path(rel), size, mtime, kind, w, h, chash, phash, low)
+                cols.add(index, encode_path(rel), size, mtime, kind, w, h, chash, phash, low, _file_id(root, rel))
                 if progress:
                     progress(1)
     inv = cols.inventory(list(roots))
     inv.excluded_bad, inv.from_results, inv.computed = stats["bad"], stats["from_results"], stats["computed"]
     inv.undecodable, inv.failed, inv.results_files = stats["undecodable"], failed, results_files
     inv.results_sources = sources
+    mark_same_files(inv)
     return inv
+
+
+def path_rank(inv: Inventory) -> np.ndarray:
+    """Each file's position in (root as given, path bytes) order."""
+    order = pc.sort_indices(pa.table({"root": inv.root, "path": inv.path}),
+                            sort_keys=[("root", "ascending"), ("path", "ascending")]).to_numpy()
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    return rank
+
+
+def _file_id(root: str, rel: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(os.path.join(root, rel))
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def mark_same_files(inv: Inventory) -> None:
+    """Set ``inv.alias_of``: names of one file on disk (hard links, a file seen through two mounts or a
+    symlink) are one file, not copies of each other. Each later name (in (root, path) order) points at the
+    first; grouping leaves it out, so ``--drop-from`` can never move one name as the copy of the other."""
+    n = len(inv)
+    inv.alias_of = np.full(n, -1, dtype=np.int64)
+    if n < 2 or inv.dev is None:
+        return
+    known = np.flatnonzero((inv.dev != 0) | (inv.ino != 0))
+    rank = path_rank(inv)
+    order = known[np.lexsort((rank[known], inv.ino[known], inv.dev[known]))]
+    same = (inv.dev[order][1:] == inv.dev[order][:-1]) & (inv.ino[order][1:] == inv.ino[order][:-1])
+    first = order[0] if len(order) else -1
+    for k in range(1, len(order)):
+        if same[k - 1]:
+            inv.alias_of[order[k]] = first
+            inv.same_file.append(f"{os.path.join(inv.roots[inv.root[order[k]]], os.fsdecode(inv.rel(order[k])))} "
+                                 f"is the same file as {os.path.join(inv.roots[inv.root[first]], os.fsdecode(inv.rel(first)))}"
+                                 " (a hard link, or one file seen through two mounts): not compared as a copy")
+        else:
+            first = order[k]
 
 
 _RESULT_COLUMNS = ("path", "status", "size", "mtime_ns", "width", "height", "content_hash", "phash", "flags")
@@ -323,7 +343,8 @@ def _match_batch(index: int, root: str, batch: list[str], results: pa.Table, col
             continue
         stats["from_results"] += 1
         cols.add(index, raw, st.st_size, st.st_mtime_ns, KIND_CODES["image" if image else "audio"],
-                 py["width"][i], py["height"][i], py["content_hash"][i], py["phash"][i], F.LOW_INFORMATION in flags)
+                 py["width"][i], py["height"][i], py["content_hash"][i], py["phash"][i], F.LOW_INFORMATION in flags,
+                 (st.st_dev, st.st_ino))
 
 
 def _is_image(rel: str) -> bool:

@@ -61,6 +61,7 @@ class DupsSummary:
     results_sources: list[str] = field(default_factory=list)  # per root: where its scan results came from
     undecodable: int = 0
     failed: list[str] = field(default_factory=list)
+    same_file: list[str] = field(default_factory=list)  # hard links / one file seen twice: never grouped as copies
     elapsed: float = 0.0
     output: str | None = None
     planned: int = 0  # extra copies chosen to move (with --dry-run: how many would move)
@@ -134,7 +135,7 @@ def find_duplicates(roots: list[str] | str, options: DupsOptions = DupsOptions()
     s.duplicate_files = sum(len(g.members) - 1 for g in groups)
     s.leaking_groups = sum(len(g.splits(inv)) > 1 for g in groups)
     s.from_results, s.computed, s.excluded_bad = inv.from_results, inv.computed, inv.excluded_bad
-    s.undecodable, s.failed = inv.undecodable, inv.failed
+    s.undecodable, s.failed, s.same_file = inv.undecodable, inv.failed, list(inv.same_file)
     s.results_sources = list(inv.results_sources)
     s.elapsed = round(time.monotonic() - t0, 3)
     return DupsResult(inv, groups, s)

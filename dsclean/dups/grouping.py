@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .collect import Inventory
+from .collect import Inventory, path_rank
 from .search import near_pairs
 
 EXACT = "exact"
@@ -48,19 +48,10 @@ class NearStats:
     unverifiable: int = 0  # pairs with a picture that could not be decoded again
 
 
-def path_rank(inv: Inventory) -> np.ndarray:
-    """Each file's position in (root as given, path bytes) order."""
-    order = pc.sort_indices(pa.table({"root": inv.root, "path": inv.path}),
-                            sort_keys=[("root", "ascending"), ("path", "ascending")]).to_numpy()
-    rank = np.empty(len(order), dtype=np.int64)
-    rank[order] = np.arange(len(order))
-    return rank
-
-
 def exact_runs(inv: Inventory, rank: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
     """(exact groups as index arrays in rank order, representative of each file: itself or its group's first)."""
     rep = np.arange(len(inv))
-    idx = np.flatnonzero(inv.has_hash)
+    idx = np.flatnonzero(inv.has_hash & ~_aliases(inv))
     if len(idx) < 2:
         return [], rep
     halves = np.ascontiguousarray(inv.content_hash[idx]).view(np.uint64).reshape(-1, 2)
@@ -75,6 +66,13 @@ def exact_runs(inv: Inventory, rank: np.ndarray) -> tuple[list[np.ndarray], np.n
     return groups, rep
 
 
+def _aliases(inv: Inventory) -> np.ndarray:
+    """Later names of a file already in the inventory (:func:`.collect.mark_same_files`): never grouped."""
+    if inv.alias_of is None:
+        return np.zeros(len(inv), dtype=bool)
+    return inv.alias_of >= 0
+
+
 Verifier = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
@@ -86,7 +84,7 @@ def group(inv: Inventory, radius: int, verify: Verifier | None) -> tuple[list[Gr
     near: list[Group] = []
     absorbed = np.zeros(len(inv), dtype=bool)  # representatives now in a near group
     if radius > 0:
-        is_rep = rep == np.arange(len(inv))
+        is_rep = (rep == np.arange(len(inv))) & ~_aliases(inv)
         image = (inv.kind == 0) & inv.has_phash
         stats.low_information = int((is_rep & image & inv.low_information).sum())
         cand = np.flatnonzero(is_rep & image & ~inv.low_information)

@@ -31,7 +31,7 @@ from ..jsonpaths import path_fields
 from . import state
 from .plan import Layout, Plan, make_layout, make_plan
 from .publish import publish
-from .runner import run_tasks, stop_on_signals
+from .runner import WorkersLost, run_tasks, stop_on_signals
 from .samples import key_numbers
 from .scanhashes import scan_checksums
 from .tarformat import TarError
@@ -111,8 +111,7 @@ def _prepare(index: str, output: str, options: PackOptions, *, writing: bool = T
     meta = read_meta(index)
     root = str(meta["root"])
     out = os.path.abspath(output)
-    real_out, real_root = os.path.realpath(out), os.path.realpath(root)
-    if real_out == real_root or real_out.startswith(real_root.rstrip(os.sep) + os.sep):
+    if locations.is_inside(out, root):
         raise UserError(f"{output}: is inside the dataset {root}; dsclean never writes into the data it packs: "
                         "choose a folder outside it")
     if meta.get("packed"):
@@ -195,7 +194,8 @@ def pack_shards(index: str, output: str, options: PackOptions = PackOptions()) -
         if summary.failures or summary.signal:
             return _done(summary, t0)
         if options.part is not None:
-            _read_back_all(ctx, [k for k in mine if k not in results], options, results)
+            if not _read_back_all(ctx, [k for k in mine if k not in results], options, results, summary):
+                return _done(summary, t0)
             state.write_part(ctx.output, ctx.record, options.part, mine,
                              [s for k in mine for s in results[k].skipped], fsync=options.fsync)
             summary.skipped = [s for k in mine for s in results[k].skipped]
@@ -207,7 +207,8 @@ def pack_shards(index: str, output: str, options: PackOptions = PackOptions()) -
             summary.notes.append("every shard was already there: nothing to do")
             _note_left_out(ctx, summary)
             return _done(summary, t0)
-        _read_back_all(ctx, [k for k in range(ctx.plan.shards) if k not in results], options, results)
+        if not _read_back_all(ctx, [k for k in range(ctx.plan.shards) if k not in results], options, results, summary):
+            return _done(summary, t0)
         _refuse_empty(ctx, results)
         _finish(ctx, results, summary, options.fsync)
         _note_left_out(ctx, summary)
@@ -258,7 +259,8 @@ def finish_pack(index: str, output: str, options: PackOptions = PackOptions()) -
             raise UserError(f"{output}: every part finished but {len(absent)} shards are missing "
                             f"(e.g. {absent[0]}); run their parts again")
         results: dict[int, ShardResult] = {}
-        _read_back_all(ctx, list(range(ctx.plan.shards)), options, results)
+        if not _read_back_all(ctx, list(range(ctx.plan.shards)), options, results, summary):
+            return _done(summary, t0)
         _refuse_empty(ctx, results)
         summary.reused = ctx.plan.shards
         _finish(ctx, results, summary, options.fsync)
@@ -271,6 +273,7 @@ def _write(ctx: _Context, numbers: list[int], options: PackOptions, summary: Pac
     this process fsyncs and renames it on a thread, so a worker never waits for the disk."""
     results: dict[int, ShardResult] = {}
     finishing: dict[Future, ShardResult] = {}
+    lost: WorkersLost | None = None
 
     def done(r: ShardResult, error: str | None) -> None:
         if error:
@@ -298,28 +301,44 @@ def _write(ctx: _Context, numbers: list[int], options: PackOptions, summary: Pac
                     done(r, r.error)
                 for f in [f for f in finishing if f.done()]:
                     done(finishing.pop(f), f.result())
+        except WorkersLost as exc:  # tried in fresh pools and lost every time: listed, the run is incomplete
+            lost = exc
         finally:  # the shards handed over are renamed (or their temp files removed), even when interrupted
             for f, r in finishing.items():
                 done(r, f.result())
         summary.signal = stop.signum
+    if lost is not None:
+        summary.failures += [f"{job.name}: not written: {lost}" for job in lost.items]
+        rest = len(numbers) - len(results) - len(lost.items)
+        if rest:
+            summary.failures.append(f"{rest} more shards were not started")
+        summary.failures.append("run the same command to write the missing shards (the shards written are kept)")
     if options.progress and numbers:
         print(file=sys.stderr)
     return results
 
 
-def _read_back_all(ctx: _Context, numbers: list[int], options: PackOptions, results: dict[int, ShardResult]) -> None:
-    """Records of shards an earlier run (or another part) wrote, read from the shards themselves."""
+def _read_back_all(ctx: _Context, numbers: list[int], options: PackOptions, results: dict[int, ShardResult],
+                   summary: PackSummary) -> bool:
+    """Records of shards an earlier run (or another part) wrote, read from the shards themselves.
+
+    False when worker processes kept dying (the shards not read are in ``summary.failures``)."""
     if not numbers:
-        return
+        return True
     with stop_on_signals() as stop:
         try:
             for r in run_tasks(read_back, (_job(ctx, k, options) for k in numbers), backend=options.backend,
                                jobs=options.jobs, scheduler=options.scheduler, stop=stop):
                 results[r.number] = r
+        except WorkersLost as exc:
+            summary.failures += [f"{job.name}: not read back: {exc}" for job in exc.items]
+            summary.failures.append("run the same command again to finish (the shards written are kept)")
+            return False
         except TarError as exc:
             raise UserError(f"{exc}; remove that shard and pack again to rebuild it") from exc
         if stop.signum:
             raise KeyboardInterrupt
+    return True
 
 
 def _refuse_empty(ctx: _Context, results: dict[int, ShardResult]) -> None:

@@ -14,6 +14,7 @@ flight finish (each one is complete or absent); a second signal stops at once.
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
 import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -22,6 +23,7 @@ from typing import Callable, Iterable, Iterator
 from ..errors import UserError
 
 BACKENDS = ("loky", "dask")
+log = logging.getLogger("dsclean.pack.runner")
 #: set when a run of tasks on this process's threads is abandoned (a second signal): tasks check it
 ABANDONED = threading.Event()
 
@@ -89,23 +91,92 @@ def run_tasks(fn: Callable, items: Iterable, *, backend: str, jobs: int, schedul
 
         executor, slots, close = get_reusable_executor(max_workers=jobs, timeout=60), jobs, (lambda: None)
     source = iter(items)
-    in_flight: set[Future] = set()
+    in_flight: dict[Future, object] = {}
+    retry: list = []  # items a dead worker took: first in the next pool
+    fresh = 0  # pools started because workers died
     try:
         while True:
+            broken = False
             while not stop and len(in_flight) < 2 * slots:
-                item = next(source, None)
+                item = retry.pop(0) if retry else next(source, None)
                 if item is None:
                     break
-                in_flight.add(executor.submit(fn, item))
-            if not in_flight:
+                try:
+                    in_flight[executor.submit(fn, item)] = item
+                except Exception as exc:  # a worker died since the last wait: the pool refuses new tasks
+                    if not _lost_worker(exc):
+                        raise
+                    retry.insert(0, item)
+                    broken = True
+                    break
+            if not in_flight and not broken:
                 return
-            done, in_flight = wait(in_flight, return_when=FIRST_COMPLETED)
+            done, _ = wait(in_flight, return_when=FIRST_COMPLETED) if in_flight else (set(), set())
             for future in done:
-                yield future.result()
+                item = in_flight.pop(future)
+                exc = future.exception()
+                if exc is None:
+                    yield future.result()
+                elif _lost_worker(exc):
+                    retry.append(item)
+                    broken = True
+                else:
+                    raise exc
+            if broken and backend == "loky":
+                # the whole pool is gone: its other tasks end as lost too (or done, before the death)
+                for future in list(in_flight):
+                    item = in_flight.pop(future)
+                    exc = future.exception()
+                    if exc is None:
+                        yield future.result()
+                    elif _lost_worker(exc):
+                        retry.append(item)
+                    else:
+                        raise exc
+                fresh += 1
+                executor.shutdown(wait=True, kill_workers=True)  # nothing of the dead pool is left to wait for
+                if fresh > RETRIES:
+                    raise WorkersLost(retry, f"worker processes died {fresh} times (killed: out of memory?)")
+                log.warning("a worker process died; its %d task(s) run again in a new pool (%d of %d)",
+                            len(retry), fresh, RETRIES)
+                executor = get_reusable_executor(max_workers=jobs, timeout=60)
     except BaseException:  # a second signal: tasks on threads give up (write_shard removes its temp file)
         ABANDONED.set()
         raise
     finally:
         for future in in_flight:
             future.cancel()
+        if fresh and backend == "loky":  # a pool that lost workers once is not kept for the next run
+            executor.shutdown(wait=True, kill_workers=True)
         close()
+
+
+def release_workers() -> None:
+    """Stop the kept loky workers now, killing any that hang (the ``dsclean pack`` command, at its end).
+
+    Left to the interpreter's exit, a pool that lost a worker can keep the process waiting for its
+    manager thread; stopped here, with ``kill_workers``, nothing of it is left to wait for."""
+    from joblib.externals.loky import reusable_executor
+
+    executor = getattr(reusable_executor, "_executor", None)
+    if executor is not None:
+        executor.shutdown(wait=True, kill_workers=True)
+
+
+#: new loky pools one run may start after worker processes died (each runs the dead pool's tasks again)
+RETRIES = 2
+
+
+class WorkersLost(RuntimeError):
+    """Worker processes kept dying: ``items`` (each tried in every pool) were never done."""
+
+    def __init__(self, items: list, why: str) -> None:
+        super().__init__(why)
+        self.items = items
+
+
+def _lost_worker(exc: BaseException) -> bool:
+    """A process pool broke: a worker was killed (loky's TerminatedWorkerError is a BrokenProcessPool)."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    return isinstance(exc, BrokenProcessPool)

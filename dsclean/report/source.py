@@ -211,8 +211,7 @@ def check_output(output: str, root: str | None) -> str:
                 raise UserError(f"{output}: exists and is not a dsclean report; refusing to replace it: "
                                 "choose another file name (-o FILE)")
     if root:
-        real_parent, real_root = os.path.realpath(os.path.dirname(out)), os.path.realpath(root)
-        if real_parent == real_root or real_parent.startswith(real_root.rstrip(os.sep) + os.sep):
+        if locations.is_inside(os.path.dirname(out), root):
             raise UserError(f"{output} is inside the dataset {root}; dsclean never writes into a dataset: "
                             "write the report somewhere else (-o FILE)")
     return out

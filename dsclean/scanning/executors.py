@@ -30,8 +30,10 @@ same way, so a bad file never takes a Dask worker down.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import io
 import itertools
+import logging
 import multiprocessing
 import multiprocessing.connection
 from multiprocessing import context as mp_context, forkserver, popen_forkserver, reduction, resource_tracker, spawn, util
@@ -58,6 +60,8 @@ from .worker import FAULT_ENV, as_batch, FileSlices, check_chunk, check_chunk_in
 
 if TYPE_CHECKING:
     from .schema import Chunk
+
+log = logging.getLogger("dsclean.scanning.executors")
 
 BACKENDS = ("processes", "loky", "threads", "dask")
 #: backends whose workers are processes of this machine (one pool: a dead worker breaks it)
@@ -357,12 +361,63 @@ class _WorkerPopen(popen_forkserver.Popen):
             reduction.dump(process_obj, buf)
         finally:
             set_spawning_popen(None)
+        for attempt in range(_LAUNCH_ATTEMPTS):
+            try:
+                self._ask_server(buf)
+                return
+            except (EOFError, OSError) as exc:
+                # The forkserver died (an OOM killer's kill -9) between multiprocessing's liveness check and
+                # our request; or the resource tracker did. ensure_running, on the next attempt, reaps the
+                # dead server and starts a new one (and a new tracker): the scan goes on.
+                log.warning("starting a worker process failed (%s: %s): the forkserver or the resource tracker "
+                            "died; starting a new one", type(exc).__name__, exc)
+                _forget_dead_server()
+                if attempt == _LAUNCH_ATTEMPTS - 1:
+                    raise WorkersUnavailable(
+                        f"no worker process could be started: the forkserver died again after a restart "
+                        f"({type(exc).__name__}: {exc}); is something killing dsclean's processes (memory?)") from exc
+
+    def _ask_server(self, buf: io.BytesIO) -> None:
+        """One request to the forkserver: popen_forkserver.Popen._launch's body."""
         self.sentinel, w = forkserver.connect_to_new_process(self._fds)
         parent_w = os.dup(w)  # as in the original: the child watches it to notice its parent's death
         self.finalizer = util.Finalize(self, util.close_fds, (parent_w, self.sentinel))
-        with open(w, "wb", closefd=True) as f:
-            f.write(buf.getbuffer())
-        self.pid = forkserver.read_signed(self.sentinel)
+        try:
+            with open(w, "wb", closefd=True) as f:
+                f.write(buf.getbuffer())
+            self.pid = forkserver.read_signed(self.sentinel)
+        except BaseException:
+            self.finalizer()  # this attempt's pipe ends: closed now, not when the Popen object goes
+            raise
+
+
+#: tries to start one worker (each after a dead forkserver is replaced) before the scan stops cleanly
+_LAUNCH_ATTEMPTS = 2
+class WorkersUnavailable(RuntimeError):
+    """No worker process could be started, even from a new forkserver: the scan stops, keeping its results."""
+
+
+def _forget_dead_server() -> None:
+    """Reap a forkserver that died, so that ``ensure_running`` starts a new one (its state reset as it does)."""
+    server = forkserver._forkserver
+    with server._lock:
+        pid = server._forkserver_pid
+        if pid is None:
+            return
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            done = pid  # not ours to reap, or reaped already: gone
+        if not done:
+            return  # alive: the tracker died; ensure_running replaces that one
+        if server._forkserver_alive_fd is not None:
+            with contextlib.suppress(OSError):  # closed already by multiprocessing: nothing left to release
+                os.close(server._forkserver_alive_fd)
+        address = server._forkserver_address
+        if address and not util.is_abstract_socket_namespace(address):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(address)
+        server._forkserver_address = server._forkserver_alive_fd = server._forkserver_pid = None
 
 
 class _WorkerProcess(mp_context.ForkServerProcess):

@@ -469,8 +469,7 @@ class OutsideRootError(OSError):
 
 
 def _check_placement(qdir: str, root: str) -> None:
-    rq, rr = os.path.realpath(qdir), os.path.realpath(root)
-    if rq == rr or rr.startswith(rq.rstrip(os.sep) + os.sep):
+    if locations.is_inside(root, qdir):
         raise UserError(f"quarantine folder {qdir} must not be the scanned root or contain it ({root})")
 
 

@@ -30,7 +30,7 @@ from . import facts as facts_of
 from .cache import ScanCache, options_key, row_to_verdict
 from .check import CheckOptions
 from .discover import DiscoverStats, iter_media_lists, symlink_mode
-from .executors import BACKENDS, run_checks
+from .executors import BACKENDS, WorkersUnavailable, run_checks
 from .quarantine import ChangedError, Quarantine
 from .records import quarantine_state, quarantined_records
 from .results import SCHEMA, ResultsWriter
@@ -106,6 +106,7 @@ class ScanSummary:
     shard: tuple[int, int] | None = None
     interrupted: bool = False
     signal: int = 0  # the signal that stopped the scan (SIGINT / SIGTERM), 0 if none
+    stopped: str = ""  # why the scan stopped early without a signal (no worker could start): exit 3
     notes: list[str] = field(default_factory=list)
     command: list[str] = field(default_factory=list)  # the command line, when the scan came from one
     #: folders directly under ROOT this scan's moves left without any media file: torchvision's ImageFolder
@@ -122,8 +123,9 @@ class ScanSummary:
 
     @property
     def incomplete(self) -> bool:
-        """Some moves failed: the state is consistent, every failure is in the problems file."""
-        return self.move_failures > 0
+        """Some moves failed (every failure is in the problems file), or the scan stopped early (``stopped``):
+        the state is consistent, the results hold what was decided."""
+        return self.move_failures > 0 or bool(self.stopped)
 
     @property
     def files_per_s(self) -> float:
@@ -295,6 +297,8 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
             summary.signal = stop.signum
         except KeyboardInterrupt:
             summary.signal = signal.SIGINT  # a second Ctrl-C: stop now, still keep what was decided
+        except WorkersUnavailable as exc:  # the forkserver died twice: keep what was decided, say why (exit 3)
+            summary.stopped = f"stopped early: {exc}; the results hold the files checked so far, scan again to go on"
         summary.interrupted = bool(summary.signal)
     summary.results_path, summary.problems_path = writer.results_path, writer.problems_path
     _apply_norm(summary, options)

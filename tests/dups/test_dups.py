@@ -392,3 +392,42 @@ def test_the_quarantine_is_recorded_in_the_roots_state_folder(splits, tmp_path, 
                  "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["moved"] == 1 and any("dsclean report will not know" in n for n in out["notes"])
+
+
+def test_a_bind_mount_of_a_folder_inside_another_root_is_refused_as_inside(splits, bind_mount, capsys):
+    """Issue 24 item 6: root B is a bind mount of A/cats (outside A by path): refused as nested, nothing moves."""
+    train = splits / "train"
+    b = splits / "B"
+    bind_mount(train / "cats", b)
+    before = _listing(train)
+    assert main(["dups", str(train), str(b), "--quarantine", str(splits / "q"), "--drop-from", str(b), "-q"]) == 2
+    assert f"{b} is inside {train}" in capsys.readouterr().err
+    assert main(["dups", str(b), str(train), "-q"]) == 2  # in either order
+    assert f"{b} is inside {train}" in capsys.readouterr().err
+    assert _listing(train) == before and not (splits / "q").exists()
+
+
+def test_names_of_one_file_are_never_copies_of_each_other(tmp_path, bind_mount, capsys):
+    """Hard links (across roots and within one) and files seen twice through a bind mount inside another root are
+    one file: never grouped, and --drop-from never moves one name as the copy of the other."""
+    a, b = tmp_path / "A", tmp_path / "B"
+    pic, other = synth.jpeg(160, 120, seed=11), synth.jpeg(160, 120, seed=12)
+    write(a, "cats/x.jpg", pic)
+    write(a, "cats/real_copy.jpg", pic)  # a true copy: still grouped
+    write(a, "dogs/y.jpg", other)
+    os.makedirs(b / "cats")
+    os.link(a / "cats" / "x.jpg", b / "cats" / "x.jpg")  # a hard link in another split
+    os.link(a / "dogs" / "y.jpg", a / "dogs" / "y_link.jpg")  # a hard link in the same split
+    bind_mount(a / "dogs", b / "view")  # A's dogs seen again inside B
+    q = tmp_path / "q"
+    before_a, before_b = _listing(a), _listing(b)
+    code = main(["dups", str(a), str(b), "-o", str(tmp_path / "g.jsonl"), "--quarantine", str(q),
+                 "--drop-from", str(b), "--near", "0", "-j", "2"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    groups = _records(tmp_path / "g.jsonl")
+    assert [sorted(m["path"] for m in g["members"]) for g in groups] == [["cats/real_copy.jpg", "cats/x.jpg"]]
+    assert all(m["root"] == str(a) for m in groups[0]["members"])
+    assert _listing(b) == before_b and "dogs/y.jpg" in _listing(a) and "dogs/y_link.jpg" in _listing(a)
+    assert set(before_a) - set(_listing(a)) in ({"cats/real_copy.jpg"}, {"cats/x.jpg"})  # the true copy's extra
+    assert out.count("one file, two names") == 4, out  # B/cats/x, A/dogs/y_link, B/view/y, B/view/y_link

@@ -49,3 +49,20 @@ def read_only_bind(path) -> Iterator[str]:
         yield path
     finally:
         _run("umount", "-l", path)
+
+
+@contextlib.contextmanager
+def bind(source, target) -> Iterator[str]:
+    """Bind-mount the folder ``source`` at ``target`` (created if needed); unmounted afterwards.
+
+    Skips where mounting is impossible (tests of the same rule through symlinks run everywhere).
+    """
+    source, target = str(source), str(target)
+    os.makedirs(target, exist_ok=True)
+    proc = _run("mount", "--bind", source, target)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot bind-mount here (needs root or CAP_SYS_ADMIN): {proc.stderr.strip()}")
+    try:
+        yield target
+    finally:
+        _run("umount", "-l", target)
