@@ -180,3 +180,31 @@ def unknown_entries(dl: DenyList, shard_names: Iterable[str], keys_of: "dict[str
         if e["shard"] not in names or (keys_of is not None and e["key"] not in keys_of.get(e["shard"], ())):
             out.append(e)
     return out
+
+
+def report(folder: str, held: "dict[str, Any]", notes: list[str] | None = None) -> dict | None:
+    """What ``dsclean verify`` says about the deny-list beside the shards (None: there is none).
+
+    ``held``: shard name -> the uint64 sample keys the shard holds (``f"{k:016x}"`` is the key). The
+    counts, and the entries naming a shard or key not in the set (a stale or foreign deny-list); a
+    line per finding is appended to ``notes``.
+    """
+    path = denylist_path(folder)
+    if not os.path.lexists(path):
+        return None
+    dl = read_denylist(path)
+    keys_of = {name: {f"{int(k):016x}" for k in ks} for name, ks in held.items()} if held else {}
+    unknown = unknown_entries(dl, keys_of, keys_of)
+    out = {"path": path, "entries": len(dl.entries), "samples": len(dl.keys()), "damaged_lines": dl.damaged_lines,
+           "torn_lines": dl.torn_lines, "refused": dl.refused,
+           "not_in_set": [{"shard": e["shard"], "key": e["key"], "row": e.get("row")} for e in unknown[:1000]],
+           "not_in_set_count": len(unknown)}
+    if notes is not None:
+        notes.append(f"deny-list {path}: {out['samples']} samples denied (IndexedDataset refuses them, "
+                     "pack --denylist leaves them out)" + (f"; {dl.damaged_lines} damaged lines" if dl.damaged_lines
+                                                          else "") + (f"; refused: {dl.refused}" if dl.refused else ""))
+        for e in unknown[:20]:
+            notes.append(f"deny-list entry not in this shard set: {e['shard']} key {e['key']}")
+        if len(unknown) > 20:
+            notes.append(f"... and {len(unknown) - 20} more deny-list entries not in this shard set")
+    return out
