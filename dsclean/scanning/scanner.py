@@ -69,6 +69,7 @@ class ScanOptions:
     flags: FlagOptions = FlagOptions()  # quality flag thresholds (flags need check.facts)
     quarantine_flags: tuple[str, ...] = ()  # quality flags whose files are quarantined too (reason `flagged`)
     keep_workers: bool = True  # keep local worker processes for a next scan; False: they end with the last check
+    from_logs: tuple[str, ...] = ()  # training failure logs: their files under ROOT are checked again (not cached)
 
 
 @dataclass
@@ -108,6 +109,9 @@ class ScanSummary:
     #: folders directly under ROOT this scan's moves left without any media file: torchvision's ImageFolder
     #: refuses such a class ("Found no valid file for the classes ..."), so the scan says so
     emptied_folders: list[str] = field(default_factory=list)
+    #: files that failed in training (quarantine --from-log's record, scan --from-log) checked again, and the bad ones
+    training_rechecked: int = 0
+    training_bad: int = 0
 
     @property
     def bad(self) -> int:
@@ -228,6 +232,9 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
     summary = ScanSummary(root=root, jobs=jobs, quarantine=quarantine_dir, dry_run=options.dry_run, shard=options.shard,
                           state_dir=state, command=list(options.command))
     tag = locations.part_tag(_valid_part(options.shard))
+    from .training import paths_to_recheck
+
+    force = paths_to_recheck(root, options.state_dir, tuple(options.from_logs))
     with contextlib.ExitStack() as stack:
         stack.push(lambda exc_type, exc, tb: _raise_write_failure(exc, summary) if isinstance(exc, OSError) else None)
         note = stack.enter_context(locations.scan_lock(root, options.shard, options.state_dir))
@@ -258,7 +265,7 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
         if previous is not None:
             stack.callback(lambda: (previous.close(), summary.notes.extend(previous.notes)))
         sink = _Sink(summary, writer, quarantine, cache, _progress_bar(options),
-                     options.flags if options.check.facts else None, quarantine_flags)
+                     options.flags if options.check.facts else None, quarantine_flags, force=force)
         identities = sink.identities if moving else None
         stack.callback(sink.close_progress)
         stack.callback(sink.flush_fresh)  # before the cache closes and the writer publishes
@@ -277,7 +284,7 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
         try:
             with _stop_on_signals() as stop:
                 to_check = _skip_cached(root, media, None if options.rescan else cache, sink, options.chunk_size, stop,
-                                        options.chunk_bytes, identities, previous)
+                                        options.chunk_bytes, identities, previous, force)
                 checks = run_checks(root, to_check, options.check, jobs, options.backend, options.scheduler,
                                     batches=True, release=not options.keep_workers)
                 for chunk in checks:
@@ -289,6 +296,10 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
         except KeyboardInterrupt:
             summary.signal = signal.SIGINT  # a second Ctrl-C: stop now, still keep what was decided
         summary.interrupted = bool(summary.signal)
+    if force and not summary.interrupted and options.shard is None:
+        from .. import rechecked
+
+        rechecked.mark_scanned(root, options.state_dir)  # done: the next scan trusts its cache for them again
     summary.results_path, summary.problems_path = writer.results_path, writer.problems_path
     if moving:
         summary.quarantine_state = quarantine_state(quarantine_dir, [tag] if tag else None).to_json()
@@ -478,7 +489,7 @@ def _stat_if_cached(root: str, rels: list[str], rows: dict[str, tuple],
 def _skip_cached(root: str, media: Iterator[list[str]], cache: ScanCache | None, sink: "_Sink",
                  chunk_size: int, stop: "_StopRequest", chunk_bytes: int = 0,
                  identities: dict[bytes, tuple[int, int]] | None = None,
-                 previous: PreviousResults | None = None) -> Iterator[list[str]]:
+                 previous: PreviousResults | None = None, force: frozenset[str] = frozenset()) -> Iterator[list[str]]:
     """Chunks of files to check: verdicts still valid are handled right here instead.
 
     First the ``ok`` rows of the previous results (``previous``, matched in Arrow), then the scan
@@ -491,6 +502,10 @@ def _skip_cached(root: str, media: Iterator[list[str]], cache: ScanCache | None,
         if stop.signum:
             return
         stats: dict[str, tuple[int, int, int, int]] = {}
+        forced = [rel for rel in batch if rel in force] if force else []
+        if forced:  # failed in training: checked again, whatever the cache and the previous results say
+            sink.summary.training_rechecked += len(forced)
+            batch = [rel for rel in batch if rel not in force]
         rest = batch  # files the previous results cannot vouch for
         if previous is not None:
             keys = [rel.encode(_FS_ENCODING, "surrogateescape") for rel in batch]  # encode_path, inlined
@@ -512,6 +527,8 @@ def _skip_cached(root: str, media: Iterator[list[str]], cache: ScanCache | None,
             cache.hits += len(hits)
         sink.handle_cached(hits)
         todo = [rel for rel in rest if rel not in hits] if hits else rest
+        if forced:
+            todo = forced + todo
         at = 0
         while at < len(todo):  # chunks of the size wanted when each one starts
             want = sink.chunk_files(chunk_size, chunk_bytes)
@@ -593,6 +610,7 @@ class _Sink:
     #: the folders directly under ROOT this run moved files out of (one per class, at most MAX_FOLDERS_TRACKED)
     moved_from: set[str] = field(default_factory=set)
     _flushed: float = field(default_factory=time.monotonic)
+    force: frozenset[str] = frozenset()  # files that failed in training (their bad verdicts are counted)
 
     def handle(self, v: Verdict, *, fresh: bool) -> None:
         s = self.summary
@@ -655,6 +673,8 @@ class _Sink:
                 extra = self._quarantine_flagged(v, ino_dev) or extra
             if v.status == R.BAD:
                 s.bad_reasons[v.reason or "?"] = s.bad_reasons.get(v.reason or "?", 0) + 1
+                if self.force and v.path in self.force:
+                    s.training_bad += 1
             elif v.status == R.WARN:
                 s.warn_reasons[v.reason or "?"] = s.warn_reasons.get(v.reason or "?", 0) + 1
             if i in not_ok or v.status != R.OK:  # the ok rows are counted by the worker (chunk.ok_kinds)...
@@ -902,6 +922,10 @@ def format_summary(s: ScanSummary) -> str:
         lines.append(f"  {s.flag_quarantined:,} flagged files {verb} (--quarantine-flags; reason flagged)")
     if s.cached:
         lines.append(f"Re-used {s.cached:,} verdicts of unchanged files from the scan cache (--rescan checks all)")
+    if s.training_rechecked:
+        moved = "quarantined" if s.quarantine and not s.dry_run else "would be quarantined"
+        lines.append(f"Re-checked {s.training_rechecked:,} files that failed in training: {s.training_bad:,} bad "
+                     f"({moved}), {s.training_rechecked - s.training_bad:,} ok")
     if s.quarantine and not s.dry_run:
         lines.append(f"Quarantined {s.quarantined:,} files into {s.quarantine}")
         q = s.quarantine_state or {}
