@@ -29,7 +29,7 @@ def _options(command: str) -> list[str]:
 
 
 @pytest.mark.parametrize("command", ["scan", "index", "info", "merge", "restore", "status", "doctor", "explain",
-                                     "probe", "pack", "verify", "dups", "report"])
+                                     "probe", "pack", "verify", "dups", "report", "quarantine"])
 def test_every_option_documented(command):
     missing = [o for o in _options(command) if not re.search(rf"`{re.escape(o)}\b", README)]
     assert not missing, f"README does not document dsclean {command} {missing}"
