@@ -113,10 +113,11 @@ class FromLogSummary:
         return d
 
 
-def _first(into: dict, key, rec: dict, make) -> None:
+def _first(into: dict, key, rec: dict, new: Recheck) -> None:
+    """Count a line for ``key``; its first line gives the item (``new``) its logged error."""
     item = into.get(key)
     if item is None:
-        item = into[key] = make()
+        item = into[key] = new
         item.kind, item.error, item.message = rec.get("kind"), rec.get("error"), rec.get("message")
         row = rec.get("row")
         item.row = row if isinstance(row, int) and not isinstance(row, bool) and row >= 0 else None
@@ -159,7 +160,7 @@ def quarantine_from_log(logs: list[str], options: FromLogOptions = FromLogOption
             if shard is None:
                 summary.unplaced += 1
                 continue
-            _first(samples, (shard, rec["key"]), rec, lambda: Recheck("sample", path=shard, key=rec["key"]))
+            _first(samples, (shard, rec["key"]), rec, Recheck("sample", path=shard, key=rec["key"]))
         elif isinstance(rec.get("path"), str):
             path = _resolve(rec, options.root)
             if path is None:
@@ -168,7 +169,7 @@ def quarantine_from_log(logs: list[str], options: FromLogOptions = FromLogOption
                                     "none): pass --root ROOT, the folder the dataset's paths are relative to")
                 summary.unplaced += 1
                 continue
-            _first(files, path, rec, lambda: Recheck("file", path=path))
+            _first(files, path, rec, Recheck("file", path=path))
         else:
             summary.unplaced += 1
     if summary.unplaced:
@@ -254,7 +255,7 @@ def _open_tar(path: str) -> tarfile.TarFile:
 def _key_of(name: str) -> tuple[str, str]:
     """WebDataset's grouping: ``dir/abc.seg.jpg`` -> key ``dir/abc``, extension ``seg.jpg``."""
     folder, base = os.path.split(name)
-    stem, dot, ext = base.partition(".")
+    stem, _, ext = base.partition(".")
     return (f"{folder}/{stem}" if folder else stem), ext
 
 

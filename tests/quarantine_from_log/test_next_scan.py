@@ -36,7 +36,7 @@ def test_the_next_scan_rechecks_recorded_failures_and_says_so(tree, tmp_path):
 
 
 def test_the_cli_message_and_json_and_scan_from_log(tree, tmp_path):
-    root, files = tree
+    root, _ = tree
     out = run_cli("scan", str(root), "--dry-run", "-j", "1", "-q")  # the cache now knows every file
     assert out.returncode == 0, out.stderr
     log = tmp_path / "f.jsonl"

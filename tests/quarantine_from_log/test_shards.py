@@ -2,7 +2,6 @@
 honoured by IndexedDataset over the packed set, by a re-pack, and reported by verify."""
 from __future__ import annotations
 
-import io
 import json
 import os
 import tarfile
@@ -14,7 +13,7 @@ from support.files import write
 
 from dsclean.data.dataset import IndexedDataset
 from dsclean.denylist import append, read_denylist
-from dsclean.fromlog import FromLogOptions, quarantine_from_log
+from dsclean.fromlog import quarantine_from_log
 from dsclean.index.build import build_index
 from dsclean.pack.packer import PackOptions, pack_shards
 from dsclean.pack.samples import sample_key
@@ -44,7 +43,7 @@ def _where(out, rel):
 
 
 def test_a_bad_sample_is_denied_an_ok_one_left_and_both_flow_downstream(packed, tmp_path):
-    root, index, out = packed
+    _, index, out = packed
     ds, bad_j, bad_shard = _where(out, "cls/cut.jpg")
     _, ok_j, ok_shard = _where(out, "cls/ok1.jpg")
     log = tmp_path / "runs" / "failures.jsonl"

@@ -6,10 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from dsclean.failures import FailureWriter, process_log_path
 from support import synth
 from support.files import write
-
-from dsclean.failures import FailureWriter, process_log_path
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -39,4 +38,4 @@ def log_failures(log: Path, lines: list[tuple[int | None, dict]], rank: int = 0)
 def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     e = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     e.update(env or {})
-    return subprocess.run([sys.executable, "-m", "dsclean", *args], capture_output=True, text=True, env=e, timeout=300)
+    return subprocess.run([sys.executable, "-m", "dsclean", *args], check=False, capture_output=True, text=True, env=e, timeout=300)
