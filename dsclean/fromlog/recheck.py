@@ -154,9 +154,15 @@ def quarantine_from_log(logs: list[str], options: FromLogOptions = FromLogOption
     samples: dict[tuple[str, str], Recheck] = {}
     roots = {r["root"] for r in got.failures if isinstance(r.get("root"), str) and r.get("root")
              and r.get("shard") is None}
+    folders: dict[str, dict[str, str]] = {}  # packed set folder -> key -> shard file (a line naming the folder)
     for rec in got.failures:
-        if isinstance(rec.get("shard"), str) and isinstance(rec.get("key"), str):
-            shard = _resolve(rec, options.root, "shard")
+        if rec.get("shard") is not None or rec.get("key") is not None:  # a sample in a shard set, never a file
+            shard = _resolve(rec, options.root, "shard") \
+                if isinstance(rec.get("shard"), str) and isinstance(rec.get("key"), str) else None
+            if shard is not None and os.path.isdir(shard):
+                if shard not in folders:
+                    folders[shard] = _shard_files(shard)
+                shard = folders[shard].get(rec["key"])
             if shard is None:
                 summary.unplaced += 1
                 continue
@@ -328,6 +334,26 @@ def _check_shard(shard: str, wanted: dict[str, Recheck], options: CheckOptions) 
 def _worse(a: str, b: str) -> bool:
     rank = {R.OK: 0, R.WARN: 1, R.BAD: 2}
     return rank.get(a, 0) > rank.get(b, 0)
+
+
+def _shard_files(folder: str) -> dict[str, str]:
+    """key -> shard file of every sample of the packed set in ``folder`` ({} for anything else)."""
+    from ..data.shards import is_packed_set, open_packed_index, read_shard_list
+    from ..pack.samples import key_numbers
+
+    if not is_packed_set(folder):
+        return {}
+    try:
+        names = [s["url"] for s in read_shard_list(folder)]
+        idx = open_packed_index(folder)
+    except (UserError, OSError, ValueError):
+        return {}
+    import numpy as np
+
+    keys = key_numbers(np.asarray(idx.offsets, np.int64), idx.data)
+    shard_of = np.asarray(idx.extra["shard"])
+    return {f"{int(k):016x}": os.path.join(folder, names[int(s)]) for k, s in zip(keys.tolist(), shard_of.tolist())
+            if 0 <= int(s) < len(names)}
 
 
 def _packed_rows(folder: str, shard_name: str, wanted: dict[str, Recheck]) -> dict[str, tuple[int, str]]:

@@ -130,3 +130,35 @@ def test_a_plain_webdataset_tar_sample_is_denied_beside_it(tmp_path):
     kept = [s["__key__"] for s in wds.WebDataset(str(shards / "part-000.tar"), shardshuffle=False)
             if s["__key__"] not in denied]  # how a webdataset pipeline honours it (docs/guides/from-log.md)
     assert kept == ["s/000"]
+
+
+def test_a_line_naming_the_packed_folder_or_an_unusable_shard(packed, tmp_path):
+    _, _, out = packed
+    log = tmp_path / "f.jsonl"
+    log_failures(log, [(0, {"kind": "exception", "shard": str(out), "key": sample_key(b"cls/cut.jpg"), "error": "E"}),
+                       (0, {"kind": "exception", "shard": 3, "key": "x", "path": "cls/ok0.jpg", "error": "E"})])
+    s = quarantine_from_log([str(log)])
+    assert [(i.outcome, os.path.dirname(i.path)) for i in s.items] == [("denied", str(out))]
+    assert s.unplaced == 1  # a shard number is not a place; and its path is never taken for a file
+
+
+def test_the_deny_list_reader_refuses_a_fifo_without_blocking(tmp_path):
+    import subprocess
+    import sys
+
+    os.mkfifo(tmp_path / "denylist.jsonl")
+    code = ("from dsclean.denylist import read_denylist; "
+            f"d = read_denylist({str(tmp_path / 'denylist.jsonl')!r}); print(bool(d.refused), len(d.entries))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=False)
+    assert out.stdout.split() == ["True", "0"], out.stderr
+    with pytest.raises(OSError):
+        append(tmp_path / "denylist.jsonl", [{"shard": "a.tar", "key": "k"}])
+
+
+def test_the_deny_list_reader_counts_damage(tmp_path):
+    path = tmp_path / "denylist.jsonl"
+    append(path, [{"shard": "a.tar", "key": "k1", "row": 0}, {"shard": "a.tar", "key": "k2"}])
+    with open(path, "ab") as f:
+        f.write(b'{"v": 1, "shard": "a.tar"}\n{"v": 1, "shard": "a.tar", "key": "k3", "row": -4}\n[]\n{"v": 1, "sh')
+    d = read_denylist(path)
+    assert [e["key"] for e in d.entries] == ["k1", "k2"] and d.damaged_lines == 3 and d.torn_lines == 1
