@@ -8,7 +8,8 @@ file that crashes its decoder is named, not fatal); only ``bad`` verdicts are mo
 journal and manifest (:class:`dsclean.scanning.quarantine.Quarantine`: ``dsclean restore`` and
 ``status`` work unchanged). Files that check ``ok`` or ``warn`` are listed with the logged error and
 left in place; files missing on disk are listed. Samples inside shards (a line with ``shard`` and
-``key``) are read out of their tar, checked with :func:`check_bytes`, and the bad ones appended to
+``key``) are read out of their tar, checked the same way (a private temp copy, in a fresh process:
+the checks of :func:`check_bytes`), and the bad ones appended to
 the deny-list beside the shards (:mod:`dsclean.denylist`). Each file appears once however many lines
 name it. What was re-checked is recorded in the root's state folder (:mod:`dsclean.rechecked`) so
 the next ``dsclean scan`` checks those files again even if its cache says they are unchanged.
@@ -27,7 +28,7 @@ from ..errors import UserError
 from ..failures import read_failures
 from ..formats import format_of_name
 from ..jsonpaths import path_bytes, path_fields
-from ..scanning.check import CHECKER_VERSION, CheckOptions, check_bytes
+from ..scanning.check import CHECKER_VERSION, CheckOptions
 from ..scanning.executors import isolate
 from ..scanning.quarantine import Quarantine
 
@@ -273,7 +274,7 @@ def _samples(summary: FromLogSummary, samples: dict[tuple[str, str], Recheck], o
     for shard, wanted in sorted(by_shard.items()):
         folder = os.path.dirname(shard)
         known = denylist.read_denylist(denylist.denylist_path(folder)).keys()
-        verdicts = _check_shard(shard, wanted, options.check)
+        verdicts = _check_shard(shard, wanted, options.check, options.jobs)
         rows = _packed_rows(folder, os.path.basename(shard), wanted)
         for key, item in wanted.items():
             summary.items.append(item)
@@ -305,27 +306,49 @@ def _samples(summary: FromLogSummary, samples: dict[tuple[str, str], Recheck], o
         summary.denylists.append(target)
 
 
-def _check_shard(shard: str, wanted: dict[str, Recheck], options: CheckOptions) -> dict[str, object]:
-    """key -> the worst verdict of its media members, or a str saying why there is none."""
+def _check_shard(shard: str, wanted: dict[str, Recheck], options: CheckOptions, jobs: int = 1) -> dict[str, object]:
+    """key -> the worst verdict of its media members, or a str saying why there is none.
+
+    Each wanted member's bytes are copied (one at a time) into a private temp folder and checked
+    there by :func:`isolate`, as logged files are: a member that crashes its decoder (the worker
+    that died in training may have died of exactly that) gets a ``decoder_crash`` verdict instead
+    of taking this command down. The copies are removed afterwards; the shard is only read.
+    """
+    import shutil
+    import tempfile
+
     out: dict[str, object] = {}
+    copies: list[tuple[str, str]] = []  # (key, rel in the temp folder)
+    tmp = tempfile.mkdtemp(prefix="dsclean-fromlog-")
     try:
-        with _open_tar(shard) as tf:
-            for m in tf:  # streamed: one member at a time
-                key, ext = _key_of(m.name)
-                if key not in wanted or not m.isfile() or format_of_name("x." + ext.rsplit(".", 1)[-1]) is None:
-                    continue
-                if m.size > MAX_MEMBER:
-                    out.setdefault(key, f"member {m.name} is {m.size:,} bytes: not re-checked")
-                    continue
-                f = tf.extractfile(m)
-                v = check_bytes(f.read() if f is not None else b"", m.name, options)
-                old = out.get(key)
-                if not hasattr(old, "status") or _worse(v.status, old.status):
-                    out[key] = v
-    except (OSError, tarfile.TarError, EOFError) as exc:
-        for key in wanted:
-            if not hasattr(out.get(key), "status"):
-                out[key] = f"shard {shard} could not be read: {getattr(exc, 'strerror', None) or exc}"
+        try:
+            with _open_tar(shard) as tf:
+                for m in tf:  # streamed: one member at a time
+                    key, ext = _key_of(m.name)
+                    if key not in wanted or not m.isfile() or format_of_name("x." + ext.rsplit(".", 1)[-1]) is None:
+                        continue
+                    if m.size > MAX_MEMBER:
+                        out.setdefault(key, f"member {m.name} is {m.size:,} bytes: not re-checked")
+                        continue
+                    rel = os.path.join(str(len(copies)), os.path.basename(m.name))
+                    os.makedirs(os.path.join(tmp, str(len(copies))))
+                    f = tf.extractfile(m)
+                    with open(os.path.join(tmp, rel), "wb") as dst:
+                        if f is not None:
+                            shutil.copyfileobj(f, dst, 1 << 20)
+                    copies.append((key, rel))
+        except (OSError, tarfile.TarError, EOFError) as exc:
+            for key in wanted:
+                if key not in {k for k, _ in copies}:
+                    out.setdefault(key, f"shard {shard} could not be read: {getattr(exc, 'strerror', None) or exc}")
+        verdicts = isolate(tmp, [rel for _, rel in copies], options, max(1, jobs)) if copies else []
+        for (key, rel), v in zip(copies, verdicts):
+            v.path = os.path.basename(rel)
+            old = out.get(key)
+            if not hasattr(old, "status") or _worse(v.status, old.status):
+                out[key] = v
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     for key in wanted:
         out.setdefault(key, f"no media member with key {key} in {shard}")
     return out

@@ -162,3 +162,22 @@ def test_the_deny_list_reader_counts_damage(tmp_path):
         f.write(b'{"v": 1, "shard": "a.tar"}\n{"v": 1, "shard": "a.tar", "key": "k3", "row": -4}\n[]\n{"v": 1, "sh')
     d = read_denylist(path)
     assert [e["key"] for e in d.entries] == ["k1", "k2"] and d.damaged_lines == 3 and d.torn_lines == 1
+
+
+def test_a_sample_that_crashes_its_decoder_is_named_and_denied_not_fatal(tmp_path):
+    """The worker that died in training may have died of the sample: its re-check runs in a fresh process."""
+    import webdataset as wds
+
+    shards = tmp_path / "wds"
+    shards.mkdir()
+    with wds.TarWriter(str(shards / "part-000.tar")) as w:
+        w.write({"__key__": "x__segfault__", "jpg": synth.jpeg(20, 20, seed=1)})  # the test fault injector's cue
+        w.write({"__key__": "fine", "jpg": synth.jpeg(20, 20, seed=2)})
+    log = tmp_path / "f.jsonl"
+    log_failures(log, [(None, {"kind": "worker_died", "shard": str(shards / "part-000.tar"), "key": k,
+                               "error": "SIGSEGV"}) for k in ("x__segfault__", "fine")])
+    out = run_cli("quarantine", "--from-log", str(log), "--json", env={"DSCLEAN_TEST_FAULTS": "1"})
+    assert out.returncode == 1, out.stderr
+    items = {i["key"]: i for i in json.loads(out.stdout)["items"]}
+    assert items["x__segfault__"]["outcome"] == "denied" and items["x__segfault__"]["reason"] == "decoder_crash"
+    assert items["fine"]["outcome"] == "left"
