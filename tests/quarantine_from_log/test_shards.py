@@ -181,3 +181,26 @@ def test_a_sample_that_crashes_its_decoder_is_named_and_denied_not_fatal(tmp_pat
     items = {i["key"]: i for i in json.loads(out.stdout)["items"]}
     assert items["x__segfault__"]["outcome"] == "denied" and items["x__segfault__"]["reason"] == "decoder_crash"
     assert items["fine"]["outcome"] == "left"
+
+
+def _size(img):
+    import torch
+
+    return torch.tensor(img.size)
+
+
+def test_denied_samples_are_absent_from_a_real_dataloader_with_workers(packed, tmp_path):
+    import torch
+
+    from dsclean.data.collate import collate_skip_none
+
+    _, _, out = packed
+    ds, bad_j, bad_shard = _where(out, "cls/cut.jpg")
+    _, ok_j, ok_shard = _where(out, "cls/ok2.jpg")
+    append(out / "denylist.jsonl", [{"shard": bad_shard, "key": sample_key(b"cls/cut.jpg"), "row": bad_j},
+                                    {"shard": ok_shard, "key": sample_key(b"cls/ok2.jpg")}])  # by key, no row
+    ds = IndexedDataset(str(out), transform=_size, on_error="skip")
+    loader = torch.utils.data.DataLoader(ds, batch_size=1, num_workers=2, collate_fn=collate_skip_none,
+                                         multiprocessing_context="spawn")
+    seen = sum(len(y) for _, y in loader)
+    assert seen == len(ds) - 2 == 4
