@@ -117,7 +117,7 @@ def verify_shards(folder: str, *, jobs: int = 1, decode=None) -> VerifyReport:
         start, end = (int(bounds[k]), int(bounds[k + 1])) if bounds is not None else (0, 0)
         tasks.append(_Task(folder, name, k, entry.get("filesize"), entry.get("nsamples"), start, end,
                            bounds is not None))
-    keys: list = []
+    keys = []
     held: dict[str, np.ndarray] = {}
     with stop_on_signals() as stop:
         for shard_report, shard_keys in run_tasks(verify_shard, tasks, backend="loky", jobs=jobs,
