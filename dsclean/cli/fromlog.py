@@ -3,12 +3,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections import Counter
 
 from .. import argtypes
 from .exit_codes import EXIT_FOUND_BAD, EXIT_INCOMPLETE, EXIT_OK
 
 _MAX_LISTED = 20
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _shown(text: object) -> str:
+    """Log text for a terminal: a log is untrusted, so control characters (escape sequences) are made visible."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -77,7 +84,7 @@ def format_summary(s) -> str:
             verb = _VERB[outcome].format(status=i.status or "?")
             why = f"{i.reason}: {i.detail}" if i.status and i.status != "ok" else (i.detail or "")
             logged = f"; in training: {i.error or i.kind}: {i.message}" if (i.error or i.message) else ""
-            lines.append(f"  {verb}: {_where(i)}" + (f" ({why})" if why else "") + logged)
+            lines.append(_shown(f"  {verb}: {_where(i)}" + (f" ({why})" if why else "") + logged))
         if len(shown) > _MAX_LISTED:
             lines.append(f"  ... and {len(shown) - _MAX_LISTED} more {outcome} (--json lists all)")
     if s.quarantine and counts.get("quarantined"):

@@ -109,3 +109,11 @@ def test_what_was_rechecked_is_recorded_in_the_state_folder(tree, tmp_path):
     assert rechecked.pending_paths(str(root)) == {"cats/cut.jpg", "cats/c0.jpg"}
     outcomes = {r["path"]: r["outcome"] for r in rechecked.read(str(root))}
     assert outcomes == {"cats/cut.jpg": "quarantined", "cats/c0.jpg": "left"}
+
+
+def test_log_text_cannot_drive_the_terminal(tree, tmp_path):
+    root, _ = tree
+    log = tmp_path / "f.jsonl"
+    log_failures(log, [(0, _exc("cats/c0.jpg", root, message="\x1b]0;owned\x07\x1b[2Jgone"))])
+    out = run_cli("quarantine", "--from-log", str(log))
+    assert out.returncode == 0 and "\x1b" not in out.stdout and "\\x1b]0;owned" in out.stdout
