@@ -50,6 +50,10 @@ def collect_training(logs: tuple[str, ...], root: str | None, state_dir: str | N
             verdict[key] = rec
     if logs:
         got = read_failures(*logs, limit=MAX_LINES)
+        if not got.files and not got.refused:
+            from ..errors import UserError
+
+            raise UserError(f"--failures: no failure log at {', '.join(logs)} (nor per-process files beside it)")
         lines = got.failures
         out.sources = [display(scrub(f)) for f in got.files]
         out.damaged_lines, out.torn_lines = got.damaged_lines, got.torn_lines

@@ -79,3 +79,10 @@ def test_the_section_in_chromium(reported, tmp_path):
         assert HOSTILE in cells  # shown as text
         assert page.locator("section#training script, section#training img").count() == 0
         assert not errors and not dialogs
+
+
+def test_a_missing_failure_log_is_a_clear_error(reported, tmp_path):
+    root, _ = reported
+    cli = run_cli("report", str(root), "-o", str(tmp_path / "r.html"), "--failures", str(tmp_path / "nope.jsonl"))
+    assert cli.returncode == 2 and "no failure log" in cli.stderr and "Traceback" not in cli.stderr
+    assert not (tmp_path / "r.html").exists()

@@ -204,3 +204,9 @@ def test_denied_samples_are_absent_from_a_real_dataloader_with_workers(packed, t
                                          multiprocessing_context="spawn")
     seen = sum(len(y) for _, y in loader)
     assert seen == len(ds) - 2 == 4
+
+
+def test_pack_denylist_user_mistakes(packed, tmp_path):
+    _, index, _ = packed
+    cli = run_cli("pack", index, "-o", str(tmp_path / "p"), "--denylist", str(tmp_path / "nope.jsonl"))
+    assert cli.returncode == 2 and "--denylist" in cli.stderr and "Traceback" not in cli.stderr
