@@ -145,7 +145,9 @@ def quarantine_from_log(logs: list[str], options: FromLogOptions = FromLogOption
     if not logs:
         raise UserError("--from-log needs at least one failure log")
     got = read_failures(*logs, limit=MAX_FAILURES)
-    if not got.files and not got.refused:
+    if got.refused and len(got.refused) >= len(got.files):  # a file is listed, then refused when read
+        raise UserError(f"cannot read the failure log: {'; '.join(got.refused)}")
+    if not got.files:
         raise UserError(f"no failure log at {', '.join(logs)} (nor per-process files beside it, e.g. "
                         f"{os.path.basename(logs[0])} -> *.rank0.worker0.jsonl)")
     summary = FromLogSummary(logs=list(logs), files_read=got.files, failures=len(got.failures),

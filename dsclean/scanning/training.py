@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 
 from .. import rechecked
-from ..failures import iter_failures
+from ..errors import UserError
+from ..failures import read_failures
 from ..jsonpaths import path_bytes
 
 #: files taken from logs at most (a runaway log cannot size memory)
@@ -22,9 +23,12 @@ def paths_to_recheck(root: str, state_dir: str | None = None, logs: tuple[str, .
     root = os.path.abspath(root)
     real = os.path.realpath(root)
     out = set(rechecked.pending_paths(root, state_dir))
-    for rec in iter_failures(*logs) if logs else ():
-        if len(out) >= MAX_PATHS:
-            break
+    got = read_failures(*logs, limit=MAX_PATHS) if logs else None
+    if got is not None and got.refused:
+        raise UserError(f"--from-log: cannot read {'; '.join(got.refused)}")
+    if got is not None and not got.files:
+        raise UserError(f"--from-log: no failure log at {', '.join(logs)} (nor per-process files beside it)")
+    for rec in got.failures if got is not None else ():
         if rec.get("shard") is not None or not isinstance(rec.get("path"), str):
             continue
         try:

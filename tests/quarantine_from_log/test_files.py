@@ -117,3 +117,9 @@ def test_log_text_cannot_drive_the_terminal(tree, tmp_path):
     log_failures(log, [(0, _exc("cats/c0.jpg", root, message="\x1b]0;owned\x07\x1b[2Jgone"))])
     out = run_cli("quarantine", "--from-log", str(log))
     assert out.returncode == 0 and "\x1b" not in out.stdout and "\\x1b]0;owned" in out.stdout
+
+
+def test_a_fifo_for_a_log_is_refused_without_blocking(tmp_path):
+    os.mkfifo(tmp_path / "f.jsonl")
+    out = run_cli("quarantine", "--from-log", str(tmp_path / "f.jsonl"))
+    assert out.returncode == 2 and "not a regular file" in out.stderr

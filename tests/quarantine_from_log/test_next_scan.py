@@ -48,3 +48,14 @@ def test_the_cli_message_and_json_and_scan_from_log(tree, tmp_path):
     out = run_cli("scan", str(root), "--dry-run", "-j", "1", "--from-log", str(log), "--json")
     summary = json.loads(out.stdout)
     assert summary["training_rechecked"] == 2 and summary["training_bad"] == 1
+
+
+def test_scan_from_log_user_mistakes(tree, tmp_path):
+    import os
+
+    root, _ = tree
+    out = run_cli("scan", str(root), "--dry-run", "--from-log", str(tmp_path / "nope.jsonl"))
+    assert out.returncode == 2 and "no failure log" in out.stderr and "Traceback" not in out.stderr
+    os.mkfifo(tmp_path / "fifo.jsonl")
+    out = run_cli("scan", str(root), "--dry-run", "--from-log", str(tmp_path / "fifo.jsonl"))
+    assert out.returncode == 2 and "not a regular file" in out.stderr
