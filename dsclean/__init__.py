@@ -52,6 +52,10 @@ _EXPORTS = {
     "PackOptions": "pack.packer",
     "PackSummary": "pack.packer",
     "verify_shards": "pack.verify",
+    "quarantine_from_log": "fromlog.recheck",
+    "FromLogOptions": "fromlog.recheck",
+    "FromLogSummary": "fromlog.recheck",
+    "read_denylist": "denylist",
 
     "FLAGS": "quality.flags",
     "FlagOptions": "quality.flags",

@@ -24,10 +24,11 @@ ALLOWED = {
     "pack": {"scanning", "index", "data"},
     "dups": {"scanning", "index", "quality"},
     "report": {"scanning", "dups"},  # reads scan results, the quarantine journal, the worker guards, dups' moves
-    "cli": {"scanning", "index", "data", "diagnose", "pack", "quality", "dups", "report"},
+    "fromlog": {"scanning", "index", "data", "pack"},  # quarantine --from-log: re-checks files and shard samples
+    "cli": {"scanning", "index", "data", "diagnose", "pack", "quality", "dups", "report", "fromlog"},
 }
 COMMON = {"reasons", "formats", "errors", "atomic", "locations", "argtypes", "hashing", "jsonpaths", "failures",
-          "openfile"}
+          "openfile", "denylist", "rechecked"}
 ENTRY = {"dsclean", "dsclean.__main__"}  # the public API and `python -m dsclean` may import any stage
 
 

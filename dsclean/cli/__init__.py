@@ -23,7 +23,7 @@ from .exit_codes import EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import diagnose, dups, index, pack, report, scan  # here: `dsclean scan` needs none but its own (main)
+    from . import diagnose, dups, fromlog, index, pack, report, scan  # here: `dsclean scan` needs none but its own (main)
 
     parser = argparse.ArgumentParser(prog="dsclean", description="Make image and audio training data safe to feed to PyTorch.")
     parser.add_argument("--version", action="version", version=f"dsclean {__version__}")
@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     pack.add_parsers(sub)
     dups.add_parsers(sub)
     report.add_parsers(sub)
+    fromlog.add_parsers(sub)
     return parser
 
 

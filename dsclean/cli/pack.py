@@ -49,6 +49,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-fsync", dest="fsync", action="store_false",
                    help="do not fsync the shards and the files beside them (faster; after a power loss or an OS "
                    "crash they may be incomplete: run sync, or dsclean verify, before relying on them)")
+    p.add_argument("--denylist", metavar="FILE",
+                   help="leave out the samples of this deny-list (e.g. an older pack's denylist.jsonl, written by "
+                   "dsclean quarantine --from-log)")
     p.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_pack)
@@ -70,7 +73,8 @@ def cmd_pack(args: argparse.Namespace) -> int:
     options = PackOptions(shard_size=args.shard_size, samples_per_shard=args.samples_per_shard,
                           shuffle=args.shuffle, name=args.name, jobs=args.jobs, backend=args.backend,
                           scheduler=args.scheduler, part=args.part, skip_changed=args.skip_changed, rehash=args.rehash,
-                          fsync=args.fsync, progress=not (args.quiet or args.json) and sys.stderr.isatty())
+                          fsync=args.fsync, denylist=args.denylist,
+                          progress=not (args.quiet or args.json) and sys.stderr.isatty())
     try:
         summary = (finish_pack if args.finish else pack_shards)(args.index, args.output, options)
     finally:

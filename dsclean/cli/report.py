@@ -25,6 +25,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="thumbnail worker processes (default: all usable cores)")
     p.add_argument("--state-dir", metavar="DIR",
                    help="where ROOT's last scan is recorded (default: $DSCLEAN_STATE_DIR, else the per-user state folder)")
+    p.add_argument("--failures", nargs="+", default=[], metavar="LOG",
+                   help="training failure logs (dsclean.guard's) for a \"Failed in training\" section (default: what "
+                   "dsclean quarantine --from-log recorded for ROOT, if anything)")
     p.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
     p.set_defaults(func=cmd_report)
 
@@ -35,7 +38,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     options = ReportOptions(dups=args.dups, thumbnails=not args.no_thumbnails, absolute_paths=args.absolute_paths,
                             jobs=args.jobs, caps=Caps(per_reason=args.max_thumbnails),
-                            command=("dsclean", *getattr(args, "argv", ())), state_dir=args.state_dir)
+                            command=("dsclean", *getattr(args, "argv", ())), state_dir=args.state_dir,
+                            failures=tuple(args.failures))
     s = write_report(args.target, args.output, options)
     if not args.quiet:
         print(f"scan results: {s.results_source}")

@@ -96,6 +96,9 @@ def add_scan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--check", action="store_true", help="exit 1 if any bad file is found (for CI)")
     p.add_argument("--dry-run", action="store_true", help="decide and report, move nothing")
     p.add_argument("--rescan", action="store_true", help="check every file again, ignoring the scan cache of unchanged files")
+    p.add_argument("--from-log", dest="from_logs", nargs="+", default=[], metavar="LOG",
+                   help="training failure logs (dsclean.guard's): the files they name under ROOT are checked again "
+                   "even if unchanged (what quarantine --from-log recorded is always checked again)")
     p.add_argument("--include-hidden", action="store_true", help="also scan dot-named files and folders")
     add_symlink_options(p)
     add_location_options(p)
@@ -200,6 +203,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
         scheduler=args.scheduler,
         shard=args.shard,
         rescan=args.rescan,
+        from_logs=tuple(args.from_logs),
         quarantine=args.quarantine,
         report_dir=args.report,
         dry_run=args.dry_run,

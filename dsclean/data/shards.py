@@ -26,7 +26,7 @@ from collections import OrderedDict
 import numpy as np
 import pyarrow as pa
 
-from .. import locations
+from .. import denylist, locations
 from ..errors import UserError
 from ..hashing import DIGEST_SIZE
 from ..index.store import MappedIndex, open_index
@@ -186,6 +186,8 @@ class PackedSet:
         self.offset_of = self.idx.extra["offset"]
         self.max_open = max(1, max_open)
         self._maps: OrderedDict[int, mmap.mmap] = OrderedDict()
+        # samples on the deny-list beside the shards (dsclean quarantine --from-log): refused on read
+        self.denied = denylist.denied_rows(folder, [s["url"] for s in self.shards], self.shard_of, self.idx.path_bytes)
 
     def shard_path(self, shard: int) -> str:
         if not 0 <= shard < len(self.shards):
@@ -193,7 +195,9 @@ class PackedSet:
         return os.path.join(self.folder, self.shards[shard]["url"])
 
     def read(self, j: int) -> bytes:
-        """The original bytes of sample ``j``."""
+        """The original bytes of sample ``j``; a sample on the deny-list is refused (ValueError)."""
+        if self.denied is not None and self.denied[j]:
+            raise ValueError(f"sample {j} is on the deny-list {denylist.denylist_path(self.folder)}: not read")
         shard, offset, size = int(self.shard_of[j]), int(self.offset_of[j]), int(self.idx.sizes[j])
         mm = self._map(shard)
         if offset < 0 or offset + size > len(mm):

@@ -59,6 +59,7 @@ class PackOptions:
     inline_limit: int = INLINE_LIMIT  # files up to this size are read once into memory
     rehash: bool = False  # hash every file's bytes, even those the scan results hold a current hash for
     fsync: bool = True  # False (--no-fsync): no fsync of any file of the pack; the OS writes them back in its time
+    denylist: str | None = None  # a deny-list (dsclean.denylist, e.g. an older pack's denylist.jsonl): its keys are left out
 
 
 @dataclass
@@ -119,9 +120,12 @@ def _prepare(index: str, output: str, options: PackOptions, *, writing: bool = T
     if not os.path.isdir(root):
         raise UserError(f"{index}: its root {root} is not a folder (moved?); the files to pack must be there")
     idx = open_index(index)
-    plan = make_plan(idx, layout)
+    denied = _denied_keys(options.denylist)
+    plan = make_plan(idx, layout, denied)
     identity = _identity(index)
-    rec = state.record(index=index, identity=identity, rows=len(idx), root=root, layout=layout.to_json(),
+    layout_json = layout.to_json() if not denied else {**layout.to_json(), "denylist": content_hash(
+        "\n".join(sorted(denied)).encode()).hex()}  # another deny-list is another pack: never resumed into this one
+    rec = state.record(index=index, identity=identity, rows=len(idx), root=root, layout=layout_json,
                        shards=plan.shards)
     ctx = _Context(index, out, meta, plan, identity, rec)
     if not writing:
@@ -133,6 +137,20 @@ def _prepare(index: str, output: str, options: PackOptions, *, writing: bool = T
         if known.any():
             ctx.checksums, ctx.known = sums, known
     return ctx
+
+
+def _denied_keys(path: str | None) -> set[str] | None:
+    """The sample keys of the deny-list at ``path`` (a UserError if it cannot be read)."""
+    if path is None:
+        return None
+    from ..denylist import read_denylist
+
+    if not os.path.isfile(path):
+        raise UserError(f"--denylist {path}: no such file")
+    dl = read_denylist(path)
+    if dl.refused:
+        raise UserError(f"--denylist {dl.refused}")
+    return {key for _, key in dl.keys()}
 
 
 def _identity(index: str) -> str:
@@ -182,6 +200,9 @@ def pack_shards(index: str, output: str, options: PackOptions = PackOptions()) -
     summary = PackSummary(output=ctx.output, shards=ctx.plan.shards, part=options.part,
                           scan_hashes=0 if ctx.known is None else int(ctx.known.sum()),
                           scan_results=ctx.checksum_source)
+    if options.denylist:
+        summary.notes.append(f"{ctx.record['source']['rows'] - len(ctx.plan.order):,} samples left out: on the deny-list "
+                             f"{options.denylist}")
     summary.resumed = state.prepare_output(ctx.output, ctx.record, fsync=options.fsync)
     with state.locked(ctx.output, options.part):
         if options.part is None:

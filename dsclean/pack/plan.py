@@ -29,7 +29,7 @@ from ..errors import UserError
 from ..index.store import KINDS, MappedIndex
 from . import names
 from .bulk import FACT_NAMES
-from .samples import int_facts_record, key_numbers
+from .samples import KEY_RE, int_facts_record, key_numbers
 from .tarformat import BLOCK, RECORD
 
 DEFAULT_SHARD_SIZE = 1 << 30  # 1 GiB
@@ -99,14 +99,21 @@ class Plan:
         return names.cached(self.layout.name).name(shard)
 
 
-def make_plan(idx: MappedIndex, layout: Layout) -> Plan:
-    """Keys (refusing duplicates), order, shard boundaries."""
+def make_plan(idx: MappedIndex, layout: Layout, denied: "set[str] | None" = None) -> Plan:
+    """Keys (refusing duplicates), order, shard boundaries; rows whose key is in ``denied`` (a deny-list's
+    keys, :mod:`dsclean.denylist`) are left out of the order."""
     n = len(idx)
     if n == 0:
         raise UserError(f"{idx.path}: the index has no samples to pack")
     keys = key_numbers(np.asarray(idx.offsets, np.int64), idx.data)
     _refuse_duplicate_keys(idx, keys)
     order = np.arange(n, dtype=np.int64) if layout.shuffle is None else shuffled(keys, layout.shuffle)
+    if denied:
+        wanted = np.array(sorted(int(k, 16) for k in denied if KEY_RE.fullmatch(k)), dtype=np.uint64)
+        order = order[~np.isin(keys[order], wanted)]
+        n = len(order)
+        if n == 0:
+            raise UserError(f"{idx.path}: every sample of the index is on the deny-list: nothing to pack")
     if layout.samples_per_shard is not None:
         bounds = np.append(np.arange(0, n, layout.samples_per_shard, dtype=np.int64), n)
     else:

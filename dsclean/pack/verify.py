@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .. import locations
+from .. import denylist, locations
 from ..data.shards import open_packed_index, packed_index, read_shard_list, refuse_unfinished_pack, release
 from ..errors import UserError
 from ..hashing import content_hash
@@ -78,6 +78,7 @@ class VerifyReport:
     shards: list[ShardReport] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # about the set: index, shard list, keys
     notes: list[str] = field(default_factory=list)
+    denylist: dict | None = None  # the deny-list beside the shards (dsclean.denylist.report), if any
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -119,11 +120,13 @@ def verify_shards(folder: str, *, jobs: int = 1, decode=None) -> VerifyReport:
         tasks.append(_Task(folder, name, k, entry.get("filesize"), entry.get("nsamples"), start, end,
                            bounds is not None))
     keys = []
+    held: dict[str, np.ndarray] = {}
     with stop_on_signals() as stop:
         for shard_report, shard_keys in run_tasks(verify_shard, tasks, backend="loky", jobs=jobs,
                                                   scheduler=None, stop=stop):
             report.shards.append(shard_report)
             keys.append(shard_keys)
+            held[shard_report.shard] = shard_keys
         if stop.signum:
             raise KeyboardInterrupt
     position = {n: i for i, n in enumerate(names)}
@@ -139,6 +142,7 @@ def verify_shards(folder: str, *, jobs: int = 1, decode=None) -> VerifyReport:
         report.problems.append(f"the shards hold {report.samples} samples, the packed index {len(idx)}")
     _unique_keys(report, keys)
     _other_files(report, set(names))
+    report.denylist = denylist.report(folder, held, report.notes)
     report.bytes = sum(os.path.getsize(os.path.join(folder, n)) for n in names if os.path.isfile(os.path.join(folder, n)))
     report.ok = not report.problems and all(s.ok for s in report.shards)
     return report
@@ -454,7 +458,7 @@ def _unique_keys(report: VerifyReport, keys: list[np.ndarray]) -> None:
 
 
 def _other_files(report: VerifyReport, names: set[str]) -> None:
-    own = {locations.SHARD_LIST_FILE, locations.PACKED_INDEX_FILE, locations.PACK_STATE_FILE}
+    own = {locations.SHARD_LIST_FILE, locations.PACKED_INDEX_FILE, locations.PACK_STATE_FILE, locations.DENYLIST_FILE}
     for entry in sorted(os.listdir(report.folder)):
         if entry in names or entry in own:
             continue

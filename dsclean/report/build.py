@@ -36,6 +36,7 @@ class ReportOptions:
     limits: ThumbLimits | None = None  # None: defaults, with the scan's own pixel limit
     command: tuple[str, ...] = ()  # the command line that made the report, shown in it
     state_dir: str | None = None  # where a root's last scan is recorded (default: $DSCLEAN_STATE_DIR, per user)
+    failures: tuple[str, ...] = ()  # training failure logs (dsclean.guard's) for the "Failed in training" section
 
 
 @dataclass
@@ -66,6 +67,9 @@ def write_report(target: str, output: str = DEFAULT_OUTPUT, options: ReportOptio
     scrub = Scrubber(named, keep=options.absolute_paths)
     data = collect(src.results_paths, src.columns, scrub, options.caps)
     _describe(data, src, scrub, options)
+    from .training import collect_training
+
+    data.training = collect_training(tuple(options.failures), src.root, options.state_dir, scrub)
     dups_bins = recorded_quarantines(src.root, options.state_dir) if src.root else []  # dsclean dups' moves
     if options.dups:
         data.duplicates = read_groups(options.dups, scrub, state_dir=options.state_dir)

@@ -85,6 +85,21 @@ class Histogram:
 
 
 @dataclass
+class TrainingFailures:
+    """The "Failed in training" section: failure logs (dsclean.guard's) and what re-checking them concluded."""
+
+    sources: list[str] = field(default_factory=list)  # display text: the logs, or the state folder's record
+    total: int = 0  # failure lines (or recorded re-checks)
+    by_error: list[tuple[str, str, int]] = field(default_factory=list)  # (error, kind, n), most first
+    conclusions: dict[str, int] = field(default_factory=dict)  # re-check outcome -> distinct files/samples
+    examples: list[dict] = field(default_factory=list)  # display text: where, error, kind, message, conclusion
+    distinct: int = 0  # distinct files and samples
+    damaged_lines: int = 0
+    torn_lines: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
 class ReportData:
     """Everything the page shows."""
 
@@ -127,6 +142,7 @@ class ReportData:
     #: files its inferred norm warned about (reason -> n)
     distributions: dict = field(default_factory=dict)
     norm_flagged: dict = field(default_factory=dict)
+    training: TrainingFailures | None = None  # from failure logs / quarantine --from-log's record
 
     def items(self):
         """Every item that may get a thumbnail."""

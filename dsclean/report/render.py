@@ -13,7 +13,7 @@ import hashlib
 from importlib import resources
 
 from .. import reasons as R
-from .model import DupGroup, Duplicates, Gallery, Item, ReportData
+from .model import DupGroup, Duplicates, Gallery, Item, ReportData, TrainingFailures
 from .safe import esc, script_json
 from .svg import columns, heatmap, hbars, histogram, human_bytes, human_seconds
 
@@ -26,6 +26,8 @@ SECTIONS = {
     "consistency": "Consistency of the set",
     "problems": "All problems",
 }
+#: the section shown only when there are training failures (logs or quarantine --from-log's record)
+TRAINING = ("training", "Failed in training")
 
 
 def _asset(name: str) -> str:
@@ -42,6 +44,8 @@ def render(data: ReportData) -> str:
     csp = (f"default-src 'none'; img-src data:; style-src {_csp_hash(css)}; script-src {_csp_hash(js)}; "
            "base-uri 'none'; form-action 'none'")
     parts = [_summary(data), _reasons(data)]
+    if data.training is not None:
+        parts.append(_training(data.training))
     if data.duplicates is not None:
         parts.append(_duplicates(data.duplicates))
     if data.outliers or data.flags or data.fact_counts:
@@ -78,6 +82,8 @@ def _toc(data: ReportData) -> str:
     entries = [("summary", SECTIONS["summary"], "", False)]
     entries.append(("reasons", SECTIONS["reasons"], f"{data.problems_total:,}", False))
     entries += [(g.anchor, g.title, f"{g.total:,}", True) for g in data.reason_galleries]
+    if data.training is not None:
+        entries.append((*TRAINING, f"{data.training.distinct:,}", False))
     if data.duplicates is not None:
         entries.append(("duplicates", SECTIONS["duplicates"], f"{data.duplicates.total_groups:,}", False))
     if data.outliers or data.flags or data.fact_counts:
@@ -222,6 +228,30 @@ def _duplicates(dup: Duplicates) -> str:
     body = "".join(_group(g) for g in dup.groups) or '<p class="empty">No duplicates found.</p>'
     notes = "".join(f"<p class=blurb>{esc(n)}</p>" for n in dup.notes)
     return f'<section id="duplicates"><h2>{SECTIONS["duplicates"]}</h2><p class="lead">{lead}</p>{notes}{body}{shown}</section>'
+
+
+def _training(t: TrainingFailures) -> str:
+    lead = (f"{t.total:,} failures logged while training, {t.distinct:,} distinct files and shard samples, from "
+            f"{', '.join(t.sources) or 'no log'}. A failure is not a verdict: dsclean quarantine --from-log checks "
+            "each again and moves (or denies) only the ones that check bad.")
+    damaged = (f'<p class="blurb">Log lines not used: {t.damaged_lines:,} damaged, {t.torn_lines:,} cut short.</p>'
+               if t.damaged_lines or t.torn_lines else "")
+    notes = "".join(f'<p class="blurb">{esc(n)}</p>' for n in t.notes)
+    errors = ("<table class=plain><thead><tr><th>error</th><th>kind</th><th class=\"n\">failures</th></tr></thead><tbody>"
+              + "".join(f'<tr><td>{esc(e)}</td><td>{esc(k)}</td><td class="n">{n:,}</td></tr>' for e, k, n in t.by_error)
+              + "</tbody></table>")
+    concl = ("<table class=plain><thead><tr><th>re-check</th><th class=\"n\">files / samples</th></tr></thead><tbody>"
+             + "".join(f'<tr><td>{esc(c)}</td><td class="n">{n:,}</td></tr>' for c, n in t.conclusions.items())
+             + "</tbody></table>")
+    rows = "".join(f'<tr><td class="path">{esc(x["where"])}</td><td>{esc(x["error"])}</td><td>{esc(x["kind"])}</td>'
+                   f'<td>{esc(x["message"])}</td><td>{esc(x["conclusion"])}</td></tr>' for x in t.examples)
+    more = (f'<p class="blurb">The first {len(t.examples):,} of {t.distinct:,} are shown.</p>'
+            if t.distinct > len(t.examples) else "")
+    examples = ('<div class="tablewrap"><table class="plain training"><thead><tr><th>file or shard [key]</th>'
+                f'<th>error</th><th>kind</th><th>message</th><th>re-check</th></tr></thead><tbody>{rows}</tbody>'
+                f'</table></div>{more}')
+    return (f'<section id="{TRAINING[0]}"><h2>{TRAINING[1]}</h2><p class="lead">{esc(lead)}</p>{damaged}{notes}'
+            f'<div class="charts">{errors}{concl}</div>{examples}</section>')
 
 
 def _quality(d: ReportData) -> str:

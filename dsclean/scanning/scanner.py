@@ -72,6 +72,7 @@ class ScanOptions:
     # share of a class folder under which a mode, sample rate, ... is warned about as outside the set's inferred
     # norm (`--minority`; dsclean.scanning.norm); 0: no inferred norm (distributions are still shown)
     minority: float = 0.01
+    from_logs: tuple[str, ...] = ()  # training failure logs: their files under ROOT are checked again (not cached)
 
 
 @dataclass
@@ -116,6 +117,9 @@ class ScanSummary:
     #: and the files the inferred norm warned about (reason -> n), dsclean.scanning.norm
     distributions: dict = field(default_factory=dict)
     norm_flagged: dict[str, int] = field(default_factory=dict)
+    #: files that failed in training (quarantine --from-log's record, scan --from-log) checked again, and the bad ones
+    training_rechecked: int = 0
+    training_bad: int = 0
 
     @property
     def bad(self) -> int:
@@ -237,6 +241,9 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
     summary = ScanSummary(root=root, jobs=jobs, quarantine=quarantine_dir, dry_run=options.dry_run, shard=options.shard,
                           state_dir=state, command=list(options.command))
     tag = locations.part_tag(_valid_part(options.shard))
+    from .training import paths_to_recheck
+
+    force = paths_to_recheck(root, options.state_dir, tuple(options.from_logs))
     with contextlib.ExitStack() as stack:
         stack.push(lambda exc_type, exc, tb: _raise_write_failure(exc, summary) if isinstance(exc, OSError) else None)
         note = stack.enter_context(locations.scan_lock(root, options.shard, options.state_dir))
@@ -267,7 +274,7 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
         if previous is not None:
             stack.callback(lambda: (previous.close(), summary.notes.extend(previous.notes)))
         sink = _Sink(summary, writer, quarantine, cache, _progress_bar(options),
-                     options.flags if options.check.facts else None, quarantine_flags)
+                     options.flags if options.check.facts else None, quarantine_flags, force=force)
         identities = sink.identities if moving else None
         stack.callback(sink.close_progress)
         stack.callback(sink.flush_fresh)  # before the cache closes and the writer publishes
@@ -286,7 +293,7 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
         try:
             with _stop_on_signals() as stop:
                 to_check = _skip_cached(root, media, None if options.rescan else cache, sink, options.chunk_size, stop,
-                                        options.chunk_bytes, identities, previous)
+                                        options.chunk_bytes, identities, previous, force)
                 checks = run_checks(root, to_check, options.check, jobs, options.backend, options.scheduler,
                                     batches=True, release=not options.keep_workers)
                 for chunk in checks:
@@ -300,6 +307,10 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
         except WorkersUnavailable as exc:  # the forkserver died twice: keep what was decided, say why (exit 3)
             summary.stopped = f"stopped early: {exc}; the results hold the files checked so far, scan again to go on"
         summary.interrupted = bool(summary.signal)
+    if force and not summary.interrupted and options.shard is None:
+        from .. import rechecked
+
+        rechecked.mark_scanned(root, options.state_dir)  # done: the next scan trusts its cache for them again
     summary.results_path, summary.problems_path = writer.results_path, writer.problems_path
     _apply_norm(summary, options)
     if moving:
@@ -515,7 +526,7 @@ def _stat_if_cached(root: str, rels: list[str], rows: dict[str, tuple],
 def _skip_cached(root: str, media: Iterator[list[str]], cache: ScanCache | None, sink: "_Sink",
                  chunk_size: int, stop: "_StopRequest", chunk_bytes: int = 0,
                  identities: dict[bytes, tuple[int, int]] | None = None,
-                 previous: PreviousResults | None = None) -> Iterator[list[str]]:
+                 previous: PreviousResults | None = None, force: frozenset[str] = frozenset()) -> Iterator[list[str]]:
     """Chunks of files to check: verdicts still valid are handled right here instead.
 
     First the ``ok`` rows of the previous results (``previous``, matched in Arrow), then the scan
@@ -528,6 +539,10 @@ def _skip_cached(root: str, media: Iterator[list[str]], cache: ScanCache | None,
         if stop.signum:
             return
         stats: dict[str, tuple[int, int, int, int]] = {}
+        forced = [rel for rel in batch if rel in force] if force else []
+        if forced:  # failed in training: checked again, whatever the cache and the previous results say
+            sink.summary.training_rechecked += len(forced)
+            batch = [rel for rel in batch if rel not in force]
         rest = batch  # files the previous results cannot vouch for
         if previous is not None:
             keys = [rel.encode(_FS_ENCODING, "surrogateescape") for rel in batch]  # encode_path, inlined
@@ -549,6 +564,8 @@ def _skip_cached(root: str, media: Iterator[list[str]], cache: ScanCache | None,
             cache.hits += len(hits)
         sink.handle_cached(hits)
         todo = [rel for rel in rest if rel not in hits] if hits else rest
+        if forced:
+            todo = forced + todo
         at = 0
         while at < len(todo):  # chunks of the size wanted when each one starts
             want = sink.chunk_files(chunk_size, chunk_bytes)
@@ -630,6 +647,7 @@ class _Sink:
     #: the folders directly under ROOT this run moved files out of (one per class, at most MAX_FOLDERS_TRACKED)
     moved_from: set[str] = field(default_factory=set)
     _flushed: float = field(default_factory=time.monotonic)
+    force: frozenset[str] = frozenset()  # files that failed in training (their bad verdicts are counted)
 
     def handle(self, v: Verdict, *, fresh: bool) -> None:
         s = self.summary
@@ -692,6 +710,8 @@ class _Sink:
                 extra = self._quarantine_flagged(v, ino_dev) or extra
             if v.status == R.BAD:
                 s.bad_reasons[v.reason or "?"] = s.bad_reasons.get(v.reason or "?", 0) + 1
+                if self.force and v.path in self.force:
+                    s.training_bad += 1
             elif v.status == R.WARN:
                 s.warn_reasons[v.reason or "?"] = s.warn_reasons.get(v.reason or "?", 0) + 1
             if i in not_ok or v.status != R.OK:  # the ok rows are counted by the worker (chunk.ok_kinds)...
@@ -944,6 +964,10 @@ def format_summary(s: ScanSummary) -> str:
         lines.append(f"  {s.flag_quarantined:,} flagged files {verb} (--quarantine-flags; reason flagged)")
     if s.cached:
         lines.append(f"Re-used {s.cached:,} verdicts of unchanged files from the scan cache (--rescan checks all)")
+    if s.training_rechecked:
+        moved = "quarantined" if s.quarantine and not s.dry_run else "would be quarantined"
+        lines.append(f"Re-checked {s.training_rechecked:,} files that failed in training: {s.training_bad:,} bad "
+                     f"({moved}), {s.training_rechecked - s.training_bad:,} ok")
     if s.quarantine and not s.dry_run:
         lines.append(f"Quarantined {s.quarantined:,} files into {s.quarantine}")
         q = s.quarantine_state or {}
