@@ -31,8 +31,10 @@ from .verdict import Verdict
 #: The version of the integrity rules. Bump it with every change that can change a verdict
 #: (a new rule, a rule made stricter or more tolerant): it is part of the scan cache key and of
 #: the results' recorded options, so no verdict outlives the rules that made it. Also bumped when the facts
-#: a check records change (3: JPEG facts from a decode keeping the thumbnail's 64 px, not always 1/8).
-CHECKER_VERSION = 3
+#: a check records change (3: JPEG facts from a decode keeping the thumbnail's 64 px, not always 1/8;
+#: 4: a decoder's limit on a structurally whole file is the warning `unsupported`, decided after the format's next
+#: decoder tried it (dsclean.scanning.fallback); the loader profiles of scan --loader, dsclean.loaders).
+CHECKER_VERSION = 4
 
 #: Pillow's own default for MAX_IMAGE_PIXELS (about 89.5 Mpx): above it an image is a decompression bomb.
 DEFAULT_MAX_PIXELS = 89_478_485
