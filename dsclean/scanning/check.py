@@ -64,6 +64,9 @@ class CheckOptions:
     # content_hash either. Never changes a verdict; part of the cache key, so a scan with facts never
     # reuses verdicts without.
     facts: bool = True
+    # The training loader profiles (dsclean.loaders.profiles) each whole file is also opened with, beyond the
+    # reference ones the check stands for (pillow, soundfile): `scan --loader`. Sorted names; () = none.
+    loaders: tuple[str, ...] = ()
     # Enforced around the check by the worker process (dsclean.scanning.worker), not by check_file:
     timeout: float = DEFAULT_TIMEOUT  # seconds per file; 0 = none
     # bytes of address space a check may add; 0 = the default ceiling (a share of RAM per core, see
@@ -265,6 +268,10 @@ def _check_data(data: Data, name: str, v: Verdict, options: CheckOptions) -> Non
             return
         v.format, v.kind = real, kind_of(real)
         _checker(real)(data, v, options)
+        if options.loaders and v.status != R.BAD:
+            from ..loaders.check import check_loaders  # only a scan with --loader loads the profiles
+
+            check_loaders(data, v, options.loaders, real)
         if real != claimed and v.status == R.OK:
             v.mark(R.WARN, R.EXTENSION_MISMATCH, f"content is {real}, extension says {claimed}")
     except MemoryError:
