@@ -60,6 +60,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--include-warn", action="append", default=[], metavar="REASON[,REASON]",
                    help="also index files whose scan verdict is a warning of this reason, left out by default: "
                         "too_large, changed, ... (not judged) or truncated, corrupt (accepted by scan --lenient)")
+    p.add_argument("--loader", action="append", default=[], metavar="NAME",
+                   help="the loader profile training will use (repeatable; default pillow): files it cannot open are "
+                        "left out, and the index records it (IndexedDataset refuses another loader); see dsclean scan --loader")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     p.set_defaults(func=cmd_index)
 
@@ -121,6 +124,7 @@ def _build(args: argparse.Namespace):
         root_moved=args.root_moved,
         facts=args.facts,
         include_warn=args.include_warn,
+        loaders=args.loader or ("pillow",),
     )
 
 

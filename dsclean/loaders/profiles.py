@@ -186,3 +186,24 @@ def as_array(p: Profile, out):
         return np.ascontiguousarray(out.numpy().transpose(1, 2, 0))
     arr = np.asarray(out)
     return arr if arr.ndim == 3 else arr[..., None]
+
+
+class ProfileLoader:
+    """A dataset's loader for a profile: the profile's load function for the files of its kind, dsclean's default
+    profile for the other kind (an opencv index may hold sounds too). Picklable (DataLoader workers)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = profile(name).name
+
+    def __call__(self, source):
+        p = PROFILES[self.name]
+        if isinstance(source, (str, os.PathLike)):
+            from ..formats import format_of_name, kind_of
+
+            fmt = format_of_name(os.fspath(source))
+            if fmt and kind_of(fmt) != p.kind:
+                p = PROFILES[DEFAULT[kind_of(fmt)]]
+        return p.load(source)
+
+    def __repr__(self) -> str:
+        return f"ProfileLoader({self.name!r})"
