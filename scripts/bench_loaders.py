@@ -84,7 +84,7 @@ def main() -> None:
                 continue
             t = best(data, ext[fmt], CheckOptions(loaders=(name,)), args.repeats)
             rows.append((fmt, f"--loader {name}", f"{t * 1e3:.2f}", f"{t / base:.2f}x"))
-    print(f"## Loader profiles: the cost of `scan --loader NAME` per file\n")
+    print("## Loader profiles: the cost of `scan --loader NAME` per file\n")
     print(f"Command: `PYTHONPATH=. python scripts/bench_loaders.py --files {args.files} --repeats {args.repeats}` "
           f"({datetime.date.today().isoformat()}, {platform.machine()}, {os.cpu_count()} cores, Python "
           f"{platform.python_version()}; one process, files in memory, best of {args.repeats})\n")

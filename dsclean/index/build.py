@@ -15,7 +15,6 @@ Labels and sample order (torchvision ``ImageFolder``'s, or a CSV) are in :mod:`d
 from __future__ import annotations
 
 import dataclasses
-
 import hashlib
 import json
 import logging

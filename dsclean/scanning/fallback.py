@@ -24,7 +24,7 @@ from dataclasses import dataclass
 #: what a decoder says when the variant, not the data, is the problem
 UNSUPPORTED_TEXT = re.compile(r"unimplemented|unsupported|not supported|not implemented|unknown (format|codec)|"
                               r"cannot identify|no decoder|decoder .* not found|codec not found|unsupported codec|"
-                              r"not available|requires the .* package|imagecodecs", re.I)
+                              r"not available|requires the .* package|imagecodecs", re.IGNORECASE)
 
 
 @dataclass
