@@ -137,7 +137,7 @@ def _jpeg_failure(data, space: str, message: str, label: str, v: Verdict, opts) 
             v.status, v.reason, v.detail, v.frames = R.OK, None, "", None
         before = v.status
         _check_with_pillow(bytes(data), v, opts, label=f"{label}: " if label != "JPEG" else "",
-                           whole=data.rfind(b"\xff\xd9") >= 0)
+                           whole=data.rfind(b"\xff\xd9") >= 0, refused=f"simplejpeg refused ({message})")
         if v.status == before:
             v.detail = _join(v.detail, f"decoders: simplejpeg refused ({message}), Pillow read it")
         return
@@ -275,12 +275,13 @@ def check_webp(data, v: Verdict, opts) -> None:
 
 
 def _check_with_pillow(data, v: Verdict, opts, label: str = "", *, whole: bool = True,
-                       next_decoder: Callable[[], fallback.Outcome] | None = None) -> None:
+                       next_decoder: Callable[[], fallback.Outcome] | None = None, refused: str | None = None) -> None:
     """Open (bomb check first), then load every frame up to ``opts.max_frames``.
 
     ``whole``: dsclean's own walk found the structure whole, so Pillow's "unsupported" (and, with a
     ``next_decoder``, its "cannot identify") is a decoder's limit: the next decoder decides, else ``unsupported``
-    (a warning). A damaged file (the walk marked it bad) never gets here."""
+    (a warning). A damaged file (the walk marked it bad) never gets here. ``refused``: what the decoder before
+    Pillow said of the variant (then Pillow's "cannot identify" is a limit too)."""
     _load_pillow()
     Image.MAX_IMAGE_PIXELS = opts.max_pixels or None
     try:
@@ -307,10 +308,11 @@ def _check_with_pillow(data, v: Verdict, opts, label: str = "", *, whole: bool =
         raise  # the ceiling, not the file: too_large (dsclean.scanning.check), never corrupt
     except Exception as exc:  # Pillow raises OSError/ValueError/SyntaxError/... on damaged data
         reason = _pillow_reason(str(exc))
-        limit = reason == R.UNSUPPORTED or (next_decoder is not None and isinstance(exc, Image.UnidentifiedImageError))
-        if whole and limit and v.status != R.BAD:
+        unknown = isinstance(exc, Image.UnidentifiedImageError) and (next_decoder is not None or refused is not None)
+        if whole and (reason == R.UNSUPPORTED or unknown) and v.status != R.BAD:
             said = _OBJECT_REPR.sub("", str(exc))  # "cannot identify image file <_io.BytesIO object at 0x...>"
-            _decoder_limit(v, f"{label}Pillow refused: {type(exc).__name__}: {said}", next_decoder)
+            _decoder_limit(v, f"{label}{refused + ', ' if refused else ''}Pillow refused: {type(exc).__name__}: "
+                              f"{said}", next_decoder)
         else:
             v.add([bad(reason, f"{label}{type(exc).__name__}: {exc}")])
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from support.loadermedia import cjpeg, picture, pyav_audio, tiff_float16
+from support.loadermedia import cjpeg, ffmpeg_lossless_jpeg, picture, pyav_audio, tiff_float16
 
 from dsclean import reasons as R
 from dsclean.scanning.check import CHECKER_VERSION, check_bytes
@@ -67,3 +67,20 @@ def test_scan_never_moves_an_unsupported_file(tmp_path):
                            "--jobs", "1", "--quiet", "--check"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr  # no bad file
     assert sorted(os.listdir(root / "a")) == ["f16.tif", "g722.wav"]
+
+
+def test_a_jpeg_variant_no_decoder_here_implements_is_unsupported_not_corrupt():
+    """FFmpeg's lossless RGB JPEG (SOF3, 9-bit precision): simplejpeg and Pillow both refuse the variant."""
+    data = ffmpeg_lossless_jpeg("bgr24")
+    assert data[:2] == b"\xff\xd8" and b"\xff\xc3" in data
+    v = check_bytes(data, "lossless.jpg")
+    assert (v.status, v.reason) == (R.WARN, R.UNSUPPORTED), v.detail
+    assert "simplejpeg refused (Unsupported" in v.detail and "Pillow refused: UnidentifiedImageError" in v.detail
+    assert "decoders: Pillow only, which cannot read it" in v.detail
+    cut = check_bytes(data[: len(data) // 2], "lossless.jpg")
+    assert cut.status == R.BAD, cut.detail  # no end-of-image marker: not whole, whatever the decoders say
+
+
+def test_a_lossless_jpeg_of_8_bit_samples_is_read():
+    v = check_bytes(ffmpeg_lossless_jpeg("yuvj444p"), "lossless.jpg")
+    assert (v.status, v.reason) == (R.OK, None), v.detail

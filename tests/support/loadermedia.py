@@ -74,3 +74,18 @@ def png16(width: int = 64, height: int = 48) -> bytes:
     buf = io.BytesIO()
     Image.fromarray(grey).save(buf, "PNG")
     return buf.getvalue()
+
+
+def ffmpeg_lossless_jpeg(pix_fmt: str = "bgr24", width: int = 64, height: int = 48) -> bytes:
+    """A lossless JPEG (SOF3) by FFmpeg's ljpeg encoder. For RGB it writes 9-bit samples (the colour transform
+    needs the extra bit): a real variant simplejpeg and Pillow do not implement; YUV is 8-bit, which they read."""
+    from fractions import Fraction
+
+    import av
+
+    rgb = np.asarray(picture(width, height))
+    ctx = av.CodecContext.create("ljpeg", "w")
+    ctx.width, ctx.height, ctx.pix_fmt, ctx.time_base = width, height, pix_fmt, Fraction(1, 25)
+    frame = av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format=pix_fmt)
+    packets = ctx.encode(frame) + ctx.encode(None)
+    return bytes(packets[0])
