@@ -27,6 +27,8 @@ TIMEOUT = "timeout"
 TOO_LARGE = "too_large"
 NONCONFORMING = "nonconforming"
 NOT_REGULAR = "not_regular"
+LOADER_FAILS = "loader_fails"
+LOADER_DIFFERS = "loader_differs"
 
 # what silently changes the data (issue 27): warnings, never moved (bad only under scan --strict-expect)
 HIGH_BIT_DEPTH = "high_bit_depth"
@@ -53,7 +55,11 @@ REASONS: dict[str, str] = {
     NOT_MEDIA: "the content is not the media its extension claims (e.g. an HTML page saved as .jpg)",
     EMPTY: "zero bytes, a zero-sized image, or audio with zero frames",
     DECOMPRESSION_BOMB: "the image declares more pixels than the limit (Pillow's MAX_IMAGE_PIXELS, --max-pixels)",
-    UNSUPPORTED: "a real media file, but a variant the decoder cannot read",
+    UNSUPPORTED: "a whole media file (its structure checked) that a decoder cannot read: a variant or a library limit, "
+                 "not damage; a warning, never moved (the detail names the decoders tried and which read it)",
+    LOADER_FAILS: "a whole file the training loader named in --loader cannot open (it raises or returns nothing); a warning",
+    LOADER_DIFFERS: "a --loader decodes a whole file to another shape or other pixels/samples than the reference "
+                    "decode (pillow, soundfile) beyond rounding; a warning",
     UNREADABLE: "the file cannot be read: permission denied, I/O error, broken symlink",
     EXTENSION_MISMATCH: "valid media whose extension names another format (e.g. a PNG saved as .jpg); a warning",
     INVALID_SAMPLES: "float audio containing NaN, Inf or absurd magnitudes",
@@ -112,6 +118,9 @@ LEFT_OUT_WARNINGS: dict[str, str] = {
     UNREADABLE: "not judged: the file could not be read",
     TRUNCATED: "cut short, accepted by scan --lenient: Pillow's default loader refuses a truncated image",
     CORRUPT: "damaged, accepted by scan --lenient: a decoder recovered from it, a strict one may not",
+    UNSUPPORTED: "a decoder's limit: the default loader (Pillow, soundfile) cannot read it; ships with "
+                 "--include-warn unsupported (e.g. for an index built for a --loader that reads it)",
+    LOADER_FAILS: "the loader the index is built for (--loader) cannot open it",
     EXTENSION_MISMATCH: "only when the content is another kind than the extension says (a WAV named .jpg): the "
                         "loader and transforms of an image dataset fail on a sound; a PNG named .jpg is indexed",
 }

@@ -17,15 +17,16 @@ REPO = os.path.dirname(PKG)
 #: stage -> the stages it may import (common top-level modules are open to all)
 ALLOWED = {
     "quality": set(),  # pure per-file facts: numpy, Pillow, soundfile and the common modules only
-    "scanning": {"quality"},  # the scan will compute facts from its own decode
-    "index": {"scanning"},
-    "data": {"index"},
+    "loaders": {"data"},  # the training loader profiles: the default loaders are dsclean.data.loaders' functions
+    "scanning": {"quality", "loaders"},  # the scan will compute facts from its own decode; scan --loader
+    "index": {"scanning", "loaders"},
+    "data": {"index", "loaders"},
     "diagnose": {"index", "data"},
     "pack": {"scanning", "index", "data"},
     "dups": {"scanning", "index", "quality"},
     "report": {"scanning", "dups"},  # reads scan results, the quarantine journal, the worker guards, dups' moves
     "fromlog": {"scanning", "index", "data", "pack"},  # quarantine --from-log: re-checks files and shard samples
-    "cli": {"scanning", "index", "data", "diagnose", "pack", "quality", "dups", "report", "fromlog"},
+    "cli": {"scanning", "index", "data", "diagnose", "pack", "quality", "dups", "report", "fromlog", "loaders"},
 }
 COMMON = {"reasons", "formats", "errors", "atomic", "locations", "argtypes", "hashing", "jsonpaths", "failures",
           "openfile", "denylist", "rechecked"}

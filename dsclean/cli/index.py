@@ -64,6 +64,9 @@ def add_parsers(sub) -> None:
                    help="leave out files whose scan verdict is a warning of this reason, shipped by default: "
                         "cmyk, high_bit_depth, exif_rotated, grayscale, sample_rate_mismatch, ... "
                         "(docs/guides/consistency.md)")
+    p.add_argument("--loader", action="append", default=[], metavar="NAME",
+                   help="the loader profile training will use (repeatable; default pillow): files it cannot open are "
+                        "left out, and the index records it (IndexedDataset refuses another loader); see dsclean scan --loader")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     p.set_defaults(func=cmd_index)
 
@@ -126,6 +129,7 @@ def _build(args: argparse.Namespace):
         facts=args.facts,
         include_warn=args.include_warn,
         exclude_warn=args.exclude_warn,
+        loaders=args.loader or ("pillow",),
     )
 
 

@@ -93,6 +93,7 @@ def add_scan_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"images with more pixels are decompression bombs (default {DEFAULT_MAX_PIXELS:,}, Pillow's; 0 = no limit)")
     p.add_argument("--max-frames", type=argtypes.count, default=DEFAULT_MAX_FRAMES, metavar="N",
                    help=f"decode at most N frames of an animated image (default {DEFAULT_MAX_FRAMES})")
+    add_loader_option(p)
     p.add_argument("--check", action="store_true", help="exit 1 if any bad file is found (for CI)")
     p.add_argument("--dry-run", action="store_true", help="decide and report, move nothing")
     p.add_argument("--rescan", action="store_true", help="check every file again, ignoring the scan cache of unchanged files")
@@ -134,6 +135,30 @@ def _non_negative(kind):
         return value
 
     return parse
+
+
+def add_loader_option(p: argparse.ArgumentParser) -> None:
+    """``--loader NAME`` (repeatable, comma-separated too): the loader profiles training will use."""
+    p.add_argument("--loader", action="append", default=[], metavar="NAME",
+                   help="also open each whole file exactly as this training loader does; it fails: warn/loader_fails, "
+                        "it decodes otherwise than the reference: warn/loader_differs (repeatable): pillow (default, "
+                        "what the check judges), torchvision, torchvision-exif, opencv, soundfile, torchaudio, pyav")
+
+
+def loader_profiles(args: argparse.Namespace) -> tuple[str, ...]:
+    """The ``--loader`` names, known and importable (a missing library: UserError naming the extra, exit 2)."""
+    from ..loaders.profiles import normalize, require
+
+    names = normalize(args.loader or ["pillow"])
+    require(names)
+    return names
+
+
+def check_loaders_of(names: tuple[str, ...]) -> tuple[str, ...]:
+    """The profiles the check must run itself: the reference ones (pillow, soundfile) are the check's own judgement."""
+    from ..loaders.profiles import PROFILES
+
+    return tuple(n for n in names if not PROFILES[n].reference)
 
 
 def add_facts_options(p: argparse.ArgumentParser) -> None:
@@ -190,12 +215,13 @@ def cmd_scan(args: argparse.Namespace) -> int:
         from ..report.source import check_output
 
         check_output(args.html, args.root)  # refuse a report inside the dataset before anything changes
+    loaders = check_loaders_of(loader_profiles(args))
     options = ScanOptions(
         jobs=args.jobs,
         check=CheckOptions(lenient=args.lenient, max_pixels=args.max_pixels, max_frames=max(1, args.max_frames),
                            timeout=args.timeout, max_memory=args.max_memory, facts=args.facts == "all",
                            flac_md5=args.flac_md5, expect=_expect(args), strict_expect=args.strict_expect,
-                           exif=args.exif),
+                           exif=args.exif, loaders=loaders),
         minority=args.minority,
         flags=flag_options(args),
         quarantine_flags=tuple(args.quarantine_flags),

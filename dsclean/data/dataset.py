@@ -143,6 +143,45 @@ def resolve_source(source: str | os.PathLike) -> tuple[str, str]:
     raise UserError(f"{path}: index not found")
 
 
+def _loader_profile(index: str, meta: dict, loader, profile: str | None, allow_mismatch: bool) -> str | None:
+    """The loader profile the dataset loads with, checked against the ones the index was built for
+    (``meta["loaders"]``, ``dsclean index --loader``): another one is refused unless ``allow_mismatch``.
+
+    No ``loader``: ``profile`` (default pillow/soundfile, dsclean's default loaders). A ``loader`` without a
+    ``profile``: a custom loader, accepted for an index built for the default loaders only (an index built for
+    opencv was checked with opencv's decode: say which profile your loader is)."""
+    from ..loaders.profiles import profile as known
+
+    if profile is not None:
+        known(profile)
+    built = meta.get("loaders")
+    if profile is None and loader is None:
+        profile = "pillow"
+    if built is None or allow_mismatch:
+        return profile  # an index from before loader profiles, or the caller's explicit choice
+    default = {"pillow", "soundfile"}
+    if profile is None:
+        if set(built) & default:
+            return None
+        raise UserError(f"{index}: built for the loader {', '.join(built)} (dsclean index --loader), and a custom "
+                        f"loader= was given: pass loader_profile={built[0]!r} if it is that loader, or "
+                        "allow_loader_mismatch=True to load with it anyway")
+    ok = set(built) | (default if set(built) & default else set())
+    if profile not in ok:
+        raise UserError(f"{index}: built for the loader {', '.join(built)} (dsclean index --loader), not "
+                        f"{profile!r}: its files were checked with another decoder. Index again with "
+                        f"--loader {profile}, or pass allow_loader_mismatch=True")
+    return profile
+
+
+def _profile_loader(name: str) -> Callable[[Any], Any]:
+    """The load function of a loader profile (its library imported now: a missing one names the extra)."""
+    from ..loaders.profiles import ProfileLoader, require
+
+    require([name])
+    return ProfileLoader(name)
+
+
 class IndexedDataset(Dataset):
     """``(sample, label)`` pairs from a dsclean index (Arrow file or npy folder): a drop-in for ``ImageFolder``.
 
@@ -153,6 +192,9 @@ class IndexedDataset(Dataset):
     - ``loader(path)``: replaces the default loaders (images: PIL RGB; audio:
       ``(tensor (channels, frames), sample_rate)``). ``transform`` gets the
       sample, ``target_transform`` the label, as in torchvision.
+    - ``loader_profile``: the loader profile training uses (``pillow``, ``opencv``, ``torchvision``, ...;
+      :mod:`dsclean.loaders.profiles`); without ``loader=`` its load function is the loader. An index built
+      for other profiles (``dsclean index --loader``) is refused, naming them, unless ``allow_loader_mismatch``.
     - ``root``: where the files are; defaults to the root recorded at build time
       (pass it for a moved dataset).
     - ``on_error="raise"`` raises :class:`SampleError`; ``"skip"`` returns
@@ -184,7 +226,8 @@ class IndexedDataset(Dataset):
     def __init__(self, index: str | os.PathLike, transform: Callable | None = None,
                  target_transform: Callable | None = None, loader: Callable[[str], Any] | None = None, *,
                  root: str | None = None, on_error: str = "raise", check_stale: bool = True,
-                 follow_symlinks: str = "inside", max_open_shards: int = shards.DEFAULT_MAX_OPEN) -> None:
+                 follow_symlinks: str = "inside", max_open_shards: int = shards.DEFAULT_MAX_OPEN,
+                 loader_profile: str | None = None, allow_loader_mismatch: bool = False) -> None:
         if on_error not in _ON_ERROR:
             raise ValueError(f"on_error must be one of {_ON_ERROR}, not {on_error!r}")
         if follow_symlinks not in _FOLLOW:
@@ -200,6 +243,9 @@ class IndexedDataset(Dataset):
         self.root = None if self.packed else root if root is not None else meta["root"]
         if not self.packed and not os.path.isdir(self.root):
             raise UserError(f"{index}: its root {self.root} is not a folder; pass root= if the dataset moved")
+        self.loader_profile = _loader_profile(index, meta, loader, loader_profile, allow_loader_mismatch)
+        if loader is None and self.loader_profile not in (None, "pillow", "soundfile"):
+            loader = _profile_loader(self.loader_profile)
         self.transform = transform
         self.target_transform = target_transform
         self.loader = loader
@@ -216,7 +262,8 @@ class IndexedDataset(Dataset):
     def from_folder(cls, root: str | os.PathLike, transform: Callable | None = None,
                     target_transform: Callable | None = None, loader: Callable[[str], Any] | None = None, *,
                     files: str = "dsclean", symlinks: str | None = None, check: bool = True, jobs: int = 0,
-                    state_dir: str | None = None, progress: bool = False, **kwargs) -> "IndexedDataset":
+                    state_dir: str | None = None, progress: bool = False, loaders: Sequence[str] | None = None,
+                    **kwargs) -> "IndexedDataset":
         """Index a dataset folder now (into its state folder, never into it) and open the index.
 
         An up-to-date index of the folder is reused; under DDP one process builds
@@ -224,13 +271,16 @@ class IndexedDataset(Dataset):
         the files torchvision's ``ImageFolder`` takes (and follows symlinks, so the
         dataset gets ``follow_symlinks="all"``). Files are checked as in
         ``dsclean index`` (``check=False``: magic bytes only); bad ones are left out.
-        Other keyword arguments go to the constructor.
+        ``loaders``: the loader profiles to check with and record (``dsclean index --loader``; default: the
+        ``loader_profile`` given, else pillow). Other keyword arguments go to the constructor.
         """
         from ..index.folder import index_folder
 
         root = os.fspath(root)
+        if loaders is None:
+            loaders = (kwargs.get("loader_profile") or "pillow",)
         index, _ = index_folder(root, files=files, symlinks=symlinks, check=check, jobs=jobs, state_dir=state_dir,
-                                progress=progress)
+                                progress=progress, loaders=tuple(loaders))
         links = read_meta(index).get("symlinks")
         if links == "all":  # the caller asked for it (files="imagefolder" or symlinks="all"): not the metadata's say
             kwargs.setdefault("follow_symlinks", "all")
@@ -253,7 +303,8 @@ class IndexedDataset(Dataset):
 
     def __getstate__(self) -> dict:
         """Only the options: a worker re-maps the index itself (cheap spawn)."""
-        return {k: getattr(self, k) for k in ("index", "root", "transform", "target_transform", "loader", "on_error",
+        return {k: getattr(self, k) for k in ("index", "root", "transform", "target_transform", "loader",
+                                                   "loader_profile", "on_error",
                                                    "check_stale", "follow_symlinks", "packed", "max_open_shards",
                                                    "_rows", "_trusted")}
 

@@ -14,6 +14,7 @@ Labels and sample order (torchvision ``ImageFolder``'s, or a CSV) are in :mod:`d
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -33,6 +34,8 @@ import pyarrow.compute as pc
 from .. import formats, locations, reasons
 from ..atomic import atomic_output, output_target
 from ..errors import UserError
+from ..loaders.profiles import PROFILES, require
+from ..loaders.profiles import normalize as normalize_profiles
 from ..scanning.cache import options_from_key, options_key
 from ..scanning.check import CheckOptions
 from ..scanning.discover import DiscoverStats, iter_media, symlink_mode
@@ -135,6 +138,7 @@ def build_index(
     facts: bool = False,
     include_warn: Iterable[str] = (),
     exclude_warn: Iterable[str] = (),
+    loaders: Iterable[str] = ("pillow",),
 ) -> IndexSummary:
     """Index the media files under ``root`` into ``output`` (Arrow file or npy folder).
 
@@ -162,6 +166,11 @@ def build_index(
     ``include_warn`` (``--include-warn``): ``scan && index`` never ships a file silently
     that the scan could not judge, or that the default loader cannot read. ``exclude_warn``
     (``--exclude-warn``) leaves out warnings that are otherwise shipped, e.g. ``cmyk``, ``grayscale``.
+
+    ``loaders`` (``--loader``): the loader profiles (:mod:`dsclean.loaders.profiles`) training will use; each file is
+    judged with them too (a file one fails on, ``loader_fails``, is left out), and the index records them
+    (``meta["loaders"]``): :class:`~dsclean.data.dataset.IndexedDataset` refuses to open it with another loader.
+    Scan results made for other profiles are no verdicts for these: every file is checked again here.
     """
     t0 = time.monotonic()
     fmt = resolve_format(output, format)
@@ -200,6 +209,15 @@ def build_index(
                                   "their verdicts)"
     _note(summary, f"scan results: {summary.results_source}", progress)
     results_columns, check_options = _results_info(results_paths, partial) if results_paths else ([], CheckOptions())
+    profiles = profile_names(loaders)
+    wanted = tuple(n for n in profiles if not PROFILES[n].reference)
+    if tuple(check_options.loaders) != wanted:
+        if results_paths and check:
+            _note(summary, f"the scan results were made for the loaders {_loader_list(check_options.loaders)}, not "
+                  f"{_loader_list(wanted)}: every file is checked here (scan with the same --loader to reuse its "
+                  "verdicts)", progress)
+            results_paths, results_columns = [], []
+        check_options = dataclasses.replace(check_options, loaders=wanted)
     summary.scan_results = ", ".join(results_paths) or None
     if facts and results_paths and not check_options.facts:
         _note(summary, "the scan results hold no facts (the scan ran with --facts none): the index's content_hash "
@@ -233,7 +251,8 @@ def build_index(
         meta = make_meta(root, classes, mode, rows.order.rows, summary.scan_results)
         meta.update(files=files, symlinks=links, extensions=list(_extensions(files)), checked=check,
                     check_options=options_key(check_options), tree=fingerprint, include_warn=include_warn,
-                    exif=getattr(check_options, "exif", "ignore"))  # scan --exif apply: IndexedDataset turns images
+                    exif=getattr(check_options, "exif", "ignore"),  # scan --exif apply: IndexedDataset turns images
+                    loaders=list(profiles))
         if dedup:  # in memory (16 bytes of hash a row and the table): --dedup is not a default option
             table = _finalize(pa.concat_tables(rows.order.sorted()), schema)
             table = _drop_exact_duplicates(root, table, results_paths, summary)
@@ -812,6 +831,17 @@ def _judge(root: str, table: pa.Table, results: pa.Table | None, options: CheckO
 
 #: the reasons whose verdict judged the moment, not the file: such a verdict is checked again
 _NOT_JUDGED = pa.array(sorted(reasons.NOT_JUDGED), pa.string())
+
+
+def profile_names(loaders: Iterable[str]) -> tuple[str, ...]:
+    """The ``--loader`` names, known and importable (a missing library: UserError naming the extra)."""
+    names = normalize_profiles(loaders) or ("pillow",)
+    require(names)
+    return names
+
+
+def _loader_list(names) -> str:
+    return ", ".join(["pillow/soundfile", *names]) if names else "pillow/soundfile (the default)"
 
 
 def _check_include_warn(include_warn: Iterable[str]) -> list[str]:

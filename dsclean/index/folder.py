@@ -27,16 +27,22 @@ logger = logging.getLogger("dsclean")
 
 
 def folder_index_path(root: str, *, files: str = "dsclean", symlinks: str = "none", check: bool = True,
-                      state_dir: str | None = None) -> str:
+                      state_dir: str | None = None, loaders: tuple[str, ...] = ("pillow",)) -> str:
     """Where :func:`index_folder` keeps the index of ``root`` built with these options."""
-    key = hashlib.sha256(f"{files}|{symlinks}|{check}".encode()).hexdigest()[:8]
+    extra = "" if tuple(loaders) == ("pillow",) else "|" + ",".join(loaders)  # the default keeps its old name
+    key = hashlib.sha256(f"{files}|{symlinks}|{check}{extra}".encode()).hexdigest()[:8]
     return os.path.join(locations.root_state_dir(root, state_dir), f"index-{files}-{key}.arrow")
 
 
 def index_folder(root: str, *, files: str = "dsclean", symlinks: str | None = None, check: bool = True,
                  jobs: int = 0, scan_results: str | list[str] | None = None, state_dir: str | None = None,
-                 progress: bool = False) -> tuple[str, bool]:
-    """The path of an up-to-date index of ``root`` in its state folder, and whether this call built it."""
+                 progress: bool = False, loaders=("pillow",)) -> tuple[str, bool]:
+    """The path of an up-to-date index of ``root`` in its state folder, and whether this call built it.
+
+    ``loaders``: the loader profiles the index is built for (``dsclean index --loader``)."""
+    from .build import profile_names
+
+    loaders = profile_names(loaders)
     if not os.path.isdir(root):
         raise UserError(f"{root}: no such folder")
     if files not in FILE_RULES:
@@ -53,13 +59,13 @@ def index_folder(root: str, *, files: str = "dsclean", symlinks: str | None = No
     except OSError as exc:
         raise UserError(f"cannot create the state folder of {root}: {exc.strerror or exc} ({exc.filename}); "
                         "pass state_dir= (or set DSCLEAN_STATE_DIR) to a writable folder") from exc
-    out = folder_index_path(root, files=files, symlinks=links, check=check, state_dir=state_dir)
+    out = folder_index_path(root, files=files, symlinks=links, check=check, state_dir=state_dir, loaders=loaders)
     with _exclusive(os.path.join(folder, locations.INDEX_LOCK_FILE), root):
         if up_to_date(out, root, files, links):
             logger.info("reusing the index of %s: %s (the tree is unchanged)", root, out)
             return out, False
         build_index(root, out, files=files, symlinks=links, check=check, jobs=jobs, scan_results=scan_results,
-                    state_dir=state_dir, progress=progress)
+                    state_dir=state_dir, progress=progress, loaders=loaders)
         return out, True
 
 

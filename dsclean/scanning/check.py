@@ -36,6 +36,8 @@ from .verdict import Verdict
 #: 4: BigTIFF and RIFX signatures, .opus/.oga, the FLAC frame sequence, Ogg granules, TIFF PageNumber, AVIF/HEIF/JXL;
 #: the warnings of what silently changes the data (issue 27: high_bit_depth, cmyk, exif_rotated, ...;
 #: dsclean.scanning.traits) and ``--expect``.
+#: also: a decoder's limit on a structurally whole file is the warning `unsupported`, decided after the format's next
+#: decoder tried it (dsclean.scanning.fallback); the loader profiles of scan --loader, dsclean.loaders.
 CHECKER_VERSION = 4
 
 #: Pillow's own default for MAX_IMAGE_PIXELS (about 89.5 Mpx): above it an image is a decompression bomb.
@@ -75,6 +77,9 @@ class CheckOptions:
     # `scan --exif apply`: the index's default image loader applies the EXIF orientation (no verdict changes;
     # recorded here so the results, and the index built from them, carry it)
     exif: str = "ignore"
+    # The training loader profiles (dsclean.loaders.profiles) each whole file is also opened with, beyond the
+    # reference ones the check stands for (pillow, soundfile): `scan --loader`. Sorted names; () = none.
+    loaders: tuple[str, ...] = ()
     # Enforced around the check by the worker process (dsclean.scanning.worker), not by check_file:
     timeout: float = DEFAULT_TIMEOUT  # seconds per file; 0 = none
     # bytes of address space a check may add; 0 = the default ceiling (a share of RAM per core, see
@@ -275,6 +280,10 @@ def _check_data(data: Data, name: str, v: Verdict, options: CheckOptions) -> Non
             return
         v.format, v.kind = real, kind_of(real)
         _checker(real)(data, v, options)
+        if options.loaders and v.status != R.BAD:
+            from ..loaders.check import check_loaders  # only a scan with --loader loads the profiles
+
+            check_loaders(data, v, options.loaders, real)
         if real != claimed and v.status == R.OK:
             v.mark(R.WARN, R.EXTENSION_MISMATCH, f"content is {real}, extension says {claimed}{_who_cares(real, claimed)}")
         from .traits import apply as record_traits  # what silently changes the data: warnings (issue 27)

@@ -35,7 +35,7 @@ import soundfile as sf
 from .. import reasons as R
 from ..quality.audio import AudioStats
 from . import facts as facts_of
-from . import flac, mp3, ogg, wav
+from . import fallback, flac, mp3, ogg, wav
 from .verdict import Finding, Verdict, bad
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ def check_wav(data, v: Verdict, opts: CheckOptions) -> None:
     walk = wav.walk(data)
     decoded: list[Finding] = []
     dec = _decode(data, v, decoded, raw_at=walk.data_start, facts=opts.facts)
-    _report(v, decoded + (_decode_findings(dec) if dec else []), walk.findings)
+    _report(v, decoded + (_decode_findings(dec) if dec else []), walk.findings, data)
 
 
 def check_flac(data, v: Verdict, opts: CheckOptions) -> None:
@@ -105,7 +105,7 @@ def check_flac(data, v: Verdict, opts: CheckOptions) -> None:
         structural.append(out_of_order)
     elif md5 is not None and not decoded and dec.frames == info.total and md5.digest() != info.md5:
         structural.append(bad(R.CORRUPT, "FLAC: the MD5 of the decoded samples differs from the STREAMINFO MD5 signature"))
-    _report(v, decoded, structural)
+    _report(v, decoded, structural, data)
 
 
 def _flac_failure(data, walk: flac.Walk, dec: Decoded | None) -> list[Finding]:
@@ -134,7 +134,7 @@ def check_ogg(data, v: Verdict, opts: CheckOptions) -> None:
     """Ogg: full decode plus the page walk (libvorbis neither notices lost pages nor a missing end)."""
     decoded: list[Finding] = []
     dec = _decode(data, v, decoded, facts=opts.facts)
-    _report(v, decoded + (_decode_findings(dec) if dec else []), ogg.walk(data))
+    _report(v, decoded + (_decode_findings(dec) if dec else []), ogg.walk(data), data)
 
 
 def check_mp3(data, v: Verdict, opts: CheckOptions) -> None:
@@ -146,7 +146,7 @@ def check_mp3(data, v: Verdict, opts: CheckOptions) -> None:
     dec = _decode(data, v, decoded, facts=opts.facts)
     if dec is not None and walk.promised is None:
         dec.header_frames = None
-    _report(v, decoded + (_decode_findings(dec) if dec else []), walk.findings)
+    _report(v, decoded + (_decode_findings(dec) if dec else []), walk.findings, data)
 
 
 CHECKERS: dict[str, Checker] = {"wav": check_wav, "flac": check_flac, "ogg": check_ogg, "mp3": check_mp3}
@@ -155,22 +155,43 @@ CHECKERS: dict[str, Checker] = {"wav": check_wav, "flac": check_flac, "ogg": che
 # --------------------------------------------------------------------------- decode and report
 
 
-def _report(v: Verdict, decoded: list[Finding], structural: list[Finding]) -> None:
+def _report(v: Verdict, decoded: list[Finding], structural: list[Finding], data=None) -> None:
     """Mark ``v`` with every finding's detail.
 
     The reason of a bad verdict comes from the container rules when they found
     something bad: they say *why* (a decoder that resyncs over garbage also comes up
     short of frames, which alone would read as a cut). Otherwise it is the decode's
     best reason. Warnings (deviations decoders tolerate) only count when nothing is bad.
+    When the only thing wrong is that libsndfile does not know the variant (the walk found
+    the container whole), the next decoder decides (:func:`_next_decoder`).
     """
     findings = decoded + structural
     worst = [f for f in structural if f.status == R.BAD] or [f for f in decoded if f.status == R.BAD]
     if not worst:
         v.add(findings)
         return
+    if data is not None and all(f.reason == R.UNSUPPORTED for f in worst):
+        _next_decoder(v, data, findings)
+        return
     reason = min((f.reason for f in worst), key=_PRIORITY.index)
     details = list(dict.fromkeys(f.detail for f in findings))  # de-duplicated, in order found
     v.mark(R.BAD, reason, "; ".join(details))
+
+
+def _next_decoder(v: Verdict, data, findings: list[Finding]) -> None:
+    """libsndfile refuses a whole file: PyAV (FFmpeg) decides. It reads it: ``unsupported`` (a warning: soundfile,
+    the default audio loader, cannot read it), with its facts; it does not know the variant either:
+    ``unsupported``; it knows it and fails on the data: ``corrupt`` (damage, whatever libsndfile said)."""
+    said = "; ".join(dict.fromkeys(f.detail for f in findings))
+    out = fallback.pyav_audio(data)
+    if out.read:
+        v.sample_rate, v.channels, v.frames = out.sample_rate, out.channels, out.frames
+        v.duration = out.frames / out.sample_rate if out.sample_rate else None
+        v.mark(R.WARN, R.UNSUPPORTED, f"{said}; decoders: libsndfile refused, {out.said()}")
+    elif out.unsupported:
+        v.mark(R.WARN, R.UNSUPPORTED, f"{said}; decoders: libsndfile refused, {out.said()}; no decoder here reads it")
+    else:
+        v.mark(R.BAD, R.CORRUPT, f"{said}; decoders: libsndfile refused, {out.said()}")
 
 
 def _source(data):

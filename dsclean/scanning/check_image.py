@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 import struct
 import warnings
+from typing import Callable
 
 import simplejpeg
 
 from .. import reasons as R
-from . import bmp, check, facts, gif, jpeg, tiff
+from . import bmp, check, facts, fallback, gif, jpeg, tiff
 from .verdict import Verdict, bad, warn
 
 # Pillow and the PNG chunk walker (with its zlib): imported on the first file that needs them (see
@@ -130,10 +132,14 @@ def _jpeg_failure(data, space: str, message: str, label: str, v: Verdict, opts) 
         recoverable, message = False, str(exc)
         reason = _jpeg_reason(message)
     if reason == R.UNSUPPORTED:
-        # A JPEG variant libjpeg-turbo's fast path does not take (e.g. 12-bit): let Pillow try.
+        # A JPEG variant libjpeg-turbo's fast path does not take (e.g. 12-bit): the next decoder, Pillow, decides.
         if label == "JPEG":
             v.status, v.reason, v.detail, v.frames = R.OK, None, "", None
-        _check_with_pillow(bytes(data), v, opts, label=f"{label}: " if label != "JPEG" else "")
+        before = v.status
+        _check_with_pillow(bytes(data), v, opts, label=f"{label}: " if label != "JPEG" else "",
+                           whole=data.rfind(b"\xff\xd9") >= 0, refused=f"simplejpeg refused ({message})")
+        if v.status == before:
+            v.detail = _join(v.detail, f"decoders: simplejpeg refused ({message}), Pillow read it")
         return
     if recoverable and opts.lenient:
         v.mark(R.WARN, reason, f"{label}: recoverable JPEG warning: {message}" if label != "JPEG"
@@ -251,11 +257,12 @@ def check_bmp(data, v: Verdict, opts) -> None:
 
 
 def check_tiff(data, v: Verdict, opts) -> None:
-    """Every directory (page) and every strip/tile inside the file, then Pillow decodes every page."""
+    """Every directory (page) and every strip/tile inside the file, then Pillow decodes every page; a whole
+    TIFF Pillow cannot read (float samples, a compression it lacks, ...) goes to tifffile (dsclean.scanning.fallback)."""
     walk = tiff.walk(data)
     v.add(walk.findings)
     if v.status != R.BAD:
-        _check_with_pillow(data, v, opts)
+        _check_with_pillow(data, v, opts, whole=True, next_decoder=lambda: fallback.tifffile_image(data, opts.max_frames))
 
 
 def check_webp(data, v: Verdict, opts) -> None:
@@ -267,8 +274,14 @@ def check_webp(data, v: Verdict, opts) -> None:
     _check_with_pillow(data, v, opts)
 
 
-def _check_with_pillow(data, v: Verdict, opts, label: str = "") -> None:
-    """Open (bomb check first), then load every frame up to ``opts.max_frames``."""
+def _check_with_pillow(data, v: Verdict, opts, label: str = "", *, whole: bool = True,
+                       next_decoder: Callable[[], fallback.Outcome] | None = None, refused: str | None = None) -> None:
+    """Open (bomb check first), then load every frame up to ``opts.max_frames``.
+
+    ``whole``: dsclean's own walk found the structure whole, so Pillow's "unsupported" (and, with a
+    ``next_decoder``, its "cannot identify") is a decoder's limit: the next decoder decides, else ``unsupported``
+    (a warning). A damaged file (the walk marked it bad) never gets here. ``refused``: what the decoder before
+    Pillow said of the variant (then Pillow's "cannot identify" is a limit too)."""
     _load_pillow()
     Image.MAX_IMAGE_PIXELS = opts.max_pixels or None
     try:
@@ -294,7 +307,33 @@ def _check_with_pillow(data, v: Verdict, opts, label: str = "") -> None:
     except MemoryError:
         raise  # the ceiling, not the file: too_large (dsclean.scanning.check), never corrupt
     except Exception as exc:  # Pillow raises OSError/ValueError/SyntaxError/... on damaged data
-        v.add([bad(_pillow_reason(str(exc)), f"{label}{type(exc).__name__}: {exc}")])
+        reason = _pillow_reason(str(exc))
+        unknown = isinstance(exc, Image.UnidentifiedImageError) and (next_decoder is not None or refused is not None)
+        if whole and (reason == R.UNSUPPORTED or unknown) and v.status != R.BAD:
+            said = _OBJECT_REPR.sub("", str(exc))  # "cannot identify image file <_io.BytesIO object at 0x...>"
+            _decoder_limit(v, f"{label}{refused + ', ' if refused else ''}Pillow refused: {type(exc).__name__}: "
+                              f"{said}", next_decoder)
+        else:
+            v.add([bad(reason, f"{label}{type(exc).__name__}: {exc}")])
+
+
+_OBJECT_REPR = re.compile(r" ?<[\w.]+ object at 0x[0-9a-f]+>")
+
+
+def _decoder_limit(v: Verdict, refused: str, next_decoder: Callable[[], fallback.Outcome] | None) -> None:
+    """Pillow cannot read a structurally whole image: ``unsupported`` (warn) when the next decoder reads it or does
+    not know it either; ``corrupt`` when the next decoder knows the variant and fails on its data."""
+    out = next_decoder() if next_decoder is not None else None
+    if out is None:
+        v.mark(R.WARN, R.UNSUPPORTED, f"{refused}; decoders: Pillow only, which cannot read it")
+    elif out.read:
+        if v.width is None:
+            v.width, v.height, v.frames = out.width, out.height, out.pages
+        v.mark(R.WARN, R.UNSUPPORTED, f"{refused}; decoders: Pillow refused, {out.said()}")
+    elif out.unsupported:
+        v.mark(R.WARN, R.UNSUPPORTED, f"{refused}; decoders: Pillow refused, {out.said()}; no decoder here reads it")
+    else:
+        v.mark(R.BAD, R.CORRUPT, f"{refused}; decoders: Pillow refused, {out.said()}")
 
 
 def _pillow_reason(message: str) -> str:

@@ -22,6 +22,7 @@ CODECS = frozenset({0x0001, 0x0002, 0x0003, 0x0006, 0x0007, 0x0011, 0x0031, 0x00
 class Walk:
     findings: list[Finding] = field(default_factory=list)
     data_start: int | None = None  # offset of the first byte of audio (the data chunk's body)
+    codec: int | None = None  # the format tag, when it is one libsndfile does not decode (another decoder may)
 
 
 def _u16(buf, pos: int, e: str = "<") -> int:
@@ -48,8 +49,9 @@ def walk(buf) -> Walk:
             block_align = _u16(buf, body + 12, e)
             tag = _u16(buf, body, e)
             if tag not in CODECS:
+                # a decoder's limit, not damage: the walk goes on (the chunks after it are still checked)
                 out.findings.append(bad(R.UNSUPPORTED, f"WAV codec 0x{tag:04x} (format tag) is not one libsndfile decodes"))
-                return out
+                out.codec, block_align = tag, None  # its block layout is the codec's, not one this walk knows
         elif cid == b"data":
             out.data_start = body
             declared = ds64_data if rf64 and csize == 0xFFFFFFFF else csize
