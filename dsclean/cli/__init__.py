@@ -25,9 +25,11 @@ from .exit_codes import EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE
 def build_parser() -> argparse.ArgumentParser:
     from . import diagnose, dups, index, pack, report, scan  # here: `dsclean scan` needs none but its own (main)
 
-    parser = argparse.ArgumentParser(prog="dsclean", description="Make image and audio training data safe to feed to PyTorch.")
+    from .parser import Parser
+
+    parser = Parser(prog="dsclean", description="Make image and audio training data safe to feed to PyTorch.")
     parser.add_argument("--version", action="version", version=f"dsclean {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     scan.add_parsers(sub)
     index.add_parsers(sub)
     diagnose.add_parsers(sub)

@@ -61,6 +61,7 @@ def add_parsers(sub) -> None:
                    help="also index files whose scan verdict is a warning of this reason, left out by default: "
                         "too_large, changed, ... (not judged) or truncated, corrupt (accepted by scan --lenient)")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON (no progress, notes on stderr)")
     p.set_defaults(func=cmd_index)
 
     p = sub.add_parser("info", help="describe an index: rows, classes, kinds, sizes, metadata",
@@ -68,6 +69,7 @@ def add_parsers(sub) -> None:
     p.add_argument("index", metavar="INDEX",
                    help="an index written by dsclean index, or a shard folder written by dsclean pack")
     p.add_argument("--json", action="store_true", help="print the description as JSON")
+    p.add_argument("--quiet", "-q", action="store_true", help="print nothing: exit 0 if INDEX is a readable index")
     p.set_defaults(func=cmd_info)
 
 
@@ -110,7 +112,7 @@ def _build(args: argparse.Namespace):
         no_labels=args.no_labels,
         scan_results=args.scan_results,
         exclude=tuple(args.exclude or ()),
-        progress=not args.quiet,
+        progress=not (args.quiet or args.json),
         check=not args.no_check,
         jobs=args.jobs,
         files=args.files,
@@ -125,7 +127,9 @@ def _build(args: argparse.Namespace):
 
 
 def _report(args: argparse.Namespace, summary: IndexSummary) -> int:
-    if not args.quiet:
+    if args.json:
+        print(json.dumps(summary.to_json(), indent=2, default=str))
+    elif not args.quiet:
         print(format_summary(summary))
     return EXIT_OK
 
@@ -176,7 +180,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     info = index_info(packed_index(args.index) if is_packed_set(args.index) else args.index)
     if args.json:
         print(json.dumps(info, indent=2))
-    else:
+    elif not args.quiet:
         print(format_info(info))
     return 0
 

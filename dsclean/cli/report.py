@@ -26,6 +26,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--state-dir", metavar="DIR",
                    help="where ROOT's last scan is recorded (default: $DSCLEAN_STATE_DIR, else the per-user state folder)")
     p.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
+    p.add_argument("--json", action="store_true", help="print what was written as JSON")
     p.set_defaults(func=cmd_report)
 
 
@@ -37,7 +38,12 @@ def cmd_report(args: argparse.Namespace) -> int:
                             jobs=args.jobs, caps=Caps(per_reason=args.max_thumbnails),
                             command=("dsclean", *getattr(args, "argv", ())), state_dir=args.state_dir)
     s = write_report(args.target, args.output, options)
-    if not args.quiet:
+    if args.json:
+        import dataclasses
+        import json
+
+        print(json.dumps(dataclasses.asdict(s), indent=2, default=str))
+    elif not args.quiet:
         print(f"scan results: {s.results_source}")
         print(format_report_summary(s))
     return EXIT_OK
