@@ -26,7 +26,7 @@ ALLOWED = {
     "report": {"scanning", "dups"},  # reads scan results, the quarantine journal, the worker guards, dups' moves
     "cli": {"scanning", "index", "data", "diagnose", "pack", "quality", "dups", "report"},
 }
-COMMON = {"reasons", "formats", "errors", "atomic", "locations", "argtypes", "hashing", "jsonpaths", "failures"}
+COMMON = {"reasons", "formats", "errors", "atomic", "locations", "argtypes", "hashing", "jsonpaths", "failures", "content"}
 ENTRY = {"dsclean", "dsclean.__main__"}  # the public API and `python -m dsclean` may import any stage
 
 
