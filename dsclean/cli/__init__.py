@@ -12,6 +12,7 @@ flushing what was decided.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
@@ -66,8 +67,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return EXIT_USAGE
     args.argv = argv  # shown in reports: how the command was run
+    from .notes import notes_at
+
     try:
-        return int(args.func(args) or 0)
+        with notes_at(logging.ERROR if getattr(args, "quiet", False) else logging.WARNING):
+            return int(args.func(args) or 0)
     except UserError as exc:
         print(f"dsclean {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -6,11 +6,8 @@ handler returns an exit code and raises :class:`UserError` for user mistakes.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import logging
-import sys
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 from .. import argtypes
 from ..errors import UserError
@@ -75,30 +72,13 @@ def add_parsers(sub) -> None:
 
 def cmd_index(args: argparse.Namespace) -> int:
     try:
-        with _errors_only() if args.quiet else contextlib.nullcontext():
-            summary = _build(args)
+        summary = _build(args)  # its notes are logged: dsclean.cli.main prints them (-q: errors only)
     except OSError as exc:  # a full disk while writing: the temp output is gone, an earlier index untouched
         from ..atomic import describe_write_error
 
         raise UserError(f"could not write the index: {describe_write_error(exc, exc.filename or args.output)}; "
                         f"nothing was written ({args.output} is as it was)") from exc
     return _report(args, summary)
-
-
-@contextlib.contextmanager
-def _errors_only() -> Iterator[None]:
-    """``--quiet``: the notes the build logs (warnings on the ``dsclean`` logger) are not printed; errors are.
-
-    Without a handler of its own, a warning would reach Python's last-resort handler, which prints it.
-    """
-    log = logging.getLogger("dsclean")
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setLevel(logging.ERROR)
-    log.addHandler(handler)
-    try:
-        yield
-    finally:
-        log.removeHandler(handler)
 
 
 def _build(args: argparse.Namespace):

@@ -33,7 +33,7 @@ from ..reasons import LENIENT as _LENIENT
 from . import shards
 from .loaders import DEFAULT_LOADERS, LENIENT_LOADERS
 
-logger = logging.getLogger("dsclean")
+logger = logging.getLogger("dsclean.data")
 
 _ON_ERROR = ("raise", "skip")
 _FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
