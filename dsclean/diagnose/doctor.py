@@ -364,11 +364,13 @@ def check_oom(log: KernelLog, cgroup: CgroupInfo, container: ContainerInfo) -> C
 # --------------------------------------------------------------------------- start method
 
 
-def check_torchvision():
-    """torchvision, when installed, was built for this torch (:mod:`dsclean.diagnose.torchpair`)."""
-    from .torchpair import check_torchvision as check
+def check_torchvision(extra_path: list[str] | None = None) -> Check:
+    """torchvision, when installed, was built for this torch (:mod:`dsclean.diagnose.torchpair`; ``extra_path``:
+    folders searched first, for tests)."""
+    from .torchpair import torchvision_verdict
 
-    return check()
+    status, value, detail, fixes, data = torchvision_verdict(extra_path)
+    return Check("torchvision", "torchvision", status, value, detail, fixes, data)
 
 
 def check_start_method(info: StartMethodInfo) -> Check:

@@ -77,18 +77,19 @@ def probe_torchvision(extra_path: list[str] | None = None, timeout: float = 120.
         return {"error": (out.stderr.strip().splitlines() or ["the probe printed nothing"])[-1]}
 
 
-def check_torchvision(extra_path: list[str] | None = None):
-    """doctor's ``torchvision`` check: ok (absent, or it works with this torch) or fail with the pair to install."""
-    from .doctor import FAIL, OK, Check
+OK, FAIL = "ok", "fail"  # doctor's statuses (dsclean.diagnose.doctor builds its Check from this answer)
 
+
+def torchvision_verdict(extra_path: list[str] | None = None) -> tuple[str, str, str, list[str], dict]:
+    """``(status, value, detail, fixes, data)`` of doctor's ``torchvision`` check: ok (absent, or it works with
+    this torch) or fail with the pair to install."""
     found = probe_torchvision(extra_path)
     if found is None:
-        return Check("torchvision", "torchvision", OK, "not installed",
-                     "dsclean does not need it; if you install it, install the build made for your torch "
-                     "(README: Installing torch)", [], {})
+        return (OK, "not installed", "dsclean does not need it; if you install it, install the build made for "
+                "your torch (README: Installing torch)", [], {})
     if "error" not in found:
-        return Check("torchvision", "torchvision", OK, f"{found['torchvision']} with torch {found['torch']}",
-                     "its C++ operators load (torchvision.ops.nms ran)", [], found)
+        return (OK, f"{found['torchvision']} with torch {found['torch']}",
+                "its C++ operators load (torchvision.ops.nms ran)", [], found)
     torch_version = found.get("torch", "")
     pair = matching(torch_version) if torch_version else None
     fixes = []
@@ -98,6 +99,5 @@ def check_torchvision(extra_path: list[str] | None = None):
                      f"(the builds made for torch {torch_version}; add --no-deps to keep this torch)")
     fixes.append("or reinstall all three from one index: pip install torch torchvision torchaudio --index-url "
                  "https://download.pytorch.org/whl/cpu (or .../cu128 for CUDA 12.8)")
-    return Check("torchvision", "torchvision", FAIL, f"{found.get('torchvision', '?')} does not work with torch "
-                 f"{torch_version or '?'}", f"torchvision was built for another torch: {found['error']}", fixes,
-                 found)
+    return (FAIL, f"{found.get('torchvision', '?')} does not work with torch {torch_version or '?'}",
+            f"torchvision was built for another torch: {found['error']}", fixes, found)

@@ -7,9 +7,9 @@ import zipfile
 
 import pytest
 
-from dsclean.diagnose.doctor import FAIL, OK, run_doctor
+from dsclean.diagnose.doctor import FAIL, OK, check_torchvision, run_doctor
 from dsclean.diagnose.explain import explain
-from dsclean.diagnose.torchpair import check_torchvision, index_url, matching, probe_torchvision
+from dsclean.diagnose.torchpair import index_url, matching, probe_torchvision
 
 
 def test_the_pairing_table():
