@@ -9,9 +9,14 @@ torch is loaded only by code that touches the Dataset.
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
+
+# library code logs on "dsclean.*" and never prints: without a handler of the program's (its logging config, or
+# the CLI's dsclean.cli.notes), nothing shows, not even Python's last-resort printing of warnings
+logging.getLogger("dsclean").addHandler(logging.NullHandler())
 
 # public name -> module that defines it
 _EXPORTS = {

@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import socket
+import stat
 import time
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -649,3 +650,34 @@ def _lock_names(folder: str, part: tuple[int, int] | None) -> list[str]:
     if part is not None:
         names.append(os.path.join(folder, tagged(SCAN_LOCK_FILE, part_tag(part))))
     return names
+
+
+def interrupted_scans(root: str, state_dir: str | None = None) -> list[tuple[str, int]]:
+    """The last scans of ``root`` (the whole scan's, each part's) that a signal stopped before the end.
+
+    ``(summary file, files it had judged)`` for each: a scan stopped by Ctrl-C or SIGTERM still
+    records its pointer and a summary with ``interrupted: true``; commands that reuse its verdicts
+    say the scan is unfinished (the files it never reached get no verdict from it).
+    """
+    folder = root_state_dir(root, state_dir)
+    pointers = [read_pointer(os.path.join(folder, LAST_SCAN_FILE))] + [p for _, p in _part_pointers(folder)]
+    found = []
+    for pointer in pointers:
+        summaries = pointer.get("summary") if isinstance(pointer, dict) else None
+        for path in summaries if isinstance(summaries, list) else ():
+            if not isinstance(path, str):
+                continue
+            try:  # O_NONBLOCK and a regular file only: a FIFO named in a pointer must not block
+                fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+                try:
+                    if not stat.S_ISREG(os.fstat(fd).st_mode):
+                        continue
+                    summary = json.loads(os.read(fd, 1 << 20))  # a summary is small; a huge one is not ours
+                finally:
+                    os.close(fd)
+            except (OSError, ValueError):
+                continue
+            if isinstance(summary, dict) and summary.get("interrupted") is True:
+                files = summary.get("files")
+                found.append((path, files if isinstance(files, int) else 0))
+    return found

@@ -130,7 +130,7 @@ def test_a_scan_is_parsed_alone_as_the_full_parser_would(tmp_path):
         code = main(["scan", {missing!r}])
         print(code, sorted(m for m in sys.modules if m.startswith("dsclean.cli.")))
     """)
-    assert out.split("\n")[-2] == "2 ['dsclean.cli.exit_codes', 'dsclean.cli.scan']"
+    assert out.split("\n")[-2] == "2 ['dsclean.cli.exit_codes', 'dsclean.cli.notes', 'dsclean.cli.parser', 'dsclean.cli.scan']"
 
 
 def _worker_modules(tmp_path, files: dict[str, bytes], *options: str) -> dict[str, str]:

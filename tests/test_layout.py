@@ -29,7 +29,7 @@ ALLOWED = {
     "cli": {"scanning", "index", "data", "diagnose", "pack", "quality", "dups", "report", "fromlog", "loaders"},
 }
 COMMON = {"reasons", "formats", "errors", "atomic", "locations", "argtypes", "hashing", "jsonpaths", "failures",
-          "openfile", "denylist", "rechecked"}
+          "openfile", "denylist", "rechecked", "content"}
 ENTRY = {"dsclean", "dsclean.__main__"}  # the public API and `python -m dsclean` may import any stage
 
 

@@ -12,6 +12,7 @@ flushing what was decided.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
@@ -25,9 +26,11 @@ from .exit_codes import EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE
 def build_parser() -> argparse.ArgumentParser:
     from . import diagnose, dups, fromlog, index, pack, report, scan  # here: `dsclean scan` needs none but its own (main)
 
-    parser = argparse.ArgumentParser(prog="dsclean", description="Make image and audio training data safe to feed to PyTorch.")
+    from .parser import Parser
+
+    parser = Parser(prog="dsclean", description="Make image and audio training data safe to feed to PyTorch.")
     parser.add_argument("--version", action="version", version=f"dsclean {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     scan.add_parsers(sub)
     index.add_parsers(sub)
     diagnose.add_parsers(sub)
@@ -65,8 +68,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return EXIT_USAGE
     args.argv = argv  # shown in reports: how the command was run
+    from .notes import notes_at
+
     try:
-        return int(args.func(args) or 0)
+        with notes_at(logging.ERROR if getattr(args, "quiet", False) else logging.WARNING):
+            return int(args.func(args) or 0)
     except UserError as exc:
         print(f"dsclean {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

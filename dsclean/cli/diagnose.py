@@ -29,6 +29,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--num-workers", type=argtypes.count, metavar="W", help="DataLoader num_workers (default: the recommended)")
     p.add_argument("--prefetch-factor", type=argtypes.positive, metavar="P", help="DataLoader prefetch_factor (default 2)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--quiet", "-q", action="store_true", help="print only the checks that warn or fail")
     p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser(
@@ -38,6 +39,7 @@ def add_parsers(sub) -> None:
     p.add_argument("message", nargs="?", metavar="MESSAGE", help="the error text")
     p.add_argument("--file", metavar="LOG", help="read the text from a log file ('-' = standard input)")
     p.add_argument("--json", action="store_true", help="print the explanation as JSON")
+    p.add_argument("--quiet", "-q", action="store_true", help="print only the fix (exit 1 if not recognised)")
     p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser(
@@ -63,6 +65,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--interval", type=argtypes.seconds, default=0.5, metavar="S", help="seconds between memory samples")
     p.add_argument("--plot", metavar="FILE.png", help="also write a plot of the memory over time (needs matplotlib)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--quiet", "-q", action="store_true", help="print nothing: the exit code says whether it settled")
     p.set_defaults(func=cmd_probe)
 
 
@@ -78,7 +81,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     report = run_doctor(args.index, batch_size=args.batch_size, num_workers=args.num_workers,
                         prefetch_factor=args.prefetch_factor, sys_paths=system_paths())
-    print(json.dumps(report.to_json(), indent=2) if args.json else format_report(report))
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    elif args.quiet:
+        for c in report.checks:
+            if c.status != "ok":
+                print(f"[{c.status:^4}] {c.title}: {c.value}" + "".join(f"\n       fix: {f}" for f in c.fixes))
+    else:
+        print(format_report(report))
     return report.exit_code
 
 
@@ -102,7 +112,13 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from ..diagnose.explain import explain, format_explanation
 
     exp = explain(_read_message(args))
-    print(json.dumps(exp.to_json(), indent=2) if args.json else format_explanation(exp))
+    if args.json:
+        print(json.dumps(exp.to_json(), indent=2))
+    elif args.quiet:
+        if exp.recognized:
+            print("\n".join(exp.fixes))
+    else:
+        print(format_explanation(exp))
     return 0 if exp.recognized else 1
 
 
@@ -140,7 +156,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         tried, failures = probe.check_all(args.index, root=args.root, follow_symlinks=args.symlinks)
         if args.json:
             print(json.dumps({"samples": tried, "failures": [f.__dict__ for f in failures]}, indent=2))
-        else:
+        elif not args.quiet:
             print(probe.format_failures(tried, failures, tracebacks=args.tracebacks))
         return 1 if failures else 0
     if args.plot:
@@ -149,9 +165,12 @@ def cmd_probe(args: argparse.Namespace) -> int:
     result = probe.probe_index(args.index, root=args.root, follow_symlinks=args.symlinks,
                                num_workers=workers, batch_size=args.batch_size,
                                batches=args.batches, seconds=args.seconds, interval=args.interval)
-    print(json.dumps(result.to_json(), indent=2) if args.json else probe.format_probe(result))
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    elif not args.quiet:
+        print(probe.format_probe(result))
     if args.plot:
         probe.plot_probe(result, args.plot)
-        if not args.json:
+        if not (args.json or args.quiet):
             print(f"plot written to {args.plot}")
     return result.exit_code

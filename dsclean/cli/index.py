@@ -6,11 +6,8 @@ handler returns an exit code and raises :class:`UserError` for user mistakes.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import logging
-import sys
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 from .. import argtypes
 from ..errors import UserError
@@ -68,6 +65,7 @@ def add_parsers(sub) -> None:
                    help="the loader profile training will use (repeatable; default pillow): files it cannot open are "
                         "left out, and the index records it (IndexedDataset refuses another loader); see dsclean scan --loader")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON (no progress, notes on stderr)")
     p.set_defaults(func=cmd_index)
 
     p = sub.add_parser("info", help="describe an index: rows, classes, kinds, sizes, metadata",
@@ -75,35 +73,19 @@ def add_parsers(sub) -> None:
     p.add_argument("index", metavar="INDEX",
                    help="an index written by dsclean index, or a shard folder written by dsclean pack")
     p.add_argument("--json", action="store_true", help="print the description as JSON")
+    p.add_argument("--quiet", "-q", action="store_true", help="print nothing: exit 0 if INDEX is a readable index")
     p.set_defaults(func=cmd_info)
 
 
 def cmd_index(args: argparse.Namespace) -> int:
     try:
-        with _errors_only() if args.quiet else contextlib.nullcontext():
-            summary = _build(args)
+        summary = _build(args)  # its notes are logged: dsclean.cli.main prints them (-q: errors only)
     except OSError as exc:  # a full disk while writing: the temp output is gone, an earlier index untouched
         from ..atomic import describe_write_error
 
         raise UserError(f"could not write the index: {describe_write_error(exc, exc.filename or args.output)}; "
                         f"nothing was written ({args.output} is as it was)") from exc
     return _report(args, summary)
-
-
-@contextlib.contextmanager
-def _errors_only() -> Iterator[None]:
-    """``--quiet``: the notes the build logs (warnings on the ``dsclean`` logger) are not printed; errors are.
-
-    Without a handler of its own, a warning would reach Python's last-resort handler, which prints it.
-    """
-    log = logging.getLogger("dsclean")
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setLevel(logging.ERROR)
-    log.addHandler(handler)
-    try:
-        yield
-    finally:
-        log.removeHandler(handler)
 
 
 def _build(args: argparse.Namespace):
@@ -117,7 +99,7 @@ def _build(args: argparse.Namespace):
         no_labels=args.no_labels,
         scan_results=args.scan_results,
         exclude=tuple(args.exclude or ()),
-        progress=not args.quiet,
+        progress=not (args.quiet or args.json),
         check=not args.no_check,
         jobs=args.jobs,
         files=args.files,
@@ -134,7 +116,9 @@ def _build(args: argparse.Namespace):
 
 
 def _report(args: argparse.Namespace, summary: IndexSummary) -> int:
-    if not args.quiet:
+    if args.json:
+        print(json.dumps(summary.to_json(), indent=2, default=str))
+    elif not args.quiet:
         print(format_summary(summary))
     return EXIT_OK
 
@@ -188,7 +172,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     info = index_info(packed_index(args.index) if is_packed_set(args.index) else args.index)
     if args.json:
         print(json.dumps(info, indent=2))
-    else:
+    elif not args.quiet:
         print(format_info(info))
     return 0
 

@@ -64,6 +64,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--decode", action="store_true",
                    help="also run the scan's checks on every sample's bytes, in the scan's isolated worker pool")
     p.add_argument("--json", action="store_true", help="print the report as JSON (per shard: shard, ok, problems)")
+    p.add_argument("--quiet", "-q", action="store_true", help="print nothing: the exit code says whether the set is whole")
     p.set_defaults(func=cmd_verify)
 
 
@@ -126,7 +127,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     report = verify_shards(args.folder, jobs=args.jobs, decode=True if args.decode else None)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
-    else:
+    elif not args.quiet:
         print(format_verify(report))
     return EXIT_OK if report.ok else EXIT_FOUND_BAD
 

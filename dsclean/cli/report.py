@@ -29,6 +29,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="training failure logs (dsclean.guard's) for a \"Failed in training\" section (default: what "
                    "dsclean quarantine --from-log recorded for ROOT, if anything)")
     p.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
+    p.add_argument("--json", action="store_true", help="print what was written as JSON")
     p.set_defaults(func=cmd_report)
 
 
@@ -41,7 +42,12 @@ def cmd_report(args: argparse.Namespace) -> int:
                             command=("dsclean", *getattr(args, "argv", ())), state_dir=args.state_dir,
                             failures=tuple(args.failures))
     s = write_report(args.target, args.output, options)
-    if not args.quiet:
+    if args.json:
+        import dataclasses
+        import json
+
+        print(json.dumps(dataclasses.asdict(s), indent=2, default=str))
+    elif not args.quiet:
         print(f"scan results: {s.results_source}")
         print(format_report_summary(s))
     return EXIT_OK

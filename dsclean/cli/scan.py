@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ from .. import argtypes
 from .. import reasons as R
 from ..errors import UserError
 from .exit_codes import EXIT_FOUND_BAD, EXIT_INCOMPLETE, EXIT_OK
+from .parser import add_output_options, print_json
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -343,16 +345,21 @@ def add_restore_parser(sub: argparse._SubParsersAction) -> None:
                    help="the dataset's new location, when it moved since the scan (default: the recorded root; "
                         "refused if it no longer exists)")
     p.add_argument("--state-dir", metavar="DIR", help="state folder base, to update the last scan's records")
+    add_output_options(p, quiet="print nothing but refusals and failures")
     p.set_defaults(func=cmd_restore)
     p = sub.add_parser("recover", help="finish or revert moves left half-done by a killed scan (scan does this too)")
     p.add_argument("quarantine", metavar="DIR", help="a quarantine folder written by dsclean scan")
+    add_output_options(p, quiet="print nothing but refusals and failures")
     p.set_defaults(func=cmd_recover)
 
 
-def _print_report(report, verb: str) -> int:
+def _print_report(report, verb: str, args: argparse.Namespace) -> int:
     failed = f", {len(report.failed)} FAILED" if report.failed else ""
-    print(f"{verb}: {report.restored} restored, {report.completed} half-done moves completed, "
-          f"{report.reverted} reverted{failed}")
+    if getattr(args, "json", False):
+        print_json(dataclasses.asdict(report))
+    elif not getattr(args, "quiet", False):
+        print(f"{verb}: {report.restored} restored, {report.completed} half-done moves completed, "
+              f"{report.reverted} reverted{failed}")
     for msg in report.failed:
         print(f"failed: {msg}", file=sys.stderr)
     for msg in report.refused:
@@ -367,19 +374,19 @@ def _print_report(report, verb: str) -> int:
 def cmd_restore(args: argparse.Namespace) -> int:
     from ..scanning.records import restore
 
-    return _print_report(restore(args.quarantine, args.root, args.state_dir), "restore")
+    return _print_report(restore(args.quarantine, args.root, args.state_dir), "restore", args)
 
 
 def cmd_recover(args: argparse.Namespace) -> int:
     from ..scanning.quarantine import recover
 
-    return _print_report(recover(args.quarantine), "recover")
+    return _print_report(recover(args.quarantine), "recover", args)
 
 
 def add_status_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("status", help="what a quarantine holds (moved, restored, failed, by reason), or a root's last scan")
     p.add_argument("path", metavar="DIR|ROOT", help="a quarantine folder, or a dataset root")
-    p.add_argument("--json", action="store_true", help="print the status as JSON")
+    add_output_options(p, quiet="print nothing (the exit code still says it ran)", json_help="print the status as JSON")
     p.add_argument("--state-dir", metavar="DIR", help="state folder base to look in for a root's last scan")
     p.set_defaults(func=cmd_status)
 
@@ -388,7 +395,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     from ..scanning.records import format_status, status
 
     st = status(args.path, args.state_dir)
-    print(json.dumps(st.to_json(), indent=2) if args.json else format_status(st))
+    if args.json:
+        print(json.dumps(st.to_json(), indent=2))
+    elif not args.quiet:
+        print(format_status(st))
     return EXIT_OK
 
 
@@ -397,6 +407,7 @@ def add_merge_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("results", metavar="RESULTS", nargs="+", help="every part's scan_results.part-*.parquet")
     p.add_argument("-o", "--output", metavar="DIR", help="where to write the merged results (default: the first part's folder)")
     p.add_argument("--state-dir", metavar="DIR", help="state folder base where the merged results are recorded")
+    add_output_options(p, json_help="print the summary as JSON")
     p.set_defaults(func=cmd_merge)
 
 
@@ -404,13 +415,25 @@ def cmd_merge(args: argparse.Namespace) -> int:
     from ..scanning.merge import merge
 
     s = merge(args.results, args.output, args.state_dir)
-    print(f"merged {s.parts} parts of {s.root}: {s.rows:,} files, {s.bad:,} bad")
-    print(f"Results: {s.results_path}\nProblems (bad and warn): {s.problems_path}")
-    for note in s.notes:
+    if args.json:
+        print_json(dataclasses.asdict(s))
+    elif not args.quiet:
+        print(f"merged {s.parts} parts of {s.root}: {s.rows:,} files, {s.bad:,} bad")
+        print(f"Results: {s.results_path}\nProblems (bad and warn): {s.problems_path}")
+    for note in s.notes if not args.quiet else ():
         print(f"note: {note}", file=sys.stderr)
     return EXIT_OK
 
 
 def add_reasons_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("reasons", help="list the reason codes a verdict can carry")
-    p.set_defaults(func=lambda args: print("\n".join(f"{k:<20} {v}" for k, v in R.REASONS.items())) or EXIT_OK)
+    add_output_options(p, quiet="print nothing", json_help="print the codes and their meanings as a JSON object")
+    p.set_defaults(func=cmd_reasons)
+
+
+def cmd_reasons(args: argparse.Namespace) -> int:
+    if args.json:
+        print_json(dict(R.REASONS))
+    elif not args.quiet:
+        print("\n".join(f"{k:<20} {v}" for k, v in R.REASONS.items()))
+    return EXIT_OK

@@ -33,7 +33,7 @@ from ..openfile import open_regular_file
 from . import shards
 from .loaders import DEFAULT_LOADERS, default_loaders
 
-logger = logging.getLogger("dsclean")
+logger = logging.getLogger("dsclean.data")
 
 _ON_ERROR = ("raise", "skip")
 _FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()

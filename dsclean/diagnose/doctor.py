@@ -150,6 +150,7 @@ def run_doctor(index: str | None = None, *, batch_size: int | None = None, num_w
         check_cpu(cpus, settings, rec),
         check_oom(read_kernel_log(sys_paths), cgroup, container),
         check_start_method(start),
+        check_torchvision(),
     ]
     return DoctorReport(checks, settings, estimate, rec, index)
 
@@ -361,6 +362,15 @@ def check_oom(log: KernelLog, cgroup: CgroupInfo, container: ContainerInfo) -> C
 
 
 # --------------------------------------------------------------------------- start method
+
+
+def check_torchvision(extra_path: list[str] | None = None) -> Check:
+    """torchvision, when installed, was built for this torch (:mod:`dsclean.diagnose.torchpair`; ``extra_path``:
+    folders searched first, for tests)."""
+    from .torchpair import torchvision_verdict
+
+    status, value, detail, fixes, data = torchvision_verdict(extra_path)
+    return Check("torchvision", "torchvision", status, value, detail, fixes, data)
 
 
 def check_start_method(info: StartMethodInfo) -> Check:

@@ -18,7 +18,10 @@ a decoder on a malformed file), ``open_files`` (``Too many open files``), ``time
 (``DataLoader timed out after N seconds``: a worker produced no batch within the
 ``timeout=`` the loader was given) and ``empty_class`` (torchvision's ``ImageFolder``
 refusing a class folder without images, e.g. a stray dsclean or quarantine folder).
-Anything else is ``unknown``; the CLI then exits 1 (0 when the text was recognised).
+A library's own message (:data:`LIBRARY_MESSAGES`: Pillow's truncated or unidentified image or
+decompression bomb, libsndfile's errors, torchvision's decode errors or its operators missing
+after a torch/torchvision mismatch, webdataset's missing key), alone or inside a worker's traceback,
+is an ``exception`` whose ``library`` field names it, with its own title and the dsclean fix first. Anything else is ``unknown``; the CLI then exits 1 (0 when the text was recognised).
 
 When a log holds several, the most specific wins: shm, exception, crash, open_files,
 timeout, empty_class, oom (a bus error is also "killed by signal", a shm failure can
@@ -71,6 +74,63 @@ _DECODE_HINTS = ("UnidentifiedImageError", "cannot identify image file", "image 
                  "StaleEntryError", "not a valid", "Premature end", "Invalid data")
 
 
+@dataclass(frozen=True)
+class LibraryMessage:
+    """A decoding or loading library's own message, what it means and the dsclean fix."""
+
+    pattern: re.Pattern
+    kind: str
+    text: str  # what happened, in the user's words
+    fix: str
+
+
+_SCAN = "run dsclean scan ROOT --quarantine DIR: it finds every such file (not just this one) and moves them aside"
+_MISMATCH = ("install torch and torchvision builds made for each other, from the same index: "
+             "pip install torch==X torchvision==Y --index-url https://download.pytorch.org/whl/cpu (or .../cu128 for "
+             "CUDA; README 'Installing torch'); dsclean doctor checks the pair")
+#: the common library messages, most specific first (a message may quote another's words)
+LIBRARY_MESSAGES: tuple[LibraryMessage, ...] = (
+    LibraryMessage(re.compile(r"operator torchvision::\w+ does not exist|Couldn't load custom C\+\+ ops|"
+                              r"torchvision[^\n]*(?:undefined symbol|libtorch\w*\.so)"),
+                   "torchvision_mismatch", "torchvision was built for another torch (its C++ operators do not load)",
+                   _MISMATCH),
+    LibraryMessage(re.compile(r"didn't find \[[^\]]*\] in \["), "webdataset_key",
+                   "a webdataset sample lacks a key the recipe asks for (to_tuple/ select): the shard stores it "
+                   "under another extension (e.g. a PNG as .png where the recipe reads .jpg)",
+                   "re-pack with dsclean pack (one extension per kind) or read the keys the shards have "
+                   "(dsclean verify DIR lists them; to_tuple('jpg;png', ...) accepts either)"),
+    LibraryMessage(re.compile(r"image file is truncated"), "truncated_image",
+                   "a file is cut short (Pillow: image file is truncated)", _SCAN),
+    LibraryMessage(re.compile(r"cannot identify image file"), "unidentified_image",
+                   "a file is not an image Pillow can read (not media, an unsupported format, or damaged at the "
+                   "start)", _SCAN + "; its verdict says what the content is"),
+    LibraryMessage(re.compile(r"DecompressionBombError|could be decompression bomb"), "decompression_bomb",
+                   "an image has more pixels than Pillow's limit (a decompression bomb, or a huge scan)",
+                   "dsclean scan ROOT --quarantine DIR --max-pixels N: over the limit is bad/decompression_bomb and "
+                   "moved aside; raise Image.MAX_IMAGE_PIXELS only for files you trust"),
+    LibraryMessage(re.compile(r"Error opening .*?: (?:Format not recognised|File contains data in an unknown format|"
+                              r"unimplemented format|Supported file format but file is malformed|Error in \S+ file)"
+                              r"|Internal psf_fseek\(\) failed|Unspecified internal error|LibsndfileError"),
+                   "audio_decode", "libsndfile cannot read an audio file (not audio, cut short, or malformed)", _SCAN),
+    LibraryMessage(re.compile(r"Unsupported image file\. Only|Not a JPEG file|Unsupported marker type|"
+                              r"Invalid (?:PNG|image) (?:file|data)|Internal error in decode_|decode_jpeg|decode_png"
+                              r"|Premature end of JPEG file"),
+                   "torchvision_decode", "torchvision.io could not decode a file (damaged, or not the format it "
+                   "expects)", _SCAN),
+)
+
+
+def match_library(text: str) -> tuple[LibraryMessage, str] | None:
+    """The first :data:`LIBRARY_MESSAGES` entry the text matches, and the line it matched on."""
+    for entry in LIBRARY_MESSAGES:
+        m = entry.pattern.search(text)
+        if m:
+            start = text.rfind("\n", 0, m.start()) + 1
+            end = text.find("\n", m.end())
+            return entry, text[start: end if end >= 0 else len(text)].strip()
+    return None
+
+
 @dataclass
 class Explanation:
     """What kind of failure the text shows, why it happens, and what to run or change."""
@@ -86,6 +146,7 @@ class Explanation:
     exception: str | None = None  # e.g. "OSError: image file is truncated" (the worker's last traceback line)
     worker: int | None = None
     sample: dict | None = None  # index/path/root of a dsclean SampleError
+    library: str | None = None  # the kind of a library's own message (LIBRARY_MESSAGES), e.g. "truncated_image"
 
     @property
     def recognized(self) -> bool:
@@ -119,8 +180,19 @@ def explain(text: str) -> Explanation:
     """Classify a DataLoader error (message or whole log) and explain it."""
     kind, evidence = classify(text)
     exp = _BUILDERS[kind](text)
+    known = match_library(text) if kind in (EXCEPTION, UNKNOWN) else None
+    if known is not None:  # a library's own words: what happened and the fix for it come first
+        entry, line = known
+        if kind == UNKNOWN:  # the library's message alone: still an exception raised in the loading code
+            exp = _exception(text)
+            exp.cause = f"the library said: {line}"
+            evidence = line
+        exp.library, exp.title = entry.kind, entry.text
+        exp.fixes = [entry.fix] + [f for f in exp.fixes if "dsclean scan" not in f]
+        exp.exception = exp.exception or line
     # a class left empty is no bad file to scan for (it may be what a scan's moves left): its own fixes stand
-    if kind not in (UNKNOWN, EMPTY_CLASS) and _IMAGEFOLDER.search(text) and "IndexedDataset" not in text:
+    scan_fix = known is None or known[0].fix.startswith(_SCAN)  # a bad file: for a folder dataset, scan first
+    if kind not in (UNKNOWN, EMPTY_CLASS) and scan_fix and _IMAGEFOLDER.search(text) and "IndexedDataset" not in text:
         exp.fixes = _SCAN_FIRST + [f for f in exp.fixes if f not in _SCAN_FIRST and "dsclean scan" not in f]
     exp.evidence = evidence
     pids = _PIDS.search(evidence) or _PIDS.search(text)

@@ -58,7 +58,7 @@ from .store import (
     write_npy,
 )
 
-logger = logging.getLogger("dsclean")
+logger = logging.getLogger("dsclean.index")
 
 #: rows per record batch while streaming the build (bounded memory)
 CHUNK_ROWS = 65_536
@@ -153,8 +153,8 @@ def build_index(
     rule). ``symlinks``: ``"none"``/``"inside"``/``"all"`` (default: none; all for
     the imagefolder rule). An index that would be empty is refused.
 
-    ``progress=True`` (the CLI) prints progress and notes to stderr; otherwise
-    notes are logged on the ``dsclean`` logger. ``large_path_bytes`` overrides
+    ``progress=True`` (the CLI) shows progress on stderr; notes are logged on the
+    ``dsclean.index`` logger (the CLI prints them; a program's logging config decides). ``large_path_bytes`` overrides
     the 2 GiB threshold for 64-bit path offsets (for tests). ``dedup=True`` leaves
     out exact duplicates (same content hash), keeping the first in index order.
     ``facts=True`` (``--facts``) copies the scan's facts columns (``store.FACTS``: media
@@ -208,6 +208,10 @@ def build_index(
         summary.results_source += ": the files of the missing parts are checked here (run those parts to reuse " \
                                   "their verdicts)"
     _note(summary, f"scan results: {summary.results_source}", progress)
+    if results_paths and scan_results is None:  # the last scan, found through the state folder
+        for _, judged in locations.interrupted_scans(root, state_dir):
+            _note(summary, f"the last scan of {root} was interrupted after {judged:,} files: the files it did not "
+                  f"reach are checked here; run dsclean scan {root} to finish it (it reuses what it judged)", progress)
     results_columns, check_options = _results_info(results_paths, partial) if results_paths else ([], CheckOptions())
     profiles = profile_names(loaders)
     wanted = tuple(n for n in profiles if not PROFILES[n].reference)
@@ -581,11 +585,9 @@ def _check_output(output: str, fmt: str) -> None:
 
 
 def _note(summary: IndexSummary, message: str, progress: bool) -> None:
+    """A note for the user: kept in the summary and logged (the CLI prints it as ``note: ...``)."""
     summary.notes.append(message)
-    if progress:
-        print(f"note: {message}", file=sys.stderr)
-    else:
-        logger.warning(message)
+    logger.warning(message)
 
 
 _BUILD_SCHEMA = pa.schema(

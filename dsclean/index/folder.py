@@ -23,7 +23,7 @@ from .build import FILE_RULES, build_index, tree_fingerprint
 from .labels import folder_classes
 from .store import read_meta
 
-logger = logging.getLogger("dsclean")
+logger = logging.getLogger("dsclean.index")
 
 
 def folder_index_path(root: str, *, files: str = "dsclean", symlinks: str = "none", check: bool = True,

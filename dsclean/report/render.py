@@ -131,8 +131,9 @@ def _summary(d: ReportData) -> str:
     if d.report_command and d.report_command != d.scan_command:
         cmds += f"<h3>Report command</h3><pre class=cmd>{esc(d.report_command)}</pre>"
     if d.scan_options:
-        opts = ", ".join(f"{k}={v}" for k, v in d.scan_options.items())
-        cmds += f"<h3>Check options</h3><pre class=cmd>{esc(opts)}</pre>"
+        rows_ = "".join(f"<tr><th>{esc(label)}</th><td>{esc(value)}</td></tr>"
+                        for label, value in check_option_rows(d.scan_options))
+        cmds += f"<h3>Check options</h3><table class=plain>{rows_}</table>"
     notes = "".join(f"<p class=blurb>{esc(n)}</p>" for n in d.notes)
     return (f'<section id="summary"><h2>{SECTIONS["summary"]}</h2>'
             f'<p class="lead">Dataset <b>{esc(d.root)}</b>.</p>'
@@ -352,3 +353,47 @@ def _problems(d: ReportData) -> str:
             '<span id="problems-info"></span></div>'
             f'<script type="application/json" id="problems-data">{payload}</script></section>')
 
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.0f} MiB"
+
+
+def check_option_rows(opts: dict) -> list[tuple[str, str]]:
+    """The scan's recorded check options as labelled rows a user reads (no bare ``max_memory=0``).
+
+    The memory ceiling shows the one in force: ``--max-memory``'s, or the default ceiling
+    (:func:`dsclean.scanning.worker.default_memory_ceiling`, computed on this machine) with what
+    passing it means.
+    """
+    from ..scanning.worker import default_memory_ceiling
+
+    rows: list[tuple[str, str]] = []
+    for key, value in opts.items():
+        if key == "checker":
+            rows.append(("checker version", f"{value} (a newer version checks every file again)"))
+        elif key == "lenient":
+            rows.append(("recoverable decoder warnings", "warn (--lenient)" if value else "bad (the default)"))
+        elif key == "max_pixels":
+            rows.append(("pixel limit", f"{value:,} pixels: larger images are decompression bombs" if value
+                         else "none (--max-pixels 0)"))
+        elif key == "max_frames":
+            rows.append(("frames decoded per animation", f"at most {value:,}"))
+        elif key == "flac_md5":
+            rows.append(("FLAC MD5 check", "on" if value else "off"))
+        elif key == "facts":
+            rows.append(("facts recorded", "yes (hashes, levels, quality flags)" if value else "no (--facts none)"))
+        elif key == "timeout":
+            rows.append(("time limit per file", f"{float(value):g} s" if value else "none (--timeout 0)"))
+        elif key == "max_memory":
+            if isinstance(value, int) and value > 0:
+                rows.append(("memory ceiling per check", f"{_gib(value)} (--max-memory: a file past it is "
+                             "bad/too_large)"))
+            elif isinstance(value, int) and value < 0:
+                rows.append(("memory ceiling per check", "none (--max-memory none)"))
+            else:
+                rows.append(("memory ceiling per check", f"{_gib(default_memory_ceiling())} (default: a share of "
+                             "RAM per core on this machine; a file past it is warn/too_large, not judged)"))
+        else:
+            rows.append((str(key).replace("_", " "), str(value)))
+    return rows

@@ -137,11 +137,14 @@ def _image(path: str, find_cut: bool, limits: ThumbLimits) -> Result:
                 fmt = im.format
                 im.draft("RGB", (limits.size, limits.size))  # JPEG: let libjpeg decode at 1/2..1/8 scale
                 im.load()
+                model = _as_the_model_sees(im)
                 im = _rgb(im)
     finally:
         ImageFile.LOAD_TRUNCATED_IMAGES, Image.MAX_IMAGE_PIXELS = saved
     im.thumbnail((limits.size, limits.size), Image.Resampling.BILINEAR, reducing_gap=2.0)
     note, cut = "", False
+    if model is not None:
+        model = model.resize(im.size, Image.Resampling.BILINEAR)
     if find_cut:
         pixels = np.asarray(im)
         from_top = fmt == "BMP"  # BMP rows are stored bottom-up: a cut file misses its top
@@ -154,13 +157,51 @@ def _image(path: str, find_cut: bool, limits: ThumbLimits) -> Result:
             note = f"decodes {'up' if from_top else 'down'} to the red line; the rest of the file is missing or broken"
         else:
             note = "the picture decodes whole at this size; the damage is elsewhere in the file"
+    if model is not None:  # side by side: the picture with its transparency, and what convert("RGB") hands over
+        pair = Image.new("RGB", (im.width * 2 + _GAP, im.height), (255, 255, 255))
+        pair.paste(im, (0, 0))
+        pair.paste(model, (im.width + _GAP, 0))
+        im = pair
+        note = " ".join(filter(None, [note, ALPHA_NOTE]))
     buf = io.BytesIO()
     im.save(buf, "JPEG", quality=limits.quality, optimize=True)
     return Result("image/jpeg", buf.getvalue(), note, im.width, im.height, cut)
 
 
+_GAP = 4  # pixels between the two pictures of a transparent image
+#: the note under a transparent image's thumbnail
+ALPHA_NOTE = ("left: its transparency, on a checkerboard; right: as a loader's convert(\"RGB\") gives it to the "
+              "model (the alpha dropped, the colours under it shown)")
+
+
+def _has_transparency(im) -> bool:
+    return im.mode in ("RGBA", "LA", "PA", "RGBa", "La") or ("transparency" in im.info and im.mode in ("P", "L", "RGB"))
+
+
+def _as_the_model_sees(im):
+    """``im.convert("RGB")`` (what torchvision's loader and most recipes do) when it differs from the picture
+    with its transparency, i.e. when some pixel is not fully opaque; else None."""
+    if not _has_transparency(im):
+        return None
+    alpha = im.convert("RGBA").getchannel("A")
+    if alpha.getextrema()[0] == 255:  # an alpha channel that hides nothing: the model sees the picture
+        return None
+    return im.convert("RGB")
+
+
+def checkerboard(size: tuple[int, int], cell: int = 8):
+    """The light-grey checkerboard transparent pixels are drawn on (as image editors show transparency)."""
+    import numpy as np
+    from PIL import Image
+
+    w, h = size
+    ys, xs = np.indices((h, w))
+    board = np.where(((ys // cell) + (xs // cell)) % 2 == 0, 255, 204).astype(np.uint8)
+    return Image.fromarray(np.stack([board] * 3 + [np.full_like(board, 255)], axis=-1), "RGBA")
+
+
 def _rgb(im):
-    """Any Pillow mode as RGB: 16-bit and float greys scaled to 8 bits, transparency over light grey."""
+    """Any Pillow mode as RGB: 16-bit and float greys scaled to 8 bits, transparency over a checkerboard."""
     import numpy as np
     from PIL import Image
 
@@ -169,10 +210,9 @@ def _rgb(im):
         lo, hi = np.nanmin(a), np.nanmax(a)
         a = (a - lo) * (255.0 / (hi - lo)) if hi > lo else np.zeros_like(a)
         return Image.fromarray(np.nan_to_num(a).astype(np.uint8), "L").convert("RGB")
-    if im.mode in ("RGBA", "LA", "PA") or (im.mode == "P" and "transparency" in im.info):
+    if _has_transparency(im):
         rgba = im.convert("RGBA")
-        back = Image.new("RGBA", rgba.size, (235, 235, 235, 255))
-        return Image.alpha_composite(back, rgba).convert("RGB")
+        return Image.alpha_composite(checkerboard(rgba.size), rgba).convert("RGB")
     return im.convert("RGB")
 
 

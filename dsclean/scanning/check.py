@@ -202,7 +202,7 @@ def _check_path(path: str, v: Verdict, options: CheckOptions) -> None:
         return
     except FileNotFoundError:
         if os.path.islink(path):
-            v.mark(R.BAD, R.UNREADABLE, "broken symlink")
+            v.mark(R.BAD, R.UNREADABLE, _broken_link(path))
         else:
             v.mark(R.WARN, R.VANISHED, "file disappeared before it could be checked")
         return
@@ -276,7 +276,11 @@ def _check_data(data: Data, name: str, v: Verdict, options: CheckOptions) -> Non
             if is_prefix_of_magic(head, claimed):
                 v.mark(R.BAD, R.TRUNCATED, f"file is {len(data)} bytes, cut inside the {claimed} signature")
             else:
-                v.mark(R.BAD, R.NOT_MEDIA, f"content is not {claimed}: starts with {_preview(head)}")
+                from ..content import HEAD_BYTES, describe_content
+
+                what = describe_content(bytes(data[:HEAD_BYTES]))
+                v.mark(R.BAD, R.NOT_MEDIA, f"content is not {claimed}: " + (
+                    f"it is {what}" if what else f"starts with {_preview(head)}"))
             return
         v.format, v.kind = real, kind_of(real)
         _checker(real)(data, v, options)
@@ -337,6 +341,17 @@ def _sniff(data: Data, head: bytes) -> str | None:
 def _os_error_text(exc: OSError) -> str:
     name = errno.errorcode.get(exc.errno or 0, "")
     return f"{exc.strerror or exc} ({name})" if name else str(exc)
+
+
+def _broken_link(path: str) -> str:
+    """A dangling symlink's detail: what its target is when it is a git-annex object (never fetched)."""
+    from ..content import describe_symlink_target
+
+    try:
+        what = describe_symlink_target(os.readlink(path))
+    except OSError:
+        what = None
+    return f"broken symlink: it is {what}" if what else "broken symlink"
 
 
 def _preview(head: bytes) -> str:

@@ -380,7 +380,7 @@ def test_start_method_check(tmp_path):
 def test_all_ok_report(tmp_path):
     report = doctor(tmp_path)
     assert report.status == OK and report.exit_code == 0
-    assert [c.key for c in report.checks] == ["shm", "container", "memory", "cpu", "oom", "start_method"]
+    assert [c.key for c in report.checks] == ["shm", "container", "memory", "cpu", "oom", "start_method", "torchvision"]
     text = format_report(report)
     assert text.startswith("dsclean doctor: ok") and "recommended:" in text and "DataLoader(dataset," in text
 

@@ -71,7 +71,10 @@ def run_cli(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="dsclean")
     add_parsers(parser.add_subparsers(dest="command"))
     args = parser.parse_args(argv)
-    return args.func(args)
+    from dsclean.cli.notes import notes_at
+
+    with notes_at():  # as dsclean.cli.main: the build's logged notes printed on stderr
+        return args.func(args)
 
 
 def rel_paths(index_path: str) -> list[str]:

@@ -41,7 +41,7 @@ def add_facts(results: str, facts: dict[str, dict], columns: tuple[str, ...] = t
 REASONS = {  # reason -> (status, share of problems, a decoder message)
     "truncated": ("bad", 0.40, "JPEG decode: Premature end of JPEG file"),
     "corrupt": ("bad", 0.25, "JPEG decode: Corrupt JPEG data: 412 extraneous bytes before marker 0xd9"),
-    "not_media": ("bad", 0.10, "content is not jpeg: starts with '<!DOCTYPE ht'"),
+    "not_media": ("bad", 0.10, "content is not jpeg: it is an HTML page titled '404 Not Found' — the server sent an error page instead of the file: fetch it again (check the URL, the credentials)"),
     "empty": ("bad", 0.05, "file is 0 bytes"),
     "extension_mismatch": ("warn", 0.15, "content is png, extension says jpeg"),
     "changed": ("warn", 0.05, "file changed or disappeared while being checked; scan again later"),
