@@ -24,6 +24,7 @@ ALLOWED = {
     "pack": {"scanning", "index", "data"},
     "dups": {"scanning", "index", "quality"},
     "report": {"scanning", "dups"},  # reads scan results, the quarantine journal, the worker guards, dups' moves
+    "training": {"data", "diagnose"},  # wraps any dataset (names IndexedDataset samples), explains worker deaths
     "cli": {"scanning", "index", "data", "diagnose", "pack", "quality", "dups", "report"},
 }
 COMMON = {"reasons", "formats", "errors", "atomic", "locations", "argtypes", "hashing", "jsonpaths", "failures"}

@@ -287,6 +287,7 @@ class GuardedDataset(_Guard, Dataset):
                 continue
             row[S.REPLACED] += 1
             return sample
+        self._record(index, where, exc, "raise")
         raise SampleError(f"{sample_text(index, where)}: no replacement loaded after {self.retries} tries; "
                           f"last error {type(exc).__name__}: {exc}", index=index, path=where.get("path"),
                           root=where.get("root")) from exc

@@ -1,4 +1,4 @@
-"""The training guard: name the sample that failed, keep the run going, log every failure.
+"""dsclean.training: the training guard: name the sample that failed, keep the run going, log every failure.
 
 - :mod:`.guard`: ``dsclean.guard(dataset, on_error=..., log=..., max_failures=...)`` wraps any
   map-style or iterable dataset (per-sample errors: raise naming the sample, skip, or replace).
