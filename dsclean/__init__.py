@@ -75,6 +75,13 @@ _EXPORTS = {
     "quarantine_duplicates": "dups.moves",
 
     "write_report": "report.build",
+
+    "guard": "training.guard",
+    "DataLoader": "training.dataloader",
+    "WorkerDied": "training.errors",
+    "TooManyFailures": "training.errors",
+    "SampleError": "data.dataset",
+    "read_failures": "failures",
     "ReportOptions": "report.build",
     "ReportSummary": "report.build",
 }

@@ -26,6 +26,7 @@ ALLOWED = {
     "dups": {"scanning", "index", "quality"},
     "report": {"scanning", "dups"},  # reads scan results, the quarantine journal, the worker guards, dups' moves
     "fromlog": {"scanning", "index", "data", "pack"},  # quarantine --from-log: re-checks files and shard samples
+    "training": {"data", "diagnose"},  # wraps any dataset (names IndexedDataset samples), explains worker deaths
     "cli": {"scanning", "index", "data", "diagnose", "pack", "quality", "dups", "report", "fromlog", "loaders"},
 }
 COMMON = {"reasons", "formats", "errors", "atomic", "locations", "argtypes", "hashing", "jsonpaths", "failures",

@@ -1,0 +1,79 @@
+"""Datasets that fail on purpose, for the guard's tests (importable by spawned workers)."""
+from __future__ import annotations
+
+import os
+import resource
+import signal
+
+import torch
+from torch.utils.data import Dataset, IterableDataset
+
+
+class Numbers(Dataset):
+    """Sample i is tensor([i]); indices in ``raise_on`` raise OSError, in ``segv_on`` kill the process."""
+
+    def __init__(self, n: int, raise_on=(), segv_on=(), kill_on=(), exit_on=()) -> None:
+        self.n = n
+        self.raise_on, self.segv_on, self.kill_on, self.exit_on = set(raise_on), set(segv_on), set(kill_on), set(exit_on)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        if i in self.segv_on:
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if i in self.kill_on:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if i in self.exit_on:
+            os._exit(3)
+        if i in self.raise_on:
+            raise OSError(f"broken sample {i}")
+        return torch.tensor([i])
+
+
+class Hungry(Dataset):
+    """Index ``big`` allocates far more than the RLIMIT_AS set by :func:`limit_memory`."""
+
+    def __init__(self, n: int, big: int) -> None:
+        self.n, self.big = n, big
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        if i == self.big:
+            chunks = []
+            while True:  # grows until the address-space limit refuses (MemoryError)
+                chunks.append(bytearray(64 << 20))
+        return torch.tensor([i])
+
+
+def limit_memory(worker_id: int) -> None:
+    """worker_init_fn: cap this worker's address space 1 GiB above what it has mapped now."""
+    with open("/proc/self/status") as f:
+        vm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+    resource.setrlimit(resource.RLIMIT_AS, (vm + (1 << 30), resource.getrlimit(resource.RLIMIT_AS)[1]))
+
+
+class Stream(IterableDataset):
+    """Yields i for i < n (split between workers); ``transform`` in the guard fails on ``bad``."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        step, first = (1, 0) if info is None else (info.num_workers, info.id)
+        return iter(range(first, self.n, step))
+
+
+class FailOn:
+    """A picklable transform that raises on the given values."""
+
+    def __init__(self, bad) -> None:
+        self.bad = set(bad)
+
+    def __call__(self, x):
+        if x in self.bad:
+            raise ValueError(f"cannot decode {x}")
+        return x
