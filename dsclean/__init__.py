@@ -98,7 +98,11 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time the names load
     from .diagnose.sysinfo import SysPaths
     from .dups.finder import DupsOptions, DupsResult, find_duplicates, write_groups
     from .dups.moves import quarantine_duplicates
+    from .data.dataset import SampleError
+    from .denylist import read_denylist
     from .errors import UserError
+    from .failures import read_failures
+    from .fromlog.recheck import FromLogOptions, FromLogSummary, quarantine_from_log
     from .index.build import build_index
     from .index.store import index_info
     from .locations import find_results
@@ -118,6 +122,9 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time the names load
     from .scanning.results import iter_verdicts, read_problems, read_results
     from .scanning.scanner import ScanOptions, ScanSummary, scan
     from .scanning.verdict import Verdict
+    from .training.dataloader import DataLoader
+    from .training.errors import TooManyFailures, WorkerDied
+    from .training.guard import guard
 
 
 def __getattr__(name: str):

@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from .collect import Inventory, path_rank
 from .search import near_pairs

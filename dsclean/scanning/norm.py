@@ -13,6 +13,7 @@ The same first pass gives the distributions the summary, ``status`` and the repo
 """
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -146,7 +147,7 @@ class _Counts:
         if not len(values):
             return
         at = np.searchsorted(np.asarray(edges, float), values, side="right")
-        labels = [f"< {edges[0]:g}{unit}"] + [f"{a:g}-{b:g}{unit}" for a, b in zip(edges, edges[1:])] + \
+        labels = [f"< {edges[0]:g}{unit}"] + [f"{a:g}-{b:g}{unit}" for a, b in itertools.pairwise(edges)] + \
             [f">= {edges[-1]:g}{unit}"]
         for i, n in enumerate(np.bincount(at, minlength=len(edges) + 1)):
             if n:

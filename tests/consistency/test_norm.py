@@ -7,7 +7,6 @@ import os
 import pyarrow.parquet as pq
 import pytest
 from support.consistency_media import cmyk_jpeg, oriented_jpeg, photo, png, sound, write
-from PIL import Image
 
 from dsclean import reasons as R
 from dsclean.cli import main
