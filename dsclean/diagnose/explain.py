@@ -98,7 +98,7 @@ LIBRARY_MESSAGES: tuple[LibraryMessage, ...] = (
                    "a webdataset sample lacks a key the recipe asks for (to_tuple/ select): the shard stores it "
                    "under another extension (e.g. a PNG as .png where the recipe reads .jpg)",
                    "re-pack with dsclean pack (one extension per kind) or read the keys the shards have "
-                   "(dsclean verify DIR lists them; to_tuple('jpg;png', ...) accepts either)"),
+                   "(tar tf SHARD lists them; to_tuple('jpg;png', ...) accepts either)"),
     LibraryMessage(re.compile(r"image file is truncated"), "truncated_image",
                    "a file is cut short (Pillow: image file is truncated)", _SCAN),
     LibraryMessage(re.compile(r"cannot identify image file"), "unidentified_image",
@@ -188,7 +188,9 @@ def explain(text: str) -> Explanation:
             exp.cause = f"the library said: {line}"
             evidence = line
         exp.library, exp.title = entry.kind, entry.text
-        exp.fixes = [entry.fix] + [f for f in exp.fixes if "dsclean scan" not in f]
+        # a bad file: the worker-exception fixes (probe --all, on_error="skip") still apply; not to an install or recipe
+        rest = [f for f in exp.fixes if "dsclean scan" not in f] if entry.fix.startswith(_SCAN) else []
+        exp.fixes = [entry.fix] + rest
         exp.exception = exp.exception or line
     # a class left empty is no bad file to scan for (it may be what a scan's moves left): its own fixes stand
     scan_fix = known is None or known[0].fix.startswith(_SCAN)  # a bad file: for a folder dataset, scan first
