@@ -12,7 +12,7 @@ bytes (in memory: no disk in the measure) with:
   (pillow for images, soundfile for audio), run once per file whatever the number of profiles.
 
 Prints a Markdown section (command, machine, date, table of ms per file and the ratio to the check alone):
-docs/bench/loaders.md holds the last run. Usage: ``PYTHONPATH=. python scripts/bench_loaders.py [--files 40]``.
+BENCHMARKS.md "Loader profiles" holds the last run. Usage: ``PYTHONPATH=. python scripts/bench_loaders.py [--files 40]``.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark the open-time layout check of a packed index (issue 24 item 5), against opening without it.
 
-    python scripts/bench_shards_open.py [--rows 1000000] [--shards 100] [--repeats 5] [--out docs/bench/shards-open.md]
+    python scripts/bench_shards_open.py [--rows 1000000] [--shards 100] [--repeats 5] [--out FILE.md]  (BENCHMARKS.md "Opening a packed index" holds the last run)
 
 Builds a synthetic packed set of ``--rows`` rows (the packed index of a real tiny pack, its columns
 repeated with consistent offsets over ``--shards`` shards; the shard files are not needed to open it)

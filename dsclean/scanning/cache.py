@@ -85,7 +85,9 @@ def options_from_key(key: str | None) -> CheckOptions:
     except ValueError:
         data = {}
     known = {f.name for f in dataclasses.fields(CheckOptions)}
-    return CheckOptions(**{k: v for k, v in (data if isinstance(data, dict) else {}).items() if k in known})
+    # JSON has no tuples: a tuple field (``loaders``) comes back a list, and must compare equal to the scan's
+    return CheckOptions(**{k: tuple(v) if isinstance(v, list) else v
+                           for k, v in (data if isinstance(data, dict) else {}).items() if k in known})
 
 
 #: verdicts that depend on the environment (permissions, load, limits, a file in motion), not on

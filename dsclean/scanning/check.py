@@ -63,7 +63,7 @@ class CheckOptions:
     # Also check FLAC's STREAMINFO MD5 against the decoded samples (`scan --flac-md5`): it catches whole
     # frames in the wrong order or from another stream, which every frame CRC passes. Off by default:
     # MD5 over the decoded samples alone is ~20% of a FLAC check (hashed in the same pass; MD5 runs at
-    # ~850 MB/s here, so it cannot drop under 5%) — scripts/bench_flac_md5.py, BENCHMARKS "FLAC MD5".
+    # ~850 MB/s here, so it cannot drop under 5%) — scripts/bench_flac.py, BENCHMARKS.md "Checker rules: the FLAC frame-sequence walk and the STREAMINFO MD5".
     flac_md5: bool = False
     # Record the facts (content_hash and the quality facts: perceptual hash, levels, ...; dsclean.quality)
     # from the bytes and decode the check has anyway. False (`scan --facts none`): the verdict alone, no

@@ -89,7 +89,8 @@ class ResultsWriter:
     def add_problem(self, v: Verdict, extra: dict | None = None) -> None:
         """Write the problems-file line of a bad or warn verdict whose row goes in through :meth:`add_table`
         (a fresh chunk's batch)."""
-        self._problems.write(json.dumps({**v.to_json(), **(extra or {})}) + "\n")
+        with _naming(self.problems_path):
+            self._problems.write(json.dumps({**v.to_json(), **(extra or {})}) + "\n")
 
     def add_row(self, row: tuple) -> None:
         """Buffer an ``ok`` row that is already in results-table form (from the scan cache)."""

@@ -173,7 +173,8 @@ def _jpeg_traits(data, v: Verdict) -> list[tuple[str, str]]:
     marker = (f"with an Adobe APP14 marker (transform {transform}): Pillow and libjpeg read the values as inverted"
               if adobe is not None else "without an Adobe APP14 marker: decoders disagree whether the values are "
               "inverted (the colours come out as a negative in some)")
-    return [(R.CMYK, f"CMYK JPEG {marker}; cv2.imread and some GPU decoders refuse or misread it")]
+    return [(R.CMYK, f"CMYK JPEG {marker}; nvJPEG and other GPU decoders refuse or misread it "
+                     "(scan --loader NAME compares the loader training uses with Pillow)")]
 
 
 def _gif_transparent(data) -> bool:

@@ -46,8 +46,9 @@ def _shards(folder) -> int:
 
 
 def _pack(index, out, kill_after: int, kills: int, deadline: float) -> tuple[subprocess.Popen, int, str]:
+    # no -q: the retry is a note (-q prints errors only), and the note is what the first test reads
     proc = subprocess.Popen([PY, "-m", "dsclean", "pack", index, "--samples-per-shard", "1", "--jobs", "2",
-                             "--no-fsync", "-q", "-o", str(out)], stderr=subprocess.PIPE, text=True)
+                             "--no-fsync", "-o", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     killed: set[int] = set()
     while len(killed) < kills and time.monotonic() < deadline and proc.poll() is None:
         workers = [w for w in _workers(proc.pid) if w not in killed] if _shards(out) >= kill_after else []

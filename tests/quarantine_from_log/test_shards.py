@@ -13,6 +13,7 @@ from support.files import write
 
 from dsclean.data.dataset import IndexedDataset
 from dsclean.denylist import append, read_denylist
+from dsclean.scanning.check import CHECKER_VERSION
 from dsclean.fromlog import quarantine_from_log
 from dsclean.index.build import build_index
 from dsclean.pack.packer import PackOptions, pack_shards
@@ -62,7 +63,7 @@ def test_a_bad_sample_is_denied_an_ok_one_left_and_both_flow_downstream(packed, 
     assert outcome[sample_key(b"cls/ok1.jpg")].outcome == "left"
     dl = read_denylist(out / "denylist.jsonl")
     assert [(e["shard"], e["key"], e["row"], e["path"], e["checker"]) for e in dl.entries] == \
-        [(bad_shard, sample_key(b"cls/cut.jpg"), bad_j, "cls/cut.jpg", 3)]
+        [(bad_shard, sample_key(b"cls/cut.jpg"), bad_j, "cls/cut.jpg", CHECKER_VERSION)]
     assert not [n for n in os.listdir(out) if n.endswith(".tmp")]
 
     # IndexedDataset over the set refuses it (skip: it is absent from what a loop sees)
