@@ -21,8 +21,10 @@ import itertools
 import logging
 import os
 import signal as _signal
+import time
 
 import torch.utils.data as tud
+from torch.utils.data._utils import MP_STATUS_CHECK_INTERVAL as _STATUS_INTERVAL
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 from ..data.collate import collate_skip_none
@@ -36,6 +38,8 @@ logger = logging.getLogger("dsclean.guard")
 ON_WORKER_DEATH = ("raise", "skip")
 _DEATH_TEXT = ("is killed by signal", "exited unexpectedly")
 _TORCH_INIT = inspect.signature(tud.DataLoader.__init__)
+#: how long a lost connection to a worker waits for that worker's death to show (seconds)
+_DYING_WAIT = 2.0
 
 
 class DropNone:
@@ -145,6 +149,25 @@ class _GuardedIter(_MultiProcessingDataLoaderIter):
         super()._try_put_index()
         if self._send_idx != before:
             self._sent[before] = (self._task_info[before][0], self._last_index)
+
+    def _try_get_data(self, timeout=_STATUS_INTERVAL):
+        try:
+            return super()._try_get_data(timeout)
+        except (ConnectionError, EOFError, FileNotFoundError) as exc:
+            # A batch whose worker died before this process fetched its shared memory (the file descriptor
+            # goes through the worker's resource sharer): torch looked for a dead worker a moment before the
+            # kernel had finished the death. Look again for a while; a death is then named like torch's.
+            deadline = time.monotonic() + _DYING_WAIT
+            while True:
+                dead = [(wid, w) for wid, w in enumerate(self._workers) if self._workers_status[wid] and not w.is_alive()]
+                if dead:
+                    for wid, _ in dead:
+                        self._mark_worker_as_unavailable(wid)
+                    pids = ", ".join(str(w.pid) for _, w in dead)
+                    raise RuntimeError(f"DataLoader worker (pid(s) {pids}) exited unexpectedly") from exc
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
 
     def _next_data(self):
         if self._replacement is not None:

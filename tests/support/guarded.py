@@ -77,3 +77,32 @@ class FailOn:
         if x in self.bad:
             raise ValueError(f"cannot decode {x}")
         return x
+
+
+class SegvLoader:
+    """An IndexedDataset loader that crashes the process (like a native decoder) on one file name."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, path: str):
+        if path.endswith(self.name):
+            os.kill(os.getpid(), signal.SIGSEGV)
+        with open(path, "rb") as f:
+            return torch.tensor([len(f.read())])
+
+
+class SegvStream(IterableDataset):
+    """Yields 0..n-1 in worker 0 and crashes at ``bad``."""
+
+    def __init__(self, n: int, bad: int) -> None:
+        self.n, self.bad = n, bad
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        if info is not None and info.id != 0:
+            return
+        for i in range(self.n):
+            if i == self.bad:
+                os.kill(os.getpid(), signal.SIGSEGV)
+            yield i
