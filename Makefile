@@ -13,7 +13,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[test,plot,dask,heif,jxl,opencv,av,tiff,docs,lint]'
+	$(PY) -m pip install --quiet -e '.[test,plot,dask,heif,jxl,opencv,av,tiff,stateful,docs,lint]'
 	touch $@
 
 # The demo works on a copy: the repo's own sample_data is never moved, and dsclean's own

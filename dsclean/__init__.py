@@ -78,6 +78,7 @@ _EXPORTS = {
 
     "guard": "training.guard",
     "DataLoader": "training.dataloader",
+    "StatefulDataLoader": "training.stateful",
     "WorkerDied": "training.errors",
     "TooManyFailures": "training.errors",
     "SampleError": "data.dataset",
@@ -125,6 +126,7 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time the names load
     from .training.dataloader import DataLoader
     from .training.errors import TooManyFailures, WorkerDied
     from .training.guard import guard
+    from .training.stateful import StatefulDataLoader
 
 
 def __getattr__(name: str):

@@ -187,6 +187,13 @@ class _Guard:
         return {"epoch": self.epoch, "seed": self.seed, **self.counts()}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict` in the main process, before the workers start.
+
+        In a worker it does nothing: the table is shared, and torchdata's ``StatefulDataLoader``
+        hands each worker the state it saved there, which would zero the counts others made since.
+        """
+        if _worker() is not None:
+            return
         self.slots.epoch = int(state.get("epoch", 0))
         self.slots.load_counts(int(state.get("seen", 0)), int(state.get("failed", 0)), int(state.get("replaced", 0)))
 
