@@ -99,6 +99,19 @@ class Member:
     size: int
 
 
+#: the most bytes a sidecar member (``.json``, ``.cls``) is read into memory for: pack writes a few
+#: hundred; a hostile shard's multi-GiB ``.json`` is refused by its header's size, never copied
+MAX_SIDECAR = 1 << 20
+
+
+def sidecar_bytes(buf, member: Member) -> bytes:
+    """The bytes of a small member (``.json``/``.cls``) of the shard mapped as ``buf``, or TarError when too big."""
+    if member.size > MAX_SIDECAR:
+        raise TarError(f"member {member.name} is {member.size:,} bytes, more than the {MAX_SIDECAR:,} a "
+                       "sample's .json or .cls is read for")
+    return bytes(buf[member.offset:member.offset + member.size])
+
+
 def iter_members(buf, total: int | None = None) -> Iterator[Member]:
     """The members of a tar held in ``buf`` (an mmap or bytes), strictly; raises :class:`TarError`.
 

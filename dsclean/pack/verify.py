@@ -34,7 +34,7 @@ from . import names as templates
 from .bulk import FACT_NAMES, json_members
 from .runner import run_tasks, stop_on_signals
 from .samples import KEY_RE, sample_key
-from .tarformat import BLOCK, TarError, iter_members
+from .tarformat import BLOCK, TarError, iter_members, sidecar_bytes
 
 #: problems listed per shard at most (the count says how many more)
 MAX_PROBLEMS = 50
@@ -358,7 +358,12 @@ class _ExpectedJson:
 def _check_json(rep: ShardReport, key: str, mm, member, media, cls, digest: bytes, expected: bytes | None) -> None:
     """The sample's ``.json`` against its media bytes and other members, then field by field against
     ``expected`` (the record pack writes for the packed index's row; None: no matching row)."""
-    raw = bytes(mm[member.offset:member.offset + member.size])
+    try:
+        raw = sidecar_bytes(mm, member)
+        cls_text = _cls_text(mm, cls)
+    except TarError as exc:
+        rep.add(str(exc), key=key, member=member.name)
+        return
     try:
         meta = json.loads(raw)
         if not isinstance(meta, dict):
@@ -372,7 +377,6 @@ def _check_json(rep: ShardReport, key: str, mm, member, media, cls, digest: byte
         wrong["checksum"] = f"the media bytes' checksum {digest.hex()} differs from the json's {_shown(recorded)}"
     if meta.get("size", _ABSENT) != media.size:
         wrong["size"] = f"the json's size is {_shown(meta.get('size', _ABSENT))}, the media member has {media.size} bytes"
-    cls_text = bytes(mm[cls.offset:cls.offset + cls.size]).decode("ascii", "replace") if cls else None
     label = meta.get("label", _ABSENT)
     if (cls_text is None and label is not _ABSENT) or (cls_text is not None and _shown(label) != cls_text):
         wrong["label"] = (f"the json's label is {_shown(label)}, "
@@ -402,6 +406,11 @@ def _check_json(rep: ShardReport, key: str, mm, member, media, cls, digest: byte
         rep.add(problem, key=key, member=member.name, field=name)
 
 
+def _cls_text(mm, cls) -> str | None:
+    """The text of a sample's ``.cls`` member (None: it has none); TarError past the sidecar cap."""
+    return sidecar_bytes(mm, cls).decode("ascii", "replace") if cls else None
+
+
 def _shown(value) -> str:
     """A JSON value as it reads in the JSON text (``absent`` for a missing field)."""
     return "absent" if value is _ABSENT else json.dumps(value)
@@ -424,7 +433,11 @@ def _against_index(rep: ShardReport, key: str, m, cls, mm, idx, row: int, digest
                 key=key, member=m.name)
     label = int(idx.labels[row])
     if label >= 0:
-        text = bytes(mm[cls.offset:cls.offset + cls.size]).decode("ascii", "replace") if cls else None
+        try:
+            text = _cls_text(mm, cls)
+        except TarError as exc:
+            rep.add(str(exc), key=key, member=cls.name if cls else None)
+            return True
         if text != str(label):
             rep.add(f"label {text!r}, the packed index says {label}", key=key, member=cls.name if cls else None)
     elif cls is not None:

@@ -34,7 +34,7 @@ from .bulk import CLS, EXT_CODE, FACT_NAMES, JSON, MEDIA, Layout, headers, json_
     split_lines
 from .runner import ABANDONED
 from .samples import KEY_RE, int_facts_record, key_numbers_of, media_ext, member_order, sample_key
-from .tarformat import BLOCK, TarError, end_of_archive, header, iter_members, padding
+from .tarformat import BLOCK, TarError, end_of_archive, header, iter_members, padding, sidecar_bytes
 
 #: files up to this size are read once into memory; bigger ones are streamed twice (hash, then copy)
 INLINE_LIMIT = 64 << 20
@@ -808,7 +808,7 @@ def read_back(job: ShardJob) -> ShardResult:
                 media = [m for ext, m in members.items() if ext not in ("cls", "json")]
                 if len(media) != 1 or "json" not in members:
                     raise TarError(f"{job.path}: sample {key} has members {sorted(members)}")
-                meta = json.loads(mm[members["json"].offset:members["json"].offset + members["json"].size])
+                meta = json.loads(_sidecar(mm, members["json"], job.path))
                 checksum = bytes.fromhex(meta["checksum"])
                 if len(checksum) != DIGEST_SIZE:
                     raise TarError(f"{job.path}: sample {key} has a bad checksum in its json")
@@ -818,7 +818,7 @@ def read_back(job: ShardJob) -> ShardResult:
                                    "checksum its json records (data lost in a crash after --no-fsync?): "
                                    "not a shard pack finished")
                 cls = members.get("cls")
-                text = bytes(mm[cls.offset:cls.offset + cls.size]) if cls else None
+                text = _sidecar(mm, cls, job.path) if cls else None
                 if text != (None if labels[p] < 0 else str(labels[p]).encode()):
                     raise TarError(f"{job.path}: sample {key}: its .cls member is {text!r}, the index's label "
                                    f"{labels[p]}: not a shard pack finished")
@@ -874,3 +874,11 @@ def _named_errors(members, where: str):
         except TarError as exc:
             raise TarError(f"{where}: {exc}") from None
         yield m
+
+
+def _sidecar(mm, member, path: str) -> bytes:
+    """A ``.json``/``.cls`` member's bytes, or TarError naming the shard when it is too big to be pack's."""
+    try:
+        return sidecar_bytes(mm, member)
+    except TarError as exc:
+        raise TarError(f"{path}: {exc}") from None

@@ -4,6 +4,7 @@ counts that size memory, special files in place of shards, overlapping offsets, 
 Anything that could hang runs in a subprocess with a timeout, so a regression fails instead of stalling."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -403,3 +404,48 @@ def test_a_non_zero_byte_far_into_a_sparse_tail_is_found_at_its_offset(copy):
     r = verify_shards(str(copy))
     bad = {s.shard: [p["problem"] for p in s.problems] for s in r.shards if not s.ok}
     assert bad == {"data-000002.tar": [f"non-zero bytes after the end-of-archive blocks (the first at byte {size - 3})"]}
+
+
+# -- the adversarial pass's finding: a sidecar member is read into memory only up to a cap ------------------
+
+def _bloat_first_json(shard, size: int) -> str:
+    """Rewrite ``shard`` with its first sample's .json member grown to ``size`` bytes (spaces: still valid JSON)."""
+    with tarfile.open(shard) as tf:
+        members = [(m, tf.extractfile(m).read()) for m in tf.getmembers()]
+    name = next(m.name for m, _ in members if m.name.endswith(".json"))
+    with tarfile.open(shard, "w", format=tarfile.USTAR_FORMAT) as tf:
+        for m, data in members:
+            if m.name == name:
+                data = data + b" " * (size - len(data))
+                m.size = len(data)
+            tf.addfile(m, io.BytesIO(data))
+    return name
+
+
+def test_verify_refuses_a_sample_json_past_the_cap_instead_of_copying_it(copy):
+    from dsclean.pack.tarformat import MAX_SIDECAR
+
+    name = _bloat_first_json(copy / "data-000001.tar", MAX_SIDECAR + 1)
+    r = run_cli("verify", copy, "--json")
+    assert r.returncode == 1, r.stderr
+    problems = [p for s in json.loads(r.stdout)["shards"] for p in s["problems"] if p.get("member") == name]
+    assert any(f"is {MAX_SIDECAR + 1:,} bytes, more than the {MAX_SIDECAR:,}" in p["problem"] for p in problems), problems
+
+
+def test_verify_of_a_sparse_multi_gib_json_member_stays_in_bounded_memory(copy):
+    """The header says 3 GiB of .json: refused by its size, never copied (before: 3 GiB of RSS)."""
+    shard = copy / "data-000001.tar"
+    name = _bloat_first_json(shard, 4096)
+    with tarfile.open(shard) as tf:  # where the member's header is
+        m = tf.getmember(name)
+    huge = 3 << 30
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime, info.mode = huge, m.mtime, m.mode
+    with open(shard, "r+b") as f:
+        f.seek(m.offset)
+        f.write(info.tobuf(tarfile.GNU_FORMAT, "ascii", "strict"))
+        f.truncate(m.offset_data + huge + 1024)  # sparse: the member's bytes are a hole of zeros
+    code = f"from dsclean.pack.verify import verify_shards\nr = verify_shards({str(copy)!r})\nprint(r.ok)"
+    rss, out = _peak_rss_of(code)
+    assert out.startswith("False")
+    assert rss < 1 << 30, rss  # without the cap: 9.8 GB peak RSS measured (the 3 GiB copy, and what json.loads makes of it)
