@@ -494,8 +494,14 @@ def _fixed_binary_view(arr: pa.Array) -> np.ndarray:
 def _load_npy(folder: str, name: str) -> np.ndarray:
     path = os.path.join(folder, f"{name}.npy")
     try:
-        os.close(open_regular(path))  # (np.load maps a path, not a descriptor: refuse a FIFO before it opens one)
-        return np.load(path, mmap_mode="r", allow_pickle=False)
+        fd = open_regular(path)  # a FIFO or device refused without blocking
+        try:
+            # np.load maps a path, not a descriptor: map the checked descriptor's own file through
+            # /proc/self/fd, so nothing swapped in at ``path`` after the check is ever opened
+            proc = f"/proc/self/fd/{fd}"
+            return np.load(proc if os.path.exists(proc) else path, mmap_mode="r", allow_pickle=False)
+        finally:
+            os.close(fd)
     except (OSError, ValueError) as exc:
         raise UserError(f"{path}: unreadable index column ({exc}); rebuild it with dsclean index") from exc
 

@@ -167,3 +167,30 @@ def test_validated_once_per_file_identity(tmp_path, monkeypatch):
     os.utime(path, ns=(1, 1))  # the file changed: validated again, whatever the caller trusts
     open_index(path, trusted=identity)
     assert calls == [path]
+
+
+def test_an_npy_column_swapped_for_a_fifo_after_its_check_is_never_opened(tmp_path, monkeypatch):
+    """np.load maps a path: the column is mapped through the checked descriptor, so a FIFO renamed over the
+    path between the check and the map neither blocks nor is read (the race the round-3 pass left open)."""
+    import signal
+
+    path = _write(tmp_path, fmt="npy")
+    want = np.load(os.path.join(path, "labels.npy")).tolist()
+    real = store.open_regular
+
+    def then_swap(p, *a, **kw):
+        fd = real(p, *a, **kw)
+        if p.endswith("labels.npy"):
+            fifo = p + ".fifo"
+            os.mkfifo(fifo)
+            os.rename(fifo, p)  # the checked file is now only reachable through fd
+        return fd
+
+    monkeypatch.setattr(store, "open_regular", then_swap)
+    signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(TimeoutError("blocked on the FIFO")))
+    signal.alarm(20)
+    try:
+        col = store._load_npy(path, "labels")
+    finally:
+        signal.alarm(0)
+    assert col.tolist() == want
