@@ -95,7 +95,9 @@ class FailureWriter:
     """Appends failure lines to one process's file: ``O_APPEND``, one ``write`` per line.
 
     Opened lazily on the first failure (a clean run creates no file) and again after a fork
-    (the child's pid differs), so an instance can be pickled into DataLoader workers.
+    (the child's pid differs), so an instance can be pickled into DataLoader workers. A file whose
+    last line was torn (a process killed mid-write) gets a newline first, so the torn fragment
+    stays one unreadable line and the next failure a line of its own.
     """
 
     def __init__(self, path: str | os.PathLike) -> None:
@@ -116,11 +118,14 @@ class FailureWriter:
             folder = os.path.dirname(self.path)
             if folder:
                 os.makedirs(folder, exist_ok=True)
-            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+            flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
             fd = os.open(self.path, flags, 0o644)
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 os.close(fd)
                 raise OSError(f"{self.path}: the failure log is not a regular file")
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":  # end the torn line a killed process left
+                os.write(fd, b"\n")
             self._fd, self._pid = fd, os.getpid()
         return self._fd
 

@@ -2,11 +2,16 @@
 
 Each worker writes the index it is about to load into its row of the guard's shared table
 (:mod:`.slots`; one int64 store before and after each sample, no lock). When torch reports a
-dead worker ("DataLoader worker (pid X) is killed by signal: ..." from its SIGCHLD handler, or
-"... exited unexpectedly" from its liveness check), this loader looks at which worker is gone,
+dead worker, this loader looks at which worker is gone,
 its exit status, the index in its row and the batches it had been sent, and raises
 :class:`~.errors.WorkerDied` (a ``RuntimeError``) naming all of it with ``dsclean explain``'s
 reading of the signal -- and writes a ``worker_died`` line to the failure log.
+
+Deaths are found by the liveness check in the fetch loop, every ``_POLL`` seconds while the main
+process waits for a batch -- not by torch's SIGCHLD handler: that handler raises its
+``RuntimeError`` wherever the main thread happens to be (the training step, your loop body),
+outside this loader, so the death would go unnamed. This iterator's workers are therefore not
+registered with it.
 
 ``on_worker_death="skip"`` (map-style datasets): the dead iterator's workers are shut down and a
 fresh iterator finishes the epoch over the batches not yet delivered -- the ones in flight (the
@@ -25,6 +30,7 @@ import time
 
 import torch.utils.data as tud
 from torch.utils.data._utils import MP_STATUS_CHECK_INTERVAL as _STATUS_INTERVAL
+from torch.utils.data._utils import signal_handling as _torch_signals
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 from ..data.collate import collate_skip_none
@@ -40,6 +46,8 @@ _DEATH_TEXT = ("is killed by signal", "exited unexpectedly")
 _TORCH_INIT = inspect.signature(tud.DataLoader.__init__)
 #: how long a lost connection to a worker waits for that worker's death to show (seconds)
 _DYING_WAIT = 2.0
+#: how often the main process, waiting for a batch, looks for a dead worker (seconds)
+_POLL = 0.2
 
 
 class DropNone:
@@ -132,6 +140,9 @@ class _GuardedIter(_MultiProcessingDataLoaderIter):
         self._broken = False
         self._loader = loader
         super().__init__(loader)
+        if self._worker_pids_set:  # deaths are found by _try_get_data, in _next_data (see the module's docstring)
+            _torch_signals._remove_worker_pids(id(self))
+            self._worker_pids_set = False
 
     def _reset(self, loader, first_iter=False):
         self._sent = {}
@@ -151,6 +162,14 @@ class _GuardedIter(_MultiProcessingDataLoaderIter):
             self._sent[before] = (self._task_info[before][0], self._last_index)
 
     def _try_get_data(self, timeout=_STATUS_INTERVAL):
+        """torch's fetch with its liveness check every ``_POLL`` seconds, up to ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            success, data = self._try_get_data_once(min(_POLL, max(0.0, deadline - time.monotonic())))
+            if success or time.monotonic() >= deadline:
+                return success, data
+
+    def _try_get_data_once(self, timeout: float):
         try:
             return super()._try_get_data(timeout)
         except (ConnectionError, EOFError, FileNotFoundError) as exc:

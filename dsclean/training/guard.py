@@ -87,7 +87,9 @@ def replacement_index(seed: int, epoch: int, index: int, attempt: int, n: int) -
     return j if j < index else j + 1
 
 
-def _rank() -> int:
+def _rank(sender: int | None = None) -> int:
+    """This process's DDP rank: its process group, else ``RANK``, else ``sender`` (the rank that pickled
+    the guard: a spawned DataLoader worker of a rank started by ``torch.multiprocessing.spawn`` has neither)."""
     try:
         import torch.distributed as dist
         if dist.is_available() and dist.is_initialized():
@@ -95,9 +97,9 @@ def _rank() -> int:
     except (ImportError, RuntimeError):
         pass
     try:
-        return int(os.environ.get("RANK", "0"))
-    except ValueError:
-        return 0
+        return int(os.environ["RANK"])
+    except (KeyError, ValueError):
+        return 0 if sender is None else int(sender)
 
 
 def _worker() -> int | None:
@@ -153,11 +155,16 @@ class _Guard:
         state = dict(self.__dict__)
         state.pop("_writer", None)
         state.pop("_writer_pid", None)
+        state["_sender_rank"] = self._rank()
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._local()
+
+    def _rank(self) -> int:
+        """The rank this process logs as (a spawned worker: the rank of the process that sent it the guard)."""
+        return _rank(self.__dict__.get("_sender_rank"))
 
     def __getattr__(self, name: str):  # the inner dataset's attributes (classes, targets, ...)
         if name.startswith("__") or "dataset" not in self.__dict__:
@@ -203,7 +210,7 @@ class _Guard:
         if self.log is None:
             return None
         if self._writer is None or self._writer_pid != os.getpid():
-            self._writer = FailureWriter(process_log_path(self.log, rank=_rank(), worker=_worker()))
+            self._writer = FailureWriter(process_log_path(self.log, rank=self._rank(), worker=_worker()))
             self._writer_pid = os.getpid()
         return self._writer
 
@@ -215,7 +222,7 @@ class _Guard:
         writer = self._writer_for_process()
         if writer is not None:
             cause = exc.__cause__ if isinstance(exc, SampleError) and exc.__cause__ is not None else exc
-            writer.write(rank=_rank(), worker=_worker(), pid=os.getpid(), epoch=self.epoch, index=index,
+            writer.write(rank=self._rank(), worker=_worker(), pid=os.getpid(), epoch=self.epoch, index=index,
                          kind="exception", error=type(cause).__name__, message=str(exc), traceback=frames(exc),
                          action=action, replaced_by=replaced_by, **where)
         self._check_budget()

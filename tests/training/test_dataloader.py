@@ -96,3 +96,16 @@ def test_options_are_checked_and_torch_arguments_pass_through():
     loader = dsclean.DataLoader(Numbers(10), 5, False, num_workers=0, drop_last=True)
     assert (loader.batch_size, loader.drop_last) == (5, True) and len(list(loader)) == 2
     assert isinstance(loader, torch.utils.data.DataLoader) and loader.dataset.dataset.n == 10
+
+
+def test_a_death_while_the_loop_body_runs_is_still_named(tmp_path):
+    # torch's SIGCHLD handler would raise its unnamed RuntimeError inside this sleep (the training step)
+    import time
+    loader = dsclean.DataLoader(Numbers(40, segv_on={21}), batch_size=2, num_workers=2, prefetch_factor=1,
+                                log=tmp_path / "f.jsonl", multiprocessing_context="fork")
+    seen = []
+    with pytest.raises(dsclean.WorkerDied, match="it was loading sample 21"):
+        for batch in loader:
+            seen.extend(batch.tolist())
+            time.sleep(0.3)
+    assert 21 not in seen
