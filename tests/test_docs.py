@@ -122,7 +122,7 @@ def test_docs_and_code_agree_on_skipped_samples():
                                                                      collate_skip_none.__doc__,
                                                                      IndexedDataset.__doc__))
     assert "empty batch of the same structure" in page and "EMPTY batch of the same structure" in collate_doc
-    assert "once per sample and process" in page and "once per sample and process" in dataset_doc
+    assert "warning on the `dsclean.guard` logger" in page and "the ``dsclean.guard`` logger" in dataset_doc
 
 
 def test_readme_is_short_and_links_into_the_docs():

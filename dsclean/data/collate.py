@@ -17,7 +17,7 @@ def collate_skip_none(batch: list):
     any good batch: ``(tensor([]), tensor([], dtype=int64))``, the ``(sample,
     label)`` pair of :class:`~dsclean.IndexedDataset`). Skip it with
     ``if len(y) == 0: continue`` where an empty step would upset the model.
-    Each skipped sample was logged by the dataset (once per sample and process).
+    Each skipped sample was logged by the guard that skipped it (``dsclean.guard``).
     """
     global _empty_like_last
     kept = [b for b in batch if b is not None]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import collections.abc
 import io
-import logging
 import operator
 import os
 import stat
@@ -33,9 +32,8 @@ from ..openfile import open_regular_file
 from . import shards
 from .loaders import DEFAULT_LOADERS, default_loaders
 
-logger = logging.getLogger("dsclean.data")
 
-_ON_ERROR = ("raise", "skip")
+_ON_ERROR = ("raise", "skip", "replace")  # skip/replace: dsclean.guard's (dsclean/training/guard.py)
 _FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 #: IndexedDataset(follow_symlinks=...): links must stay inside the root, or may lead anywhere
 _FOLLOW = ("inside", "all")
@@ -197,10 +195,13 @@ class IndexedDataset(Dataset):
       for other profiles (``dsclean index --loader``) is refused, naming them, unless ``allow_loader_mismatch``.
     - ``root``: where the files are; defaults to the root recorded at build time
       (pass it for a moved dataset).
-    - ``on_error="raise"`` raises :class:`SampleError`; ``"skip"`` returns
-      ``None`` for a sample that cannot be loaded (a warning on the ``dsclean``
-      logger, once per sample and process) -- use :func:`collate_skip_none`.
-      Errors in transforms always raise, and so do unsafe paths (:class:`UnsafePathError`).
+    - ``on_error="raise"`` raises :class:`SampleError`; ``"skip"`` and ``"replace"`` are
+      :func:`dsclean.guard`'s policies, run by a guard this dataset keeps (one implementation):
+      ``"skip"`` returns ``None`` for a sample that cannot be loaded or transformed (a warning on
+      the ``dsclean.guard`` logger) -- use :func:`collate_skip_none`; ``"replace"`` loads another
+      sample chosen from the failed index. Unsafe paths (:class:`UnsafePathError`) always raise.
+      For a failure log or a budget, give the policy to the guard instead:
+      ``dsclean.guard(IndexedDataset(index), on_error="skip", log=..., max_failures=...)``.
     - ``check_stale``: compare each file's size with the index before loading it
       (one ``stat``); a changed file is reported as stale instead of being decoded
       as something else. Turn it off only for a custom ``loader`` that does not
@@ -296,7 +297,7 @@ class IndexedDataset(Dataset):
         self._generation: int = -1
         self._real_root: str | None = None
         self._folders = FolderTable()
-        self._logged: set[int] = set()
+        self._guard = None
         self._labels = self._sizes = self._kinds = self._offsets = self._data = None
         self._targets: Targets | None = None
         self._loaders = DEFAULT_LOADERS
@@ -333,7 +334,6 @@ class IndexedDataset(Dataset):
             self._real_root = None if self.packed else os.path.realpath(self.root)
             self._root_prefix = "" if self.packed else os.path.join(self.root, "")
             self._folders = FolderTable()
-            self._logged = set()
             # memoryviews over the mapped columns for the per-sample path: indexing one gives a Python int
             # (no numpy scalar), slicing the data gives the path bytes; still zero copy
             self._labels, self._sizes, self._kinds, self._offsets, self._data = (
@@ -417,6 +417,25 @@ class IndexedDataset(Dataset):
             return f.read()
 
     def __getitem__(self, i):
+        if self.on_error != "raise":
+            return self.guarded()[i]
+        return self._get(i)
+
+    def guarded(self):
+        """The :func:`dsclean.guard` that runs this dataset's ``on_error`` (``skip``/``replace``).
+
+        It wraps a view of this dataset whose errors raise; ``dsclean.DataLoader`` runs this guard
+        (with its ``log``) when given the dataset. Built once per process, never pickled.
+        """
+        if self.on_error == "raise":
+            raise ValueError("an IndexedDataset with on_error='raise' has no guard; use dsclean.guard(dataset)")
+        if self._guard is None:
+            from ..training.guard import guard
+
+            self._guard = guard(Raising(self), on_error=self.on_error)
+        return self._guard
+
+    def _get(self, i):
         if self._idx is None or self._generation != _fork_generation:
             self._mapped()
         j = i if type(i) is int and 0 <= i < self._rows else self._position(i)
@@ -425,6 +444,9 @@ class IndexedDataset(Dataset):
 
     def __getitems__(self, indices: Sequence[int]) -> list:
         """The batched hook of PyTorch's fetcher: gathers a whole batch's rows at once (vectorized)."""
+        if self.on_error != "raise":
+            g = self.guarded()
+            return [g[i] for i in (indices.tolist() if isinstance(indices, np.ndarray) else indices)]
         idx = self._mapped()
         n = len(idx)
         pos = np.asarray(indices, dtype=np.int64).reshape(-1)
@@ -447,11 +469,7 @@ class IndexedDataset(Dataset):
         try:
             sample = self._read_packed(j) if self.packed else self._read(j, full, st)
         except Exception as exc:  # any loader failure becomes a SampleError naming index, path and cause
-            err = self._error(j, rel, f"{type(exc).__name__}: {exc}")
-            if self.on_error == "skip":
-                self._log_skip(j, err)
-                return None
-            raise err from exc
+            raise self._error(j, rel, f"{type(exc).__name__}: {exc}") from exc
         try:
             if self.transform is not None:
                 sample = self.transform(sample)
@@ -557,13 +575,29 @@ class IndexedDataset(Dataset):
     def _error(self, j: int, rel: str, cause: str) -> SampleError:
         return SampleError(self._message(j, rel, cause), index=j, path=rel, root=self.root)
 
-    def _log_skip(self, j: int, err: SampleError) -> None:
-        if j not in self._logged:
-            self._logged.add(j)
-            logger.warning("skipping %s", err)
-
     def __repr__(self) -> str:
         return f"IndexedDataset({self.index!r}, root={self.root!r}, rows={len(self)}, classes={len(self.meta['classes'])})"
+
+
+class Raising:
+    """An :class:`IndexedDataset` whose errors raise, whatever its ``on_error``: what its own guard wraps.
+
+    Attributes (``path``, ``root``, ``classes``, ``targets``, ...) are the dataset's.
+    """
+
+    def __init__(self, dataset: IndexedDataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i):
+        return self.dataset._get(i)
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") or "dataset" not in self.__dict__:
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
 
 
 class StaleEntryError(OSError):

@@ -36,7 +36,7 @@ from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 from ..data.collate import collate_skip_none
 from ..failures import FailureWriter, process_log_path
 from .errors import WorkerDied
-from .guard import GuardedDataset, GuardedIterable, _rank, guard, sample_text
+from .guard import GuardedDataset, GuardedIterable, _rank, loader_guard, sample_text
 from .slots import Slots
 
 logger = logging.getLogger("dsclean.guard")
@@ -69,7 +69,9 @@ class DataLoader(tud.DataLoader):
     - ``log``: the failure log (also the guard's when it has none).
 
     A dataset that is not guarded yet is wrapped in ``dsclean.guard(dataset, log=log)`` (errors
-    raise, naming the sample); ``loader.dataset`` is the guard, ``loader.dataset.dataset`` yours.
+    raise, naming the sample); an ``IndexedDataset(on_error="skip"/"replace")`` brings its own
+    guard (``dataset.guarded()``). ``loader.dataset`` is the guard, ``loader.dataset.dataset`` yours
+    (for that IndexedDataset: a view of it whose errors raise, with its attributes).
     With a ``guard(..., on_error="skip")`` dataset the ``collate_fn`` drops the ``None`` samples
     (default: :func:`dsclean.collate_skip_none`).
     """
@@ -80,10 +82,7 @@ class DataLoader(tud.DataLoader):
             raise ValueError(f"on_worker_death must be one of {ON_WORKER_DEATH}, not {on_worker_death!r}")
         if max_worker_deaths < 1:
             raise ValueError("max_worker_deaths must be at least 1")
-        if not isinstance(dataset, (GuardedDataset, GuardedIterable)):
-            dataset = guard(dataset, log=log)
-        elif log is not None and dataset.log is None:
-            dataset.log = os.fspath(log)
+        dataset = loader_guard(dataset, log)
         bound = _TORCH_INIT.bind(None, dataset, *args, **kwargs)
         arguments = bound.arguments
         workers = int(arguments.get("num_workers", 0) or 0)

@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterator
 
 from torch.utils.data import Dataset, IterableDataset
 
-from ..data.dataset import SampleError, UnsafePathError
+from ..data.dataset import IndexedDataset, SampleError, UnsafePathError
 from ..failures import FailureWriter, process_log_path
 from . import slots as S
 from .errors import TooManyFailures
@@ -58,6 +58,10 @@ def guard(dataset, *, on_error: str = "raise", log: str | os.PathLike | None = N
     """
     if isinstance(dataset, (GuardedDataset, GuardedIterable)):
         raise ValueError("the dataset is already guarded")
+    if isinstance(dataset, IndexedDataset) and dataset.on_error != "raise":
+        raise ValueError(f"IndexedDataset(on_error={dataset.on_error!r}) is already guarded (it is dsclean.guard(..., "
+                         f"on_error={dataset.on_error!r})); for a log or a budget give the policy to the guard: "
+                         f"dsclean.guard(IndexedDataset(index), on_error={dataset.on_error!r}, log=..., max_failures=...)")
     iterable = isinstance(dataset, IterableDataset) or (
         not hasattr(dataset, "__getitem__") and hasattr(dataset, "__iter__"))
     cls = GuardedIterable if iterable else GuardedDataset
@@ -65,6 +69,20 @@ def guard(dataset, *, on_error: str = "raise", log: str | os.PathLike | None = N
         raise ValueError("transform= is for iterable datasets; a map-style dataset applies its own")
     return cls(dataset, on_error=on_error, log=log, max_failures=max_failures, seed=seed, retries=retries,
                transform=transform)
+
+
+def loader_guard(dataset, log: str | os.PathLike | None = None) -> "GuardedDataset | GuardedIterable":
+    """The guard a dsclean loader runs: ``dataset`` if it is one, an ``IndexedDataset``'s own (its
+    ``on_error="skip"``/``"replace"``), else ``guard(dataset, log=log)``; ``log`` fills a guard without one."""
+    if isinstance(dataset, (GuardedDataset, GuardedIterable)):
+        guarded = dataset
+    elif isinstance(dataset, IndexedDataset) and dataset.on_error != "raise":
+        guarded = dataset.guarded()
+    else:
+        return guard(dataset, log=log)
+    if log is not None and guarded.log is None:
+        guarded.log = os.fspath(log)
+    return guarded
 
 
 def mix64(*values: int) -> int:

@@ -21,7 +21,7 @@ try:
 except ImportError as exc:  # an optional extra: name it
     raise ImportError("dsclean.StatefulDataLoader needs torchdata: pip install 'dsclean[stateful]'") from exc
 
-from .guard import GuardedDataset, GuardedIterable, guard
+from .guard import loader_guard
 
 #: the key of the guard's state in the loader's state_dict
 STATE_KEY = "dsclean_guard"
@@ -34,10 +34,7 @@ class StatefulDataLoader(_TorchdataLoader):
     """
 
     def __init__(self, dataset, *args, log: str | os.PathLike | None = None, **kwargs) -> None:
-        if not isinstance(dataset, (GuardedDataset, GuardedIterable)):
-            dataset = guard(dataset, log=log)
-        elif log is not None and dataset.log is None:
-            dataset.log = os.fspath(log)
+        dataset = loader_guard(dataset, log)
         super().__init__(dataset, *args, **kwargs)
 
     def set_epoch(self, epoch: int) -> None:

@@ -227,9 +227,10 @@ def test_skip_and_collate(index, images, caplog):
     ds = IndexedDataset(index, transform=to_array, on_error="skip")
     with caplog.at_level(logging.WARNING, logger="dsclean"):
         assert ds[1] is None and ds[1] is None and ds[3] is None
-    skips = [r for r in caplog.records if "skipping" in r.getMessage()]
-    assert len(skips) == 2  # once per index
+    skips = [r for r in caplog.records if "failed (skip)" in r.getMessage()]
+    assert len(skips) == 3 and {r.name for r in skips} == {"dsclean.guard"}  # the guard's warning, per failure
     assert "cats/1.png" in skips[0].getMessage()
+    assert ds.guarded().slots.totals()[1] == 3  # and its count: one implementation of the policy
     loader = DataLoader(ds, batch_size=3, num_workers=0, collate_fn=collate_skip_none)
     images_, labels = zip(*loader)
     assert [len(b) for b in labels] == [2, 2]
@@ -260,7 +261,31 @@ def test_transform_error_names_sample(index):
         raise RuntimeError("bad transform")
 
     with pytest.raises(SampleError, match=r"sample 2 \(cats/sub/2.png .*in transform: RuntimeError: bad transform"):
-        IndexedDataset(index, transform=boom, on_error="skip")[2]
+        IndexedDataset(index, transform=boom)[2]
+    assert IndexedDataset(index, transform=boom, on_error="skip")[2] is None  # skipped as the guard skips
+
+
+def test_on_error_is_the_guards_policy(index, images, tmp_path):
+    import dsclean
+    from dsclean.training.guard import replacement_index
+
+    _corrupt_same_size(images, "cats/1.png")
+    ds = IndexedDataset(index, transform=to_array, on_error="replace")
+    n = len(ds)
+    j = replacement_index(0, 0, 1, 0, n)
+    assert ds[1][1] == ds[j][1] and (ds[1][0] == ds[j][0]).all()  # the guard's deterministic replacement
+    assert [s is None for s in IndexedDataset(index, on_error="skip").__getitems__([0, 1, 2])] == [False, True, False]
+    with pytest.raises(ValueError, match=r"already guarded .*dsclean.guard\(IndexedDataset\(index\), on_error='skip'"):
+        dsclean.guard(IndexedDataset(index, on_error="skip"))
+    # dsclean.DataLoader runs the dataset's own guard, with the loader's log
+    skip = IndexedDataset(index, transform=to_array, on_error="skip")
+    loader = dsclean.DataLoader(skip, batch_size=4, num_workers=2, log=tmp_path / "f.jsonl",
+                                multiprocessing_context="fork")
+    assert loader.dataset is skip.guarded() and loader.dataset.dataset.classes == skip.classes
+    labels = torch.cat([y for _, y in loader]).tolist()
+    assert len(labels) == n - 1
+    (line,) = dsclean.read_failures(tmp_path / "f.jsonl").failures
+    assert (line["index"], line["path"], line["action"]) == (1, "cats/1.png", "skip")
 
 
 # ----------------------------------------------------------------------------- safety
