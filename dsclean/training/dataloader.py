@@ -127,6 +127,14 @@ def _signal_name(code: int | None) -> tuple[str | None, str]:
     return sig.name, f"is killed by signal: {_signal.strsignal(sig) or sig.name}"
 
 
+def _batch_text(batch, show: int = 8) -> str:
+    """A batch's indices for a message: the first ``show`` and the count (a batch of 256 stays one short line)."""
+    items = list(batch)
+    if len(items) <= show:
+        return str(items)
+    return "[" + ", ".join(str(i) for i in items[:show]) + f", ... ({len(items)} samples)]"
+
+
 class _GuardedIter(_MultiProcessingDataLoaderIter):
     """torch's multi-process iterator, remembering which batches went to which worker."""
 
@@ -230,7 +238,7 @@ class _GuardedIter(_MultiProcessingDataLoaderIter):
             else:
                 loading = "it was between samples (collating, pinning or sending a batch: memory, not a file)"
             exp = explain(f"DataLoader worker (pid {w.pid}) {torch_text}")
-            batches = ", ".join(str(list(b)) for b in in_flight[:4] if b is not None)
+            batches = ", ".join(_batch_text(b) for b in in_flight[:4] if b is not None)
             text = (f"DataLoader worker {wid} (pid {w.pid}) died: "
                     + (f"killed by {name}" if w.exitcode < 0 else f"exit code {w.exitcode}")
                     + f"; {loading}" + (f"; batches in flight: {batches}" if batches else "")

@@ -109,3 +109,12 @@ def test_a_death_while_the_loop_body_runs_is_still_named(tmp_path):
             seen.extend(batch.tolist())
             time.sleep(0.3)
     assert 21 not in seen
+
+
+def test_a_big_batch_in_flight_is_named_in_one_short_line(tmp_path):
+    loader = dsclean.DataLoader(Numbers(600, segv_on={300}), batch_size=256, num_workers=2, prefetch_factor=1,
+                                multiprocessing_context="fork")
+    with pytest.raises(dsclean.WorkerDied) as info:
+        _flat(loader)
+    first = str(info.value).splitlines()[0]
+    assert "it was loading sample 300" in first and "(256 samples)]" in first and len(first) < 400
