@@ -76,11 +76,11 @@ _EXPORTS = {
 
     "write_report": "report.build",
 
-    "guard": "training.guard",
+    "guard": "data.guard",
     "DataLoader": "training.dataloader",
     "StatefulDataLoader": "training.stateful",
     "WorkerDied": "training.errors",
-    "TooManyFailures": "training.errors",
+    "TooManyFailures": "data.errors",
     "SampleError": "data.dataset",
     "read_failures": "failures",
     "ReportOptions": "report.build",
@@ -124,8 +124,9 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time the names load
     from .scanning.scanner import ScanOptions, ScanSummary, scan
     from .scanning.verdict import Verdict
     from .training.dataloader import DataLoader
-    from .training.errors import TooManyFailures, WorkerDied
-    from .training.guard import guard
+    from .data.errors import TooManyFailures
+    from .data.guard import guard
+    from .training.errors import WorkerDied
     from .training.stateful import StatefulDataLoader
 
 

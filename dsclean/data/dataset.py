@@ -30,10 +30,11 @@ from ..errors import UserError
 from ..index.store import KINDS, NPY_META, MappedIndex, open_index, read_meta
 from ..openfile import open_regular_file
 from . import shards
+from .errors import SampleError, UnsafePathError
 from .loaders import DEFAULT_LOADERS, default_loaders
 
 
-_ON_ERROR = ("raise", "skip", "replace")  # skip/replace: dsclean.guard's (dsclean/training/guard.py)
+_ON_ERROR = ("raise", "skip", "replace")  # skip/replace: dsclean.guard's (dsclean/data/guard.py)
 _FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 #: IndexedDataset(follow_symlinks=...): links must stay inside the root, or may lead anywhere
 _FOLLOW = ("inside", "all")
@@ -97,24 +98,6 @@ class FolderTable:
         if view[slot] == 0:
             self.count += 1
         self.keys[slot], self.links[slot] = h, links
-
-
-class SampleError(Exception):
-    """A sample failed to load: the message names the index, the path, the root and the cause.
-
-    Built from a single message string, because a DataLoader worker re-raises an
-    exception in the main process as ``type(exc)(message)``; the extra attributes
-    survive ordinary pickling (they live in ``__dict__``).
-    """
-
-    def __init__(self, message: str, *, index: int | None = None, path: str | None = None,
-                 root: str | None = None) -> None:
-        super().__init__(message)
-        self.index, self.path, self.root = index, path, root
-
-
-class UnsafePathError(SampleError):
-    """An index entry is absolute or leads outside the root. Never skipped, even with ``on_error="skip"``."""
 
 
 def resolve_source(source: str | os.PathLike) -> tuple[str, str]:
@@ -430,7 +413,7 @@ class IndexedDataset(Dataset):
         if self.on_error == "raise":
             raise ValueError("an IndexedDataset with on_error='raise' has no guard; use dsclean.guard(dataset)")
         if self._guard is None:
-            from ..training.guard import guard
+            from .guard import guard
 
             self._guard = guard(Raising(self), on_error=self.on_error)
         return self._guard

@@ -36,8 +36,8 @@ from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 from ..data.collate import collate_skip_none
 from ..failures import FailureWriter, process_log_path
 from .errors import WorkerDied
-from .guard import GuardedDataset, GuardedIterable, _rank, loader_guard, sample_text
-from .slots import Slots
+from ..data.guard import GuardedDataset, GuardedIterable, _rank, loader_guard, sample_text
+from ..data.slots import Slots
 
 logger = logging.getLogger("dsclean.guard")
 

@@ -1,14 +1,5 @@
-"""The guard's exceptions: each names what failed, the budget, and where the log is."""
+"""The training loader's exception: a dead worker, named (the guard's are in :mod:`dsclean.data.errors`)."""
 from __future__ import annotations
-
-
-class TooManyFailures(RuntimeError):
-    """More samples failed than ``max_failures`` allows: a pipeline quietly dropping data is a bug."""
-
-    def __init__(self, message: str, *, failures: int | None = None, budget: float | None = None,
-                 seen: int | None = None, log: str | None = None) -> None:
-        super().__init__(message)
-        self.failures, self.budget, self.seen, self.log = failures, budget, seen, log
 
 
 class WorkerDied(RuntimeError):

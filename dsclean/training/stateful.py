@@ -21,7 +21,7 @@ try:
 except ImportError as exc:  # an optional extra: name it
     raise ImportError("dsclean.StatefulDataLoader needs torchdata: pip install 'dsclean[stateful]'") from exc
 
-from .guard import loader_guard
+from ..data.guard import loader_guard
 
 #: the key of the guard's state in the loader's state_dict
 STATE_KEY = "dsclean_guard"

@@ -267,7 +267,7 @@ def test_transform_error_names_sample(index):
 
 def test_on_error_is_the_guards_policy(index, images, tmp_path):
     import dsclean
-    from dsclean.training.guard import replacement_index
+    from dsclean.data.guard import replacement_index
 
     _corrupt_same_size(images, "cats/1.png")
     ds = IndexedDataset(index, transform=to_array, on_error="replace")

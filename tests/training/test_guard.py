@@ -10,7 +10,7 @@ from support.packing import make_indexed
 
 import dsclean
 from dsclean.data.dataset import SampleError
-from dsclean.training.guard import GuardedDataset, replacement_index
+from dsclean.data.guard import GuardedDataset, replacement_index
 
 START = ["fork", "spawn"]
 

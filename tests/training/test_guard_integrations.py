@@ -218,8 +218,8 @@ def test_replace_keeps_batches_full_with_spawn_pin_memory_and_persistent_workers
 
 
 def _replacement(index: int, epoch: int, bad: set[int]) -> int:
-    """What guard(..., on_error="replace", seed=5) serves for a failing index (dsclean.training.guard)."""
-    from dsclean.training.guard import replacement_index
+    """What guard(..., on_error="replace", seed=5) serves for a failing index (dsclean.data.guard)."""
+    from dsclean.data.guard import replacement_index
 
     for attempt in range(10):
         index = replacement_index(5, epoch, index, attempt, 24)

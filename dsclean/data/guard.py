@@ -33,10 +33,9 @@ from typing import Any, Callable, Iterator
 
 from torch.utils.data import Dataset, IterableDataset
 
-from ..data.dataset import IndexedDataset, SampleError, UnsafePathError
+from .errors import SampleError, TooManyFailures, UnsafePathError
 from ..failures import FailureWriter, process_log_path
 from . import slots as S
-from .errors import TooManyFailures
 
 logger = logging.getLogger("dsclean.guard")
 
@@ -58,7 +57,7 @@ def guard(dataset, *, on_error: str = "raise", log: str | os.PathLike | None = N
     """
     if isinstance(dataset, (GuardedDataset, GuardedIterable)):
         raise ValueError("the dataset is already guarded")
-    if isinstance(dataset, IndexedDataset) and dataset.on_error != "raise":
+    if _own_guard(dataset):
         raise ValueError(f"IndexedDataset(on_error={dataset.on_error!r}) is already guarded (it is dsclean.guard(..., "
                          f"on_error={dataset.on_error!r})); for a log or a budget give the policy to the guard: "
                          f"dsclean.guard(IndexedDataset(index), on_error={dataset.on_error!r}, log=..., max_failures=...)")
@@ -71,12 +70,17 @@ def guard(dataset, *, on_error: str = "raise", log: str | os.PathLike | None = N
                transform=transform)
 
 
+def _own_guard(dataset) -> bool:
+    """Whether ``dataset`` runs a guard of its own (``IndexedDataset(on_error="skip"/"replace")``: ``guarded()``)."""
+    return callable(getattr(type(dataset), "guarded", None)) and getattr(dataset, "on_error", "raise") != "raise"
+
+
 def loader_guard(dataset, log: str | os.PathLike | None = None) -> "GuardedDataset | GuardedIterable":
     """The guard a dsclean loader runs: ``dataset`` if it is one, an ``IndexedDataset``'s own (its
     ``on_error="skip"``/``"replace"``), else ``guard(dataset, log=log)``; ``log`` fills a guard without one."""
     if isinstance(dataset, (GuardedDataset, GuardedIterable)):
         guarded = dataset
-    elif isinstance(dataset, IndexedDataset) and dataset.on_error != "raise":
+    elif _own_guard(dataset):
         guarded = dataset.guarded()
     else:
         return guard(dataset, log=log)
