@@ -5,7 +5,7 @@
 - ``<!-- dsclean:reasons -->``, ``<!-- dsclean:flags -->``, ``<!-- dsclean:exit-codes -->``,
   ``<!-- dsclean:results-schema -->``, ``<!-- dsclean:fact-columns -->``, ``<!-- dsclean:cli-index -->``
   and ``<!-- dsclean:api -->`` in any page: tables rendered from ``dsclean/reasons.py``, ``FLAGS``,
-  ``dsclean/cli/exit_codes.py``, the results schema, the lazy exports of ``dsclean/__init__.py``;
+  ``dsclean/cli/exit_codes.py``, the columns of ``dsclean/schema.py``, the lazy exports of ``dsclean/__init__.py``;
 - the nav: every ``docs/guides/*.md``, ``docs/bench/*.md`` and ``docs/reliability/*.md`` not listed in
   mkdocs.yml is appended to its section, so a branch adding a page there needs no nav edit.
 
@@ -114,21 +114,28 @@ def exit_codes_table() -> str:
                       "| (signal) | 130 / 143 | 128 + the signal number: SIGINT / SIGTERM |"])
 
 
-def _schema_table(fields) -> str:
-    return "\n".join(["| column | Arrow type | nullable |", "|---|---|---|",
-                      *(f"| `{f.name}` | `{f.type}` | {'yes' if f.nullable else 'no'} |" for f in fields)])
+def _schema_table(columns) -> str:
+    """Columns of :mod:`dsclean.schema` as a table: name, Arrow type, nullability, meaning."""
+    return "\n".join(["| column | Arrow type | nullable | meaning |", "|---|---|---|---|",
+                      *(f"| `{c.name}` | `{c.type}` | {'yes' if c.nullable else 'no'} | {_esc_cell(c.meaning)} |"
+                        for c in columns)])
+
+
+def _esc_cell(text: str) -> str:
+    """A meaning as a table cell: Markdown kept (code spans), table breaks escaped."""
+    return text.replace("|", r"\|").replace("\n", " ")
 
 
 def results_schema_table() -> str:
-    from dsclean.scanning.schema import SCHEMA
+    from dsclean.schema import RESULTS
 
-    return _schema_table(SCHEMA)
+    return _schema_table(RESULTS)
 
 
 def fact_columns_table() -> str:
-    from dsclean.quality.columns import FACT_FIELDS
+    from dsclean.schema import FACTS
 
-    return _schema_table(FACT_FIELDS)
+    return _schema_table(FACTS)
 
 
 def cli_index() -> str:

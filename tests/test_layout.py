@@ -30,7 +30,9 @@ ALLOWED = {
     "cli": {"scanning", "index", "data", "diagnose", "pack", "quality", "dups", "report", "fromlog", "loaders"},
 }
 COMMON = {"reasons", "formats", "errors", "atomic", "locations", "argtypes", "hashing", "jsonpaths", "failures",
-          "openfile", "denylist", "rechecked", "content"}
+          "openfile", "denylist", "rechecked", "content", "schema"}
+#: the floor: modules every stage may derive from, importing nothing of the package but these names
+FLOOR = {"dsclean.schema": {"dsclean.hashing"}}  # the results and facts columns, defined once
 ENTRY = {"dsclean", "dsclean.__main__"}  # the public API and `python -m dsclean` may import any stage
 
 
@@ -87,6 +89,12 @@ def test_stages_import_only_upstream_stages():
             assert dep_stage in allowed, f"{name} imports {dep}: stage {stage} may not depend on {dep_stage}"
 
 
+def test_the_floor_imports_nothing_above_it():
+    modules = _modules()
+    for name, allowed in FLOOR.items():
+        assert _imports(name, modules[name], modules) <= allowed, f"{name} must stay below every stage"
+
+
 def test_no_import_cycles():
     modules = _modules()
     graph = {name: _imports(name, path, modules) - {"dsclean"} for name, path in modules.items()}
@@ -116,6 +124,13 @@ def _run(code: str) -> str:
 def test_import_dsclean_is_cheap():
     loaded = _run("import sys, dsclean; print(sorted(m for m in ('torch', 'pyarrow', 'joblib') if m in sys.modules))")
     assert loaded == "[]"
+
+
+def test_the_record_modules_import_no_pyarrow():
+    # checking processes build Verdicts and Facts: the one schema they are checked against stays pyarrow-free
+    loaded = _run("import sys, dsclean.schema, dsclean.scanning.verdict, dsclean.quality.facts; "
+                  "print('pyarrow' in sys.modules)")
+    assert loaded == "False"
 
 
 def test_scan_index_info_import_no_torch(tmp_path):

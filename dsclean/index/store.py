@@ -38,6 +38,8 @@ import pyarrow.compute as pc
 from .. import formats
 from ..errors import UserError
 from ..openfile import map_regular, open_regular, open_regular_file
+from ..schema import FACT_NAMES, arrow_types
+from ..schema import MEDIA_FACTS as MEDIA_FACT_NAMES
 
 #: 2: narrow label/size types, facts only with --facts, validated at open; 1 is still read
 FORMAT_VERSION = 2
@@ -49,31 +51,11 @@ KINDS: tuple[str, ...] = (formats.IMAGE, formats.AUDIO)
 KIND_CODE = {k: i for i, k in enumerate(KINDS)}
 #: path bytes above which the Arrow path column needs 64-bit offsets (large_binary)
 LARGE_PATH_BYTES = 2**31 - 1
-#: media facts copied from the scan results: name -> Arrow type (as in results.SCHEMA)
-MEDIA_FACTS: dict[str, pa.DataType] = {
-    "width": pa.int32(),
-    "height": pa.int32(),
-    "sample_rate": pa.int32(),
-    "frames": pa.int64(),
-    "channels": pa.int32(),
-}
-#: the quality facts and the content hash of the facts schema (docs/reference/facts.md) (scan results columns; absent in older results)
-SCAN_FACTS: dict[str, pa.DataType] = {
-    "content_hash": pa.binary(16),
-    "phash": pa.uint64(),
-    "brightness": pa.float32(),
-    "contrast": pa.float32(),
-    "entropy": pa.float32(),
-    "sharpness": pa.float32(),
-    "grayscale": pa.bool_(),
-    "orientation": pa.int8(),
-    "peak": pa.float32(),
-    "rms": pa.float32(),
-    "clipped": pa.float32(),
-    "dc_offset": pa.float32(),
-    "silent_channels": pa.int32(),
-    "flags": pa.list_(pa.string()),
-}
+#: media facts copied from the scan results: name -> Arrow type (dsclean.schema.MEDIA_FACTS, typed as in results.SCHEMA)
+MEDIA_FACTS: dict[str, pa.DataType] = arrow_types(MEDIA_FACT_NAMES)
+#: the quality facts and the content hash of the facts schema (dsclean.schema.FACTS, docs/reference/facts.md)
+#: (scan results columns; absent in older results)
+SCAN_FACTS: dict[str, pa.DataType] = arrow_types(FACT_NAMES)
 #: every column ``index --facts`` copies from the scan results (nullable: null = unknown)
 FACTS: dict[str, pa.DataType] = {**MEDIA_FACTS, **SCAN_FACTS}
 #: the label types, narrowest first (signed: -1 marks an unlabelled row)

@@ -27,6 +27,7 @@ import numpy as np
 
 from ..formats import FORMATS
 from ..jsonpaths import path_fields
+from ..schema import MEDIA_FACTS
 from .samples import member_order
 from .tarformat import BLOCK, HEADER_TEMPLATE
 
@@ -139,7 +140,8 @@ _SLOTS = (("channels", '"channels":%d'), ("checksum", '"checksum":"%s"'), ("clas
           ("width", '"width":%d'))
 _OPTIONAL = ("channels", "class", "frames", "height", "path_b64", "sample_rate", "width")  # bit i of a group code
 _quote = json.encoder.encode_basestring_ascii  # what the encoder writes for a str (ensure_ascii)
-FACT_NAMES = ("width", "height", "sample_rate", "frames", "channels")
+#: the integer media facts a record may carry (an index built with --facts has them), in the index's order
+FACT_NAMES = MEDIA_FACTS
 
 
 def json_members(paths: list[bytes], labels: np.ndarray, classes: list[str], kinds: np.ndarray,

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..formats import FORMATS, format_of_name, sniff
 from ..jsonpaths import path_fields
+from ..schema import MEDIA_FACTS
 
 KEY_BYTES = 8  # 16 hex digits
 KEY_RE = re.compile(r"[0-9a-f]{16}")
@@ -121,4 +122,4 @@ def int_facts_record(fields: dict, label: int, classes: list[str], kind: str, si
 #: one encoder for every record (``json.dumps`` with options builds a new one per call)
 _JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
 _quote = json.encoder.encode_basestring_ascii  # what the encoder writes for a str (ensure_ascii)
-_INT_FACTS = frozenset({"channels", "frames", "height", "sample_rate", "width"})
+_INT_FACTS = frozenset(MEDIA_FACTS)  # the facts int_facts_record writes

@@ -1,35 +1,20 @@
-"""The Arrow types of the fact columns, defined once (the facts schema, docs/reference/facts.md, is the contract).
+"""The Arrow types of the fact columns (the facts schema, docs/reference/facts.md, is the contract).
 
-The scan's results table and ``index --facts`` append these columns; readers
-(``dsclean dups``, reports) must accept any subset of them, including none.
+The columns are defined once, in :data:`dsclean.schema.FACTS`; this module builds their Arrow
+types (it imports pyarrow; the rest of this package does not). The scan's results table and
+``index --facts`` append these columns; readers (``dsclean dups``, reports) must accept any
+subset of them, including none.
 """
 from __future__ import annotations
 
 import pyarrow as pa
 
-from ..hashing import DIGEST_SIZE
-from .facts import FIELDS
+from ..schema import FACT_NAMES, FACTS, arrow_fields, arrow_types
 
 #: fact column -> Arrow type; every column nullable (null = not computed / not applicable)
-FACT_COLUMNS: dict[str, pa.DataType] = {
-    "content_hash": pa.binary(DIGEST_SIZE),
-    "phash": pa.uint64(),
-    "brightness": pa.float32(),
-    "contrast": pa.float32(),
-    "entropy": pa.float32(),
-    "sharpness": pa.float32(),
-    "grayscale": pa.bool_(),
-    "orientation": pa.int8(),
-    "peak": pa.float32(),
-    "rms": pa.float32(),
-    "clipped": pa.float32(),
-    "dc_offset": pa.float32(),
-    "silent_channels": pa.int32(),
-    "flags": pa.list_(pa.string()),
-}
-assert tuple(FACT_COLUMNS) == FIELDS, "FACT_COLUMNS and Facts fields must agree"
+FACT_COLUMNS: dict[str, pa.DataType] = arrow_types(FACT_NAMES)
 
-FACT_FIELDS: list[pa.Field] = [pa.field(name, typ) for name, typ in FACT_COLUMNS.items()]
+FACT_FIELDS: list[pa.Field] = arrow_fields(FACTS)
 
 
 def facts_table(rows: list[dict]) -> pa.Table:

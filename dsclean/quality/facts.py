@@ -1,7 +1,8 @@
 """One file's facts and flags, as one record (the row the results table stores).
 
-The fact columns and their Arrow types are :data:`dsclean.quality.columns.FACT_COLUMNS`;
-this module stays free of pyarrow so checking processes start light.
+The fact columns are :data:`dsclean.schema.FACTS` (the fields of :class:`Facts`, checked below; their
+Arrow types: :data:`dsclean.quality.columns.FACT_COLUMNS`); this module stays free of pyarrow so
+checking processes start light.
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..schema import AUDIO_FACTS, FACT_NAMES, IMAGE_FACTS
 from .flags import FlagOptions, audio_flags, image_flags
 
 if TYPE_CHECKING:  # annotations only: the results' columns need this module without numpy or Pillow
@@ -41,7 +43,7 @@ class Facts:
         """An image's record: its facts (None if its pixels were not decoded) and flags."""
         out = cls(content_hash=content_hash, flags=image_flags(facts, width, height, options))
         if facts is not None:
-            for name in ("phash", "brightness", "contrast", "entropy", "sharpness", "grayscale", "orientation"):
+            for name in IMAGE_FACTS:
                 setattr(out, name, getattr(facts, name))
         return out
 
@@ -51,7 +53,7 @@ class Facts:
         """A sound's record: its level facts and flags."""
         out = cls(content_hash=content_hash, flags=audio_flags(facts, options))
         if facts is not None:
-            for name in ("peak", "rms", "clipped", "dc_offset", "silent_channels"):
+            for name in AUDIO_FACTS:
                 setattr(out, name, getattr(facts, name))
         return out
 
@@ -61,3 +63,4 @@ class Facts:
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(Facts))
+assert FIELDS == FACT_NAMES, "Facts' fields must be dsclean.schema.FACTS, in order"

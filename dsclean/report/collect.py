@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from .. import reasons as R
 from ..errors import UserError
+from ..schema import FACT_NAMES
 from .model import Gallery, Histogram, Item, ReportData
 from .safe import Scrubber, display
 
@@ -56,8 +57,8 @@ OUTLIERS = (
     Outlier("clipped", "high", "Most clipped", "audio", "largest fraction of samples at full scale"),
     Outlier("dc_offset", "abs", "Largest DC offset", "audio", "mean sample value furthest from 0"),
 )
-FACT_COLUMNS = ("content_hash", "phash", "brightness", "contrast", "entropy", "sharpness", "grayscale", "orientation",
-                "peak", "rms", "clipped", "dc_offset", "silent_channels", "flags")
+#: the fact columns a report may find in the results (dsclean.schema.FACTS)
+FACT_COLUMNS = FACT_NAMES
 
 
 @dataclass(frozen=True)

@@ -21,35 +21,14 @@ except ImportError:  # a pyarrow laid out otherwise: the public module has both
     from pyarrow.compute import SetLookupOptions, call_function
 
 from .. import reasons
-from ..quality.columns import FACT_FIELDS
-from .verdict import FIELDS, Verdict, encode_path
+from ..schema import RESULTS, arrow_fields
+from .verdict import Verdict, encode_path
 
-#: Arrow schema of the results table. ``path`` is binary: the exact bytes of the
-#: file name relative to the root, so non-UTF-8 names survive (decode with os.fsdecode).
-SCHEMA = pa.schema(
-    [
-        pa.field("path", pa.binary(), nullable=False),
-        pa.field("kind", pa.string(), nullable=False),
-        pa.field("status", pa.string(), nullable=False),
-        pa.field("reason", pa.string()),
-        pa.field("detail", pa.string()),
-        pa.field("size", pa.int64()),
-        pa.field("mtime_ns", pa.int64()),
-        pa.field("format", pa.string()),
-        pa.field("width", pa.int32()),
-        pa.field("height", pa.int32()),
-        pa.field("mode", pa.string()),
-        pa.field("frames", pa.int64()),
-        pa.field("sample_rate", pa.int32()),
-        pa.field("channels", pa.int32()),
-        pa.field("duration", pa.float64()),
-        pa.field("subtype", pa.string()),
-        pa.field("content_hash", pa.binary(16)),  # BLAKE2b-128 of the file's bytes; null if not read
-        # the quality facts and flags (docs/reference/facts.md): null when not computed (scan --facts none, or not decoded)
-        *[f for f in FACT_FIELDS if f.name != "content_hash"],
-    ]
-)
-assert tuple(SCHEMA.names) == FIELDS, "results SCHEMA and Verdict fields must agree"
+#: Arrow schema of the results table: the columns of :data:`dsclean.schema.RESULTS` (a Verdict's fields), in
+#: order. ``path`` is binary: the exact bytes of the file name relative to the root, so non-UTF-8 names
+#: survive (decode with os.fsdecode); the quality facts and flags (docs/reference/facts.md) are null when
+#: not computed (scan --facts none, or not decoded).
+SCHEMA = pa.schema(arrow_fields(RESULTS))
 
 
 def verdicts_batch(verdicts: list[Verdict]) -> pa.RecordBatch:

@@ -2,6 +2,7 @@
 
 Check functions build a :class:`Verdict`; the scan writes them as rows of the
 results table (:data:`dsclean.scanning.results.SCHEMA`); later stages read them back.
+Its fields are the results columns of :data:`dsclean.schema.RESULTS`, in order (checked below).
 Kept free of pyarrow so checking processes start light.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Iterable, NamedTuple
 
 from .. import reasons
 from ..jsonpaths import path_fields
+from ..schema import DECODED_FACTS, RESULTS_NAMES
 
 
 @dataclass
@@ -112,8 +114,9 @@ def warn(reason: str, detail: str) -> Finding:
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(Verdict))
+assert FIELDS == RESULTS_NAMES, "Verdict's fields must be dsclean.schema.RESULTS, in order"
 #: the per-file fact fields the check fills from its decode (the flags come later, in the scan)
-FACT_FIELDS = FIELDS[FIELDS.index("phash"):FIELDS.index("flags")]
+FACT_FIELDS = DECODED_FACTS
 
 _FS_ENCODING = sys.getfilesystemencoding()
 

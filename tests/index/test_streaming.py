@@ -200,8 +200,8 @@ def test_column_writer_round_trip(tmp_path, large):
 
 
 def test_the_index_copies_exactly_the_scan_facts_columns():
-    """store.SCAN_FACTS restates FACTS.md's columns because the index stage may not import quality/
-    (DataLoader workers import store): it must stay equal to the one definition."""
+    """store.SCAN_FACTS is derived from dsclean.schema (the index stage may not import quality/, and
+    DataLoader workers import store): it must stay equal to quality's fact columns."""
     from dsclean.quality.columns import FACT_COLUMNS
 
     assert SCAN_FACTS == FACT_COLUMNS
