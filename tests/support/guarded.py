@@ -106,3 +106,24 @@ class SegvStream(IterableDataset):
             if i == self.bad:
                 os.kill(os.getpid(), signal.SIGSEGV)
             yield i
+
+
+class FullShm(Dataset):
+    """Index ``bad`` writes into a shared mapping bigger than its (full) tmpfs: a real SIGBUS, as /dev/shm gives."""
+
+    def __init__(self, n: int, bad: int, folder: str) -> None:
+        self.n, self.bad, self.folder = n, bad, folder
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        if i == self.bad:
+            import mmap
+
+            with open(os.path.join(self.folder, "segment"), "w+b") as f:
+                f.truncate(64 << 20)  # sparse: the tmpfs holds 1 MiB, the mapping promises 64
+                view = mmap.mmap(f.fileno(), 64 << 20)
+                for page in range(0, 64 << 20, mmap.PAGESIZE):
+                    view[page] = 1  # the first page past the tmpfs's size: SIGBUS
+        return torch.tensor([i])

@@ -5,7 +5,8 @@ import warnings
 
 import pytest
 import torch
-from support.guarded import Numbers, SegvLoader, SegvStream
+from support.guarded import FullShm, Numbers, SegvLoader, SegvStream
+from support.mounts import tmpfs
 from support.packing import make_indexed
 
 import dsclean
@@ -118,3 +119,13 @@ def test_a_big_batch_in_flight_is_named_in_one_short_line(tmp_path):
         _flat(loader)
     first = str(info.value).splitlines()[0]
     assert "it was loading sample 300" in first and "(256 samples)]" in first and len(first) < 400
+
+
+def test_a_full_shared_memory_mount_is_named_as_sigbus_and_dev_shm(tmp_path):
+    with tmpfs(tmp_path / "shm", size="1m") as shm:
+        loader = dsclean.DataLoader(FullShm(20, bad=11, folder=shm), batch_size=2, num_workers=2,
+                                    multiprocessing_context="fork")
+        with pytest.raises(dsclean.WorkerDied) as info:
+            _flat(loader)
+    text = str(info.value)
+    assert info.value.signal == "SIGBUS" and "it was loading sample 11" in text and "/dev/shm" in text
