@@ -27,6 +27,7 @@ _EXPORTS = {
     "iter_media": "scanning.discover",
     "UserError": "errors",
     "build_index": "index.build",
+    "IndexOptions": "index.options",
     "index_info": "index.store",
     "IndexedDataset": "data.dataset",
     "collate_skip_none": "data.collate",
@@ -105,6 +106,7 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time the names load
     from .failures import read_failures
     from .fromlog.recheck import FromLogOptions, FromLogSummary, quarantine_from_log
     from .index.build import build_index
+    from .index.options import IndexOptions
     from .index.store import index_info
     from .locations import find_results
     from .pack.packer import PackOptions, PackSummary, finish_pack, pack_shards

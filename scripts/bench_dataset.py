@@ -48,8 +48,8 @@ def make_index(out_dir: str, rows: int) -> dict:
     """Write the synthetic index in both formats (uses dsclean's own writers)."""
     import pyarrow as pa
 
-    from dsclean.index import build as ix_build
     from dsclean.index import store as ix
+    from dsclean.index import write as ix_write
 
     root = os.path.join(out_dir, "root")
     os.makedirs(root, exist_ok=True)
@@ -65,7 +65,7 @@ def make_index(out_dir: str, rows: int) -> dict:
         "mtime_ns": pa.array(np.zeros(rows, np.int64)),
     })
     del paths
-    table = ix_build._finalize(table, ix.index_schema(classes=classes, max_size=110_000, large=False, facts=False))
+    table = ix_write.finalize(table, ix.index_schema(classes=classes, max_size=110_000, large=False, facts=False))
     names = [f"n{c + 1440764:08d}" for c in range(classes)]
     meta = ix.make_meta(root, names, "folder", rows, None)
     arrow = os.path.join(out_dir, "index.arrow")

@@ -15,7 +15,7 @@ from .exit_codes import EXIT_OK
 from .scan import add_location_options, add_symlink_options
 
 if TYPE_CHECKING:  # the index stage (pyarrow, numpy) is imported when an index command runs, not by the parser
-    from ..index.build import IndexSummary
+    from ..index.summary import IndexSummary
 
 _MAX_CLASSES_SHOWN = 30
 
@@ -90,10 +90,9 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 def _build(args: argparse.Namespace):
     from ..index.build import build_index  # imported here: `dsclean scan` need not load the index stage
+    from ..index.options import IndexOptions
 
-    return build_index(
-        args.root,
-        args.output,
+    options = IndexOptions(
         format=args.format,
         labels_csv=args.labels,
         no_labels=args.no_labels,
@@ -109,10 +108,11 @@ def _build(args: argparse.Namespace):
         dedup=args.dedup,
         root_moved=args.root_moved,
         facts=args.facts,
-        include_warn=args.include_warn,
-        exclude_warn=args.exclude_warn,
-        loaders=args.loader or ("pillow",),
+        include_warn=tuple(args.include_warn),
+        exclude_warn=tuple(args.exclude_warn),
+        loaders=tuple(args.loader or ("pillow",)),
     )
+    return build_index(args.root, args.output, options)
 
 
 def _report(args: argparse.Namespace, summary: IndexSummary) -> int:

@@ -15,6 +15,7 @@ dataset sends only its options (a few hundred bytes).
 from __future__ import annotations
 
 import collections.abc
+import dataclasses
 import io
 import operator
 import os
@@ -27,6 +28,7 @@ from torch.utils.data import Dataset
 
 from .. import formats
 from ..errors import UserError
+from ..index.options import OPTION_NAMES, IndexOptions, with_overrides
 from ..index.store import KINDS, NPY_META, MappedIndex, open_index, read_meta
 from ..openfile import open_regular_file
 from . import shards
@@ -245,10 +247,13 @@ class IndexedDataset(Dataset):
     @classmethod
     def from_folder(cls, root: str | os.PathLike, transform: Callable | None = None,
                     target_transform: Callable | None = None, loader: Callable[[str], Any] | None = None, *,
-                    files: str = "dsclean", symlinks: str | None = None, check: bool = True, jobs: int = 0,
-                    state_dir: str | None = None, progress: bool = False, loaders: Sequence[str] | None = None,
-                    **kwargs) -> "IndexedDataset":
+                    options: IndexOptions | None = None, **kwargs) -> "IndexedDataset":
         """Index a dataset folder now (into its state folder, never into it) and open the index.
+
+        ``options``: how to index it, an :class:`~dsclean.index.options.IndexOptions` of the fields
+        :func:`~dsclean.index.folder.index_folder` takes (``files``, ``symlinks``, ``check``, ``jobs``,
+        ``scan_results``, ``state_dir``, ``progress``, ``loaders``); each may also be given as a keyword
+        argument, which overrides it. Other keyword arguments go to the constructor.
 
         An up-to-date index of the folder is reused; under DDP one process builds
         (under a lock) while the others wait. ``files="imagefolder"`` takes exactly
@@ -256,15 +261,16 @@ class IndexedDataset(Dataset):
         dataset gets ``follow_symlinks="all"``). Files are checked as in
         ``dsclean index`` (``check=False``: magic bytes only); bad ones are left out.
         ``loaders``: the loader profiles to check with and record (``dsclean index --loader``; default: the
-        ``loader_profile`` given, else pillow). Other keyword arguments go to the constructor.
+        ``loader_profile`` given, else pillow).
         """
         from ..index.folder import index_folder
 
         root = os.fspath(root)
-        if loaders is None:
-            loaders = (kwargs.get("loader_profile") or "pillow",)
-        index, _ = index_folder(root, files=files, symlinks=symlinks, check=check, jobs=jobs, state_dir=state_dir,
-                                progress=progress, loaders=tuple(loaders))
+        chosen = with_overrides(options or IndexOptions(), {k: kwargs.pop(k) for k in list(kwargs)
+                                                            if k in OPTION_NAMES}, "from_folder")
+        if not chosen.loaders:
+            chosen = dataclasses.replace(chosen, loaders=(kwargs.get("loader_profile") or "pillow",))
+        index, _ = index_folder(root, chosen)
         links = read_meta(index).get("symlinks")
         if links == "all":  # the caller asked for it (files="imagefolder" or symlinks="all"): not the metadata's say
             kwargs.setdefault("follow_symlinks", "all")

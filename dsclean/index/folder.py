@@ -10,18 +10,22 @@ lock and then reuse what it wrote.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import logging
 import os
-from typing import Iterator
+from typing import Any, Iterator
 
 from .. import locations
 from ..errors import UserError
 from ..scanning.discover import symlink_mode
-from .build import FILE_RULES, build_index, tree_fingerprint
+from .build import build_index
+from .judge import profile_names
 from .labels import folder_classes
+from .options import FILE_RULES, IndexOptions, with_overrides
 from .store import read_meta
+from .walk import tree_fingerprint
 
 logger = logging.getLogger("dsclean.index")
 
@@ -34,21 +38,32 @@ def folder_index_path(root: str, *, files: str = "dsclean", symlinks: str = "non
     return os.path.join(locations.root_state_dir(root, state_dir), f"index-{files}-{key}.arrow")
 
 
-def index_folder(root: str, *, files: str = "dsclean", symlinks: str | None = None, check: bool = True,
-                 jobs: int = 0, scan_results: str | list[str] | None = None, state_dir: str | None = None,
-                 progress: bool = False, loaders=("pillow",)) -> tuple[str, bool]:
+#: the fields of :class:`IndexOptions` an index of a folder is built with (the others stay at their defaults:
+#: :func:`folder_index_path` and :func:`up_to_date` know these only)
+FOLDER_OPTIONS = ("files", "symlinks", "check", "jobs", "scan_results", "state_dir", "progress", "loaders")
+
+
+def index_folder(root: str, options: IndexOptions = IndexOptions(), **overrides: Any) -> tuple[str, bool]:
     """The path of an up-to-date index of ``root`` in its state folder, and whether this call built it.
 
-    ``loaders``: the loader profiles the index is built for (``dsclean index --loader``)."""
-    from .build import profile_names
-
-    loaders = profile_names(loaders)
+    ``options``: how to build it (the fields of :data:`FOLDER_OPTIONS`; they may also be given as keyword
+    arguments). ``loaders``: the loader profiles the index is built for (``dsclean index --loader``)."""
+    options = with_overrides(options, overrides, "index_folder")
+    others = [f.name for f in dataclasses.fields(IndexOptions)
+              if f.name not in FOLDER_OPTIONS and getattr(options, f.name) != f.default]
+    if others:
+        raise TypeError(f"index_folder() builds with {', '.join(FOLDER_OPTIONS)} only, not {others[0]}= "
+                        "(dsclean index ROOT -o INDEX takes every option)")
+    loaders = profile_names(options.loaders)
+    files = options.files
     if not os.path.isdir(root):
         raise UserError(f"{root}: no such folder")
     if files not in FILE_RULES:
         raise UserError(f"unknown file rule {files!r}: use {' or '.join(FILE_RULES)}")
     root = os.path.abspath(root)
-    links = symlink_mode(symlinks if symlinks is not None else ("all" if files == "imagefolder" else None))
+    links = symlink_mode(options.symlinks if options.symlinks is not None
+                         else ("all" if files == "imagefolder" else None))
+    state_dir = options.state_dir
     state = locations.root_state_dir(root, state_dir)
     if locations.is_inside(state, root):  # refused before anything is created: the tree is the user's
         raise UserError(f"the state folder {state} (state_dir= / DSCLEAN_STATE_DIR) is inside the dataset root "
@@ -59,13 +74,13 @@ def index_folder(root: str, *, files: str = "dsclean", symlinks: str | None = No
     except OSError as exc:
         raise UserError(f"cannot create the state folder of {root}: {exc.strerror or exc} ({exc.filename}); "
                         "pass state_dir= (or set DSCLEAN_STATE_DIR) to a writable folder") from exc
-    out = folder_index_path(root, files=files, symlinks=links, check=check, state_dir=state_dir, loaders=loaders)
+    out = folder_index_path(root, files=files, symlinks=links, check=options.check, state_dir=state_dir,
+                            loaders=loaders)
     with _exclusive(os.path.join(folder, locations.INDEX_LOCK_FILE), root):
         if up_to_date(out, root, files, links):
             logger.info("reusing the index of %s: %s (the tree is unchanged)", root, out)
             return out, False
-        build_index(root, out, files=files, symlinks=links, check=check, jobs=jobs, scan_results=scan_results,
-                    state_dir=state_dir, progress=progress, loaders=loaders)
+        build_index(root, out, dataclasses.replace(options, symlinks=links, loaders=loaders))
         return out, True
 
 

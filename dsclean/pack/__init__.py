@@ -1,9 +1,11 @@
 """Stage: pack a cleaned index into WebDataset tar shards, finish a job array's parts, verify shard sets.
 
 Modules: :mod:`.samples` (keys and members of a sample), :mod:`.tarformat`
-(the tar layout), :mod:`.plan` (which sample goes where), :mod:`.write` (one
-shard), :mod:`.bulk` (a batch of samples' headers and JSON at once, with numpy),
-:mod:`.runner` (the pool), :mod:`.state` (``pack.json``, parts, locks),
+(the tar layout), :mod:`.plan` (which sample goes where), :mod:`.shardjob` (one
+shard's task and its result), :mod:`.source` (its files, read and checked against
+the index), :mod:`.write` (one shard written), :mod:`.readback` (one an earlier run
+wrote, read back and checked), :mod:`.bulk` (a batch of samples' headers and JSON at
+once, with numpy), :mod:`.runner` (the pool), :mod:`.state` (``pack.json``, parts, locks),
 :mod:`.publish` (packed index and ``shardindex.json``), :mod:`.scanhashes` (the scan's
 content hashes of unchanged files, reused as checksums), :mod:`.packer` (the
 ``pack_shards`` and ``finish_pack`` functions), :mod:`.verify` (``dsclean verify``),

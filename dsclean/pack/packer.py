@@ -3,7 +3,7 @@
 Flow: open the source index -> plan (keys, order, shards; :mod:`.plan`) ->
 check or create the folder's ``pack.json`` (:mod:`.state`) -> write the
 missing shards on a pool (:mod:`.write`, :mod:`.runner`) -> read back the
-shards an earlier run wrote -> write the packed index and ``shardindex.json``
+shards an earlier run wrote (:mod:`.readback`) -> write the packed index and ``shardindex.json``
 (:mod:`.publish`).
 
 Job arrays: ``part=(I, N)`` writes only the shards whose number is I mod N
@@ -35,7 +35,9 @@ from .runner import WorkersLost, run_tasks, stop_on_signals
 from .samples import key_numbers
 from .scanhashes import scan_checksums
 from .tarformat import TarError
-from .write import INLINE_LIMIT, ShardJob, ShardResult, finish_shard, left_out_earlier, read_back, write_shard
+from .readback import left_out_earlier, read_back
+from .shardjob import INLINE_LIMIT, ShardJob, ShardResult
+from .write import finish_shard, write_shard
 
 
 #: files of the folder a killed run may have left temp copies of (shards' temps are their writers' to remove)

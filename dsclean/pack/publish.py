@@ -24,7 +24,8 @@ from ..data.shards import SHARD_COLUMNS
 from ..hashing import DIGEST_SIZE
 from ..index.store import FORMAT_VERSION, read_table, write_arrow
 from .plan import Plan
-from .write import ShardResult, make_readable, output_file
+from .shardjob import ShardResult
+from .write import make_readable, output_file
 
 WIDS_KIND = "wids-shard-index-v1"
 

@@ -1,95 +1,39 @@
-"""Write one shard (temp file, then rename), or read back the records of one already written.
+"""Write one shard: temp file, then rename.
 
 :func:`write_shard` is the task a worker runs: it depends only on its
-:class:`ShardJob` and the files, so any shard can be rebuilt alone, anywhere
+:class:`~.shardjob.ShardJob` and the files, so any shard can be rebuilt alone, anywhere
 the files are visible. Each source is checked against the index while it is
-read (the bytes read, one more asked for; size and mtime after); a changed,
-missing or unreadable file abandons the shard (its temp file is removed) with
-a message naming the file, or with ``skip_changed`` leaves that sample out.
+read (:mod:`.source`); a changed, missing or unreadable file abandons the shard
+(its temp file is removed) with a message naming the file, or with ``skip_changed``
+leaves that sample out.
 
 Failures to *write* (a full disk, a read-only folder) abandon the shard the
-same way: a shard name only ever holds a complete shard.
+same way: a shard name only ever holds a complete shard. Reading back a shard an
+earlier run wrote is :mod:`.readback`.
 """
 from __future__ import annotations
 
 import contextlib
-import json
-import mmap
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
 
 from ..atomic import atomic_output, temp_next_to
-from ..data.shards import release
-from ..formats import FORMATS, SNIFF_BYTES, sniff
+from ..formats import FORMATS
 from ..hashing import DIGEST_SIZE, content_hash, new_hasher
 from ..index.store import KINDS, read_table
 from ..jsonpaths import path_fields
-from ..openfile import NotRegularFile, open_regular, open_regular_file
-from .bulk import CLS, EXT_CODE, FACT_NAMES, JSON, MEDIA, Layout, headers, json_members, key_stems, layout, place, \
-    split_lines
+from .bulk import CLS, EXT_CODE, JSON, MEDIA, Layout, headers, json_members, layout, place, split_lines
 from .runner import ABANDONED
-from .samples import KEY_RE, int_facts_record, key_numbers_of, media_ext, member_order, sample_key
-from .tarformat import BLOCK, TarError, end_of_archive, header, iter_members, padding, sidecar_bytes
-
-#: files up to this size are read once into memory; bigger ones are streamed twice (hash, then copy)
-INLINE_LIMIT = 64 << 20
-#: reading a shard back, the pages behind are unmapped every this many bytes
-_RELEASE_EVERY = 64 << 20
-_BLOCK = 1 << 20
-
-
-@dataclass(frozen=True)
-class ShardJob:
-    """Everything needed to build one shard. Small and picklable: it travels to workers."""
-
-    number: int
-    output: str  # the shard folder (absolute)
-    name: str  # the shard's file name
-    index: str  # the source index (absolute)
-    root: str  # where the source files are
-    rows: np.ndarray  # source-index positions, in pack order
-    classes: tuple[str, ...]
-    skip_changed: bool = False
-    inline_limit: int = INLINE_LIMIT
-    #: per row, the scan's content_hash of the file when it is current (same size and mtime as the
-    #: index), as ``(rows, DIGEST_SIZE)`` uint8; ``known[i]`` False: hash the bytes as they are read
-    checksums: np.ndarray | None = None
-    known: np.ndarray | None = None
-    #: per row, the 64-bit sample key (the plan has them); None: computed from the paths
-    keys: np.ndarray | None = None
-    #: shards are built one at a time in this process, the last one's fsync overlapping the next (``--jobs 1``)
-    one_at_a_time: bool = False
-    #: fsync the shard before its rename (False: ``--no-fsync``, the OS writes it back in its own time)
-    fsync: bool = True
-    #: leave the finished shard in its temp file (``ShardResult.temp``) for the caller to fsync and rename
-    #: (:func:`finish_shard`): a loky worker goes on to its next shard while the parent waits for the disk
-    deferred: bool = False
-
-    @property
-    def path(self) -> str:
-        return os.path.join(self.output, self.name)
-
-
-@dataclass
-class ShardResult:
-    """What went into a shard: per kept sample its source row, media data offset and checksum."""
-
-    number: int
-    name: str
-    rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    offsets: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    checksums: bytes = b""  # DIGEST_SIZE bytes per kept sample
-    filesize: int = 0
-    skipped: list[dict] = field(default_factory=list)  # path fields + "why"
-    error: str | None = None  # the shard could not be written: why (it does not exist)
-    written: bool = False  # written by this run (False: read back from an earlier one)
-    hashed: int = 0  # samples whose bytes were hashed here (the others' checksum came from the scan)
-    temp: str | None = None  # with ``ShardJob.deferred``: the complete shard, not yet fsynced nor renamed
+from .samples import int_facts_record, member_order, sample_key
+from .shardjob import ShardJob, ShardResult
+from .source import BatchRows, ShardColumns, Source, SourceProblem, close_all, read_batch, read_blocks, read_into, \
+    same_as_indexed, sniffed_exts
+from .tarformat import BLOCK, end_of_archive, header, padding
 
 
 def make_readable(path: str) -> None:
@@ -125,94 +69,8 @@ def output_file(final: str, *, fsync: bool = True, sync_dir: bool = True, keep: 
         raise
 
 
-class SourceProblem(Exception):
-    """A source file is missing, unreadable, or not what the index recorded."""
-
-
 class _Abandon(Exception):
     pass
-
-
-@dataclass
-class _Source:
-    data: bytes | None  # the whole file (small files), or None: stream from ``fd``
-    fd: int | None
-    size: int
-    checksum: bytes
-    ext: str
-    full: bytes  # the full path (for messages: os.fsdecode)
-    mtime_ns: int
-    hashed: bool  # the checksum was computed from these bytes (False: the scan's, reused)
-
-
-def _read_source(root: bytes, rel: bytes, size: int, mtime_ns: int, inline_limit: int,
-                 known: bytes | None = None) -> _Source:
-    """Open and check one source file against the index; small files are read whole.
-
-    ``root``: the root folder's bytes ending in ``/``. ``known``: the scan's checksum of this
-    file (same size and mtime): used instead of hashing. Per file, so kept to plain calls.
-    """
-    if not rel or rel.startswith(b"/") or b".." in rel.split(b"/"):
-        raise SourceProblem(f"{os.fsdecode(rel)}: refused: the index path is absolute or escapes the root "
-                            f"{os.fsdecode(root)}")
-    full = root + rel
-    try:
-        fd = open_regular(full)  # a FIFO or device swapped in since the scan: refused, never waited on
-    except FileNotFoundError:
-        raise SourceProblem(f"{os.fsdecode(full)}: missing: the file is gone since it was indexed") from None
-    except OSError as exc:
-        raise SourceProblem(f"{os.fsdecode(full)}: unreadable: {exc.strerror}") from None
-    keep_open = False
-    try:
-        st = os.fstat(fd)
-        if st.st_size != size or st.st_mtime_ns != mtime_ns:
-            _same_as_indexed(os.fsdecode(full), st, size, mtime_ns)
-        if size <= inline_limit:
-            data = os.pread(fd, size + 1, 0)  # one more byte: a file that grew is caught by the same call
-            if len(data) != size:
-                raise SourceProblem(f"{os.fsdecode(full)}: changed while it was packed ({len(data)} bytes read, "
-                                    f"not {size})")
-            st = os.fstat(fd)
-            if st.st_size != size or st.st_mtime_ns != mtime_ns:
-                _same_as_indexed(os.fsdecode(full), st, size, mtime_ns)
-            checksum = known if known is not None else content_hash(data)
-            return _Source(data, None, size, checksum, media_ext(os.fsdecode(rel), data[:16]), full, mtime_ns,
-                           known is None)
-        where = os.fsdecode(full)
-        head = os.pread(fd, 16, 0)
-        if known is None:
-            h = new_hasher()
-            for block in _blocks(fd, size, where):
-                h.update(block)
-            _same_as_indexed(where, os.fstat(fd), size, mtime_ns)
-        keep_open = True
-        return _Source(None, fd, size, known if known is not None else h.digest(), media_ext(os.fsdecode(rel), head),
-                       full, mtime_ns, known is None)
-    except OSError as exc:
-        raise SourceProblem(f"{os.fsdecode(full)}: unreadable: {exc.strerror}") from None
-    finally:
-        if not keep_open:
-            os.close(fd)
-
-
-def _same_as_indexed(full: str, st: os.stat_result, size: int, mtime_ns: int) -> None:
-    if st.st_size != size or st.st_mtime_ns != mtime_ns:
-        what = [f"size {size} -> {st.st_size} bytes"] if st.st_size != size else []
-        what += [f"mtime {mtime_ns} -> {st.st_mtime_ns} ns"] if st.st_mtime_ns != mtime_ns else []
-        raise SourceProblem(f"{full}: changed since it was indexed ({', '.join(what)})")
-
-
-def _blocks(fd: int, size: int, full: str):
-    """``size`` bytes from the start of the file, in blocks; a file that ends early has changed."""
-    pos = 0
-    while pos < size:
-        block = os.pread(fd, min(_BLOCK, size - pos), pos)
-        if not block:
-            raise SourceProblem(f"{full}: changed while it was packed (ended at {pos} of {size} bytes)")
-        pos += len(block)
-        yield block
-    if os.pread(fd, 1, size):
-        raise SourceProblem(f"{full}: changed while it was packed (grew past {size} bytes)")
 
 
 # --------------------------------------------------------------------------- batches
@@ -223,7 +81,7 @@ def _blocks(fd: int, size: int, full: str):
 # 2-3x the system time of reading into memory already mapped), headers and JSON are filled in
 # around them, and the batch is written with one call. A bigger file is a batch of its own,
 # streamed; and a batch with any source that fails its checks is done again sample by sample
-# (:func:`_read_batch`), which names the file and the reason, or leaves it out with
+# (:func:`.source.read_batch`), which names the file and the reason, or leaves it out with
 # ``skip_changed``.
 
 _BATCH_ROWS = 512
@@ -248,77 +106,6 @@ def _batches(sizes: np.ndarray, inline_limit: int):
         hi = max(lo + 1, min(hi, int(np.searchsorted(ends, base + _BATCH_BYTES, side="right"))))
         yield lo, hi, True
         lo = hi
-
-
-@dataclass
-class _Columns:
-    """A shard's index columns as arrays (paths stay in Arrow: a batch's are made bytes when it is read)."""
-
-    path: object  # the path column (pyarrow) of the shard's rows of the index, in pack order
-    size: np.ndarray
-    mtime_ns: np.ndarray
-    label: np.ndarray
-    kind: np.ndarray
-    facts: dict[str, tuple[np.ndarray, np.ndarray]]  # name -> (values, valid); only in an index built with --facts
-    stems: np.ndarray  # (rows, 16) uint8: the sample keys in hex
-
-    @classmethod
-    def of(cls, table, job: ShardJob) -> "_Columns":
-        def ints(name):
-            return np.asarray(table.column(name).to_numpy(), np.int64)
-
-        facts = {}
-        for name in FACT_NAMES:
-            if name in table.column_names:
-                col = table.column(name)
-                facts[name] = (np.asarray(col.fill_null(0).to_numpy(), np.int64),
-                               np.asarray(col.is_valid().to_numpy(), bool))
-        path = table.column("path")
-        keys = job.keys if job.keys is not None else key_numbers_of(path.to_pylist())
-        return cls(path, ints("size"), ints("mtime_ns"), ints("label"), ints("kind"), facts, key_stems(keys))
-
-    def rows(self, lo: int, hi: int, job: ShardJob) -> "_Rows":
-        """Rows ``lo:hi`` as Python lists, for the sample-by-sample path."""
-        if job.known is None:
-            known = [None] * (hi - lo)
-        else:
-            known = [bytes(job.checksums[i]) if job.known[i] else None for i in range(lo, hi)]
-        facts = {k: [v if ok else None for v, ok in zip(self.facts[k][0][lo:hi].tolist(), self.facts[k][1][lo:hi])]
-                 if k in self.facts else [None] * (hi - lo) for k in FACT_NAMES}
-        return _Rows(lo, self.path.slice(lo, hi - lo).to_pylist(), self.label[lo:hi].tolist(),
-                     self.kind[lo:hi].tolist(), self.size[lo:hi].tolist(), self.mtime_ns[lo:hi].tolist(), facts, known)
-
-
-@dataclass
-class _Rows:
-    """The index columns of one batch of a shard's rows, as Python lists."""
-
-    start: int  # position of the first row in the job's rows
-    path: list
-    label: list
-    kind: list
-    size: list
-    mtime_ns: list
-    facts: dict[str, list]
-    known: list  # per row: the scan's checksum (bytes) or None
-
-
-def _read_batch(root: str, rows: _Rows, inline_limit: int) -> list:
-    """The batch's sources, in order; a :class:`SourceProblem` in place of a source that failed its checks."""
-    root = os.path.join(os.fsencode(root), b"")  # ends in /
-    out: list = []
-    for rel, size, mtime_ns, known in zip(rows.path, rows.size, rows.mtime_ns, rows.known):
-        try:
-            out.append(_read_source(root, rel, size, mtime_ns, inline_limit, known))
-        except SourceProblem as exc:
-            out.append(exc)
-    return out
-
-
-def _close_all(pending_sources) -> None:
-    for src in pending_sources:
-        if isinstance(src, _Source) and src.fd is not None:
-            os.close(src.fd)
 
 
 # --------------------------------------------------------------------------- a batch in bulk
@@ -363,7 +150,7 @@ class _Bulk:
     hashed: int
 
 
-def _bulk_batch(job: ShardJob, cols: _Columns, lo: int, hi: int, buf: _Buffer, classes: list[str]) -> _Bulk | None:
+def _bulk_batch(job: ShardJob, cols: ShardColumns, lo: int, hi: int, buf: _Buffer, classes: list[str]) -> _Bulk | None:
     """Rows ``lo:hi`` (files up to the inline limit) read and laid out as tar bytes in ``buf``.
 
     None when a source is not exactly what the index says (or its path is unusual): the
@@ -388,10 +175,10 @@ def _bulk_batch(job: ShardJob, cols: _Columns, lo: int, hi: int, buf: _Buffer, c
     blocks = buf.array[:lay.total // BLOCK * BLOCK].reshape(-1, BLOCK)
     ends = lay.header_at + BLOCK + lay.member_size
     blocks[(ends[lay.member_size > 0] - 1) // BLOCK] = 0  # padding: each member's last block, before its data lands
-    if not _read_into(buf.view, os.path.join(os.fsencode(job.root), b""), paths, size.tolist(),
+    if not read_into(buf.view, os.path.join(os.fsencode(job.root), b""), paths, size.tolist(),
                       cols.mtime_ns[lo:hi].tolist(), lay.data_at[:, MEDIA].tolist()):
         return None
-    real = _sniffed(buf.array, lay.data_at[:, MEDIA], size, paths)
+    real = sniffed_exts(buf.array, lay.data_at[:, MEDIA], size, paths)
     if (real != ext).any():  # a name that does not say the format: the members' order may differ
         lay = _relayout(buf, lay, ext, real, labelled, sizes)
         ext = real
@@ -408,60 +195,8 @@ def _bulk_batch(job: ShardJob, cols: _Columns, lo: int, hi: int, buf: _Buffer, c
     return _Bulk(lay.total, lay.data_at[:, MEDIA], sums, int(hashed.size))
 
 
-def _read_into(view: memoryview, root: bytes, paths: list, sizes: list, mtimes: list, at: list) -> bool:
-    """Each file read into ``view[at:]``, checked: its size and mtime after the read are the index's,
-    and it held exactly ``size`` bytes (one more is asked for). False at the first that is not.
-
-    Per file, so kept to the system calls (open, preadv, fstat, close) and little else.
-    """
-    open_, preadv, fstat, close, rdonly = os.open, os.preadv, os.fstat, os.close, os.O_RDONLY
-    for rel, size, mtime_ns, pos in zip(paths, sizes, mtimes, at):
-        if not rel or rel[:1] == b"/" or b".." in rel:
-            return False  # the sample-by-sample path refuses it (or packs a name like a..b.jpg)
-        try:
-            fd = open_(root + rel, rdonly)
-        except OSError:
-            return False
-        try:
-            got = preadv(fd, [view[pos:pos + size + 1]], 0)
-            st = fstat(fd)
-        except OSError:
-            return False
-        finally:
-            close(fd)
-        if got != size or st.st_size != size or st.st_mtime_ns != mtime_ns:
-            return False
-    return True
-
-
 #: canonical extension code by a file name's extension (lower case, bytes), to guess the layout before reading
 _BY_NAME = {e[1:].encode("ascii"): EXT_CODE[exts[0][1:]] for _, exts in FORMATS.values() for e in exts}
-_SNIFFED: dict[bytes, int] = {}  # first bytes -> extension code (-1: no magic), since many files share them
-
-
-def _sniffed(array: np.ndarray, at: np.ndarray, size: np.ndarray, paths: list) -> np.ndarray:
-    """Each sample's real extension code, from its magic bytes (by name when they say nothing), as media_ext.
-
-    Files of a batch mostly share their first bytes: each distinct head is sniffed once.
-    """
-    heads = np.ascontiguousarray(array[at[:, None] + np.arange(SNIFF_BYTES)])
-    distinct, which = np.unique(heads.view(f"V{SNIFF_BYTES}").ravel(), return_inverse=True)
-    if len(_SNIFFED) > 4096:
-        _SNIFFED.clear()
-    codes = np.empty(len(distinct), np.int64)
-    for j, head in enumerate(distinct.tolist()):
-        code = _SNIFFED.get(head)
-        if code is None:
-            fmt = sniff(head)
-            code = _SNIFFED[head] = EXT_CODE[FORMATS[fmt][1][0][1:]] if fmt else -1
-        codes[j] = code
-    out = codes[which.ravel()]
-    # a file shorter than the head (bytes of the next member follow it) or without magic: one at a time
-    for i in np.flatnonzero((out < 0) | (size < SNIFF_BYTES)).tolist():
-        head = heads[i, :min(int(size[i]), SNIFF_BYTES)].tobytes()
-        fmt = sniff(head)
-        out[i] = EXT_CODE[FORMATS[fmt][1][0][1:]] if fmt else EXT_CODE[media_ext(os.fsdecode(paths[i]), head)]
-    return out
 
 
 def _relayout(buf: _Buffer, lay: Layout, ext: np.ndarray, real: np.ndarray, labelled: np.ndarray,
@@ -589,7 +324,7 @@ def write_shard(job: ShardJob) -> ShardResult:
     """Build ``job.path`` from the sources; on any failure no file of that name appears."""
     result = ShardResult(job.number, job.name, written=True)
     _remove_stale_temps(job)
-    cols = _Columns.of(read_table(job.index, job.rows), job)
+    cols = ShardColumns.of(read_table(job.index, job.rows), job.keys)
     kept, offsets, sums = [], [], []  # per batch: positions in job.rows, media offsets, checksums
     classes = list(job.classes)
     in_hand: list = []
@@ -613,8 +348,8 @@ def write_shard(job: ShardJob) -> ShardResult:
                             out.write(buf.view[:done.size])
                             buf, other = other, buf  # (out.write waits for ``other``'s write first)
                             continue
-                        batch = cols.rows(lo, hi, job)
-                        sources = in_hand = _read_batch(job.root, batch, job.inline_limit)
+                        batch = cols.rows(lo, hi, job.checksums, job.known)
+                        sources = in_hand = read_batch(job.root, batch, job.inline_limit)
                         for j, src in enumerate(sources):
                             in_hand = sources[j + 1:]
                             if isinstance(src, SourceProblem):
@@ -651,7 +386,7 @@ def write_shard(job: ShardJob) -> ShardResult:
         result.error = f"{job.path}: cannot write the shard: {exc.strerror or exc}"
         return result
     finally:
-        _close_all(in_hand)
+        close_all(in_hand)
     result.rows = np.asarray(job.rows, np.int64)[np.concatenate([np.zeros(0, np.int64), *kept]).astype(np.int64)]
     result.offsets = np.concatenate([np.zeros(0, np.int64), *offsets]).astype(np.int64)
     result.checksums = b"".join(sums)
@@ -679,7 +414,7 @@ def finish_shard(result: ShardResult, output: str, fsync: bool) -> str | None:
         return f"{os.path.join(output, result.name)}: cannot write the shard: {exc.strerror or exc}"
 
 
-def _write_sample(out: _Out, batch: _Rows, j: int, src: _Source, classes: list[str]) -> int:
+def _write_sample(out: _Out, batch: BatchRows, j: int, src: Source, classes: list[str]) -> int:
     """Gather one sample's members in name order; returns the media data's offset in the shard."""
     rel = batch.path[j]
     key = sample_key(rel)
@@ -726,11 +461,11 @@ def _member_order(ext: str, labelled: bool) -> list[str]:
     return order
 
 
-def _copy_checked(out: _Out, src: _Source) -> None:
+def _copy_checked(out: _Out, src: Source) -> None:
     """A big file, streamed into the shard: the bytes must be the ones hashed (or the scan's size)."""
     h = new_hasher() if src.hashed else None
     where = os.fsdecode(src.full)
-    for block in _blocks(src.fd, src.size, where):
+    for block in read_blocks(src.fd, src.size, where):
         if h is not None:
             h.update(block)
         view = memoryview(block)
@@ -739,7 +474,7 @@ def _copy_checked(out: _Out, src: _Source) -> None:
         out.wrote(len(block))
     out.pos += src.size
     try:
-        _same_as_indexed(where, os.fstat(src.fd), src.size, src.mtime_ns)
+        same_as_indexed(where, os.fstat(src.fd), src.size, src.mtime_ns)
     except OSError as exc:
         raise SourceProblem(f"{where}: unreadable: {exc.strerror}") from None
     if h is not None and h.digest() != src.checksum:
@@ -754,131 +489,3 @@ def _remove_stale_temps(job: ShardJob) -> None:
         for entry in it:
             if entry.name.startswith(prefix) and entry.name.endswith(".tmp"):
                 os.unlink(entry.path)
-
-
-# --------------------------------------------------------------------------- read back
-
-
-def left_out_earlier(shard: str) -> str:
-    """Why a planned sample is not in the finished shard that should hold it."""
-    return f"left out by an earlier run (--skip-changed: its file had changed or vanished); it belongs in {shard}"
-
-
-def read_back(job: ShardJob) -> ShardResult:
-    """The records of an existing shard, from its tar headers and ``.json`` members, each checked
-    against the shard's bytes: the media bytes hash to the ``.json``'s checksum, the ``.cls`` is the
-    index's label.
-
-    Its samples must be the job's planned samples, in order, possibly with some left
-    out (an earlier run with ``--skip-changed``); anything else is a foreign shard. Hashing
-    the media is what finds a shard named as finished whose data a crash after ``--no-fsync``
-    lost (zeros where a page was): the cost is one read and hash of the finished shards
-    (measured in docs/how-to/shards.md, "Reliability": about half the time writing them took).
-    """
-    result = ShardResult(job.number, job.name, written=False)
-    table = read_table(job.index, job.rows)
-    paths = table.column("path").to_pylist()
-    labels = table.column("label").to_pylist()
-    planned = [sample_key(p) for p in paths]
-    rows, offsets, sums = [], [], bytearray()
-    p = end = 0  # end: of the last member read, padding included
-    try:
-        f = open_regular_file(job.path)
-    except NotRegularFile as exc:
-        raise TarError(f"{job.path}: {exc.strerror}: not a shard pack wrote") from None
-    with f:
-        size = os.fstat(f.fileno()).st_size
-        if not size:  # a crash after --no-fsync can leave the name with no data
-            raise TarError(f"{job.path}: empty (0 bytes): not a shard pack finished")
-        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        released = 0
-        try:
-            for key, members in _samples(mm, job.path):
-                end = max(m.offset + m.size + (-m.size % BLOCK) for m in members.values())
-                first = min(m.offset for m in members.values())
-                if first - released > _RELEASE_EVERY:  # keep this process's resident size flat
-                    release(mm, released, first - _RELEASE_EVERY // 2)
-                    released = first - _RELEASE_EVERY // 2
-                while p < len(planned) and planned[p] != key:
-                    result.skipped.append({**path_fields(paths[p]), "why": left_out_earlier(job.name)})
-                    p += 1
-                if p == len(planned):
-                    raise TarError(f"{job.path}: sample {key} is not planned for this shard (or out of order): "
-                                   "the shard belongs to another pack")
-                media = [m for ext, m in members.items() if ext not in ("cls", "json")]
-                if len(media) != 1 or "json" not in members:
-                    raise TarError(f"{job.path}: sample {key} has members {sorted(members)}")
-                meta = json.loads(_sidecar(mm, members["json"], job.path))
-                checksum = bytes.fromhex(meta["checksum"])
-                if len(checksum) != DIGEST_SIZE:
-                    raise TarError(f"{job.path}: sample {key} has a bad checksum in its json")
-                m = media[0]
-                if content_hash(memoryview(mm)[m.offset:m.offset + m.size]) != checksum:
-                    raise TarError(f"{job.path}: sample {key}: its media bytes ({m.name}) do not hash to the "
-                                   "checksum its json records (data lost in a crash after --no-fsync?): "
-                                   "not a shard pack finished")
-                cls = members.get("cls")
-                text = _sidecar(mm, cls, job.path) if cls else None
-                if text != (None if labels[p] < 0 else str(labels[p]).encode()):
-                    raise TarError(f"{job.path}: sample {key}: its .cls member is {text!r}, the index's label "
-                                   f"{labels[p]}: not a shard pack finished")
-                rows.append(int(job.rows[p]))
-                offsets.append(media[0].offset)
-                sums += checksum
-                p += 1
-            if size != end + len(end_of_archive(end)):  # zeros where samples were: a crash after --no-fsync
-                raise TarError(f"{job.path}: {size - end} bytes after its last sample where the end-of-archive "
-                               f"takes {len(end_of_archive(end))}: not a shard pack finished")
-        except (ValueError, KeyError) as exc:
-            raise TarError(f"{job.path}: unreadable sample json ({exc})") from None
-        finally:
-            mm.close()
-    result.skipped += [{**path_fields(q), "why": left_out_earlier(job.name)} for q in paths[p:]]
-    result.rows = np.asarray(rows, np.int64)
-    result.offsets = np.asarray(offsets, np.int64)
-    result.checksums = bytes(sums)
-    result.filesize = size
-    return result
-
-
-def _samples(buf, where: str):
-    """``(key, {ext: Member})`` per sample of a tar, in order; members of a key must be adjacent.
-
-    Every :class:`TarError` names ``where`` (the shard), the tar layer's own ones too."""
-    seen: set[str] = set()
-    key, members = None, {}
-    for m in _named_errors(iter_members(buf), where):
-        k, dot, ext = m.name.partition(".")
-        if not dot or not KEY_RE.fullmatch(k):
-            raise TarError(f"{where}: member {m.name!r} is not named <16 hex digits>.<ext>")
-        if k != key:
-            if key is not None:
-                yield key, members
-            if k in seen:
-                raise TarError(f"{where}: the members of sample {k} are not adjacent")
-            seen.add(k)
-            key, members = k, {}
-        members[ext] = m
-    if key is not None:
-        yield key, members
-
-
-def _named_errors(members, where: str):
-    """``members`` as they come; a :class:`TarError` of the tar layer (which knows only byte
-    positions) raised again with ``where`` in front."""
-    while True:
-        try:
-            m = next(members)
-        except StopIteration:
-            return
-        except TarError as exc:
-            raise TarError(f"{where}: {exc}") from None
-        yield m
-
-
-def _sidecar(mm, member, path: str) -> bytes:
-    """A ``.json``/``.cls`` member's bytes, or TarError naming the shard when it is too big to be pack's."""
-    try:
-        return sidecar_bytes(mm, member)
-    except TarError as exc:
-        raise TarError(f"{path}: {exc}") from None

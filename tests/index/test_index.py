@@ -447,7 +447,7 @@ def test_npy_index_inside_root_is_refused_unless_allowed_and_then_not_a_class(tr
 
 @pytest.mark.parametrize("fmt", ["arrow", "npy"])
 def test_failed_write_leaves_old_index(tree, tmp_path, monkeypatch, fmt):
-    import dsclean.index.build as index_mod
+    import dsclean.index.write as index_mod
 
     out = str(tmp_path / f"i.{fmt}")
     build_index(tree, out)

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from dsclean.index import build, spill
+from dsclean.index import build, judge, spill, walk
 from dsclean.index.build import build_index
 from dsclean.index.columns import ColumnSink, write_npy_columns, write_one_batch
 from dsclean.index.store import FACTS, SCAN_FACTS, open_index
@@ -49,7 +49,8 @@ def _tiny_runs(monkeypatch) -> None:
     monkeypatch.setattr(spill, "RUN_ROWS", 5)
     monkeypatch.setattr(spill, "BLOCK_ROWS", 2)
     monkeypatch.setattr(spill, "FAN_IN", 2)  # 40 rows: 8 runs, merged in passes
-    monkeypatch.setattr(build, "CHUNK_ROWS", 3)
+    monkeypatch.setattr(walk, "CHUNK_ROWS", 3)
+    monkeypatch.setattr(judge, "CHUNK_ROWS", 3)  # the scan results read in batches of 3 too
     monkeypatch.setattr(build, "STALE_ROWS", 4)
 
 

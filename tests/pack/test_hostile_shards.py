@@ -283,7 +283,8 @@ import sys
 sys.path[:0] = {sys.path!r}
 import numpy as np
 from dsclean.pack.tarformat import TarError
-from dsclean.pack.write import ShardJob, read_back
+from dsclean.pack.readback import read_back
+from dsclean.pack.shardjob import ShardJob
 job = ShardJob(number=0, output={str(tmp_path)!r}, name="x.tar", index={packed[1]!r}, root="/", rows=np.arange(3),
                classes=())
 try:
