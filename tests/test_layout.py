@@ -30,7 +30,8 @@ ALLOWED = {
     "cli": {"scanning", "index", "data", "diagnose", "pack", "quality", "dups", "report", "fromlog", "loaders"},
 }
 COMMON = {"reasons", "formats", "errors", "atomic", "locations", "argtypes", "hashing", "jsonpaths", "failures",
-          "openfile", "denylist", "rechecked", "content"}
+          "openfile", "denylist", "rechecked", "content",
+          "interrupts", "inflight"}  # stop on SIGINT/SIGTERM, bounded task submission: the scan's, dups' and pack's
 ENTRY = {"dsclean", "dsclean.__main__"}  # the public API and `python -m dsclean` may import any stage
 
 
