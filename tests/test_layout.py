@@ -30,7 +30,8 @@ ALLOWED = {
     "cli": {"scanning", "index", "data", "diagnose", "pack", "quality", "dups", "report", "fromlog", "loaders"},
 }
 COMMON = {"reasons", "formats", "errors", "atomic", "locations", "argtypes", "hashing", "jsonpaths", "failures",
-          "openfile", "denylist", "rechecked", "content", "schema"}
+          "openfile", "denylist", "rechecked", "content", "schema",
+          "interrupts", "inflight"}  # stop on SIGINT/SIGTERM, bounded task submission: the scan's, dups' and pack's
 #: the floor: modules every stage may derive from, importing nothing of the package but these names
 FLOOR = {"dsclean.schema": {"dsclean.hashing"}}  # the results and facts columns, defined once
 ENTRY = {"dsclean", "dsclean.__main__"}  # the public API and `python -m dsclean` may import any stage

@@ -27,7 +27,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     add_reasons_parser(sub)
 
 
-def add_location_options(p: argparse.ArgumentParser) -> None:
+def add_location_options(p: argparse._ActionsContainer) -> None:
     """``--state-dir`` and ``--allow-inside-root``, shared by the commands that work on a root."""
     p.add_argument("--state-dir", metavar="DIR",
                    help="where dsclean keeps what it knows about each root (default: $DSCLEAN_STATE_DIR, "
@@ -36,7 +36,7 @@ def add_location_options(p: argparse.ArgumentParser) -> None:
                    help="accept an output folder inside ROOT (ImageFolder would see it as a class)")
 
 
-def add_symlink_options(p: argparse.ArgumentParser) -> None:
+def add_symlink_options(p: argparse._ActionsContainer) -> None:
     """``--symlinks none|inside|all`` and its older spelling ``--follow-symlinks`` (= inside)."""
     g = p.add_mutually_exclusive_group()
     g.add_argument("--symlinks", choices=("none", "inside", "all"),
@@ -53,62 +53,68 @@ def add_scan_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def add_scan_arguments(p: argparse.ArgumentParser) -> None:
-    """Every argument and option of ``dsclean scan``."""
+    """Every argument and option of ``dsclean scan``, in groups by what they are for (``--help``, the reference page)."""
     from ..scanning.check import DEFAULT_MAX_FRAMES, DEFAULT_MAX_PIXELS, DEFAULT_TIMEOUT
 
     p.add_argument("root", metavar="ROOT", help="folder to scan")
-    p.add_argument("--quarantine", metavar="DIR", help="move bad files to DIR/<path relative to ROOT> (journaled)")
-    p.add_argument("--report", metavar="DIR", help="where to write results (default: the quarantine folder, "
-                                                   "else the root's state folder; never inside ROOT)")
-    p.add_argument("--jobs", "-j", type=argtypes.count, default=0, metavar="N", help="worker processes (default: all usable cores)")
-    p.add_argument("--backend", choices=("processes", "loky", "threads", "dask"), default="processes",
-                   help="processes: worker processes here, with crash/timeout/memory isolation (default); "
-                        "loky: the same isolation in joblib's pool; threads: in-process; "
-                        "dask: a Dask distributed cluster (see --scheduler)")
-    p.add_argument("--scheduler", metavar="ADDRESS",
-                   help="with --backend dask: the scheduler's tcp://HOST:PORT, or a scheduler file")
-    p.add_argument("--shard", type=argtypes.shard, metavar="I/N",
-                   help="check only part I of N (0 <= I < N; a stable hash of each path), for job arrays; "
-                        "combine the parts' results with dsclean merge")
-    p.add_argument("--timeout", type=argtypes.timeout, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+    q = p.add_argument_group("Quarantine", "what happens to the bad files")
+    q.add_argument("--quarantine", metavar="DIR", help="move bad files to DIR/<path relative to ROOT> (journaled)")
+    q.add_argument("--dry-run", action="store_true", help="decide and report, move nothing")
+    sel = p.add_argument_group("Selection", "which files under ROOT are checked")
+    sel.add_argument("--shard", type=argtypes.shard, metavar="I/N",
+                     help="check only part I of N (0 <= I < N; a stable hash of each path), for job arrays; "
+                          "combine the parts' results with dsclean merge")
+    sel.add_argument("--rescan", action="store_true", help="check every file again, ignoring the scan cache of unchanged files")
+    sel.add_argument("--from-log", dest="from_logs", nargs="+", default=[], metavar="LOG",
+                     help="training failure logs (dsclean.guard's): the files they name under ROOT are checked again "
+                     "even if unchanged (what quarantine --from-log recorded is always checked again)")
+    sel.add_argument("--include-hidden", action="store_true", help="also scan dot-named files and folders")
+    add_symlink_options(sel)
+    c = p.add_argument_group("Checking", "how each file is judged")
+    c.add_argument("--timeout", type=argtypes.timeout, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                    help=f"a file whose check takes longer is bad/timeout; its worker is replaced (default {DEFAULT_TIMEOUT:g}; 0 = none)")
-    p.add_argument("--max-memory", type=argtypes.memory_ceiling, default=0, metavar="SIZE",
+    c.add_argument("--max-memory", type=argtypes.memory_ceiling, default=0, metavar="SIZE",
                    help="memory a single check may use, e.g. 2G or 512M; past it the file is bad/too_large "
                         "(default: a share of RAM per core, past which the file is only warn/too_large; none = no ceiling)")
-    p.add_argument("--expect", metavar="KEY=VALUE,...", default="",
+    c.add_argument("--max-pixels", type=argtypes.count, default=DEFAULT_MAX_PIXELS, metavar="N",
+                   help=f"images with more pixels are decompression bombs (default {DEFAULT_MAX_PIXELS:,}, Pillow's; 0 = no limit)")
+    c.add_argument("--max-frames", type=argtypes.count, default=DEFAULT_MAX_FRAMES, metavar="N",
+                   help=f"decode at most N frames of an animated image (default {DEFAULT_MAX_FRAMES})")
+    c.add_argument("--lenient", action="store_true", help="recoverable decoder warnings (e.g. 'Corrupt JPEG data') are warn, not bad")
+    c.add_argument("--flac-md5", action="store_true",
+                   help="also check each FLAC's STREAMINFO MD5 against its decoded samples: catches whole frames in the "
+                        "wrong order or from another file, which every frame CRC passes (costs ~20%% of a FLAC check)")
+    add_loader_option(c)
+    c.add_argument("--exif", choices=("ignore", "apply"), default="ignore",
+                   help="ignore (default, torchvision's loader): images load as stored; apply: the index's default "
+                        "loader turns each image as its EXIF orientation says (ImageOps.exif_transpose)")
+    e = p.add_argument_group("Expectations", "what the files should be, and the norm of their folder")
+    e.add_argument("--expect", metavar="KEY=VALUE,...", default="",
                    help="what every file should be: mode=RGB,min-side=224,max-aspect=4,sample-rate=16000,channels=1,"
                         "min-duration=1.0 (every key optional); files outside it are warn (mode_mismatch, too_small, "
                         "...; docs/guides/consistency.md)")
-    p.add_argument("--strict-expect", action="store_true",
+    e.add_argument("--strict-expect", action="store_true",
                    help="files outside --expect are bad (quarantined like any bad file), not warn")
-    p.add_argument("--minority", type=_share, default=0.01, metavar="SHARE",
+    e.add_argument("--minority", type=_share, default=0.01, metavar="SHARE",
                    help="without --expect: warn about files whose mode, sample rate or channel count is under this "
                         "share of their class folder (default 0.01 = 1%%; 0 turns the inferred norm off)")
-    p.add_argument("--exif", choices=("ignore", "apply"), default="ignore",
-                   help="ignore (default, torchvision's loader): images load as stored; apply: the index's default "
-                        "loader turns each image as its EXIF orientation says (ImageOps.exif_transpose)")
-    p.add_argument("--lenient", action="store_true", help="recoverable decoder warnings (e.g. 'Corrupt JPEG data') are warn, not bad")
-    p.add_argument("--flac-md5", action="store_true",
-                   help="also check each FLAC's STREAMINFO MD5 against its decoded samples: catches whole frames in the "
-                        "wrong order or from another file, which every frame CRC passes (costs ~20%% of a FLAC check)")
-    p.add_argument("--max-pixels", type=argtypes.count, default=DEFAULT_MAX_PIXELS, metavar="N",
-                   help=f"images with more pixels are decompression bombs (default {DEFAULT_MAX_PIXELS:,}, Pillow's; 0 = no limit)")
-    p.add_argument("--max-frames", type=argtypes.count, default=DEFAULT_MAX_FRAMES, metavar="N",
-                   help=f"decode at most N frames of an animated image (default {DEFAULT_MAX_FRAMES})")
-    add_loader_option(p)
-    p.add_argument("--check", action="store_true", help="exit 1 if any bad file is found (for CI)")
-    p.add_argument("--dry-run", action="store_true", help="decide and report, move nothing")
-    p.add_argument("--rescan", action="store_true", help="check every file again, ignoring the scan cache of unchanged files")
-    p.add_argument("--from-log", dest="from_logs", nargs="+", default=[], metavar="LOG",
-                   help="training failure logs (dsclean.guard's): the files they name under ROOT are checked again "
-                   "even if unchanged (what quarantine --from-log recorded is always checked again)")
-    p.add_argument("--include-hidden", action="store_true", help="also scan dot-named files and folders")
-    add_symlink_options(p)
-    add_location_options(p)
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar, no summary (errors still print)")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report of the scan to FILE (see dsclean report)")
-    add_facts_options(p)
+    add_facts_options(p.add_argument_group("Facts and quality flags", "what is recorded of each file besides its verdict"))
+    out = p.add_argument_group("Results and output", "where the results go, what is printed, the exit code")
+    out.add_argument("--report", metavar="DIR", help="where to write results (default: the quarantine folder, "
+                                                     "else the root's state folder; never inside ROOT)")
+    add_location_options(out)
+    out.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report of the scan to FILE (see dsclean report)")
+    out.add_argument("--json", action="store_true", help="print the summary as JSON")
+    out.add_argument("--quiet", "-q", action="store_true", help="no progress bar, no summary (errors still print)")
+    out.add_argument("--check", action="store_true", help="exit 1 if any bad file is found (for CI)")
+    perf = p.add_argument_group("Performance", "where and on how many workers the checks run")
+    perf.add_argument("--jobs", "-j", type=argtypes.count, default=0, metavar="N", help="worker processes (default: all usable cores)")
+    perf.add_argument("--backend", choices=("processes", "loky", "threads", "dask"), default="processes",
+                      help="processes: worker processes here, with crash/timeout/memory isolation (default); "
+                           "loky: the same isolation in joblib's pool; threads: in-process; "
+                           "dask: a Dask distributed cluster (see --scheduler)")
+    perf.add_argument("--scheduler", metavar="ADDRESS",
+                      help="with --backend dask: the scheduler's tcp://HOST:PORT, or a scheduler file")
 
 
 #: flag threshold option -> (FlagOptions field, type, what it means)
@@ -139,7 +145,7 @@ def _non_negative(kind):
     return parse
 
 
-def add_loader_option(p: argparse.ArgumentParser) -> None:
+def add_loader_option(p: argparse._ActionsContainer) -> None:
     """``--loader NAME`` (repeatable, comma-separated too): the loader profiles training will use."""
     p.add_argument("--loader", action="append", default=[], metavar="NAME",
                    help="also open each whole file exactly as this training loader does; it fails: warn/loader_fails, "
@@ -163,7 +169,7 @@ def check_loaders_of(names: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(n for n in names if not PROFILES[n].reference)
 
 
-def add_facts_options(p: argparse.ArgumentParser) -> None:
+def add_facts_options(p: argparse._ActionsContainer) -> None:
     """``--facts``, ``--quarantine-flags`` and one ``--flag-*`` threshold per quality flag."""
     from ..quality.flags import FLAGS, FlagOptions
 

@@ -7,10 +7,10 @@ fresh pool, so the culprit is named and its neighbours get their answers.
 """
 from __future__ import annotations
 
-from concurrent.futures import FIRST_COMPLETED, Future, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Callable, Iterable, Iterator
 
+from ..inflight import InFlight
 from ..scanning.executors import make_pool
 from .worker import Limits
 
@@ -21,37 +21,30 @@ def run_chunks(task: Task, root: str, chunks: Iterable[list[str]], limits: Limit
                on_death: Callable[[str], object]) -> Iterator[tuple[list[str], list]]:
     """Yield (rels, answers) per chunk as they finish; a file that kills its worker gets ``on_death(rel)``."""
     pool = make_pool("loky", workers)
-    source = iter(chunks)
-    in_flight: dict[Future, list[str]] = {}
+    flight: InFlight[list[str]] = InFlight(chunks)
     try:
         while True:
-            while len(in_flight) < 2 * workers:
-                chunk = next(source, None)
-                if chunk is None:
-                    break
-                in_flight[pool.executor.submit(task, root, chunk, limits)] = chunk
-            if not in_flight:
+            flight.fill(lambda chunk: pool.executor.submit(task, root, chunk, limits), 2 * workers)
+            if not flight:
                 return
-            done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
             lost: list[list[str]] = []
-            for future in done:
-                chunk = in_flight.pop(future)
-                exc = future.exception()
-                if exc is None:
-                    yield chunk, future.result()
-                elif isinstance(exc, BrokenProcessPool):
+            for chunk, answers, died in flight.completed(_broken):
+                if died:
                     lost.append(chunk)
                 else:
-                    raise exc
+                    yield chunk, answers
             if lost:
-                lost += in_flight.values()  # the whole pool went down with every chunk in it
-                in_flight.clear()
+                lost += flight.drop()  # the whole pool went down with every chunk in it
                 for chunk in lost:
                     yield chunk, [_one_by_one(task, root, rel, limits, on_death) for rel in chunk]
                 pool = make_pool("loky", workers)
     finally:
-        for future in in_flight:
-            future.cancel()
+        flight.cancel()
+
+
+def _broken(exc: BaseException) -> bool:
+    """A worker died (a decoder crashed, or its time limit killed it): the pool broke."""
+    return isinstance(exc, BrokenProcessPool)
 
 
 def _one_by_one(task: Task, root: str, rel: str, limits: Limits, on_death: Callable[[str], object]):

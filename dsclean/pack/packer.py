@@ -27,11 +27,12 @@ from ..data.shards import open_packed_index
 from ..errors import UserError
 from ..hashing import content_hash, content_hash_file
 from ..index.store import open_index, read_meta, read_table
+from ..interrupts import stop_on_signals
 from ..jsonpaths import path_fields
 from . import state
 from .plan import Layout, Plan, make_layout, make_plan
 from .publish import publish
-from .runner import WorkersLost, run_tasks, stop_on_signals
+from .runner import WorkersLost, run_tasks
 from .samples import key_numbers
 from .scanhashes import scan_checksums
 from .tarformat import TarError

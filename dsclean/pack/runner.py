@@ -9,56 +9,24 @@
 
 At most two tasks per worker slot are in flight, so memory is bounded however
 many shards there are. SIGINT/SIGTERM stop submitting and let the shards in
-flight finish (each one is complete or absent); a second signal stops at once.
+flight finish (each one is complete or absent); a second signal stops at once
+(:func:`dsclean.interrupts.stop_on_signals`, installed by the callers).
 """
 from __future__ import annotations
 
-import contextlib
 import logging
-import signal
 import threading
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, Iterator
 
 from ..errors import UserError
+from ..inflight import InFlight
+from ..interrupts import StopRequest
 
 BACKENDS = ("loky", "dask")
 log = logging.getLogger("dsclean.pack.runner")
 #: set when a run of tasks on this process's threads is abandoned (a second signal): tasks check it
 ABANDONED = threading.Event()
-
-
-class StopRequest:
-    """Set by SIGINT/SIGTERM (``signum``) or by the caller (``stop``); a second signal interrupts at once."""
-
-    def __init__(self) -> None:
-        self.signum = 0
-        self.stopped = False
-
-    def __call__(self, signum: int, frame: object) -> None:
-        if self.signum:
-            raise KeyboardInterrupt
-        self.signum = signum
-
-    def stop(self) -> None:
-        self.stopped = True
-
-    def __bool__(self) -> bool:
-        return bool(self.signum) or self.stopped
-
-
-@contextlib.contextmanager
-def stop_on_signals() -> Iterator[StopRequest]:
-    stop = StopRequest()
-    if threading.current_thread() is not threading.main_thread():
-        yield stop
-        return
-    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield stop
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
 
 
 def run_tasks(fn: Callable, items: Iterable, *, backend: str, jobs: int, scheduler: str | None,
@@ -90,62 +58,39 @@ def run_tasks(fn: Callable, items: Iterable, *, backend: str, jobs: int, schedul
         from joblib.externals.loky import get_reusable_executor
 
         executor, slots, close = get_reusable_executor(max_workers=jobs, timeout=60), jobs, (lambda: None)
-    source = iter(items)
-    in_flight: dict[Future, object] = {}
-    retry: list = []  # items a dead worker took: first in the next pool
+    flight: InFlight = InFlight(items)  # .again: items a dead worker took, first in the next pool
     fresh = 0  # pools started because workers died
     try:
         while True:
-            broken = False
-            while not stop and len(in_flight) < 2 * slots:
-                item = retry.pop(0) if retry else next(source, None)
-                if item is None:
-                    break
-                try:
-                    in_flight[executor.submit(fn, item)] = item
-                except Exception as exc:  # a worker died since the last wait: the pool refuses new tasks
-                    if not _lost_worker(exc):
-                        raise
-                    retry.insert(0, item)
-                    broken = True
-                    break
-            if not in_flight and not broken:
+            broken = flight.fill(lambda item: executor.submit(fn, item), 2 * slots, stop=stop.__bool__,
+                                 broken=_lost_worker) is not None
+            if not flight and not broken:
                 return
-            done, _ = wait(in_flight, return_when=FIRST_COMPLETED) if in_flight else (set(), set())
-            for future in done:
-                item = in_flight.pop(future)
-                exc = future.exception()
-                if exc is None:
-                    yield future.result()
-                elif _lost_worker(exc):
-                    retry.append(item)
+            for item, result, lost in flight.completed(_lost_worker):
+                if lost:
+                    flight.again.append(item)
                     broken = True
                 else:
-                    raise exc
+                    yield result
             if broken and backend == "loky":
                 # the whole pool is gone: its other tasks end as lost too (or done, before the death)
-                for future in list(in_flight):
-                    item = in_flight.pop(future)
-                    exc = future.exception()
-                    if exc is None:
-                        yield future.result()
-                    elif _lost_worker(exc):
-                        retry.append(item)
+                for item, result, lost in flight.drain(_lost_worker):
+                    if lost:
+                        flight.again.append(item)
                     else:
-                        raise exc
+                        yield result
                 fresh += 1
                 executor.shutdown(wait=True, kill_workers=True)  # nothing of the dead pool is left to wait for
                 if fresh > RETRIES:
-                    raise WorkersLost(retry, f"worker processes died {fresh} times (killed: out of memory?)")
+                    raise WorkersLost(list(flight.again), f"worker processes died {fresh} times (killed: out of memory?)")
                 log.warning("a worker process died; its %d task(s) run again in a new pool (%d of %d)",
-                            len(retry), fresh, RETRIES)
+                            len(flight.again), fresh, RETRIES)
                 executor = get_reusable_executor(max_workers=jobs, timeout=60)
     except BaseException:  # a second signal: tasks on threads give up (write_shard removes its temp file)
         ABANDONED.set()
         raise
     finally:
-        for future in in_flight:
-            future.cancel()
+        flight.cancel()
         if fresh and backend == "loky":  # a pool that lost workers once is not kept for the next run
             executor.shutdown(wait=True, kill_workers=True)
         close()

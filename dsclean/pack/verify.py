@@ -28,11 +28,12 @@ from ..data.shards import open_packed_index, packed_index, read_shard_list, refu
 from ..errors import UserError
 from ..hashing import content_hash
 from ..index.store import KINDS, read_table
+from ..interrupts import stop_on_signals
 from ..jsonpaths import path_bytes
 from ..openfile import open_regular_file
 from . import names as templates
 from .bulk import FACT_NAMES, json_members
-from .runner import run_tasks, stop_on_signals
+from .runner import run_tasks
 from .samples import KEY_RE, sample_key
 from .tarformat import BLOCK, TarError, iter_members, sidecar_bytes
 

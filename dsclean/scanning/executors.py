@@ -4,15 +4,17 @@ The pool is a ``concurrent.futures`` executor:
 
 - ``processes`` (default): worker processes on this machine, forked from a
   forkserver that imported the checkers once (:func:`local_pool`), so a worker
-  starts in milliseconds instead of re-importing Python, Pillow and numpy;
+  starts in milliseconds instead of re-importing Python, Pillow and numpy (made
+  faster still with multiprocessing's internals by :mod:`dsclean.scanning.fastfork`,
+  on the Python versions it was checked on);
 - ``loky``: joblib's reusable process pool (each worker a fresh interpreter);
 - ``threads``: a thread pool in this process (no isolation: see :mod:`dsclean.scanning.worker`);
 - ``dask``: a Dask distributed cluster, through the Client's own
   ``concurrent.futures`` executor. Dask, not a home-made protocol, ships the
   chunks, and re-runs a chunk elsewhere when a worker is lost.
 
-Chunks stream in from discovery; at most two per worker slot are in flight, so
-memory is bounded however long the stream is; verdicts come back in completion
+Chunks stream in from discovery; at most two per worker slot are in flight
+(:class:`dsclean.inflight.InFlight`), so memory is bounded however long the stream is; verdicts come back in completion
 order, in this process, which is also where quarantine moves happen (on the
 shared file system: no file contents ever travel through a scheduler).
 
@@ -30,22 +32,17 @@ same way, so a bad file never takes a Dask worker down.
 from __future__ import annotations
 
 import atexit
-import contextlib
-import io
 import itertools
 import logging
 import multiprocessing
 import multiprocessing.connection
-from multiprocessing import context as mp_context, forkserver, popen_forkserver, reduction, resource_tracker, spawn, util
-from multiprocessing.context import set_spawning_popen
+from multiprocessing import forkserver
 import os
 import signal
-import socket
-import sys
 import threading
 import time
 from collections import deque
-from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
+from concurrent.futures import Executor, Future
 from concurrent.futures.process import BrokenProcessPool, ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -54,6 +51,8 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 from .. import reasons as R
 from ..errors import UserError
 from ..formats import FORMATS, format_of_name, kind_of
+from ..inflight import InFlight
+from . import fastfork
 from .check import CheckOptions, checker_modules
 from .verdict import Verdict
 from .worker import FAULT_ENV, as_batch, FileSlices, check_chunk, check_chunk_in_thread, item_name, set_fault_switch, start_worker
@@ -188,9 +187,8 @@ def stop_local_workers() -> None:
         pool.shutdown(wait=True, cancel_futures=True)
     while _leaving:
         _leaving.pop().shutdown(wait=True)
-    server = forkserver._forkserver  # the one the forkserver context uses; _stop: close its pipe, waitpid
-    if getattr(server, "_forkserver_pid", None) is not None and hasattr(server, "_stop"):
-        server._stop()
+    if fastfork.SUPPORTED:  # else the forkserver ends on its own, once this process has
+        fastfork.stop_server()
 
 
 def release_local_workers() -> None:
@@ -243,57 +241,46 @@ def run_checks(
 
         shape, unpack = chunk_of, read_chunk
     source = _last_split(source, 2 * pool.slots if pool.slots > 1 else 1)
-    in_flight: dict[Future, list[str]] = {}
+    flight: InFlight[list[str]] = InFlight(source)
     fresh_pools = 0  # pools made in a row because one broke with nothing in flight
+
+    def submit(chunk: list[str]) -> Future:
+        task = partial(as_batch, pool.task) if batches else pool.task
+        return pool.executor.submit(task, root, chunk, options)
+
     try:
         while True:
-            while len(in_flight) < 2 * pool.slots:
-                chunk = next(source, None)
-                if chunk is None:
-                    break
-                task = partial(as_batch, pool.task) if batches else pool.task
-                try:
-                    in_flight[pool.executor.submit(task, root, chunk, options)] = chunk
-                except Exception as exc:
-                    # A worker died since the last wait: a broken pool refuses new tasks at once. The chunk goes
-                    # back to the queue; the futures in flight then fail as lost (below), or, with none in flight
-                    # (a worker killed while idle), a new pool takes the queue.
-                    if not _lost_worker(exc) or fresh_pools >= 3:
-                        raise
-                    source = itertools.chain([chunk], source)
-                    if in_flight:
-                        break
-                    fresh_pools += 1
-                    pool.close()
-                    pool = make_pool(backend, workers, scheduler)
-                    continue
-                fresh_pools = 0
-            if not in_flight:
+            refused = flight.fill(submit, 2 * pool.slots, broken=_lost_worker)
+            # A worker died since the last wait: a broken pool refuses new tasks at once. The chunk went back
+            # to the queue; the futures in flight then fail as lost (below), or, with none in flight (a worker
+            # killed while idle), a new pool takes the queue.
+            if refused is not None and not flight:
+                if fresh_pools >= 3:
+                    raise refused
+                fresh_pools += 1
+                pool.close()
+                pool = make_pool(backend, workers, scheduler)
+                continue
+            fresh_pools = 0
+            if not flight:
                 if release and backend == "processes":
                     release_local_workers()
                 return
-            done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
             lost: list[list[str]] = []
-            for future in done:
-                chunk = in_flight.pop(future)
-                exc = future.exception()
-                if exc is None:
-                    yield unpack(future.result())
-                elif _lost_worker(exc):
+            for chunk, result, died in flight.completed(_lost_worker):
+                if died:
                     lost.append(chunk)
                 else:
-                    raise exc
+                    yield unpack(result)
             if lost:
                 if backend in LOCAL_PROCESSES:  # the whole pool is gone, and with it every chunk still in flight
-                    lost += in_flight.values()
-                    in_flight.clear()
+                    lost += flight.drop()
                 for verdicts in isolate_chunks(root, lost, options, workers):
                     yield shape(verdicts)
                 if backend in LOCAL_PROCESSES:
                     pool = make_pool(backend, workers, scheduler)
     finally:
-        for future in in_flight:
-            future.cancel()
+        flight.cancel()
         pool.close()
 
 
@@ -342,94 +329,6 @@ _DAEMONIC = (
 )
 
 
-class _WorkerPopen(popen_forkserver.Popen):
-    """Start a process from the forkserver *without* running this process's ``__main__`` in it.
-
-    multiprocessing re-runs the main script in each child (so that functions defined there
-    can be unpickled); dsclean's tasks all live in importable modules, and a user's script
-    without an ``if __name__ == "__main__"`` guard would scan again inside every worker
-    (loky skips the main module the same way). The body is ``popen_forkserver.Popen._launch``
-    with the main-module entries left out of the preparation data.
-    """
-
-    def _launch(self, process_obj):
-        prep = {k: v for k, v in spawn.get_preparation_data(process_obj._name).items() if not k.startswith("init_main")}
-        buf = io.BytesIO()
-        set_spawning_popen(self)
-        try:
-            reduction.dump(prep, buf)
-            reduction.dump(process_obj, buf)
-        finally:
-            set_spawning_popen(None)
-        for attempt in range(_LAUNCH_ATTEMPTS):
-            try:
-                self._ask_server(buf)
-                return
-            except (EOFError, OSError) as exc:
-                # The forkserver died (an OOM killer's kill -9) between multiprocessing's liveness check and
-                # our request; or the resource tracker did. ensure_running, on the next attempt, reaps the
-                # dead server and starts a new one (and a new tracker): the scan goes on.
-                log.warning("starting a worker process failed (%s: %s): the forkserver or the resource tracker "
-                            "died; starting a new one", type(exc).__name__, exc)
-                _forget_dead_server()
-                if attempt == _LAUNCH_ATTEMPTS - 1:
-                    raise WorkersUnavailable(
-                        f"no worker process could be started: the forkserver died again after a restart "
-                        f"({type(exc).__name__}: {exc}); is something killing dsclean's processes (memory?)") from exc
-
-    def _ask_server(self, buf: io.BytesIO) -> None:
-        """One request to the forkserver: popen_forkserver.Popen._launch's body."""
-        self.sentinel, w = forkserver.connect_to_new_process(self._fds)
-        parent_w = os.dup(w)  # as in the original: the child watches it to notice its parent's death
-        self.finalizer = util.Finalize(self, util.close_fds, (parent_w, self.sentinel))
-        try:
-            with open(w, "wb", closefd=True) as f:
-                f.write(buf.getbuffer())
-            self.pid = forkserver.read_signed(self.sentinel)
-        except BaseException:
-            self.finalizer()  # this attempt's pipe ends: closed now, not when the Popen object goes
-            raise
-
-
-#: tries to start one worker (each after a dead forkserver is replaced) before the scan stops cleanly
-_LAUNCH_ATTEMPTS = 2
-class WorkersUnavailable(RuntimeError):
-    """No worker process could be started, even from a new forkserver: the scan stops, keeping its results."""
-
-
-def _forget_dead_server() -> None:
-    """Reap a forkserver that died, so that ``ensure_running`` starts a new one (its state reset as it does)."""
-    server = forkserver._forkserver
-    with server._lock:
-        pid = server._forkserver_pid
-        if pid is None:
-            return
-        try:
-            done, _ = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            done = pid  # not ours to reap, or reaped already: gone
-        if not done:
-            return  # alive: the tracker died; ensure_running replaces that one
-        if server._forkserver_alive_fd is not None:
-            with contextlib.suppress(OSError):  # closed already by multiprocessing: nothing left to release
-                os.close(server._forkserver_alive_fd)
-        address = server._forkserver_address
-        if address and not util.is_abstract_socket_namespace(address):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(address)
-        server._forkserver_address = server._forkserver_alive_fd = server._forkserver_pid = None
-
-
-class _WorkerProcess(mp_context.ForkServerProcess):
-    @staticmethod
-    def _Popen(process_obj):
-        return _WorkerPopen(process_obj)
-
-
-class _WorkerContext(mp_context.ForkServerContext):
-    Process = _WorkerProcess
-
-
 def _fresh_process_context(formats: Iterable[str] | None = None, facts: bool = True, fork_here: bool = False):
     """A forkserver: each child forks from a clean, single-threaded, pre-imported server.
 
@@ -439,15 +338,19 @@ def _fresh_process_context(formats: Iterable[str] | None = None, facts: bool = T
     (a tree of sounds never loads Pillow; a tree of JPEGs never loads libsndfile).
     ``fork_here`` (and this process single-threaded): the server and the resource tracker are forks
     of this process (:func:`_fork_helpers`); else fresh interpreters, as multiprocessing starts them.
+    Both, and the context's processes (:class:`~dsclean.scanning.fastfork.WorkerContext`: no
+    ``__main__`` re-run, a dead server replaced), need multiprocessing's internals: on a Python they
+    were not checked on (:data:`~dsclean.scanning.fastfork.SUPPORTED` false) the context is
+    multiprocessing's own forkserver context and the server a fresh interpreter.
     """
     global _context
     with _context_lock:  # a Dask worker's task threads can get here at once
         if _context is None:
             atexit.register(stop_local_workers)
-            context = _WorkerContext()
+            fast = fastfork.SUPPORTED
+            context = fastfork.WorkerContext() if fast else multiprocessing.get_context("forkserver")
             context.set_forkserver_preload(preload_modules(formats, facts))
-            if fork_here and threading.active_count() == 1 and forkserver._forkserver._forkserver_pid is None \
-                    and _STDLIB_LAYOUT_KNOWN:
+            if fast and fork_here and threading.active_count() == 1 and not fastfork.server_running():
                 _fork_helpers(preload_modules(formats, facts))
             else:
                 os.environ[_SERVER_ENV] = "1"  # seen by the server alone: it inherits this environment, then drops it
@@ -459,87 +362,15 @@ def _fresh_process_context(formats: Iterable[str] | None = None, facts: bool = T
     return _context
 
 
-#: the multiprocessing internals :func:`_fork_helpers` fills in are those of Python 3.10-3.13 (checked in each
-#: one's source: the same attributes and ``main`` signatures); 3.14 adds an authentication key to the
-#: forkserver, so any other version starts fresh interpreters, as multiprocessing does
-_STDLIB_LAYOUT_KNOWN = (3, 10) <= sys.version_info[:2] <= (3, 13) and all(
-    hasattr(obj, name) for obj, names in ((forkserver._forkserver, ("_forkserver_address", "_forkserver_alive_fd")),
-                                          (resource_tracker._resource_tracker, ("_fd", "_pid")))
-    for name in names)
-
-
 def _fork_helpers(preload: list[str]) -> None:
-    """Start multiprocessing's resource tracker and the workers' forkserver as forks of this process.
-
-    What ``forkserver.ensure_running`` does (and ``resource_tracker.ensure_running`` before it), with
-    ``os.fork`` where multiprocessing starts a fresh interpreter: each fresh one costs a Python
-    start-up and its imports again (~0.1 CPU-s each, on the same two cores as the scan's own start;
-    docs/benchmarks-history.md "The scan pipeline"), a fork ~2 ms, and the server inherits what this process has imported.
-    Only for a small, single-threaded process (the ``dsclean`` command before it imports the scan):
-    the server must be the clean single-threaded process each worker forks from. Both run
-    multiprocessing's own ``main`` functions, then end with ``os._exit`` (no teardown, no atexit
-    handler of this process, nothing buffered written twice).
-    """
-    for stream in (sys.stdout, sys.stderr):
-        if stream is not None:
-            stream.flush()
-    tracker = resource_tracker._resource_tracker
-    r, w = os.pipe()
-    # as multiprocessing does: SIGINT/SIGTERM blocked until the tracker ignores them (it must outlive a Ctrl-C)
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
-        pid = _fork_as("tracker")
-        if pid == 0:
-            _run_forked(resource_tracker.main, r, close=(w,))
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
-    os.close(r)
-    tracker._fd, tracker._pid = w, pid
-
-    server = forkserver._forkserver
-    address = multiprocessing.connection.arbitrary_address("AF_UNIX")
-    with socket.socket(socket.AF_UNIX) as listener:
-        listener.bind(address)
-        if not util.is_abstract_socket_namespace(address):
-            os.chmod(address, 0o600)
-        listener.listen()
-        alive_r, alive_w = os.pipe()  # the server ends when this process closes alive_w (stop_local_workers)
-        pid = _fork_as("1")
-        if pid == 0:
-            _run_forked(forkserver.main, listener.fileno(), alive_r, preload, close=(alive_w, w))
-        os.close(alive_r)
-    server._forkserver_address, server._forkserver_alive_fd, server._forkserver_pid = address, alive_w, pid
+    """The resource tracker and the forkserver started as forks of this process (:func:`.fastfork.fork_helpers`)."""
+    fastfork.fork_helpers(preload, _SERVER_ENV, _new_context_lock)
 
 
-def _fork_as(role: str) -> int:
-    """``os.fork()``, the child's role in :data:`_SERVER_ENV` while the fork runs (for at-fork hooks such as
-    ``scripts/scan_timeline.py``'s; the child drops it at once, so its own children never see it)."""
-    os.environ[_SERVER_ENV] = role
-    try:
-        return os.fork()
-    finally:
-        os.environ.pop(_SERVER_ENV, None)
-
-
-def _run_forked(main: Callable, *args, close: tuple[int, ...]) -> None:
-    """In a child of :func:`_fork_helpers`: close this process's ends of its pipes, run ``main``, ``os._exit``."""
+def _new_context_lock() -> None:
+    """In a fork made while this process held :data:`_context_lock`: a lock of its own (that one is not its to release)."""
     global _context_lock
-    _context_lock = threading.Lock()  # the parent held it across the fork: not the child's to keep
-    code = 0
-    try:
-        for fd in close:
-            os.close(fd)
-        main(*args)
-    except SystemExit:  # the forkserver's way of ending when the scan's process is gone
-        pass
-    except BaseException:
-        code = 1
-        sys.excepthook(*sys.exc_info())
-    finally:
-        try:
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
+    _context_lock = threading.Lock()
 
 
 def preload_modules(formats: Iterable[str] | None = None, facts: bool = True) -> list[str]:

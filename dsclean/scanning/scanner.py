@@ -13,7 +13,6 @@ import json
 import operator
 import os
 import signal
-import threading
 import time
 import zlib
 from collections import Counter
@@ -25,12 +24,14 @@ from .. import reasons as R
 from ..argtypes import memory_floor_problem
 from ..atomic import atomic_output
 from ..errors import UserError
+from ..interrupts import StopRequest, stop_on_signals
 from ..quality.flags import FLAGS, FlagOptions
 from . import facts as facts_of
 from .cache import ScanCache, options_key, row_to_verdict
 from .check import CheckOptions
 from .discover import DiscoverStats, iter_media_lists, symlink_mode
-from .executors import BACKENDS, WorkersUnavailable, run_checks
+from .executors import BACKENDS, run_checks
+from .fastfork import WorkersUnavailable
 from .quarantine import ChangedError, Quarantine
 from .records import quarantine_state, quarantined_records
 from .results import SCHEMA, ResultsWriter
@@ -161,38 +162,6 @@ def _batches(lists: Iterable[list[str]], size: int) -> Iterator[list[str]]:
         yield batch
 
 
-class _StopRequest:
-    """Signal handler that asks the scan loop to stop between chunks; a second signal stops at once."""
-
-    def __init__(self) -> None:
-        self.signum = 0
-
-    def __call__(self, signum: int, frame: object) -> None:
-        if self.signum:
-            raise KeyboardInterrupt
-        self.signum = signum
-
-
-@contextlib.contextmanager
-def _stop_on_signals() -> Iterator[_StopRequest]:
-    """While scanning, SIGINT/SIGTERM finish the verdict in hand (its move and its row), then stop.
-
-    Raising KeyboardInterrupt at an arbitrary instruction could land between a
-    file's quarantine move and the write of its verdict; a flag checked by the
-    loop cannot.
-    """
-    stop = _StopRequest()
-    if threading.current_thread() is not threading.main_thread():
-        yield stop  # signals are delivered to the main thread only; nothing to install
-        return
-    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield stop
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-
-
 def validate_root(root: str) -> str:
     """The root as an absolute path, or a :class:`UserError` saying what is wrong with it."""
     if not os.path.lexists(root):
@@ -291,7 +260,8 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
         if options.shard is not None:
             media = ([rel for rel in rels if in_part(rel, options.shard)] for rels in media)
         try:
-            with _stop_on_signals() as stop:
+            # SIGINT/SIGTERM finish the verdict chunk in hand (its moves and its rows), then stop
+            with stop_on_signals() as stop:
                 to_check = _skip_cached(root, media, None if options.rescan else cache, sink, options.chunk_size, stop,
                                         options.chunk_bytes, identities, previous, force)
                 checks = run_checks(root, to_check, options.check, jobs, options.backend, options.scheduler,
@@ -524,7 +494,7 @@ def _stat_if_cached(root: str, rels: list[str], rows: dict[str, tuple],
 
 
 def _skip_cached(root: str, media: Iterator[list[str]], cache: ScanCache | None, sink: "_Sink",
-                 chunk_size: int, stop: "_StopRequest", chunk_bytes: int = 0,
+                 chunk_size: int, stop: StopRequest, chunk_bytes: int = 0,
                  identities: dict[bytes, tuple[int, int]] | None = None,
                  previous: PreviousResults | None = None, force: frozenset[str] = frozenset()) -> Iterator[list[str]]:
     """Chunks of files to check: verdicts still valid are handled right here instead.

@@ -571,11 +571,12 @@ def test_sigint_finishes_the_shard_in_hand_then_exits_130(tmp_path):
 
 
 def test_a_second_signal_makes_the_shards_on_threads_give_up_without_a_trace(tmp_path):
+    from dsclean.interrupts import StopRequest
     from dsclean.pack import packer, runner
     from dsclean.pack.write import write_shard
 
     tasks = runner.run_tasks(time.sleep, [0.01] * 4, backend="loky", jobs=1, scheduler=None,
-                             stop=runner.StopRequest(), overlap=True)
+                             stop=StopRequest(), overlap=True)
     next(tasks)
     with pytest.raises(KeyboardInterrupt):
         tasks.throw(KeyboardInterrupt)  # what the second SIGINT raises in the loop
