@@ -31,8 +31,8 @@ from .cache import ScanCache, options_key, row_to_verdict
 from .check import CheckOptions
 from .discover import DiscoverStats, iter_media_lists, symlink_mode
 from .executors import BACKENDS, WorkersUnavailable, run_checks
-from .quarantine import ChangedError, Quarantine
-from .records import quarantine_state, quarantined_records
+from .quarantine.moves import ChangedError, Quarantine
+from .quarantine.status import quarantine_state, quarantined_records
 from .results import SCHEMA, ResultsWriter
 from .reuse import PreviousResults
 from .schema import Chunk, call_function
