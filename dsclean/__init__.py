@@ -31,10 +31,10 @@ _EXPORTS = {
     "index_info": "index.store",
     "IndexedDataset": "data.dataset",
     "collate_skip_none": "data.collate",
-    "recover": "scanning.quarantine",
-    "restore": "scanning.records",
-    "status": "scanning.records",
-    "quarantine_state": "scanning.records",
+    "recover": "scanning.quarantine.recovery",
+    "restore": "scanning.quarantine.restore",
+    "status": "scanning.quarantine.status",
+    "quarantine_state": "scanning.quarantine.status",
     "find_results": "locations",
     "REASONS": "reasons",
     "iter_verdicts": "scanning.results",
@@ -120,8 +120,9 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time the names load
     from .report.build import ReportOptions, ReportSummary, write_report
     from .scanning.check import CheckOptions, check_bytes, check_file
     from .scanning.discover import DiscoverStats, iter_media
-    from .scanning.quarantine import recover
-    from .scanning.records import quarantine_state, restore, status
+    from .scanning.quarantine.recovery import recover
+    from .scanning.quarantine.restore import restore
+    from .scanning.quarantine.status import quarantine_state, status
     from .scanning.results import iter_verdicts, read_problems, read_results
     from .scanning.scanner import ScanOptions, ScanSummary, scan
     from .scanning.verdict import Verdict

@@ -83,9 +83,9 @@ def main() -> None:
     ap.add_argument("--no-verify", action="store_true", help="replace: disable the identity check (to see the race)")
     args = ap.parse_args()
     if args.no_verify:
-        from dsclean.scanning import quarantine
+        from dsclean.scanning.quarantine import moves
 
-        quarantine._verify = lambda *a, **k: None
+        moves._verify = lambda *a, **k: None
     for k in range(args.runs):
         base = Path(tempfile.mkdtemp(prefix="dsclean-race-"))
         try:

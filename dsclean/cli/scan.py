@@ -378,13 +378,13 @@ def _print_report(report, verb: str, args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    from ..scanning.records import restore
+    from ..scanning.quarantine.restore import restore
 
     return _print_report(restore(args.quarantine, args.root, args.state_dir), "restore", args)
 
 
 def cmd_recover(args: argparse.Namespace) -> int:
-    from ..scanning.quarantine import recover
+    from ..scanning.quarantine.recovery import recover
 
     return _print_report(recover(args.quarantine), "recover", args)
 
@@ -398,7 +398,7 @@ def add_status_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from ..scanning.records import format_status, status
+    from ..scanning.quarantine.status import format_status, status
 
     st = status(args.path, args.state_dir)
     if args.json:

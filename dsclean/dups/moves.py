@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from .. import reasons
 from ..errors import UserError
-from ..scanning.quarantine import Quarantine, bound_root
+from ..scanning.quarantine.moves import Quarantine, bound_root
 from .collect import check_outside_roots
 from .finder import DupsResult
 from .quarantines import record_quarantine

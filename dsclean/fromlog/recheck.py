@@ -5,7 +5,7 @@ file is bad (a transform can raise on a good image, a worker can die of memory).
 file still on disk is checked again with the scan's checker (the same :class:`CheckOptions` and
 checker version as ``dsclean scan``, each file in a fresh process as the scan's isolation does, so a
 file that crashes its decoder is named, not fatal); only ``bad`` verdicts are moved, with the scan's
-journal and manifest (:class:`dsclean.scanning.quarantine.Quarantine`: ``dsclean restore`` and
+journal and manifest (:class:`dsclean.scanning.quarantine.moves.Quarantine`: ``dsclean restore`` and
 ``status`` work unchanged). Files that check ``ok`` or ``warn`` are listed with the logged error and
 left in place; files missing on disk are listed. Samples inside shards (a line with ``shard`` and
 ``key``) are read out of their tar, checked the same way (a private temp copy, in a fresh process:
@@ -30,7 +30,7 @@ from ..formats import format_of_name
 from ..jsonpaths import path_bytes, path_fields
 from ..scanning.check import CHECKER_VERSION, CheckOptions
 from ..scanning.executors import isolate
-from ..scanning.quarantine import Quarantine
+from ..scanning.quarantine.moves import Quarantine
 
 log = logging.getLogger("dsclean.fromlog")
 

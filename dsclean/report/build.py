@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from ..atomic import atomic_output
 from ..dups.quarantines import recorded_quarantines
-from ..scanning.records import quarantine_state
+from ..scanning.quarantine.status import quarantine_state
 from .collect import Caps, collect
 from .duplicates import exact_duplicates, moved_by_dups, read_groups
 from .render import render

@@ -33,7 +33,7 @@ PARTITION_ROWS = 2_000_000
 def moved_by_dups(folders: list[str], root: str) -> list[bytes]:
     """Name bytes (relative to ``root``) of the files ``dsclean dups --quarantine`` moved into ``folders`` and
     that are there now, by the folders' journals (a restored copy is back in the dataset)."""
-    from ..scanning.records import quarantined_records
+    from ..scanning.quarantine.status import quarantined_records
 
     out = []
     for folder in folders:

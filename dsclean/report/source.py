@@ -154,7 +154,7 @@ def safe_rel(rel: object) -> bool:
 
 def quarantined_locations(quarantine: str, root: str, rels: set[str]) -> dict[str, str]:
     """Where the journal says each of ``rels`` (moved from ``root``) is now, for moves done and not undone."""
-    from ..scanning.quarantine import read_journal
+    from ..scanning.quarantine.journal import read_journal
 
     stem, ext = os.path.splitext(locations.MANIFEST_FILE)
     moved: dict[str, tuple[str, str]] = {}  # move id -> (src, dst)

@@ -6,8 +6,8 @@
   and hanging decoders (loky, threads or Dask)
 - :mod:`.verdict`, :mod:`.results`, :mod:`.cache`: the record, the results table, the
   re-scan cache
-- :mod:`.quarantine`: journaled moves, recovery, restore
-- :mod:`.records`: what a quarantine holds, from its journal (problems lines, summaries, status)
+- :mod:`.quarantine`: the journal, journaled moves, recovery, restore, and what a quarantine holds
+  (problems lines, summaries, status)
 - :mod:`.scanner`: wires the above together (:func:`dsclean.scan`)
 - :mod:`.merge`: combine the results of a job array's parts
 

@@ -71,7 +71,7 @@ def _restored(root: str, paths: list[str], state_dir: str | None) -> np.ndarray:
     A restore drops a file's line from the problems list, so :func:`_moved_paths` no longer sees that
     it was moved; the journal does (a file moved for a quality flag has an ``ok`` row: reused, it
     would never be checked again)."""
-    from .records import restored_since
+    from .quarantine.status import restored_since
 
     pointer = locations.pointer_for(root, paths, state_dir)
     if not pointer:

@@ -32,8 +32,8 @@ from .check import CheckOptions
 from .discover import DiscoverStats, iter_media_lists, symlink_mode
 from .executors import BACKENDS, run_checks
 from .fastfork import WorkersUnavailable
-from .quarantine import ChangedError, Quarantine
-from .records import quarantine_state, quarantined_records
+from .quarantine.moves import ChangedError, Quarantine
+from .quarantine.status import quarantine_state, quarantined_records
 from .results import SCHEMA, ResultsWriter
 from .reuse import PreviousResults
 from .schema import Chunk, call_function

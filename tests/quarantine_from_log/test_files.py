@@ -8,7 +8,7 @@ from support.failurelogs import log_failures, run_cli
 
 from dsclean import rechecked
 from dsclean.fromlog import FromLogOptions, quarantine_from_log
-from dsclean.scanning.records import restore
+from dsclean.scanning.quarantine.restore import restore
 
 
 def _exc(path, root, error="OSError", message="image file is truncated", index=0):

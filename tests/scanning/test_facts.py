@@ -254,7 +254,7 @@ def test_quarantine_flags_refuses_unknown_codes_before_anything_moves(tmp_path, 
 def test_flagged_files_dry_run_listing_identity_check_and_later_status(tmp_path, monkeypatch, capsys):
     """A dry run lists what --quarantine-flags would move; a move from a cached verdict still compares
     the file's inode/device; later scans list a file moved for a flag as ok (its integrity was fine)."""
-    from dsclean.scanning import quarantine as Q
+    from dsclean.scanning.quarantine import moves as Q
 
     root, q = tmp_path / "data", tmp_path / "q"
     write(root, "a/dark.png", _grey(5))

@@ -153,7 +153,7 @@ def test_merge_refuses_an_interrupted_part(tree, tmp_path):
 
 def test_status_of_a_root_adds_up_every_part(tree, tmp_path):
     """`dsclean status ROOT` after a job array: the counts of all parts, not of part 0 alone."""
-    from dsclean.scanning.records import format_status, status
+    from dsclean.scanning.quarantine.status import format_status, status
 
     summaries = _part_scans(tree, tmp_path / "r", quarantine=None)
     st = status(str(tree))
@@ -186,14 +186,14 @@ def test_status_of_a_root_whose_job_array_ran_only_some_parts(tree, tmp_path, mo
     assert st["array"]["run"] == [f"dsclean scan {tree} --shard 2/3"]
     assert st["results"] == [s.results_path for s in done] and st["summary"]["files"] == files
     scan(str(tree), ScanOptions(shard=(2, N), report_dir=str(tmp_path / "r"), jobs=1))  # the last part
-    from dsclean.scanning.records import format_status, status
+    from dsclean.scanning.quarantine.status import format_status, status
 
     st = status(str(tree))
     assert st.array is None and st.summary["files"] == 42 and "INCOMPLETE" not in format_status(st)
 
 
 def test_status_names_an_unfinished_array_newer_than_the_scan_it_reports(tree, tmp_path, monkeypatch):
-    from dsclean.scanning.records import format_status, status
+    from dsclean.scanning.quarantine.status import format_status, status
 
     monkeypatch.setenv("DSCLEAN_STATE_DIR", str(tmp_path / "state"))
     whole = scan(str(tree), ScanOptions(report_dir=str(tmp_path / "whole"), jobs=1))
@@ -208,7 +208,7 @@ def test_status_names_an_unfinished_array_newer_than_the_scan_it_reports(tree, t
 
 def test_status_of_a_root_keeps_its_counts_after_merge(tree, tmp_path):
     """Review 6, bug 10: after `dsclean merge` the root's pointer named no summary, so `status` lost its counts."""
-    from dsclean.scanning.records import format_status, status
+    from dsclean.scanning.quarantine.status import format_status, status
 
     _part_scans(tree, tmp_path / "r", quarantine=None)
     merge(sorted(glob.glob(str(tmp_path / "r" / "scan_results.part-*.parquet"))))

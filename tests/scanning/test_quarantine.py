@@ -14,7 +14,10 @@ from support.files import write
 from support.treegen import contents, tree_state
 
 from dsclean.errors import UserError
-from dsclean.scanning import quarantine as Q
+from dsclean.scanning.quarantine.journal import PARTIAL_SUFFIX
+from dsclean.scanning.quarantine.moves import Quarantine
+from dsclean.scanning.quarantine.recovery import recover
+from dsclean.scanning.quarantine.restore import restore
 
 
 def _files(root, names=("a/x.jpg", "a/y.jpg", "b/z.png")):
@@ -27,27 +30,27 @@ def test_move_and_restore_round_trip(tmp_path):
     root, qdir = tmp_path / "root", tmp_path / "q"
     names = _files(root)
     before = tree_state(root)
-    with Q.Quarantine(str(qdir), str(root)) as q:
+    with Quarantine(str(qdir), str(root)) as q:
         for n in names[:2]:
             assert q.move(n, "corrupt") == n
     assert not (root / "a/x.jpg").exists() and (qdir / "a/x.jpg").read_bytes() == b"content 0 of a/x.jpg"
     entries = [json.loads(line) for line in (qdir / "manifest.jsonl").read_text().splitlines()]
     assert [e["op"] for e in entries] == ["move", "done", "move", "done"]
     assert entries[0]["root"] == str(root) and entries[0]["reason"] == "corrupt"
-    report = Q.restore(str(qdir))
+    report = restore(str(qdir))
     assert report.restored == 2 and not report.refused
     assert tree_state(root) == before
     # A second restore finds nothing left to do.
-    assert Q.restore(str(qdir)).restored == 0
+    assert restore(str(qdir)).restored == 0
 
 
 def test_colliding_name_gets_a_suffix_never_overwrites(tmp_path):
     root, qdir = tmp_path / "root", tmp_path / "q"
     write(root, "a/x.jpg", b"first")
-    with Q.Quarantine(str(qdir), str(root)) as q:
+    with Quarantine(str(qdir), str(root)) as q:
         q.move("a/x.jpg")
     write(root, "a/x.jpg", b"second")
-    with Q.Quarantine(str(qdir), str(root)) as q:
+    with Quarantine(str(qdir), str(root)) as q:
         assert q.move("a/x.jpg") == "a/x~1.jpg"
     assert (qdir / "a/x.jpg").read_bytes() == b"first" and (qdir / "a/x~1.jpg").read_bytes() == b"second"
 
@@ -63,34 +66,34 @@ def test_cross_device_move_copies_fsyncs_and_removes(tmp_path, monkeypatch):
         return real_rename(src, dst)
 
     monkeypatch.setattr(os, "rename", rename)
-    with Q.Quarantine(str(qdir), str(root)) as q:
+    with Quarantine(str(qdir), str(root)) as q:
         q.move("a/x.jpg")
     assert not (root / "a/x.jpg").exists()
     assert (qdir / "a/x.jpg").read_bytes() == b"content 0 of a/x.jpg"
-    assert not list(qdir.rglob("*" + Q.PARTIAL_SUFFIX))
+    assert not list(qdir.rglob("*" + PARTIAL_SUFFIX))
 
 
 def test_second_process_gets_a_clear_lock_error(tmp_path):
     root, qdir = tmp_path / "root", tmp_path / "q"
     _files(root)
-    with Q.Quarantine(str(qdir), str(root)):
+    with Quarantine(str(qdir), str(root)):
         with pytest.raises(UserError, match="in use by another dsclean process"):
-            Q.Quarantine(str(qdir), str(root))
-    Q.Quarantine(str(qdir), str(root)).close()  # released on close
+            Quarantine(str(qdir), str(root))
+    Quarantine(str(qdir), str(root)).close()  # released on close
 
 
 def test_unwritable_quarantine_is_a_user_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with pytest.raises(UserError, match="not writable"):
-        Q.Quarantine(str(blocker / "q"), str(tmp_path))
+        Quarantine(str(blocker / "q"), str(tmp_path))
 
 
 def test_quarantine_may_not_be_or_contain_the_root(tmp_path):
     with pytest.raises(UserError, match="must not be the scanned root"):
-        Q.Quarantine(str(tmp_path), str(tmp_path))
+        Quarantine(str(tmp_path), str(tmp_path))
     with pytest.raises(UserError, match="must not be the scanned root"):
-        Q.Quarantine(str(tmp_path), str(tmp_path / "inner"))
+        Quarantine(str(tmp_path), str(tmp_path / "inner"))
 
 
 # ---- crash points ----------------------------------------------------------------------------
@@ -98,14 +101,15 @@ def test_quarantine_may_not_be_or_contain_the_root(tmp_path):
 CRASH_DRIVER = textwrap.dedent(
     """
     import errno, os, signal, sys
-    from dsclean.scanning import quarantine as Q
+    from dsclean.scanning.quarantine import moves
+    from dsclean.scanning.quarantine.journal import Journal
     root, qdir, point, cross = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
     steps = [0]
     def step():
         steps[0] += 1
         if steps[0] == point:
             os.kill(os.getpid(), signal.SIGKILL)
-    real_append, real_rename, real_unlink, real_copy, real_link = Q.Journal.append, os.rename, os.unlink, Q._copy_new, os.link
+    real_append, real_rename, real_unlink, real_copy, real_link = Journal.append, os.rename, os.unlink, moves._copy_new, os.link
     def append(self, entry):
         step(); real_append(self, entry); step()
     def rename(src, dst):
@@ -120,8 +124,8 @@ CRASH_DRIVER = textwrap.dedent(
         step(); real_link(src, dst, **kw); step()
     def copy_new(src, dst):
         step(); real_copy(src, dst); step()
-    Q.Journal.append, os.rename, os.unlink, Q._copy_new, os.link = append, rename, unlink, copy_new, link
-    with Q.Quarantine(qdir, root) as q:
+    Journal.append, os.rename, os.unlink, moves._copy_new, os.link = append, rename, unlink, copy_new, link
+    with moves.Quarantine(qdir, root) as q:
         for rel in ("a/x.jpg", "a/y.jpg", "b/z.png"):
             q.move(rel, "corrupt")
     print("finished", steps[0])
@@ -153,11 +157,11 @@ def test_kill_at_every_step_loses_nothing(tmp_path, cross_device):
         else:
             assert found == sorted(original.values())
         if qdir.exists():
-            report = Q.recover(str(qdir))
+            report = recover(str(qdir))
             assert not report.refused, report.refused
-            assert not list(qdir.rglob("*" + Q.PARTIAL_SUFFIX))
+            assert not list(qdir.rglob("*" + PARTIAL_SUFFIX))
             assert contents(root, qdir) == sorted(original.values())  # exactly once each
-            Q.restore(str(qdir))
+            restore(str(qdir))
         assert tree_state(root) == original, f"kill point {point}"
         if not killed:
             break
@@ -186,7 +190,7 @@ def test_restore_refuses_paths_outside_the_root(tmp_path):
         {"op": "move", "id": "2", "root": str(root), "src": "/etc/evil.jpg", "dst": "evil.jpg"}, {"op": "done", "id": "2"},
         {"op": "move", "id": "3", "root": "relative/root", "src": "a.jpg", "dst": "evil.jpg"}, {"op": "done", "id": "3"},
     )
-    report = Q.restore(str(qdir))
+    report = restore(str(qdir))
     assert report.restored == 0 and len(report.refused) == 3
     assert not (tmp_path / "escaped.jpg").exists() and (qdir / "evil.jpg").exists()
 
@@ -198,7 +202,7 @@ def test_restore_refuses_a_symlink_out_of_the_root(tmp_path):
     os.symlink(outside, root / "link")
     write(qdir, "x.jpg", b"x")
     _manifest(qdir, {"op": "move", "id": "1", "root": str(root), "src": "link/x.jpg", "dst": "x.jpg"}, {"op": "done", "id": "1"})
-    report = Q.restore(str(qdir))
+    report = restore(str(qdir))
     assert report.restored == 0 and "outside" in report.refused[0]
     assert not (outside / "x.jpg").exists()
 
@@ -209,7 +213,7 @@ def test_duplicated_and_truncated_manifest_lines(tmp_path):
     write(qdir, "a.jpg", b"a")
     move = {"op": "move", "id": "1", "root": str(root), "src": "a.jpg", "dst": "a.jpg"}
     _manifest(qdir, move, move, {"op": "done", "id": "1"}, {"op": "done", "id": "1"}, raw=b'{"op": "move", "id": "2", "ro')
-    report = Q.restore(str(qdir))
+    report = restore(str(qdir))
     assert report.restored == 1 and (root / "a.jpg").read_bytes() == b"a"
     assert len(report.bad_lines) == 1 and "manifest.jsonl:5" in report.bad_lines[0]
     # The cut line was closed with a newline, so later entries stay parseable.
@@ -220,25 +224,25 @@ def test_duplicated_and_truncated_manifest_lines(tmp_path):
 def test_restore_never_overwrites_a_file_that_came_back(tmp_path):
     root, qdir = tmp_path / "root", tmp_path / "q"
     write(root, "a.jpg", b"old")
-    with Q.Quarantine(str(qdir), str(root)) as q:
+    with Quarantine(str(qdir), str(root)) as q:
         q.move("a.jpg")
     write(root, "a.jpg", b"new")
-    report = Q.restore(str(qdir))
+    report = restore(str(qdir))
     assert report.restored == 0 and "exists again" in report.refused[0]
     assert (root / "a.jpg").read_bytes() == b"new" and (qdir / "a.jpg").read_bytes() == b"old"
 
 
 def test_restore_of_a_folder_that_is_not_a_quarantine(tmp_path):
     with pytest.raises(UserError, match="not a dsclean quarantine folder"):
-        Q.restore(str(tmp_path))
+        restore(str(tmp_path))
 
 
 def test_non_utf8_names_round_trip(tmp_path):
     root, qdir = tmp_path / "root", tmp_path / "q"
     name = os.fsdecode(b"a/caf\xe9\nline.jpg")
     write(root, name, b"bytes")
-    with Q.Quarantine(str(qdir), str(root)) as q:
+    with Quarantine(str(qdir), str(root)) as q:
         q.move(name)
     assert os.path.exists(os.path.join(os.fsencode(qdir), b"a/caf\xe9\nline.jpg"))
-    assert Q.restore(str(qdir)).restored == 1
+    assert restore(str(qdir)).restored == 1
     assert open(os.path.join(os.fsencode(root), b"a/caf\xe9\nline.jpg"), "rb").read() == b"bytes"

@@ -21,8 +21,12 @@ import dsclean
 from dsclean import reasons as R
 from dsclean.cli import main
 from dsclean.errors import UserError
-from dsclean.scanning import quarantine as Q
 from dsclean.scanning.check import CheckOptions
+from dsclean.scanning.quarantine import moves as quarantine_moves
+from dsclean.scanning.quarantine.journal import PARTIAL_SUFFIX, temp_name
+from dsclean.scanning.quarantine.moves import ChangedError, Quarantine
+from dsclean.scanning.quarantine.recovery import recover
+from dsclean.scanning.quarantine.restore import restore
 from dsclean.scanning.results import read_problems
 from dsclean.scanning.scanner import ScanOptions, scan
 
@@ -45,7 +49,7 @@ def _consistent(qdir, root):
         else:
             assert not (qdir / e["dst"]).exists() or any(
                 m["dst"] == e["dst"] and outcome[m["id"]] == "done" for m in moves), e
-    assert not list(qdir.rglob("*" + Q.PARTIAL_SUFFIX)) and not list(root.rglob("*" + Q.PARTIAL_SUFFIX))
+    assert not list(qdir.rglob("*" + PARTIAL_SUFFIX)) and not list(root.rglob("*" + PARTIAL_SUFFIX))
 
 
 # ---- 1. temp names never collide with user files ------------------------------------------------
@@ -55,21 +59,21 @@ def test_cross_device_restore_never_touches_a_user_file_named_like_a_temp(tmp_pa
     with tmpfs(tmp_path / "mnt", "4m"):
         root, qdir = tmp_path / "mnt" / "root", tmp_path / "q"
         write(root, "a/x.jpg", b"bad bytes of x")
-        with Q.Quarantine(str(qdir), str(root)) as q:
+        with Quarantine(str(qdir), str(root)) as q:
             q.move("a/x.jpg", "corrupt")
         # The user's own files named exactly like dsclean's old temp names, beside source and target.
         write(root, "a/x.jpg.dsclean-partial", b"user file 1")
         write(qdir, "a/x.jpg.dsclean-partial", b"user file 2")
-        report = Q.restore(str(qdir))
+        report = restore(str(qdir))
         assert report.restored == 1 and not report.refused and not report.failed
         assert (root / "a/x.jpg").read_bytes() == b"bad bytes of x"
         assert (root / "a/x.jpg.dsclean-partial").read_bytes() == b"user file 1"
         assert (qdir / "a/x.jpg.dsclean-partial").read_bytes() == b"user file 2"
         # recover after the fact removes nothing it did not create
-        Q.recover(str(qdir))
+        recover(str(qdir))
         assert (root / "a/x.jpg.dsclean-partial").read_bytes() == b"user file 1"
         assert (qdir / "a/x.jpg.dsclean-partial").read_bytes() == b"user file 2"
-        assert [e.get("tmp", "").endswith(Q.PARTIAL_SUFFIX) for e in _journal(qdir) if e["op"] in ("move", "restore")] \
+        assert [e.get("tmp", "").endswith(PARTIAL_SUFFIX) for e in _journal(qdir) if e["op"] in ("move", "restore")] \
             == [True, True]
 
 
@@ -81,9 +85,9 @@ def test_a_temp_name_that_exists_is_never_opened_over(tmp_path, monkeypatch):
         taken = qdir / ".taken.dsclean-partial"
         write(qdir, ".taken.dsclean-partial", b"somebody's file")
         names = iter([taken.name])
-        real = Q.temp_name
-        monkeypatch.setattr(Q, "temp_name", lambda ident: next(names, None) or real(ident))
-        with Q.Quarantine(str(qdir), str(root)) as q:
+        real = temp_name
+        monkeypatch.setattr(quarantine_moves, "temp_name", lambda ident: next(names, None) or real(ident))
+        with Quarantine(str(qdir), str(root)) as q:
             assert q.move("x.jpg") == "x.jpg"  # the first try is refused and journaled as aborted; the retry works
         assert taken.read_bytes() == b"somebody's file"
         assert (qdir / "x.jpg").read_bytes() == b"to move" and not (root / "x.jpg").exists()
@@ -97,9 +101,9 @@ def test_recover_removes_only_the_temp_the_journal_names(tmp_path):
     write(qdir, "a/.0123abcd.dsclean-partial", b"half a copy")  # what a killed cross-device move leaves
     (qdir / ".dsclean-quarantine").touch()
     entry = {"op": "move", "id": "0123abcd", "root": str(root), "src": "a/x.jpg", "dst": "a/x.jpg",
-             "tmp": Q.temp_name("0123abcd")}
+             "tmp": temp_name("0123abcd")}
     (qdir / "manifest.jsonl").write_text(json.dumps(entry) + "\n")
-    report = Q.recover(str(qdir))
+    report = recover(str(qdir))
     assert report.reverted == 1 and not report.refused
     assert not (qdir / "a/.0123abcd.dsclean-partial").exists()
     assert (qdir / "a/x.jpg.dsclean-partial").read_bytes() == b"user file"
@@ -126,8 +130,8 @@ def test_read_only_subtree_rolls_back_every_copy(tmp_path, capsys):
         _consistent(qdir, root)
         aborts = [e for e in _journal(qdir) if e["op"] == "abort"]
         assert len(aborts) == 4 and all("Read-only" in e["error"] for e in aborts)
-    assert Q.recover(str(qdir)).refused == []
-    Q.restore(str(qdir))
+    assert recover(str(qdir)).refused == []
+    restore(str(qdir))
     assert tree_state(root) == original
 
 
@@ -140,7 +144,7 @@ def test_append_only_folder_rolls_back_the_link(tmp_path):
         if proc.returncode:
             pytest.skip(f"chattr +a not supported here: {proc.stderr.strip()}")
         try:
-            with Q.Quarantine(str(qdir), str(root)) as q, pytest.raises(PermissionError):
+            with Quarantine(str(qdir), str(root)) as q, pytest.raises(PermissionError):
                 q.move("d/x.jpg", "corrupt")
             assert (root / "d/x.jpg").read_bytes() == b"stays" and not (qdir / "d/x.jpg").exists()
             assert [e["op"] for e in _journal(qdir)] == ["move", "abort"]
@@ -219,7 +223,7 @@ def test_racing_scans_into_two_quarantines_leave_one_copy(tmp_path):
     moved = [json.loads(o[0])["quarantined"] for o in outs]
     assert sum(moved) == 120, moved
     for q in (q1, q2):
-        Q.restore(str(q))
+        restore(str(q))
     assert tree_state(root) == original
 
 
@@ -311,16 +315,16 @@ def test_full_quarantine_disk_mid_scan_loses_nothing(tmp_path, capsys):
         code = main(["scan", str(root), "--quarantine", str(qdir), "--jobs", "1"])
         err = capsys.readouterr().err
         assert code == 3 and "No space left on device" in err
-        assert not list(qdir.rglob("*" + Q.PARTIAL_SUFFIX)) and not list(qdir.rglob(".*.tmp"))
+        assert not list(qdir.rglob("*" + PARTIAL_SUFFIX)) and not list(qdir.rglob(".*.tmp"))
         assert sorted(contents(root, qdir)) == sorted(original.values())
         _consistent(qdir, root)
         moved = len([e for e in _journal(qdir) if e["op"] == "done"])
         assert 0 < moved < 16
         failed = [p for p in read_problems(str(qdir / "problems.jsonl")) if "quarantine_error" in p]
         assert len(failed) == 16 - moved and all("No space left on device" in p["quarantine_error"] for p in failed)
-        report = Q.recover(str(qdir))
-        assert not report.refused and not list(qdir.rglob("*" + Q.PARTIAL_SUFFIX))
-        Q.restore(str(qdir))
+        report = recover(str(qdir))
+        assert not report.refused and not list(qdir.rglob("*" + PARTIAL_SUFFIX))
+        restore(str(qdir))
     assert tree_state(root) == original
 
 
@@ -559,7 +563,7 @@ def test_restore_refuses_an_entry_of_another_root(tmp_path):
     write(root, "a/x.jpg", b"x")
     write(root, "a/y.jpg", b"y")
     other.mkdir()
-    with Q.Quarantine(str(qdir), str(root)) as q:
+    with Quarantine(str(qdir), str(root)) as q:
         q.move("a/x.jpg")
         q.move("a/y.jpg")
     assert json.loads((qdir / "quarantine.json").read_text()) == {"root": str(root)}
@@ -567,7 +571,7 @@ def test_restore_refuses_an_entry_of_another_root(tmp_path):
     edited = [json.loads(line) for line in lines]
     edited[0]["root"] = str(other)  # an edited entry pointing outside the dataset
     (qdir / "manifest.jsonl").write_text("".join(json.dumps(e) + "\n" for e in edited))
-    report = Q.restore(str(qdir))
+    report = restore(str(qdir))
     assert report.restored == 1 and len(report.refused) == 1 and "not this quarantine's root" in report.refused[0]
     assert not list(other.iterdir()) and (qdir / "a/x.jpg").exists() and (root / "a/y.jpg").exists()
 
@@ -576,9 +580,9 @@ def test_one_quarantine_folder_per_root(tmp_path):
     a, b, qdir = tmp_path / "a", tmp_path / "b", tmp_path / "q"
     write(a, "x.jpg", b"x")
     write(b, "x.jpg", b"x")
-    Q.Quarantine(str(qdir), str(a)).close()
+    Quarantine(str(qdir), str(a)).close()
     with pytest.raises(UserError, match="holds files of .*one quarantine folder per root"):
-        Q.Quarantine(str(qdir), str(b))
+        Quarantine(str(qdir), str(b))
 
 
 def test_a_broken_symlink_is_still_moved_as_a_link(tmp_path):
@@ -648,9 +652,9 @@ def test_index_checks_again_a_file_whose_recorded_verdict_was_about_the_moment(t
     write(root, "a/ok.jpg", synth.jpeg(64, 64, seed=6))
 
     def changed(self, rel, reason=None, **kw):
-        raise Q.ChangedError(os.path.join(str(root), rel), "replaced (simulated)")
+        raise ChangedError(os.path.join(str(root), rel), "replaced (simulated)")
 
-    monkeypatch.setattr(Q.Quarantine, "move", changed)
+    monkeypatch.setattr(Quarantine, "move", changed)
     state = str(tmp_path / "state")
     s = scan(str(root), ScanOptions(jobs=1, backend="threads", quarantine=str(tmp_path / "q"), progress=False,
                                     state_dir=state))

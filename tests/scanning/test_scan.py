@@ -181,7 +181,7 @@ def test_cli_user_errors_are_clear_and_exit_2(tmp_path, args, message):
 
 def test_cli_second_scan_into_the_same_quarantine_is_refused(tree, tmp_path):
     root, _ = tree
-    from dsclean.scanning.quarantine import Quarantine
+    from dsclean.scanning.quarantine.moves import Quarantine
 
     with Quarantine(str(tmp_path / "q"), str(root)):
         proc = run_cli("scan", root, "--quarantine", tmp_path / "q")
@@ -438,7 +438,7 @@ def test_counts_follow_a_flagged_file_replaced_before_its_move(tmp_path, monkeyp
     """ok for the worker, warn/changed once its move finds it replaced: the summary counts what the results say."""
     from PIL import Image
 
-    from dsclean.scanning import quarantine as q
+    from dsclean.scanning.quarantine import moves as q
 
     root = tmp_path / "data"
     root.mkdir()

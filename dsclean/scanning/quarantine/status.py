@@ -3,7 +3,8 @@
 A scan's ``problems.jsonl`` and ``scan_summary.json`` describe more than the run
 that wrote them: every file quarantined so far (by this or an earlier, resumed or
 repeated run) is listed with its reason, and a file that was restored leaves the
-list. Both come from folding the journal(s) of the quarantine folder.
+list. Both come from folding the journal(s) of the quarantine folder (:mod:`.journal`).
+``dsclean status`` (:func:`status`) reports a quarantine folder, or a root's last scan and its quarantine.
 """
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Iterator
 
-from .. import locations
-from .. import reasons as R
-from ..atomic import atomic_output
-from ..jsonpaths import path_fields
-from .quarantine import RecoveryReport, _fold, _in_quarantine, _journals
+from ... import locations
+from ... import reasons as R
+from ...errors import UserError
+from ...jsonpaths import path_fields
+from .journal import RecoveryReport, fold_journals, in_quarantine
 
 
 @dataclass
@@ -38,13 +39,6 @@ class QuarantineState:
         return asdict(self)
 
 
-def _folds(qdir: str, tags: Iterable[str] | None, report: RecoveryReport):
-    for tag in (tags if tags is not None else _journals(qdir)):
-        path = os.path.join(qdir, locations.tagged(locations.MANIFEST_FILE, tag))
-        if os.path.exists(path):
-            yield _fold(path, report)
-
-
 def quarantine_state(qdir: str, tags: Iterable[str] | None = None) -> QuarantineState:
     """Count what the journal(s) of ``qdir`` say: moved, restored, failed, pending, by reason."""
     qdir = os.path.abspath(qdir)
@@ -53,8 +47,8 @@ def quarantine_state(qdir: str, tags: Iterable[str] | None = None) -> Quarantine
     roots: set[str] = set()
     reasons: Counter = Counter()
     failures: Counter = Counter()
-    for state in _folds(qdir, tags, report):
-        here = _in_quarantine(state)
+    for state in fold_journals(qdir, tags, report):
+        here = in_quarantine(state)
         held = {(e.get("root"), e.get("src")) for _, e in here}
         st.moved += len(here)
         reasons.update(str(e.get("reason") or "?") for _, e in here)
@@ -80,8 +74,8 @@ def quarantined_records(qdir: str, root: str, tags: Iterable[str] | None = None,
                         skip_ids: set[str] | frozenset = frozenset()) -> Iterator[dict]:
     """A problems-file line for every file of ``root`` in the quarantine now (except ``skip_ids``)."""
     qdir = os.path.abspath(qdir)
-    for state in _folds(qdir, tags, RecoveryReport()):
-        for ident, e in _in_quarantine(state):
+    for state in fold_journals(qdir, tags, RecoveryReport()):
+        for ident, e in in_quarantine(state):
             if ident in skip_ids or e.get("root") != root:
                 continue
             line = {**path_fields(e["src"]), "kind": e.get("kind"), "reason": e.get("reason"),
@@ -96,140 +90,12 @@ def restored_since(qdir: str, root: str, since_ns: int) -> list[bytes]:
 
     A restore journaled without a time (dsclean before the field existed) counts as recent."""
     out = []
-    for state in _folds(os.path.abspath(qdir), None, RecoveryReport()):
+    for state in fold_journals(os.path.abspath(qdir), None, RecoveryReport()):
         for i, e in state.intents.items():
             if (e["op"] == "restore" and state.outcome.get(i) == "done" and e.get("root") == root
                     and isinstance(e.get("src"), str) and int(e.get("t") or since_ns) >= since_ns):
                 out.append(os.fsencode(e["src"]))
     return out
-
-
-def refresh_after_restore(qdir: str, report_dirs: Iterable[str]) -> list[str]:
-    """Drop restored files from the problems files and update the summaries in ``report_dirs``.
-
-    The journal decides: a problems line with ``quarantined_as`` that the journal no
-    longer holds in ``qdir`` goes. Returns the files rewritten.
-    """
-    qdir = os.path.abspath(qdir)
-    held: set[str] = set()
-    for state in _folds(qdir, None, RecoveryReport()):
-        held |= {str(e.get("dst")) for _, e in _in_quarantine(state)}
-    state = quarantine_state(qdir)
-    rewritten = []
-    for folder in dict.fromkeys(os.path.abspath(d) for d in report_dirs):
-        if not os.path.isdir(folder):
-            continue
-        for name in os.listdir(folder):
-            path = os.path.join(folder, name)
-            if _is_named(name, locations.PROBLEMS_FILE) and _drop_lines(path, held):
-                rewritten.append(path)
-            elif _is_named(name, locations.SUMMARY_FILE) and _update_summary(path, qdir, state):
-                rewritten.append(path)
-    return rewritten
-
-
-def _is_named(name: str, base: str) -> bool:
-    stem, ext = os.path.splitext(base)
-    return name == base or (name.startswith(stem + ".part-") and name.endswith(ext))
-
-
-def _drop_lines(path: str, held: set[str]) -> bool:
-    """Rewrite a problems file without the lines of files the quarantine no longer holds."""
-    with open(path, "rb") as f:
-        lines = f.readlines()
-    keep = []
-    for raw in lines:
-        try:
-            obj = json.loads(raw)
-        except ValueError:
-            keep.append(raw)  # not ours to judge
-            continue
-        if not (isinstance(obj, dict) and obj.get("quarantined_as") is not None and obj["quarantined_as"] not in held):
-            keep.append(raw)
-    if len(keep) == len(lines):
-        return False
-    with atomic_output(path) as tmp, open(tmp, "wb") as out:
-        out.writelines(keep)
-    return True
-
-
-def _update_summary(path: str, qdir: str, state: QuarantineState) -> bool:
-    try:
-        with open(path, encoding="utf-8") as f:
-            summary = json.load(f)
-    except (OSError, ValueError):
-        return False
-    if not isinstance(summary, dict) or summary.get("quarantine") != qdir:
-        return False
-    summary["quarantine_state"] = state.to_json()
-    with atomic_output(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
-        json.dump(summary, f, indent=2)
-    return True
-
-
-# --------------------------------------------------------------------------- restore and status
-
-
-def restore(qdir: str, root: str | None = None, state_dir: str | None = None) -> RecoveryReport:
-    """Move every quarantined file back (:func:`dsclean.scanning.quarantine.restore`), then update the records.
-
-    Restored files leave the problems files and the summaries: those in the
-    quarantine folder and those the root's last-scan pointer names for this quarantine.
-    """
-    from .quarantine import restore as restore_files
-
-    _tombstones_before_restore(qdir, root, state_dir)
-    report = restore_files(qdir, root)
-    if report.restored:
-        refresh_after_restore(qdir, _report_dirs(qdir, state_dir))
-    return report
-
-
-def _tombstones_before_restore(qdir: str, root: str | None, state_dir: str | None) -> None:
-    """Before any file moves back: tombstones in the scan caches of the roots they go back to, and the
-    quarantine noted in those roots' last-scan pointers.
-
-    A file put back must be checked again by the next scan, never answered by a cached verdict or a
-    previous result row of the same size and mtime (bit rot a --rescan found keeps both). The scan
-    that moved it writes a tombstone with its next cache batch and its results at its end: a kill -9
-    in between loses both, and the last finished scan's results still say ``ok``. So restore writes
-    the tombstones again, durably (:func:`~dsclean.scanning.cache.forget_before_restore`), and tells
-    the pointers where to find the restores (:func:`dsclean.locations.note_restore`).
-    """
-    import glob
-
-    from ..errors import UserError
-    from .cache import forget_before_restore
-
-    by_root: dict[str, list[str]] = {}
-    for state in _folds(os.path.abspath(qdir), None, RecoveryReport()):
-        for _, e in _in_quarantine(state):
-            if isinstance(e.get("root"), str) and isinstance(e.get("src"), str):
-                by_root.setdefault(os.path.abspath(root) if root else e["root"], []).append(e["src"])
-    for where, rels in by_root.items():
-        caches = [c for base, _ in locations.state_bases(state_dir)
-                  for c in glob.glob(os.path.join(glob.escape(locations.root_state_dir(where, base)),
-                                                  locations.CACHE_FILE + "*"))]
-        try:
-            forget_before_restore(caches, rels)
-            locations.note_restore(where, qdir, state_dir)  # and no previous result row of them is reused
-        except OSError as exc:
-            raise UserError(f"could not mark the {len(rels):,} files to restore as unchecked in the scan cache of "
-                            f"{where} ({exc.strerror or exc}; {exc.filename}): the next scan could reuse an old "
-                            "verdict for them. Nothing was restored; free space or fix permissions there, or delete "
-                            "that scan cache (it only saves time)") from exc
-
-
-def _report_dirs(qdir: str, state_dir: str | None) -> list[str]:
-    """The quarantine folder, and the report folders of last scans that quarantined into it."""
-    qdir = os.path.abspath(qdir)
-    dirs = [qdir]
-    for root in quarantine_state(qdir).roots:
-        for base, _ in locations.state_bases(state_dir):
-            pointer, _ = locations.last_scan(root, base)
-            if pointer and pointer.get("quarantine") == qdir:
-                dirs += [os.path.dirname(p) for p in pointer.get("problems", [])]
-    return dirs
 
 
 @dataclass
@@ -252,8 +118,6 @@ class Status:
 
 def status(path: str, state_dir: str | None = None) -> Status:
     """The state of a quarantine folder (by its journal), or of a root (its last scan and its quarantine)."""
-    from ..errors import UserError
-
     if not os.path.isdir(path):
         raise UserError(f"{path}: no such folder (dsclean status takes a quarantine folder or a dataset root)")
     path = os.path.abspath(path)
@@ -351,7 +215,7 @@ def format_status(st: Status) -> str:
             if warned:
                 lines.append(f"  warnings: {warned}")
             if s.get("distributions"):
-                from .norm import format_distributions
+                from ..norm import format_distributions
 
                 lines.append("  the set (distributions):")
                 lines += ["  " + line for line in format_distributions(s["distributions"], s.get("norm_flagged"))]
