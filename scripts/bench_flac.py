@@ -19,7 +19,7 @@ import time
 import numpy as np
 import soundfile as sf
 
-from dsclean.scanning import flac
+from dsclean.scanning.formats import flac
 from dsclean.scanning.check import CheckOptions, check_bytes
 
 

@@ -239,10 +239,10 @@ def test_the_peek_reads_a_bounded_number_of_entries(tmp_path):
     assert preload_modules({"flac"}) == [*base, "dsclean.scanning.check_audio"]
     assert preload_modules({"jpeg"}, facts=False) == [*base, "dsclean.scanning.check_image"]  # no Pillow
     assert preload_modules({"jpeg", "gif"}, facts=False) == [*base, "dsclean.scanning.check_image",
-                                                             "PIL.PngImagePlugin", "dsclean.scanning.png"]
+                                                             "PIL.PngImagePlugin", "dsclean.scanning.formats.png"]
     assert preload_modules({"jpeg"})[-1] == "dsclean.quality.image"  # the image facts, when facts are recorded
     assert set(preload_modules(None)) >= {"dsclean.scanning.check_image", "dsclean.scanning.check_audio",
-                                          "dsclean.scanning.check_pnm", "dsclean.quality.image"}
+                                          "dsclean.scanning.formats.pnm", "dsclean.quality.image"}
 
 
 _EXIT = """
@@ -298,16 +298,16 @@ def test_a_checker_imported_mid_scan_is_not_on_the_files_clock(tmp_path):
     network file system; here made slow on purpose) must not count against the file's --timeout (SIGALRM kills)."""
     write(tmp_path, "z/good.jpg", synth.jpeg(16, 16))
     out = _run(f"""
-        import importlib, sys, time
+        import sys, time
         assert "dsclean.scanning.check_image" not in sys.modules
         from dsclean.scanning import worker
         from dsclean.scanning.check import CheckOptions
-        real = importlib.import_module
-        def slow(name, package=None):
-            if name.endswith("check_image"):
-                time.sleep(0.6)  # three times the file's limit
-            return real(name, package)
-        importlib.import_module = slow
+        class Slow:  # the import system asks it first, and it lets the real finders find the module
+            def find_spec(self, name, path=None, target=None):
+                if name.endswith("check_image"):
+                    time.sleep(0.6)  # three times the file's limit
+                return None
+        sys.meta_path.insert(0, Slow())
         [v] = worker.check_chunk({str(tmp_path)!r}, ["z/good.jpg"], CheckOptions(timeout=0.2, facts=False))
         print(v.status, v.reason)
     """)

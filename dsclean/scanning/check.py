@@ -4,10 +4,10 @@
 those bytes; :func:`check_bytes` runs exactly the same checks on bytes already in hand
 (e.g. a sample sliced out of a tar shard). Neither raises for a problem with the file:
 every outcome is a :class:`~dsclean.scanning.verdict.Verdict`. The format comes from the
-name's extension, confirmed by the magic bytes; then that format's checker
-(:mod:`dsclean.scanning.check_image`, :mod:`dsclean.scanning.check_audio`) combines a
-real decode with the format's own integrity rules (the format modules: ``jpeg``,
-``png``, ``gif``, ``tiff``, ``bmp``, ``wav``, ``flac``, ``ogg``, ``mp3``). Whatever
+name's extension, confirmed by the magic bytes; then that format's checker, found in the
+table :data:`dsclean.scanning.formats.REGISTRY` (:mod:`dsclean.scanning.check_image`,
+:mod:`dsclean.scanning.check_audio`, ...), combines a real decode with the format's own
+integrity rules (the format modules of :mod:`dsclean.scanning.formats`). Whatever
 native decoders print on the C-level stderr is captured and kept in the verdict's detail.
 """
 from __future__ import annotations
@@ -21,12 +21,14 @@ import stat
 import tempfile
 import warnings
 from dataclasses import dataclass
-from typing import Callable, ContextManager, Iterable, Iterator, Union
+from typing import Callable, Iterable, Iterator, Union
 
 from .. import reasons as R
 from ..formats import FORMATS, SNIFF_BYTES, format_of_name, is_prefix_of_magic, kind_of, sniff
 from ..hashing import content_hash
 from ..openfile import NotRegularFile, open_regular
+from . import importguard
+from .formats import PILLOW_MODULES, REGISTRY
 from .verdict import Verdict
 
 #: The version of the integrity rules. Bump it with every change that can change a verdict
@@ -94,26 +96,15 @@ Checker = Callable[[Data, Verdict, CheckOptions], None]
 fault_hook: Callable[[str], None] | None = None
 
 
-#: Set by dsclean.scanning.worker: wraps the import of a checker module, which happens on the first file
-#: of its formats (a worker lifts its memory ceiling around it: a decoder library loading is not the
-#: file's doing, and under a tight ceiling the import itself could fail). None: imports run as they are.
-import_guard: Callable[[], ContextManager[None]] | None = None
-
-_CHECKERS: dict[str, Checker] = {}
-#: formats whose checker module is not ``check_<kind>``
-_MODULES = {"ppm": "check_pnm", "avif": "check_isobmff", "heif": "check_isobmff", "jxl": "check_isobmff"}
-
-
-#: formats the image checker hands to Pillow (and PNG to its chunk walker): it imports them on their first file
-PILLOW_FORMATS = frozenset({"png", "gif", "bmp", "tiff", "webp", "avif", "heif", "jxl"})
+_CHECKERS: dict[str, Checker] = {}  # format -> its check function, filled from each check module on first use
 
 
 def checker_modules(formats: Iterable[str] | None = None) -> list[str]:
     """The full names of the modules checking ``formats`` (None: every format), e.g. to preload them
     (with Pillow for the formats it checks: a tree of JPEGs never loads it)."""
-    formats = list(FORMATS if formats is None else formats)
-    pillow = ["PIL.PngImagePlugin", f"{__package__}.png"] if PILLOW_FORMATS.intersection(formats) else []
-    return sorted({f"{__package__}.{_MODULES.get(fmt, 'check_' + kind_of(fmt))}" for fmt in formats}) + pillow
+    rows = [REGISTRY[fmt] for fmt in (FORMATS if formats is None else formats)]
+    pillow = list(PILLOW_MODULES) if any(row.pillow for row in rows) else []
+    return sorted({row.checks.name for row in rows}) + pillow
 
 
 def load_checkers(formats: Iterable[str] | None = None) -> None:
@@ -123,13 +114,12 @@ def load_checkers(formats: Iterable[str] | None = None) -> None:
 
 
 def _checker(fmt: str) -> Checker:
-    """The checker for a format; each kind's module (and its decoders) is imported on first use."""
+    """The checker for a format (:data:`dsclean.scanning.formats.REGISTRY`); its module (and its decoders) is
+    imported on first use, under the worker's import guard (:mod:`dsclean.scanning.importguard`)."""
     if fmt not in _CHECKERS:
-        import importlib
-
-        with import_guard() if import_guard is not None else contextlib.nullcontext():
-            module = importlib.import_module(f".{_MODULES.get(fmt, 'check_' + kind_of(fmt))}", __package__)
-        _CHECKERS.update(module.CHECKERS)
+        with importguard.guarded():
+            table = REGISTRY[fmt].checks.load()
+        _CHECKERS.update(table)
     return _CHECKERS[fmt]
 
 
@@ -330,7 +320,7 @@ def _sniff(data: Data, head: bytes) -> str | None:
     (libFLAC skips such a tag; the FLAC spec does not allow it: the FLAC checker warns)."""
     real = sniff(head)
     if real == "mp3" and head[:3] == b"ID3":
-        from .id3 import id3v2_end
+        from .formats.id3 import id3v2_end
 
         end = id3v2_end(data, 0)
         if end is not None and data[end : end + 4] == b"fLaC":

@@ -12,8 +12,8 @@ second open):
    (Uncompressed PCM WAV is not pushed through a decoder: its samples *are* its
    bytes, so libsndfile reads the header and the chunk walk checks the rest;
    float WAV samples are scanned straight from the bytes);
-2. run the container's own rules (:mod:`~dsclean.scanning.wav`, :mod:`~dsclean.scanning.flac`,
-   :mod:`~dsclean.scanning.ogg`, :mod:`~dsclean.scanning.mp3`: headers only, never a
+2. run the container's own rules (:mod:`~dsclean.scanning.formats.wav`, :mod:`~dsclean.scanning.formats.flac`,
+   :mod:`~dsclean.scanning.formats.ogg`, :mod:`~dsclean.scanning.formats.mp3`: headers only, never a
    Python loop over sample data) comparing what the headers promise with the bytes present.
 
 Findings of both are collected; the verdict's reason is the container's
@@ -35,7 +35,8 @@ import soundfile as sf
 from .. import reasons as R
 from ..quality.audio import AudioStats
 from . import facts as facts_of
-from . import fallback, flac, mp3, ogg, wav
+from . import fallback
+from .formats import flac, mp3, ogg, wav
 from .verdict import Finding, Verdict, bad
 
 if TYPE_CHECKING:

@@ -8,17 +8,16 @@ decodes a GIF cut between frames; it never looks at a PNG's Adler-32. So:
 - JPEG goes through libjpeg-turbo in strict mode (simplejpeg) at 1/8 scale, every
   image of a multi-picture (MPF/MPO) file;
 - PNG/APNG: every chunk's CRC, the chunk order, and every image's zlib stream
-  (Adler-32, inflated length, filter bytes) in :mod:`dsclean.scanning.png`; Pillow
+  (Adler-32, inflated length, filter bytes) in :mod:`dsclean.scanning.formats.png`; Pillow
   reads the header chunks (facts, bomb limit, its own chunk rules) but unfilters no pixel;
 - GIF, BMP, TIFF, WebP: a full Pillow decode of every frame up to ``max_frames``, after
-  the container walks of :mod:`~dsclean.scanning.gif`, :mod:`~dsclean.scanning.bmp` and
-  :mod:`~dsclean.scanning.tiff`.
+  the container walks of :mod:`~dsclean.scanning.formats.gif`, :mod:`~dsclean.scanning.formats.bmp` and
+  :mod:`~dsclean.scanning.formats.tiff`.
 
 Checkers take the file's bytes (``bytes`` or a read-only ``mmap``) and fill the verdict.
 """
 from __future__ import annotations
 
-import contextlib
 import io
 import re
 import struct
@@ -28,12 +27,13 @@ from typing import Callable
 import simplejpeg
 
 from .. import reasons as R
-from . import bmp, check, facts, fallback, gif, jpeg, tiff
+from . import facts, fallback, importguard
+from .formats import bmp, gif, jpeg, tiff
 from .verdict import Verdict, bad, warn
 
 # Pillow and the PNG chunk walker (with its zlib): imported on the first file that needs them (see
 # _load_pillow), so a scan of JPEGs alone never loads them (libjpeg-turbo checks JPEGs); the forkserver
-# preloads them when the scan expects a format they check (check.PILLOW_FORMATS).
+# preloads them when the scan expects a format they check (the rows with pillow=True in dsclean.scanning.formats).
 Image = PngImagePlugin = png = None
 
 # libjpeg's recoverable warnings: pixels are wrong but a decoder returns them.
@@ -346,14 +346,14 @@ def _pillow_reason(message: str) -> str:
 
 
 def _load_pillow() -> None:
-    """Import Pillow and :mod:`dsclean.scanning.png` now, if not done yet, as a checker module is imported: under
-    the worker's import guard (outside the file's memory ceiling and timeout, see :data:`check.import_guard`)."""
+    """Import Pillow and :mod:`dsclean.scanning.formats.png` now, if not done yet, as a checker module is imported:
+    under the worker's import guard (outside the file's memory ceiling and timeout, :mod:`dsclean.scanning.importguard`)."""
     global Image, PngImagePlugin, png
     if png is None:
-        with check.import_guard() if check.import_guard is not None else contextlib.nullcontext():
+        with importguard.guarded():
             from PIL import Image as image, PngImagePlugin as png_plugin
 
-            from . import png as png_walker
+            from .formats import png as png_walker
         Image, PngImagePlugin, png = image, png_plugin, png_walker  # png last: whoever sees it set sees all three
 
 

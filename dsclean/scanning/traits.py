@@ -155,7 +155,7 @@ def _png_traits(data) -> list[tuple[str, str]]:
 
 
 def _jpeg_orientation(data) -> int | None:
-    from .jpeg import exif_orientation
+    from .formats.jpeg import exif_orientation
 
     return exif_orientation(data)
 
@@ -163,7 +163,7 @@ def _jpeg_orientation(data) -> int | None:
 def _jpeg_traits(data, v: Verdict) -> list[tuple[str, str]]:
     if v.mode != "CMYK":
         return []
-    from .jpeg import _find_app
+    from .formats.jpeg import _find_app
 
     adobe = _find_app(data, 0xEE, b"Adobe")
     transform = data[adobe[0] + 6] if adobe is not None and adobe[0] + 6 < adobe[1] else None

@@ -24,7 +24,7 @@ from typing import Iterator
 
 from .. import argtypes
 from ..errors import UserError
-from . import check
+from . import check, importguard
 from .check import CheckOptions, check_bytes, check_file
 from .verdict import Verdict
 
@@ -76,7 +76,7 @@ def check_chunk(root: str, rels: list[str], options: CheckOptions) -> list[Verdi
         with without_ceiling(), watchdog.importing():
             yield
 
-    check.import_guard = import_guard
+    importguard.hook = import_guard
     limits = resource.getrlimit(resource.RLIMIT_AS)
     set_memory_ceiling(effective_ceiling(options.max_memory))
     check.fault_hook = inject_fault if os.environ.get(FAULT_ENV) == "1" else None

@@ -14,7 +14,8 @@ import soundfile as sf
 from support import audiogen as ag
 
 from dsclean import reasons as R
-from dsclean.scanning import check_audio, flac, mp3
+from dsclean.scanning import check_audio
+from dsclean.scanning.formats import flac, mp3
 from dsclean.scanning.check import CheckOptions, check_bytes
 
 SR = 44100

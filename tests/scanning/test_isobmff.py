@@ -15,7 +15,7 @@ from PIL import Image
 from dsclean import formats
 from dsclean import reasons as R
 from dsclean.data.loaders import pil_loader
-from dsclean.scanning import isobmff
+from dsclean.scanning.formats import isobmff
 from dsclean.scanning.check import check_bytes
 
 pillow_heif = pytest.importorskip("pillow_heif")

@@ -17,7 +17,7 @@ import pytest
 from PIL import Image
 from support import synth
 
-from dsclean.scanning import png
+from dsclean.scanning.formats import png
 from dsclean.scanning.check import check_bytes
 
 

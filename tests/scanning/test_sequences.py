@@ -14,9 +14,9 @@ import soundfile as sf
 from PIL import Image
 
 from dsclean import reasons as R
-from dsclean.scanning import flac
+from dsclean.scanning.formats import flac
 from dsclean.scanning.check import check_bytes
-from dsclean.scanning.ogg import ogg_crc
+from dsclean.scanning.formats.ogg import ogg_crc
 
 
 def _flac(seconds: float = 1.0, seed: int = 0) -> bytes:

@@ -134,7 +134,7 @@ def ogg_set_serial(data: bytes, serial: int = 1) -> bytes:
     libsndfile picks a random serial per file; fixing it makes generated Ogg
     files byte-for-byte reproducible.
     """
-    from dsclean.scanning.ogg import ogg_crc
+    from dsclean.scanning.formats.ogg import ogg_crc
 
     out, pos = bytearray(data), 0
     while pos + 27 <= len(out) and out[pos : pos + 4] == b"OggS":

@@ -11,8 +11,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from .. import reasons as R
-from .verdict import Finding, warn
+from ... import reasons as R
+from ..verdict import Finding, warn
 
 _MP_ENTRY = 0xB002
 _STANDALONE = frozenset({0x01, *range(0xD0, 0xD9)})  # markers without a length: TEM, RSTn, SOI

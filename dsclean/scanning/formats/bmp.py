@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import struct
 
-from .. import reasons as R
-from .verdict import Finding, bad, warn
+from ... import reasons as R
+from ..verdict import Finding, bad, warn
 
 _RLE8, _RLE4 = 1, 2
 

@@ -6,14 +6,23 @@ Every top-level box's size against the bytes present (a box past the end is a cu
 ``idat`` for items stored there). For JPEG XL's container, the partial codestream boxes (``jxlp``)
 carry sequence numbers: 0, 1, 2, ... with the last one flagged. Each loop over the structure
 consumes bytes or stops: a hostile size can neither stall the walk nor size an allocation.
+
+The checkers of the formats in that container (:func:`check_avif`, :func:`check_heif`, :func:`check_jxl`) run
+these rules first, then a full decode through Pillow with the format's plugin: AVIF by Pillow itself (libavif),
+HEIF by ``pillow-heif`` (libheif), JPEG XL by ``pillow-jxl-plugin`` (libjxl). The plugins are optional (extras
+``dsclean[heif]`` and ``dsclean[jxl]``): without one, a file whose container is whole is
+``warn``/``unsupported`` naming the extra to install — never ``ok`` unchecked, never ``bad``
+because a decoder is missing. A damaged container is ``bad`` whatever is installed.
 """
 from __future__ import annotations
 
+import importlib
 import struct
 from dataclasses import dataclass, field
 
-from .. import reasons as R
-from .verdict import Finding, bad
+from ... import reasons as R
+from .. import check_image, importguard
+from ..verdict import Finding, Verdict, bad
 
 JXL_SIGNATURE = b"\x00\x00\x00\x0cJXL \r\n\x87\n"
 MAX_BOXES = 100_000  # a file with more top-level boxes is not walked further (no real image has one)
@@ -182,3 +191,70 @@ def walk_jxl(buf) -> Walk:
             out.findings.append(bad(R.TRUNCATED if not last else R.CORRUPT, f"'jxlp' part {number} {what}"))
             return out
     return out
+
+
+# --------------------------------------------------------------------------- checkers
+
+
+#: format -> (the module whose import registers its Pillow decoder, or None for Pillow's own; how to install it)
+DECODERS: dict[str, tuple[str | None, str]] = {
+    "avif": (None, "pip install -U 'pillow>=11.3' (its wheels carry libavif)"),
+    "heif": ("pillow_heif", "pip install 'dsclean[heif]'"),
+    "jxl": ("pillow_jxl", "pip install 'dsclean[jxl]'"),
+}
+_ready: dict[str, str | None] = {}  # format -> None (decoder ready) or why it is not
+
+
+def decoder_missing(fmt: str) -> str | None:
+    """None if this format's decoder is installed (registering it with Pillow on first use), else why not."""
+    if fmt not in _ready:
+        module, install = DECODERS[fmt]
+        hint = f"install it with {install}"
+        with importguard.guarded():
+            try:
+                if module is None:
+                    from PIL import features
+
+                    _ready[fmt] = None if features.check("avif") else f"this Pillow has no AVIF support; {hint}"
+                else:
+                    plugin = importlib.import_module(module)
+                    if module == "pillow_heif":
+                        plugin.register_heif_opener()
+                    _ready[fmt] = None
+            except ImportError:
+                _ready[fmt] = f"no {fmt.upper()} decoder is installed ({module}); {hint}"
+    return _ready[fmt]
+
+
+def _check(walk: Walk, data, v: Verdict, opts, fmt: str) -> None:
+    v.add(walk.findings)
+    if v.status == R.BAD:
+        return
+    missing = decoder_missing(fmt)
+    if missing is not None:
+        v.mark(R.WARN, R.UNSUPPORTED, f"the {fmt.upper()} container is whole, the image was not decoded: {missing}")
+        return
+    check_image._check_with_pillow(data, v, opts)
+
+
+def check_avif(data, v: Verdict, opts) -> None:
+    """AVIF: the ISOBMFF box walk and item extents, then Pillow's AVIF decoder (libavif), every frame."""
+    _check(walk_heif(data), data, v, opts, "avif")
+
+
+def check_heif(data, v: Verdict, opts) -> None:
+    """HEIF/HEIC: the ISOBMFF box walk and item extents, then libheif through pillow-heif."""
+    _check(walk_heif(data), data, v, opts, "heif")
+
+
+def check_jxl(data, v: Verdict, opts) -> None:
+    """JPEG XL: the container's boxes and codestream part numbers (a bare codestream has none), then libjxl."""
+    walk = walk_jxl(data)
+    _check(walk, data, v, opts, "jxl")
+    if v.status == R.BAD and v.reason == R.CORRUPT and not walk.boxes and "Generic Error" in (v.detail or ""):
+        # libjxl's only words for a bad codestream; a bare one carries no sizes to tell a cut from damage
+        v.detail = "libjxl cannot decode the codestream (a bare JPEG XL codestream has no sizes to tell a cut " \
+                   "file from a damaged one)"
+
+
+CHECKERS = {"avif": check_avif, "heif": check_heif, "jxl": check_jxl}

@@ -13,9 +13,9 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from .. import reasons as R
+from ... import reasons as R
 from .id3 import id3v2_end, trailing_tags_start
-from .verdict import Finding, bad, warn
+from ..verdict import Finding, bad, warn
 
 #: how far into an MP3 (after its ID3v2 tag) the first frame may start
 SYNC_WINDOW = 1 << 16

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .. import reasons as R
-from .verdict import Finding, bad, warn
+from ... import reasons as R
+from ..verdict import Finding, bad, warn
 
 
 @dataclass

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 from isal import isal_zlib
 
-from .. import reasons as R
-from .verdict import Finding, bad, warn
+from ... import reasons as R
+from ..verdict import Finding, bad, warn
 
 SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

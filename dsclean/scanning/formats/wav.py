@@ -10,8 +10,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from .. import reasons as R
-from .verdict import Finding, bad
+from ... import reasons as R
+from ..verdict import Finding, bad
 
 #: WAV format tags libsndfile decodes: PCM, MS ADPCM, IEEE float, A-law, mu-law, IMA ADPCM,
 #: GSM 6.10, G.721, MPEG, MPEG layer 3, WAVE_FORMAT_EXTENSIBLE

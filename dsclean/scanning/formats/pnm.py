@@ -12,8 +12,8 @@ import warnings
 
 from PIL import Image
 
-from .. import reasons as R
-from .verdict import Verdict
+from ... import reasons as R
+from ..verdict import Verdict
 
 
 def check_pnm(data, v: Verdict, opts) -> None:

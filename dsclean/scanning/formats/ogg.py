@@ -10,8 +10,8 @@ from __future__ import annotations
 import struct
 import zlib
 
-from .. import reasons as R
-from .verdict import Finding, bad
+from ... import reasons as R
+from ..verdict import Finding, bad
 
 _BITREV = bytes(int(f"{i:08b}"[::-1], 2) for i in range(256))
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from .. import reasons as R
-from .verdict import Finding, bad
+from ... import reasons as R
+from ..verdict import Finding, bad
 
 #: tag -> what it locates: strips, or tiles (offsets tag, byte counts tag)
 _DATA_TAGS = {"strip": (273, 279), "tile": (324, 325)}

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import reasons as R
+from ... import reasons as R
 from .id3 import id3v2_end
-from .verdict import Finding, bad, warn
+from ..verdict import Finding, bad, warn
 
 #: how far back from the end of a FLAC file to look for the last frame header
 TAIL_WINDOW = 1 << 20
