@@ -76,7 +76,8 @@ def check_chunk(root: str, rels: list[str], options: CheckOptions) -> list[Verdi
         with without_ceiling(), watchdog.importing():
             yield
 
-    importguard.hook = import_guard
+    previous_hook = importguard.hook
+    importguard.hook = import_guard  # reset when the chunk ends: a finished watchdog's timer must never be re-armed
     limits = resource.getrlimit(resource.RLIMIT_AS)
     set_memory_ceiling(effective_ceiling(options.max_memory))
     check.fault_hook = inject_fault if os.environ.get(FAULT_ENV) == "1" else None
@@ -91,6 +92,7 @@ def check_chunk(root: str, rels: list[str], options: CheckOptions) -> list[Verdi
                 out.append(check_item(root, rel, options))
     finally:
         resource.setrlimit(resource.RLIMIT_AS, limits)  # the ceiling is the checks': not the verdicts' batch
+        importguard.hook = previous_hook
     return out
 
 

@@ -40,3 +40,16 @@ def test_the_dispatch_imports_no_module_by_a_built_name():
         calls = [n for n in ast.walk(ast.parse(open(path).read())) if isinstance(n, ast.Call)]
         names = {getattr(c.func, "attr", getattr(c.func, "id", None)) for c in calls}
         assert not names & {"import_module", "__import__", "getattr"}, path
+
+
+def test_a_finished_chunk_leaves_no_import_guard_behind(tmp_path):
+    # a stale guard re-armed the finished chunk's watchdog timer on a later import: SIGALRM killed the process
+    from support import synth
+
+    from dsclean.scanning import importguard, worker
+    from dsclean.scanning.check import CheckOptions
+
+    (tmp_path / "a.png").write_bytes(synth.encode_image(synth.photo_like(16, 16, seed=1), "PNG"))
+    before = importguard.hook
+    [v] = worker.check_chunk(str(tmp_path), ["a.png"], CheckOptions(timeout=5, facts=False))
+    assert v.status == "ok" and importguard.hook is before
