@@ -127,8 +127,6 @@ def test_no_import_cycles():
 #: private names imported across modules before this rule; each is for its module's owner to make public
 PRIVATE_IMPORTS_LEFT = {
     ("dsclean.rechecked", "dsclean.failures", "_lines"), ("dsclean.denylist", "dsclean.failures", "_lines"),
-    ("dsclean.training.dataloader", "dsclean.training.guard", "_rank"),
-    ("dsclean.scanning.traits", "dsclean.scanning.jpeg", "_find_app"),
     ("dsclean.scanning.discover", "dsclean.formats", "_EXT_NO_DOT"),
     ("dsclean.scanning.scanner", "dsclean.scanning.verdict", "_FS_ENCODING"),
 }

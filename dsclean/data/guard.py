@@ -109,7 +109,7 @@ def replacement_index(seed: int, epoch: int, index: int, attempt: int, n: int) -
     return j if j < index else j + 1
 
 
-def _rank(sender: int | None = None) -> int:
+def process_rank(sender: int | None = None) -> int:
     """This process's DDP rank: its process group, else ``RANK``, else ``sender`` (the rank that pickled
     the guard: a spawned DataLoader worker of a rank started by ``torch.multiprocessing.spawn`` has neither)."""
     try:
@@ -186,7 +186,7 @@ class _Guard:
 
     def _rank(self) -> int:
         """The rank this process logs as (a spawned worker: the rank of the process that sent it the guard)."""
-        return _rank(self.__dict__.get("_sender_rank"))
+        return process_rank(self.__dict__.get("_sender_rank"))
 
     def __getattr__(self, name: str):  # the inner dataset's attributes (classes, targets, ...)
         if name.startswith("__") or "dataset" not in self.__dict__:

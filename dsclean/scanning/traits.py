@@ -163,9 +163,9 @@ def _jpeg_orientation(data) -> int | None:
 def _jpeg_traits(data, v: Verdict) -> list[tuple[str, str]]:
     if v.mode != "CMYK":
         return []
-    from .formats.jpeg import _find_app
+    from .formats.jpeg import find_app
 
-    adobe = _find_app(data, 0xEE, b"Adobe")
+    adobe = find_app(data, 0xEE, b"Adobe")
     transform = data[adobe[0] + 6] if adobe is not None and adobe[0] + 6 < adobe[1] else None
     if transform == 2:
         return [(R.YCCK, "YCCK JPEG (Adobe APP14 transform 2): decoders convert it to CMYK, then to RGB each "

@@ -36,7 +36,7 @@ from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 from ..data.collate import collate_skip_none
 from ..failures import FailureWriter, process_log_path
 from .errors import WorkerDied
-from ..data.guard import GuardedDataset, GuardedIterable, _rank, loader_guard, sample_text
+from ..data.guard import GuardedDataset, GuardedIterable, loader_guard, process_rank, sample_text
 from ..data.slots import Slots
 
 logger = logging.getLogger("dsclean.guard")
@@ -222,7 +222,7 @@ class _GuardedIter(_MultiProcessingDataLoaderIter):
         if not dead:
             raise exc
         culprits, parts = set(), []
-        writer = FailureWriter(process_log_path(loader.log, rank=_rank(), worker=None)) if loader.log else None
+        writer = FailureWriter(process_log_path(loader.log, rank=process_rank(), worker=None)) if loader.log else None
         from ..diagnose.explain import explain
 
         for wid, w in dead:
@@ -245,7 +245,7 @@ class _GuardedIter(_MultiProcessingDataLoaderIter):
                     + f". Usually: {exp.title}: {exp.cause}")
             parts.append((text, exp))
             if writer is not None:
-                writer.write(rank=_rank(), worker=wid, pid=w.pid, epoch=dataset.epoch,
+                writer.write(rank=process_rank(), worker=wid, pid=w.pid, epoch=dataset.epoch,
                              index=current if current >= 0 else None, kind="worker_died", error=name or "exit",
                              message=text, action=loader.on_worker_death, **where)
             logger.error("%s", text)

@@ -46,10 +46,10 @@ def mpf_pictures(data) -> tuple[list[Picture], int, list[Finding]]:
 
 def _find_mpf(data) -> tuple[int, int] | None:
     """(start of the MP header, end of its APP2 segment), walking the header's marker segments up to SOS."""
-    return _find_app(data, 0xE2, b"MPF\0")
+    return find_app(data, 0xE2, b"MPF\0")
 
 
-def _find_app(data, app: int, signature: bytes) -> tuple[int, int] | None:
+def find_app(data, app: int, signature: bytes) -> tuple[int, int] | None:
     """(start of the payload after ``signature``, end of the segment) of the first APPn segment ``app``
     whose payload starts with ``signature``, walking the header's marker segments up to SOS."""
     n, pos = len(data), 2
@@ -78,7 +78,7 @@ _ORIENTATION = 0x0112
 def exif_orientation(data) -> int | None:
     """The EXIF Orientation (1..8) in a JPEG's APP1 segment, or None (no EXIF, no tag, unreadable):
     IFD0 read straight from the bytes, without a decoder (a fact, never a finding)."""
-    segment = _find_app(data, 0xE1, b"Exif\0\0")
+    segment = find_app(data, 0xE1, b"Exif\0\0")
     if segment is None:
         return None
     base, end = segment
