@@ -36,9 +36,10 @@ demo: setup
 test: setup
 	$(VENV)/bin/pytest -q
 
-# ruff and mypy as configured in pyproject.toml (rules deferred there are listed with their counts)
+# ruff (lint + format) and mypy as configured in pyproject.toml (rules deferred there are listed with their counts)
 lint: setup
-	$(VENV)/bin/ruff check dsclean tests scripts
+	$(VENV)/bin/ruff check dsclean tests scripts docs/hooks.py
+	$(VENV)/bin/ruff format --check dsclean tests scripts docs/hooks.py
 	$(VENV)/bin/mypy dsclean
 
 # the docs site into site/ (gitignored); --strict turns every warning (a broken link, a missing page) into an error

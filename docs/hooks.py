@@ -11,6 +11,7 @@
 
 ``tests/test_docs.py`` imports this module to check the same renderings.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,8 +62,9 @@ def command_page(name: str, parser: argparse.ArgumentParser) -> str:
         actions = [a for a in group._group_actions if a.help != argparse.SUPPRESS and a.dest != "help"]
         if not actions:
             continue
-        title = {"positional arguments": "Arguments", "options": "Options",
-                 "optional arguments": "Options"}.get(group.title or "", group.title or "Options")
+        title = {"positional arguments": "Arguments", "options": "Options", "optional arguments": "Options"}.get(
+            group.title or "", group.title or "Options"
+        )
         lines += [f"## {title}", ""]
         if group.description:
             lines += [_esc(group.description), ""]
@@ -74,7 +76,11 @@ def command_page(name: str, parser: argparse.ArgumentParser) -> str:
                     names += f" `{metavar}`"
             else:
                 names = f"`{a.metavar or a.dest}`"
-            extra = f" (one of: {', '.join(f'`{c}`' for c in a.choices)})" if a.choices and a.option_strings and a.metavar else ""
+            extra = (
+                f" (one of: {', '.join(f'`{c}`' for c in a.choices)})"
+                if a.choices and a.option_strings and a.metavar
+                else ""
+            )
             lines.append(f"- {names}: {_esc(option_help(parser, a))}{extra}")
         lines.append("")
     lines += ["Exit codes: see [Exit codes](../exit-codes.md).", ""]
@@ -110,15 +116,28 @@ def exit_codes() -> list[tuple[str, int, str]]:
 
 def exit_codes_table() -> str:
     rows = [f"| `{name}` | {value} | {_esc(comment)} |" for name, value, comment in exit_codes()]
-    return "\n".join(["| constant | code | meaning |", "|---|---|---|", *rows,
-                      "| (signal) | 130 / 143 | 128 + the signal number: SIGINT / SIGTERM |"])
+    return "\n".join(
+        [
+            "| constant | code | meaning |",
+            "|---|---|---|",
+            *rows,
+            "| (signal) | 130 / 143 | 128 + the signal number: SIGINT / SIGTERM |",
+        ]
+    )
 
 
 def _schema_table(columns) -> str:
     """Columns of :mod:`dsclean.schema` as a table: name, Arrow type, nullability, meaning."""
-    return "\n".join(["| column | Arrow type | nullable | meaning |", "|---|---|---|---|",
-                      *(f"| `{c.name}` | `{c.type}` | {'yes' if c.nullable else 'no'} | {_esc_cell(c.meaning)} |"
-                        for c in columns)])
+    return "\n".join(
+        [
+            "| column | Arrow type | nullable | meaning |",
+            "|---|---|---|---|",
+            *(
+                f"| `{c.name}` | `{c.type}` | {'yes' if c.nullable else 'no'} | {_esc_cell(c.meaning)} |"
+                for c in columns
+            ),
+        ]
+    )
 
 
 def _esc_cell(text: str) -> str:
@@ -139,8 +158,9 @@ def fact_columns_table() -> str:
 
 
 def cli_index() -> str:
-    return "\n".join(f"- [`dsclean {name}`](cli/dsclean-{name}.md): {_esc(p.description or '')}"
-                     for name, p in subcommands().items())
+    return "\n".join(
+        f"- [`dsclean {name}`](cli/dsclean-{name}.md): {_esc(p.description or '')}" for name, p in subcommands().items()
+    )
 
 
 def api_page() -> str:
@@ -203,8 +223,11 @@ def on_files(files, config):
             value.append({"Commands": [{f"dsclean {n}": f"reference/cli/dsclean-{n}.md"} for n in commands]})
         for folder, section in AUTO_SECTIONS.items():
             if title == section and isinstance(value, list):
-                pages = sorted(f.src_uri for f in files if f.src_uri.startswith(f"{folder}/")
-                               and f.src_uri.endswith(".md") and f.src_uri not in listed)
+                pages = sorted(
+                    f.src_uri
+                    for f in files
+                    if f.src_uri.startswith(f"{folder}/") and f.src_uri.endswith(".md") and f.src_uri not in listed
+                )
                 value.extend(pages)
     # sections that would be empty (no page on this branch yet) are dropped rather than left dangling
     config["nav"] = [i for i in nav if not (isinstance(i, dict) and next(iter(i.values())) == [])]

@@ -6,6 +6,7 @@ or index -> pack (WebDataset shards) -> verify -> IndexedDataset / webdataset.
 Public names are imported on first use, so ``import dsclean`` stays cheap and
 torch is loaded only by code that touches the Dataset.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -62,7 +63,6 @@ _EXPORTS = {
     "FromLogOptions": "fromlog.recheck",
     "FromLogSummary": "fromlog.recheck",
     "read_denylist": "denylist",
-
     "FLAGS": "quality.flags",
     "FlagOptions": "quality.flags",
     "Facts": "quality.facts",
@@ -74,9 +74,7 @@ _EXPORTS = {
     "DupsResult": "dups.finder",
     "write_groups": "dups.finder",
     "quarantine_duplicates": "dups.moves",
-
     "write_report": "report.build",
-
     "guard": "data.guard",
     "DataLoader": "training.dataloader",
     "StatefulDataLoader": "training.stateful",
@@ -92,7 +90,10 @@ __all__ = sorted(_EXPORTS)  # noqa: PLE0605 (a list at run time)
 
 if TYPE_CHECKING:  # what IDEs and type checkers see; at run time the names load lazily (__getattr__)
     from .data.collate import collate_skip_none
-    from .data.dataset import IndexedDataset
+    from .data.dataset import IndexedDataset, SampleError
+    from .data.errors import TooManyFailures
+    from .data.guard import guard
+    from .denylist import read_denylist
     from .diagnose.doctor import DoctorReport, run_doctor
     from .diagnose.explain import explain_error
     from .diagnose.loader_kwargs import Recommendation, recommended_loader_kwargs
@@ -100,8 +101,6 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time the names load
     from .diagnose.sysinfo import SysPaths
     from .dups.finder import DupsOptions, DupsResult, find_duplicates, write_groups
     from .dups.moves import quarantine_duplicates
-    from .data.dataset import SampleError
-    from .denylist import read_denylist
     from .errors import UserError
     from .failures import read_failures
     from .fromlog.recheck import FromLogOptions, FromLogSummary, quarantine_from_log
@@ -127,8 +126,6 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time the names load
     from .scanning.scanner import ScanOptions, ScanSummary, scan
     from .scanning.verdict import Verdict
     from .training.dataloader import DataLoader
-    from .data.errors import TooManyFailures
-    from .data.guard import guard
     from .training.errors import WorkerDied
     from .training.stateful import StatefulDataLoader
 

@@ -1,4 +1,5 @@
 """``python -m dsclean``: same as the ``dsclean`` command."""
+
 from .cli import run
 
 run()

@@ -1,4 +1,5 @@
 """argparse value types shared by every dsclean command: a bad value is a clear usage error (exit 2)."""
+
 from __future__ import annotations
 
 import argparse
@@ -113,5 +114,7 @@ def comma_list(text: str) -> tuple[str, ...]:
     """``dark,silent`` -> ('dark', 'silent'): one option value, so it can never swallow a positional argument."""
     items = tuple(part.strip() for part in text.split(","))
     if not all(items):
-        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated names without empty entries, e.g. dark,silent")
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give comma-separated names without empty entries, e.g. dark,silent"
+        )
     return items

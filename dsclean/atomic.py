@@ -1,4 +1,5 @@
 """Write-to-temp-then-rename, so a crash or a full disk never leaves half an output in place."""
+
 from __future__ import annotations
 
 import contextlib
@@ -77,13 +78,21 @@ def output_target(final: str, *, directory: bool = False) -> str:
         return target
     what = _kind(mode)
     via = f" (the target of the link {final})" if target != final else ""
-    raise UserError(f"{target}{via} exists and is {what}, not {'a folder' if directory else 'a regular file'}: "
-                    "dsclean will not replace it; choose another output path")
+    raise UserError(
+        f"{target}{via} exists and is {what}, not {'a folder' if directory else 'a regular file'}: "
+        "dsclean will not replace it; choose another output path"
+    )
 
 
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISREG, "a regular file")):
+    for test, name in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISREG, "a regular file"),
+    ):
         if test(mode):
             return name
     return "a special file"
@@ -159,7 +168,11 @@ def describe_write_error(exc: OSError, path: str | None = None) -> str:
             st = None  # no file system to ask: the library's own words stay
         if st is not None and st.f_bavail * st.f_frsize < (1 << 20):
             code = errno.ENOSPC
-    text = os.strerror(code) if code is not None and (exc.errno is None or not exc.strerror) else (exc.strerror or str(exc))
+    text = (
+        os.strerror(code)
+        if code is not None and (exc.errno is None or not exc.strerror)
+        else (exc.strerror or str(exc))
+    )
     name = errno.errorcode.get(code or 0, "")
     return f"{text}{f' ({name})' if name else ''}" + (f" writing {where}" if where else "")
 

@@ -7,6 +7,7 @@ image (a CDN's 403, an S3 ``AccessDenied``), a whole HTTP response with its head
 accident). :func:`describe_content` names them from the first bytes, so the verdict's detail
 says what to do. Plain functions over bytes: no file access, no decoder, no import past stdlib.
 """
+
 from __future__ import annotations
 
 import json
@@ -47,17 +48,22 @@ def describe_content(head: bytes) -> str | None:
         of = f" (of a {int(size.group(1)):,}-byte file)" if size else ""
         return f"a Git LFS pointer{of} — the content was never fetched: run git lfs pull"
     if head.startswith((b"/annex/objects/", b".git/annex/objects/")) or (
-            len(head) < 512 and b"\n" not in head.rstrip(b"\n") and _ANNEX.search(head)):
-        return describe_symlink_target(head.decode("utf-8", "replace").strip()) or \
-            "a git-annex pointer — the content was never fetched: run git annex get"
+        len(head) < 512 and b"\n" not in head.rstrip(b"\n") and _ANNEX.search(head)
+    ):
+        return (
+            describe_symlink_target(head.decode("utf-8", "replace").strip())
+            or "a git-annex pointer — the content was never fetched: run git annex get"
+        )
     for magic, what, fix in _MAGIC:
         if head.startswith(magic):
             return f"{what} — {fix}"
     if len(head) >= 262 and head[257:262] == b"ustar":
         return f"a tar archive — {_ARCHIVE_FIX}"
     if not head.strip(b"\x00"):
-        return ("all zero bytes — the data never reached the disk (an interrupted copy, a preallocated file): "
-                "copy or download it again")
+        return (
+            "all zero bytes — the data never reached the disk (an interrupted copy, a preallocated file): "
+            "copy or download it again"
+        )
     if re.match(rb"HTTP/[\d.]+ \d{3}", head):  # the headers are text, the body after them may be anything
         head = head.split(b"\r\n\r\n", 1)[0].split(b"\n\n", 1)[0]
     text = _text(head)
@@ -97,8 +103,10 @@ def _describe_text(text: str) -> str:
     status = re.match(r"HTTP/[\d.]+ (\d{3})([^\r\n]*)", stripped)
     if status:
         code, phrase = status.group(1), status.group(2).strip()
-        return (f"an HTTP response with its headers (status {code}{' ' + phrase if phrase else ''}) — the download "
-                "saved the headers with the body: fetch it again without them (curl without -i/-D -)")
+        return (
+            f"an HTTP response with its headers (status {code}{' ' + phrase if phrase else ''}) — the download "
+            "saved the headers with the body: fetch it again without them (curl without -i/-D -)"
+        )
     lower = stripped[:200].lower()
     if lower.startswith(("<!doctype html", "<html")) or re.match(r"<(head|body|meta|title)\b", lower):
         title = re.search(r"<title[^>]*>(.*?)</title>", text, re.I | re.S)

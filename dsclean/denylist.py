@@ -19,6 +19,7 @@ Lines are appended with ``O_APPEND``, one ``write`` each, as the failure log is
 untrusted input when read: a non-regular file is refused without blocking, lines are at most
 :data:`dsclean.failures.MAX_LINE` bytes, damaged lines are counted, never raised on.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -50,7 +51,10 @@ def entry_line(**fields: Any) -> bytes:
     unknown = set(fields) - set(FIELDS)
     if unknown:
         raise ValueError(f"unknown deny-list fields: {sorted(unknown)}")
-    record: dict[str, Any] = {"v": VERSION, "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")}
+    record: dict[str, Any] = {
+        "v": VERSION,
+        "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds"),
+    }
     path = fields.pop("path", None)
     if path is not None:
         record.update(path_fields(path))
@@ -76,7 +80,7 @@ def append(path: str | os.PathLike, entries: Iterable[dict]) -> int:
         for data in lines:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -172,7 +176,9 @@ def denied_rows(folder: str, shard_names: list[str], shard_of, path_of) -> "Any 
     return mask if mask.any() else None
 
 
-def unknown_entries(dl: DenyList, shard_names: Iterable[str], keys_of: "dict[str, set[str]] | None" = None) -> list[dict]:
+def unknown_entries(
+    dl: DenyList, shard_names: Iterable[str], keys_of: "dict[str, set[str]] | None" = None
+) -> list[dict]:
     """Entries naming a shard not in ``shard_names`` (or, with ``keys_of``, a key its shard does not hold)."""
     names = set(shard_names)
     out = []
@@ -195,14 +201,23 @@ def report(folder: str, held: "dict[str, Any]", notes: list[str] | None = None) 
     dl = read_denylist(path)
     keys_of = {name: {f"{int(k):016x}" for k in ks} for name, ks in held.items()} if held else {}
     unknown = unknown_entries(dl, keys_of, keys_of)
-    out = {"path": path, "entries": len(dl.entries), "samples": len(dl.keys()), "damaged_lines": dl.damaged_lines,
-           "torn_lines": dl.torn_lines, "refused": dl.refused,
-           "not_in_set": [{"shard": e["shard"], "key": e["key"], "row": e.get("row")} for e in unknown[:1000]],
-           "not_in_set_count": len(unknown)}
+    out = {
+        "path": path,
+        "entries": len(dl.entries),
+        "samples": len(dl.keys()),
+        "damaged_lines": dl.damaged_lines,
+        "torn_lines": dl.torn_lines,
+        "refused": dl.refused,
+        "not_in_set": [{"shard": e["shard"], "key": e["key"], "row": e.get("row")} for e in unknown[:1000]],
+        "not_in_set_count": len(unknown),
+    }
     if notes is not None:
-        notes.append(f"deny-list {path}: {out['samples']} samples denied (IndexedDataset refuses them, "
-                     "pack --denylist leaves them out)" + (f"; {dl.damaged_lines} damaged lines" if dl.damaged_lines
-                                                          else "") + (f"; refused: {dl.refused}" if dl.refused else ""))
+        notes.append(
+            f"deny-list {path}: {out['samples']} samples denied (IndexedDataset refuses them, "
+            "pack --denylist leaves them out)"
+            + (f"; {dl.damaged_lines} damaged lines" if dl.damaged_lines else "")
+            + (f"; refused: {dl.refused}" if dl.refused else "")
+        )
         for e in unknown[:20]:
             notes.append(f"deny-list entry not in this shard set: {e['shard']} key {e['key']}")
         if len(unknown) > 20:

@@ -25,6 +25,7 @@ Logs are untrusted input (they may be copied between machines, cut, or edited): 
 refuses what is not a regular file without blocking, reads at most :data:`MAX_LINE` bytes a
 line, and counts — never raises on — lines it cannot use.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -40,8 +41,27 @@ from .openfile import open_regular
 
 VERSION = 1
 #: the fields of a failure line, in the order they are written
-FIELDS = ("v", "time", "rank", "worker", "pid", "epoch", "index", "path", "path_b64", "root",
-          "shard", "key", "row", "kind", "error", "message", "traceback", "action", "replaced_by")
+FIELDS = (
+    "v",
+    "time",
+    "rank",
+    "worker",
+    "pid",
+    "epoch",
+    "index",
+    "path",
+    "path_b64",
+    "root",
+    "shard",
+    "key",
+    "row",
+    "kind",
+    "error",
+    "message",
+    "traceback",
+    "action",
+    "replaced_by",
+)
 KINDS = ("exception", "worker_died")
 ACTIONS = ("raise", "skip", "replace")
 #: a line longer than this is not a failure line (a message is cut to MAX_MESSAGE before writing)

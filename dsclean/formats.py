@@ -3,6 +3,7 @@
 Discovery picks candidates by extension (case-insensitive); the checker then
 confirms the real format from the first bytes with :func:`sniff`.
 """
+
 from __future__ import annotations
 
 IMAGE = "image"
@@ -38,7 +39,9 @@ SNIFF_BYTES = 32
 #: ISOBMFF (HEIF family) ftyp brands: which say AVIF, which HEVC-coded HEIF; the generic HEIF brands
 #: (mif1, msf1, miaf) say HEIF unless an AVIF brand is among the compatible ones
 _AVIF_BRANDS = frozenset({b"avif", b"avis"})
-_HEIF_BRANDS = frozenset({b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm", b"hevs", b"mif1", b"msf1", b"miaf"})
+_HEIF_BRANDS = frozenset(
+    {b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm", b"hevs", b"mif1", b"msf1", b"miaf"}
+)
 _JXL_CODESTREAM, _JXL_CONTAINER = b"\xff\x0a", b"\x00\x00\x00\x0cJXL \r\n\x87\n"
 
 # Fixed magic prefixes, used both to sniff and to recognise a file truncated inside its magic.

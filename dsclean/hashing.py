@@ -4,6 +4,7 @@ The scan records it per file (``content_hash``), ``dsclean dups`` groups exact
 duplicates by it, and ``dsclean pack`` stores it as each sample's ``checksum``
 and ``dsclean verify`` checks shards against it. One definition, here.
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -7,6 +7,7 @@ tasks per worker slot in flight, so memory stays bounded however long it is, and
 take results as they finish. What each does when a worker dies (the pool breaks)
 is its own: :class:`InFlight` only says which items were lost with it.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -32,8 +33,14 @@ class InFlight(Generic[T]):
     def __len__(self) -> int:
         return len(self.futures)
 
-    def fill(self, submit: Callable[[T], Future], limit: int, *, stop: Callable[[], object] | None = None,
-             broken: Callable[[BaseException], bool] | None = None) -> BaseException | None:
+    def fill(
+        self,
+        submit: Callable[[T], Future],
+        limit: int,
+        *,
+        stop: Callable[[], object] | None = None,
+        broken: Callable[[BaseException], bool] | None = None,
+    ) -> BaseException | None:
         """Submit items until ``limit`` are in flight, the items end, or ``stop()`` is true.
 
         Returns the exception ``submit`` raised if ``broken`` says it means a dead pool (the pool refuses
@@ -78,7 +85,9 @@ class InFlight(Generic[T]):
         for future in self.futures:
             future.cancel()
 
-    def _outcomes(self, futures: Iterable[Future], broken: Callable[[BaseException], bool]) -> Iterator[tuple[T, Any, bool]]:
+    def _outcomes(
+        self, futures: Iterable[Future], broken: Callable[[BaseException], bool]
+    ) -> Iterator[tuple[T, Any, bool]]:
         for future in futures:
             item = self.futures.pop(future)
             exc = future.exception()

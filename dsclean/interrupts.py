@@ -9,6 +9,7 @@ flag (``signum``: the loop finishes the unit in hand, then stops and keeps what
 was done; ``dsclean scan`` and ``pack`` then exit 128 + the signal); a second one
 raises KeyboardInterrupt where the process is (stop now, still keep what was decided).
 """
+
 from __future__ import annotations
 
 import contextlib

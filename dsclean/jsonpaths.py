@@ -6,6 +6,7 @@ report files alike: ``path`` is the name decoded with ``surrogateescape`` (what
 are not valid UTF-8, ``path_b64`` carries them exactly (standard base64), so any
 reader in any language recovers the real name.
 """
+
 from __future__ import annotations
 
 import base64

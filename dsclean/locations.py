@@ -12,6 +12,7 @@ finds the same state.
 
 :func:`find_results` is the ONE rule every command uses to find a root's scan results.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -71,8 +72,11 @@ def state_base(state_dir: str | None = None) -> tuple[str, str]:
 def state_bases(state_dir: str | None = None) -> list[tuple[str, str]]:
     """Every state base to look in, in lookup order, without repeats."""
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    candidates = [(state_dir, "--state-dir"), (os.environ.get(STATE_ENV), STATE_ENV),
-                  (os.path.join(cache, "dsclean"), "the per-user state folder")]
+    candidates = [
+        (state_dir, "--state-dir"),
+        (os.environ.get(STATE_ENV), STATE_ENV),
+        (os.path.join(cache, "dsclean"), "the per-user state folder"),
+    ]
     out: list[tuple[str, str]] = []
     for base, source in candidates:
         if base and os.path.abspath(base) not in [b for b, _ in out]:
@@ -204,6 +208,7 @@ def _other_names(folder: str, key: tuple[int, int], mounts: list[tuple[str, str,
     of ``ROOT/cats`` at ``M``, ``M`` for ``ROOT/cats`` and ``ROOT/cats`` for ``M``. The folder's place in its
     file system is its mount's root plus the rest of the path; each candidate is checked by
     ``(st_dev, st_ino)``, so a stale or odd mount table cannot mislead."""
+
     def under(path: str, top: str) -> bool:
         return top == "/" or path == top or path.startswith(top.rstrip("/") + "/")
 
@@ -228,9 +233,17 @@ def _other_names(folder: str, key: tuple[int, int], mounts: list[tuple[str, str,
 # --------------------------------------------------------------------------- the last-scan pointer
 
 
-def write_pointer(root: str, results: list[str], *, problems: list[str], summary: list[str] | None = None,
-                  quarantine: str | None = None, options: str | None = None, part: tuple[int, int] | None = None,
-                  state_dir: str | None = None) -> str | None:
+def write_pointer(
+    root: str,
+    results: list[str],
+    *,
+    problems: list[str],
+    summary: list[str] | None = None,
+    quarantine: str | None = None,
+    options: str | None = None,
+    part: tuple[int, int] | None = None,
+    state_dir: str | None = None,
+) -> str | None:
     """Record where the results of ``root`` are, in its state folder (``last_scan.json``; a part's own file).
 
     Returns a note when the state folder is not writable (commands then need ``--scan-results``).
@@ -238,21 +251,26 @@ def write_pointer(root: str, results: list[str], *, problems: list[str], summary
     try:
         folder = make_root_state_dir(root, state_dir)
         path = os.path.join(folder, tagged(LAST_SCAN_FILE, part_tag(part)))
-        _write_json(path, {
-            "root": os.path.realpath(root),
-            "results": [os.path.abspath(p) for p in results],
-            "problems": [os.path.abspath(p) for p in problems],
-            "summary": [os.path.abspath(p) for p in summary or []],
-            "quarantine": os.path.abspath(quarantine) if quarantine else None,
-            "options": options,
-            "part": list(part) if part else None,
-            "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "finished_ns": time.time_ns(),
-        })
+        _write_json(
+            path,
+            {
+                "root": os.path.realpath(root),
+                "results": [os.path.abspath(p) for p in results],
+                "problems": [os.path.abspath(p) for p in problems],
+                "summary": [os.path.abspath(p) for p in summary or []],
+                "quarantine": os.path.abspath(quarantine) if quarantine else None,
+                "options": options,
+                "part": list(part) if part else None,
+                "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "finished_ns": time.time_ns(),
+            },
+        )
     except OSError as exc:
         where = root_state_dir(root, state_dir)
-        return (f"could not record the results location in {where}: {exc.strerror or exc}; "
-                "later commands need --scan-results or --state-dir")
+        return (
+            f"could not record the results location in {where}: {exc.strerror or exc}; "
+            "later commands need --scan-results or --state-dir"
+        )
     return None
 
 
@@ -268,8 +286,11 @@ def note_restore(root: str, quarantine: str, state_dir: str | None = None) -> No
         folder = root_state_dir(root, base)
         for path in sorted(glob.glob(os.path.join(glob.escape(folder), tagged(LAST_SCAN_FILE, "*")))):
             pointer = read_pointer(path)
-            if pointer is None or quarantine == pointer.get("quarantine") \
-                    or quarantine in (pointer.get("restored_from") or []):
+            if (
+                pointer is None
+                or quarantine == pointer.get("quarantine")
+                or quarantine in (pointer.get("restored_from") or [])
+            ):
                 continue
             _write_json(path, {**pointer, "restored_from": [*(pointer.get("restored_from") or []), quarantine]})
 
@@ -342,10 +363,14 @@ def _complete_parts(folder: str) -> tuple[dict, str] | None:
         return None
     n, got = max(complete, key=lambda c: min(p.get("finished_ns", 0) for p in c[1].values()))
     ordered = [got[i] for i in range(n)]
-    merged = {**ordered[0], "part": None, "finished_ns": min(p.get("finished_ns", 0) for p in ordered),
-              "results": [r for p in ordered for r in p["results"]],
-              "problems": [r for p in ordered for r in p.get("problems", [])],
-              "summary": [r for p in ordered for r in p.get("summary", [])]}
+    merged = {
+        **ordered[0],
+        "part": None,
+        "finished_ns": min(p.get("finished_ns", 0) for p in ordered),
+        "results": [r for p in ordered for r in p["results"]],
+        "problems": [r for p in ordered for r in p.get("problems", [])],
+        "summary": [r for p in ordered for r in p.get("summary", [])],
+    }
     return merged, os.path.join(folder, tagged(LAST_SCAN_FILE, f".part-*-of-{n:04d}"))
 
 
@@ -395,11 +420,16 @@ class JobArray:
     def describe(self) -> str:
         """One line for the user: which parts ran, which did not, which part files were ignored."""
         missing = self.missing
-        text = (f"{len(self.done)} of the {self.n} parts of a job-array scan of {self.root} ({self.source}: parts "
-                f"{self.names(sorted(self.done))})")
+        text = (
+            f"{len(self.done)} of the {self.n} parts of a job-array scan of {self.root} ({self.source}: parts "
+            f"{self.names(sorted(self.done))})"
+        )
         if missing:
-            how = (f"`{self.commands()[0]}` scans it" if len(missing) == 1 else
-                   f"`dsclean scan {self.root} --shard I/{self.n}` scans part I")
+            how = (
+                f"`{self.commands()[0]}` scans it"
+                if len(missing) == 1
+                else f"`dsclean scan {self.root} --shard I/{self.n}` scans part I"
+            )
             text += f"; part{'s' if len(missing) > 1 else ''} {self.names(missing)} never ran or did not finish ({how})"
         return text + "".join(f"; ignored: {why}" for why in self.ignored)
 
@@ -419,8 +449,10 @@ def job_array(root: str, state_dir: str | None = None) -> JobArray | None:
             gone = [r for r in p["results"] if not os.path.exists(r)]
             other = next((o for o in map(lambda r: _other_root(r, root), p["results"]) if o), None)
             if gone or other:
-                ignored.append(f"part {i}/{n} ({path}): its results " + (
-                    f"no longer exist ({gone[0]})" if gone else f"were overwritten by a scan of {other}"))
+                ignored.append(
+                    f"part {i}/{n} ({path}): its results "
+                    + (f"no longer exist ({gone[0]})" if gone else f"were overwritten by a scan of {other}")
+                )
                 continue
             arrays.setdefault(_array_key(p), {})[i] = p
         if not arrays and not ignored:
@@ -431,10 +463,15 @@ def job_array(root: str, state_dir: str | None = None) -> JobArray | None:
         n = newest[0]
         for (m, options), got in arrays.items():
             if (m, options) != newest:
-                why = f"an older job array of {m} parts" if m != n else \
-                    f"an older job array of {n} parts scanned with other check options"
-                ignored.append(f"part{'s' if len(got) > 1 else ''} {', '.join(f'{i}/{m}' for i in sorted(got))} "
-                               f"({why}; its verdicts are not mixed with the newer array's)")
+                why = (
+                    f"an older job array of {m} parts"
+                    if m != n
+                    else f"an older job array of {n} parts scanned with other check options"
+                )
+                ignored.append(
+                    f"part{'s' if len(got) > 1 else ''} {', '.join(f'{i}/{m}' for i in sorted(got))} "
+                    f"({why}; its verdicts are not mixed with the newer array's)"
+                )
         return JobArray(root, n, arrays[newest], source, folder, ignored)
     return None
 
@@ -452,8 +489,9 @@ class Found:
 # --------------------------------------------------------------------------- the lookup rule
 
 
-def find_results(root: str, scan_results: list[str] | str | None = None,
-                 state_dir: str | None = None, root_moved: bool = False) -> tuple[list[str], str]:
+def find_results(
+    root: str, scan_results: list[str] | str | None = None, state_dir: str | None = None, root_moved: bool = False
+) -> tuple[list[str], str]:
     """The complete scan results of ``root``: ``(paths, where they came from)`` (:func:`find_scan`).
 
     Only results that cover the whole tree: when just some parts of a job array ran,
@@ -466,8 +504,9 @@ def find_results(root: str, scan_results: list[str] | str | None = None,
     return found.paths, found.source
 
 
-def find_scan(root: str, scan_results: list[str] | str | None = None,
-              state_dir: str | None = None, root_moved: bool = False) -> Found:
+def find_scan(
+    root: str, scan_results: list[str] | str | None = None, state_dir: str | None = None, root_moved: bool = False
+) -> Found:
     """The scan results of ``root`` and which source was used. THE rule of every command.
 
     1. ``scan_results`` given (``--scan-results``): those files;
@@ -493,9 +532,11 @@ def find_scan(root: str, scan_results: list[str] | str | None = None,
                 if other:
                     from .errors import UserError
 
-                    raise UserError(f"--scan-results {path} records a scan of {other}, not of {root}: another "
-                                    "tree's verdicts would let its damaged files through. If this tree was moved "
-                                    "or copied from there since the scan, pass --root-moved")
+                    raise UserError(
+                        f"--scan-results {path} records a scan of {other}, not of {root}: another "
+                        "tree's verdicts would let its damaged files through. If this tree was moved "
+                        "or copied from there since the scan, pass --root-moved"
+                    )
         return Found(paths, "--scan-results " + " ".join(paths) + (" (--root-moved)" if root_moved else ""))
     skipped: list[str] = []
     for base, source in state_bases(state_dir):
@@ -513,15 +554,28 @@ def find_scan(root: str, scan_results: list[str] | str | None = None,
         newer = job_array(root, base)
         if newer is None or newer.complete or newer.finished_ns <= pointer.get("finished_ns", 0):
             newer = None
-        also = "" if newer is None else (
-            f"; NOT used: a newer job array of {newer.n} parts, until all its parts have run (parts "
-            f"{newer.names(sorted(newer.done))} done; {newer.names(newer.missing)} missing)")
-        return Found(pointer["results"], f"the last scan of {root}, recorded in {where} ({source})" + also
-                     + _also(skipped), newer=newer)
+        also = (
+            ""
+            if newer is None
+            else (
+                f"; NOT used: a newer job array of {newer.n} parts, until all its parts have run (parts "
+                f"{newer.names(sorted(newer.done))} done; {newer.names(newer.missing)} missing)"
+            )
+        )
+        return Found(
+            pointer["results"],
+            f"the last scan of {root}, recorded in {where} ({source})" + also + _also(skipped),
+            newer=newer,
+        )
     legacy = _legacy_results(root)
     if legacy:
-        return Found([legacy], (f"{legacy}, left inside the root by an older dsclean (read only: dsclean no longer "
-                                f"writes there; you may delete {legacy_state_dir(root)})" + _also(skipped)))
+        return Found(
+            [legacy],
+            (
+                f"{legacy}, left inside the root by an older dsclean (read only: dsclean no longer "
+                f"writes there; you may delete {legacy_state_dir(root)})" + _also(skipped)
+            ),
+        )
     array = job_array(root, state_dir)
     if array is not None and array.done:
         return Found(array.results, array.describe() + _also(skipped), partial=array)
@@ -552,8 +606,11 @@ def results_root(path: str) -> str | None:
 def _other_root(path: str, root: str) -> str | None:
     """The root ``path`` records if it is not ``root`` (by absolute or real path), else None."""
     recorded = results_root(path)
-    if recorded is None or os.path.abspath(recorded) == os.path.abspath(root) \
-            or os.path.realpath(recorded) == os.path.realpath(root):
+    if (
+        recorded is None
+        or os.path.abspath(recorded) == os.path.abspath(root)
+        or os.path.realpath(recorded) == os.path.realpath(root)
+    ):
         return None
     return recorded
 
@@ -565,8 +622,12 @@ def _also(skipped: list[str]) -> str:
 def _legacy_results(root: str) -> str | None:
     folder = legacy_state_dir(root)
     pointer = read_pointer(os.path.join(folder, LAST_SCAN_FILE))
-    if pointer and pointer["results"] and all(os.path.exists(p) for p in pointer["results"]) \
-            and len(pointer["results"]) == 1:
+    if (
+        pointer
+        and pointer["results"]
+        and all(os.path.exists(p) for p in pointer["results"])
+        and len(pointer["results"]) == 1
+    ):
         return pointer["results"][0]
     fixed = os.path.join(folder, RESULTS_FILE)
     return fixed if os.path.isfile(fixed) else None
@@ -582,8 +643,7 @@ def find_scan_results(root: str, state_dir: str | None = None) -> str | None:
     if len(paths) > 1:
         from .errors import UserError
 
-        raise UserError(f"the last scan of {root} is {len(paths)} unmerged parts; run dsclean merge "
-                        + " ".join(paths))
+        raise UserError(f"the last scan of {root} is {len(paths)} unmerged parts; run dsclean merge " + " ".join(paths))
     return paths[0] if paths else None
 
 
@@ -617,11 +677,18 @@ def scan_lock(root: str, part: tuple[int, int] | None = None, state_dir: str | N
         folder = make_root_state_dir(root, state_dir)
         fds = [os.open(os.path.join(folder, SCAN_LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)]
         if part is not None:
-            fds.append(os.open(os.path.join(folder, tagged(SCAN_LOCK_FILE, part_tag(part))),
-                               os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644))
+            fds.append(
+                os.open(
+                    os.path.join(folder, tagged(SCAN_LOCK_FILE, part_tag(part))),
+                    os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+                    0o644,
+                )
+            )
     except OSError as exc:
-        yield (f"scans of {root} not locked against each other: state folder {root_state_dir(root, state_dir)} "
-               f"is not writable ({exc.strerror or exc})")
+        yield (
+            f"scans of {root} not locked against each other: state folder {root_state_dir(root, state_dir)} "
+            f"is not writable ({exc.strerror or exc})"
+        )
         return
     try:
         modes = [fcntl.LOCK_EX] if part is None else [fcntl.LOCK_SH, fcntl.LOCK_EX]
@@ -630,11 +697,18 @@ def scan_lock(root: str, part: tuple[int, int] | None = None, state_dir: str | N
                 fcntl.flock(fd, mode | fcntl.LOCK_NB)
             except BlockingIOError:
                 holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
-                what = ("another scan of the same root" if part is None else
-                        "a scan of the whole root" if n == 0 else f"another run of part {part[0]}/{part[1]}")
-                raise UserError(f"{what} is running ({holder or 'pid unknown'}; lock {_lock_names(folder, part)[n]}): "
-                                f"two scans of {root} at once could judge and move the same files; wait for it "
-                                "(parts of one job array, --shard I/N with different I, may run together)") from None
+                what = (
+                    "another scan of the same root"
+                    if part is None
+                    else "a scan of the whole root"
+                    if n == 0
+                    else f"another run of part {part[0]}/{part[1]}"
+                )
+                raise UserError(
+                    f"{what} is running ({holder or 'pid unknown'}; lock {_lock_names(folder, part)[n]}): "
+                    f"two scans of {root} at once could judge and move the same files; wait for it "
+                    "(parts of one job array, --shard I/N with different I, may run together)"
+                ) from None
             if mode == fcntl.LOCK_EX:
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)

@@ -9,6 +9,7 @@ shard list, an index, a pack's state, a media file) goes through :func:`open_reg
 cleared so reads behave as usual. Symbolic links are followed (the file they name
 is checked).
 """
+
 from __future__ import annotations
 
 import errno
@@ -23,9 +24,14 @@ _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 def file_kind(mode: int) -> str:
     """What a file is, in words, from its ``st_mode``."""
-    for test, name in ((stat.S_ISREG, "regular file"), (stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO"),
-                       (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
-                       (stat.S_ISBLK, "block device")):
+    for test, name in (
+        (stat.S_ISREG, "regular file"),
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+    ):
         if test(mode):
             return name
     return "special file"

@@ -4,6 +4,7 @@ Every verdict dsclean writes has a ``status`` (``ok`` / ``warn`` / ``bad``) and,
 unless it is ``ok``, a ``reason`` taken from :data:`REASONS`. Reports, the CLI
 summary and docs/reference/reasons.md are all generated from this module.
 """
+
 from __future__ import annotations
 
 OK = "ok"
@@ -56,10 +57,10 @@ REASONS: dict[str, str] = {
     EMPTY: "zero bytes, a zero-sized image, or audio with zero frames",
     DECOMPRESSION_BOMB: "the image declares more pixels than the limit (Pillow's MAX_IMAGE_PIXELS, --max-pixels)",
     UNSUPPORTED: "a whole media file (its structure checked) that a decoder cannot read: a variant or a library limit, "
-                 "not damage; a warning, never moved (the detail names the decoders tried and which read it)",
+    "not damage; a warning, never moved (the detail names the decoders tried and which read it)",
     LOADER_FAILS: "a whole file the training loader named in --loader cannot open (it raises or returns nothing); a warning",
     LOADER_DIFFERS: "a --loader decodes a whole file to another shape or other pixels/samples than the reference "
-                    "decode (pillow, soundfile) beyond rounding; a warning",
+    "decode (pillow, soundfile) beyond rounding; a warning",
     UNREADABLE: "the file cannot be read: permission denied, I/O error, broken symlink",
     EXTENSION_MISMATCH: "valid media whose extension names another format (e.g. a PNG saved as .jpg); a warning",
     INVALID_SAMPLES: "float audio containing NaN, Inf or absurd magnitudes",
@@ -68,33 +69,31 @@ REASONS: dict[str, str] = {
     DECODER_CRASH: "checking the file killed the decoder's process (segfault, abort, ...); the signal is in the detail",
     TIMEOUT: "checking the file took longer than --timeout seconds",
     TOO_LARGE: "checking the file needed more memory than --max-memory allows (bad); or than the default ceiling "
-               "per check (a warning: never moved; raise --max-memory to check it)",
+    "per check (a warning: never moved; raise --max-memory to check it)",
     NONCONFORMING: "breaks a rule of its format that common decoders tolerate (e.g. an ID3v2 tag before a FLAC stream, "
-                   "junk after the last MP3 frame, data after a PNG's zlib stream); a warning",
+    "junk after the last MP3 frame, data after a PNG's zlib stream); a warning",
     NOT_REGULAR: "a FIFO, socket or device named like media: never opened, never moved, not indexed; a warning",
-
-    HIGH_BIT_DEPTH: "a 16-bit or 32-bit image: an 8-bit RGB conversion saturates it (torchvision's convert(\"RGB\") "
-                    "turns a 16-bit grey PNG white) or truncates it; dsclean's default loader scales it; a warning",
+    HIGH_BIT_DEPTH: 'a 16-bit or 32-bit image: an 8-bit RGB conversion saturates it (torchvision\'s convert("RGB") '
+    "turns a 16-bit grey PNG white) or truncates it; dsclean's default loader scales it; a warning",
     CMYK: "a CMYK JPEG: its colours depend on the decoder and on the Adobe APP14 marker (inverted or not); "
-          "some decoders refuse it; a warning",
+    "some decoders refuse it; a warning",
     YCCK: "a YCCK JPEG (Adobe transform 2): the colour transform depends on the decoder; a warning",
     EXIF_ROTATED: "EXIF orientation 2-8: loaders that apply it and loaders that do not disagree on the shape "
-                  "(boxes, masks); scan --exif apply makes the default loader apply it; a warning",
-    PALETTE_TRANSPARENCY: "a palette image with a transparent colour (PNG tRNS, GIF): convert(\"RGB\") drops "
-                          "the transparency; a warning",
+    "(boxes, masks); scan --exif apply makes the default loader apply it; a warning",
+    PALETTE_TRANSPARENCY: 'a palette image with a transparent colour (PNG tRNS, GIF): convert("RGB") drops '
+    "the transparency; a warning",
     ALPHA: "has an alpha channel in a set that is otherwise opaque (or scan --expect asks for a mode without one); "
-           "a warning",
+    "a warning",
     GRAYSCALE: "a greyscale image in a colour set (or scan --expect mode=RGB); a warning",
     MODE_MISMATCH: "an image mode that is not the set's (inferred norm or scan --expect mode=); a warning",
     TOO_SMALL: "shorter side below scan --expect min-side; a warning",
     ASPECT_RATIO: "longer side more than scan --expect max-aspect times the shorter; a warning",
     SAMPLE_RATE_MISMATCH: "a sample rate that is not the set's (inferred norm or scan --expect sample-rate=): a "
-                          "model hears it pitch-shifted, batching fails; a warning",
+    "model hears it pitch-shifted, batching fails; a warning",
     CHANNEL_MISMATCH: "a channel count that is not the set's (inferred norm or scan --expect channels=): "
-                      "default_collate cannot stack it; a warning",
+    "default_collate cannot stack it; a warning",
     TOO_SHORT: "a clip far shorter than the set's (under a tenth of its median) or than scan --expect "
-               "min-duration; a warning",
-
+    "min-duration; a warning",
     DUPLICATE: "an extra copy of a file kept elsewhere (exact or near duplicate); moved only by dsclean dups --quarantine",
     FLAGGED: "a whole file with a quality flag named in scan --quarantine-flags (the flag is in the detail); moved only when asked",
 }
@@ -111,7 +110,7 @@ LENIENT = frozenset({TRUNCATED, CORRUPT})
 #: (the rest, e.g. ``nonconforming``, are files every common decoder reads: shipped)
 LEFT_OUT_WARNINGS: dict[str, str] = {
     TOO_LARGE: "not judged: checking needed more memory than the default ceiling per check; re-scan with a higher "
-               "--max-memory (e.g. 8G, or none) to judge them",
+    "--max-memory (e.g. 8G, or none) to judge them",
     CHANGED: "not judged: the file changed while it was being checked; scan again when it is complete",
     TIMEOUT: "not judged: the check took longer than --timeout",
     DECODER_CRASH: "not judged: the check killed the decoder",
@@ -119,10 +118,10 @@ LEFT_OUT_WARNINGS: dict[str, str] = {
     TRUNCATED: "cut short, accepted by scan --lenient: Pillow's default loader refuses a truncated image",
     CORRUPT: "damaged, accepted by scan --lenient: a decoder recovered from it, a strict one may not",
     UNSUPPORTED: "a decoder's limit: the default loader (Pillow, soundfile) cannot read it; ships with "
-                 "--include-warn unsupported (e.g. for an index built for a --loader that reads it)",
+    "--include-warn unsupported (e.g. for an index built for a --loader that reads it)",
     LOADER_FAILS: "the loader the index is built for (--loader) cannot open it",
     EXTENSION_MISMATCH: "only when the content is another kind than the extension says (a WAV named .jpg): the "
-                        "loader and transforms of an image dataset fail on a sound; a PNG named .jpg is indexed",
+    "loader and transforms of an image dataset fail on a sound; a PNG named .jpg is indexed",
 }
 #: reasons in :data:`LEFT_OUT_WARNINGS` that leave a file out only when its content's kind (image, audio) is not
 #: the one its extension names
@@ -130,5 +129,20 @@ KIND_CHANGE_ONLY = frozenset({EXTENSION_MISMATCH})
 
 #: the warnings of issue 27: what silently changes the data a loader returns. Never moved (``bad`` only under
 #: ``scan --strict-expect``); ``dsclean index`` ships them unless ``--exclude-warn REASON`` leaves them out
-CONSISTENCY = frozenset({HIGH_BIT_DEPTH, CMYK, YCCK, EXIF_ROTATED, PALETTE_TRANSPARENCY, ALPHA, GRAYSCALE,
-                         MODE_MISMATCH, TOO_SMALL, ASPECT_RATIO, SAMPLE_RATE_MISMATCH, CHANNEL_MISMATCH, TOO_SHORT})
+CONSISTENCY = frozenset(
+    {
+        HIGH_BIT_DEPTH,
+        CMYK,
+        YCCK,
+        EXIF_ROTATED,
+        PALETTE_TRANSPARENCY,
+        ALPHA,
+        GRAYSCALE,
+        MODE_MISMATCH,
+        TOO_SMALL,
+        ASPECT_RATIO,
+        SAMPLE_RATE_MISMATCH,
+        CHANNEL_MISMATCH,
+        TOO_SHORT,
+    }
+)

@@ -9,6 +9,7 @@ they are unchanged, then appends a ``{"scanned": ...}`` marker line: records bef
 are done (the report still shows them). Appended like the failure log (``O_APPEND``, whole lines);
 read as untrusted input (:func:`dsclean.failures._lines`).
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -44,7 +45,7 @@ def _append(path: str, records: Iterable[dict]) -> None:
         for line in data:
             view = memoryview(line)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
     finally:
         os.close(fd)
 
@@ -56,8 +57,9 @@ def record(root: str, items: Iterable[dict], state_dir: str | None = None) -> st
     out = []
     for item in items:
         rec = {"v": VERSION, "time": _now(), **path_fields(item["rel"])}
-        rec.update({k: item.get(k) for k in ("status", "reason", "detail", "outcome", "kind", "error", "message",
-                                             "index")})
+        rec.update(
+            {k: item.get(k) for k in ("status", "reason", "detail", "outcome", "kind", "error", "message", "index")}
+        )
         out.append(rec)
     _append(path, out)
     return path

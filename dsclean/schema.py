@@ -13,6 +13,7 @@ checking processes that import ``Verdict`` start light) and the docs render them
 :func:`arrow_type` and :func:`arrow_fields` build the Arrow objects on demand. It imports no stage: it is
 the floor below all of them (tests/test_layout.py).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -38,8 +39,12 @@ class Column:
 
 #: the verdict's own columns: what the check decided and the media facts that come with it
 RECORD: tuple[Column, ...] = (
-    Column("path", "binary", "the exact bytes of the file name relative to the root (decode with `os.fsdecode`)",
-           nullable=False),
+    Column(
+        "path",
+        "binary",
+        "the exact bytes of the file name relative to the root (decode with `os.fsdecode`)",
+        nullable=False,
+    ),
     Column("kind", "string", "`image` or `audio`", nullable=False),
     Column("status", "string", "`ok`, `warn` or `bad`", nullable=False),
     Column("reason", "string", "the reason code of a warn or bad verdict (null when ok)"),
@@ -59,16 +64,22 @@ RECORD: tuple[Column, ...] = (
 
 #: the fact columns (dsclean.quality): the content hash, the quality facts and the flags
 FACTS: tuple[Column, ...] = (
-    Column("content_hash", f"fixed_size_binary[{DIGEST_SIZE}]",
-           "BLAKE2b-128 of the bytes checked (null if not read, or with `--facts none`)"),
+    Column(
+        "content_hash",
+        f"fixed_size_binary[{DIGEST_SIZE}]",
+        "BLAKE2b-128 of the bytes checked (null if not read, or with `--facts none`)",
+    ),
     Column("phash", "uint64", "64-bit perceptual hash of the grey thumbnail", kind="image"),
     Column("brightness", "float", "mean luma, 0..1", kind="image"),
     Column("contrast", "float", "standard deviation of luma, 0..1", kind="image"),
     Column("entropy", "float", "Shannon entropy of the 256-bin luma histogram, bits (0..8)", kind="image"),
-    Column("sharpness", "float",
-           "variance of the Laplacian of the 64×64 thumbnail (0..255 units); null under 64 px", kind="image"),
-    Column("grayscale", "bool", "a colour-stored image whose channels are all equal (null when unknown)",
-           kind="image"),
+    Column(
+        "sharpness",
+        "float",
+        "variance of the Laplacian of the 64×64 thumbnail (0..255 units); null under 64 px",
+        kind="image",
+    ),
+    Column("grayscale", "bool", "a colour-stored image whose channels are all equal (null when unknown)", kind="image"),
     Column("orientation", "int8", "EXIF orientation 1..8 (null when absent)", kind="image"),
     Column("peak", "float", "audio: max abs sample, 0..1", kind="audio"),
     Column("rms", "float", "audio: RMS level over all channels, 0..1", kind="audio"),
@@ -98,9 +109,9 @@ def arrow_type(spelling: str) -> pa.DataType:
     import pyarrow as pa
 
     if spelling.startswith("fixed_size_binary[") and spelling.endswith("]"):
-        return pa.binary(int(spelling[len("fixed_size_binary["):-1]))
+        return pa.binary(int(spelling[len("fixed_size_binary[") : -1]))
     if spelling.startswith("list<item: ") and spelling.endswith(">"):
-        return pa.list_(arrow_type(spelling[len("list<item: "):-1]))
+        return pa.list_(arrow_type(spelling[len("list<item: ") : -1]))
     return pa.type_for_alias(spelling)
 
 

@@ -40,6 +40,7 @@ format: hashing the files' bytes alone against the ``--facts none`` checker's ti
 
     python scripts/bench_checkers.py [--png 600] [--flac 2000] [--wav 2000] [--jpeg 3000] [--repeats 3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -242,10 +243,31 @@ def dsclean_scan(folder: str, files: list[str], *options: str, src: str | None =
         env["PYTHONPATH"] = src
         env["PYTHONDONTWRITEBYTECODE"] = "1"  # an uncompiled copy stays uncompiled
     with tempfile.TemporaryDirectory() as report:
-        proc = subprocess.run([PY, "-c", "import sys, dsclean, dsclean.cli; print(dsclean.__file__, file=sys.stderr); "
-                               "sys.exit(dsclean.cli.main())", "scan", folder, "--jobs", "1", "--dry-run", "--rescan",
-                               "--quiet", "--json", "--report", report, "--state-dir", os.path.join(report, "state"),
-                               *options], capture_output=True, text=True, env=env, cwd=report)
+        proc = subprocess.run(
+            [
+                PY,
+                "-c",
+                "import sys, dsclean, dsclean.cli; print(dsclean.__file__, file=sys.stderr); "
+                "sys.exit(dsclean.cli.main())",
+                "scan",
+                folder,
+                "--jobs",
+                "1",
+                "--dry-run",
+                "--rescan",
+                "--quiet",
+                "--json",
+                "--report",
+                report,
+                "--state-dir",
+                os.path.join(report, "state"),
+                *options,
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=report,
+        )
         _reap()
     import json
 
@@ -265,23 +287,47 @@ def contenders(fmt: str, folder: str, files: list[str]) -> list[tuple[str, objec
     exe = shutil.which(tool) if tool else None
     refs = {
         "png": [("pngcheck -q", lambda: _batches([exe, "-q"], files, folder) if exe else None)],
-        "flac": [("flac -t -s", lambda: _batches([exe, "-t", "-s"], files, folder) if exe else None),
-                 ("soundfile.read loop", lambda: _batches([PY, "-c", SF_LOOP], files, folder))],
+        "flac": [
+            ("flac -t -s", lambda: _batches([exe, "-t", "-s"], files, folder) if exe else None),
+            ("soundfile.read loop", lambda: _batches([PY, "-c", SF_LOOP], files, folder)),
+        ],
         "wav": [("soundfile.read loop", lambda: _batches([PY, "-c", SF_LOOP], files, folder))],
-        "jpeg": [("jpeginfo -c", lambda: _batches([exe, "-c"], files, folder) if exe else None),
-                 ("libjpeg-turbo floor (header + strict 1/8 grey decode loop)",
-                  lambda: _batches([PY, "-c", JPEG_FLOOR], files, folder))],
+        "jpeg": [
+            ("jpeginfo -c", lambda: _batches([exe, "-c"], files, folder) if exe else None),
+            (
+                "libjpeg-turbo floor (header + strict 1/8 grey decode loop)",
+                lambda: _batches([PY, "-c", JPEG_FLOOR], files, folder),
+            ),
+        ],
     }[fmt]
     extra = [("dsclean checker, FLAC MD5 on (CheckOptions(flac_md5=True))", lambda: checker_loop(folder, files, "md5"))]
-    return refs + [("dsclean checker, --facts none (check_file loop)", lambda: checker_loop(folder, files, "none")),
-                   ("dsclean checker, default options (facts on)", lambda: checker_loop(folder, files)),
-                   *(extra if fmt == "flac" else []),
-                   ("dsclean scan --jobs 1 --facts none", lambda: dsclean_scan(folder, files, "--facts", "none")),
-                   *([("dsclean scan --jobs 1 --facts none, not byte-compiled (source tree, PYTHONDONTWRITEBYTECODE=1)",
-                       lambda: dsclean_scan(folder, files, "--facts", "none", src=UNCOMPILED))] if UNCOMPILED else []),
-                   *([("dsclean scan --jobs 1 --facts none, baseline tree", lambda: dsclean_scan(
-                       folder, files, "--facts", "none", src=BASELINE))] if BASELINE else []),
-                   ("dsclean scan --jobs 1 (default options)", lambda: dsclean_scan(folder, files))]
+    return refs + [
+        ("dsclean checker, --facts none (check_file loop)", lambda: checker_loop(folder, files, "none")),
+        ("dsclean checker, default options (facts on)", lambda: checker_loop(folder, files)),
+        *(extra if fmt == "flac" else []),
+        ("dsclean scan --jobs 1 --facts none", lambda: dsclean_scan(folder, files, "--facts", "none")),
+        *(
+            [
+                (
+                    "dsclean scan --jobs 1 --facts none, not byte-compiled (source tree, PYTHONDONTWRITEBYTECODE=1)",
+                    lambda: dsclean_scan(folder, files, "--facts", "none", src=UNCOMPILED),
+                )
+            ]
+            if UNCOMPILED
+            else []
+        ),
+        *(
+            [
+                (
+                    "dsclean scan --jobs 1 --facts none, baseline tree",
+                    lambda: dsclean_scan(folder, files, "--facts", "none", src=BASELINE),
+                )
+            ]
+            if BASELINE
+            else []
+        ),
+        ("dsclean scan --jobs 1 (default options)", lambda: dsclean_scan(folder, files)),
+    ]
 
 
 def bench_format(fmt: str, n: int, repeats: int, base_dir: str) -> list[str]:
@@ -308,20 +354,30 @@ def bench_format(fmt: str, n: int, repeats: int, base_dir: str) -> list[str]:
             flagged[name] = result
     ref = next(name for name, _ in entries if flagged[name] is not None)
     base_cpu, base_wall = min(cpus[ref]), min(walls[ref])
-    lines = [f"\n### {fmt.upper()}: {len(files):,} files, {mb:.1f} MB (whole processes, start-up included; best of {repeats})\n",
-             f"| contender | CPU ms per file | files per CPU-second | vs {ref}, CPU | vs {ref}, wall | flagged bad / warn |",
-             "|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"\n### {fmt.upper()}: {len(files):,} files, {mb:.1f} MB (whole processes, start-up included; best of {repeats})\n",
+        f"| contender | CPU ms per file | files per CPU-second | vs {ref}, CPU | vs {ref}, wall | flagged bad / warn |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for name, _ in entries:
         if flagged[name] is None:
             lines.append(f"| {name} | not installed (apt-get install -y jpeginfo pngcheck flac) | | | | |")
             continue
         cpu, wall = min(cpus[name]), min(walls[name])
-        lines.append(f"| {name} | {cpu / len(files) * 1e3:.2f} | {len(files) / cpu:,.0f} | {base_cpu / cpu:.2f}x | "
-                     f"{base_wall / wall:.2f}x | {flagged[name][0]} / {flagged[name][1]} |")
-    hash_s, check_s = (float(x) for x in subprocess.run([PY, "-c", HASH_COST, folder, *files[:1000]], capture_output=True,
-                                                         text=True, cwd=folder).stdout.split())
-    lines.append(f"\ncontent hash: {hash_s * 1e6:.0f} µs per file = {hash_s / check_s:.1%} of the --facts none checker's "
-                 f"{check_s * 1e6:.0f} µs per file (in-process, best of 3, {min(len(files), 1000)} files)")
+        lines.append(
+            f"| {name} | {cpu / len(files) * 1e3:.2f} | {len(files) / cpu:,.0f} | {base_cpu / cpu:.2f}x | "
+            f"{base_wall / wall:.2f}x | {flagged[name][0]} / {flagged[name][1]} |"
+        )
+    hash_s, check_s = (
+        float(x)
+        for x in subprocess.run(
+            [PY, "-c", HASH_COST, folder, *files[:1000]], capture_output=True, text=True, cwd=folder
+        ).stdout.split()
+    )
+    lines.append(
+        f"\ncontent hash: {hash_s * 1e6:.0f} µs per file = {hash_s / check_s:.1%} of the --facts none checker's "
+        f"{check_s * 1e6:.0f} µs per file (in-process, best of 3, {min(len(files), 1000)} files)"
+    )
     print("\n".join(lines), flush=True)
     return lines
 
@@ -334,24 +390,43 @@ def main() -> None:
     ap.add_argument("--jpeg", type=int, default=3000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--only", choices=["png", "flac", "wav", "jpeg"], action="append", help="run only these formats")
-    ap.add_argument("--no-compile", action="store_true",
-                    help="do not byte-compile dsclean first (measures a source tree without __pycache__)")
-    ap.add_argument("--uncompiled-row", action="store_true",
-                    help="add a row: the scan from a copy of this tree's dsclean without bytecode (compiled at every start)")
-    ap.add_argument("--baseline", metavar="DIR",
-                    help="add a row: the scan of the dsclean in DIR (e.g. `git archive main` unpacked; byte-compiled first)")
+    ap.add_argument(
+        "--no-compile",
+        action="store_true",
+        help="do not byte-compile dsclean first (measures a source tree without __pycache__)",
+    )
+    ap.add_argument(
+        "--uncompiled-row",
+        action="store_true",
+        help="add a row: the scan from a copy of this tree's dsclean without bytecode (compiled at every start)",
+    )
+    ap.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="add a row: the scan of the dsclean in DIR (e.g. `git archive main` unpacked; byte-compiled first)",
+    )
     args = ap.parse_args()
     global UNCOMPILED, BASELINE
     _subreaper()
-    bytecode = "dsclean not byte-compiled (--no-compile): " + (
-        "PYTHONDONTWRITEBYTECODE is set, every process compiles it from source" if os.environ.get("PYTHONDONTWRITEBYTECODE")
-        else "caches as Python left them") if args.no_compile else _compile_dsclean()
+    bytecode = (
+        "dsclean not byte-compiled (--no-compile): "
+        + (
+            "PYTHONDONTWRITEBYTECODE is set, every process compiles it from source"
+            if os.environ.get("PYTHONDONTWRITEBYTECODE")
+            else "caches as Python left them"
+        )
+        if args.no_compile
+        else _compile_dsclean()
+    )
     print(bytecode, flush=True)
     base = tempfile.mkdtemp(prefix="dsclean-bench-checkers-")
     if args.uncompiled_row:
         UNCOMPILED = os.path.join(base, "uncompiled")
-        shutil.copytree(os.path.join(REPO, "dsclean"), os.path.join(UNCOMPILED, "dsclean"),
-                        ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            os.path.join(REPO, "dsclean"),
+            os.path.join(UNCOMPILED, "dsclean"),
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
     if args.baseline:
         import compileall
 
@@ -365,14 +440,18 @@ def main() -> None:
     finally:
         shutil.rmtree(base)
     load_after = os.getloadavg()
-    print("\n".join([
-        "",
-        f"machine: {platform.node()}, {os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}",
-        f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
-        f"load average before / after: {load_before[0]:.1f} / {load_after[0]:.1f} (other processes were running)",
-        "command: python scripts/bench_checkers.py " + " ".join(sys.argv[1:]),
-        bytecode,
-    ]))
+    print(
+        "\n".join(
+            [
+                "",
+                f"machine: {platform.node()}, {os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}",
+                f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+                f"load average before / after: {load_before[0]:.1f} / {load_after[0]:.1f} (other processes were running)",
+                "command: python scripts/bench_checkers.py " + " ".join(sys.argv[1:]),
+                bytecode,
+            ]
+        )
+    )
 
 
 if __name__ == "__main__":

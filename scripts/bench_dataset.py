@@ -20,6 +20,7 @@ Python list of paths + ``os.path.join``, side by side in one process on real fol
 and files (``--tmp``, default /dev/shm), for a few folders and for 100,000 folders
 (the old per-process folder cache held 65,536). Then ``validate`` of a 10M-row index.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,13 +58,15 @@ def make_index(out_dir: str, rows: int) -> dict:
     i = np.arange(rows)
     label = i % classes
     paths = [f"n{c + 1440764:08d}/n{c + 1440764:08d}_{k}.JPEG" for c, k in zip(label.tolist(), i.tolist())]
-    table = pa.table({
-        "path": pa.array([p.encode() for p in paths], pa.binary()),
-        "label": pa.array(label, pa.int64()),
-        "kind": pa.array(np.zeros(rows, np.int8)),
-        "size": pa.array(np.full(rows, 110_000, np.int64)),
-        "mtime_ns": pa.array(np.zeros(rows, np.int64)),
-    })
+    table = pa.table(
+        {
+            "path": pa.array([p.encode() for p in paths], pa.binary()),
+            "label": pa.array(label, pa.int64()),
+            "kind": pa.array(np.zeros(rows, np.int8)),
+            "size": pa.array(np.full(rows, 110_000, np.int64)),
+            "mtime_ns": pa.array(np.zeros(rows, np.int64)),
+        }
+    )
     del paths
     table = ix_write.finalize(table, ix.index_schema(classes=classes, max_size=110_000, large=False, facts=False))
     names = [f"n{c + 1440764:08d}" for c in range(classes)]
@@ -73,8 +76,12 @@ def make_index(out_dir: str, rows: int) -> dict:
     npy = os.path.join(out_dir, "index.npy")
     os.makedirs(npy, exist_ok=True)
     ix.write_npy(table, npy, meta)
-    return {"root": root, "arrow": arrow, "npy": npy,
-            "path_bytes": int(table.column("path").chunk(0).buffers()[2].size)}
+    return {
+        "root": root,
+        "arrow": arrow,
+        "npy": npy,
+        "path_bytes": int(table.column("path").chunk(0).buffers()[2].size),
+    }
 
 
 # ----------------------------------------------------------------------------- one variant (child process)
@@ -126,8 +133,14 @@ def run_variant(variant: str, files: dict, workers: int, state: str) -> dict:
     parent_uss = me.memory_full_info().uss - before
     pickled = len(pickle.dumps(ds))
 
-    loader = DataLoader(ds, batch_size=256, shuffle=True, num_workers=workers,
-                        multiprocessing_context="fork", worker_init_fn=_worker_init)
+    loader = DataLoader(
+        ds,
+        batch_size=256,
+        shuffle=True,
+        num_workers=workers,
+        multiprocessing_context="fork",
+        worker_init_fn=_worker_init,
+    )
     last: dict[int, dict] = {}
     t0 = time.monotonic()
     n = 0
@@ -150,9 +163,17 @@ def run_variant(variant: str, files: dict, workers: int, state: str) -> dict:
         with open(start_file) as f:
             start = json.load(f)
         per_worker.append({k: end[k] - start[k] for k in ("uss", "pss", "rss")} | {"end_uss": end["uss"]})
-    return {"variant": variant, "rows": len(ds), "workers": workers, "init_s": round(init_s, 2),
-            "epoch_s": round(epoch_s, 1), "parent_uss_growth": parent_uss, "pickled_bytes": pickled,
-            "per_worker": per_worker, "torch": torch.__version__}
+    return {
+        "variant": variant,
+        "rows": len(ds),
+        "workers": workers,
+        "init_s": round(init_s, 2),
+        "epoch_s": round(epoch_s, 1),
+        "parent_uss_growth": parent_uss,
+        "pickled_bytes": pickled,
+        "per_worker": per_worker,
+        "torch": torch.__version__,
+    }
 
 
 # ----------------------------------------------------------------------------- per-sample lookup
@@ -175,8 +196,15 @@ def _lookup_index(work: str, rows: int, folders: int, create: bool) -> tuple[str
     else:
         os.makedirs(root, exist_ok=True)
     schema = ix.index_schema(classes=classes, max_size=0, large=False, facts=False)
-    table = pa.table({"path": [p.encode() for p in paths], "label": labels, "kind": np.zeros(rows, np.int8),
-                      "size": np.zeros(rows, np.uint32), "mtime_ns": np.zeros(rows, np.int64)}).cast(schema)
+    table = pa.table(
+        {
+            "path": [p.encode() for p in paths],
+            "label": labels,
+            "kind": np.zeros(rows, np.int8),
+            "size": np.zeros(rows, np.uint32),
+            "mtime_ns": np.zeros(rows, np.int64),
+        }
+    ).cast(schema)
     out = os.path.join(work, f"lookup-{folders}.arrow")
     ix.write_arrow(table, out, ix.make_meta(root, [f"c{c:03d}" for c in range(classes)], "folder", rows, None))
     return out, root, paths, labels
@@ -189,10 +217,12 @@ def lookup(tmp: str, rows: int, validate_rows: int) -> str:
     from dsclean import IndexedDataset
 
     work = tempfile.mkdtemp(prefix="dsclean-bench-lookup-", dir=tmp)
-    lines = [f"IndexedDataset[i] vs list + os.path.join; {platform.platform()}, {os.cpu_count()} CPUs; "
-             f"{rows:,} rows, files in {tmp}; us per sample, best of 5 rounds (interleaved)",
-             "| folders | list + join (baseline) | IndexedDataset | difference | ratio | first pass (folders checked) |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        f"IndexedDataset[i] vs list + os.path.join; {platform.platform()}, {os.cpu_count()} CPUs; "
+        f"{rows:,} rows, files in {tmp}; us per sample, best of 5 rounds (interleaved)",
+        "| folders | list + join (baseline) | IndexedDataset | difference | ratio | first pass (folders checked) |",
+        "|---|---|---|---|---|---|",
+    ]
     try:
         for folders in (100, 100_000):
             index, root, paths, labels = _lookup_index(work, rows, folders, create=True)
@@ -217,8 +247,10 @@ def lookup(tmp: str, rows: int, validate_rows: int) -> str:
                     t0 = time.perf_counter()
                     fn()
                     best[name] = min(best[name], (time.perf_counter() - t0) / rows * 1e6)
-            lines.append(f"| {folders:,} | {best['base']:.2f} | {best['ours']:.2f} | {best['ours'] - best['base']:+.2f} "
-                         f"| {best['ours'] / best['base']:.2f}x | {first:.2f} |")
+            lines.append(
+                f"| {folders:,} | {best['base']:.2f} | {best['ours']:.2f} | {best['ours'] - best['base']:+.2f} "
+                f"| {best['ours'] / best['base']:.2f}x | {first:.2f} |"
+            )
             print(lines[-1], file=sys.stderr, flush=True)
             shutil.rmtree(root)
         lines.append("")
@@ -237,12 +269,24 @@ def _validate_bench(work: str, rows: int) -> str:
 
     classes = 1000
     i = pa.array(np.arange(rows, dtype=np.int64))
-    names = pc.binary_join_element_wise(pa.scalar("c"), pc.cast(pc.divide(i, 10_000), pa.string()),
-                                        pa.scalar("/img_"), pc.cast(i, pa.string()), pa.scalar(".jpg"), "")
+    names = pc.binary_join_element_wise(
+        pa.scalar("c"),
+        pc.cast(pc.divide(i, 10_000), pa.string()),
+        pa.scalar("/img_"),
+        pc.cast(i, pa.string()),
+        pa.scalar(".jpg"),
+        "",
+    )
     schema = ix.index_schema(classes=classes, max_size=10**6, large=False, facts=False)
-    table = pa.table({"path": names.cast(pa.binary()), "label": pc.cast(pc.divide(i, rows // classes + 1), pa.int16()),
-                      "kind": np.zeros(rows, np.int8), "size": np.full(rows, 100_000, np.uint32),
-                      "mtime_ns": np.zeros(rows, np.int64)}).cast(schema)
+    table = pa.table(
+        {
+            "path": names.cast(pa.binary()),
+            "label": pc.cast(pc.divide(i, rows // classes + 1), pa.int16()),
+            "kind": np.zeros(rows, np.int8),
+            "size": np.full(rows, 100_000, np.uint32),
+            "mtime_ns": np.zeros(rows, np.int64),
+        }
+    ).cast(schema)
     out = os.path.join(work, "validate.arrow")
     ix.write_arrow(table, out, ix.make_meta(work, [str(c) for c in range(classes)], "folder", rows, None))
     del table, names, i
@@ -254,8 +298,10 @@ def _validate_bench(work: str, rows: int) -> str:
         times.append(time.perf_counter() - t0)
     size = os.path.getsize(out)
     os.unlink(out)
-    return (f"validate() of a {rows:,}-row index ({size / 1e6:.0f} MB, warm page cache): best {min(times):.3f} s, "
-            f"median {sorted(times)[2]:.3f} s of 5")
+    return (
+        f"validate() of a {rows:,}-row index ({size / 1e6:.0f} MB, warm page cache): best {min(times):.3f} s, "
+        f"median {sorted(times)[2]:.3f} s of 5"
+    )
 
 
 # ----------------------------------------------------------------------------- orchestration
@@ -266,30 +312,40 @@ def _fmt_mb(n: float) -> str:
 
 
 def report(results: list[dict], path_bytes: int) -> str:
-    lines = ["| dataset | init s | parent USS growth MB | pickled bytes | worker USS growth MB (mean) | "
-             "worker PSS growth MB (mean) | worker RSS growth MB (mean) | epoch s |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| dataset | init s | parent USS growth MB | pickled bytes | worker USS growth MB (mean) | "
+        "worker PSS growth MB (mean) | worker RSS growth MB (mean) | epoch s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     mean = {}
     for r in results:
         w = r["per_worker"]
         m = {k: sum(x[k] for x in w) / max(len(w), 1) for k in ("uss", "pss", "rss")}
         mean[r["variant"]] = m
-        lines.append(f"| {r['variant']} | {r['init_s']} | {_fmt_mb(r['parent_uss_growth'])} | {r['pickled_bytes']} | "
-                     f"{_fmt_mb(m['uss'])} | {_fmt_mb(m['pss'])} | {_fmt_mb(m['rss'])} | {r['epoch_s']} |")
+        lines.append(
+            f"| {r['variant']} | {r['init_s']} | {_fmt_mb(r['parent_uss_growth'])} | {r['pickled_bytes']} | "
+            f"{_fmt_mb(m['uss'])} | {_fmt_mb(m['pss'])} | {_fmt_mb(m['rss'])} | {r['epoch_s']} |"
+        )
     lines.append("")
-    lines.append(f"rows: {results[0]['rows']}, path bytes: {path_bytes} ({_fmt_mb(path_bytes)} MB), "
-                 f"workers: {results[0]['workers']}, torch {results[0]['torch']}")
+    lines.append(
+        f"rows: {results[0]['rows']}, path bytes: {path_bytes} ({_fmt_mb(path_bytes)} MB), "
+        f"workers: {results[0]['workers']}, torch {results[0]['torch']}"
+    )
     base = mean.get("list")
     for v, m in mean.items():
         if v == "list" or base is None:
             continue
         for k in ("uss", "pss"):
             ratio = base[k] / m[k] if m[k] > 0 else float("inf")
-            lines.append(f"- per-worker {k.upper()} growth, list / {v}: {ratio:.1f}x "
-                         f"({_fmt_mb(base[k])} MB vs {_fmt_mb(m[k])} MB)")
+            lines.append(
+                f"- per-worker {k.upper()} growth, list / {v}: {ratio:.1f}x "
+                f"({_fmt_mb(base[k])} MB vs {_fmt_mb(m[k])} MB)"
+            )
         pr = next(r for r in results if r["variant"] == "list")["pickled_bytes"]
         pi = next(r for r in results if r["variant"] == v)["pickled_bytes"]
-        lines.append(f"- pickled dataset (what spawn sends each worker), list / {v}: {pr / pi:.0f}x ({pr} vs {pi} bytes)")
+        lines.append(
+            f"- pickled dataset (what spawn sends each worker), list / {v}: {pr / pi:.0f}x ({pr} vs {pi} bytes)"
+        )
     return "\n".join(lines)
 
 
@@ -320,8 +376,9 @@ def main() -> int:
         state = tempfile.mkdtemp(prefix=f"state-{variant}-", dir=out)
         spec = json.dumps({"variant": variant, "files": files, "workers": args.workers, "state": state})
         # each variant in a fresh interpreter, so neither inherits the other's objects
-        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--_child", spec],
-                              check=True, capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), "--_child", spec], check=True, capture_output=True, text=True
+        )
         results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
         print(json.dumps(results[-1]), file=sys.stderr)
     print(report(results, files["path_bytes"]))

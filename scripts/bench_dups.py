@@ -23,6 +23,7 @@
 
     python scripts/bench_dups.py [--n 1000000] [--near K] [--skip-search] [--skip-accuracy]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -106,17 +107,25 @@ def bench_search(n: int, radius: int) -> None:
     t = time.perf_counter()
     close = 0
     for start in range(0, len(sample), 500):
-        block = sample[start:start + 500]
+        block = sample[start : start + 500]
         close += int((popcount64(block[:, None] ^ sample[None, :]) <= radius).sum())
     brute = time.perf_counter() - t
-    print(f"baseline brute force: 20,000 hashes in {brute:.1f} s -> {n:,} extrapolated: {brute * (n / 20_000) ** 2 / 3600:.1f} h")
+    print(
+        f"baseline brute force: 20,000 hashes in {brute:.1f} s -> {n:,} extrapolated: {brute * (n / 20_000) ** 2 / 3600:.1f} h"
+    )
     for kind in ("uniform", "clustered"):
-        out = subprocess.run([sys.executable, "-c", CHILD, os.path.join(HERE, ".."), str(n), str(radius), kind],
-                             capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", CHILD, os.path.join(HERE, ".."), str(n), str(radius), kind],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         r = json.loads(out.stdout)
-        print(f"{kind:9s}: {r['seconds']:.1f} s (brute force / LSH = {brute * (n / 20_000) ** 2 / r['seconds']:.0f}x), "
-              f"{r['pairs']:,} pairs within K, planted found {r['planted_found']}, key {r['k']} bits x {r['tables']} tables, "
-              f"peak RSS {r['peak_rss_mb']} MB (hashes generated: {r['rss_before_mb']} MB)")
+        print(
+            f"{kind:9s}: {r['seconds']:.1f} s (brute force / LSH = {brute * (n / 20_000) ** 2 / r['seconds']:.0f}x), "
+            f"{r['pairs']:,} pairs within K, planted found {r['planted_found']}, key {r['k']} bits x {r['tables']} tables, "
+            f"peak RSS {r['peak_rss_mb']} MB (hashes generated: {r['rss_before_mb']} MB)"
+        )
 
 
 def bench_accuracy(radius: int) -> None:
@@ -138,8 +147,10 @@ def bench_accuracy(radius: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         t = time.perf_counter()
         truth = realphotos.write_set(tmp)
-        print(f"\n## accuracy: {len(truth)} files, {sum(k[1].startswith('orig/') for k in truth)} distinct pictures "
-              f"(written in {time.perf_counter() - t:.0f} s)")
+        print(
+            f"\n## accuracy: {len(truth)} files, {sum(k[1].startswith('orig/') for k in truth)} distinct pictures "
+            f"(written in {time.perf_counter() - t:.0f} s)"
+        )
         ours, theirs = {}, {}
         t_ours = t_theirs = 0.0
         for key in truth:
@@ -152,8 +163,10 @@ def bench_accuracy(radius: int) -> None:
                     t = time.perf_counter()
                     theirs[key] = imagehash.phash(im)
                     t_theirs += time.perf_counter() - t
-        print(f"hash time per decoded picture: dsclean {t_ours / len(truth) * 1000:.2f} ms"
-              + (f", imagehash.phash {t_theirs / len(truth) * 1000:.2f} ms" if imagehash else ""))
+        print(
+            f"hash time per decoded picture: dsclean {t_ours / len(truth) * 1000:.2f} ms"
+            + (f", imagehash.phash {t_theirs / len(truth) * 1000:.2f} ms" if imagehash else "")
+        )
         origin = {src: key for key, src in truth.items() if key[1].startswith("orig/")}
         copies = [(origin[src], key) for key, src in truth.items() if not key[1].startswith("orig/")]
         keys = list(truth)
@@ -161,16 +174,29 @@ def bench_accuracy(radius: int) -> None:
         methods = {"dsclean hash": lambda a, b: hamming(ours[a], ours[b])}
         if imagehash:
             methods["imagehash.phash"] = lambda a, b: theirs[a] - theirs[b]
-        print(f"\nhash alone: recall of {len(copies)} (original, copy) pairs / false pairs among {len(cross):,} pairs of different pictures")
+        print(
+            f"\nhash alone: recall of {len(copies)} (original, copy) pairs / false pairs among {len(cross):,} pairs of different pictures"
+        )
         print("| threshold | " + " | ".join(methods) + " |")
         print("|---|" + "---|" * len(methods))
-        dist = {m: (np.array([f(a, b) for a, b in copies]), np.array([f(a, b) for a, b in cross])) for m, f in methods.items()}
+        dist = {
+            m: (np.array([f(a, b) for a, b in copies]), np.array([f(a, b) for a, b in cross]))
+            for m, f in methods.items()
+        }
         for k in (4, 6, 8, 10, 12, 14, 16):
             cells = [f"{(dp <= k).mean():.1%} / {int((dn <= k).sum())}" for dp, dn in dist.values()]
             print(f"| {k} | " + " | ".join(cells) + " |")
-        print("\nrecall by edit at K=%d: " % radius + ", ".join(
-            f"{edit} " + "/".join(f"{(dist[m][0][[c[1][1].startswith(edit + '/') for c in copies]] <= radius).mean():.0%}"
-                                  for m in methods) for edit in realphotos.EDITS))
+        print(
+            "\nrecall by edit at K=%d: " % radius
+            + ", ".join(
+                f"{edit} "
+                + "/".join(
+                    f"{(dist[m][0][[c[1][1].startswith(edit + '/') for c in copies]] <= radius).mean():.0%}"
+                    for m in methods
+                )
+                for edit in realphotos.EDITS
+            )
+        )
         from dsclean.quality.compare import DEFAULT_MIN_CORRELATION, similarity
         from dsclean.quality.image import thumbnail_from_path
 
@@ -178,17 +204,21 @@ def bench_accuracy(radius: int) -> None:
         pos = np.array([similarity(thumbs[a], thumbs[b], 2.0) for a, b in copies])  # 2.0: always search crops
         originals = list(origin.values())
         neg = np.array([similarity(thumbs[a], thumbs[b], 2.0) for a, b in itertools.combinations(originals, 2)])
-        print(f"\nfine check (64x64 correlation, crop search): copies min {pos.min():.3f} (5th percentile "
-              f"{np.percentile(pos, 5):.3f}); {len(neg)} pairs of different originals max {neg.max():.3f}; "
-              f"threshold {DEFAULT_MIN_CORRELATION}")
+        print(
+            f"\nfine check (64x64 correlation, crop search): copies min {pos.min():.3f} (5th percentile "
+            f"{np.percentile(pos, 5):.3f}); {len(neg)} pairs of different originals max {neg.max():.3f}; "
+            f"threshold {DEFAULT_MIN_CORRELATION}"
+        )
         t = time.perf_counter()
         result = find_duplicates([os.path.join(tmp, "train"), os.path.join(tmp, "val")], DupsOptions(near=radius))
         elapsed = time.perf_counter() - t
         groups = [[(m["root"], m["path"]) for m in rec["members"]] for rec in result.records()]
         s = realphotos.score(groups, truth)
-        print(f"\ndsclean dups pipeline (K={radius}, fine check on): recall {s['found']}/{s['copies']} = {s['recall']:.1%}, "
-              f"false groups {s['false_groups']} of {s['groups']}, missed by edit {s['missed_by_edit']}, "
-              f"near stats {result.summary.near_stats}, {elapsed:.1f} s for {len(truth)} files (facts computed, 2 jobs)")
+        print(
+            f"\ndsclean dups pipeline (K={radius}, fine check on): recall {s['found']}/{s['copies']} = {s['recall']:.1%}, "
+            f"false groups {s['false_groups']} of {s['groups']}, missed by edit {s['missed_by_edit']}, "
+            f"near stats {result.summary.near_stats}, {elapsed:.1f} s for {len(truth)} files (facts computed, 2 jobs)"
+        )
 
 
 def main() -> None:
@@ -198,9 +228,11 @@ def main() -> None:
     ap.add_argument("--skip-search", action="store_true")
     ap.add_argument("--skip-accuracy", action="store_true")
     args = ap.parse_args()
-    print(f"# bench_dups {time.strftime('%Y-%m-%d %H:%M')} on {platform.node()}: {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} cores, python {platform.python_version()}, numpy {np.__version__}; "
-          f"load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"# bench_dups {time.strftime('%Y-%m-%d %H:%M')} on {platform.node()}: {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} cores, python {platform.python_version()}, numpy {np.__version__}; "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
     if not args.skip_search:
         bench_search(args.n, args.near)
     if not args.skip_accuracy:

@@ -21,6 +21,7 @@ in DIR), interleaved with this one on the same files: before and after under the
     python scripts/bench_facts.py [--jpeg 1500] [--png 200] [--flac 400] [--wav 400] [--repeats 3] [--baseline DIR]
                                   [--none-without-hash]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -70,9 +71,14 @@ HASHLESS_NONE = False
 
 
 def checker(folder: str, facts: str, tree: str = bc.REPO) -> tuple[float, int]:
-    out = subprocess.run([PY, "-c", LOOP, facts, folder, "1" if HASHLESS_NONE else "0"], capture_output=True,
-                         text=True, check=True,
-                         env=_env(tree), cwd=os.path.dirname(folder))
+    out = subprocess.run(
+        [PY, "-c", LOOP, facts, folder, "1" if HASHLESS_NONE else "0"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=_env(tree),
+        cwd=os.path.dirname(folder),
+    )
     r = json.loads(out.stdout)
     assert r["module"].startswith(tree + os.sep), f"measured {r['module']}, not the tree {tree}"
     return r["cpu"], r["bad"]
@@ -81,10 +87,31 @@ def checker(folder: str, facts: str, tree: str = bc.REPO) -> tuple[float, int]:
 def scan(folder: str, facts: str, tree: str = bc.REPO) -> tuple[float, int]:
     with tempfile.TemporaryDirectory() as work:
         before = bc._children_cpu()
-        out = subprocess.run([PY, "-m", "dsclean", "scan", folder, "--jobs", "1", "--rescan", "--dry-run", "--json",
-                              "--report", os.path.join(work, "r"), "--state-dir", os.path.join(work, "s"),
-                              "--facts", facts], capture_output=True, text=True, check=True,
-                             env=_env(tree), cwd=work)
+        out = subprocess.run(
+            [
+                PY,
+                "-m",
+                "dsclean",
+                "scan",
+                folder,
+                "--jobs",
+                "1",
+                "--rescan",
+                "--dry-run",
+                "--json",
+                "--report",
+                os.path.join(work, "r"),
+                "--state-dir",
+                os.path.join(work, "s"),
+                "--facts",
+                facts,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=_env(tree),
+            cwd=work,
+        )
         cpu = bc._children_cpu() - before
     return cpu, json.loads(out.stdout)["bad"]
 
@@ -114,8 +141,10 @@ def bench(fmt: str, n: int, repeats: int, base: str, trees: dict[str, str]) -> l
         for label in trees:
             none, all_ = best[label, "none"], best[label, "all"]
             code = f"{label}: " if len(trees) > 1 else ""
-            rows.append(f"| {fmt.upper()} | {n:,} ({mb:,.0f} MB) | {code}{what} | {none:.2f} | {all_:.2f} | "
-                        f"{(all_ / none - 1) * 100:+.1f}% | {(all_ - none) / n * 1e6:+,.0f} |")
+            rows.append(
+                f"| {fmt.upper()} | {n:,} ({mb:,.0f} MB) | {code}{what} | {none:.2f} | {all_:.2f} | "
+                f"{(all_ / none - 1) * 100:+.1f}% | {(all_ - none) / n * 1e6:+,.0f} |"
+            )
             print(rows[-1], flush=True)
     return rows
 
@@ -128,14 +157,19 @@ def main() -> None:
     ap.add_argument("--wav", type=int, default=400)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--baseline", metavar="DIR", help="also measure the dsclean in this source tree, interleaved")
-    ap.add_argument("--none-without-hash", action="store_true",
-                    help="checker rows: the --facts none cells skip the content hash too (as --facts none will)")
+    ap.add_argument(
+        "--none-without-hash",
+        action="store_true",
+        help="checker rows: the --facts none cells skip the content hash too (as --facts none will)",
+    )
     args = ap.parse_args()
     global HASHLESS_NONE
     HASHLESS_NONE = args.none_without_hash
     trees = {"baseline": os.path.abspath(args.baseline), "this tree": bc.REPO} if args.baseline else {"": bc.REPO}
-    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.platform()}, "
-          f"{os.cpu_count()} cores, Python {platform.python_version()}")
+    print(
+        f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.platform()}, "
+        f"{os.cpu_count()} cores, Python {platform.python_version()}"
+    )
     print("| format | files | what | CPU s, --facts none | CPU s, --facts all | extra | extra µs per file |")
     print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as base:

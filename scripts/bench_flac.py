@@ -8,6 +8,7 @@ ROUNDS interleaved rounds:
 
     python scripts/bench_flac.py [--files 40] [--seconds 10] [--rounds 5]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,8 +20,8 @@ import time
 import numpy as np
 import soundfile as sf
 
-from dsclean.scanning.formats import flac
 from dsclean.scanning.check import CheckOptions, check_bytes
+from dsclean.scanning.formats import flac
 
 
 def music_like(seconds: float, seed: int) -> np.ndarray:
@@ -28,8 +29,13 @@ def music_like(seconds: float, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     t = np.arange(int(44100 * seconds)) / 44100
     f = 220 * (1 + seed % 7)
-    return np.stack([0.3 * np.sin(2 * np.pi * f * t) + 0.05 * rng.standard_normal(t.size),
-                     0.3 * np.sin(2 * np.pi * 1.5 * f * t) + 0.05 * rng.standard_normal(t.size)], 1)
+    return np.stack(
+        [
+            0.3 * np.sin(2 * np.pi * f * t) + 0.05 * rng.standard_normal(t.size),
+            0.3 * np.sin(2 * np.pi * 1.5 * f * t) + 0.05 * rng.standard_normal(t.size),
+        ],
+        1,
+    )
 
 
 def encode(x: np.ndarray) -> bytes:
@@ -71,12 +77,16 @@ def main() -> None:
         md5_alone.append(time.process_time() - t0)
     per = lambda xs: min(xs) / a.files * 1e3  # noqa: E731
     mb = sum(map(len, files)) / a.files / 1e6
-    print(f"machine: {platform.machine()}, {platform.python_version()}; {a.files} FLAC files of {a.seconds:g} s "
-          f"stereo 16-bit 44.1 kHz ({mb:.2f} MB each), best of {a.rounds} rounds, CPU ms per file")
+    print(
+        f"machine: {platform.machine()}, {platform.python_version()}; {a.files} FLAC files of {a.seconds:g} s "
+        f"stereo 16-bit 44.1 kHz ({mb:.2f} MB each), best of {a.rounds} rounds, CPU ms per file"
+    )
     print(f"check, sequence walk off:  {per(seq_off):7.2f} ms")
     print(f"check (default):           {per(plain):7.2f} ms   sequence walk costs {per(plain) / per(seq_off) - 1:+.1%}")
     print(f"check --flac-md5:          {per(md5_on):7.2f} ms   MD5 costs {per(md5_on) / per(plain) - 1:+.1%}")
-    print(f"MD5 alone of the samples:  {per(md5_alone):7.2f} ms   = {per(md5_alone) / per(plain):.1%} of the check (the floor)")
+    print(
+        f"MD5 alone of the samples:  {per(md5_alone):7.2f} ms   = {per(md5_alone) / per(plain):.1%} of the check (the floor)"
+    )
 
 
 if __name__ == "__main__":

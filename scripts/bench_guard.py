@@ -29,6 +29,7 @@ workers) of ``ds.__getitems__(batch)`` (what torch's fetcher calls on the plain 
 Prints a Markdown section (command, machine, date, tables); no figure is asserted. Progress goes to stderr.
 Usage: ``PYTHONPATH=. python scripts/bench_guard.py [--images 100000] [--repeats 3] [--trials 5]``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -153,9 +154,11 @@ def clean_epochs(index: str, args) -> dict[str, list[dict]]:
             e = epoch(loader)
             assert e["samples"] == len(ds), (name, e["samples"], len(ds))
             out[name].append(e)
-            log(f"epoch {r + 1}/{args.repeats} {name}: {e['rate']:,.0f} samples/s ({e['seconds']:.1f} s, CPU "
+            log(
+                f"epoch {r + 1}/{args.repeats} {name}: {e['rate']:,.0f} samples/s ({e['seconds']:.1f} s, CPU "
                 f"{e['cpu_us']:.1f} us/sample), "
-                f"worker growth USS {e['uss'] / MiB:+.2f} MiB, PSS {e['pss'] / MiB:+.2f} MiB")
+                f"worker growth USS {e['uss'] / MiB:+.2f} MiB, PSS {e['pss'] / MiB:+.2f} MiB"
+            )
     return out
 
 
@@ -166,13 +169,16 @@ def per_sample(index: str, samples: int, batch_size: int, rounds: int = 5) -> di
     batches = [list(range(s, s + batch_size)) for s in range(0, samples - batch_size + 1, batch_size)]
     n = len(batches) * batch_size
     out: dict[tuple[str, str], float] = {}
-    for load, ds in (("PIL decode + tensor", dsclean.IndexedDataset(index, transform=ToTensor())),
-                     ("trivial loader (bookkeeping only)",
-                      dsclean.IndexedDataset(index, loader=trivial_loader, check_stale=False))):
+    for load, ds in (
+        ("PIL decode + tensor", dsclean.IndexedDataset(index, transform=ToTensor())),
+        ("trivial loader (bookkeeping only)", dsclean.IndexedDataset(index, loader=trivial_loader, check_stale=False)),
+    ):
         g = dsclean.guard(ds)
-        ways = {"`ds.__getitems__(batch)` (plain loader)": lambda ds=ds: [ds.__getitems__(b) for b in batches],
-                "`[ds[i] for i in batch]`": lambda ds=ds: [[ds[i] for i in b] for b in batches],
-                "`[guard(ds)[i] for i in batch]` (guarded loader)": lambda g=g: [[g[i] for i in b] for b in batches]}
+        ways = {
+            "`ds.__getitems__(batch)` (plain loader)": lambda ds=ds: [ds.__getitems__(b) for b in batches],
+            "`[ds[i] for i in batch]`": lambda ds=ds: [[ds[i] for i in b] for b in batches],
+            "`[guard(ds)[i] for i in batch]` (guarded loader)": lambda g=g: [[g[i] for i in b] for b in batches],
+        }
         for _ in range(rounds):
             for way, fn in ways.items():
                 t0 = time.perf_counter()
@@ -218,8 +224,13 @@ def death(index: str, variant: str, step: float, k: int, victim: str, stamp: str
     text = "\n".join(str(x) for x in chain)
     if not isinstance(err, (RuntimeError, EOFError, ConnectionError)):
         raise err
-    return {"delay": caught - died, "names": f"sample {k} " in text and victim in text,
-            "error": type(err).__name__, "text": str(err), "found": " <- ".join(_kind(x) for x in chain)}
+    return {
+        "delay": caught - died,
+        "names": f"sample {k} " in text and victim in text,
+        "error": type(err).__name__,
+        "text": str(err),
+        "found": " <- ".join(_kind(x) for x in chain),
+    }
 
 
 def stop(it) -> None:
@@ -258,25 +269,32 @@ def deaths(index: str, work: str, args) -> tuple[dict, int, str]:
             for variant in ("torch", "dsclean"):
                 d = death(index, variant, step, k, victim, stamp, args)
                 out.setdefault((situation, variant), []).append(d)
-                log(f"death ({situation}) trial {t + 1}/{args.trials} {variant}: {d['delay'] * 1e3:.0f} ms, "
-                    f"{d['error']}, names the sample: {d['names']}")
+                log(
+                    f"death ({situation}) trial {t + 1}/{args.trials} {variant}: {d['delay'] * 1e3:.0f} ms, "
+                    f"{d['error']}, names the sample: {d['names']}"
+                )
     return out, k, victim
 
 
 # ----------------------------------------------------------------------------- report
 
 
-def report(args, n_images: int, build_s: float, clean: dict, inproc: dict, dead: dict, k: int, victim: str,
-           total_s: float) -> str:
-    med = {v: {key: statistics.median(e[key] for e in es) for key in ("rate", "uss", "pss", "seconds", "cpu_us")}
-           for v, es in clean.items()}
+def report(
+    args, n_images: int, build_s: float, clean: dict, inproc: dict, dead: dict, k: int, victim: str, total_s: float
+) -> str:
+    med = {
+        v: {key: statistics.median(e[key] for e in es) for key in ("rate", "uss", "pss", "seconds", "cpu_us")}
+        for v, es in clean.items()
+    }
     ratio = med["guarded"]["rate"] / med["plain"]["rate"]
     lines = ["## Training guard: overhead and time to name a dead worker", ""]
-    lines.append(f"Command: `PYTHONPATH=. python scripts/bench_guard.py --images {args.images} --repeats {args.repeats} "
-                 f"--trials {args.trials} --batch-size {args.batch_size} --workers {args.workers}` "
-                 f"({datetime.date.today().isoformat()}, {platform.machine()}, {os.cpu_count()} cores, Python "
-                 f"{platform.python_version()}, torch {torch.__version__}; {n_images:,} 8x8 PNGs on {args.tmp}, "
-                 f"indexed in {build_s:.0f} s; whole run {total_s / 60:.1f} min after imports)")
+    lines.append(
+        f"Command: `PYTHONPATH=. python scripts/bench_guard.py --images {args.images} --repeats {args.repeats} "
+        f"--trials {args.trials} --batch-size {args.batch_size} --workers {args.workers}` "
+        f"({datetime.date.today().isoformat()}, {platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}, torch {torch.__version__}; {n_images:,} 8x8 PNGs on {args.tmp}, "
+        f"indexed in {build_s:.0f} s; whole run {total_s / 60:.1f} min after imports)"
+    )
     lines.append("")
     lines.append(
         f"A clean epoch over one `IndexedDataset` (default PIL loader, a transform to a uint8 tensor), batch "
@@ -287,33 +305,42 @@ def report(args, n_images: int, build_s: float, clean: dict, inproc: dict, dead:
         "Private_Dirty; PSS), mean over the workers, median over the epochs (target: guarded within 1 MiB "
         "of plain). CPU us/sample: the user + system time of the workers (since their fork, read at the last "
         "batch) and of the main process over the epoch, per sample: less sensitive than samples/s to "
-        "the other tenants of a noisy machine.")
+        "the other tenants of a noisy machine."
+    )
     lines.append("")
-    lines.append("| loader | samples/s (median) | epochs (samples/s) | vs plain | CPU us/sample (median) | "
-                 "vs plain | worker USS growth MiB | worker PSS growth MiB |")
+    lines.append(
+        "| loader | samples/s (median) | epochs (samples/s) | vs plain | CPU us/sample (median) | "
+        "vs plain | worker USS growth MiB | worker PSS growth MiB |"
+    )
     lines.append("|---|---|---|---|---|---|---|---|")
-    for v, label in (("plain", "torch `DataLoader(ds)` (baseline)"),
-                     ("guarded", "`dsclean.DataLoader(dsclean.guard(ds))`")):
+    for v, label in (
+        ("plain", "torch `DataLoader(ds)` (baseline)"),
+        ("guarded", "`dsclean.DataLoader(dsclean.guard(ds))`"),
+    ):
         m = med[v]
         each = ", ".join(f"{e['rate']:,.0f}" for e in clean[v])
-        lines.append(f"| {label} | {m['rate']:,.0f} | {each} | {m['rate'] / med['plain']['rate']:.3f}x | "
-                     f"{m['cpu_us']:.1f} | {m['cpu_us'] / med['plain']['cpu_us']:.3f}x | "
-                     f"{m['uss'] / MiB:+.2f} | {m['pss'] / MiB:+.2f} |")
+        lines.append(
+            f"| {label} | {m['rate']:,.0f} | {each} | {m['rate'] / med['plain']['rate']:.3f}x | "
+            f"{m['cpu_us']:.1f} | {m['cpu_us'] / med['plain']['cpu_us']:.3f}x | "
+            f"{m['uss'] / MiB:+.2f} | {m['pss'] / MiB:+.2f} |"
+        )
     lines.append("")
     d_uss = (med["guarded"]["uss"] - med["plain"]["uss"]) / MiB
     d_pss = (med["guarded"]["pss"] - med["plain"]["pss"]) / MiB
     spread = max(max(e["rate"] for e in es) / min(e["rate"] for e in es) - 1 for es in clean.values())
     pairs = [g["rate"] / p["rate"] for p, g in zip(clean["plain"], clean["guarded"])]
-    lines.append(f"Guarded/plain: {ratio:.3f}x ({(ratio - 1) * 100:+.1f}% samples/s; target >= 0.97x: "
-                 f"{'met' if ratio >= 0.97 else 'not met'}). Each guarded epoch over the plain one just before "
-                 f"it: {', '.join(f'{r:.3f}x' for r in pairs)} (median {statistics.median(pairs):.3f}x). The "
-                 f"largest spread between one loader's own epochs was {spread * 100:.1f}%: the noise of this "
-                 "machine, against which the CPU per sample and the in-process table below are the steadier "
-                 f"figures (CPU per sample, guarded/plain: {med['guarded']['cpu_us'] / med['plain']['cpu_us']:.3f}x). "
-                 "Worker growth "
-                 "guarded - plain: USS "
-                 f"{d_uss:+.2f} MiB, PSS {d_pss:+.2f} MiB (target within 1 MiB: "
-                 f"{'met' if abs(d_uss) <= 1 and abs(d_pss) <= 1 else 'not met'}).")
+    lines.append(
+        f"Guarded/plain: {ratio:.3f}x ({(ratio - 1) * 100:+.1f}% samples/s; target >= 0.97x: "
+        f"{'met' if ratio >= 0.97 else 'not met'}). Each guarded epoch over the plain one just before "
+        f"it: {', '.join(f'{r:.3f}x' for r in pairs)} (median {statistics.median(pairs):.3f}x). The "
+        f"largest spread between one loader's own epochs was {spread * 100:.1f}%: the noise of this "
+        "machine, against which the CPU per sample and the in-process table below are the steadier "
+        f"figures (CPU per sample, guarded/plain: {med['guarded']['cpu_us'] / med['plain']['cpu_us']:.3f}x). "
+        "Worker growth "
+        "guarded - plain: USS "
+        f"{d_uss:+.2f} MiB, PSS {d_pss:+.2f} MiB (target within 1 MiB: "
+        f"{'met' if abs(d_uss) <= 1 and abs(d_pss) <= 1 else 'not met'})."
+    )
     lines.append("")
     lines.append(
         f"Where a difference can come from inside a worker: us per sample in one process (no workers, "
@@ -321,7 +348,8 @@ def report(args, n_images: int, build_s: float, clean: dict, inproc: dict, dead:
         "fetcher calls the plain `IndexedDataset`'s batched `__getitems__`; the guard has no such hook, so "
         "the guarded loader gets one `guard(ds)[i]` per sample. The trivial loader (returns 0, no stat) shows "
         "the bookkeeping alone. (In the main process, dsclean's per-batch bookkeeping -- `_try_put_index`, "
-        "`_next_data` -- is a few ms per epoch under cProfile, and the main process mostly waits.)")
+        "`_next_data` -- is a few ms per epoch under cProfile, and the main process mostly waits.)"
+    )
     lines.append("")
     loads = list(dict.fromkeys(load for load, _ in inproc))
     ways = list(dict.fromkeys(way for _, way in inproc))
@@ -348,11 +376,14 @@ def report(args, n_images: int, build_s: float, clean: dict, inproc: dict, dead:
         "the poll, torch's `killed by signal` is its SIGCHLD handler (caught and re-raised as `exited "
         "unexpectedly` when it interrupts torch's own `queue.get`); a bare `EOFError` or "
         "`ConnectionRefusedError` from torch is that fetch of a dead worker's batch before the death was "
-        "visible, and names no worker at all. \"Names the sample\": the text of the "
-        "exception and its causes holds both the index and the file. Target: dsclean <= torch + 1 s.")
+        'visible, and names no worker at all. "Names the sample": the text of the '
+        "exception and its causes holds both the index and the file. Target: dsclean <= torch + 1 s."
+    )
     lines.append("")
-    lines.append("| situation | loader | exception (and its causes) | delay ms (median) | delay ms (max) | "
-                 "trials (ms) | names the sample |")
+    lines.append(
+        "| situation | loader | exception (and its causes) | delay ms (median) | delay ms (max) | "
+        "trials (ms) | names the sample |"
+    )
     lines.append("|---|---|---|---|---|---|---|")
     for situation, what in (("a", "(a) main blocked on batches"), ("b", f"(b) {STEP_S} s step per batch")):
         for variant in ("torch", "dsclean"):
@@ -360,19 +391,33 @@ def report(args, n_images: int, build_s: float, clean: dict, inproc: dict, dead:
             delays = [d["delay"] * 1e3 for d in ds_]
             names = {d["names"] for d in ds_}
             named = "yes" if names == {True} else "no" if names == {False} else "sometimes"
-            found = " / ".join(sorted({f"`{d['found']}`" + (f" x{c}" if (c := [x['found'] for x in ds_].count(
-                d["found"])) < len(ds_) else "") for d in ds_}))
-            lines.append(f"| {what} | {variant} | {found} | {statistics.median(delays):.0f} | "
-                         f"{max(delays):.0f} | {', '.join(f'{x:.0f}' for x in delays)} | {named} |")
+            found = " / ".join(
+                sorted(
+                    {
+                        f"`{d['found']}`"
+                        + (f" x{c}" if (c := [x["found"] for x in ds_].count(d["found"])) < len(ds_) else "")
+                        for d in ds_
+                    }
+                )
+            )
+            lines.append(
+                f"| {what} | {variant} | {found} | {statistics.median(delays):.0f} | "
+                f"{max(delays):.0f} | {', '.join(f'{x:.0f}' for x in delays)} | {named} |"
+            )
     lines.append("")
     for situation in ("a", "b"):
         t = statistics.median(d["delay"] for d in dead[(situation, "torch")])
         g = statistics.median(d["delay"] for d in dead[(situation, "dsclean")])
         worst = max(d["delay"] for d in dead[(situation, "dsclean")])
-        lines.append(f"- ({situation}) dsclean - torch, medians: {(g - t) * 1e3:+.0f} ms; dsclean's worst "
-                     f"{worst * 1e3:.0f} ms (target <= torch + 1 s: {'met' if worst <= t + 1 else 'not met'})")
-    forms = dict.fromkeys(re.sub(r"\d{2,}", "N", f"{d['error']}: {d['text']}".strip().splitlines()[0])
-                          for situation in ("a", "b") for d in dead[(situation, "torch")])
+        lines.append(
+            f"- ({situation}) dsclean - torch, medians: {(g - t) * 1e3:+.0f} ms; dsclean's worst "
+            f"{worst * 1e3:.0f} ms (target <= torch + 1 s: {'met' if worst <= t + 1 else 'not met'})"
+        )
+    forms = dict.fromkeys(
+        re.sub(r"\d{2,}", "N", f"{d['error']}: {d['text']}".strip().splitlines()[0])
+        for situation in ("a", "b")
+        for d in dead[(situation, "torch")]
+    )
     torch_text = "`, `".join(forms)
     ours = dead[("a", "dsclean")][0]["text"].strip().splitlines()[0]
     if len(ours) > 400:  # the batches in flight are listed in full

@@ -19,6 +19,7 @@ data handling: walk, join with the results, sort, write. ``--old DIR`` runs the 
 build with another dsclean source tree too (e.g. ``git archive main | tar -x -C DIR``),
 side by side on the same tree.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,8 +54,9 @@ def make_flat_tree(root: str, n: int, classes: int = 1000) -> None:
     for c in range(classes):
         os.makedirs(os.path.join(root, f"class{c:03d}"), exist_ok=True)
     for i in range(n):
-        os.close(os.open(os.path.join(root, f"class{i % classes:03d}", f"img_{i:09d}.jpg"), os.O_CREAT | os.O_WRONLY,
-                         0o644))
+        os.close(
+            os.open(os.path.join(root, f"class{i % classes:03d}", f"img_{i:09d}.jpg"), os.O_CREAT | os.O_WRONLY, 0o644)
+        )
 
 
 def write_ok_results(root: str, path: str) -> int:
@@ -73,10 +75,14 @@ def write_ok_results(root: str, path: str) -> int:
             entries = [(f"{d}/{e.name}".encode(), e.stat()) for e in os.scandir(os.path.join(root, d))]
             n = len(entries)
             cols = {f.name: pa.nulls(n, f.type) for f in SCHEMA}
-            cols.update(path=pa.array([p for p, _ in entries], pa.binary()), kind=pa.array(["image"] * n),
-                        status=pa.array(["ok"] * n), format=pa.array(["jpeg"] * n),
-                        size=pa.array([st.st_size for _, st in entries], pa.int64()),
-                        mtime_ns=pa.array([st.st_mtime_ns for _, st in entries], pa.int64()))
+            cols.update(
+                path=pa.array([p for p, _ in entries], pa.binary()),
+                kind=pa.array(["image"] * n),
+                status=pa.array(["ok"] * n),
+                format=pa.array(["jpeg"] * n),
+                size=pa.array([st.st_size for _, st in entries], pa.int64()),
+                mtime_ns=pa.array([st.st_mtime_ns for _, st in entries], pa.int64()),
+            )
             w.write_table(pa.table(cols, schema=schema))
             rows += n
     return rows
@@ -86,11 +92,13 @@ def run_index(src: str | None, root: str, results: str, out: str) -> tuple[float
     """``dsclean index`` in a fresh process (this tree's dsclean, or the one in ``src``): (peak RSS MB, seconds)."""
     import subprocess
 
-    code = ("import sys\n"
-            + (f"sys.path.insert(0, {src!r})\n" if src else "")
-            + "import dsclean, dsclean.cli\n"
-            + (f"assert dsclean.__file__.startswith({src!r}), dsclean.__file__\n" if src else "")
-            + f"sys.exit(dsclean.cli.main(['index', {root!r}, '-o', {out!r}, '--scan-results', {results!r}, '-q']))\n")
+    code = (
+        "import sys\n"
+        + (f"sys.path.insert(0, {src!r})\n" if src else "")
+        + "import dsclean, dsclean.cli\n"
+        + (f"assert dsclean.__file__.startswith({src!r}), dsclean.__file__\n" if src else "")
+        + f"sys.exit(dsclean.cli.main(['index', {root!r}, '-o', {out!r}, '--scan-results', {results!r}, '-q']))\n"
+    )
     start = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-c", code])
     _, status, usage = os.wait4(proc.pid, 0)
@@ -124,8 +132,11 @@ def memory(sizes: list[int], tmp: str, old: str | None) -> None:
                     rows = batch.num_rows
                     path_bytes = batch.column("path").buffers()[2].size
                 size = os.path.getsize(out)
-                print(f"| {rows:,} | {name} | {rss:.0f} | {secs:.0f} | {size:,} | {size / rows:.1f} | "
-                      f"{path_bytes / rows:.1f} | {size / path_bytes:.2f}x |", flush=True)
+                print(
+                    f"| {rows:,} | {name} | {rss:.0f} | {secs:.0f} | {size:,} | {size / rows:.1f} | "
+                    f"{path_bytes / rows:.1f} | {size / path_bytes:.2f}x |",
+                    flush=True,
+                )
                 os.unlink(out)
         finally:
             shutil.rmtree(work, ignore_errors=True)
@@ -155,8 +166,12 @@ def main() -> None:
         make_tree(root, args.n)
         opts = ScanOptions(jobs=args.jobs, progress=False, report_dir=os.path.join(work, "r"))
         scan(root, opts)  # warms the page cache and the worker pool; fills the scan cache
-        full_scan = timed(lambda: scan(root, ScanOptions(jobs=args.jobs, progress=False, use_cache=False,
-                                                         report_dir=os.path.join(work, "r-full"))))
+        full_scan = timed(
+            lambda: scan(
+                root,
+                ScanOptions(jobs=args.jobs, progress=False, use_cache=False, report_dir=os.path.join(work, "r-full")),
+            )
+        )
         cached_scan = min(timed(lambda: scan(root, opts)) for _ in range(2))  # the baseline
         current = min(timed(lambda: build_index(root, out, jobs=args.jobs)) for _ in range(2))
         changed = [os.path.join(root, f"class{i % 10}", f"{i:06d}.jpg") for i in range(0, args.n, 100)]
@@ -172,15 +187,26 @@ def main() -> None:
             for r in ("r", "r-full"):
                 shutil.rmtree(os.path.join(work, r), ignore_errors=True)
             nevers.append(timed(lambda: build_index(root, out, jobs=args.jobs)))
-            fulls.append(timed(lambda: scan(root, ScanOptions(jobs=args.jobs, progress=False, use_cache=False,
-                                                              report_dir=os.path.join(work, "r-full")))))
+            fulls.append(
+                timed(
+                    lambda: scan(
+                        root,
+                        ScanOptions(
+                            jobs=args.jobs, progress=False, use_cache=False, report_dir=os.path.join(work, "r-full")
+                        ),
+                    )
+                )
+            )
         full_scan, never = min(fulls), min(nevers)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"{args.n:,} JPEGs (64x64), --jobs {args.jobs}; {platform.platform()}, {os.cpu_count()} CPUs")
     print(f"baseline: re-scan from the scan cache            {cached_scan:7.2f} s  1.00x")
-    for name, t in (("index, every verdict current", current), ("index, 1% changed since the scan", one_percent),
-                    ("from_folder up-to-date test (reuse)", reuse)):
+    for name, t in (
+        ("index, every verdict current", current),
+        ("index, 1% changed since the scan", one_percent),
+        ("from_folder up-to-date test (reuse)", reuse),
+    ):
         print(f"{name:<48} {t:7.2f} s  {t / cached_scan:.2f}x")
     print(f"full scan (no cache; best of 3)                  {full_scan:7.2f} s")
     print(f"index of a never-scanned tree (best of 2)        {never:7.2f} s  {never / full_scan:.2f}x of the full scan")

@@ -20,6 +20,7 @@ the other finishes) and the wall time, interleaved.
 
     python scripts/bench_isolation.py --tail [--n 50000] [--rounds 3] [--dir /dev/shm]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -89,22 +90,34 @@ def main() -> None:
                     env.pop("DSCLEAN_TEST_FAULTS", None)
                     if fault:
                         env["DSCLEAN_TEST_FAULTS"] = "1"
-                    out = subprocess.run([sys.executable, "-c", _RUN, folder, culprit, str(args.timeout)], cwd="/",
-                                         env=env, capture_output=True, text=True, check=True)
+                    out = subprocess.run(
+                        [sys.executable, "-c", _RUN, folder, culprit, str(args.timeout)],
+                        cwd="/",
+                        env=env,
+                        capture_output=True,
+                        text=True,
+                        check=True,
+                    )
                     runs.setdefault((version, fault), []).append(eval_json(out.stdout))
-        print(f"\n| {args.n:,} tiny JPEGs, one `__{args.fault}__` file, scan --jobs 2 --facts none --timeout "
-              f"{args.timeout:g} (median of {args.rounds}) | wall s | extra wall s for the culprit | processes started | "
-              "culprit's verdict |")
+        print(
+            f"\n| {args.n:,} tiny JPEGs, one `__{args.fault}__` file, scan --jobs 2 --facts none --timeout "
+            f"{args.timeout:g} (median of {args.rounds}) | wall s | extra wall s for the culprit | processes started | "
+            "culprit's verdict |"
+        )
         print("|---|---:|---:|---:|---|")
         for version in versions:
             bad, good = runs[(version, True)], runs[(version, False)]
             wall_bad, wall_good = statistics.median(r["wall"] for r in bad), statistics.median(r["wall"] for r in good)
             walls_good, walls_bad = (", ".join(f"{r['wall']:.2f}" for r in rs) for rs in (good, bad))
-            print(f"| {version}, fault switch off | {wall_good:.2f} ({walls_good}) | | "
-                  f"{statistics.median(r['processes'] for r in good):.0f} | {good[0]['verdict']} |")
-            print(f"| {version}, the culprit {args.fault}s | {wall_bad:.2f} ({walls_bad}) "
-                  f"| {wall_bad - wall_good:.2f} | {statistics.median(r['processes'] for r in bad):.0f} | "
-                  f"{bad[0]['verdict']} |")
+            print(
+                f"| {version}, fault switch off | {wall_good:.2f} ({walls_good}) | | "
+                f"{statistics.median(r['processes'] for r in good):.0f} | {good[0]['verdict']} |"
+            )
+            print(
+                f"| {version}, the culprit {args.fault}s | {wall_bad:.2f} ({walls_bad}) "
+                f"| {wall_bad - wall_good:.2f} | {statistics.median(r['processes'] for r in bad):.0f} | "
+                f"{bad[0]['verdict']} |"
+            )
     finally:
         shutil.rmtree(folder)
 
@@ -119,7 +132,7 @@ def _old_last_split(chunks, pieces):
         return
     size = -(-len(held) // pieces)
     for start in range(0, len(held), size):
-        yield held[start:start + size]
+        yield held[start : start + size]
 
 
 def tail_gap(n: int, rounds: int, where: str | None) -> None:
@@ -138,25 +151,43 @@ def tail_gap(n: int, rounds: int, where: str | None) -> None:
             with open(os.path.join(folder, rel), "wb") as f:
                 f.write(data + i.to_bytes(4, "big"))
         new = executors._last_split
-        variants = (("1,024, the last chunk in 4", 1024, _old_last_split), ("4,096, the last chunk in 4", 4096, _old_last_split),
-                    ("4,096, this tree's rule", 4096, new))
+        variants = (
+            ("1,024, the last chunk in 4", 1024, _old_last_split),
+            ("4,096, the last chunk in 4", 4096, _old_last_split),
+            ("4,096, this tree's rule", 4096, new),
+        )
         res: dict[str, list[tuple[float, float, int]]] = {}
         for _ in range(rounds):
             for name, size, split in variants:
                 executors._last_split = split
                 t0 = time.perf_counter()
-                times = [time.perf_counter() for _ in executors.run_checks(
-                    folder, [rels[i:i + size] for i in range(0, n, size)], CheckOptions(facts=False), 2, "processes")]
+                times = [
+                    time.perf_counter()
+                    for _ in executors.run_checks(
+                        folder,
+                        [rels[i : i + size] for i in range(0, n, size)],
+                        CheckOptions(facts=False),
+                        2,
+                        "processes",
+                    )
+                ]
                 res.setdefault(name, []).append((times[-1] - times[-2], times[-1] - t0, len(times)))
         executors._last_split = new
         executors.stop_local_workers()
-        print(f"\n| {n:,} tiny JPEGs, 2 workers, `run_checks` (median of {rounds}) | gap between the last two "
-              "tasks, ms | wall s | tasks |")
+        print(
+            f"\n| {n:,} tiny JPEGs, 2 workers, `run_checks` (median of {rounds}) | gap between the last two "
+            "tasks, ms | wall s | tasks |"
+        )
         print("|---|---:|---:|---:|")
         for name, xs in res.items():
-            gaps, walls = (", ".join(f"{x:.0f}" for x in (r[0] * 1000 for r in xs)), ", ".join(f"{r[1]:.2f}" for r in xs))
-            print(f"| {name} | {statistics.median(r[0] for r in xs) * 1000:.0f} ({gaps}) | "
-                  f"{statistics.median(r[1] for r in xs):.2f} ({walls}) | {xs[0][2]} |")
+            gaps, walls = (
+                ", ".join(f"{x:.0f}" for x in (r[0] * 1000 for r in xs)),
+                ", ".join(f"{r[1]:.2f}" for r in xs),
+            )
+            print(
+                f"| {name} | {statistics.median(r[0] for r in xs) * 1000:.0f} ({gaps}) | "
+                f"{statistics.median(r[1] for r in xs):.2f} ({walls}) | {xs[0][2]} |"
+            )
     finally:
         shutil.rmtree(folder)
 

@@ -14,6 +14,7 @@ bytes (in memory: no disk in the measure) with:
 Prints a Markdown section (command, machine, date, table of ms per file and the ratio to the check alone):
 BENCHMARKS.md "Loader profiles" holds the last run. Usage: ``PYTHONPATH=. python scripts/bench_loaders.py [--files 40]``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,10 @@ from dsclean.scanning.check import CheckOptions, check_bytes  # noqa: E402
 def files(n: int) -> dict[str, tuple[str, list[bytes]]]:
     """format -> (kind, the files' bytes)"""
     images = [photo_like(640, 480, seed=i) for i in range(n)]
-    out = {"jpeg": ("image", [encode_image(im, "JPEG", quality=90) for im in images]),
-           "png": ("image", [encode_image(im, "PNG") for im in images])}
+    out = {
+        "jpeg": ("image", [encode_image(im, "JPEG", quality=90) for im in images]),
+        "png": ("image", [encode_image(im, "PNG") for im in images]),
+    }
     out["flac"] = ("audio", [pyav_audio("flac", "flac", 16000, seconds=5.0)] * n)
     out["mp3"] = ("audio", [pyav_audio("mp3", "mp3", 16000, seconds=5.0, sample_format="fltp")] * n)
     import soundfile
@@ -85,9 +88,11 @@ def main() -> None:
             t = best(data, ext[fmt], CheckOptions(loaders=(name,)), args.repeats)
             rows.append((fmt, f"--loader {name}", f"{t * 1e3:.2f}", f"{t / base:.2f}x"))
     print("## Loader profiles: the cost of `scan --loader NAME` per file\n")
-    print(f"Command: `PYTHONPATH=. python scripts/bench_loaders.py --files {args.files} --repeats {args.repeats}` "
-          f"({datetime.date.today().isoformat()}, {platform.machine()}, {os.cpu_count()} cores, Python "
-          f"{platform.python_version()}; one process, files in memory, best of {args.repeats})\n")
+    print(
+        f"Command: `PYTHONPATH=. python scripts/bench_loaders.py --files {args.files} --repeats {args.repeats}` "
+        f"({datetime.date.today().isoformat()}, {platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}; one process, files in memory, best of {args.repeats})\n"
+    )
     print("| format | what runs | ms per file | vs the check alone |\n|---|---|---|---|")
     for r in rows:
         print("| " + " | ".join(r) + " |")

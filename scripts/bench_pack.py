@@ -20,6 +20,7 @@
    the packed set without dropping read pages (``MADV_DONTNEED`` off), and the folder
    index over the same small files. Each variant in a fresh interpreter.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -67,8 +68,16 @@ def _cpu(who: int) -> float:
     return r.ru_utime + r.ru_stime
 
 
-def bench_throughput(work: str, index: str, root: str, mb: float, repeats: int, cold: bool = False,
-                     before: str | None = None, rehash: bool = True) -> list[str]:
+def bench_throughput(
+    work: str,
+    index: str,
+    root: str,
+    mb: float,
+    repeats: int,
+    cold: bool = False,
+    before: str | None = None,
+    rehash: bool = True,
+) -> list[str]:
     """Wall time (best of the repeats) and CPU time (of that run; less sensitive to a loaded machine).
 
     Every pack runs through the API (``pack_shards``) in a long-lived child process per source
@@ -125,11 +134,15 @@ def bench_throughput(work: str, index: str, root: str, mb: float, repeats: int, 
     finally:
         for p in packers.values():
             p.close()
-    lines = ["| writer | s | MB/s | vs tar -cf | vs tar -cf + fsync | CPU s | CPU vs tar -cf |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| writer | s | MB/s | vs tar -cf | vs tar -cf + fsync | CPU s | CPU vs tar -cf |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for name, (t, c) in best.items():
-        lines.append(f"| {name} | {t:.2f} | {mb / t:.0f} | {best['tar -cf'][0] / t:.2f}x | "
-                     f"{best['tar -cf, then fsync'][0] / t:.2f}x | {c:.2f} | {c / best['tar -cf'][1]:.1f}x |")
+        lines.append(
+            f"| {name} | {t:.2f} | {mb / t:.0f} | {best['tar -cf'][0] / t:.2f}x | "
+            f"{best['tar -cf, then fsync'][0] / t:.2f}x | {c:.2f} | {c / best['tar -cf'][1]:.1f}x |"
+        )
     return lines
 
 
@@ -137,8 +150,12 @@ class _Packer:
     """A child process that runs ``pack_shards`` from the dsclean in ``tree`` on request (JSON lines)."""
 
     def __init__(self, tree: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--_packer", os.path.abspath(tree)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--_packer", os.path.abspath(tree)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
 
     def run(self, index: str, out: str, opts: dict) -> dict:
         self.proc.stdin.write(json.dumps({"index": index, "out": out, "opts": opts}) + "\n")
@@ -215,8 +232,11 @@ def bench_read(index: str, shards: str, repeats: int) -> list[str]:
         return (time.perf_counter() - t) * n / min(n, 2000)
 
     rows = []
-    for label, fn, cold in (("raw bytes, warm cache", raw, False), ("decoded (PIL RGB), warm cache", decoded, False),
-                            ("raw bytes, page cache dropped", raw, True)):
+    for label, fn, cold in (
+        ("raw bytes, warm cache", raw, False),
+        ("decoded (PIL RGB), warm cache", decoded, False),
+        ("raw bytes, page cache dropped", raw, True),
+    ):
         best = {}
         for _ in range(repeats):
             for name, ds in (("small files", files), ("shards", packed)):
@@ -230,10 +250,14 @@ def bench_read(index: str, shards: str, repeats: int) -> list[str]:
                 continue
             break
         if len(best) == 2:
-            rows.append(f"| {label} | {n / best['small files']:,.0f} | {n / best['shards']:,.0f} | "
-                        f"{best['small files'] / best['shards']:.2f}x |")
-    return ["| read, random order | small files samples/s | shards samples/s | shards vs files |",
-            "|---|---:|---:|---:|"] + rows
+            rows.append(
+                f"| {label} | {n / best['small files']:,.0f} | {n / best['shards']:,.0f} | "
+                f"{best['small files'] / best['shards']:.2f}x |"
+            )
+    return [
+        "| read, random order | small files samples/s | shards samples/s | shards vs files |",
+        "|---|---:|---:|---:|",
+    ] + rows
 
 
 # ----------------------------------------------------------------------------- memory (child processes)
@@ -266,8 +290,14 @@ def run_memory_variant(variant: str, target: str, workers: int, state: str) -> d
     if variant == "packed, pages kept":
         shards_mod.MADV_AFTER_READ = None  # what dropping the read pages saves
     ds = IndexedDataset(target, loader=read_all, check_stale=False)
-    loader = DataLoader(ds, batch_size=256, shuffle=True, num_workers=workers, multiprocessing_context="fork",
-                        worker_init_fn=_worker_init)
+    loader = DataLoader(
+        ds,
+        batch_size=256,
+        shuffle=True,
+        num_workers=workers,
+        multiprocessing_context="fork",
+        worker_init_fn=_worker_init,
+    )
     me = psutil.Process()
     last: dict[int, dict] = {}
     t0 = time.monotonic()
@@ -318,17 +348,20 @@ def bench_memory(work: str, rows: int, workers: int) -> list[str]:
     packed = time.perf_counter() - t
     assert s.complete and s.samples == rows
     shard_bytes = sum(os.path.getsize(os.path.join(shards, f)) for f in os.listdir(shards) if f.endswith(".tar"))
-    lines = [f"{rows:,} files of 208 bytes: written in {made:.0f} s, indexed in {indexed:.1f} s, packed "
-             f"(--jobs {workers}) in {packed:.1f} s ({rows / packed:,.0f} samples/s) into {s.shards} shards of "
-             f"{shard_bytes / 2**30:.2f} GiB in all; packed index {os.path.getsize(os.path.join(shards, 'index.arrow')) / MB:.1f} MB",
-             "",
-             "| dataset | worker USS growth MB (mean) | worker PSS growth MB (mean) | worker RSS growth MB (mean) | epoch s |",
-             "|---|---:|---:|---:|---:|"]
+    lines = [
+        f"{rows:,} files of 208 bytes: written in {made:.0f} s, indexed in {indexed:.1f} s, packed "
+        f"(--jobs {workers}) in {packed:.1f} s ({rows / packed:,.0f} samples/s) into {s.shards} shards of "
+        f"{shard_bytes / 2**30:.2f} GiB in all; packed index {os.path.getsize(os.path.join(shards, 'index.arrow')) / MB:.1f} MB",
+        "",
+        "| dataset | worker USS growth MB (mean) | worker PSS growth MB (mean) | worker RSS growth MB (mean) | epoch s |",
+        "|---|---:|---:|---:|---:|",
+    ]
     for variant, target in (("packed", shards), ("packed, pages kept", shards), ("small files (folder index)", index)):
         state = tempfile.mkdtemp(prefix="state-", dir=work)
         spec = json.dumps({"variant": variant, "target": target, "workers": workers, "state": state})
-        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--_child", spec],
-                              check=True, capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), "--_child", spec], check=True, capture_output=True, text=True
+        )
         r = json.loads(proc.stdout.strip().splitlines()[-1])
         print(json.dumps(r), file=sys.stderr)
         g = r["growth"]
@@ -344,12 +377,18 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--only", default="throughput,cold,read,memory",
-                    help="comma-separated parts; cold = throughput with the page cache dropped (root)")
+    ap.add_argument(
+        "--only",
+        default="throughput,cold,read,memory",
+        help="comma-separated parts; cold = throughput with the page cache dropped (root)",
+    )
     ap.add_argument("--out", default=None, help="work folder (default: a temp folder, removed at the end)")
-    ap.add_argument("--before", metavar="TREE",
-                    help="throughput: also pack with the dsclean of this checkout (e.g. a git archive of main), "
-                    "interleaved, for a before/after comparison in one run")
+    ap.add_argument(
+        "--before",
+        metavar="TREE",
+        help="throughput: also pack with the dsclean of this checkout (e.g. a git archive of main), "
+        "interleaved, for a before/after comparison in one run",
+    )
     ap.add_argument("--no-rehash", action="store_true", help="throughput: leave out the --rehash rows")
     ap.add_argument("--_child", help=argparse.SUPPRESS)
     ap.add_argument("--_packer", help=argparse.SUPPRESS)
@@ -380,20 +419,41 @@ def main() -> int:
             index = os.path.join(work, "jpegs.arrow")
             t = time.perf_counter()
             scanned = scan(root, ScanOptions(progress=False))  # records every file's content_hash
-            print(f"{args.n:,} JPEGs of {args.size}x{args.size}, {mb:.1f} MB; dsclean scan: "
-                  f"{time.perf_counter() - t:.1f} s ({scanned.files:,} files)")
+            print(
+                f"{args.n:,} JPEGs of {args.size}x{args.size}, {mb:.1f} MB; dsclean scan: "
+                f"{time.perf_counter() - t:.1f} s ({scanned.files:,} files)"
+            )
             build_index(root, index)
             print()
             if "throughput" in only:
                 print("page cache warm:\n")
-                print("\n".join(bench_throughput(work, index, root, mb, args.repeats, before=args.before,
-                                                 rehash=not args.no_rehash)) + "\n")
+                print(
+                    "\n".join(
+                        bench_throughput(
+                            work, index, root, mb, args.repeats, before=args.before, rehash=not args.no_rehash
+                        )
+                    )
+                    + "\n"
+                )
                 print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
                 if "cold" in only:
                     if _drop_caches():
                         print("page cache dropped before every run:\n")
-                        print("\n".join(bench_throughput(work, index, root, mb, args.repeats, cold=True,
-                                                         before=args.before, rehash=not args.no_rehash)) + "\n")
+                        print(
+                            "\n".join(
+                                bench_throughput(
+                                    work,
+                                    index,
+                                    root,
+                                    mb,
+                                    args.repeats,
+                                    cold=True,
+                                    before=args.before,
+                                    rehash=not args.no_rehash,
+                                )
+                            )
+                            + "\n"
+                        )
                         print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
                     else:
                         print("(cold throughput skipped: cannot drop the page cache, not root)\n")

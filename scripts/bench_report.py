@@ -16,6 +16,7 @@ every thumbnail the report makes is a real decode in its worker pool. Then:
 
     python scripts/bench_report.py [--rows 1000000] [--problems 50000] [--loads 5] [--keep DIR]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -130,8 +131,10 @@ def load_times(context, path: str, loads: int) -> tuple[list[float], list[float]
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto("file://" + path, wait_until="load", timeout=120_000)
-        nav = page.evaluate("(() => { const n = performance.getEntriesByType('navigation')[0];"
-                            " return [n.loadEventEnd, n.domContentLoadedEventEnd]; })()")
+        nav = page.evaluate(
+            "(() => { const n = performance.getEntriesByType('navigation')[0];"
+            " return [n.loadEventEnd, n.domContentLoadedEventEnd]; })()"
+        )
         load.append(nav[0] / 1000)
         dom.append(nav[1] / 1000)
         page.close()
@@ -144,8 +147,10 @@ def bytes_baseline(report: str, out: str) -> None:
     size = os.path.getsize(report)
     line = "abcdefghij klmnopqrst uvwxyz 0123456789 " * 2 + "\n"
     with open(out, "w", encoding="utf-8") as f:
-        f.write('<!DOCTYPE html><html><head><meta charset="utf-8"><title>baseline</title></head><body><p>baseline</p>'
-                '<script type="text/plain">')
+        f.write(
+            '<!DOCTYPE html><html><head><meta charset="utf-8"><title>baseline</title></head><body><p>baseline</p>'
+            '<script type="text/plain">'
+        )
         f.write(line * (size // len(line)))
         f.write("</script></body></html>")
 
@@ -170,8 +175,10 @@ def main() -> None:
         pool = make_pool(os.path.join(work, "pool"))
         link_tree(root, table, pool)
         del table
-        print(f"setup: {args.rows:,} rows, {args.problems:,} problems, tree of hard links in {time.perf_counter() - t:.0f} s",
-              flush=True)
+        print(
+            f"setup: {args.rows:,} rows, {args.problems:,} problems, tree of hard links in {time.perf_counter() - t:.0f} s",
+            flush=True,
+        )
 
         t = time.perf_counter()
         pq.read_table(results)
@@ -198,24 +205,36 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
 
     med = statistics.median
-    print(f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
-          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print(
+        f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+    )
     print("\n| step | time | vs reading the table |\n|---|---:|---:|")
     print(f"| pyarrow.parquet.read_table (baseline) | {read_s:.1f} s | 1.0x |")
     print(f"| dsclean report --no-thumbnails | {plain_s:.1f} s | {plain_s / read_s:.1f}x |")
     print(f"| dsclean report (with {thumbs:,} thumbnails) | {full_s:.1f} s | {full_s / read_s:.1f}x |")
-    print(f"\npeak RSS: report process {plain_mb:,.0f} MB without thumbnails, {full_mb:,.0f} MB with; "
-          f"largest thumbnail worker {worker_mb:,.0f} MB")
-    print(f"report size: {size / 1e6:.1f} MB ({'within' if size <= SIZE_TARGET else 'OVER'} the 25 MB target); "
-          f"thumbnails {thumbs:,} = {thumb_bytes / 1e6:.1f} MB of base64 (mean {thumb_bytes / max(1, thumbs) / 1e3:.1f} kB); "
-          f"without thumbnails {plain_size / 1e6:.1f} MB")
-    print(f"\n| page ({args.loads} fresh loads, median) | load event | DOMContentLoaded | vs inert page of the same size |")
+    print(
+        f"\npeak RSS: report process {plain_mb:,.0f} MB without thumbnails, {full_mb:,.0f} MB with; "
+        f"largest thumbnail worker {worker_mb:,.0f} MB"
+    )
+    print(
+        f"report size: {size / 1e6:.1f} MB ({'within' if size <= SIZE_TARGET else 'OVER'} the 25 MB target); "
+        f"thumbnails {thumbs:,} = {thumb_bytes / 1e6:.1f} MB of base64 (mean {thumb_bytes / max(1, thumbs) / 1e3:.1f} kB); "
+        f"without thumbnails {plain_size / 1e6:.1f} MB"
+    )
+    print(
+        f"\n| page ({args.loads} fresh loads, median) | load event | DOMContentLoaded | vs inert page of the same size |"
+    )
     print("|---|---:|---:|---:|")
     print(f"| inert text blob, same bytes (baseline) | {med(base_load):.2f} s | {med(base_dom):.2f} s | 1.0x |")
-    print(f"| report, no thumbnails | {med(plain_load):.2f} s | {med(plain_dom):.2f} s | {med(plain_load) / med(base_load):.1f}x |")
+    print(
+        f"| report, no thumbnails | {med(plain_load):.2f} s | {med(plain_dom):.2f} s | {med(plain_load) / med(base_load):.1f}x |"
+    )
     print(f"| report | {med(load):.2f} s | {med(dom):.2f} s | {med(load) / med(base_load):.1f}x |")
-    print(f"\nload event of the report: min {min(load):.2f} s, max {max(load):.2f} s "
-          f"({'within' if med(load) <= LOAD_TARGET else 'OVER'} the 3 s target); console errors: {len(errors)}")
+    print(
+        f"\nload event of the report: min {min(load):.2f} s, max {max(load):.2f} s "
+        f"({'within' if med(load) <= LOAD_TARGET else 'OVER'} the 3 s target); console errors: {len(errors)}"
+    )
 
 
 if __name__ == "__main__":

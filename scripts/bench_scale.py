@@ -7,6 +7,7 @@ of wall time per file), which is what a 50-million-file estimate needs.
 
     python scripts/bench_scale.py [--n 3000] [--size 384] [--repeats 2]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,8 +57,9 @@ def main() -> None:
     mb = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(folder) for f in fs) / 1e6
     results: dict[str, float] = {}
     with dask.config.set({"distributed.worker.daemon": False}):
-        with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                      dashboard_address=None) as cluster:
+        with distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+        ) as cluster:
             runs = {
                 "loky, --jobs 1": dict(jobs=1),
                 "loky, --jobs 2": dict(jobs=2),
@@ -70,7 +72,9 @@ def main() -> None:
                     results[name] = min(results.get(name, float("inf")), timed_scan(folder, **kw))
     shutil.rmtree(folder)
 
-    print(f"machine: {platform.node()}, {os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}")
+    print(
+        f"machine: {platform.node()}, {os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}"
+    )
     print(f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"command: python scripts/bench_scale.py --n {args.n} --size {args.size} --repeats {args.repeats}")
     print(f"tree: {args.n:,} JPEGs of {args.size}x{args.size}, {mb:.1f} MB\n")

@@ -19,6 +19,7 @@ side by side with a bare os.walk + os.stat of the same tree (the scan cache at w
 
     python scripts/bench_scan.py [--n 2000] [--size 512] [--corrupt 0.02] [--seed 0] [--rescan 100000]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -111,34 +112,69 @@ def main() -> None:
     ap.add_argument("--corrupt", type=float, default=0.02)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dir", help="where to generate (default: a temp folder, removed afterwards)")
-    ap.add_argument("--rescan", type=int, default=100_000, metavar="N",
-                    help="also time a re-scan of an unchanged N-file tree against os.walk+stat (0 = skip)")
+    ap.add_argument(
+        "--rescan",
+        type=int,
+        default=100_000,
+        metavar="N",
+        help="also time a re-scan of an unchanged N-file tree against os.walk+stat (0 = skip)",
+    )
     ap.add_argument("--only-rescan", action="store_true", help="run only the re-scan benchmark")
-    ap.add_argument("--only-main", action="store_true",
-                    help="run only the main-process cost per file of --pipeline (with --tiny, --before, --rounds)")
-    ap.add_argument("--pipeline", action="store_true",
-                    help="run only the scan-pipeline benchmarks (docs/benchmarks-history.md, The scan pipeline): whole processes against "
-                         "jpeginfo, main-process cost per file, worker system calls per file")
-    ap.add_argument("--before", metavar="SRC",
-                    help="with --pipeline, --only-main or --only-rescan: a source tree of an earlier dsclean, measured side by side (PYTHONPATH)")
+    ap.add_argument(
+        "--only-main",
+        action="store_true",
+        help="run only the main-process cost per file of --pipeline (with --tiny, --before, --rounds)",
+    )
+    ap.add_argument(
+        "--pipeline",
+        action="store_true",
+        help="run only the scan-pipeline benchmarks (docs/benchmarks-history.md, The scan pipeline): whole processes against "
+        "jpeginfo, main-process cost per file, worker system calls per file",
+    )
+    ap.add_argument(
+        "--before",
+        metavar="SRC",
+        help="with --pipeline, --only-main or --only-rescan: a source tree of an earlier dsclean, measured side by side (PYTHONPATH)",
+    )
     ap.add_argument("--rounds", type=int, default=5, help="with --pipeline: interleaved rounds (medians reported)")
     ap.add_argument("--tiny", type=int, default=100_000, help="with --pipeline: tiny files for the main-process cost")
-    ap.add_argument("--facts-none", action="store_true",
-                    help="with --pipeline: scan 'after' with --facts none (no quality facts: the integrity check alone)")
-    ap.add_argument("--before-facts-none", action="store_true",
-                    help="with --pipeline --facts-none --before: scan 'before' with --facts none too")
-    ap.add_argument("--whole-only", action="store_true",
-                    help="with --pipeline: only the whole-process table (no main-process cost, no system calls)")
-    ap.add_argument("--bar-only", action="store_true",
-                    help="with --only-main: only the bar's options (--facts none, scan cache on), e.g. at 1M files")
-    ap.add_argument("--tiny-dir", metavar="DIR",
-                    help="with --only-main: make the tiny files under DIR (e.g. /dev/shm; removed afterwards)")
-    ap.add_argument("--source-only", action="store_true",
-                    help="with --pipeline: do not compile dsclean's bytecode first (as with PYTHONDONTWRITEBYTECODE=1 "
-                         "and an editable install: every process compiles dsclean's modules from source)")
-    ap.add_argument("--startup", action="store_true",
-                    help="only the fixed cost: whole `scan --jobs 1 --facts none` of a one-file tree per format "
-                         "(WAV, FLAC, JPEG), --rounds interleaved rounds, with --before side by side")
+    ap.add_argument(
+        "--facts-none",
+        action="store_true",
+        help="with --pipeline: scan 'after' with --facts none (no quality facts: the integrity check alone)",
+    )
+    ap.add_argument(
+        "--before-facts-none",
+        action="store_true",
+        help="with --pipeline --facts-none --before: scan 'before' with --facts none too",
+    )
+    ap.add_argument(
+        "--whole-only",
+        action="store_true",
+        help="with --pipeline: only the whole-process table (no main-process cost, no system calls)",
+    )
+    ap.add_argument(
+        "--bar-only",
+        action="store_true",
+        help="with --only-main: only the bar's options (--facts none, scan cache on), e.g. at 1M files",
+    )
+    ap.add_argument(
+        "--tiny-dir",
+        metavar="DIR",
+        help="with --only-main: make the tiny files under DIR (e.g. /dev/shm; removed afterwards)",
+    )
+    ap.add_argument(
+        "--source-only",
+        action="store_true",
+        help="with --pipeline: do not compile dsclean's bytecode first (as with PYTHONDONTWRITEBYTECODE=1 "
+        "and an editable install: every process compiles dsclean's modules from source)",
+    )
+    ap.add_argument(
+        "--startup",
+        action="store_true",
+        help="only the fixed cost: whole `scan --jobs 1 --facts none` of a one-file tree per format "
+        "(WAV, FLAC, JPEG), --rounds interleaved rounds, with --before side by side",
+    )
     args = ap.parse_args()
     if args.startup:
         startup_benchmark(args)
@@ -190,9 +226,13 @@ def main() -> None:
 
     base = rows[0][1][0]
     print()
-    print(f"machine: {platform.node()}, {os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}")
+    print(
+        f"machine: {platform.node()}, {os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}"
+    )
     print(f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    print(f"command: python scripts/bench_scan.py --n {args.n} --size {args.size} --corrupt {args.corrupt} --seed {args.seed}")
+    print(
+        f"command: python scripts/bench_scan.py --n {args.n} --size {args.size} --corrupt {args.corrupt} --seed {args.seed}"
+    )
     print()
     print("| checker | files/s | MB/s | files/s per core | vs load() loop | recall on damaged | false alarms |")
     print("|---|---:|---:|---:|---:|---:|---:|")
@@ -201,13 +241,14 @@ def main() -> None:
             print(f"| {name} | not installed (apt-get install jpeginfo) | | | | | |")
             continue
         fps, mbps, cores, recall, false_alarms, _ = r
-        print(f"| {name} | {fps:,.0f} | {mbps:,.1f} | {fps / cores:,.0f} | {fps / base:.2f}x | "
-              f"{recall:.0%} ({round(recall * len(bad))}/{len(bad)}) | {false_alarms} |")
+        print(
+            f"| {name} | {fps:,.0f} | {mbps:,.1f} | {fps / cores:,.0f} | {fps / base:.2f}x | "
+            f"{recall:.0%} ({round(recall * len(bad))}/{len(bad)}) | {false_alarms} |"
+        )
     if not args.dir:
         shutil.rmtree(folder)
     if args.rescan:
         rescan_benchmark(args.rescan, before=args.before)
-
 
 
 # ---- re-scan of an unchanged tree (the scan cache) ---------------------------------------------
@@ -272,8 +313,14 @@ def rescan_benchmark(n: int, repeats: int = 5, before: str | None = None) -> Non
 
         def rescan(version: str) -> tuple[float, float, float]:
             args = [folder, os.path.join(work, version, "r"), os.path.join(work, version, "s")]
-            out = subprocess.run([sys.executable, "-c", _RESCAN, *args], env=_env(versions[version]), cwd="/",
-                                 capture_output=True, text=True, check=True).stdout.split()
+            out = subprocess.run(
+                [sys.executable, "-c", _RESCAN, *args],
+                env=_env(versions[version]),
+                cwd="/",
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.split()
             files, cached, wall, own, children = int(out[0]), int(out[1]), *map(float, out[2:])
             return files, cached, (wall, own, children)
 
@@ -296,8 +343,10 @@ def rescan_benchmark(n: int, repeats: int = 5, before: str | None = None) -> Non
         shutil.rmtree(work)
     walk = statistics.median(walks)
     print(f"load average at the end: {os.getloadavg()}")
-    print(f"\n| re-scan of an unchanged tree, {n:,} files (median of {repeats}, interleaved) | files/s | time | "
-          "vs os.walk+stat | CPU s: scan process | CPU s: its children (workers) |")
+    print(
+        f"\n| re-scan of an unchanged tree, {n:,} files (median of {repeats}, interleaved) | files/s | time | "
+        "vs os.walk+stat | CPU s: scan process | CPU s: its children (workers) |"
+    )
     print("|---|---:|---:|---:|---:|---:|")
     print(f"| os.walk + os.stat (baseline) | {n / walk:,.0f} | {walk:.2f} s | 1.00x | | |")
     for version, runs in rescans.items():
@@ -305,9 +354,11 @@ def rescan_benchmark(n: int, repeats: int = 5, before: str | None = None) -> Non
         wall = statistics.median(r[0] for r in runs)
         own = statistics.median(r[1] for r in runs)
         kids = statistics.median(r[2] for r in runs)
-        print(f"| dsclean scan ({version}), every verdict reused | {n / wall:,.0f} | {wall:.2f} s | "
-              f"{statistics.median(ratios):.2f}x the time (pairs: {ratios[0]:.2f}x to {ratios[-1]:.2f}x) | "
-              f"{own:.2f} | {kids:.2f} |")
+        print(
+            f"| dsclean scan ({version}), every verdict reused | {n / wall:,.0f} | {wall:.2f} s | "
+            f"{statistics.median(ratios):.2f}x the time (pairs: {ratios[0]:.2f}x to {ratios[-1]:.2f}x) | "
+            f"{own:.2f} | {kids:.2f} |"
+        )
 
 
 # ---- the scan pipeline around the checkers: start-up, main process, worker system calls -------------
@@ -394,11 +445,18 @@ def pipeline_benchmark(args) -> None:
     if args.before:
         versions = {"before": os.path.abspath(args.before), "after": None}
     # --facts none for "before" too when its CLI has the option (trees older than the quality facts do not)
-    no_facts = {v: args.facts_none and (src is None or args.before_facts_none or _has_facts_option(src)) for v, src in versions.items()}
+    no_facts = {
+        v: args.facts_none and (src is None or args.before_facts_none or _has_facts_option(src))
+        for v, src in versions.items()
+    }
     labels = {v: v + (", --facts none" if no_facts[v] else "") for v in versions}
     if not args.source_only:
-        _compile_bytecode([src or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..") for src in versions.values()])
-    print(f"machine: {platform.node()}, {os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}")
+        _compile_bytecode(
+            [src or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..") for src in versions.values()]
+        )
+    print(
+        f"machine: {platform.node()}, {os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}"
+    )
     print(f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average at start: {os.getloadavg()}")
     folder = tempfile.mkdtemp(prefix="dsclean-pipe-")
     list_dir = tempfile.mkdtemp(prefix="dsclean-pipe-lists-")  # the decode loops' file lists, outside the tree
@@ -424,12 +482,32 @@ def pipeline_benchmark(args) -> None:
         loop = [sys.executable, "-c", _DECODE_LOOP]
         contenders["decode loop, 1 process"] = ([*loop, lists[0]], _env(None), 1)
         contenders["decode loop, 2 processes (half each)"] = (
-            ["bash", "-c", " & ".join(f"{sys.executable} -c '{_DECODE_LOOP}' {path}" for path in lists[1:]) + " & wait"],
-            _env(None), 2)
+            [
+                "bash",
+                "-c",
+                " & ".join(f"{sys.executable} -c '{_DECODE_LOOP}' {path}" for path in lists[1:]) + " & wait",
+            ],
+            _env(None),
+            2,
+        )
         for version, src in versions.items():
             for jobs in (1, 2):
-                cmd = [sys.executable, "-m", "dsclean", "scan", folder, "--jobs", str(jobs), "--dry-run", "--rescan",
-                       "--quiet", "--report", "REPORT", "--state-dir", "STATE"]
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "dsclean",
+                    "scan",
+                    folder,
+                    "--jobs",
+                    str(jobs),
+                    "--dry-run",
+                    "--rescan",
+                    "--quiet",
+                    "--report",
+                    "REPORT",
+                    "--state-dir",
+                    "STATE",
+                ]
                 if no_facts[version]:  # the issue's speed bars: the integrity check alone
                     cmd += ["--facts", "none"]
                 contenders[f"dsclean scan --jobs {jobs} ({labels[version]})"] = (cmd, _env(src), jobs)
@@ -440,8 +518,10 @@ def pipeline_benchmark(args) -> None:
                     cmd = [tmp + "/r" if c == "REPORT" else tmp + "/s" if c == "STATE" else c for c in cmd]
                     wall, cpu, _ = _run_counted(cmd, env, cwd="/")
                 times[name].append((wall, cpu))
-        print(f"| whole process, {len(paths):,} JPEGs (median of {args.rounds} interleaved rounds) | wall s | files/s | "
-              "CPU s (all processes) | files/s per core | files per CPU-s |")
+        print(
+            f"| whole process, {len(paths):,} JPEGs (median of {args.rounds} interleaved rounds) | wall s | files/s | "
+            "CPU s (all processes) | files/s per core | files per CPU-s |"
+        )
         print("|---|---:|---:|---:|---:|---:|")
         med = {}
         for name, runs in times.items():
@@ -456,8 +536,10 @@ def pipeline_benchmark(args) -> None:
             ji, jc = med["jpeginfo -c (xargs -n 500)"]
             for version in versions:
                 (j1, c1), (j2, _) = (med[f"dsclean scan --jobs {j} ({labels[version]})"] for j in (1, 2))
-                print(f"{labels[version]}: --jobs 1 is {ji / j1:.2f}x jpeginfo -c per core in wall time, "
-                      f"{jc / c1:.2f}x per CPU-second; --jobs 2 is {j1 / j2:.2f}x --jobs 1 in wall time")
+                print(
+                    f"{labels[version]}: --jobs 1 is {ji / j1:.2f}x jpeginfo -c per core in wall time, "
+                    f"{jc / c1:.2f}x per CPU-second; --jobs 2 is {j1 / j2:.2f}x --jobs 1 in wall time"
+                )
         (l1, _), (l2, _) = med["decode loop, 1 process"], med["decode loop, 2 processes (half each)"]
         print(f"the machine's ceiling: the bare decode loop in 2 processes is {l1 / l2:.2f}x the loop in 1")
     finally:
@@ -483,8 +565,11 @@ def startup_benchmark(args) -> None:
     folder = tempfile.mkdtemp(prefix="dsclean-startup-")
     try:
         tone = synth.tone(1.0, 44_100, 2)
-        files = {"wav": synth.encode_audio(tone, 44_100, "WAV"), "flac": synth.encode_audio(tone, 44_100, "FLAC"),
-                 "jpg": synth.jpeg(512, 384)}
+        files = {
+            "wav": synth.encode_audio(tone, 44_100, "WAV"),
+            "flac": synth.encode_audio(tone, 44_100, "FLAC"),
+            "jpg": synth.jpeg(512, 384),
+        }
         for ext, data in files.items():
             os.makedirs(os.path.join(folder, ext))
             with open(os.path.join(folder, ext, f"one.{ext}"), "wb") as f:
@@ -494,18 +579,37 @@ def startup_benchmark(args) -> None:
             for ext in files:
                 for version, src in versions.items():
                     with tempfile.TemporaryDirectory() as tmp:
-                        cmd = [sys.executable, "-m", "dsclean", "scan", os.path.join(folder, ext), "--jobs", "1",
-                               "--dry-run", "--rescan", "--quiet", "--facts", "none", "--report", tmp + "/r",
-                               "--state-dir", tmp + "/s"]
+                        cmd = [
+                            sys.executable,
+                            "-m",
+                            "dsclean",
+                            "scan",
+                            os.path.join(folder, ext),
+                            "--jobs",
+                            "1",
+                            "--dry-run",
+                            "--rescan",
+                            "--quiet",
+                            "--facts",
+                            "none",
+                            "--report",
+                            tmp + "/r",
+                            "--state-dir",
+                            tmp + "/s",
+                        ]
                         wall, cpu, _ = _run_counted(cmd, _env(src), cwd="/")
                     runs[(version, ext)].append((wall, cpu))
-        print(f"\n| whole `scan --jobs 1 --facts none` of one file ({args.rounds} interleaved rounds) | "
-              "CPU s min | CPU s median | wall s min | wall s median |")
+        print(
+            f"\n| whole `scan --jobs 1 --facts none` of one file ({args.rounds} interleaved rounds) | "
+            "CPU s min | CPU s median | wall s min | wall s median |"
+        )
         print("|---|---:|---:|---:|---:|")
         for (version, ext), r in runs.items():
             cpus, walls = [c for _, c in r], [w for w, _ in r]
-            print(f"| {ext}, {version} | {min(cpus):.3f} | {statistics.median(cpus):.3f} | {min(walls):.3f} | "
-                  f"{statistics.median(walls):.3f} |")
+            print(
+                f"| {ext}, {version} | {min(cpus):.3f} | {statistics.median(cpus):.3f} | {min(walls):.3f} | "
+                f"{statistics.median(walls):.3f} |"
+            )
         print(f"\nload average at the end: {os.getloadavg()}")
     finally:
         shutil.rmtree(folder)
@@ -529,8 +633,9 @@ print(small.files, c1 - c0, full.files, c2 - c1, peak)
 """
 
 
-def main_process_cost(n: int, versions: dict, rounds: int, facts_none: bool = False, bar_only: bool = False,
-                      where: str | None = None) -> None:
+def main_process_cost(
+    n: int, versions: dict, rounds: int, facts_none: bool = False, bar_only: bool = False, where: str | None = None
+) -> None:
     """CPU of the scan's main process per file: a full scan of n tiny files minus a 1,000-file scan, per extra file.
 
     ``facts_none``: also with ``--facts none`` (the issue's bar: the integrity check alone), scan cache on and off.
@@ -554,17 +659,26 @@ def main_process_cost(n: int, versions: dict, rounds: int, facts_none: bool = Fa
             for name, src, what in runs:
                 flag = "nocache" if "use_cache=False" in what else "cache"
                 facts = "nofacts" if "--facts none" in what else "facts"
-                out = subprocess.run([sys.executable, "-c", _MAIN_COST, folder, os.path.join(folder, "d0000"), flag, facts],
-                                     cwd="/",  # not a tree holding a dsclean/ (-c and -m put the cwd first on sys.path)
-                                     env=_env(src), capture_output=True, text=True, check=True).stdout.split()
+                out = subprocess.run(
+                    [sys.executable, "-c", _MAIN_COST, folder, os.path.join(folder, "d0000"), flag, facts],
+                    cwd="/",  # not a tree holding a dsclean/ (-c and -m put the cwd first on sys.path)
+                    env=_env(src),
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout.split()
                 small_n, small_cpu, full_n, full_cpu = int(out[0]), float(out[1]), int(out[2]), float(out[3])
                 per_file[name].append((full_cpu - small_cpu) / (full_n - small_n) * 1e6)
                 peaks[name].append(float(out[4]))
-        print(f"\n| main process of a first scan (2 jobs, fresh state folder), {n:,} tiny JPEGs | "
-              "CPU µs per file (median) | runs | peak RSS MiB (max) |")
+        print(
+            f"\n| main process of a first scan (2 jobs, fresh state folder), {n:,} tiny JPEGs | "
+            "CPU µs per file (median) | runs | peak RSS MiB (max) |"
+        )
         print("|---|---:|---|---:|")
         for name, xs in per_file.items():
-            print(f"| {name} | {statistics.median(xs):.1f} | {', '.join(f'{x:.1f}' for x in xs)} | {max(peaks[name]):.0f} |")
+            print(
+                f"| {name} | {statistics.median(xs):.1f} | {', '.join(f'{x:.1f}' for x in xs)} | {max(peaks[name]):.0f} |"
+            )
     finally:
         shutil.rmtree(folder)
 
@@ -591,14 +705,20 @@ def worker_syscalls(versions: dict, n: int = 2000) -> None:
         for i in range(n):
             with open(os.path.join(folder, f"f{i:05d}.jpg"), "wb") as f:
                 f.write(synth.jpeg(64, 64, seed=i % 8))
-        print(f"\n| worker system calls per file ({n:,} small JPEGs, strace -c -f, minus a 1-file run) | total | top calls |")
+        print(
+            f"\n| worker system calls per file ({n:,} small JPEGs, strace -c -f, minus a 1-file run) | total | top calls |"
+        )
         print("|---|---:|---|")
         for version, src in versions.items():
             counts = []
             for files in (1, n):
                 with tempfile.NamedTemporaryFile(mode="r") as log:
-                    subprocess.run(["strace", "-f", "-c", "-o", log.name, sys.executable, "-c", _SYSCALLS, folder,
-                                    str(files)], env=_env(src), check=True, capture_output=True)
+                    subprocess.run(
+                        ["strace", "-f", "-c", "-o", log.name, sys.executable, "-c", _SYSCALLS, folder, str(files)],
+                        env=_env(src),
+                        check=True,
+                        capture_output=True,
+                    )
                     table = {}
                     for line in log.read().splitlines():
                         parts = line.split()

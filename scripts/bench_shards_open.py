@@ -15,6 +15,7 @@ Then the alternative the issue offers, checking each sample's tar header at read
 read of building the expected header and comparing it with the 512 bytes in front of the sample, on a
 real pack's samples.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,26 +52,39 @@ def make_set(work: str, rows: int, shards: int) -> tuple[str, str]:
     offset = (512 + (np.arange(rows) % per) * step).astype(np.int64)
     paths = pa.array([b"c/%09d.jpg" % i for i in range(rows)], pa.binary())
     cols = {
-        "path": paths, "label": pa.array(np.zeros(rows, np.asarray(table.column("label")).dtype)),
+        "path": paths,
+        "label": pa.array(np.zeros(rows, np.asarray(table.column("label")).dtype)),
         "kind": pa.array(np.zeros(rows, np.int8)),
         "size": pa.array(size.astype(np.asarray(table.column("size")).dtype)),
-        "mtime_ns": pa.array(np.zeros(rows, np.int64)), "shard": pa.array(shard),
-        "offset": pa.array(offset), "checksum": pa.array([bytes(16)] * rows, pa.binary(16)),
+        "mtime_ns": pa.array(np.zeros(rows, np.int64)),
+        "shard": pa.array(shard),
+        "offset": pa.array(offset),
+        "checksum": pa.array([bytes(16)] * rows, pa.binary(16)),
     }
     meta["rows"] = rows
     meta["packed"]["shards"] = shards
     meta["classes"] = meta["classes"][:1]
-    schema = pa.schema([pa.field(n, c.type) for n, c in cols.items()],
-                       metadata={**table.schema.metadata, b"dsclean": json.dumps(meta).encode()})
+    schema = pa.schema(
+        [pa.field(n, c.type) for n, c in cols.items()],
+        metadata={**table.schema.metadata, b"dsclean": json.dumps(meta).encode()},
+    )
     big = os.path.join(work, "big")
     os.makedirs(big)
     with pa.OSFile(os.path.join(big, "index.arrow"), "wb") as sink, pa.ipc.new_file(sink, schema) as w:
         w.write_batch(pa.record_batch(list(cols.values()), schema=schema))
     filesize = int(512 + per * step + 10240)
     with open(os.path.join(big, "shardindex.json"), "w") as f:
-        json.dump({"__kind__": "wids-shard-index-v1", "wids_version": 1,
-                   "shardlist": [{"url": meta["packed"]["name"].format(k), "nsamples": per, "filesize": filesize}
-                                 for k in range(shards)]}, f)
+        json.dump(
+            {
+                "__kind__": "wids-shard-index-v1",
+                "wids_version": 1,
+                "shardlist": [
+                    {"url": meta["packed"]["name"].format(k), "nsamples": per, "filesize": filesize}
+                    for k in range(shards)
+                ],
+            },
+            f,
+        )
     return big, small
 
 
@@ -110,8 +124,11 @@ def main() -> int:
             sh.check_layout(idx, lst)
 
         idx, lst = sh.open_packed_index(big), sh.read_shard_list(big)
-        t_base, t_checked, t_check = best(baseline, args.repeats), best(checked, args.repeats), \
-            best(check_only, args.repeats)
+        t_base, t_checked, t_check = (
+            best(baseline, args.repeats),
+            best(checked, args.repeats),
+            best(check_only, args.repeats),
+        )
 
         ps = sh.PackedSet(small)
         n = len(ps.idx)
@@ -119,7 +136,7 @@ def main() -> int:
         for j in range(n):  # the media member's name: what a per-read check would compare
             mm = ps._map(int(ps.shard_of[j]))
             off = int(ps.offset_of[j])
-            names.append(bytes(mm[off - 512:off - 412]).split(b"\0")[0].decode())
+            names.append(bytes(mm[off - 512 : off - 412]).split(b"\0")[0].decode())
         reads = 20000
 
         def plain():
@@ -132,7 +149,7 @@ def main() -> int:
                 data = ps.read(j)
                 mm = ps._maps[int(ps.shard_of[j])]
                 off = int(ps.offset_of[j])
-                if bytes(mm[off - 512:off]) != header(names[j], len(data)):
+                if bytes(mm[off - 512 : off]) != header(names[j], len(data)):
                     raise AssertionError("header mismatch")
 
         t_plain, t_header = best(plain, 3), best(with_header, 3)

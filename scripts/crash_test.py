@@ -15,6 +15,7 @@ the kill lands at an arbitrary instruction of the move protocol). Then it checks
 
     python scripts/crash_test.py [--runs 30] [--files 300] [--seed 0] [--json]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,15 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))  # te
 from support import synth  # noqa: E402
 
 DSCLEAN = [sys.executable, "-m", "dsclean"]
-OWN_FILES = {"manifest.jsonl", ".dsclean-quarantine", ".dsclean.lock", "quarantine.json", "scan_results.parquet", "problems.jsonl",
-             "scan_summary.json"}
+OWN_FILES = {
+    "manifest.jsonl",
+    ".dsclean-quarantine",
+    ".dsclean.lock",
+    "quarantine.json",
+    "scan_results.parquet",
+    "problems.jsonl",
+    "scan_summary.json",
+}
 
 
 def make_files(n: int) -> dict[str, bytes]:
@@ -113,13 +121,17 @@ def _count(qdir: str, needle: bytes) -> int:
         return 0
 
 
-def one_run(base: str, files: dict[str, bytes], digests: dict[str, str], delay: float | None,
-            after_moves: int | None = None) -> dict:
+def one_run(
+    base: str, files: dict[str, bytes], digests: dict[str, str], delay: float | None, after_moves: int | None = None
+) -> dict:
     """One scan, killed after ``delay`` s or ``after_moves`` started moves (neither: left to finish); then checks."""
     root, qdir = os.path.join(base, "data"), os.path.join(base, "q")
     write_tree(root, files)
-    proc = subprocess.Popen([*DSCLEAN, "scan", root, "--quarantine", qdir, "--jobs", "2", "--quiet"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [*DSCLEAN, "scan", root, "--quarantine", qdir, "--jobs", "2", "--quiet"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     if after_moves is not None:
         while proc.poll() is None and started_moves(qdir) < after_moves:
             time.sleep(0.001)
@@ -158,8 +170,14 @@ def one_run(base: str, files: dict[str, bytes], digests: dict[str, str], delay: 
     if user_files(root) != digests:
         problems.append("after restore: tree differs from the original")
     shutil.rmtree(base)
-    return {"delay": delay, "after_moves": after_moves, "killed": killed, "moved_at_kill": moved_at_kill,
-            "mid_move": open_moves > 0, "problems": problems}
+    return {
+        "delay": delay,
+        "after_moves": after_moves,
+        "killed": killed,
+        "moved_at_kill": moved_at_kill,
+        "mid_move": open_moves > 0,
+        "problems": problems,
+    }
 
 
 def main() -> int:

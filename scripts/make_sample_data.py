@@ -6,6 +6,7 @@ so the committed output can be checked with ``git diff --exit-code sample_data``
 
     python scripts/make_sample_data.py [--out sample_data]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,7 +33,9 @@ def good_images() -> dict[str, bytes]:
             if i % 4 == 3:
                 out[f"images/{cls}/{cls}_{i:03d}.png"] = synth.encode_image(synth.photo_like(*size, seed=seed), "PNG")
             elif i == 6:
-                out[f"images/{cls}/{cls}_{i:03d}.webp"] = synth.encode_image(synth.photo_like(*size, seed=seed), "WEBP", quality=80)
+                out[f"images/{cls}/{cls}_{i:03d}.webp"] = synth.encode_image(
+                    synth.photo_like(*size, seed=seed), "WEBP", quality=80
+                )
             else:
                 out[f"images/{cls}/{cls}_{i:03d}.jpg"] = synth.jpeg(*size, seed=seed, quality=85)
     out["images/birds/birds_anim.gif"] = synth.animated_gif(frames=3, size=48, seed=7)
@@ -45,7 +48,9 @@ def broken_images() -> dict[str, bytes]:
     return {
         "images/cats/truncated_download.jpg": synth.truncate(jpeg, 0.6),
         "images/cats/missing_end_marker.jpg": jpeg[:-2],
-        "images/dogs/corrupt_mid_stream.jpg": synth.overwrite(synth.jpeg(256, 192, seed=998), at=0.5, length=24, seed=1),
+        "images/dogs/corrupt_mid_stream.jpg": synth.overwrite(
+            synth.jpeg(256, 192, seed=998), at=0.5, length=24, seed=1
+        ),
         "images/dogs/error_page_saved_as.jpg": synth.HTML_PAGE,
         "images/birds/zero_bytes.png": b"",
         "images/birds/bad_crc.png": synth.png_break_crc(synth.png(48, 48, seed=997)),
@@ -60,8 +65,14 @@ def good_audio() -> dict[str, bytes]:
     rate = 16_000
     for c, cls in enumerate(AUDIO_CLASSES):
         for i, (fmt, ext, subtype) in enumerate(
-            [("WAV", "wav", "PCM_16"), ("WAV", "wav", "PCM_24"), ("WAV", "wav", "FLOAT"), ("FLAC", "flac", None),
-             ("OGG", "ogg", None), ("MP3", "mp3", None)]
+            [
+                ("WAV", "wav", "PCM_16"),
+                ("WAV", "wav", "PCM_24"),
+                ("WAV", "wav", "FLOAT"),
+                ("FLAC", "flac", None),
+                ("OGG", "ogg", None),
+                ("MP3", "mp3", None),
+            ]
         ):
             data = synth.tone(0.5, rate, channels=1 + (i % 2), seed=10 * c + i)
             blob = synth.encode_audio(data, rate, fmt, subtype)

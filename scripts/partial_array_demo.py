@@ -4,6 +4,7 @@ Runs `dsclean scan ROOT --shard 0/3` and `--shard 1/3` (part 2/3 never runs) on 
 generated tree, then `status`, `report`, `dups`, `index` + `pack`, printing what each says.
 Usage: python scripts/partial_array_demo.py [WORKDIR]
 """
+
 from __future__ import annotations
 
 import os
@@ -36,8 +37,7 @@ def main() -> None:
     run("report", str(root), "-o", os.path.join(work, "report.html"), env=env)
     run("dups", str(root), "--jobs", "1", env=env)
     run("index", str(root), "-o", os.path.join(work, "i.arrow"), "--jobs", "1", env=env)
-    run("pack", os.path.join(work, "i.arrow"), "-o", os.path.join(work, "shards"), "--samples-per-shard", "4",
-        env=env)
+    run("pack", os.path.join(work, "i.arrow"), "-o", os.path.join(work, "shards"), "--samples-per-shard", "4", env=env)
 
 
 if __name__ == "__main__":

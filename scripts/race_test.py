@@ -6,6 +6,7 @@
 Prints one line of measured outcomes per run. ``--no-verify`` (replace only) disables the identity
 check before each move, to show what the race does without it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,10 +50,13 @@ def replace_run(base: Path, n: int = 150) -> dict:
     good = {p.read_bytes() for p in (base / "good").iterdir()}
     held = list(qdir.rglob("*.jpg"))
     in_root = {p.read_bytes() for p in (root / "a").iterdir() if p.is_file()}
-    return dict(quarantined=s.quarantined, changed=s.warn_reasons.get("changed", 0),
-                good_in_quarantine=sum(p.read_bytes() in good for p in held),
-                not_bad_in_quarantine=sum(check_file(str(qdir), str(p.relative_to(qdir))).status != "bad" for p in held),
-                good_files_lost=len(good - in_root))
+    return dict(
+        quarantined=s.quarantined,
+        changed=s.warn_reasons.get("changed", 0),
+        good_in_quarantine=sum(p.read_bytes() in good for p in held),
+        not_bad_in_quarantine=sum(check_file(str(qdir), str(p.relative_to(qdir))).status != "bad" for p in held),
+        good_files_lost=len(good - in_root),
+    )
 
 
 def racing_run(base: Path, n: int = 120) -> dict:
@@ -60,9 +64,28 @@ def racing_run(base: Path, n: int = 120) -> dict:
     for i in range(n):
         write(root, f"c{i % 3}/{i:03d}.jpg", synth.HTML_PAGE + f"{i}".encode())
     original = tree_state(root)
-    procs = [subprocess.Popen([sys.executable, "-m", "dsclean", "scan", str(root), "--quarantine", str(base / f"q{m}"),
-                               "--state-dir", str(base / f"state{m}"), "--jobs", "1", "--json"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for m in (1, 2)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "dsclean",
+                "scan",
+                str(root),
+                "--quarantine",
+                str(base / f"q{m}"),
+                "--state-dir",
+                str(base / f"state{m}"),
+                "--jobs",
+                "1",
+                "--json",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for m in (1, 2)
+    ]
     outs = [json.loads(p.communicate()[0]) for p in procs]
     gone_before = rolled_back = 0
     for m in (1, 2):
@@ -71,9 +94,13 @@ def racing_run(base: Path, n: int = 120) -> dict:
             if e["op"] == "abort" and "changed" in e:
                 rolled_back += "another process" in e["changed"]
                 gone_before += "another process" not in e["changed"]
-    return dict(moved=[o["quarantined"] for o in outs], move_failures=[o["move_failures"] for o in outs],
-                gone_before_link=gone_before, rolled_back_after_link=rolled_back,
-                every_file_once=sorted(contents(root, base / "q1", base / "q2")) == sorted(original.values()))
+    return dict(
+        moved=[o["quarantined"] for o in outs],
+        move_failures=[o["move_failures"] for o in outs],
+        gone_before_link=gone_before,
+        rolled_back_after_link=rolled_back,
+        every_file_once=sorted(contents(root, base / "q1", base / "q2")) == sorted(original.values()),
+    )
 
 
 def main() -> None:

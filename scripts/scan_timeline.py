@@ -22,6 +22,7 @@ Prints, for each round, the events relative to the launch with the CPU time the 
 by then (``time.process_time``: less inflated by a loaded machine than the wall time), and each
 worker's first check, last check and idle time before its first check and after its last one.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,7 +33,7 @@ import sys
 import tempfile
 import time
 
-_SITE = r'''
+_SITE = r"""
 import atexit, os, sys, time
 _LOG = os.environ.get("DSCLEAN_TIMELINE_LOG")
 if _LOG:
@@ -91,17 +92,38 @@ if _LOG:
 
     sys.addaudithook(_hook)
     atexit.register(lambda: _log("exit"))
-'''
+"""
 
 
 def run_once(tree: str, jobs: int, extra: list[str], site_dir: str, log: str, src: str | None = None) -> float:
     """One whole scan with the audit hook (dsclean from ``src``, default this script's tree); its wall time."""
     repo = os.path.abspath(src or os.path.join(os.path.dirname(__file__), ".."))
-    env = dict(os.environ, PYTHONPATH=f"{site_dir}:{repo}", DSCLEAN_TIMELINE_LOG=log,
-               DSCLEAN_TIMELINE_ROOT=os.path.abspath(tree) + os.sep)
+    env = dict(
+        os.environ,
+        PYTHONPATH=f"{site_dir}:{repo}",
+        DSCLEAN_TIMELINE_LOG=log,
+        DSCLEAN_TIMELINE_ROOT=os.path.abspath(tree) + os.sep,
+    )
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "dsclean", "scan", tree, "--jobs", str(jobs), "--dry-run", "--rescan", "--quiet",
-               "--facts", "none", "--report", tmp + "/r", "--state-dir", tmp + "/s", *extra]
+        cmd = [
+            sys.executable,
+            "-m",
+            "dsclean",
+            "scan",
+            tree,
+            "--jobs",
+            str(jobs),
+            "--dry-run",
+            "--rescan",
+            "--quiet",
+            "--facts",
+            "none",
+            "--report",
+            tmp + "/r",
+            "--state-dir",
+            tmp + "/s",
+            *extra,
+        ]
         t0 = time.clock_gettime(time.CLOCK_BOOTTIME)
         out = subprocess.run(cmd, env=env, capture_output=True, text=True)
         t1 = time.clock_gettime(time.CLOCK_BOOTTIME)
@@ -132,17 +154,23 @@ def report(log: str) -> None:
         print(f"  {t - t0:7.3f}  {role:10} {pid:>7}  cpu {cpu:6.3f}  {event}")
     first = {e: (t - t0, cpu) for t, _, role, cpu, e in reversed(rows) if e in ("connect", "listen")}
     if len(first) == 2:
-        print(f"  main asks for its first worker at {first['connect'][0]:.3f} s, having used {first['connect'][1]:.3f} "
-              f"CPU-s; the forkserver is ready at {first['listen'][0]:.3f} s, having used {first['listen'][1]:.3f} CPU-s")
+        print(
+            f"  main asks for its first worker at {first['connect'][0]:.3f} s, having used {first['connect'][1]:.3f} "
+            f"CPU-s; the forkserver is ready at {first['listen'][0]:.3f} s, having used {first['listen'][1]:.3f} CPU-s"
+        )
     for pid, ts in opens.items():
         print(f"  worker {pid}: {len(ts)} files, first open {ts[0] - t0:.3f}, last open {ts[-1] - t0:.3f}")
     if opens:
         first = min(ts[0] for ts in opens.values())
         last = max(ts[-1] for ts in opens.values())
-        print(f"  before the first check: {first - t0:.3f} s; checking: {last - first:.3f} s; "
-              f"after the last file opened: {end - last:.3f} s; whole: {end - t0:.3f} s")
+        print(
+            f"  before the first check: {first - t0:.3f} s; checking: {last - first:.3f} s; "
+            f"after the last file opened: {end - last:.3f} s; whole: {end - t0:.3f} s"
+        )
         for pid, ts in opens.items():
-            print(f"  worker {pid}: idle before its first file {ts[0] - first:.3f} s, after its last {last - ts[-1]:.3f} s")
+            print(
+                f"  worker {pid}: idle before its first file {ts[0] - first:.3f} s, after its last {last - ts[-1]:.3f} s"
+            )
 
 
 def main() -> None:
@@ -151,8 +179,12 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--dir", help="an existing tree to scan (default: N photo JPEGs made by bench_scan.make_dataset)")
     ap.add_argument("--rounds", type=int, default=1)
-    ap.add_argument("--src", action="append", default=[],
-                    help="a source tree of dsclean to time (repeatable; default: this script's tree); rounds interleave")
+    ap.add_argument(
+        "--src",
+        action="append",
+        default=[],
+        help="a source tree of dsclean to time (repeatable; default: this script's tree); rounds interleave",
+    )
     ap.add_argument("--source-only", action="store_true", help="do not byte-compile the source trees first")
     ap.add_argument("extra", nargs="*", help="more scan options (after --)")
     args = ap.parse_args()
@@ -171,13 +203,17 @@ def main() -> None:
             sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
             from bench_scan import _compile_bytecode
 
-            _compile_bytecode([os.path.abspath(src) for src in args.src] or [os.path.join(os.path.dirname(__file__), "..")])
+            _compile_bytecode(
+                [os.path.abspath(src) for src in args.src] or [os.path.join(os.path.dirname(__file__), "..")]
+            )
         print(f"date: {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}; load average {os.getloadavg()}")
         for r in range(args.rounds):
             for i, src in enumerate(args.src or [None]):
                 log = os.path.join(site_dir, f"log{r}-{i}")
                 wall = run_once(tree, args.jobs, args.extra, site_dir, log, src)
-                print(f"round {r + 1}, {src or 'this tree'}: --jobs {args.jobs}, wall {wall:.3f} s (seconds from the launch)")
+                print(
+                    f"round {r + 1}, {src or 'this tree'}: --jobs {args.jobs}, wall {wall:.3f} s (seconds from the launch)"
+                )
                 report(log)
     finally:
         shutil.rmtree(site_dir)

@@ -1,4 +1,5 @@
 """Shared fixtures: tiny media files written into pytest's tmp_path."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """How the ``dsclean`` command starts: what it imports, its BLAS threads, when the scan's workers start."""
+
 from __future__ import annotations
 
 import json
@@ -9,14 +10,14 @@ import textwrap
 import time
 
 import pytest
-
 from support import synth
 from support.files import write
 
 
 def _run(code: str, env: dict | None = None) -> str:
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120,
-                         env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120, env=env
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout
 
@@ -63,8 +64,9 @@ def test_a_first_scan_starts_its_workers_before_importing_the_scan(tmp_path):
 
     def early(rescan: bool, *options: str) -> list[str]:
         argv = [str(root), "--state-dir", str(state), *(["--rescan"] if rescan else []), *options]
-        out = subprocess.run([sys.executable, "-c", textwrap.dedent(_EARLY), *argv], capture_output=True, text=True,
-                             timeout=120)
+        out = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(_EARLY), *argv], capture_output=True, text=True, timeout=120
+        )
         assert out.returncode == 0, out.stderr
         assert out.stderr == ""  # help and usage errors are the real parser's to print
         return out.stdout.split()[:2] if out.stdout.split()[2] == "SCAN-ALONE" else ["other commands imported"]
@@ -80,9 +82,25 @@ def test_a_first_scan_starts_its_workers_before_importing_the_scan(tmp_path):
     assert early(False, "--jobs") == ["NOT", "NO-SCANNER"]
     assert early(False, "--no-such-option") == ["NOT", "NO-SCANNER"]
     assert early(False, "-h") == ["NOT", "NO-SCANNER"]
-    out = subprocess.run([sys.executable, "-m", "dsclean", "scan", str(root), "--dry-run", "--quiet", "--json",
-                          "--state-dir", str(state), "--report", str(tmp_path / "r")],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dsclean",
+            "scan",
+            str(root),
+            "--dry-run",
+            "--quiet",
+            "--json",
+            "--state-dir",
+            str(state),
+            "--report",
+            str(tmp_path / "r"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["files"] == 1
     assert early(False) == ["NOT", "NO-SCANNER"]  # earlier results: the scan decides
@@ -119,18 +137,41 @@ def test_a_scan_is_parsed_alone_as_the_full_parser_would(tmp_path):
     from dsclean.cli.scan import parse_early
 
     missing = str(tmp_path / "missing")  # no such root: nothing starts
-    for argv in ([missing], [missing, "-j", "3", "--back", "threads", "--facts=none", "--quarantine-flags", "dark,tiny",
-                             "--timeout", "2.5", "--max-memory", "512M", "--follow-symlinks", "--flag-tiny", "8"],
-                 ["--rescan", "--dry-run", "--json", "--", missing]):
+    for argv in (
+        [missing],
+        [
+            missing,
+            "-j",
+            "3",
+            "--back",
+            "threads",
+            "--facts=none",
+            "--quarantine-flags",
+            "dark,tiny",
+            "--timeout",
+            "2.5",
+            "--max-memory",
+            "512M",
+            "--follow-symlinks",
+            "--flag-tiny",
+            "8",
+        ],
+        ["--rescan", "--dry-run", "--json", "--", missing],
+    ):
         assert vars(parse_early(argv)) == vars(build_parser().parse_args(["scan", *argv]))
-    assert parse_early([missing, "--symlinks", "all", "--follow-symlinks"]) is None  # exclusive: the full parser says so
+    assert (
+        parse_early([missing, "--symlinks", "all", "--follow-symlinks"]) is None
+    )  # exclusive: the full parser says so
     out = _run(f"""
         import sys
         from dsclean.cli import main
         code = main(["scan", {missing!r}])
         print(code, sorted(m for m in sys.modules if m.startswith("dsclean.cli.")))
     """)
-    assert out.split("\n")[-2] == "2 ['dsclean.cli.exit_codes', 'dsclean.cli.notes', 'dsclean.cli.parser', 'dsclean.cli.scan']"
+    assert (
+        out.split("\n")[-2]
+        == "2 ['dsclean.cli.exit_codes', 'dsclean.cli.notes', 'dsclean.cli.parser', 'dsclean.cli.scan']"
+    )
 
 
 def _worker_modules(tmp_path, files: dict[str, bytes], *options: str) -> dict[str, str]:
@@ -139,9 +180,28 @@ def _worker_modules(tmp_path, files: dict[str, bytes], *options: str) -> dict[st
     for rel, data in files.items():
         write(root, rel, data)
     env = {**os.environ, "DSCLEAN_TEST_FAULTS": "1"}
-    out = subprocess.run([sys.executable, "-m", "dsclean", "scan", str(root), "--dry-run", "--quiet", "--jobs", "1",
-                          "--state-dir", str(tmp_path / "state"), "--report", str(tmp_path / "r"), *options],
-                         capture_output=True, text=True, timeout=120, env=env)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dsclean",
+            "scan",
+            str(root),
+            "--dry-run",
+            "--quiet",
+            "--jobs",
+            "1",
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--report",
+            str(tmp_path / "r"),
+            *options,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert out.returncode in (0, 1), out.stderr
     from dsclean import iter_verdicts
 
@@ -171,8 +231,12 @@ def test_a_tree_of_jpegs_without_facts_never_loads_pillow(tmp_path):
     jpegs = {f"a/{i:03d}.jpg": synth.jpeg(16, 16, seed=i) for i in range(300)}  # more than the peek reads
     said = _worker_modules(tmp_path / "jpegs", {**jpegs, "a/x__modules__.jpg": synth.jpeg(16, 16)}, "--facts", "none")
     assert said == {"a/x__modules__.jpg": "simplejpeg"}
-    late = {"z/cut.gif": synth.truncate(synth.animated_gif(), 0.5), "z/cut.png": synth.truncate(synth.png(16, 16), 0.5),
-            "z/png.jpg": synth.png(16, 16), "z/ok.gif": synth.animated_gif()}  # png.jpg: checked as what it is
+    late = {
+        "z/cut.gif": synth.truncate(synth.animated_gif(), 0.5),
+        "z/cut.png": synth.truncate(synth.png(16, 16), 0.5),
+        "z/png.jpg": synth.png(16, 16),
+        "z/ok.gif": synth.animated_gif(),
+    }  # png.jpg: checked as what it is
     _worker_modules(tmp_path / "mixed", {**jpegs, **late}, "--facts", "none")
     from dsclean import iter_verdicts
 
@@ -203,8 +267,12 @@ _SLOW_PILLOW = """
 def test_pillow_imported_mid_scan_is_not_on_the_files_clock(tmp_path):
     """Pillow loads on the first file that needs it, under the same import guard as a checker module."""
     write(tmp_path, "z/good.png", synth.png(16, 16))
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(_SLOW_PILLOW), str(tmp_path)], capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_SLOW_PILLOW), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["ok", "None", "True"]
 
@@ -220,7 +288,9 @@ def test_a_sound_the_peek_did_not_see_is_still_checked(tmp_path):
 
     status = {v.path: v.status for v in iter_verdicts(str(tmp_path / "r"))}
     assert status["z/cut.wav"] == "bad"
-    assert sorted(p for p, s in status.items() if s == "ok" and p.endswith(".jpg")) == [f"a/{i:03d}.jpg" for i in range(300)]
+    assert sorted(p for p, s in status.items() if s == "ok" and p.endswith(".jpg")) == [
+        f"a/{i:03d}.jpg" for i in range(300)
+    ]
 
 
 def test_the_peek_reads_a_bounded_number_of_entries(tmp_path):
@@ -238,11 +308,19 @@ def test_the_peek_reads_a_bounded_number_of_entries(tmp_path):
     base = ["dsclean.scanning.executors", "dsclean.scanning.schema"]  # the workers' code and their Arrow batches
     assert preload_modules({"flac"}) == [*base, "dsclean.scanning.check_audio"]
     assert preload_modules({"jpeg"}, facts=False) == [*base, "dsclean.scanning.check_image"]  # no Pillow
-    assert preload_modules({"jpeg", "gif"}, facts=False) == [*base, "dsclean.scanning.check_image",
-                                                             "PIL.PngImagePlugin", "dsclean.scanning.formats.png"]
+    assert preload_modules({"jpeg", "gif"}, facts=False) == [
+        *base,
+        "dsclean.scanning.check_image",
+        "PIL.PngImagePlugin",
+        "dsclean.scanning.formats.png",
+    ]
     assert preload_modules({"jpeg"})[-1] == "dsclean.quality.image"  # the image facts, when facts are recorded
-    assert set(preload_modules(None)) >= {"dsclean.scanning.check_image", "dsclean.scanning.check_audio",
-                                          "dsclean.scanning.formats.pnm", "dsclean.quality.image"}
+    assert set(preload_modules(None)) >= {
+        "dsclean.scanning.check_image",
+        "dsclean.scanning.check_audio",
+        "dsclean.scanning.formats.pnm",
+        "dsclean.quality.image",
+    }
 
 
 _EXIT = """
@@ -258,8 +336,9 @@ _EXIT = """
 
 def test_the_command_exits_fast_but_runs_atexit_flushes_and_waits_for_threads():
     for mode, code in (("plain", 0), ("plain", 3), ("thread", 1)):
-        out = subprocess.run([sys.executable, "-c", textwrap.dedent(_EXIT), mode, str(code)], capture_output=True,
-                             text=True, timeout=60)
+        out = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(_EXIT), mode, str(code)], capture_output=True, text=True, timeout=60
+        )
         assert out.returncode == code, out.stderr
         assert "partial line, not flushed yet" in out.stdout and "atexit ran" in out.stdout
         assert ("thread done" in out.stdout) == (mode == "thread")
@@ -343,10 +422,26 @@ def test_the_command_forks_its_forkserver_and_tracker_and_isolates_crashes(tmp_p
     for i in range(6):
         write(root, f"a/{i}.jpg", synth.jpeg(16, 16, seed=i))
     write(root, "a/x__segfault__.jpg", synth.jpeg(16, 16))
-    options = [str(root), "--jobs", "2", "--dry-run", "--quiet", "--facts", "none", "--state-dir", str(tmp_path / "s"),
-               "--report", str(tmp_path / "r")]
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(_HELPERS), *options], capture_output=True, text=True,
-                         timeout=120, env={**os.environ, "DSCLEAN_TEST_FAULTS": "1"})
+    options = [
+        str(root),
+        "--jobs",
+        "2",
+        "--dry-run",
+        "--quiet",
+        "--facts",
+        "none",
+        "--state-dir",
+        str(tmp_path / "s"),
+        "--report",
+        str(tmp_path / "r"),
+    ]
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_HELPERS), *options],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "DSCLEAN_TEST_FAULTS": "1"},
+    )
     assert out.returncode == 0, out.stderr
     first, last = out.stdout.strip().split("\n")
     tracker = json.loads(first).pop("tracker")
@@ -423,7 +518,16 @@ def test_the_command_keeps_pandas_out_but_main_leaves_callers_alone(tmp_path):
         pytest.skip("pandas is not installed: nothing to keep out")
     root = tmp_path / "data"
     write(root, "a.jpg", synth.jpeg(32, 32))
-    scan = ["scan", str(root), "--dry-run", "--quiet", "--state-dir", str(tmp_path / "s"), "--report", str(tmp_path / "r")]
+    scan = [
+        "scan",
+        str(root),
+        "--dry-run",
+        "--quiet",
+        "--state-dir",
+        str(tmp_path / "s"),
+        "--report",
+        str(tmp_path / "r"),
+    ]
     out = _run(f"""
         import sys
         from dsclean.cli import main, no_pandas

@@ -1,4 +1,5 @@
 """A CLI that helps on the first mistake: short usage errors, did-you-mean, -q/--json on every command."""
+
 from __future__ import annotations
 
 import json
@@ -23,9 +24,11 @@ def _usage_error(capsys, argv: list[str]) -> list[str]:
 
 def test_a_misspelt_option_is_blamed_on_the_command_with_a_suggestion(capsys, tmp_path):
     lines = _usage_error(capsys, ["scan", str(tmp_path), "--qurantine", "x"])
-    assert lines == ["usage: dsclean scan [options] ROOT",
-                     "dsclean scan: error: unrecognized arguments: --qurantine x; did you mean --quarantine?",
-                     "see 'dsclean scan --help'"]
+    assert lines == [
+        "usage: dsclean scan [options] ROOT",
+        "dsclean scan: error: unrecognized arguments: --qurantine x; did you mean --quarantine?",
+        "see 'dsclean scan --help'",
+    ]
 
 
 def test_a_misspelt_command_and_choice_get_a_suggestion(capsys, tmp_path):
@@ -40,23 +43,41 @@ def test_a_misspelt_command_and_choice_get_a_suggestion(capsys, tmp_path):
 
 def test_a_usage_error_is_three_lines_not_the_option_list(capsys):
     lines = _usage_error(capsys, ["index", "d"])  # -o is required
-    assert lines == ["usage: dsclean index [options] ROOT",
-                     "dsclean index: error: the following arguments are required: -o/--output",
-                     "see 'dsclean index --help'"]
+    assert lines == [
+        "usage: dsclean index [options] ROOT",
+        "dsclean index: error: the following arguments are required: -o/--output",
+        "see 'dsclean index --help'",
+    ]
     lines = _usage_error(capsys, ["scan", "d", "--zzzzzz"])  # nothing close: no suggestion
     assert lines[1] == "dsclean scan: error: unrecognized arguments: --zzzzzz"
 
 
 def test_the_command_line_prints_the_same_three_lines():
-    out = subprocess.run([sys.executable, "-m", "dsclean", "scan", "d", "--qurantine", "x"], capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "dsclean", "scan", "d", "--qurantine", "x"], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.split("\n")[1].endswith("did you mean --quarantine?")
     assert "Traceback" not in out.stderr and len(out.stderr.strip().split("\n")) == 3
 
 
-PRINTING = ["scan", "index", "info", "merge", "restore", "recover", "status", "reasons", "doctor", "explain",
-            "probe", "pack", "verify", "dups", "report"]
+PRINTING = [
+    "scan",
+    "index",
+    "info",
+    "merge",
+    "restore",
+    "recover",
+    "status",
+    "reasons",
+    "doctor",
+    "explain",
+    "probe",
+    "pack",
+    "verify",
+    "dups",
+    "report",
+]
 
 
 @pytest.mark.parametrize("command", PRINTING)
@@ -70,8 +91,10 @@ def _quarantined(tmp_path):
     root = tmp_path / "data"
     write(root, "a/ok.jpg", synth.jpeg(16, 16))
     write(root, "a/cut.jpg", synth.truncate(synth.jpeg(64, 64), 0.5))
-    assert main(["scan", str(root), "--quarantine", str(tmp_path / "q"), "--quiet", "--jobs", "1",
-                 "--backend", "threads"]) == 0
+    assert (
+        main(["scan", str(root), "--quarantine", str(tmp_path / "q"), "--quiet", "--jobs", "1", "--backend", "threads"])
+        == 0
+    )
     assert not (root / "a" / "cut.jpg").exists()
     return root
 

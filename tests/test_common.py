@@ -1,4 +1,5 @@
 """The shared definitions every stage uses: the content hash and the JSON path rule."""
+
 from __future__ import annotations
 
 import hashlib
@@ -44,7 +45,9 @@ def test_max_memory_hint_only_for_a_bare_number(tmp_path, capsys):
     from dsclean.cli import main
 
     assert "did you mean 512M?" in memory_floor_problem(512, "512")
-    assert "did you mean" not in memory_floor_problem(1 << 20, "1M") and "at least 16M" in memory_floor_problem(1 << 20, "1M")
+    assert "did you mean" not in memory_floor_problem(1 << 20, "1M") and "at least 16M" in memory_floor_problem(
+        1 << 20, "1M"
+    )
     assert "did you mean" not in memory_floor_problem(8 << 20, " 8m ")
     assert "in bytes" in memory_floor_problem(1000)  # the Python API's max_memory=1000
     for command in (["dups", str(tmp_path)], ["scan", str(tmp_path), "--dry-run"]):

@@ -1,4 +1,5 @@
 """not_media names what the content is, with the fix (dsclean.content), from real bytes."""
+
 from __future__ import annotations
 
 import bz2
@@ -16,10 +17,14 @@ from support.files import write
 
 from dsclean.content import describe_content, describe_symlink_target
 
-LFS = (b"version https://git-lfs.github.com/spec/v1\n"
-       b"oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\nsize 12345\n")
-S3 = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code><Message>Access Denied</Message>'
-      b"<RequestId>4442587FB7D0A2F9</RequestId></Error>")
+LFS = (
+    b"version https://git-lfs.github.com/spec/v1\n"
+    b"oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\nsize 12345\n"
+)
+S3 = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code><Message>Access Denied</Message>'
+    b"<RequestId>4442587FB7D0A2F9</RequestId></Error>"
+)
 
 
 def _zip() -> bytes:
@@ -39,24 +44,33 @@ def _tar() -> bytes:
     return buf.getvalue()
 
 
-@pytest.mark.parametrize("data, expected", [
-    (LFS, "a Git LFS pointer (of a 12,345-byte file) — the content was never fetched: run git lfs pull"),
-    (S3, "an XML error body (AccessDenied: Access Denied)"),
-    (b"<!DOCTYPE html>\n<html><head><title>403 Forbidden</title></head><body>nginx</body></html>",
-     "an HTML page titled '403 Forbidden'"),
-    (json.dumps({"error": {"code": 404, "message": "No such object: bucket/a.jpg"}}).encode(),
-     "a JSON error body (No such object: bucket/a.jpg)"),
-    (b"HTTP/1.1 200 OK\r\nContent-Type: image/jpeg\r\n\r\n" + synth.jpeg(8, 8),
-     "an HTTP response with its headers (status 200 OK)"),
-    (gzip.compress(synth.jpeg(16, 16)), "gzip-compressed data"),
-    (_zip(), "a zip archive"),
-    (bz2.compress(b"x" * 100), "bzip2-compressed data"),
-    (lzma.compress(b"x" * 100), "xz-compressed data"),
-    (_tar(), "a tar archive"),
-    (b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n", "a PDF document"),
-    (b"\x00" * 4096, "all zero bytes"),
-    (b"hello, this is not a picture\n", "plain text ('hello, this is not a picture')"),
-])
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        (LFS, "a Git LFS pointer (of a 12,345-byte file) — the content was never fetched: run git lfs pull"),
+        (S3, "an XML error body (AccessDenied: Access Denied)"),
+        (
+            b"<!DOCTYPE html>\n<html><head><title>403 Forbidden</title></head><body>nginx</body></html>",
+            "an HTML page titled '403 Forbidden'",
+        ),
+        (
+            json.dumps({"error": {"code": 404, "message": "No such object: bucket/a.jpg"}}).encode(),
+            "a JSON error body (No such object: bucket/a.jpg)",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Type: image/jpeg\r\n\r\n" + synth.jpeg(8, 8),
+            "an HTTP response with its headers (status 200 OK)",
+        ),
+        (gzip.compress(synth.jpeg(16, 16)), "gzip-compressed data"),
+        (_zip(), "a zip archive"),
+        (bz2.compress(b"x" * 100), "bzip2-compressed data"),
+        (lzma.compress(b"x" * 100), "xz-compressed data"),
+        (_tar(), "a tar archive"),
+        (b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n", "a PDF document"),
+        (b"\x00" * 4096, "all zero bytes"),
+        (b"hello, this is not a picture\n", "plain text ('hello, this is not a picture')"),
+    ],
+)
 def test_describe_content_names_what_the_bytes_are(data, expected):
     said = describe_content(data[:4096])
     assert said is not None and said.startswith(expected), said
@@ -73,8 +87,9 @@ def test_a_real_executable_and_random_bytes():
 
 def test_a_git_annex_symlink_target():
     target = "../../.git/annex/objects/Wk/3F/SHA256E-s20480--e3b0c44298fc1c149afbf4c8996fb924.jpg/SHA256E-s20480--e3b0c44298fc1c149afbf4c8996fb924.jpg"
-    assert describe_symlink_target(target) == ("a git-annex pointer (of a 20,480-byte file) — the content was never "
-                                               "fetched: run git annex get")
+    assert describe_symlink_target(target) == (
+        "a git-annex pointer (of a 20,480-byte file) — the content was never fetched: run git annex get"
+    )
     assert describe_symlink_target("../other/a.jpg") is None
     # an unlocked annexed file on a file system without symlinks holds the target as its content
     assert describe_content(b"/annex/objects/SHA256E-s20480--e3b0c442.jpg\n").startswith("a git-annex pointer")
@@ -83,8 +98,10 @@ def test_a_git_annex_symlink_target():
 def test_scan_names_an_lfs_pointer_html_and_an_annex_link(check, tmp_path):
     v = check("a/pointer.jpg", LFS)
     assert (v.status, v.reason) == ("bad", "not_media")
-    assert v.detail == ("content is not jpeg: it is a Git LFS pointer (of a 12,345-byte file) — the content was "
-                        "never fetched: run git lfs pull")
+    assert v.detail == (
+        "content is not jpeg: it is a Git LFS pointer (of a 12,345-byte file) — the content was "
+        "never fetched: run git lfs pull"
+    )
     v = check("a/page.png", b"<html><head><title>Just a moment...</title></head></html>")
     assert v.detail.startswith("content is not png: it is an HTML page titled 'Just a moment...' — the server sent")
     v = check("a/odd.png", bytes(range(1, 200)))
@@ -95,8 +112,10 @@ def test_scan_names_an_lfs_pointer_html_and_an_annex_link(check, tmp_path):
     os.symlink("../.git/annex/objects/Wk/3F/SHA256E-s99--abc.jpg/SHA256E-s99--abc.jpg", tmp_path / "b" / "x.jpg")
     v = check_file(str(tmp_path), "b/x.jpg", CheckOptions())
     assert (v.status, v.reason) == ("bad", "unreadable")
-    assert v.detail == "broken symlink: it is a git-annex pointer (of a 99-byte file) — the content was never " \
-                       "fetched: run git annex get"
+    assert (
+        v.detail == "broken symlink: it is a git-annex pointer (of a 99-byte file) — the content was never "
+        "fetched: run git annex get"
+    )
 
 
 def test_a_whole_scan_reports_the_description(tmp_path):

@@ -1,4 +1,5 @@
 """The training-time failure log: per-process files, whole-line appends, a tolerant reader."""
+
 from __future__ import annotations
 
 import os
@@ -15,7 +16,10 @@ def test_each_process_writes_its_own_file_and_the_reader_merges_them(tmp_path):
     a.write(kind="exception", index=3, path="cats/a.jpg", error="OSError", message="image file is truncated")
     b.write(kind="worker_died", index=7, error="SIGSEGV", message="killed by signal")
     got = read_failures(log)
-    assert sorted(os.path.basename(f) for f in got.files) == ["failures.rank0.worker0.jsonl", "failures.rank1.main.jsonl"]
+    assert sorted(os.path.basename(f) for f in got.files) == [
+        "failures.rank0.worker0.jsonl",
+        "failures.rank1.main.jsonl",
+    ]
     assert [(r["index"], r["kind"]) for r in got.failures] == [(3, "exception"), (7, "worker_died")]
     assert got.failures[0]["path"] == "cats/a.jpg" and got.damaged_lines == got.torn_lines == 0
 
@@ -41,8 +45,10 @@ def test_a_non_utf8_path_survives_the_round_trip(tmp_path):
 def test_a_fifo_beside_the_log_is_refused_without_blocking(tmp_path):
     log = tmp_path / "f.jsonl"
     os.mkfifo(process_log_path(log, rank=0, worker=2))
-    code = ("import sys; from dsclean.failures import read_failures; "
-            f"r = read_failures({str(log)!r}); print(len(r.refused), len(r.failures))")
+    code = (
+        "import sys; from dsclean.failures import read_failures; "
+        f"r = read_failures({str(log)!r}); print(len(r.refused), len(r.failures))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert out.stdout.split() == ["1", "0"], out.stderr
 
@@ -58,6 +64,7 @@ def test_the_limit_bounds_what_is_kept_but_not_what_is_counted(tmp_path):
 
 def test_a_writer_pickled_into_a_child_reopens_there(tmp_path):
     import pickle
+
     log = tmp_path / "f.jsonl"
     w = FailureWriter(process_log_path(log, rank=0, worker=0))
     w.write(kind="exception", index=0, error="E")

@@ -1,5 +1,6 @@
 """One "inside ROOT" rule (locations.is_inside): folders compared by (st_dev, st_ino) along the output's
 ancestors, so a bind mount of a class folder is caught as a symlink is (issue 24, item 8)."""
+
 from __future__ import annotations
 
 import os
@@ -85,11 +86,13 @@ def test_pack_output_through_a_view_of_a_class_folder_is_refused(tmp_path, how, 
 
 def test_every_other_output_through_a_bind_mount_is_refused(tmp_path, tree, capsys):
     with bind(tree / "cats", tmp_path / "M") as m:
-        for argv, what in ((["index", str(tree), "-o", os.path.join(m, "i.arrow")], "inside the dataset root"),
-                           (["dups", str(tree), "-o", os.path.join(m, "g.jsonl")], "inside the dataset"),
-                           (["dups", str(tree), "--quarantine", os.path.join(m, "Q")], "inside the dataset"),
-                           (["scan", str(tree), "--state-dir", os.path.join(m, "state")], "inside the dataset root"),
-                           (["scan", str(tree), "--report", os.path.join(m, "rep")], "inside the dataset root")):
+        for argv, what in (
+            (["index", str(tree), "-o", os.path.join(m, "i.arrow")], "inside the dataset root"),
+            (["dups", str(tree), "-o", os.path.join(m, "g.jsonl")], "inside the dataset"),
+            (["dups", str(tree), "--quarantine", os.path.join(m, "Q")], "inside the dataset"),
+            (["scan", str(tree), "--state-dir", os.path.join(m, "state")], "inside the dataset root"),
+            (["scan", str(tree), "--report", os.path.join(m, "rep")], "inside the dataset root"),
+        ):
             code = main(argv)
             err = capsys.readouterr().err
             assert code == 2 and what in err, (argv, err)

@@ -1,4 +1,5 @@
 """The package layout is the pipeline: stage packages, no import cycles, lazy heavy imports."""
+
 from __future__ import annotations
 
 import ast
@@ -29,9 +30,24 @@ ALLOWED = {
     "training": {"data", "diagnose"},  # wraps any dataset (names IndexedDataset samples), explains worker deaths
     "cli": {"scanning", "index", "data", "diagnose", "pack", "quality", "dups", "report", "fromlog", "loaders"},
 }
-COMMON = {"reasons", "formats", "errors", "atomic", "locations", "argtypes", "hashing", "jsonpaths", "failures",
-          "openfile", "denylist", "rechecked", "content", "schema",
-          "interrupts", "inflight"}  # stop on SIGINT/SIGTERM, bounded task submission: the scan's, dups' and pack's
+COMMON = {
+    "reasons",
+    "formats",
+    "errors",
+    "atomic",
+    "locations",
+    "argtypes",
+    "hashing",
+    "jsonpaths",
+    "failures",
+    "openfile",
+    "denylist",
+    "rechecked",
+    "content",
+    "schema",
+    "interrupts",
+    "inflight",
+}  # stop on SIGINT/SIGTERM, bounded task submission: the scan's, dups' and pack's
 #: the floor: modules every stage may derive from, importing nothing of the package but these names
 FLOOR = {"dsclean.schema": {"dsclean.hashing"}}  # the results and facts columns, defined once
 ENTRY = {"dsclean", "dsclean.__main__"}  # the public API and `python -m dsclean` may import any stage
@@ -55,8 +71,16 @@ def _imports(name: str, path: str, modules: dict[str, str], typing: bool = True)
     package = name if is_pkg else name.rpartition(".")[0]
     out = set()
     tree = ast.parse(open(path).read())
-    skip = set() if typing else {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
-                                 and getattr(block.test, "id", None) == "TYPE_CHECKING" for n in ast.walk(block)}
+    skip = (
+        set()
+        if typing
+        else {
+            id(n)
+            for block in ast.walk(tree)
+            if isinstance(block, ast.If) and getattr(block.test, "id", None) == "TYPE_CHECKING"
+            for n in ast.walk(block)
+        }
+    )
     for node in ast.walk(tree):
         if id(node) in skip:
             continue
@@ -113,7 +137,7 @@ def test_no_import_cycles():
             if dep.startswith(node + "."):
                 continue  # a package's __init__ naming its own submodules is not a cycle
             if state.get(dep) == 1:
-                cycle = trail[trail.index(dep):] + [dep] if dep in trail else [node, dep]
+                cycle = trail[trail.index(dep) :] + [dep] if dep in trail else [node, dep]
                 pytest.fail("import cycle: " + " -> ".join(cycle))
             if dep not in state:
                 visit(dep, trail + [dep])
@@ -126,7 +150,8 @@ def test_no_import_cycles():
 
 #: private names imported across modules before this rule; each is for its module's owner to make public
 PRIVATE_IMPORTS_LEFT = {
-    ("dsclean.rechecked", "dsclean.failures", "_lines"), ("dsclean.denylist", "dsclean.failures", "_lines"),
+    ("dsclean.rechecked", "dsclean.failures", "_lines"),
+    ("dsclean.denylist", "dsclean.failures", "_lines"),
     ("dsclean.scanning.discover", "dsclean.formats", "_EXT_NO_DOT"),
     ("dsclean.scanning.scanner", "dsclean.scanning.verdict", "_FS_ENCODING"),
 }
@@ -142,8 +167,9 @@ def test_no_module_imports_another_modules_private_names():
             if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("dsclean")):
                 base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
                 target = ".".join(base + ([node.module] if node.module else []))
-                found |= {(name, target, a.name) for a in node.names
-                          if a.name.startswith("_") and not a.name.startswith("__")}
+                found |= {
+                    (name, target, a.name) for a in node.names if a.name.startswith("_") and not a.name.startswith("__")
+                }
     assert not found - PRIVATE_IMPORTS_LEFT, sorted(found - PRIVATE_IMPORTS_LEFT)
 
 
@@ -158,8 +184,9 @@ def test_import_dsclean_is_cheap():
 
 def test_the_record_modules_import_no_pyarrow():
     # checking processes build Verdicts and Facts: the one schema they are checked against stays pyarrow-free
-    loaded = _run("import sys, dsclean.schema, dsclean.scanning.verdict, dsclean.quality.facts; "
-                  "print('pyarrow' in sys.modules)")
+    loaded = _run(
+        "import sys, dsclean.schema, dsclean.scanning.verdict, dsclean.quality.facts; print('pyarrow' in sys.modules)"
+    )
     assert loaded == "False"
 
 
@@ -182,23 +209,51 @@ def test_scan_index_info_import_no_torch(tmp_path):
 
 def test_public_names_survive_importing_every_subpackage():
     # A subpackage named like a public function would replace it as an attribute of dsclean.
-    code = ("import importlib, pkgutil, dsclean\n"
-            "for m in pkgutil.walk_packages(dsclean.__path__, 'dsclean.'):\n"
-            "    if m.name != 'dsclean.__main__':\n"
-            "        importlib.import_module(m.name)\n"
-            "print(all(getattr(dsclean, n) is getattr(importlib.import_module('dsclean.' + dsclean._EXPORTS[n]), n)"
-            " for n in dsclean.__all__), callable(dsclean.scan))")
+    code = (
+        "import importlib, pkgutil, dsclean\n"
+        "for m in pkgutil.walk_packages(dsclean.__path__, 'dsclean.'):\n"
+        "    if m.name != 'dsclean.__main__':\n"
+        "        importlib.import_module(m.name)\n"
+        "print(all(getattr(dsclean, n) is getattr(importlib.import_module('dsclean.' + dsclean._EXPORTS[n]), n)"
+        " for n in dsclean.__all__), callable(dsclean.scan))"
+    )
     assert _run(code) == "True True"
 
 
 def test_wheel_has_every_stage_and_no_test_support(tmp_path):
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                    "-w", str(tmp_path), REPO], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            REPO,
+        ],
+        check=True,
+        capture_output=True,
+    )
     (wheel,) = [f for f in os.listdir(tmp_path) if f.endswith(".whl")]
     names = zipfile.ZipFile(tmp_path / wheel).namelist()
     packages = {os.path.dirname(n) for n in names if n.endswith("__init__.py")}
-    assert {"dsclean", "dsclean/scanning", "dsclean/index", "dsclean/data", "dsclean/diagnose", "dsclean/pack",
-            "dsclean/cli", "dsclean/quality", "dsclean/dups", "dsclean/report"} <= packages
+    assert {
+        "dsclean",
+        "dsclean/scanning",
+        "dsclean/index",
+        "dsclean/data",
+        "dsclean/diagnose",
+        "dsclean/pack",
+        "dsclean/cli",
+        "dsclean/quality",
+        "dsclean/dups",
+        "dsclean/report",
+    } <= packages
     assert not [n for n in names if "synth" in n or n.startswith("tests/") or "/support/" in n]
     assert "dsclean/scanning/check_image.py" in names
-    assert {"dsclean/report/assets/report.css", "dsclean/report/assets/report.js"} <= set(names)  # the page's own CSS/JS
+    assert {"dsclean/report/assets/report.css", "dsclean/report/assets/report.js"} <= set(
+        names
+    )  # the page's own CSS/JS

@@ -1,4 +1,5 @@
 """The per-root state folder and THE results lookup rule (dsclean.locations.find_results)."""
+
 from __future__ import annotations
 
 import json
@@ -66,8 +67,10 @@ def test_lookup_order_and_each_source_is_named(root, tmp_path, monkeypatch):
     paths, source = locations.find_results(root, state_dir=str(tmp_path / "flag"))
     assert paths == [flag.results_path] and "(--state-dir)" in source
     # --scan-results beats everything
-    assert locations.find_results(root, ["x.parquet"], str(tmp_path / "flag")) == (["x.parquet"],
-                                                                                   "--scan-results x.parquet")
+    assert locations.find_results(root, ["x.parquet"], str(tmp_path / "flag")) == (
+        ["x.parquet"],
+        "--scan-results x.parquet",
+    )
 
 
 def test_a_pointer_to_deleted_results_is_skipped_and_said(root, tmp_path):
@@ -105,8 +108,10 @@ def _parts(root, tmp_path, n, parts, **check):
     """Scan parts ``parts`` of a job array of ``n`` (results in tmp_path/r-n); each part finishes after the last."""
     from dsclean.scanning.check import CheckOptions
 
-    return [scan(root, ScanOptions(shard=(i, n), report_dir=str(tmp_path / f"r-{n}"), jobs=1,
-                                   check=CheckOptions(**check))) for i in parts]
+    return [
+        scan(root, ScanOptions(shard=(i, n), report_dir=str(tmp_path / f"r-{n}"), jobs=1, check=CheckOptions(**check)))
+        for i in parts
+    ]
 
 
 def test_some_parts_of_a_job_array_are_found_and_the_missing_ones_named(root, tmp_path):
@@ -138,8 +143,9 @@ def test_parts_of_another_job_array_are_never_mixed_in_and_are_named(root, tmp_p
     _parts(root, tmp_path, 3, [2], lenient=True)  # a lone part with other options: its own array, the newest now
     found = locations.find_scan(root)
     assert found.partial.n == 3 and sorted(found.partial.done) == [2] and found.partial.missing == [0, 1]
-    assert "parts 0/3, 1/3 (an older job array of 3 parts scanned with other check options" in \
-        " | ".join(found.partial.ignored)
+    assert "parts 0/3, 1/3 (an older job array of 3 parts scanned with other check options" in " | ".join(
+        found.partial.ignored
+    )
 
 
 def test_an_unfinished_array_newer_than_a_whole_scan_is_named_and_not_used(root, tmp_path):

@@ -1,4 +1,5 @@
 """Library code logs on the dsclean logger and never prints; the CLI prints the notes; index says a scan was cut."""
+
 from __future__ import annotations
 
 import logging
@@ -97,8 +98,23 @@ def test_index_after_an_interrupted_scan_says_so(tmp_path, capsys):
     good = synth.jpeg(128, 128)
     for i in range(1000):  # bad pages numbered, good JPEGs with a numbered tail: a scan of some seconds
         write(root, f"c/{i:04d}.jpg", synth.HTML_PAGE + str(i).encode() if i % 2 else good + str(i).encode())
-    proc = subprocess.Popen([sys.executable, "-m", "dsclean", "scan", str(root), "--quarantine", str(tmp_path / "q"),
-                             "--jobs", "1", "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dsclean",
+            "scan",
+            str(root),
+            "--quarantine",
+            str(tmp_path / "q"),
+            "--jobs",
+            "1",
+            "--quiet",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     manifest = tmp_path / "q" / "manifest.jsonl"
     deadline = time.monotonic() + 60
     while not (manifest.exists() and manifest.stat().st_size > 0) and time.monotonic() < deadline:
@@ -113,8 +129,10 @@ def test_index_after_an_interrupted_scan_says_so(tmp_path, capsys):
     assert 0 < judged < 1000
     assert main(["index", str(root), "-o", str(tmp_path / "i.arrow"), "--no-check"]) == 0
     err = capsys.readouterr().err
-    assert (f"note: the last scan of {root} was interrupted after {judged:,} files: the files it did not reach are "
-            f"checked here; run dsclean scan {root} to finish it") in err
+    assert (
+        f"note: the last scan of {root} was interrupted after {judged:,} files: the files it did not reach are "
+        f"checked here; run dsclean scan {root} to finish it"
+    ) in err
     assert main(["scan", str(root), "--quarantine", str(tmp_path / "q"), "--quiet", "--jobs", "1"]) == 0
     capsys.readouterr()
     assert main(["index", str(root), "-o", str(tmp_path / "j.arrow"), "--no-check"]) == 0

@@ -1,4 +1,5 @@
 """Outputs never replace what is not theirs: devices, FIFOs, sockets, other people's files (review 6, bug 1)."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """The bundled sample_data: reproducible from its script, and every broken file is caught."""
+
 from __future__ import annotations
 
 import filecmp
@@ -16,8 +17,11 @@ SAMPLE = os.path.join(REPO, "sample_data")
 
 def test_sample_data_is_what_the_script_writes(tmp_path):
     out = tmp_path / "sample"
-    subprocess.run([sys.executable, os.path.join(REPO, "scripts", "make_sample_data.py"), "--out", str(out)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, os.path.join(REPO, "scripts", "make_sample_data.py"), "--out", str(out)],
+        check=True,
+        capture_output=True,
+    )
     cmp = filecmp.dircmp(SAMPLE, out)
     stack, diffs = [cmp], []
     while stack:

@@ -1,5 +1,6 @@
 """The results and facts columns are defined once (dsclean.schema): every stage's list is derived from it,
 and what scan, index and pack write keeps its columns, types and order."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -10,21 +11,42 @@ from dsclean import schema as S
 
 #: the results table as scan_results.parquet has always held it: (name, Arrow type, nullable), in order
 RESULTS_WRITTEN = [
-    ("path", "binary", False), ("kind", "string", False), ("status", "string", False), ("reason", "string", True),
-    ("detail", "string", True), ("size", "int64", True), ("mtime_ns", "int64", True), ("format", "string", True),
-    ("width", "int32", True), ("height", "int32", True), ("mode", "string", True), ("frames", "int64", True),
-    ("sample_rate", "int32", True), ("channels", "int32", True), ("duration", "double", True),
-    ("subtype", "string", True), ("content_hash", "fixed_size_binary[16]", True), ("phash", "uint64", True),
-    ("brightness", "float", True), ("contrast", "float", True), ("entropy", "float", True),
-    ("sharpness", "float", True), ("grayscale", "bool", True), ("orientation", "int8", True),
-    ("peak", "float", True), ("rms", "float", True), ("clipped", "float", True), ("dc_offset", "float", True),
-    ("silent_channels", "int32", True), ("flags", "list<item: string>", True),
+    ("path", "binary", False),
+    ("kind", "string", False),
+    ("status", "string", False),
+    ("reason", "string", True),
+    ("detail", "string", True),
+    ("size", "int64", True),
+    ("mtime_ns", "int64", True),
+    ("format", "string", True),
+    ("width", "int32", True),
+    ("height", "int32", True),
+    ("mode", "string", True),
+    ("frames", "int64", True),
+    ("sample_rate", "int32", True),
+    ("channels", "int32", True),
+    ("duration", "double", True),
+    ("subtype", "string", True),
+    ("content_hash", "fixed_size_binary[16]", True),
+    ("phash", "uint64", True),
+    ("brightness", "float", True),
+    ("contrast", "float", True),
+    ("entropy", "float", True),
+    ("sharpness", "float", True),
+    ("grayscale", "bool", True),
+    ("orientation", "int8", True),
+    ("peak", "float", True),
+    ("rms", "float", True),
+    ("clipped", "float", True),
+    ("dc_offset", "float", True),
+    ("silent_channels", "int32", True),
+    ("flags", "list<item: string>", True),
 ]
 
 
 def test_the_results_columns_are_those_scan_has_always_written():
     assert [(c.name, c.type, c.nullable) for c in S.RESULTS] == RESULTS_WRITTEN
-    assert S.RESULTS_NAMES[-len(S.FACTS):] == S.FACT_NAMES and S.FACT_NAMES[0] == "content_hash"
+    assert S.RESULTS_NAMES[-len(S.FACTS) :] == S.FACT_NAMES and S.FACT_NAMES[0] == "content_hash"
     assert all(c.meaning for c in S.RESULTS)
 
 

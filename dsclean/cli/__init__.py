@@ -9,6 +9,7 @@ anything changed (message, no traceback); 3 incomplete: some moves or writes fai
 state consistent, every failure listed; 130/143 interrupted by SIGINT/SIGTERM after
 flushing what was decided.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,15 @@ from .exit_codes import EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import diagnose, dups, fromlog, index, pack, report, scan  # here: `dsclean scan` needs none but its own (main)
-
+    from . import (
+        diagnose,
+        dups,
+        fromlog,
+        index,
+        pack,
+        report,
+        scan,
+    )  # here: `dsclean scan` needs none but its own (main)
     from .parser import Parser
 
     parser = Parser(prog="dsclean", description="Make image and audio training data safe to feed to PyTorch.")

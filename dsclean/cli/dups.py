@@ -1,4 +1,5 @@
 """``dsclean dups``: argparse wiring and human output over :mod:`dsclean.dups`."""
+
 from __future__ import annotations
 
 import argparse
@@ -27,33 +28,68 @@ def add_parsers(sub) -> None:
     from ..quality import DEFAULT_MIN_CORRELATION
 
     p = sub.add_parser(
-        "dups", help="find exact and near-duplicate files, and duplicates leaking across splits",
+        "dups",
+        help="find exact and near-duplicate files, and duplicates leaking across splits",
         description="Group exact duplicates (same bytes) and near duplicates (the same picture resized, "
         "recompressed, slightly cropped, brightened or re-encoded) over one or more roots; "
-        "each root is a split (train/ val/ test/): groups that span splits are leakage and come first.")
+        "each root is a split (train/ val/ test/): groups that span splits are leakage and come first.",
+    )
     p.add_argument("roots", nargs="+", metavar="ROOT", help="folders to compare; each one is a split")
     p.add_argument("-o", "--output", metavar="FILE", help="write the groups as JSON lines (groups.jsonl)")
-    p.add_argument("--near", type=argtypes.count, default=DEFAULT_NEAR, metavar="K",
-                   help=f"near duplicates: hashes at most K bits apart, then the fine check (default {DEFAULT_NEAR}; 0 = exact only)")
-    p.add_argument("--min-similarity", type=_fraction, default=DEFAULT_MIN_CORRELATION, metavar="C",
-                   help=f"the fine check's correlation threshold for near candidates (default {DEFAULT_MIN_CORRELATION})")
+    p.add_argument(
+        "--near",
+        type=argtypes.count,
+        default=DEFAULT_NEAR,
+        metavar="K",
+        help=f"near duplicates: hashes at most K bits apart, then the fine check (default {DEFAULT_NEAR}; 0 = exact only)",
+    )
+    p.add_argument(
+        "--min-similarity",
+        type=_fraction,
+        default=DEFAULT_MIN_CORRELATION,
+        metavar="C",
+        help=f"the fine check's correlation threshold for near candidates (default {DEFAULT_MIN_CORRELATION})",
+    )
     p.add_argument("--no-verify", action="store_true", help="skip the fine check: the hash distance alone decides")
     p.add_argument("--check", action="store_true", help="exit 1 if any group spans two or more roots (leakage, for CI)")
-    p.add_argument("--quarantine", metavar="DIR",
-                   help="move the extra copies to DIR/<root name>/<path> (journaled; restore with dsclean restore)")
-    p.add_argument("--keep", choices=("first", "largest", "most-pixels"), default="first",
-                   help="with --quarantine: which copy each root keeps (default first; ties go to the first)")
-    p.add_argument("--drop-from", metavar="SPLIT",
-                   help="with --quarantine: in groups spanning splits, move this root's copies too")
+    p.add_argument(
+        "--quarantine",
+        metavar="DIR",
+        help="move the extra copies to DIR/<root name>/<path> (journaled; restore with dsclean restore)",
+    )
+    p.add_argument(
+        "--keep",
+        choices=("first", "largest", "most-pixels"),
+        default="first",
+        help="with --quarantine: which copy each root keeps (default first; ties go to the first)",
+    )
+    p.add_argument(
+        "--drop-from", metavar="SPLIT", help="with --quarantine: in groups spanning splits, move this root's copies too"
+    )
     p.add_argument("--dry-run", action="store_true", help="with --quarantine: say what would move, move nothing")
     p.add_argument("--no-results", action="store_true", help="ignore scan results: compute every file's facts here")
-    p.add_argument("--state-dir", metavar="DIR",
-                   help="where the roots' last scans are recorded (default: $DSCLEAN_STATE_DIR, else the per-user state folder)")
-    p.add_argument("--jobs", "-j", type=argtypes.count, default=0, metavar="N", help="worker processes (default: all usable cores)")
-    p.add_argument("--timeout", type=argtypes.timeout, default=60.0, metavar="SECONDS",
-                   help="a file whose decode takes longer is left out of near search (default 60; 0 = none)")
-    p.add_argument("--max-memory", type=argtypes.memory_ceiling, default=0, metavar="SIZE",
-                   help="memory one file's decode may add in a worker, e.g. 2G, at least 16M (default and none/0: no limit)")
+    p.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        help="where the roots' last scans are recorded (default: $DSCLEAN_STATE_DIR, else the per-user state folder)",
+    )
+    p.add_argument(
+        "--jobs", "-j", type=argtypes.count, default=0, metavar="N", help="worker processes (default: all usable cores)"
+    )
+    p.add_argument(
+        "--timeout",
+        type=argtypes.timeout,
+        default=60.0,
+        metavar="SECONDS",
+        help="a file whose decode takes longer is left out of near search (default 60; 0 = none)",
+    )
+    p.add_argument(
+        "--max-memory",
+        type=argtypes.memory_ceiling,
+        default=0,
+        metavar="SIZE",
+        help="memory one file's decode may add in a worker, e.g. 2G, at least 16M (default and none/0: no limit)",
+    )
     p.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_dups)
@@ -73,13 +109,21 @@ def cmd_dups(args: argparse.Namespace) -> int:
         check_groups_output(args.output, list(args.roots))
     if args.quarantine:
         check_quarantine(args.quarantine, list(args.roots), dry_run=args.dry_run)
-    options = DupsOptions(near=args.near, min_similarity=args.min_similarity, verify=not args.no_verify,
-                          jobs=args.jobs, timeout=args.timeout, max_memory=args.max_memory,
-                          use_results=not args.no_results, state_dir=args.state_dir)
+    options = DupsOptions(
+        near=args.near,
+        min_similarity=args.min_similarity,
+        verify=not args.no_verify,
+        jobs=args.jobs,
+        timeout=args.timeout,
+        max_memory=args.max_memory,
+        use_results=not args.no_results,
+        state_dir=args.state_dir,
+    )
     bar = None if args.quiet or args.json else _progress_bar()
     try:
-        result = find_duplicates(args.roots, options, quarantine=args.quarantine,
-                                 progress=bar.update if bar is not None else None)
+        result = find_duplicates(
+            args.roots, options, quarantine=args.quarantine, progress=bar.update if bar is not None else None
+        )
     finally:
         if bar is not None:
             bar.close()
@@ -88,8 +132,9 @@ def cmd_dups(args: argparse.Namespace) -> int:
         write_groups(result, args.output)
     report = None
     if args.quarantine:
-        report = quarantine_duplicates(result, args.quarantine, args.keep, args.drop_from, dry_run=args.dry_run,
-                                       state_dir=args.state_dir)
+        report = quarantine_duplicates(
+            result, args.quarantine, args.keep, args.drop_from, dry_run=args.dry_run, state_dir=args.state_dir
+        )
         s.notes += report.notes
         s.planned, s.moved, s.move_errors = report.planned, report.moved, report.errors
         s.kept_across_splits = report.left_across_splits
@@ -112,27 +157,39 @@ def _progress_bar():
     """A tqdm bar on stderr (shown on a terminal) counting the files whose facts dups computes itself."""
     from tqdm import tqdm
 
-    return tqdm(unit=" files", desc="facts not in scan results", file=sys.stderr, disable=None, mininterval=0.5,
-                dynamic_ncols=True)
+    return tqdm(
+        unit=" files",
+        desc="facts not in scan results",
+        file=sys.stderr,
+        disable=None,
+        mininterval=0.5,
+        dynamic_ncols=True,
+    )
 
 
 def format_summary(result, report=None, dry_run: bool = False) -> str:
     s, inv = result.summary, result.inventory
     ns = s.near_stats
-    lines = [f"{s.files} files ({s.images} images) in {len(s.roots)} root(s): "
-             f"{s.exact_groups} exact and {s.near_groups} near-duplicate groups, "
-             f"{s.duplicate_files} extra copies; {s.leaking_groups} groups span splits ({s.elapsed:.1f} s)"]
+    lines = [
+        f"{s.files} files ({s.images} images) in {len(s.roots)} root(s): "
+        f"{s.exact_groups} exact and {s.near_groups} near-duplicate groups, "
+        f"{s.duplicate_files} extra copies; {s.leaking_groups} groups span splits ({s.elapsed:.1f} s)"
+    ]
     if s.near:
-        lines.append(f"  near search (K={s.near}): {ns['searched']} pictures, {ns['candidates']} candidate pairs, "
-                     f"{ns['confirmed']} confirmed, {ns['rejected']} rejected by the fine check"
-                     + (f", {ns['unverifiable']} could not be decoded again" if ns["unverifiable"] else ""))
+        lines.append(
+            f"  near search (K={s.near}): {ns['searched']} pictures, {ns['candidates']} candidate pairs, "
+            f"{ns['confirmed']} confirmed, {ns['rejected']} rejected by the fine check"
+            + (f", {ns['unverifiable']} could not be decoded again" if ns["unverifiable"] else "")
+        )
         if ns["low_information"]:
             lines.append(f"  {ns['low_information']} near-constant pictures (low_information) left out of near search")
     for root, source in zip(s.roots, s.results_sources):
         lines.append(f"  scan results of {root}: {source}")
-    lines.append(f"  facts: {s.from_results} from scan results, {s.computed} computed here"
-                 + (f"; {s.excluded_bad} files the scan marked bad left out" if s.excluded_bad else "")
-                 + (f"; {s.undecodable} images could not be decoded (exact duplicates only)" if s.undecodable else ""))
+    lines.append(
+        f"  facts: {s.from_results} from scan results, {s.computed} computed here"
+        + (f"; {s.excluded_bad} files the scan marked bad left out" if s.excluded_bad else "")
+        + (f"; {s.undecodable} images could not be decoded (exact duplicates only)" if s.undecodable else "")
+    )
     for f in s.failed[:5]:
         lines.append(f"  left out: {f}")
     if len(s.failed) > 5:
@@ -151,7 +208,9 @@ def format_summary(result, report=None, dry_run: bool = False) -> str:
         more = f" (+{len(rec['members']) - 4})" if len(rec["members"]) > 4 else ""
         lines.append(f"  leak {rec['kind']}: {members}{more}")
     if s.leaking_groups > shown:
-        lines.append(f"  ... {s.leaking_groups - shown} more groups span splits" + ("" if s.output else " (-o FILE lists all)"))
+        lines.append(
+            f"  ... {s.leaking_groups - shown} more groups span splits" + ("" if s.output else " (-o FILE lists all)")
+        )
     if s.output:
         lines.append(f"  groups: {s.output}")
     if report is not None:
@@ -159,7 +218,9 @@ def format_summary(result, report=None, dry_run: bool = False) -> str:
         count = report.planned if dry_run else report.moved
         lines.append(f"  {verb} {count} extra copies to " + ", ".join(sorted(set(report.destinations.values()))))
         if report.left_across_splits:
-            lines.append(f"  {report.left_across_splits} copies in other splits left in place (--drop-from SPLIT moves them)")
+            lines.append(
+                f"  {report.left_across_splits} copies in other splits left in place (--drop-from SPLIT moves them)"
+            )
     for note in s.notes:
         lines.append(f"  note: {note}")
     return "\n".join(lines)

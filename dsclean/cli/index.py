@@ -3,6 +3,7 @@
 The main CLI calls :func:`add_parsers` with its subparsers object; each
 handler returns an exit code and raises :class:`UserError` for user mistakes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,48 +31,95 @@ def add_parsers(sub) -> None:
     )
     p.add_argument("root", metavar="ROOT", help="the dataset's root folder")
     p.add_argument("-o", "--output", required=True, help="index to write: NAME.arrow (file) or NAME.npy (folder)")
-    p.add_argument("--format", choices=("arrow", "npy"), help="index format (default: from the output name, else arrow)")
+    p.add_argument(
+        "--format", choices=("arrow", "npy"), help="index format (default: from the output name, else arrow)"
+    )
     p.add_argument("--labels", metavar="FILE.csv", help="labels from a CSV with columns path,label (flat layouts)")
     p.add_argument("--no-labels", action="store_true", help="no labels: every label is -1")
-    p.add_argument("--scan-results", metavar="FILE", nargs="+",
-                   help="scan results to exclude bad files: one file, or every part's of a job array "
-                        "(default: the last scan of ROOT, found through the state folder)")
-    p.add_argument("--root-moved", action="store_true",
-                   help="accept --scan-results that record another root: the tree was moved or copied since its scan")
-    p.add_argument("--no-check", action="store_true",
-                   help="do not decode files the scan did not cover (never scanned, changed, restored): "
-                        "confirm them by magic bytes only")
-    p.add_argument("--jobs", "-j", type=argtypes.count, default=0, metavar="N",
-                   help="processes checking files the scan did not cover (default: all usable cores)")
-    p.add_argument("--files", choices=("dsclean", "imagefolder"), default="dsclean",
-                   help="which files: dsclean (media it can check; hidden files skipped; default) or imagefolder "
-                        "(torchvision's exact rule: IMG_EXTENSIONS, hidden files included, symlinks followed)")
+    p.add_argument(
+        "--scan-results",
+        metavar="FILE",
+        nargs="+",
+        help="scan results to exclude bad files: one file, or every part's of a job array "
+        "(default: the last scan of ROOT, found through the state folder)",
+    )
+    p.add_argument(
+        "--root-moved",
+        action="store_true",
+        help="accept --scan-results that record another root: the tree was moved or copied since its scan",
+    )
+    p.add_argument(
+        "--no-check",
+        action="store_true",
+        help="do not decode files the scan did not cover (never scanned, changed, restored): "
+        "confirm them by magic bytes only",
+    )
+    p.add_argument(
+        "--jobs",
+        "-j",
+        type=argtypes.count,
+        default=0,
+        metavar="N",
+        help="processes checking files the scan did not cover (default: all usable cores)",
+    )
+    p.add_argument(
+        "--files",
+        choices=("dsclean", "imagefolder"),
+        default="dsclean",
+        help="which files: dsclean (media it can check; hidden files skipped; default) or imagefolder "
+        "(torchvision's exact rule: IMG_EXTENSIONS, hidden files included, symlinks followed)",
+    )
     add_symlink_options(p)
     add_location_options(p)
     p.add_argument("--exclude", action="append", default=[], metavar="DIR", help="a folder to leave out (repeatable)")
-    p.add_argument("--dedup", action="store_true",
-                   help="leave out exact duplicates (same content hash), keeping the first in path order")
-    p.add_argument("--facts", action="store_true",
-                   help="copy the scan's facts (media facts, content hash, quality facts) into the index "
-                        "(arrow only; default: none, so the index stays small)")
-    p.add_argument("--include-warn", action="append", default=[], metavar="REASON[,REASON]",
-                   help="also index files whose scan verdict is a warning of this reason, left out by default: "
-                        "too_large, changed, ... (not judged) or truncated, corrupt (accepted by scan --lenient)")
-    p.add_argument("--exclude-warn", action="append", default=[], metavar="REASON[,REASON]",
-                   help="leave out files whose scan verdict is a warning of this reason, shipped by default: "
-                        "cmyk, high_bit_depth, exif_rotated, grayscale, sample_rate_mismatch, ... "
-                        "(docs/guides/consistency.md)")
-    p.add_argument("--loader", action="append", default=[], metavar="NAME",
-                   help="the loader profile training will use (repeatable; default pillow): files it cannot open are "
-                        "left out, and the index records it (IndexedDataset refuses another loader); see dsclean scan --loader")
+    p.add_argument(
+        "--dedup",
+        action="store_true",
+        help="leave out exact duplicates (same content hash), keeping the first in path order",
+    )
+    p.add_argument(
+        "--facts",
+        action="store_true",
+        help="copy the scan's facts (media facts, content hash, quality facts) into the index "
+        "(arrow only; default: none, so the index stays small)",
+    )
+    p.add_argument(
+        "--include-warn",
+        action="append",
+        default=[],
+        metavar="REASON[,REASON]",
+        help="also index files whose scan verdict is a warning of this reason, left out by default: "
+        "too_large, changed, ... (not judged) or truncated, corrupt (accepted by scan --lenient)",
+    )
+    p.add_argument(
+        "--exclude-warn",
+        action="append",
+        default=[],
+        metavar="REASON[,REASON]",
+        help="leave out files whose scan verdict is a warning of this reason, shipped by default: "
+        "cmyk, high_bit_depth, exif_rotated, grayscale, sample_rate_mismatch, ... "
+        "(docs/guides/consistency.md)",
+    )
+    p.add_argument(
+        "--loader",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="the loader profile training will use (repeatable; default pillow): files it cannot open are "
+        "left out, and the index records it (IndexedDataset refuses another loader); see dsclean scan --loader",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     p.add_argument("--json", action="store_true", help="print the summary as JSON (no progress, notes on stderr)")
     p.set_defaults(func=cmd_index)
 
-    p = sub.add_parser("info", help="describe an index: rows, classes, kinds, sizes, metadata",
-                       description="Describe a dsclean index (Arrow file or npy folder).")
-    p.add_argument("index", metavar="INDEX",
-                   help="an index written by dsclean index, or a shard folder written by dsclean pack")
+    p = sub.add_parser(
+        "info",
+        help="describe an index: rows, classes, kinds, sizes, metadata",
+        description="Describe a dsclean index (Arrow file or npy folder).",
+    )
+    p.add_argument(
+        "index", metavar="INDEX", help="an index written by dsclean index, or a shard folder written by dsclean pack"
+    )
     p.add_argument("--json", action="store_true", help="print the description as JSON")
     p.add_argument("--quiet", "-q", action="store_true", help="print nothing: exit 0 if INDEX is a readable index")
     p.set_defaults(func=cmd_info)
@@ -83,8 +131,10 @@ def cmd_index(args: argparse.Namespace) -> int:
     except OSError as exc:  # a full disk while writing: the temp output is gone, an earlier index untouched
         from ..atomic import describe_write_error
 
-        raise UserError(f"could not write the index: {describe_write_error(exc, exc.filename or args.output)}; "
-                        f"nothing was written ({args.output} is as it was)") from exc
+        raise UserError(
+            f"could not write the index: {describe_write_error(exc, exc.filename or args.output)}; "
+            f"nothing was written ({args.output} is as it was)"
+        ) from exc
     return _report(args, summary)
 
 
@@ -124,21 +174,33 @@ def _report(args: argparse.Namespace, summary: IndexSummary) -> int:
 
 
 def format_summary(s: IndexSummary) -> str:
-    lines = [f"indexed {s.rows} files in {s.classes} classes ({s.labels} labels, {s.files} file rule) -> {s.output} "
-             f"({s.format}, {_human(s.index_bytes)}; media {_human(s.media_bytes)})"]
-    checked = f" (not covered by the scan: never scanned, changed, restored or not judged; {s.checked_from_cache} known to " \
-              "the scan cache)" if s.checked else ""
-    left_out = [("excluded as bad by the scan", s.excluded_bad),
-                ("checked here" + checked, s.checked),
-                ("bad, found by that check and left out", s.checked_bad),
-                ("not media (magic bytes, --no-check)", s.not_media),
-                ("unreadable", s.unreadable), ("not a regular file (FIFO, socket, device): never opened", s.not_regular), ("skipped without a label", s.unlabeled),
-                ("changed since the scan", s.changed_since_scan),
-                ("checked again: the scan's verdict was about the moment (too_large, timeout, ...), not the file",
-                 s.rechecked),
-                ("warnings left out: not judged, accepted by scan --lenient, or another kind than the extension (below)", s.warned),
-                ("not in the scan results", s.unscanned),
-                ("exact duplicates left out (--dedup; the first by path order kept)", s.duplicates)]
+    lines = [
+        f"indexed {s.rows} files in {s.classes} classes ({s.labels} labels, {s.files} file rule) -> {s.output} "
+        f"({s.format}, {_human(s.index_bytes)}; media {_human(s.media_bytes)})"
+    ]
+    checked = (
+        f" (not covered by the scan: never scanned, changed, restored or not judged; {s.checked_from_cache} known to "
+        "the scan cache)"
+        if s.checked
+        else ""
+    )
+    left_out = [
+        ("excluded as bad by the scan", s.excluded_bad),
+        ("checked here" + checked, s.checked),
+        ("bad, found by that check and left out", s.checked_bad),
+        ("not media (magic bytes, --no-check)", s.not_media),
+        ("unreadable", s.unreadable),
+        ("not a regular file (FIFO, socket, device): never opened", s.not_regular),
+        ("skipped without a label", s.unlabeled),
+        ("changed since the scan", s.changed_since_scan),
+        ("checked again: the scan's verdict was about the moment (too_large, timeout, ...), not the file", s.rechecked),
+        (
+            "warnings left out: not judged, accepted by scan --lenient, or another kind than the extension (below)",
+            s.warned,
+        ),
+        ("not in the scan results", s.unscanned),
+        ("exact duplicates left out (--dedup; the first by path order kept)", s.duplicates),
+    ]
     lines += [f"  {n:>10}  {what}" for what, n in left_out if n]
     if s.hashed:
         lines.append(f"  {s.hashed} files hashed for --dedup (no current content_hash in the scan results)")
@@ -154,8 +216,10 @@ def format_summary(s: IndexSummary) -> str:
             if reason in s.exclude_warn:
                 lines.append(f"  left out, warn/{reason} {n}: --exclude-warn {reason}")
                 continue
-            lines.append(f"  left out, warn/{reason} {n}: {LEFT_OUT_WARNINGS[reason]}; "
-                         f"--include-warn {reason} indexes them anyway")
+            lines.append(
+                f"  left out, warn/{reason} {n}: {LEFT_OUT_WARNINGS[reason]}; "
+                f"--include-warn {reason} indexes them anyway"
+            )
         lines += [f"    warn: {p}" for p in s.warned_paths[:20]]
         if s.warned > 20:
             lines.append(f"    ... and {s.warned - 20} more")
@@ -187,7 +251,8 @@ def format_info(info: dict) -> str:
         f"root:      {meta.get('root')}",
         f"created:   {meta.get('created')} by dsclean {meta.get('dsclean_version')} "
         f"(format {meta.get('format_version')}, {meta.get('labels')} labels)",
-        f"classes:   {len(info['classes'])}" + (f" (+ {info['unlabeled']} unlabeled rows)" if info["unlabeled"] else ""),
+        f"classes:   {len(info['classes'])}"
+        + (f" (+ {info['unlabeled']} unlabeled rows)" if info["unlabeled"] else ""),
     ]
     for c in info["classes"][:_MAX_CLASSES_SHOWN]:
         lines.append(f"  {c['label']:>6}  {c['count']:>10}  {c['name']}")

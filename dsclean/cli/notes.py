@@ -6,6 +6,7 @@ training script under DDP, every rank importing dsclean) decides with its loggin
 shows. A command is such a program: :func:`notes_at` prints the records at ``level`` and above
 while the command runs (``-q``: errors only).
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -3,6 +3,7 @@
 :func:`add_parsers` registers the commands; each handler calls :mod:`dsclean.pack`
 and returns an exit code (:mod:`dsclean.cli.exit_codes`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,65 +18,126 @@ _MAX_LISTED = 20
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "pack", help="pack an index's samples into WebDataset tar shards (with a packed index)",
+        "pack",
+        help="pack an index's samples into WebDataset tar shards (with a packed index)",
         description="Write the samples of INDEX (written by dsclean index) into WebDataset tar shards in DIR, "
         "with a packed index (index.arrow) and a wids shard list (shardindex.json). DIR must be empty, or hold "
-        "a pack of the same index with the same options: then it resumes.")
+        "a pack of the same index with the same options: then it resumes.",
+    )
     p.add_argument("index", metavar="INDEX", help="the index to pack (Arrow file or npy folder)")
-    p.add_argument("-o", "--output", required=True, metavar="DIR", help="the shard folder (empty, new, or a pack to resume)")
+    p.add_argument(
+        "-o", "--output", required=True, metavar="DIR", help="the shard folder (empty, new, or a pack to resume)"
+    )
     size = p.add_mutually_exclusive_group()
-    size.add_argument("--shard-size", type=argtypes.size, metavar="SIZE",
-                      help="the largest shard file, e.g. 512M or 1G (default 1G); a tar is whole 10,240-byte records, so a "
-                      "shard is at most the largest multiple of 10,240 not above SIZE (one sample per shard below "
-                      "that; a single sample bigger than SIZE gets a shard of its own)")
+    size.add_argument(
+        "--shard-size",
+        type=argtypes.size,
+        metavar="SIZE",
+        help="the largest shard file, e.g. 512M or 1G (default 1G); a tar is whole 10,240-byte records, so a "
+        "shard is at most the largest multiple of 10,240 not above SIZE (one sample per shard below "
+        "that; a single sample bigger than SIZE gets a shard of its own)",
+    )
     size.add_argument("--samples-per-shard", type=argtypes.positive, metavar="N", help="N samples per shard")
-    p.add_argument("--shuffle", type=argtypes.count, metavar="SEED",
-                   help="write the samples in a deterministic permutation (seeded) instead of index order")
+    p.add_argument(
+        "--shuffle",
+        type=argtypes.count,
+        metavar="SEED",
+        help="write the samples in a deterministic permutation (seeded) instead of index order",
+    )
     p.add_argument("--name", metavar="FORMAT", help="shard file name format (default data-{:06d}.tar)")
-    p.add_argument("--jobs", "-j", type=argtypes.positive, default=1, metavar="N", help="shards written at once (default 1)")
-    p.add_argument("--backend", choices=("loky", "dask"), default="loky",
-                   help="loky: processes on this machine (default); dask: a Dask cluster, one task per shard")
-    p.add_argument("--scheduler", metavar="ADDRESS",
-                   help="with --backend dask: tcp://HOST:PORT or a scheduler file (refused without --backend dask)")
-    p.add_argument("--part", type=argtypes.shard, metavar="I/N",
-                   help="write only the shards whose number is I mod N (a job array's task); then run --finish once")
-    p.add_argument("--finish", action="store_true",
-                   help="after every --part has finished: check them and write the packed index and shard list")
-    p.add_argument("--skip-changed", action="store_true",
-                   help="leave out (and report) files that changed or vanished since indexing, instead of stopping")
-    p.add_argument("--rehash", action="store_true",
-                   help="hash every file's bytes, instead of reusing the scan's content_hash of files whose size "
-                   "and mtime are unchanged since the scan")
-    p.add_argument("--no-fsync", dest="fsync", action="store_false",
-                   help="do not fsync the shards and the files beside them (faster; after a power loss or an OS "
-                   "crash they may be incomplete: run sync, or dsclean verify, before relying on them)")
-    p.add_argument("--denylist", metavar="FILE",
-                   help="leave out the samples of this deny-list (e.g. an older pack's denylist.jsonl, written by "
-                   "dsclean quarantine --from-log)")
+    p.add_argument(
+        "--jobs", "-j", type=argtypes.positive, default=1, metavar="N", help="shards written at once (default 1)"
+    )
+    p.add_argument(
+        "--backend",
+        choices=("loky", "dask"),
+        default="loky",
+        help="loky: processes on this machine (default); dask: a Dask cluster, one task per shard",
+    )
+    p.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="with --backend dask: tcp://HOST:PORT or a scheduler file (refused without --backend dask)",
+    )
+    p.add_argument(
+        "--part",
+        type=argtypes.shard,
+        metavar="I/N",
+        help="write only the shards whose number is I mod N (a job array's task); then run --finish once",
+    )
+    p.add_argument(
+        "--finish",
+        action="store_true",
+        help="after every --part has finished: check them and write the packed index and shard list",
+    )
+    p.add_argument(
+        "--skip-changed",
+        action="store_true",
+        help="leave out (and report) files that changed or vanished since indexing, instead of stopping",
+    )
+    p.add_argument(
+        "--rehash",
+        action="store_true",
+        help="hash every file's bytes, instead of reusing the scan's content_hash of files whose size "
+        "and mtime are unchanged since the scan",
+    )
+    p.add_argument(
+        "--no-fsync",
+        dest="fsync",
+        action="store_false",
+        help="do not fsync the shards and the files beside them (faster; after a power loss or an OS "
+        "crash they may be incomplete: run sync, or dsclean verify, before relying on them)",
+    )
+    p.add_argument(
+        "--denylist",
+        metavar="FILE",
+        help="leave out the samples of this deny-list (e.g. an older pack's denylist.jsonl, written by "
+        "dsclean quarantine --from-log)",
+    )
     p.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_pack)
 
-    p = sub.add_parser("verify", help="check a shard set like fsck: tar structure, checksums, counts, keys",
-                       description="Check the shard set in DIR (written by dsclean pack) against its packed index "
-                       "and shard list. Reads only.")
+    p = sub.add_parser(
+        "verify",
+        help="check a shard set like fsck: tar structure, checksums, counts, keys",
+        description="Check the shard set in DIR (written by dsclean pack) against its packed index "
+        "and shard list. Reads only.",
+    )
     p.add_argument("folder", metavar="DIR", help="the shard folder")
-    p.add_argument("--jobs", "-j", type=argtypes.positive, default=1, metavar="N", help="shards checked at once (default 1)")
-    p.add_argument("--decode", action="store_true",
-                   help="also run the scan's checks on every sample's bytes, in the scan's isolated worker pool")
+    p.add_argument(
+        "--jobs", "-j", type=argtypes.positive, default=1, metavar="N", help="shards checked at once (default 1)"
+    )
+    p.add_argument(
+        "--decode",
+        action="store_true",
+        help="also run the scan's checks on every sample's bytes, in the scan's isolated worker pool",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON (per shard: shard, ok, problems)")
-    p.add_argument("--quiet", "-q", action="store_true", help="print nothing: the exit code says whether the set is whole")
+    p.add_argument(
+        "--quiet", "-q", action="store_true", help="print nothing: the exit code says whether the set is whole"
+    )
     p.set_defaults(func=cmd_verify)
 
 
 def cmd_pack(args: argparse.Namespace) -> int:
     from ..pack.packer import PackOptions, finish_pack, pack_shards
 
-    options = PackOptions(shard_size=args.shard_size, samples_per_shard=args.samples_per_shard,
-                          shuffle=args.shuffle, name=args.name, jobs=args.jobs, backend=args.backend,
-                          scheduler=args.scheduler, part=args.part, skip_changed=args.skip_changed, rehash=args.rehash,
-                          fsync=args.fsync, denylist=args.denylist,
-                          progress=not (args.quiet or args.json) and sys.stderr.isatty())
+    options = PackOptions(
+        shard_size=args.shard_size,
+        samples_per_shard=args.samples_per_shard,
+        shuffle=args.shuffle,
+        name=args.name,
+        jobs=args.jobs,
+        backend=args.backend,
+        scheduler=args.scheduler,
+        part=args.part,
+        skip_changed=args.skip_changed,
+        rehash=args.rehash,
+        fsync=args.fsync,
+        denylist=args.denylist,
+        progress=not (args.quiet or args.json) and sys.stderr.isatty(),
+    )
     try:
         summary = (finish_pack if args.finish else pack_shards)(args.index, args.output, options)
     finally:
@@ -90,8 +152,10 @@ def cmd_pack(args: argparse.Namespace) -> int:
     for failure in summary.failures:
         print(f"dsclean pack: error: {failure}", file=sys.stderr)
     if summary.signal:
-        print("dsclean pack: interrupted; the shards written so far are complete: run the same command to resume",
-              file=sys.stderr)
+        print(
+            "dsclean pack: interrupted; the shards written so far are complete: run the same command to resume",
+            file=sys.stderr,
+        )
         return 128 + summary.signal
     return EXIT_INCOMPLETE if summary.failures else EXIT_OK
 
@@ -100,17 +164,24 @@ def format_pack(s) -> str:
     if s.part is not None:
         head = f"part {s.part[0]}/{s.part[1]}: wrote {s.written} shards, {s.reused} were already there -> {s.output}"
     elif s.complete:
-        head = (f"packed {s.samples:,} samples into {s.shards} shards -> {s.output} "
-                f"(wrote {s.written}, reused {s.reused}; {s.bytes_written / 2**20:.1f} MiB in {s.elapsed:.1f} s)")
+        head = (
+            f"packed {s.samples:,} samples into {s.shards} shards -> {s.output} "
+            f"(wrote {s.written}, reused {s.reused}; {s.bytes_written / 2**20:.1f} MiB in {s.elapsed:.1f} s)"
+        )
     else:
         why = "interrupted" if s.signal else "fix the errors below and"
-        head = (f"incomplete: wrote {s.written} of {s.shards} shards ({s.reused} already there) -> {s.output}; "
-                f"{why} run the same command to resume")
+        head = (
+            f"incomplete: wrote {s.written} of {s.shards} shards ({s.reused} already there) -> {s.output}; "
+            f"{why} run the same command to resume"
+        )
     lines = [head]
     if s.written:
-        lines.append(f"  checksums: {s.hashed:,} files hashed, the others' content_hash reused from the scan "
-                     f"results ({s.scan_results})" if s.scan_hashes else f"  checksums: {s.hashed:,} files hashed "
-                     f"(no current content_hash in scan results: {s.scan_results})")
+        lines.append(
+            f"  checksums: {s.hashed:,} files hashed, the others' content_hash reused from the scan "
+            f"results ({s.scan_results})"
+            if s.scan_hashes
+            else f"  checksums: {s.hashed:,} files hashed (no current content_hash in scan results: {s.scan_results})"
+        )
     if s.skipped:
         lines.append(f"  {len(s.skipped)} samples left out (--skip-changed):")
         lines += [f"    {x['path']}: {x['why']}" for x in s.skipped[:_MAX_LISTED]]
@@ -134,8 +205,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def format_verify(r) -> str:
     bad = [s for s in r.shards if not s.ok]
-    lines = [f"{'ok' if r.ok else 'PROBLEMS'}: {r.folder}: {len(r.shards) - len(bad)} of {len(r.shards)} shards pass, "
-             f"{r.samples:,} samples, {r.bytes / 2**20:.1f} MiB"]
+    lines = [
+        f"{'ok' if r.ok else 'PROBLEMS'}: {r.folder}: {len(r.shards) - len(bad)} of {len(r.shards)} shards pass, "
+        f"{r.samples:,} samples, {r.bytes / 2**20:.1f} MiB"
+    ]
     lines += [f"  problem: {p}" for p in r.problems]
     for s in bad[:_MAX_LISTED]:
         for p in s.problems:

@@ -6,6 +6,7 @@ usage error is three lines: the command's short usage, ``dsclean scan: error: ..
 you mean --quarantine?" for an option or command spelt nearly right), and where the help is.
 Exit 2, as argparse's.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -79,14 +80,21 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         hint = self.suggestion(message)
-        lines = [self.short_usage(), f"{self.prog}: error: {message}" + (f"; {hint}" if hint else ""),
-                 f"see '{self.prog} --help'"]
+        lines = [
+            self.short_usage(),
+            f"{self.prog}: error: {message}" + (f"; {hint}" if hint else ""),
+            f"see '{self.prog} --help'",
+        ]
         sys.stderr.write("\n".join(lines) + "\n")
         sys.exit(EXIT_USAGE)
 
 
-def add_output_options(p: argparse.ArgumentParser, *, quiet: str = "print nothing but errors",
-                       json_help: str | None = "print the result as JSON") -> None:
+def add_output_options(
+    p: argparse.ArgumentParser,
+    *,
+    quiet: str = "print nothing but errors",
+    json_help: str | None = "print the result as JSON",
+) -> None:
     """``-q``/``--quiet`` and ``--json``, the same two options on every command that prints."""
     p.add_argument("--quiet", "-q", action="store_true", help=quiet)
     if json_help:

@@ -3,6 +3,7 @@
 :func:`add_parsers` registers the commands; each handler calls the scanning API
 (:mod:`dsclean.scanning`), prints, and returns an exit code (:mod:`dsclean.cli.exit_codes`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,21 +30,31 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 def add_location_options(p: argparse._ActionsContainer) -> None:
     """``--state-dir`` and ``--allow-inside-root``, shared by the commands that work on a root."""
-    p.add_argument("--state-dir", metavar="DIR",
-                   help="where dsclean keeps what it knows about each root (default: $DSCLEAN_STATE_DIR, "
-                        "else $XDG_CACHE_HOME/dsclean); a shared path lets job arrays and teammates find results")
-    p.add_argument("--allow-inside-root", action="store_true",
-                   help="accept an output folder inside ROOT (ImageFolder would see it as a class)")
+    p.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        help="where dsclean keeps what it knows about each root (default: $DSCLEAN_STATE_DIR, "
+        "else $XDG_CACHE_HOME/dsclean); a shared path lets job arrays and teammates find results",
+    )
+    p.add_argument(
+        "--allow-inside-root",
+        action="store_true",
+        help="accept an output folder inside ROOT (ImageFolder would see it as a class)",
+    )
 
 
 def add_symlink_options(p: argparse._ActionsContainer) -> None:
     """``--symlinks none|inside|all`` and its older spelling ``--follow-symlinks`` (= inside)."""
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--symlinks", choices=("none", "inside", "all"),
-                   help="symlinks to follow: none (default), inside (targets inside ROOT), all (e.g. a symlink farm); "
-                        "a loop is detected and skipped")
-    g.add_argument("--follow-symlinks", action="store_const", const="inside", dest="symlinks",
-                   help="the same as --symlinks inside")
+    g.add_argument(
+        "--symlinks",
+        choices=("none", "inside", "all"),
+        help="symlinks to follow: none (default), inside (targets inside ROOT), all (e.g. a symlink farm); "
+        "a loop is detected and skipped",
+    )
+    g.add_argument(
+        "--follow-symlinks", action="store_const", const="inside", dest="symlinks", help="the same as --symlinks inside"
+    )
 
 
 def add_scan_parser(sub: argparse._SubParsersAction) -> None:
@@ -61,60 +72,133 @@ def add_scan_arguments(p: argparse.ArgumentParser) -> None:
     q.add_argument("--quarantine", metavar="DIR", help="move bad files to DIR/<path relative to ROOT> (journaled)")
     q.add_argument("--dry-run", action="store_true", help="decide and report, move nothing")
     sel = p.add_argument_group("Selection", "which files under ROOT are checked")
-    sel.add_argument("--shard", type=argtypes.shard, metavar="I/N",
-                     help="check only part I of N (0 <= I < N; a stable hash of each path), for job arrays; "
-                          "combine the parts' results with dsclean merge")
-    sel.add_argument("--rescan", action="store_true", help="check every file again, ignoring the scan cache of unchanged files")
-    sel.add_argument("--from-log", dest="from_logs", nargs="+", default=[], metavar="LOG",
-                     help="training failure logs (dsclean.guard's): the files they name under ROOT are checked again "
-                     "even if unchanged (what quarantine --from-log recorded is always checked again)")
+    sel.add_argument(
+        "--shard",
+        type=argtypes.shard,
+        metavar="I/N",
+        help="check only part I of N (0 <= I < N; a stable hash of each path), for job arrays; "
+        "combine the parts' results with dsclean merge",
+    )
+    sel.add_argument(
+        "--rescan", action="store_true", help="check every file again, ignoring the scan cache of unchanged files"
+    )
+    sel.add_argument(
+        "--from-log",
+        dest="from_logs",
+        nargs="+",
+        default=[],
+        metavar="LOG",
+        help="training failure logs (dsclean.guard's): the files they name under ROOT are checked again "
+        "even if unchanged (what quarantine --from-log recorded is always checked again)",
+    )
     sel.add_argument("--include-hidden", action="store_true", help="also scan dot-named files and folders")
     add_symlink_options(sel)
     c = p.add_argument_group("Checking", "how each file is judged")
-    c.add_argument("--timeout", type=argtypes.timeout, default=DEFAULT_TIMEOUT, metavar="SECONDS",
-                   help=f"a file whose check takes longer is bad/timeout; its worker is replaced (default {DEFAULT_TIMEOUT:g}; 0 = none)")
-    c.add_argument("--max-memory", type=argtypes.memory_ceiling, default=0, metavar="SIZE",
-                   help="memory a single check may use, e.g. 2G or 512M; past it the file is bad/too_large "
-                        "(default: a share of RAM per core, past which the file is only warn/too_large; none = no ceiling)")
-    c.add_argument("--max-pixels", type=argtypes.count, default=DEFAULT_MAX_PIXELS, metavar="N",
-                   help=f"images with more pixels are decompression bombs (default {DEFAULT_MAX_PIXELS:,}, Pillow's; 0 = no limit)")
-    c.add_argument("--max-frames", type=argtypes.count, default=DEFAULT_MAX_FRAMES, metavar="N",
-                   help=f"decode at most N frames of an animated image (default {DEFAULT_MAX_FRAMES})")
-    c.add_argument("--lenient", action="store_true", help="recoverable decoder warnings (e.g. 'Corrupt JPEG data') are warn, not bad")
-    c.add_argument("--flac-md5", action="store_true",
-                   help="also check each FLAC's STREAMINFO MD5 against its decoded samples: catches whole frames in the "
-                        "wrong order or from another file, which every frame CRC passes (costs ~20%% of a FLAC check)")
+    c.add_argument(
+        "--timeout",
+        type=argtypes.timeout,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"a file whose check takes longer is bad/timeout; its worker is replaced (default {DEFAULT_TIMEOUT:g}; 0 = none)",
+    )
+    c.add_argument(
+        "--max-memory",
+        type=argtypes.memory_ceiling,
+        default=0,
+        metavar="SIZE",
+        help="memory a single check may use, e.g. 2G or 512M; past it the file is bad/too_large "
+        "(default: a share of RAM per core, past which the file is only warn/too_large; none = no ceiling)",
+    )
+    c.add_argument(
+        "--max-pixels",
+        type=argtypes.count,
+        default=DEFAULT_MAX_PIXELS,
+        metavar="N",
+        help=f"images with more pixels are decompression bombs (default {DEFAULT_MAX_PIXELS:,}, Pillow's; 0 = no limit)",
+    )
+    c.add_argument(
+        "--max-frames",
+        type=argtypes.count,
+        default=DEFAULT_MAX_FRAMES,
+        metavar="N",
+        help=f"decode at most N frames of an animated image (default {DEFAULT_MAX_FRAMES})",
+    )
+    c.add_argument(
+        "--lenient",
+        action="store_true",
+        help="recoverable decoder warnings (e.g. 'Corrupt JPEG data') are warn, not bad",
+    )
+    c.add_argument(
+        "--flac-md5",
+        action="store_true",
+        help="also check each FLAC's STREAMINFO MD5 against its decoded samples: catches whole frames in the "
+        "wrong order or from another file, which every frame CRC passes (costs ~20%% of a FLAC check)",
+    )
     add_loader_option(c)
-    c.add_argument("--exif", choices=("ignore", "apply"), default="ignore",
-                   help="ignore (default, torchvision's loader): images load as stored; apply: the index's default "
-                        "loader turns each image as its EXIF orientation says (ImageOps.exif_transpose)")
+    c.add_argument(
+        "--exif",
+        choices=("ignore", "apply"),
+        default="ignore",
+        help="ignore (default, torchvision's loader): images load as stored; apply: the index's default "
+        "loader turns each image as its EXIF orientation says (ImageOps.exif_transpose)",
+    )
     e = p.add_argument_group("Expectations", "what the files should be, and the norm of their folder")
-    e.add_argument("--expect", metavar="KEY=VALUE,...", default="",
-                   help="what every file should be: mode=RGB,min-side=224,max-aspect=4,sample-rate=16000,channels=1,"
-                        "min-duration=1.0 (every key optional); files outside it are warn (mode_mismatch, too_small, "
-                        "...; docs/guides/consistency.md)")
-    e.add_argument("--strict-expect", action="store_true",
-                   help="files outside --expect are bad (quarantined like any bad file), not warn")
-    e.add_argument("--minority", type=_share, default=0.01, metavar="SHARE",
-                   help="without --expect: warn about files whose mode, sample rate or channel count is under this "
-                        "share of their class folder (default 0.01 = 1%%; 0 turns the inferred norm off)")
-    add_facts_options(p.add_argument_group("Facts and quality flags", "what is recorded of each file besides its verdict"))
+    e.add_argument(
+        "--expect",
+        metavar="KEY=VALUE,...",
+        default="",
+        help="what every file should be: mode=RGB,min-side=224,max-aspect=4,sample-rate=16000,channels=1,"
+        "min-duration=1.0 (every key optional); files outside it are warn (mode_mismatch, too_small, "
+        "...; docs/guides/consistency.md)",
+    )
+    e.add_argument(
+        "--strict-expect",
+        action="store_true",
+        help="files outside --expect are bad (quarantined like any bad file), not warn",
+    )
+    e.add_argument(
+        "--minority",
+        type=_share,
+        default=0.01,
+        metavar="SHARE",
+        help="without --expect: warn about files whose mode, sample rate or channel count is under this "
+        "share of their class folder (default 0.01 = 1%%; 0 turns the inferred norm off)",
+    )
+    add_facts_options(
+        p.add_argument_group("Facts and quality flags", "what is recorded of each file besides its verdict")
+    )
     out = p.add_argument_group("Results and output", "where the results go, what is printed, the exit code")
-    out.add_argument("--report", metavar="DIR", help="where to write results (default: the quarantine folder, "
-                                                     "else the root's state folder; never inside ROOT)")
+    out.add_argument(
+        "--report",
+        metavar="DIR",
+        help="where to write results (default: the quarantine folder, else the root's state folder; never inside ROOT)",
+    )
     add_location_options(out)
-    out.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report of the scan to FILE (see dsclean report)")
+    out.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write a self-contained HTML report of the scan to FILE (see dsclean report)",
+    )
     out.add_argument("--json", action="store_true", help="print the summary as JSON")
     out.add_argument("--quiet", "-q", action="store_true", help="no progress bar, no summary (errors still print)")
     out.add_argument("--check", action="store_true", help="exit 1 if any bad file is found (for CI)")
     perf = p.add_argument_group("Performance", "where and on how many workers the checks run")
-    perf.add_argument("--jobs", "-j", type=argtypes.count, default=0, metavar="N", help="worker processes (default: all usable cores)")
-    perf.add_argument("--backend", choices=("processes", "loky", "threads", "dask"), default="processes",
-                      help="processes: worker processes here, with crash/timeout/memory isolation (default); "
-                           "loky: the same isolation in joblib's pool; threads: in-process; "
-                           "dask: a Dask distributed cluster (see --scheduler)")
-    perf.add_argument("--scheduler", metavar="ADDRESS",
-                      help="with --backend dask: the scheduler's tcp://HOST:PORT, or a scheduler file")
+    perf.add_argument(
+        "--jobs", "-j", type=argtypes.count, default=0, metavar="N", help="worker processes (default: all usable cores)"
+    )
+    perf.add_argument(
+        "--backend",
+        choices=("processes", "loky", "threads", "dask"),
+        default="processes",
+        help="processes: worker processes here, with crash/timeout/memory isolation (default); "
+        "loky: the same isolation in joblib's pool; threads: in-process; "
+        "dask: a Dask distributed cluster (see --scheduler)",
+    )
+    perf.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="with --backend dask: the scheduler's tcp://HOST:PORT, or a scheduler file",
+    )
 
 
 #: flag threshold option -> (FlagOptions field, type, what it means)
@@ -147,10 +231,15 @@ def _non_negative(kind):
 
 def add_loader_option(p: argparse._ActionsContainer) -> None:
     """``--loader NAME`` (repeatable, comma-separated too): the loader profiles training will use."""
-    p.add_argument("--loader", action="append", default=[], metavar="NAME",
-                   help="also open each whole file exactly as this training loader does; it fails: warn/loader_fails, "
-                        "it decodes otherwise than the reference: warn/loader_differs (repeatable): pillow (default, "
-                        "what the check judges), torchvision, torchvision-exif, opencv, soundfile, torchaudio, pyav")
+    p.add_argument(
+        "--loader",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also open each whole file exactly as this training loader does; it fails: warn/loader_fails, "
+        "it decodes otherwise than the reference: warn/loader_differs (repeatable): pillow (default, "
+        "what the check judges), torchvision, torchvision-exif, opencv, soundfile, torchaudio, pyav",
+    )
 
 
 def loader_profiles(args: argparse.Namespace) -> tuple[str, ...]:
@@ -173,18 +262,33 @@ def add_facts_options(p: argparse._ActionsContainer) -> None:
     """``--facts``, ``--quarantine-flags`` and one ``--flag-*`` threshold per quality flag."""
     from ..quality.flags import FLAGS, FlagOptions
 
-    p.add_argument("--facts", choices=("all", "none"), default="all",
-                   help="all: record the facts (content hash, perceptual hash, brightness, audio levels, ...) and "
-                        "quality flags from the check's own read and decode (default); none: verdicts only, every "
-                        "fact column null, content_hash included (dups, pack and index --dedup then hash the "
-                        "files themselves; report shows no duplicates)")
-    p.add_argument("--quarantine-flags", type=argtypes.comma_list, default=(), metavar="FLAG,...",
-                   help="also quarantine whole files carrying any of these quality flags (comma-separated; "
-                        f"reason flagged): {', '.join(FLAGS)}")
+    p.add_argument(
+        "--facts",
+        choices=("all", "none"),
+        default="all",
+        help="all: record the facts (content hash, perceptual hash, brightness, audio levels, ...) and "
+        "quality flags from the check's own read and decode (default); none: verdicts only, every "
+        "fact column null, content_hash included (dups, pack and index --dedup then hash the "
+        "files themselves; report shows no duplicates)",
+    )
+    p.add_argument(
+        "--quarantine-flags",
+        type=argtypes.comma_list,
+        default=(),
+        metavar="FLAG,...",
+        help="also quarantine whole files carrying any of these quality flags (comma-separated; "
+        f"reason flagged): {', '.join(FLAGS)}",
+    )
     defaults = FlagOptions()
     for option, (field, kind, meaning) in FLAG_OPTIONS.items():
-        p.add_argument(option, type=_non_negative(kind), default=getattr(defaults, field), metavar="X",
-                       dest=f"flag_{field}", help=f"{meaning} (default {getattr(defaults, field):g})")
+        p.add_argument(
+            option,
+            type=_non_negative(kind),
+            default=getattr(defaults, field),
+            metavar="X",
+            dest=f"flag_{field}",
+            help=f"{meaning} (default {getattr(defaults, field):g})",
+        )
 
 
 def flag_options(args: argparse.Namespace):
@@ -226,10 +330,19 @@ def cmd_scan(args: argparse.Namespace) -> int:
     loaders = check_loaders_of(loader_profiles(args))
     options = ScanOptions(
         jobs=args.jobs,
-        check=CheckOptions(lenient=args.lenient, max_pixels=args.max_pixels, max_frames=max(1, args.max_frames),
-                           timeout=args.timeout, max_memory=args.max_memory, facts=args.facts == "all",
-                           flac_md5=args.flac_md5, expect=_expect(args), strict_expect=args.strict_expect,
-                           exif=args.exif, loaders=loaders),
+        check=CheckOptions(
+            lenient=args.lenient,
+            max_pixels=args.max_pixels,
+            max_frames=max(1, args.max_frames),
+            timeout=args.timeout,
+            max_memory=args.max_memory,
+            facts=args.facts == "all",
+            flac_md5=args.flac_md5,
+            expect=_expect(args),
+            strict_expect=args.strict_expect,
+            exif=args.exif,
+            loaders=loaders,
+        ),
         minority=args.minority,
         flags=flag_options(args),
         quarantine_flags=tuple(args.quarantine_flags),
@@ -263,14 +376,18 @@ def cmd_scan(args: argparse.Namespace) -> int:
     if args.html:
         _write_html(args, summary)
     if summary.interrupted:
-        print(f"dsclean scan: interrupted by {signal.Signals(summary.signal).name}; results so far were saved",
-              file=sys.stderr)
+        print(
+            f"dsclean scan: interrupted by {signal.Signals(summary.signal).name}; results so far were saved",
+            file=sys.stderr,
+        )
         return 128 + summary.signal
     if summary.stopped:
         print(f"dsclean scan: incomplete: {summary.stopped} ({summary.results_path})", file=sys.stderr)
     if summary.move_failures:
-        print(f"dsclean scan: incomplete: {move_failure_line(summary)}; every failed path is in "
-              f"{summary.problems_path}", file=sys.stderr)
+        print(
+            f"dsclean scan: incomplete: {move_failure_line(summary)}; every failed path is in {summary.problems_path}",
+            file=sys.stderr,
+        )
     if summary.incomplete:
         return EXIT_INCOMPLETE
     return EXIT_FOUND_BAD if args.check and summary.bad else EXIT_OK
@@ -347,9 +464,12 @@ def _write_html(args: argparse.Namespace, summary) -> None:
 def add_restore_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("restore", help="move quarantined files back to where they came from")
     p.add_argument("quarantine", metavar="DIR", help="a quarantine folder written by dsclean scan")
-    p.add_argument("--root", metavar="NEW",
-                   help="the dataset's new location, when it moved since the scan (default: the recorded root; "
-                        "refused if it no longer exists)")
+    p.add_argument(
+        "--root",
+        metavar="NEW",
+        help="the dataset's new location, when it moved since the scan (default: the recorded root; "
+        "refused if it no longer exists)",
+    )
     p.add_argument("--state-dir", metavar="DIR", help="state folder base, to update the last scan's records")
     add_output_options(p, quiet="print nothing but refusals and failures")
     p.set_defaults(func=cmd_restore)
@@ -364,8 +484,10 @@ def _print_report(report, verb: str, args: argparse.Namespace) -> int:
     if getattr(args, "json", False):
         print_json(dataclasses.asdict(report))
     elif not getattr(args, "quiet", False):
-        print(f"{verb}: {report.restored} restored, {report.completed} half-done moves completed, "
-              f"{report.reverted} reverted{failed}")
+        print(
+            f"{verb}: {report.restored} restored, {report.completed} half-done moves completed, "
+            f"{report.reverted} reverted{failed}"
+        )
     for msg in report.failed:
         print(f"failed: {msg}", file=sys.stderr)
     for msg in report.refused:
@@ -390,7 +512,9 @@ def cmd_recover(args: argparse.Namespace) -> int:
 
 
 def add_status_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("status", help="what a quarantine holds (moved, restored, failed, by reason), or a root's last scan")
+    p = sub.add_parser(
+        "status", help="what a quarantine holds (moved, restored, failed, by reason), or a root's last scan"
+    )
     p.add_argument("path", metavar="DIR|ROOT", help="a quarantine folder, or a dataset root")
     add_output_options(p, quiet="print nothing (the exit code still says it ran)", json_help="print the status as JSON")
     p.add_argument("--state-dir", metavar="DIR", help="state folder base to look in for a root's last scan")
@@ -411,7 +535,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 def add_merge_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("merge", help="combine the results of a job array's parts (scan --shard I/N) into one")
     p.add_argument("results", metavar="RESULTS", nargs="+", help="every part's scan_results.part-*.parquet")
-    p.add_argument("-o", "--output", metavar="DIR", help="where to write the merged results (default: the first part's folder)")
+    p.add_argument(
+        "-o", "--output", metavar="DIR", help="where to write the merged results (default: the first part's folder)"
+    )
     p.add_argument("--state-dir", metavar="DIR", help="state folder base where the merged results are recorded")
     add_output_options(p, json_help="print the summary as JSON")
     p.set_defaults(func=cmd_merge)

@@ -1,4 +1,5 @@
 """Batch collation for datasets that skip failed samples (``on_error="skip"``)."""
+
 from __future__ import annotations
 
 import torch

@@ -12,6 +12,7 @@ views over the mapping (offsets + one byte blob). The mapped pages are
 file-backed page cache, shared by every worker and never copied. Pickling the
 dataset sends only its options (a few hundred bytes).
 """
+
 from __future__ import annotations
 
 import collections.abc
@@ -34,7 +35,6 @@ from ..openfile import open_regular_file
 from . import shards
 from .errors import SampleError, UnsafePathError
 from .loaders import DEFAULT_LOADERS, default_loaders
-
 
 _ON_ERROR = ("raise", "skip", "replace")  # skip/replace: dsclean.guard's (dsclean/data/guard.py)
 _FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
@@ -120,9 +120,11 @@ def resolve_source(source: str | os.PathLike) -> tuple[str, str]:
         if os.path.isfile(os.path.join(path, NPY_META)):
             return "npy", path
         shards.refuse_unfinished_pack(path)
-        raise UserError(f"{path} is a folder but not a dsclean index. For a dataset folder (the ImageFolder layout) "
-                        f"use IndexedDataset.from_folder({path!r}), or first run: dsclean scan {path} --quarantine "
-                        f"DIR && dsclean index {path} -o INDEX.arrow")
+        raise UserError(
+            f"{path} is a folder but not a dsclean index. For a dataset folder (the ImageFolder layout) "
+            f"use IndexedDataset.from_folder({path!r}), or first run: dsclean scan {path} --quarantine "
+            f"DIR && dsclean index {path} -o INDEX.arrow"
+        )
     raise UserError(f"{path}: index not found")
 
 
@@ -146,14 +148,18 @@ def _loader_profile(index: str, meta: dict, loader, profile: str | None, allow_m
     if profile is None:
         if set(built) & default:
             return None
-        raise UserError(f"{index}: built for the loader {', '.join(built)} (dsclean index --loader), and a custom "
-                        f"loader= was given: pass loader_profile={built[0]!r} if it is that loader, or "
-                        "allow_loader_mismatch=True to load with it anyway")
+        raise UserError(
+            f"{index}: built for the loader {', '.join(built)} (dsclean index --loader), and a custom "
+            f"loader= was given: pass loader_profile={built[0]!r} if it is that loader, or "
+            "allow_loader_mismatch=True to load with it anyway"
+        )
     ok = set(built) | (default if set(built) & default else set())
     if profile not in ok:
-        raise UserError(f"{index}: built for the loader {', '.join(built)} (dsclean index --loader), not "
-                        f"{profile!r}: its files were checked with another decoder. Index again with "
-                        f"--loader {profile}, or pass allow_loader_mismatch=True")
+        raise UserError(
+            f"{index}: built for the loader {', '.join(built)} (dsclean index --loader), not "
+            f"{profile!r}: its files were checked with another decoder. Index again with "
+            f"--loader {profile}, or pass allow_loader_mismatch=True"
+        )
     return profile
 
 
@@ -209,11 +215,21 @@ class IndexedDataset(Dataset):
     same identity (device, inode, size, mtime).
     """
 
-    def __init__(self, index: str | os.PathLike, transform: Callable | None = None,
-                 target_transform: Callable | None = None, loader: Callable[[str], Any] | None = None, *,
-                 root: str | None = None, on_error: str = "raise", check_stale: bool = True,
-                 follow_symlinks: str = "inside", max_open_shards: int = shards.DEFAULT_MAX_OPEN,
-                 loader_profile: str | None = None, allow_loader_mismatch: bool = False) -> None:
+    def __init__(
+        self,
+        index: str | os.PathLike,
+        transform: Callable | None = None,
+        target_transform: Callable | None = None,
+        loader: Callable[[str], Any] | None = None,
+        *,
+        root: str | None = None,
+        on_error: str = "raise",
+        check_stale: bool = True,
+        follow_symlinks: str = "inside",
+        max_open_shards: int = shards.DEFAULT_MAX_OPEN,
+        loader_profile: str | None = None,
+        allow_loader_mismatch: bool = False,
+    ) -> None:
         if on_error not in _ON_ERROR:
             raise ValueError(f"on_error must be one of {_ON_ERROR}, not {on_error!r}")
         if follow_symlinks not in _FOLLOW:
@@ -221,8 +237,10 @@ class IndexedDataset(Dataset):
         kind, index = resolve_source(index)
         self.packed = kind == "packed"
         if self.packed and root is not None:
-            raise UserError(f"{index}: is a packed shard set: its samples are inside its shards, so root= does "
-                            "not apply (the set finds its shards relative to its own folder)")
+            raise UserError(
+                f"{index}: is a packed shard set: its samples are inside its shards, so root= does "
+                "not apply (the set finds its shards relative to its own folder)"
+            )
         meta = read_meta(shards.packed_index(index) if self.packed else index)
         self.index = index
         self.max_open_shards = max_open_shards
@@ -245,9 +263,16 @@ class IndexedDataset(Dataset):
         self._trusted = self._idx.identity
 
     @classmethod
-    def from_folder(cls, root: str | os.PathLike, transform: Callable | None = None,
-                    target_transform: Callable | None = None, loader: Callable[[str], Any] | None = None, *,
-                    options: IndexOptions | None = None, **kwargs) -> "IndexedDataset":
+    def from_folder(
+        cls,
+        root: str | os.PathLike,
+        transform: Callable | None = None,
+        target_transform: Callable | None = None,
+        loader: Callable[[str], Any] | None = None,
+        *,
+        options: IndexOptions | None = None,
+        **kwargs,
+    ) -> "IndexedDataset":
         """Index a dataset folder now (into its state folder, never into it) and open the index.
 
         ``options``: how to index it, an :class:`~dsclean.index.options.IndexOptions` of the fields
@@ -266,8 +291,9 @@ class IndexedDataset(Dataset):
         from ..index.folder import index_folder
 
         root = os.fspath(root)
-        chosen = with_overrides(options or IndexOptions(), {k: kwargs.pop(k) for k in list(kwargs)
-                                                            if k in OPTION_NAMES}, "from_folder")
+        chosen = with_overrides(
+            options or IndexOptions(), {k: kwargs.pop(k) for k in list(kwargs) if k in OPTION_NAMES}, "from_folder"
+        )
         if not chosen.loaders:
             chosen = dataclasses.replace(chosen, loaders=(kwargs.get("loader_profile") or "pillow",))
         index, _ = index_folder(root, chosen)
@@ -293,10 +319,24 @@ class IndexedDataset(Dataset):
 
     def __getstate__(self) -> dict:
         """Only the options: a worker re-maps the index itself (cheap spawn)."""
-        return {k: getattr(self, k) for k in ("index", "root", "transform", "target_transform", "loader",
-                                                   "loader_profile", "on_error",
-                                                   "check_stale", "follow_symlinks", "packed", "max_open_shards",
-                                                   "_rows", "_trusted")}
+        return {
+            k: getattr(self, k)
+            for k in (
+                "index",
+                "root",
+                "transform",
+                "target_transform",
+                "loader",
+                "loader_profile",
+                "on_error",
+                "check_stale",
+                "follow_symlinks",
+                "packed",
+                "max_open_shards",
+                "_rows",
+                "_trusted",
+            )
+        }
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -315,8 +355,10 @@ class IndexedDataset(Dataset):
             else:
                 idx = open_index(self.index, trusted=self._trusted)
             if self._trusted is not None and len(idx) != self._rows:
-                raise UserError(f"{self.index}: the index changed since the dataset was created "
-                                f"({self._rows:,} rows then, {len(idx):,} now); create the dataset again")
+                raise UserError(
+                    f"{self.index}: the index changed since the dataset was created "
+                    f"({self._rows:,} rows then, {len(idx):,} now); create the dataset again"
+                )
             self._idx = idx
             self._generation = _fork_generation
             self._pid = os.getpid()
@@ -326,8 +368,9 @@ class IndexedDataset(Dataset):
             # memoryviews over the mapped columns for the per-sample path: indexing one gives a Python int
             # (no numpy scalar), slicing the data gives the path bytes; still zero copy
             self._labels, self._sizes, self._kinds, self._offsets, self._data = (
-                memoryview(np.ascontiguousarray(col)) for col in (idx.labels, idx.sizes, idx.kinds, idx.offsets,
-                                                                   idx.data))
+                memoryview(np.ascontiguousarray(col))
+                for col in (idx.labels, idx.sizes, idx.kinds, idx.offsets, idx.data)
+            )
             if self._meta is None:
                 self._meta = idx.meta
             # an index that ships what scan --lenient accepted (--include-warn truncated) reads it as the scan did
@@ -429,7 +472,7 @@ class IndexedDataset(Dataset):
             self._mapped()
         j = i if type(i) is int and 0 <= i < self._rows else self._position(i)
         off = self._offsets
-        return self._load(j, bytes(self._data[off[j]: off[j + 1]]), self._labels[j])
+        return self._load(j, bytes(self._data[off[j] : off[j + 1]]), self._labels[j])
 
     def __getitems__(self, indices: Sequence[int]) -> list:
         """The batched hook of PyTorch's fetcher: gathers a whole batch's rows at once (vectorized)."""
@@ -446,8 +489,10 @@ class IndexedDataset(Dataset):
         starts, ends = idx.offsets[pos], idx.offsets[pos + 1]
         labels = idx.labels[pos]
         data = idx.data
-        return [self._load(j, data[s:e].tobytes(), lab)
-                for j, s, e, lab in zip(pos.tolist(), starts.tolist(), ends.tolist(), labels.tolist())]
+        return [
+            self._load(j, data[s:e].tobytes(), lab)
+            for j, s, e, lab in zip(pos.tolist(), starts.tolist(), ends.tolist(), labels.tolist())
+        ]
 
     # -- loading -----------------------------------------------------------------------
 
@@ -472,8 +517,10 @@ class IndexedDataset(Dataset):
             size = self._sizes[j]
             now = (st if st is not None else os.stat(full)).st_size  # os.stat raises, naming a missing file
             if now != size:
-                raise StaleEntryError(f"stale index entry: the file is {now} bytes, the index recorded {size}; "
-                                      "it changed since indexing, rebuild the index")
+                raise StaleEntryError(
+                    f"stale index entry: the file is {now} bytes, the index recorded {size}; "
+                    "it changed since indexing, rebuild the index"
+                )
         if self.loader is not None:
             return self.loader(full)
         return self._loaders[KINDS[self._kinds[j]]](full)
@@ -504,7 +551,9 @@ class IndexedDataset(Dataset):
         cut = rel.rfind("/")
         folder = rel[:cut] if cut > 0 else ""
         table = self._folders
-        h = (hash(folder) & 0xFFFF_FFFF_FFFF_FFFF) or 1  # 64-bit, non-zero; salted per process (fine: a per-process table)
+        h = (
+            hash(folder) & 0xFFFF_FFFF_FFFF_FFFF
+        ) or 1  # 64-bit, non-zero; salted per process (fine: a per-process table)
         slot = h & table.mask
         if table.view[slot] != h:
             slot = table.find(h)
@@ -518,8 +567,12 @@ class IndexedDataset(Dataset):
         if st.st_mode & 0o170000 == stat.S_IFLNK:
             real = os.path.realpath(full)
             if not self._inside(real):
-                raise self._unsafe(j, rel, f"refused: it resolves to {real}, outside the root "
-                                           "(IndexedDataset(..., follow_symlinks='all') follows such links)")
+                raise self._unsafe(
+                    j,
+                    rel,
+                    f"refused: it resolves to {real}, outside the root "
+                    "(IndexedDataset(..., follow_symlinks='all') follows such links)",
+                )
             try:
                 st = os.stat(full)
             except OSError:
@@ -533,8 +586,12 @@ class IndexedDataset(Dataset):
         """
         outside = self._folder_outside(folder) if folder else None
         if outside is not None:
-            raise self._unsafe(j, rel, f"refused: its folder resolves to {outside}, outside the root "
-                                       "(IndexedDataset(..., follow_symlinks='all') follows such links)")
+            raise self._unsafe(
+                j,
+                rel,
+                f"refused: its folder resolves to {outside}, outside the root "
+                "(IndexedDataset(..., follow_symlinks='all') follows such links)",
+            )
         try:
             with os.scandir(os.path.join(self.root, folder)) as it:
                 links = any(e.is_symlink() for e in it)
@@ -565,7 +622,9 @@ class IndexedDataset(Dataset):
         return SampleError(self._message(j, rel, cause), index=j, path=rel, root=self.root)
 
     def __repr__(self) -> str:
-        return f"IndexedDataset({self.index!r}, root={self.root!r}, rows={len(self)}, classes={len(self.meta['classes'])})"
+        return (
+            f"IndexedDataset({self.index!r}, root={self.root!r}, rows={len(self)}, classes={len(self.meta['classes'])})"
+        )
 
 
 class Raising:

@@ -3,6 +3,7 @@
 Below both :mod:`.dataset` and :mod:`.guard`, so the guard can name what it catches without
 importing the dataset that runs it.
 """
+
 from __future__ import annotations
 
 
@@ -14,8 +15,9 @@ class SampleError(Exception):
     survive ordinary pickling (they live in ``__dict__``).
     """
 
-    def __init__(self, message: str, *, index: int | None = None, path: str | None = None,
-                 root: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, index: int | None = None, path: str | None = None, root: str | None = None
+    ) -> None:
         super().__init__(message)
         self.index, self.path, self.root = index, path, root
 
@@ -27,7 +29,14 @@ class UnsafePathError(SampleError):
 class TooManyFailures(RuntimeError):
     """More samples failed than ``max_failures`` allows: a pipeline quietly dropping data is a bug."""
 
-    def __init__(self, message: str, *, failures: int | None = None, budget: float | None = None,
-                 seen: int | None = None, log: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        failures: int | None = None,
+        budget: float | None = None,
+        seen: int | None = None,
+        log: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.failures, self.budget, self.seen, self.log = failures, budget, seen, log

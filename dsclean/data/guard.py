@@ -22,6 +22,7 @@ with one failure always allowed (``max(1, floor(f * seen))``). The counts are su
 the rows of the shared table, so under one DataLoader the budget covers every worker (per
 DDP rank: each rank has its own loader). Past it: :class:`~.errors.TooManyFailures`.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -33,9 +34,9 @@ from typing import Any, Callable, Iterator
 
 from torch.utils.data import Dataset, IterableDataset
 
-from .errors import SampleError, TooManyFailures, UnsafePathError
 from ..failures import FailureWriter, process_log_path
 from . import slots as S
+from .errors import SampleError, TooManyFailures, UnsafePathError
 
 logger = logging.getLogger("dsclean.guard")
 
@@ -45,9 +46,16 @@ MAX_CONSECUTIVE = 1000
 _MASK = (1 << 64) - 1
 
 
-def guard(dataset, *, on_error: str = "raise", log: str | os.PathLike | None = None,
-          max_failures: int | float | None = None, seed: int = 0, retries: int = 10,
-          transform: Callable | None = None) -> "GuardedDataset | GuardedIterable":
+def guard(
+    dataset,
+    *,
+    on_error: str = "raise",
+    log: str | os.PathLike | None = None,
+    max_failures: int | float | None = None,
+    seed: int = 0,
+    retries: int = 10,
+    transform: Callable | None = None,
+) -> "GuardedDataset | GuardedIterable":
     """Wrap ``dataset`` (map-style or iterable) so a failing sample is named, skipped or replaced.
 
     ``log``: the failure log (JSON lines, :mod:`dsclean.failures`); each process appends to its
@@ -58,16 +66,20 @@ def guard(dataset, *, on_error: str = "raise", log: str | os.PathLike | None = N
     if isinstance(dataset, (GuardedDataset, GuardedIterable)):
         raise ValueError("the dataset is already guarded")
     if _own_guard(dataset):
-        raise ValueError(f"IndexedDataset(on_error={dataset.on_error!r}) is already guarded (it is dsclean.guard(..., "
-                         f"on_error={dataset.on_error!r})); for a log or a budget give the policy to the guard: "
-                         f"dsclean.guard(IndexedDataset(index), on_error={dataset.on_error!r}, log=..., max_failures=...)")
+        raise ValueError(
+            f"IndexedDataset(on_error={dataset.on_error!r}) is already guarded (it is dsclean.guard(..., "
+            f"on_error={dataset.on_error!r})); for a log or a budget give the policy to the guard: "
+            f"dsclean.guard(IndexedDataset(index), on_error={dataset.on_error!r}, log=..., max_failures=...)"
+        )
     iterable = isinstance(dataset, IterableDataset) or (
-        not hasattr(dataset, "__getitem__") and hasattr(dataset, "__iter__"))
+        not hasattr(dataset, "__getitem__") and hasattr(dataset, "__iter__")
+    )
     cls = GuardedIterable if iterable else GuardedDataset
     if transform is not None and not iterable:
         raise ValueError("transform= is for iterable datasets; a map-style dataset applies its own")
-    return cls(dataset, on_error=on_error, log=log, max_failures=max_failures, seed=seed, retries=retries,
-               transform=transform)
+    return cls(
+        dataset, on_error=on_error, log=log, max_failures=max_failures, seed=seed, retries=retries, transform=transform
+    )
 
 
 def _own_guard(dataset) -> bool:
@@ -114,6 +126,7 @@ def process_rank(sender: int | None = None) -> int:
     the guard: a spawned DataLoader worker of a rank started by ``torch.multiprocessing.spawn`` has neither)."""
     try:
         import torch.distributed as dist
+
         if dist.is_available() and dist.is_initialized():
             return dist.get_rank()
     except (ImportError, RuntimeError):
@@ -126,6 +139,7 @@ def process_rank(sender: int | None = None) -> int:
 
 def _worker() -> int | None:
     from torch.utils.data import get_worker_info
+
     info = get_worker_info()
     return None if info is None else info.id
 
@@ -148,8 +162,9 @@ def sample_text(index: Any, where: dict) -> str:
 class _Guard:
     """What both wrappers share: options, the shared counters, the per-process log writer."""
 
-    def __init__(self, dataset, *, on_error: str, log, max_failures, seed: int, retries: int,
-                 transform: Callable | None) -> None:
+    def __init__(
+        self, dataset, *, on_error: str, log, max_failures, seed: int, retries: int, transform: Callable | None
+    ) -> None:
         if on_error not in ON_ERROR:
             raise ValueError(f"on_error must be one of {ON_ERROR}, not {on_error!r}")
         if max_failures is not None:
@@ -244,9 +259,20 @@ class _Guard:
         writer = self._writer_for_process()
         if writer is not None:
             cause = exc.__cause__ if isinstance(exc, SampleError) and exc.__cause__ is not None else exc
-            writer.write(rank=self._rank(), worker=_worker(), pid=os.getpid(), epoch=self.epoch, index=index,
-                         kind="exception", error=type(cause).__name__, message=str(exc), traceback=frames(exc),
-                         action=action, replaced_by=replaced_by, **where)
+            writer.write(
+                rank=self._rank(),
+                worker=_worker(),
+                pid=os.getpid(),
+                epoch=self.epoch,
+                index=index,
+                kind="exception",
+                error=type(cause).__name__,
+                message=str(exc),
+                traceback=frames(exc),
+                action=action,
+                replaced_by=replaced_by,
+                **where,
+            )
         self._check_budget()
 
     def _check_budget(self) -> None:
@@ -256,11 +282,18 @@ class _Guard:
         mf = self.max_failures
         budget = mf if isinstance(mf, int) else max(1, math.floor(mf * seen))
         if failed > budget:
-            where = f"; the failures are logged in {self.log} (dsclean.read_failures)" if self.log else \
-                "; pass log= to keep a record of them"
-            raise TooManyFailures(f"{failed} samples failed, more than max_failures={mf} allows ({budget} of "
-                                  f"{seen} samples seen){where}", failures=failed, budget=budget, seen=seen,
-                                  log=self.log)
+            where = (
+                f"; the failures are logged in {self.log} (dsclean.read_failures)"
+                if self.log
+                else "; pass log= to keep a record of them"
+            )
+            raise TooManyFailures(
+                f"{failed} samples failed, more than max_failures={mf} allows ({budget} of {seen} samples seen){where}",
+                failures=failed,
+                budget=budget,
+                seen=seen,
+                log=self.log,
+            )
 
 
 class GuardedDataset(_Guard, Dataset):
@@ -305,8 +338,12 @@ class GuardedDataset(_Guard, Dataset):
             self._record(index, where, exc, "raise")
             if isinstance(exc, SampleError):
                 raise exc
-            raise SampleError(f"{sample_text(index, where)}: {type(exc).__name__}: {exc}", index=index,
-                              path=where.get("path"), root=where.get("root")) from exc
+            raise SampleError(
+                f"{sample_text(index, where)}: {type(exc).__name__}: {exc}",
+                index=index,
+                path=where.get("path"),
+                root=where.get("root"),
+            ) from exc
         if self.on_error == "skip":
             self._record(index, where, exc, "skip")
             return None
@@ -324,9 +361,13 @@ class GuardedDataset(_Guard, Dataset):
             row[S.REPLACED] += 1
             return sample
         self._record(index, where, exc, "raise")
-        raise SampleError(f"{sample_text(index, where)}: no replacement loaded after {self.retries} tries; "
-                          f"last error {type(exc).__name__}: {exc}", index=index, path=where.get("path"),
-                          root=where.get("root")) from exc
+        raise SampleError(
+            f"{sample_text(index, where)}: no replacement loaded after {self.retries} tries; "
+            f"last error {type(exc).__name__}: {exc}",
+            index=index,
+            path=where.get("path"),
+            root=where.get("root"),
+        ) from exc
 
 
 class GuardedIterable(_Guard, IterableDataset):
@@ -372,10 +413,12 @@ class GuardedIterable(_Guard, IterableDataset):
                 row[S.SEEN] += 1
                 self._stream_failed(ordinal, self.where_exc(exc), exc)
                 if inspect.isgenerator(it) and it.gi_frame is None:
-                    raise SampleError(f"{sample_text(ordinal, self.where_exc(exc))}: {type(exc).__name__}: {exc}; the "
-                                      "dataset's iterator is a generator that ended with the error, so the stream "
-                                      "cannot go on: give the failing step to guard(..., transform=...) or use the "
-                                      "library's own handler (webdataset: handler=)") from exc
+                    raise SampleError(
+                        f"{sample_text(ordinal, self.where_exc(exc))}: {type(exc).__name__}: {exc}; the "
+                        "dataset's iterator is a generator that ended with the error, so the stream "
+                        "cannot go on: give the failing step to guard(..., transform=...) or use the "
+                        "library's own handler (webdataset: handler=)"
+                    ) from exc
                 consecutive += 1
                 ordinal += 1
                 self._progress(consecutive, exc)
@@ -397,8 +440,10 @@ class GuardedIterable(_Guard, IterableDataset):
 
     def _progress(self, consecutive: int, exc: Exception) -> None:
         if consecutive >= MAX_CONSECUTIVE:
-            raise SampleError(f"{consecutive} samples in a row failed (last: {type(exc).__name__}: {exc}); the "
-                              "stream makes no progress") from exc
+            raise SampleError(
+                f"{consecutive} samples in a row failed (last: {type(exc).__name__}: {exc}); the "
+                "stream makes no progress"
+            ) from exc
 
     def _stream_failed(self, ordinal: int, where: dict, exc: Exception) -> None:
         if self.on_error == "raise":

@@ -2,6 +2,7 @@
 
 Each takes a path, or a binary file object (a packed set's samples are decoded from memory).
 """
+
 from __future__ import annotations
 
 import io
@@ -14,11 +15,9 @@ import torch
 from ..openfile import open_regular_file
 from ..reasons import LENIENT
 
-
 #: Pillow modes holding more than 8 bits per sample, which ``convert("RGB")`` clips (every value above 255 becomes
 #: white: a 16-bit greyscale PNG comes out ~99.6% white) instead of scaling
-HIGH_BIT_MODES = frozenset({"I;16", "I;16L", "I;16B", "I;16N", "I;16S", "I;16BS", "I;16LS", "I;32", "I;32B", "I",
-                            "F"})
+HIGH_BIT_MODES = frozenset({"I;16", "I;16L", "I;16B", "I;16N", "I;16S", "I;16BS", "I;16LS", "I;32", "I;32B", "I", "F"})
 
 
 def to_rgb(img):
@@ -167,6 +166,10 @@ def default_loaders(meta: dict) -> dict:
     (``meta["exif"] == "apply"``)."""
     lenient = bool(set(meta.get("include_warn") or ()) & LENIENT)
     exif = meta.get("exif") == "apply"
-    image = {(False, False): pil_loader, (True, False): lenient_pil_loader, (False, True): exif_pil_loader,
-             (True, True): lenient_exif_pil_loader}[(lenient, exif)]
+    image = {
+        (False, False): pil_loader,
+        (True, False): lenient_pil_loader,
+        (False, True): exif_pil_loader,
+        (True, True): lenient_exif_pil_loader,
+    }[(lenient, exif)]
     return {"image": image, "audio": audio_loader}

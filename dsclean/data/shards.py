@@ -15,6 +15,7 @@ scripts/bench_pack.py, with the cost: ~30 us per sample to map the pages again).
 
 Never imports torch (``dsclean.pack`` and ``dsclean verify`` share the names here).
 """
+
 from __future__ import annotations
 
 import json
@@ -61,21 +62,30 @@ def release(mm: mmap.mmap, start: int, end: int) -> None:
 
 def is_packed_set(path: str) -> bool:
     """A folder holding ``shardindex.json`` and the packed ``index.arrow``."""
-    return os.path.isdir(path) and all(os.path.isfile(os.path.join(path, n))
-                                       for n in (locations.SHARD_LIST_FILE, locations.PACKED_INDEX_FILE))
+    return os.path.isdir(path) and all(
+        os.path.isfile(os.path.join(path, n)) for n in (locations.SHARD_LIST_FILE, locations.PACKED_INDEX_FILE)
+    )
 
 
 def refuse_unfinished_pack(folder: str) -> None:
     """A :class:`UserError` for a shard folder whose pack has not finished (its ``pack.json`` is there,
     its shard list or packed index not yet: a pack killed before publishing), so every command that takes
     a shard set (verify, info, probe, IndexedDataset) says the same thing. Nothing for any other path."""
-    if not os.path.isdir(folder) or not os.path.isfile(os.path.join(folder, locations.PACK_STATE_FILE)) \
-            or is_packed_set(folder):
+    if (
+        not os.path.isdir(folder)
+        or not os.path.isfile(os.path.join(folder, locations.PACK_STATE_FILE))
+        or is_packed_set(folder)
+    ):
         return
-    missing = [n for n in (locations.SHARD_LIST_FILE, locations.PACKED_INDEX_FILE)
-               if not os.path.isfile(os.path.join(folder, n))]
-    raise UserError(f"{folder}: an unfinished pack (no {' or '.join(missing)} yet): run the same dsclean pack "
-                    "command again to finish it")
+    missing = [
+        n
+        for n in (locations.SHARD_LIST_FILE, locations.PACKED_INDEX_FILE)
+        if not os.path.isfile(os.path.join(folder, n))
+    ]
+    raise UserError(
+        f"{folder}: an unfinished pack (no {' or '.join(missing)} yet): run the same dsclean pack "
+        "command again to finish it"
+    )
 
 
 def packed_index(folder: str) -> str:
@@ -96,8 +106,9 @@ def read_shard_list(folder: str) -> list[dict]:
     for i, s in enumerate(shards):
         url = s.get("url") if isinstance(s, dict) else None
         if not isinstance(url, str) or not url or "/" in url or url.startswith("."):
-            raise UserError(f"{path}: shard {i} has url {url!r}; a packed set names its shards by file name "
-                            "relative to the folder")
+            raise UserError(
+                f"{path}: shard {i} has url {url!r}; a packed set names its shards by file name relative to the folder"
+            )
         if not isinstance(s.get("nsamples"), int) or not isinstance(s.get("filesize"), int):
             raise UserError(f"{path}: shard {i} ({url}) has no integer nsamples/filesize")
     return shards
@@ -146,28 +157,41 @@ def check_layout(idx: MappedIndex, shards: list[dict]) -> None:
         bad = (o < _BLOCK) | ((o & (_BLOCK - 1)) != 0) | (ends > filesize[s])  # (& not %: 5x faster)
         if bad.any():
             i = int(np.argmax(bad))
-            _bad_layout(path, lo + i, f"its bytes {int(o[i])}..{int(o[i] + z[i])} are not a member's data in "
-                                      f"{name[s[i]]} ({int(filesize[s[i]])} bytes)")
+            _bad_layout(
+                path,
+                lo + i,
+                f"its bytes {int(o[i])}..{int(o[i] + z[i])} are not a member's data in "
+                f"{name[s[i]]} ({int(filesize[s[i]])} bytes)",
+            )
         if len(s) < 2:
             continue
         back = s[1:] < s[:-1]
         if back.any():
             i = int(np.argmax(back)) + 1
-            _bad_layout(path, lo + i, f"its shard {name[s[i]]} comes before the previous row's "
-                                      f"{name[s[i - 1]]}: rows are in shard order")
+            _bad_layout(
+                path,
+                lo + i,
+                f"its shard {name[s[i]]} comes before the previous row's {name[s[i - 1]]}: rows are in shard order",
+            )
         ends += _BLOCK - 1 + _BLOCK  # the earliest the next member's data can start: padding, then a header
         ends &= ~(_BLOCK - 1)
         overlap = (o[1:] < ends[:-1]) & (s[1:] == s[:-1])
         if overlap.any():
             i = int(np.argmax(overlap)) + 1
             what = "the same bytes as" if o[i] == o[i - 1] else "bytes that overlap or come before those of"
-            _bad_layout(path, lo + i, f"in {name[s[i]]}, its bytes {int(o[i])}..{int(o[i] + z[i])} are {what} "
-                                      f"row {lo + i - 1:,} ({int(o[i - 1])}..{int(o[i - 1] + z[i - 1])})")
+            _bad_layout(
+                path,
+                lo + i,
+                f"in {name[s[i]]}, its bytes {int(o[i])}..{int(o[i] + z[i])} are {what} "
+                f"row {lo + i - 1:,} ({int(o[i - 1])}..{int(o[i - 1] + z[i - 1])})",
+            )
 
 
 def _bad_layout(path: str, row: int, what: str) -> None:
-    raise UserError(f"{path}: corrupt packed index at row {row:,}: {what}; the index does not describe its "
-                    "shards (dsclean verify says more)")
+    raise UserError(
+        f"{path}: corrupt packed index at row {row:,}: {what}; the index does not describe its "
+        "shards (dsclean verify says more)"
+    )
 
 
 class PackedSet:
@@ -201,9 +225,11 @@ class PackedSet:
         shard, offset, size = int(self.shard_of[j]), int(self.offset_of[j]), int(self.idx.sizes[j])
         mm = self._map(shard)
         if offset < 0 or offset + size > len(mm):
-            raise ValueError(f"sample bytes {offset}..{offset + size} lie outside {self.shard_path(shard)} "
-                             f"({len(mm)} bytes): the packed index does not match the shard")
-        data = mm[offset:offset + size]
+            raise ValueError(
+                f"sample bytes {offset}..{offset + size} lie outside {self.shard_path(shard)} "
+                f"({len(mm)} bytes): the packed index does not match the shard"
+            )
+        data = mm[offset : offset + size]
         if size:
             release(mm, offset, offset + size)
         return data

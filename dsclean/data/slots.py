@@ -11,6 +11,7 @@ workers inherit it; spawned and forkserver ones get the owner's pid and descript
 ``/proc/<pid>/fd/<fd>`` (no file name, nothing to clean up: the memory goes with the last map).
 Elsewhere it is a small temporary file, removed when the owner is collected.
 """
+
 from __future__ import annotations
 
 import mmap

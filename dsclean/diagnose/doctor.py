@@ -17,6 +17,7 @@ why it matters, and concrete fixes when it is not ok. The statuses:
 
 The exit code is 1 when any check fails, else 0.
 """
+
 from __future__ import annotations
 
 import math
@@ -119,9 +120,15 @@ class DoctorReport:
 # --------------------------------------------------------------------------- run
 
 
-def run_doctor(index: str | None = None, *, batch_size: int | None = None, num_workers: int | None = None,
-               prefetch_factor: int | None = None, sys_paths: SysPaths = SysPaths(),
-               cuda_available: bool | None = None) -> DoctorReport:
+def run_doctor(
+    index: str | None = None,
+    *,
+    batch_size: int | None = None,
+    num_workers: int | None = None,
+    prefetch_factor: int | None = None,
+    sys_paths: SysPaths = SysPaths(),
+    cuda_available: bool | None = None,
+) -> DoctorReport:
     """Probe the system (through ``sys_paths``) and return every check plus the loader recommendation.
 
     Without ``num_workers`` the estimates use the recommended number; without
@@ -130,12 +137,20 @@ def run_doctor(index: str | None = None, *, batch_size: int | None = None, num_w
     estimate = estimate_sample_bytes(index) if index is not None else None
     batch = batch_size or DEFAULT_BATCH
     prefetch = prefetch_factor or DEFAULT_PREFETCH
-    rec = recommended_loader_kwargs(None, batch, prefetch_factor=prefetch, sys_paths=sys_paths,
-                                    cuda_available=cuda_available,
-                                    sample_bytes=estimate.mean if estimate else None)
+    rec = recommended_loader_kwargs(
+        None,
+        batch,
+        prefetch_factor=prefetch,
+        sys_paths=sys_paths,
+        cuda_available=cuda_available,
+        sample_bytes=estimate.mean if estimate else None,
+    )
     rec.estimate = estimate
-    given = [n for n, v in (("batch_size", batch_size), ("num_workers", num_workers),
-                            ("prefetch_factor", prefetch_factor)) if v is not None]
+    given = [
+        n
+        for n, v in (("batch_size", batch_size), ("num_workers", num_workers), ("prefetch_factor", prefetch_factor))
+        if v is not None
+    ]
     workers = num_workers if num_workers is not None else rec.kwargs["num_workers"]
     settings = Settings(batch, workers, prefetch, given)
 
@@ -176,7 +191,7 @@ def shm_fixes(size: str) -> list[str]:
     """The ways to give a container more /dev/shm, plus the settings that need less of it."""
     return [
         f"docker run --shm-size={size} ...",
-        f"docker compose: under the service, shm_size: \"{size}b\"",
+        f'docker compose: under the service, shm_size: "{size}b"',
         "Kubernetes: mount an emptyDir with medium: Memory at /dev/shm: "
         f"volumes: [{{name: dshm, emptyDir: {{medium: Memory, sizeLimit: {size[:-1]}Gi}}}}] and "
         "volumeMounts: [{name: dshm, mountPath: /dev/shm}] (it counts against the pod's memory limit)",
@@ -186,40 +201,75 @@ def shm_fixes(size: str) -> list[str]:
     ]
 
 
-def check_shm(shm: ShmInfo, settings: Settings, estimate: SampleEstimate | None,
-              container: ContainerInfo, platform: str) -> Check:
+def check_shm(
+    shm: ShmInfo, settings: Settings, estimate: SampleEstimate | None, container: ContainerInfo, platform: str
+) -> Check:
     """Size and free space of /dev/shm against the estimated bytes in flight."""
     title = "shared memory"
     if shm.total is None:
         if not platform.startswith("linux"):
-            return Check("shm", title, OK, f"{shm.path} not present ({platform})",
-                         "PyTorch shares worker batches through file descriptors on this platform")
-        return Check("shm", title, WARN, f"{shm.path} does not exist",
-                     "PyTorch passes every worker batch through /dev/shm on Linux; without it workers fail",
-                     shm_fixes(suggest_shm_size(None)))
+            return Check(
+                "shm",
+                title,
+                OK,
+                f"{shm.path} not present ({platform})",
+                "PyTorch shares worker batches through file descriptors on this platform",
+            )
+        return Check(
+            "shm",
+            title,
+            WARN,
+            f"{shm.path} does not exist",
+            "PyTorch passes every worker batch through /dev/shm on Linux; without it workers fail",
+            shm_fixes(suggest_shm_size(None)),
+        )
     flight = in_flight_bytes(settings, estimate)
     value = f"{shm.path}: {human(shm.total)}, {human(shm.free)} free"
     data = {"path": shm.path, "total": shm.total, "free": shm.free, "in_flight": flight}
     if flight is not None:
-        value += (f"; in flight {settings.num_workers} workers x {settings.prefetch_factor} prefetch x "
-                  f"{settings.batch_size} batch x {human(estimate.mean)} = {human(flight)}")
+        value += (
+            f"; in flight {settings.num_workers} workers x {settings.prefetch_factor} prefetch x "
+            f"{settings.batch_size} batch x {human(estimate.mean)} = {human(flight)}"
+        )
     where = f" ({container.kind})" if container.kind else ""
     free = shm.free or 0
     if flight is not None and flight > free:
-        return Check("shm", title, FAIL, value,
-                     f"the batches in flight do not fit{where}: workers die with a bus error or "
-                     "'No space left on device'", shm_fixes(suggest_shm_size(flight)), data)
+        return Check(
+            "shm",
+            title,
+            FAIL,
+            value,
+            f"the batches in flight do not fit{where}: workers die with a bus error or 'No space left on device'",
+            shm_fixes(suggest_shm_size(flight)),
+            data,
+        )
     if flight is not None and flight > WARN_SHARE * free:
-        return Check("shm", title, WARN, value,
-                     f"the batches in flight take more than half of the free space{where}; another "
-                     "process or a larger batch will run out", shm_fixes(suggest_shm_size(flight)), data)
+        return Check(
+            "shm",
+            title,
+            WARN,
+            value,
+            f"the batches in flight take more than half of the free space{where}; another "
+            "process or a larger batch will run out",
+            shm_fixes(suggest_shm_size(flight)),
+            data,
+        )
     if flight is None and shm.total < SMALL_SHM:
-        return Check("shm", title, WARN, value,
-                     f"{human(shm.total)} is small{where} (Docker's default is 64 MB): a few workers with image "
-                     "batches run out; pass --index (and loader settings) to compare with the bytes in flight",
-                     shm_fixes(suggest_shm_size(None)), data)
-    detail = "the batches in flight fit" if flight is not None else \
-        "pass --index (and loader settings) to compare with the bytes in flight"
+        return Check(
+            "shm",
+            title,
+            WARN,
+            value,
+            f"{human(shm.total)} is small{where} (Docker's default is 64 MB): a few workers with image "
+            "batches run out; pass --index (and loader settings) to compare with the bytes in flight",
+            shm_fixes(suggest_shm_size(None)),
+            data,
+        )
+    detail = (
+        "the batches in flight fit"
+        if flight is not None
+        else "pass --index (and loader settings) to compare with the bytes in flight"
+    )
     return Check("shm", title, OK, value, detail, [], data)
 
 
@@ -232,8 +282,11 @@ def check_container(container: ContainerInfo, cgroup: CgroupInfo, shm: ShmInfo) 
     limited = cgroup.memory_limit is not None or cgroup.cpu_quota is not None
     if container.kind is None:
         value = "not in a container" + (f" (but cgroup-limited, v{cgroup.version})" if limited else "")
-        detail = ("cgroup limits apply as in a container: the OOM killer acts at the cgroup's limit, "
-                  "not at the machine's RAM" if limited else "the machine's limits apply directly")
+        detail = (
+            "cgroup limits apply as in a container: the OOM killer acts at the cgroup's limit, not at the machine's RAM"
+            if limited
+            else "the machine's limits apply directly"
+        )
         return Check("container", "container", OK, value, detail, [], data)
     value = f"{container.kind} ({'; '.join(container.evidence)})"
     parts = []
@@ -245,52 +298,104 @@ def check_container(container: ContainerInfo, cgroup: CgroupInfo, shm: ShmInfo) 
         parts.append("/dev/shm is the runtime's own mount")
     if shm.total is not None:
         parts.append(f"here it is {human(shm.total)}")
-    parts.append("the cgroup memory limit, not the host's RAM, is where the OOM killer strikes "
-                 "(free and top show the host's RAM)" if cgroup.memory_limit else
-                 "no cgroup memory limit was found")
+    parts.append(
+        "the cgroup memory limit, not the host's RAM, is where the OOM killer strikes "
+        "(free and top show the host's RAM)"
+        if cgroup.memory_limit
+        else "no cgroup memory limit was found"
+    )
     return Check("container", "container", OK, value, "; ".join(parts), [], data)
 
 
 # --------------------------------------------------------------------------- memory
 
 
-def check_memory(mem: MemInfo, cgroup: CgroupInfo, settings: Settings, estimate: SampleEstimate | None,
-                 sys_paths: SysPaths, rec: Recommendation) -> Check:
+def check_memory(
+    mem: MemInfo,
+    cgroup: CgroupInfo,
+    settings: Settings,
+    estimate: SampleEstimate | None,
+    sys_paths: SysPaths,
+    rec: Recommendation,
+) -> Check:
     """RAM and the cgroup limit against the estimated loader memory."""
     avail, source = available_memory(sys_paths)
     value = f"RAM {human(mem.total)} total, {human(mem.available)} available"
     if cgroup.version is not None:
-        value += (f"; cgroup v{cgroup.version} limit "
-                  f"{human(cgroup.memory_limit) if cgroup.memory_limit else 'none'}, usage {human(cgroup.memory_usage)}")
-    need = loader_memory(settings.num_workers, settings.batch_size, settings.prefetch_factor, estimate.mean) \
-        if estimate else None
-    data = {"total": mem.total, "available": mem.available, "cgroup_version": cgroup.version,
-            "cgroup_limit": cgroup.memory_limit, "cgroup_usage": cgroup.memory_usage,
-            "budget": avail, "budget_source": source, "loader_estimate": need}
-    fixes = [f"use num_workers={rec.kwargs['num_workers']} (dsclean's recommendation) or a smaller "
-             "batch_size / prefetch_factor",
-             "raise the limit: docker run --memory=..., or resources.limits.memory in Kubernetes",
-             "keep per-sample Python objects out of the Dataset (IndexedDataset memory-maps its index) so "
-             "workers do not copy them; check with dsclean probe INDEX"]
+        value += (
+            f"; cgroup v{cgroup.version} limit "
+            f"{human(cgroup.memory_limit) if cgroup.memory_limit else 'none'}, usage {human(cgroup.memory_usage)}"
+        )
+    need = (
+        loader_memory(settings.num_workers, settings.batch_size, settings.prefetch_factor, estimate.mean)
+        if estimate
+        else None
+    )
+    data = {
+        "total": mem.total,
+        "available": mem.available,
+        "cgroup_version": cgroup.version,
+        "cgroup_limit": cgroup.memory_limit,
+        "cgroup_usage": cgroup.memory_usage,
+        "budget": avail,
+        "budget_source": source,
+        "loader_estimate": need,
+    }
+    fixes = [
+        f"use num_workers={rec.kwargs['num_workers']} (dsclean's recommendation) or a smaller "
+        "batch_size / prefetch_factor",
+        "raise the limit: docker run --memory=..., or resources.limits.memory in Kubernetes",
+        "keep per-sample Python objects out of the Dataset (IndexedDataset memory-maps its index) so "
+        "workers do not copy them; check with dsclean probe INDEX",
+    ]
     if avail is None:
-        return Check("memory", "memory", WARN, value, f"could not read {sys_paths.proc('meminfo')} or a cgroup limit",
-                     [], data)
+        return Check(
+            "memory", "memory", WARN, value, f"could not read {sys_paths.proc('meminfo')} or a cgroup limit", [], data
+        )
     if need is not None:
         value += f"; loader estimate {human(need)} vs {human(avail)} ({source})"
         if need > avail:
-            return Check("memory", "memory", FAIL, value,
-                         "the loader would not fit: the OOM killer ends a worker with SIGKILL "
-                         "('DataLoader worker ... is killed by signal: Killed')", fixes, data)
+            return Check(
+                "memory",
+                "memory",
+                FAIL,
+                value,
+                "the loader would not fit: the OOM killer ends a worker with SIGKILL "
+                "('DataLoader worker ... is killed by signal: Killed')",
+                fixes,
+                data,
+            )
         if need > WARN_SHARE * avail:
-            return Check("memory", "memory", WARN, value,
-                         "the loader alone takes more than half of what is left for training", fixes, data)
+            return Check(
+                "memory",
+                "memory",
+                WARN,
+                value,
+                "the loader alone takes more than half of what is left for training",
+                fixes,
+                data,
+            )
         return Check("memory", "memory", OK, value, "the loader's estimated memory fits", [], data)
     ceiling = cgroup.memory_limit or mem.total
     if ceiling and avail < LOW_MEMORY_SHARE * ceiling:
-        return Check("memory", "memory", WARN, value,
-                     f"only {human(avail)} of {human(ceiling)} is available ({source})", fixes, data)
-    return Check("memory", "memory", OK, value,
-                 "pass --index (and loader settings) to compare with the loader's estimated memory", [], data)
+        return Check(
+            "memory",
+            "memory",
+            WARN,
+            value,
+            f"only {human(avail)} of {human(ceiling)} is available ({source})",
+            fixes,
+            data,
+        )
+    return Check(
+        "memory",
+        "memory",
+        OK,
+        value,
+        "pass --index (and loader settings) to compare with the loader's estimated memory",
+        [],
+        data,
+    )
 
 
 # --------------------------------------------------------------------------- CPU
@@ -298,20 +403,31 @@ def check_memory(mem: MemInfo, cgroup: CgroupInfo, settings: Settings, estimate:
 
 def check_cpu(cpus: CpuInfo, settings: Settings, rec: Recommendation) -> Check:
     """Usable cores (affinity, cgroup quota) against num_workers."""
-    value = (f"{cpus.usable} usable cores (os.cpu_count() {cpus.logical}, affinity {cpus.affinity}, "
-             f"cgroup quota {'none' if cpus.quota is None else f'{cpus.quota:g}'})")
+    value = (
+        f"{cpus.usable} usable cores (os.cpu_count() {cpus.logical}, affinity {cpus.affinity}, "
+        f"cgroup quota {'none' if cpus.quota is None else f'{cpus.quota:g}'})"
+    )
     data = asdict(cpus) | {"num_workers": settings.num_workers, "recommended": rec.kwargs["num_workers"]}
     note = ""
     if cpus.logical and cpus.logical > cpus.usable:
-        note = (f"; os.cpu_count() says {cpus.logical}, but only {cpus.usable} may be used: "
-                "num_workers=os.cpu_count() oversubscribes")
+        note = (
+            f"; os.cpu_count() says {cpus.logical}, but only {cpus.usable} may be used: "
+            "num_workers=os.cpu_count() oversubscribes"
+        )
     suggestion = f"num_workers={rec.kwargs['num_workers']}"
     if "num_workers" in settings.given:
         value += f"; num_workers={settings.num_workers}"
         if settings.num_workers > cpus.usable:
-            return Check("cpu", "CPU", WARN, value,
-                         f"{settings.num_workers} workers share {cpus.usable} cores: they compete with each other "
-                         f"and the training loop, and each costs memory{note}", [f"use {suggestion}"], data)
+            return Check(
+                "cpu",
+                "CPU",
+                WARN,
+                value,
+                f"{settings.num_workers} workers share {cpus.usable} cores: they compete with each other "
+                f"and the training loop, and each costs memory{note}",
+                [f"use {suggestion}"],
+                data,
+            )
     return Check("cpu", "CPU", OK, value, f"recommended: {suggestion}{note}", [], data)
 
 
@@ -320,13 +436,14 @@ def check_cpu(cpus: CpuInfo, settings: Settings, rec: Recommendation) -> Check:
 
 def oom_check_fixes(container: ContainerInfo) -> list[str]:
     """How to look for OOM kills without reading the kernel log from here."""
-    fixes = ["sudo dmesg -T | grep -i -E 'killed process|out of memory'",
-             "journalctl -k --no-pager | grep -i oom (on the host, as root or in group adm/systemd-journal)"]
+    fixes = [
+        "sudo dmesg -T | grep -i -E 'killed process|out of memory'",
+        "journalctl -k --no-pager | grep -i oom (on the host, as root or in group adm/systemd-journal)",
+    ]
     if container.kind in ("docker", "podman"):
         fixes.append("on the host: docker inspect --format '{{.State.OOMKilled}}' CONTAINER")
     if container.kind == "kubernetes":
-        fixes.append("kubectl describe pod POD (Last State: Terminated, Reason: OOMKilled) and "
-                     "kubectl get events")
+        fixes.append("kubectl describe pod POD (Last State: Terminated, Reason: OOMKilled) and kubectl get events")
     fixes.append("cgroup v2: grep oom_kill /sys/fs/cgroup/memory.events")
     return fixes
 
@@ -336,28 +453,60 @@ def check_oom(log: KernelLog, cgroup: CgroupInfo, container: ContainerInfo) -> C
     counter = cgroup.oom_kills
     counter_text = f"; the cgroup counts {counter} OOM kills" if counter else ""
     data: dict = {"source": log.source, "errors": log.errors, "cgroup_oom_kills": counter, "kills": []}
-    fixes = ["find what grows: dsclean probe INDEX --num-workers W (per-worker memory over time)",
-             "lower num_workers / batch_size / prefetch_factor, or raise the memory limit"]
+    fixes = [
+        "find what grows: dsclean probe INDEX --num-workers W (per-worker memory over time)",
+        "lower num_workers / batch_size / prefetch_factor, or raise the memory limit",
+    ]
     if log.text is None:
         reason = "; ".join(log.errors) or "no kernel log source"
         if counter:
-            return Check("oom", "OOM kills", FAIL, f"cgroup OOM-kill counter {counter}",
-                         f"the kernel log is not readable ({reason}), but this cgroup's counter shows kills",
-                         fixes + oom_check_fixes(container), data)
-        return Check("oom", "OOM kills", WARN, "kernel log not readable",
-                     f"{reason}; OOM kills cannot be checked from here", oom_check_fixes(container), data)
+            return Check(
+                "oom",
+                "OOM kills",
+                FAIL,
+                f"cgroup OOM-kill counter {counter}",
+                f"the kernel log is not readable ({reason}), but this cgroup's counter shows kills",
+                fixes + oom_check_fixes(container),
+                data,
+            )
+        return Check(
+            "oom",
+            "OOM kills",
+            WARN,
+            "kernel log not readable",
+            f"{reason}; OOM kills cannot be checked from here",
+            oom_check_fixes(container),
+            data,
+        )
     kills = parse_oom_kills(log.text)
     data["kills"] = [asdict(k) for k in kills]
     if kills:
-        lines = [f"pid {k.pid} ({k.process}) anon-rss {human(k.anon_rss)}"
-                 + (f", {k.constraint}" if k.constraint else "") + (f" at {k.when}" if k.when else "")
-                 for k in kills[-5:]]
+        lines = [
+            f"pid {k.pid} ({k.process}) anon-rss {human(k.anon_rss)}"
+            + (f", {k.constraint}" if k.constraint else "")
+            + (f" at {k.when}" if k.when else "")
+            for k in kills[-5:]
+        ]
         more = f" (last 5 of {len(kills)})" if len(kills) > 5 else ""
-        return Check("oom", "OOM kills", FAIL, f"{len(kills)} OOM kills in {log.source}{counter_text}",
-                     "the kernel killed: " + "; ".join(lines) + more, fixes, data)
+        return Check(
+            "oom",
+            "OOM kills",
+            FAIL,
+            f"{len(kills)} OOM kills in {log.source}{counter_text}",
+            "the kernel killed: " + "; ".join(lines) + more,
+            fixes,
+            data,
+        )
     if counter:
-        return Check("oom", "OOM kills", FAIL, f"none in {log.source}{counter_text}",
-                     "this cgroup's counter shows OOM kills the log no longer holds", fixes, data)
+        return Check(
+            "oom",
+            "OOM kills",
+            FAIL,
+            f"none in {log.source}{counter_text}",
+            "this cgroup's counter shows OOM kills the log no longer holds",
+            fixes,
+            data,
+        )
     return Check("oom", "OOM kills", OK, f"no 'Killed process' lines in {log.source}", "", [], data)
 
 
@@ -378,13 +527,27 @@ def check_start_method(info: StartMethodInfo) -> Check:
     value = f"{info.method} ({info.platform})"
     data = asdict(info)
     if info.needs_main_guard:
-        return Check("start_method", "start method", OK, value,
-                     "workers start a fresh interpreter that imports your script: keep the training code under "
-                     "'if __name__ == \"__main__\":' or every worker re-runs it; the Dataset is pickled to each "
-                     "worker (IndexedDataset pickles only its options)", [], data)
-    return Check("start_method", "start method", OK, value,
-                 "workers are forked: Python objects the Dataset holds are copied into each worker as "
-                 "they are touched (reference counts); IndexedDataset memory-maps its index instead", [], data)
+        return Check(
+            "start_method",
+            "start method",
+            OK,
+            value,
+            "workers start a fresh interpreter that imports your script: keep the training code under "
+            "'if __name__ == \"__main__\":' or every worker re-runs it; the Dataset is pickled to each "
+            "worker (IndexedDataset pickles only its options)",
+            [],
+            data,
+        )
+    return Check(
+        "start_method",
+        "start method",
+        OK,
+        value,
+        "workers are forked: Python objects the Dataset holds are copied into each worker as "
+        "they are touched (reference counts); IndexedDataset memory-maps its index instead",
+        [],
+        data,
+    )
 
 
 # --------------------------------------------------------------------------- output
@@ -395,12 +558,17 @@ def format_report(report: DoctorReport) -> str:
     s = report.settings
     lines = [f"dsclean doctor: {report.status}"]
     assumed = [n for n in ("batch_size", "num_workers", "prefetch_factor") if n not in s.given]
-    lines.append(f"loader settings: batch_size={s.batch_size}, num_workers={s.num_workers}, "
-                 f"prefetch_factor={s.prefetch_factor}" + (f" (assumed: {', '.join(assumed)})" if assumed else ""))
+    lines.append(
+        f"loader settings: batch_size={s.batch_size}, num_workers={s.num_workers}, "
+        f"prefetch_factor={s.prefetch_factor}" + (f" (assumed: {', '.join(assumed)})" if assumed else "")
+    )
     if report.estimate:
         e = report.estimate
-        lines.append(f"decoded sample: {human(e.mean)} on average, {human(e.max)} at most ({e.method}"
-                     + (f", {e.note}" if e.note else "") + ")")
+        lines.append(
+            f"decoded sample: {human(e.mean)} on average, {human(e.max)} at most ({e.method}"
+            + (f", {e.note}" if e.note else "")
+            + ")"
+        )
     for c in report.checks:
         lines.append("")
         lines.append(f"[{c.status:^4}] {c.title}: {c.value}")

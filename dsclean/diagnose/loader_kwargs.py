@@ -7,6 +7,7 @@ default loader converts to RGB; frames x channels x 4 for float32 audio), or,
 when the index has no facts (built without scan results) or the dataset is not
 an index, from decoding a small random sample.
 """
+
 from __future__ import annotations
 
 import os
@@ -141,7 +142,11 @@ def measure_sample_bytes(dataset, n: int = MEASURE_SAMPLES, seed: int = 0) -> Sa
 
 def estimate_sample_bytes(dataset_or_index, *, n: int = MEASURE_SAMPLES, seed: int = 0) -> SampleEstimate | None:
     """Index facts when the dataset is an index (path or IndexedDataset) that has them, else measured."""
-    index = dataset_or_index if isinstance(dataset_or_index, (str, os.PathLike)) else getattr(dataset_or_index, "index", None)
+    index = (
+        dataset_or_index
+        if isinstance(dataset_or_index, (str, os.PathLike))
+        else getattr(dataset_or_index, "index", None)
+    )
     if isinstance(index, (str, os.PathLike)):
         per_row = bytes_from_facts(index_facts(os.fspath(index)))
         known = per_row[per_row >= 0]
@@ -173,8 +178,12 @@ class Recommendation:
         return "\n".join([f"DataLoader(dataset, {args})", *(f"  - {r}" for r in self.reasons)])
 
     def to_json(self) -> dict:
-        return {"kwargs": self.kwargs, "reasons": self.reasons, "bounds": self.bounds,
-                "estimate": self.estimate.to_json() if self.estimate else None}
+        return {
+            "kwargs": self.kwargs,
+            "reasons": self.reasons,
+            "bounds": self.bounds,
+            "estimate": self.estimate.to_json() if self.estimate else None,
+        }
 
 
 def available_memory(paths: SysPaths) -> tuple[int | None, str]:
@@ -208,9 +217,15 @@ def human(n: float | None) -> str:
     return f"{size:.1f} TiB"
 
 
-def recommended_loader_kwargs(dataset, batch_size: int, *, prefetch_factor: int = DEFAULT_PREFETCH,
-                              sys_paths: SysPaths = SysPaths(), cuda_available: bool | None = None,
-                              sample_bytes: int | None = None) -> Recommendation:
+def recommended_loader_kwargs(
+    dataset,
+    batch_size: int,
+    *,
+    prefetch_factor: int = DEFAULT_PREFETCH,
+    sys_paths: SysPaths = SysPaths(),
+    cuda_available: bool | None = None,
+    sample_bytes: int | None = None,
+) -> Recommendation:
     """DataLoader keyword arguments bounded by usable cores, available memory and free /dev/shm.
 
     ``dataset``: an IndexedDataset, an index path, or any map-style Dataset (a few
@@ -232,13 +247,18 @@ def recommended_loader_kwargs(dataset, batch_size: int, *, prefetch_factor: int 
 
     cpus = read_cpus(sys_paths)
     bounds["cpu"] = min(MAX_WORKERS, cpus.usable - 1) if cpus.usable > 1 else 0
-    reasons.append(f"{cpus.usable} usable cores (os.cpu_count() {cpus.logical}, affinity {cpus.affinity}, "
-                   f"cgroup quota {_fmt_quota(cpus.quota)}): up to {bounds['cpu']} workers, one core left for "
-                   "the main process" + (f", capped at {MAX_WORKERS}" if cpus.usable - 1 > MAX_WORKERS else ""))
+    reasons.append(
+        f"{cpus.usable} usable cores (os.cpu_count() {cpus.logical}, affinity {cpus.affinity}, "
+        f"cgroup quota {_fmt_quota(cpus.quota)}): up to {bounds['cpu']} workers, one core left for "
+        "the main process" + (f", capped at {MAX_WORKERS}" if cpus.usable - 1 > MAX_WORKERS else "")
+    )
     per_sample = estimate.mean if estimate else 0
     if estimate:
-        reasons.append(f"a decoded sample is about {human(estimate.mean)} ({estimate.method}"
-                       + (f", {estimate.note}" if estimate.note else "") + ")")
+        reasons.append(
+            f"a decoded sample is about {human(estimate.mean)} ({estimate.method}"
+            + (f", {estimate.note}" if estimate.note else "")
+            + ")"
+        )
     else:
         reasons.append("sample size unknown: memory and shared-memory bounds count only the per-worker overhead")
 
@@ -246,19 +266,24 @@ def recommended_loader_kwargs(dataset, batch_size: int, *, prefetch_factor: int 
     if avail is not None:
         per_worker = WORKER_OVERHEAD + (prefetch_factor + 1) * batch_size * per_sample
         bounds["memory"] = int(MEMORY_SHARE * avail // per_worker)
-        reasons.append(f"{human(avail)} memory available ({source}); each worker needs about {human(per_worker)} "
-                       f"({prefetch_factor}+1 batches of {batch_size} + {human(WORKER_OVERHEAD)} overhead): "
-                       f"up to {bounds['memory']} workers within {int(MEMORY_SHARE * 100)}%")
+        reasons.append(
+            f"{human(avail)} memory available ({source}); each worker needs about {human(per_worker)} "
+            f"({prefetch_factor}+1 batches of {batch_size} + {human(WORKER_OVERHEAD)} overhead): "
+            f"up to {bounds['memory']} workers within {int(MEMORY_SHARE * 100)}%"
+        )
     shm = read_shm(sys_paths)
     if shm.free is not None and per_sample:
         per_worker_shm = prefetch_factor * batch_size * per_sample
         bounds["shm"] = int(SHM_SHARE * shm.free // per_worker_shm)
-        reasons.append(f"{human(shm.free)} free in {shm.path}; each worker keeps {prefetch_factor} batches "
-                       f"({human(per_worker_shm)}) there: up to {bounds['shm']} workers within {int(SHM_SHARE * 100)}%")
+        reasons.append(
+            f"{human(shm.free)} free in {shm.path}; each worker keeps {prefetch_factor} batches "
+            f"({human(per_worker_shm)}) there: up to {bounds['shm']} workers within {int(SHM_SHARE * 100)}%"
+        )
     workers = max(0, min(bounds.values()))
     decider = min(bounds, key=lambda k: bounds[k])
-    reasons.append(f"num_workers={workers}: limited by {decider}"
-                   + (" (0 = load in the main process)" if workers == 0 else ""))
+    reasons.append(
+        f"num_workers={workers}: limited by {decider}" + (" (0 = load in the main process)" if workers == 0 else "")
+    )
 
     kwargs: dict[str, Any] = {"batch_size": batch_size, "num_workers": workers}
     if workers > 0:
@@ -270,8 +295,11 @@ def recommended_loader_kwargs(dataset, batch_size: int, *, prefetch_factor: int 
 
         cuda_available = bool(torch.cuda.is_available())
     kwargs["pin_memory"] = bool(cuda_available)
-    reasons.append("pin_memory=True: CUDA is available, pinned batches copy to the GPU asynchronously"
-                   if cuda_available else "pin_memory=False: no CUDA device")
+    reasons.append(
+        "pin_memory=True: CUDA is available, pinned batches copy to the GPU asynchronously"
+        if cuda_available
+        else "pin_memory=False: no CUDA device"
+    )
     return Recommendation(kwargs, reasons, estimate, bounds)
 
 

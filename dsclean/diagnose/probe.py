@@ -18,6 +18,7 @@ their reference counts are written) or of a cache that grows per item.
 sample is loaded in this process and each failure is kept with its path and
 full traceback, not just the first.
 """
+
 from __future__ import annotations
 
 import os
@@ -193,9 +194,18 @@ def collate_list(batch: list) -> list:
     return batch
 
 
-def probe_dataset(dataset, *, num_workers: int = 2, batch_size: int = 32, batches: int | None = None,
-                  seconds: float | None = None, interval: float = INTERVAL,
-                  collate_fn: Callable | None = collate_list, shuffle: bool = True, seed: int = 0) -> ProbeResult:
+def probe_dataset(
+    dataset,
+    *,
+    num_workers: int = 2,
+    batch_size: int = 32,
+    batches: int | None = None,
+    seconds: float | None = None,
+    interval: float = INTERVAL,
+    collate_fn: Callable | None = collate_list,
+    shuffle: bool = True,
+    seed: int = 0,
+) -> ProbeResult:
     """Iterate a DataLoader over ``dataset`` (epochs repeat) for ``batches`` or ``seconds``, sampling memory.
 
     Workers are persistent, so the same processes are watched across epochs.
@@ -210,8 +220,13 @@ def probe_dataset(dataset, *, num_workers: int = 2, batch_size: int = 32, batche
         seconds = DEFAULT_SECONDS
     if len(dataset) == 0:
         raise UserError("the dataset is empty: nothing to probe")
-    kwargs: dict[str, Any] = {"batch_size": batch_size, "num_workers": num_workers, "shuffle": shuffle,
-                              "collate_fn": collate_fn, "generator": torch.Generator().manual_seed(seed)}
+    kwargs: dict[str, Any] = {
+        "batch_size": batch_size,
+        "num_workers": num_workers,
+        "shuffle": shuffle,
+        "collate_fn": collate_fn,
+        "generator": torch.Generator().manual_seed(seed),
+    }
     if num_workers > 0:
         kwargs["persistent_workers"] = True
     loader = DataLoader(dataset, **kwargs)
@@ -231,8 +246,9 @@ def probe_dataset(dataset, *, num_workers: int = 2, batch_size: int = 32, batche
                 result.batches += 1
                 result.samples += sum(1 for b in items if b is not None) if isinstance(batch, list) else batch_size
                 result.failed += sum(1 for b in items if b is None) if isinstance(batch, list) else 0
-                if (batches is not None and result.batches >= batches) or \
-                        (seconds is not None and now - first >= seconds):
+                if (batches is not None and result.batches >= batches) or (
+                    seconds is not None and now - first >= seconds
+                ):
                     done = True
                     break
     except Exception as exc:  # the loader's failure is the finding: keep its text for the report
@@ -280,8 +296,7 @@ def open_dataset(index: str, *, root: str | None = None, follow_symlinks: str | 
     return IndexedDataset(path, root=root, follow_symlinks=follow_symlinks, **kwargs)
 
 
-def probe_index(index: str, *, root: str | None = None, follow_symlinks: str | None = None,
-                **kwargs) -> ProbeResult:
+def probe_index(index: str, *, root: str | None = None, follow_symlinks: str | None = None, **kwargs) -> ProbeResult:
     """``probe_dataset`` over an IndexedDataset (images as uint8 tensors, broken samples skipped and counted);
     ``follow_symlinks``: as in :func:`open_dataset`."""
     ds = open_dataset(index, root=root, follow_symlinks=follow_symlinks, transform=to_tensor, on_error="skip")
@@ -296,8 +311,13 @@ class SampleFailure:
     traceback: str
 
 
-def check_all(index_or_dataset, *, root: str | None = None, follow_symlinks: str | None = None,
-              progress: Callable[[int, int], None] | None = None) -> tuple[int, list[SampleFailure]]:
+def check_all(
+    index_or_dataset,
+    *,
+    root: str | None = None,
+    follow_symlinks: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[int, list[SampleFailure]]:
     """Load every sample in this process; ``(samples tried, failures with path and full traceback)``.
 
     An index (or packed set) is opened by :func:`open_dataset` (``follow_symlinks`` as there)."""
@@ -311,8 +331,14 @@ def check_all(index_or_dataset, *, root: str | None = None, follow_symlinks: str
             ds[i]
         except Exception as exc:  # every failure is a finding: record it, go on to the next sample
             path = getattr(exc, "path", None) or _path_of(ds, i)
-            failures.append(SampleFailure(i, path, f"{type(exc).__name__}: {exc}",
-                                          "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))))
+            failures.append(
+                SampleFailure(
+                    i,
+                    path,
+                    f"{type(exc).__name__}: {exc}",
+                    "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+                )
+            )
         if progress is not None:
             progress(i + 1, n)
     return n, failures
@@ -360,29 +386,35 @@ def _rate(slope: float | None) -> str:
 def format_probe(result: ProbeResult, ascii_only: bool | None = None) -> str:
     """Throughput, per-worker memory start/end with a sparkline, and the verdict."""
     r = result
-    lines = [f"probe: {r.num_workers} workers, batch_size {r.batch_size}: {r.batches} batches, {r.samples} samples "
-             f"in {r.seconds:.1f} s = {r.samples_per_s:.1f} samples/s (first batch after {r.startup:.1f} s)"]
+    lines = [
+        f"probe: {r.num_workers} workers, batch_size {r.batch_size}: {r.batches} batches, {r.samples} samples "
+        f"in {r.seconds:.1f} s = {r.samples_per_s:.1f} samples/s (first batch after {r.startup:.1f} s)"
+    ]
     if r.failed:
-        lines.append(f"  {r.failed} samples failed to load (skipped): list them with "
-                     "dsclean probe INDEX --num-workers 0 --all")
+        lines.append(
+            f"  {r.failed} samples failed to load (skipped): list them with dsclean probe INDEX --num-workers 0 --all"
+        )
     metric = r.memory_metric.upper()
     if r.main_rss:
         chart = sparkline(r.main_rss, ascii_only=ascii_only, min_span=SPARK_MIN_SPAN)
-        lines.append(f"  main RSS  {chart}  "
-                     f"{human(r.main_rss[0])} -> {human(r.main_rss[-1])}")
+        lines.append(f"  main RSS  {chart}  {human(r.main_rss[0])} -> {human(r.main_rss[-1])}")
     for n, w in enumerate(r.workers):
         verdict = "CLIMBING" if w.climbing else "settled" if w.slope is not None else "too short to tell"
         pss = f", PSS {human(w.pss[-1])}" if w.pss and w.pss[-1] is not None else ""
         chart = sparkline(w.uss, ascii_only=ascii_only, min_span=SPARK_MIN_SPAN)
-        lines.append(f"  worker {n} (pid {w.pid}) {metric} {chart}  "
-                     f"{human(w.start)} -> {human(w.end)}{pss}, {_rate(w.slope)}: {verdict}")
+        lines.append(
+            f"  worker {n} (pid {w.pid}) {metric} {chart}  "
+            f"{human(w.start)} -> {human(w.end)}{pss}, {_rate(w.slope)}: {verdict}"
+        )
     if r.num_workers and not r.workers:
         lines.append("  no worker was sampled (the run was shorter than the sampling interval)")
     if r.climbing:
-        lines.append(f"warning: worker memory climbs steadily (> {human(CLIMB_SLOPE)}/s and > {human(CLIMB_GROWTH)} "
-                     "after warm-up). Each worker keeps growing: the Dataset holds Python objects that every "
-                     "forked worker copies as it touches them (reference counts), or caches per item. Use "
-                     "IndexedDataset (a memory-mapped index, no per-sample objects) and do not keep state per item.")
+        lines.append(
+            f"warning: worker memory climbs steadily (> {human(CLIMB_SLOPE)}/s and > {human(CLIMB_GROWTH)} "
+            "after warm-up). Each worker keeps growing: the Dataset holds Python objects that every "
+            "forked worker copies as it touches them (reference counts), or caches per item. Use "
+            "IndexedDataset (a memory-mapped index, no per-sample objects) and do not keep state per item."
+        )
     elif r.workers:
         lines.append("worker memory settles: no sign of per-worker copying")
     if r.error:
@@ -419,8 +451,7 @@ _ADDRESS = re.compile(r"\b0x[0-9a-fA-F]+\b")
 _NUMBER = re.compile(r"(?<!Errno )(?<![\w.])\d+(?:\.\d+)?(?!\w)")
 
 
-def format_failures(tried: int, failures: list[SampleFailure], *, tracebacks: bool = False,
-                    examples: int = 5) -> str:
+def format_failures(tried: int, failures: list[SampleFailure], *, tracebacks: bool = False, examples: int = 5) -> str:
     """Failures grouped by reason with counts and example paths; every traceback only with ``tracebacks``."""
     lines = [f"loaded {tried} samples in the main process: {len(failures)} failed"]
     groups: dict[str, list[SampleFailure]] = {}
@@ -440,8 +471,10 @@ def format_failures(tried: int, failures: list[SampleFailure], *, tracebacks: bo
     elif failures:
         lines.append("full tracebacks: --tracebacks")
     if any("follow_symlinks='all'" in f.error for f in failures):
-        lines.append("links leading out of the root were refused: dsclean probe --symlinks all follows them "
-                     "(IndexedDataset(..., follow_symlinks='all'))")
+        lines.append(
+            "links leading out of the root were refused: dsclean probe --symlinks all follows them "
+            "(IndexedDataset(..., follow_symlinks='all'))"
+        )
     return "\n".join(lines)
 
 
@@ -450,8 +483,11 @@ def plot_probe(result: ProbeResult, path: str) -> None:
     plt = require_matplotlib()
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for n, w in enumerate(result.workers):
-        ax.plot(w.t, [v / 2**20 for v in w.uss], label=f"worker {n} {result.memory_metric.upper()}"
-                + (" (climbing)" if w.climbing else ""))
+        ax.plot(
+            w.t,
+            [v / 2**20 for v in w.uss],
+            label=f"worker {n} {result.memory_metric.upper()}" + (" (climbing)" if w.climbing else ""),
+        )
     if result.main_rss:
         ax.plot(result.main_t, [v / 2**20 for v in result.main_rss], "k--", label="main RSS")
     ax.axvline(result.fit_from, color="grey", linestyle=":", label="end of warm-up")
@@ -476,6 +512,8 @@ def require_matplotlib():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise UserError("--plot needs matplotlib, which is not installed: pip install matplotlib "
-                        "(the terminal sparklines work without it)") from None
+        raise UserError(
+            "--plot needs matplotlib, which is not installed: pip install matplotlib "
+            "(the terminal sparklines work without it)"
+        ) from None
     return plt

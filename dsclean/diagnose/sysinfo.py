@@ -6,6 +6,7 @@ them at a fake tree (``/proc``, ``/sys/fs/cgroup``, ``/.dockerenv``), a fake
 or Docker. Probes never raise for a missing or unreadable file: they return
 ``None`` fields and the caller says what could not be measured.
 """
+
 from __future__ import annotations
 
 import multiprocessing
@@ -211,8 +212,11 @@ def _read_v1(root: str, own: dict[str, str]) -> CgroupInfo:
     mem_dirs = _candidates(os.path.join(root, "memory"), own.get("memory", "/"))
     info = CgroupInfo(version=1, path=own.get("memory", "/"))
     info.memory_limit = _min_limit([read_int(os.path.join(d, "memory.limit_in_bytes")) for d in mem_dirs])
-    info.files = [os.path.join(d, "memory.limit_in_bytes") for d in mem_dirs
-                  if os.path.exists(os.path.join(d, "memory.limit_in_bytes"))]
+    info.files = [
+        os.path.join(d, "memory.limit_in_bytes")
+        for d in mem_dirs
+        if os.path.exists(os.path.join(d, "memory.limit_in_bytes"))
+    ]
     for d in mem_dirs:
         usage = read_int(os.path.join(d, "memory.usage_in_bytes"))
         if usage is not None:
@@ -224,8 +228,10 @@ def _read_v1(root: str, own: dict[str, str]) -> CgroupInfo:
             info.oom_kills = int(m.group(1))
             break
     cpu_path = own.get("cpu", own.get("cpu,cpuacct", "/"))
-    cpu_base = next((os.path.join(root, n) for n in ("cpu", "cpu,cpuacct") if os.path.isdir(os.path.join(root, n))),
-                    os.path.join(root, "cpu"))
+    cpu_base = next(
+        (os.path.join(root, n) for n in ("cpu", "cpu,cpuacct") if os.path.isdir(os.path.join(root, n))),
+        os.path.join(root, "cpu"),
+    )
     quotas = []
     for d in _candidates(cpu_base, cpu_path):
         quota = read_int(os.path.join(d, "cpu.cfs_quota_us"))
@@ -319,8 +325,14 @@ class ContainerInfo:
     evidence: list[str] = field(default_factory=list)
 
 
-_RUNTIME_MARKERS = (("kubepods", "kubernetes"), ("docker", "docker"), ("containerd", "container"),
-                    ("libpod", "podman"), ("crio", "container"), ("lxc", "container"))
+_RUNTIME_MARKERS = (
+    ("kubepods", "kubernetes"),
+    ("docker", "docker"),
+    ("containerd", "container"),
+    ("libpod", "podman"),
+    ("crio", "container"),
+    ("lxc", "container"),
+)
 
 
 def detect_container(paths: SysPaths) -> ContainerInfo:
@@ -393,10 +405,16 @@ def parse_oom_kills(text: str) -> list[OomKill]:
             continue
         fields = {k: int(v) * 1024 for k, v in _FIELD.findall(m.group(3))}
         stamp = _STAMP.match(line)
-        kill = OomKill(pid=int(m.group(1)), process=m.group(2), anon_rss=fields.get("anon-rss"),
-                       total_vm=fields.get("total-vm"), file_rss=fields.get("file-rss"),
-                       shmem_rss=fields.get("shmem-rss"), when=stamp.group(1) if stamp else None,
-                       line=line.strip())
+        kill = OomKill(
+            pid=int(m.group(1)),
+            process=m.group(2),
+            anon_rss=fields.get("anon-rss"),
+            total_vm=fields.get("total-vm"),
+            file_rss=fields.get("file-rss"),
+            shmem_rss=fields.get("shmem-rss"),
+            when=stamp.group(1) if stamp else None,
+            line=line.strip(),
+        )
         if pending and pending.get("pid") in (None, str(kill.pid)):
             kill.constraint = pending.get("constraint")
             kill.memcg = pending.get("oom_memcg") or pending.get("task_memcg")
@@ -415,8 +433,11 @@ class KernelLog:
 
 
 def _usable_output(out: str) -> bool:
-    lines = [ln for ln in out.splitlines() if ln.strip() and not ln.startswith("-- No entries --")
-             and not ln.startswith("Hint:")]
+    lines = [
+        ln
+        for ln in out.splitlines()
+        if ln.strip() and not ln.startswith("-- No entries --") and not ln.startswith("Hint:")
+    ]
     return bool(lines)
 
 
@@ -429,8 +450,9 @@ def read_kernel_log(paths: SysPaths) -> KernelLog:
     errors: list[str] = []
     for cmd in paths.kernel_log_cmds:
         try:
-            proc = subprocess.run(list(cmd), capture_output=True, text=True, errors="replace",
-                                  timeout=_LOG_TIMEOUT, check=False)
+            proc = subprocess.run(
+                list(cmd), capture_output=True, text=True, errors="replace", timeout=_LOG_TIMEOUT, check=False
+            )
         except FileNotFoundError:
             errors.append(f"{cmd[0]}: not installed")
             continue
@@ -456,7 +478,11 @@ class StartMethodInfo:
 
 def read_start_method(paths: SysPaths) -> StartMethodInfo:
     """The default multiprocessing start method DataLoader workers will use (fork/spawn/forkserver)."""
-    method = paths.start_method or multiprocessing.get_start_method(allow_none=True) or \
-        multiprocessing.get_context().get_start_method()
-    return StartMethodInfo(method=method, platform=paths.platform or sys.platform,
-                           needs_main_guard=method in ("spawn", "forkserver"))
+    method = (
+        paths.start_method
+        or multiprocessing.get_start_method(allow_none=True)
+        or multiprocessing.get_context().get_start_method()
+    )
+    return StartMethodInfo(
+        method=method, platform=paths.platform or sys.platform, needs_main_guard=method in ("spawn", "forkserver")
+    )

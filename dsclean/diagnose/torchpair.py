@@ -6,6 +6,7 @@ another torch (PyPI's default is a CUDA build): ``import torchvision`` then fail
 broken extension must not take doctor down), runs ``torchvision.ops.nms`` on two boxes, and
 names the matching pair and the index URL to install it from.
 """
+
 from __future__ import annotations
 
 import importlib.machinery
@@ -85,19 +86,39 @@ def torchvision_verdict(extra_path: list[str] | None = None) -> tuple[str, str, 
     this torch) or fail with the pair to install."""
     found = probe_torchvision(extra_path)
     if found is None:
-        return (OK, "not installed", "dsclean does not need it; if you install it, install the build made for "
-                "your torch (README: Installing torch)", [], {})
+        return (
+            OK,
+            "not installed",
+            "dsclean does not need it; if you install it, install the build made for "
+            "your torch (README: Installing torch)",
+            [],
+            {},
+        )
     if "error" not in found:
-        return (OK, f"{found['torchvision']} with torch {found['torch']}",
-                "its C++ operators load (torchvision.ops.nms ran)", [], found)
+        return (
+            OK,
+            f"{found['torchvision']} with torch {found['torch']}",
+            "its C++ operators load (torchvision.ops.nms ran)",
+            [],
+            found,
+        )
     torch_version = found.get("torch", "")
     pair = matching(torch_version) if torch_version else None
     fixes = []
     if pair:
         url = index_url(torch_version, found.get("cuda"))
-        fixes.append(f"pip install torchvision=={pair[0]}.* torchaudio=={pair[1]}.* --index-url {url} "
-                     f"(the builds made for torch {torch_version}; add --no-deps to keep this torch)")
-    fixes.append("or reinstall all three from one index: pip install torch torchvision torchaudio --index-url "
-                 "https://download.pytorch.org/whl/cpu (or .../cu128 for CUDA 12.8)")
-    return (FAIL, f"{found.get('torchvision', '?')} does not work with torch {torch_version or '?'}",
-            f"torchvision was built for another torch: {found['error']}", fixes, found)
+        fixes.append(
+            f"pip install torchvision=={pair[0]}.* torchaudio=={pair[1]}.* --index-url {url} "
+            f"(the builds made for torch {torch_version}; add --no-deps to keep this torch)"
+        )
+    fixes.append(
+        "or reinstall all three from one index: pip install torch torchvision torchaudio --index-url "
+        "https://download.pytorch.org/whl/cpu (or .../cu128 for CUDA 12.8)"
+    )
+    return (
+        FAIL,
+        f"{found.get('torchvision', '?')} does not work with torch {torch_version or '?'}",
+        f"torchvision was built for another torch: {found['error']}",
+        fixes,
+        found,
+    )

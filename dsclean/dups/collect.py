@@ -7,6 +7,7 @@ without fact columns, a root never scanned) is computed in worker processes
 (:mod:`dsclean.dups.worker`). Rows are kept as column arrays (no object per file),
 built in batches of ``BATCH`` files.
 """
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import locations, reasons
-from ..formats import IMAGE, format_of_name, kind_of
 from ..errors import UserError
+from ..formats import IMAGE, format_of_name, kind_of
 from ..hashing import DIGEST_SIZE
 from ..quality import flags as F
 from ..scanning.discover import DiscoverStats, iter_media
@@ -71,15 +72,40 @@ class Inventory:
 class _Columns:
     """Rows appended one at a time, flushed to numpy arrays every BATCH rows."""
 
-    NAMES = ("root", "path", "size", "mtime_ns", "kind", "pixels", "content_hash", "has_hash", "phash",
-             "has_phash", "low_information", "dev", "ino")
+    NAMES = (
+        "root",
+        "path",
+        "size",
+        "mtime_ns",
+        "kind",
+        "pixels",
+        "content_hash",
+        "has_hash",
+        "phash",
+        "has_phash",
+        "low_information",
+        "dev",
+        "ino",
+    )
 
     def __init__(self) -> None:
         self.parts: dict[str, list] = {n: [] for n in self.NAMES}
         self.rows: dict[str, list] = {n: [] for n in self.NAMES}
 
-    def add(self, root: int, path: bytes, size, mtime, kind, width, height, chash, phash, low,
-            file_id: tuple[int, int] | None = None) -> None:
+    def add(
+        self,
+        root: int,
+        path: bytes,
+        size,
+        mtime,
+        kind,
+        width,
+        height,
+        chash,
+        phash,
+        low,
+        file_id: tuple[int, int] | None = None,
+    ) -> None:
         r = self.rows
         r["root"].append(root)
         r["path"].append(path)
@@ -104,8 +130,15 @@ class _Columns:
         p = self.parts
         p["root"].append(np.array(r["root"], np.int32))
         p["path"].append(pa.array(r["path"], pa.binary()))
-        for name, typ in (("size", np.int64), ("mtime_ns", np.int64), ("kind", np.int8), ("pixels", np.int64),
-                          ("has_hash", bool), ("has_phash", bool), ("low_information", bool)):
+        for name, typ in (
+            ("size", np.int64),
+            ("mtime_ns", np.int64),
+            ("kind", np.int8),
+            ("pixels", np.int64),
+            ("has_hash", bool),
+            ("has_phash", bool),
+            ("low_information", bool),
+        ):
             p[name].append(np.array(r[name], typ))
         p["content_hash"].append(np.frombuffer(b"".join(r["content_hash"]), np.uint8).reshape(-1, DIGEST_SIZE))
         for name in ("phash", "dev", "ino"):
@@ -116,13 +149,25 @@ class _Columns:
         self.flush()
         p = self.parts
         if not p["root"]:
-            empty = {n: np.zeros(0, t) for n, t in (("root", np.int32), ("size", np.int64), ("mtime_ns", np.int64),
-                                                    ("kind", np.int8), ("pixels", np.int64), ("has_hash", bool),
-                                                    ("phash", np.uint64), ("has_phash", bool),
-                                                    ("low_information", bool), ("dev", np.uint64),
-                                                    ("ino", np.uint64))}
-            return Inventory(roots=roots, path=pa.array([], pa.binary()),
-                             content_hash=np.zeros((0, DIGEST_SIZE), np.uint8), **empty)
+            empty = {
+                n: np.zeros(0, t)
+                for n, t in (
+                    ("root", np.int32),
+                    ("size", np.int64),
+                    ("mtime_ns", np.int64),
+                    ("kind", np.int8),
+                    ("pixels", np.int64),
+                    ("has_hash", bool),
+                    ("phash", np.uint64),
+                    ("has_phash", bool),
+                    ("low_information", bool),
+                    ("dev", np.uint64),
+                    ("ino", np.uint64),
+                )
+            }
+            return Inventory(
+                roots=roots, path=pa.array([], pa.binary()), content_hash=np.zeros((0, DIGEST_SIZE), np.uint8), **empty
+            )
         cols = {n: np.concatenate(p[n]) for n in self.NAMES if n != "path"}
         path = pa.concat_arrays(p["path"]) if len(p["path"]) > 1 else p["path"][0]
         return Inventory(roots=roots, path=path, **cols)
@@ -141,8 +186,10 @@ def check_outside_roots(path: str, roots: list[str], what: str) -> None:
     new folder there would become a class of its own for ImageFolder (:func:`dsclean.locations.is_inside`)."""
     for root in roots:
         if os.path.isdir(root) and locations.is_inside(path, root):
-            raise UserError(f"{what} {path} is inside the dataset {root}; dsclean never writes into a dataset: "
-                            "put it somewhere else")
+            raise UserError(
+                f"{what} {path} is inside the dataset {root}; dsclean never writes into a dataset: "
+                "put it somewhere else"
+            )
 
 
 def check_distinct(roots: list[str], abs_roots: list[str]) -> None:
@@ -162,8 +209,16 @@ def check_distinct(roots: list[str], abs_roots: list[str]) -> None:
                 raise UserError(f"{given} is inside {other}; give roots that do not nest (each root is one split)")
 
 
-def collect(roots: list[str], *, limits: Limits = Limits(), workers: int = 1, exclude: tuple[str, ...] = (),
-            use_results: bool = True, progress=None, state_dir: str | None = None) -> Inventory:
+def collect(
+    roots: list[str],
+    *,
+    limits: Limits = Limits(),
+    workers: int = 1,
+    exclude: tuple[str, ...] = (),
+    use_results: bool = True,
+    progress=None,
+    state_dir: str | None = None,
+) -> Inventory:
     """Facts of every media file under ``roots`` (paths as given), from scan results or computed."""
     abs_roots = [validate_root(r) for r in roots]
     check_distinct(roots, abs_roots)
@@ -206,8 +261,9 @@ def collect(roots: list[str], *, limits: Limits = Limits(), workers: int = 1, ex
 
 def path_rank(inv: Inventory) -> np.ndarray:
     """Each file's position in (root as given, path bytes) order."""
-    order = pc.sort_indices(pa.table({"root": inv.root, "path": inv.path}),
-                            sort_keys=[("root", "ascending"), ("path", "ascending")]).to_numpy()
+    order = pc.sort_indices(
+        pa.table({"root": inv.root, "path": inv.path}), sort_keys=[("root", "ascending"), ("path", "ascending")]
+    ).to_numpy()
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order))
     return rank
@@ -237,9 +293,11 @@ def mark_same_files(inv: Inventory) -> None:
     for k in range(1, len(order)):
         if same[k - 1]:
             inv.alias_of[order[k]] = first
-            inv.same_file.append(f"{os.path.join(inv.roots[inv.root[order[k]]], os.fsdecode(inv.rel(order[k])))} "
-                                 f"is the same file as {os.path.join(inv.roots[inv.root[first]], os.fsdecode(inv.rel(first)))}"
-                                 " (a hard link, or one file seen through two mounts): not compared as a copy")
+            inv.same_file.append(
+                f"{os.path.join(inv.roots[inv.root[order[k]]], os.fsdecode(inv.rel(order[k])))} "
+                f"is the same file as {os.path.join(inv.roots[inv.root[first]], os.fsdecode(inv.rel(first)))}"
+                " (a hard link, or one file seen through two mounts): not compared as a copy"
+            )
         else:
             first = order[k]
 
@@ -290,8 +348,9 @@ def _chunks(items: Iterator[str], size: int) -> Iterator[list[str]]:
         yield chunk
 
 
-def _from_results(index: int, root: str, results: pa.Table | None, cols: _Columns, stats: dict,
-                  exclude: tuple[str, ...]) -> Iterator[str]:
+def _from_results(
+    index: int, root: str, results: pa.Table | None, cols: _Columns, stats: dict, exclude: tuple[str, ...]
+) -> Iterator[str]:
     """Add the files whose facts the results hold; yield the relative paths that need computing."""
     media = iter_media(root, exclude=exclude, stats=DiscoverStats())
     while True:
@@ -312,15 +371,19 @@ def _take(it, n):
         yield nxt
 
 
-def _match_batch(index: int, root: str, batch: list[str], results: pa.Table, cols: _Columns,
-                 stats: dict) -> Iterator[str]:
+def _match_batch(
+    index: int, root: str, batch: list[str], results: pa.Table, cols: _Columns, stats: dict
+) -> Iterator[str]:
     """One batch: rows of the results aligned with the batch by one hash lookup, then a stat per file."""
     encoded = [encode_path(rel) for rel in batch]
     where = pc.index_in(pa.array(encoded, pa.binary()), value_set=results.column("path").chunk(0))
     found = where.is_valid().to_pylist()
     rows = results.take(pc.fill_null(where, 0))
-    py = {n: rows.column(n).to_pylist() if n in rows.column_names else [None] * len(batch)
-          for n in _RESULT_COLUMNS if n != "path"}
+    py = {
+        n: rows.column(n).to_pylist() if n in rows.column_names else [None] * len(batch)
+        for n in _RESULT_COLUMNS
+        if n != "path"
+    }
     for i, (rel, raw) in enumerate(zip(batch, encoded)):
         if not found[i]:
             yield rel
@@ -335,16 +398,29 @@ def _match_batch(index: int, root: str, batch: list[str], results: pa.Table, col
             continue
         flags = py["flags"][i] or []
         image = _is_image(rel)
-        usable = (py["size"][i] == st.st_size and py["mtime_ns"][i] == st.st_mtime_ns
-                  and py["content_hash"][i] is not None
-                  and (py["phash"][i] is not None or F.LOW_INFORMATION in flags or not image))
+        usable = (
+            py["size"][i] == st.st_size
+            and py["mtime_ns"][i] == st.st_mtime_ns
+            and py["content_hash"][i] is not None
+            and (py["phash"][i] is not None or F.LOW_INFORMATION in flags or not image)
+        )
         if not usable:
             yield rel
             continue
         stats["from_results"] += 1
-        cols.add(index, raw, st.st_size, st.st_mtime_ns, KIND_CODES["image" if image else "audio"],
-                 py["width"][i], py["height"][i], py["content_hash"][i], py["phash"][i], F.LOW_INFORMATION in flags,
-                 (st.st_dev, st.st_ino))
+        cols.add(
+            index,
+            raw,
+            st.st_size,
+            st.st_mtime_ns,
+            KIND_CODES["image" if image else "audio"],
+            py["width"][i],
+            py["height"][i],
+            py["content_hash"][i],
+            py["phash"][i],
+            F.LOW_INFORMATION in flags,
+            (st.st_dev, st.st_ino),
+        )
 
 
 def _is_image(rel: str) -> bool:

@@ -4,6 +4,7 @@
 and returns a :class:`DupsResult`; :func:`write_groups` writes the JSONL described
 in docs/reference/facts.md; :func:`quarantine_duplicates` moves the extras (:mod:`.moves`).
 """
+
 from __future__ import annotations
 
 import json
@@ -91,8 +92,15 @@ class DupsResult:
             yield {
                 "group": n,
                 "kind": g.kind,
-                "members": [{"root": inv.roots[inv.root[i]], **extra[inv.root[i]], **path_fields(inv.rel(i)),
-                             "distance": int(d)} for i, d in zip(g.members, g.distance)],
+                "members": [
+                    {
+                        "root": inv.roots[inv.root[i]],
+                        **extra[inv.root[i]],
+                        **path_fields(inv.rel(i)),
+                        "distance": int(d),
+                    }
+                    for i, d in zip(g.members, g.distance)
+                ],
                 "splits": [inv.roots[r] for r in g.splits(inv)],
             }
 
@@ -105,8 +113,9 @@ def _workers(jobs: int) -> int:
     return usable_cores()
 
 
-def find_duplicates(roots: list[str] | str, options: DupsOptions = DupsOptions(), *,
-                    quarantine: str | None = None, progress=None) -> DupsResult:
+def find_duplicates(
+    roots: list[str] | str, options: DupsOptions = DupsOptions(), *, quarantine: str | None = None, progress=None
+) -> DupsResult:
     """Exact and near duplicate groups over ``roots`` (each root is one split; names as given).
 
     ``progress``: called with 1 for each file whose facts are computed here (not taken from scan results).
@@ -124,8 +133,15 @@ def find_duplicates(roots: list[str] | str, options: DupsOptions = DupsOptions()
     workers = _workers(options.jobs)
     limits = Limits(options.timeout, options.max_memory, options.flag_options)
     exclude = tuple(options.exclude) + ((os.path.abspath(quarantine),) if quarantine else ())
-    inv = collect(roots, limits=limits, workers=workers, exclude=exclude, use_results=options.use_results,
-                  progress=progress, state_dir=options.state_dir)
+    inv = collect(
+        roots,
+        limits=limits,
+        workers=workers,
+        exclude=exclude,
+        use_results=options.use_results,
+        progress=progress,
+        state_dir=options.state_dir,
+    )
     verify = _verifier(inv, limits, workers, options.min_similarity) if options.verify else None
     groups, near_stats = group(inv, options.near, verify)
     s = DupsSummary(roots=list(roots), near=options.near, near_stats=asdict(near_stats))
@@ -165,9 +181,8 @@ def _thumbnails(inv: Inventory, files: np.ndarray, limits: Limits, workers: int)
         mine = files[inv.root[files] == r]
         rels = [os.fsdecode(inv.rel(int(i))) for i in mine]
         index = {rel: int(i) for rel, i in zip(rels, mine)}
-        chunks = [rels[k:k + 32] for k in range(0, len(rels), 32)]
-        for chunk, thumbs in run_chunks(thumbs_chunk, os.path.abspath(root), chunks, limits, workers,
-                                        lambda rel: None):
+        chunks = [rels[k : k + 32] for k in range(0, len(rels), 32)]
+        for chunk, thumbs in run_chunks(thumbs_chunk, os.path.abspath(root), chunks, limits, workers, lambda rel: None):
             for rel, t in zip(chunk, thumbs):
                 if t is not None:
                     out[index[rel]] = t

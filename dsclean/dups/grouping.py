@@ -10,6 +10,7 @@ not yet grouped. Every member is thus
 within K of its group's representative; nothing chains A~B~C into one group.
 A near group carries the exact copies of each representative in it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -10,6 +10,7 @@ go to ``DIR/<root name>/<path>``, a quarantine of its own (journal, lock), so
 ``dsclean restore DIR/<root name>`` puts them back. Reason: ``duplicate``. Each subfolder is recorded
 in its root's state folder (:mod:`.quarantines`), so ``dsclean report ROOT`` knows what dups moved.
 """
+
 from __future__ import annotations
 
 import os
@@ -116,8 +117,14 @@ def _choose(inv, members: list[int], keep: str) -> int:
     return best
 
 
-def quarantine_duplicates(result: DupsResult, qdir: str, keep: str = "first", drop_from: str | None = None,
-                          dry_run: bool = False, state_dir: str | None = None) -> MoveReport:
+def quarantine_duplicates(
+    result: DupsResult,
+    qdir: str,
+    keep: str = "first",
+    drop_from: str | None = None,
+    dry_run: bool = False,
+    state_dir: str | None = None,
+) -> MoveReport:
     """Move every extra copy into ``qdir/<root name>/``, journaled; never overwrites, never deletes.
     Each subfolder is first recorded in its root's state folder (``state_dir``), for ``dsclean report``."""
     inv = result.inventory

@@ -5,6 +5,7 @@ worker dies (a decoder segfaults, or the per-file time limit kills it), every
 chunk in flight is lost with the pool; those files are re-run one per task on a
 fresh pool, so the culprit is named and its neighbours get their answers.
 """
+
 from __future__ import annotations
 
 from concurrent.futures.process import BrokenProcessPool
@@ -17,8 +18,9 @@ from .worker import Limits
 Task = Callable[[str, list[str], Limits], list]
 
 
-def run_chunks(task: Task, root: str, chunks: Iterable[list[str]], limits: Limits, workers: int,
-               on_death: Callable[[str], object]) -> Iterator[tuple[list[str], list]]:
+def run_chunks(
+    task: Task, root: str, chunks: Iterable[list[str]], limits: Limits, workers: int, on_death: Callable[[str], object]
+) -> Iterator[tuple[list[str], list]]:
     """Yield (rels, answers) per chunk as they finish; a file that kills its worker gets ``on_death(rel)``."""
     pool = make_pool("loky", workers)
     flight: InFlight[list[str]] = InFlight(chunks)

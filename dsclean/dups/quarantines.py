@@ -5,6 +5,7 @@ the root's state folder (``dups_quarantines.json``, next to the last-scan pointe
 ``dsclean report ROOT`` finds those files through their journal: they are no longer
 duplicates in the dataset, and their thumbnails come from the quarantine.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,11 @@ def recorded_quarantines(root: str, state_dir: str | None = None) -> list[str]:
         return []
     except (OSError, ValueError, AttributeError):
         return []  # a damaged record: the report then only misses these moves, as before dups recorded them
-    return [q for q in folders if isinstance(q, str) and os.path.isabs(q) and os.path.isdir(q)] \
-        if isinstance(folders, list) else []
+    return (
+        [q for q in folders if isinstance(q, str) and os.path.isabs(q) and os.path.isdir(q)]
+        if isinstance(folders, list)
+        else []
+    )
 
 
 def record_quarantine(root: str, folder: str, state_dir: str | None = None) -> str | None:
@@ -44,6 +48,8 @@ def record_quarantine(root: str, folder: str, state_dir: str | None = None) -> s
             with open(tmp, "w", encoding="utf-8") as f:
                 json.dump({"root": os.path.realpath(root), "quarantines": [*known, folder]}, f, indent=2)
     except OSError as exc:
-        return (f"could not record {folder} in the state folder of {root} ({exc.strerror or exc}): "
-                "dsclean report will not know these copies were moved")
+        return (
+            f"could not record {folder} in the state folder of {root} ({exc.strerror or exc}): "
+            "dsclean report will not know these copies were moved"
+        )
     return None

@@ -11,6 +11,7 @@ reported. ``k`` starts near log2(N) and grows while the first table's buckets
 hold many more than N candidate pairs (hashes of real pictures are not uniform).
 Memory: a few arrays of N plus the pairs found.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -163,7 +164,9 @@ def _within(members, starts, counts):
     """Every pair of positions that share one hash value (distance 0): offset 1 inside each run, then 2, ..."""
     multi = np.flatnonzero(counts >= 2)
     run_start, run_len = starts[multi], counts[multi]
-    pos = np.repeat(run_start, run_len) + np.arange(int(run_len.sum())) - np.repeat(np.cumsum(run_len) - run_len, run_len)
+    pos = (
+        np.repeat(run_start, run_len) + np.arange(int(run_len.sum())) - np.repeat(np.cumsum(run_len) - run_len, run_len)
+    )
     end = np.repeat(run_start + run_len, run_len)
     i_parts, j_parts = [], []
     offset = 1

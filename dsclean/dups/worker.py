@@ -5,6 +5,7 @@ chunk's answer is small to send back. The time limit and memory ceiling are the
 scan's (:mod:`dsclean.scanning.worker`): a decoder that hangs is killed with its
 process, and :mod:`dsclean.dups.pool` re-runs the chunk file by file to name it.
 """
+
 from __future__ import annotations
 
 import os
@@ -68,8 +69,17 @@ def facts_row(path: str, options: FlagOptions = FlagOptions()) -> Row:
         return (None, None, -1, None, None, None, None, False, "out of memory")
     facts = ff.facts
     low = bool(facts and F.LOW_INFORMATION in facts.flags)
-    return (ff.size, ff.mtime_ns, KIND_CODES.get(ff.kind, -1), ff.width, ff.height,
-            facts.content_hash if facts else None, facts.phash if facts else None, low, ff.error)
+    return (
+        ff.size,
+        ff.mtime_ns,
+        KIND_CODES.get(ff.kind, -1),
+        ff.width,
+        ff.height,
+        facts.content_hash if facts else None,
+        facts.phash if facts else None,
+        low,
+        ff.error,
+    )
 
 
 def thumbs_chunk(root: str, rels: list[str], limits: Limits) -> list[np.ndarray | None]:

@@ -14,6 +14,7 @@ the deny-list beside the shards (:mod:`dsclean.denylist`). Each file appears onc
 name it. What was re-checked is recorded in the root's state folder (:mod:`dsclean.rechecked`) so
 the next ``dsclean scan`` checks those files again even if its cache says they are unchanged.
 """
+
 from __future__ import annotations
 
 import logging
@@ -148,20 +149,32 @@ def quarantine_from_log(logs: list[str], options: FromLogOptions = FromLogOption
     if got.refused and len(got.refused) >= len(got.files):  # a file is listed, then refused when read
         raise UserError(f"cannot read the failure log: {'; '.join(got.refused)}")
     if not got.files:
-        raise UserError(f"no failure log at {', '.join(logs)} (nor per-process files beside it, e.g. "
-                        f"{os.path.basename(logs[0])} -> *.rank0.worker0.jsonl)")
-    summary = FromLogSummary(logs=list(logs), files_read=got.files, failures=len(got.failures),
-                             damaged_lines=got.damaged_lines, torn_lines=got.torn_lines, refused=got.refused,
-                             dry_run=options.dry_run)
+        raise UserError(
+            f"no failure log at {', '.join(logs)} (nor per-process files beside it, e.g. "
+            f"{os.path.basename(logs[0])} -> *.rank0.worker0.jsonl)"
+        )
+    summary = FromLogSummary(
+        logs=list(logs),
+        files_read=got.files,
+        failures=len(got.failures),
+        damaged_lines=got.damaged_lines,
+        torn_lines=got.torn_lines,
+        refused=got.refused,
+        dry_run=options.dry_run,
+    )
     files: dict[str, Recheck] = {}
     samples: dict[tuple[str, str], Recheck] = {}
-    roots = {r["root"] for r in got.failures if isinstance(r.get("root"), str) and r.get("root")
-             and r.get("shard") is None}
+    roots = {
+        r["root"] for r in got.failures if isinstance(r.get("root"), str) and r.get("root") and r.get("shard") is None
+    }
     folders: dict[str, dict[str, str]] = {}  # packed set folder -> key -> shard file (a line naming the folder)
     for rec in got.failures:
         if rec.get("shard") is not None or rec.get("key") is not None:  # a sample in a shard set, never a file
-            shard = _resolve(rec, options.root, "shard") \
-                if isinstance(rec.get("shard"), str) and isinstance(rec.get("key"), str) else None
+            shard = (
+                _resolve(rec, options.root, "shard")
+                if isinstance(rec.get("shard"), str) and isinstance(rec.get("key"), str)
+                else None
+            )
             if shard is not None and os.path.isdir(shard):
                 if shard not in folders:
                     folders[shard] = _shard_files(shard)
@@ -174,16 +187,20 @@ def quarantine_from_log(logs: list[str], options: FromLogOptions = FromLogOption
             path = _resolve(rec, options.root)
             if path is None:
                 if isinstance(rec.get("path"), str) and rec["path"] and not os.path.isabs(rec["path"]):
-                    raise UserError(f"{rec['path']}: a relative path in the log with no root (the log line has "
-                                    "none): pass --root ROOT, the folder the dataset's paths are relative to")
+                    raise UserError(
+                        f"{rec['path']}: a relative path in the log with no root (the log line has "
+                        "none): pass --root ROOT, the folder the dataset's paths are relative to"
+                    )
                 summary.unplaced += 1
                 continue
             _first(files, path, rec, Recheck("file", path=path))
         else:
             summary.unplaced += 1
     if summary.unplaced:
-        summary.notes.append(f"{summary.unplaced} log lines name no file or shard sample that can be placed (a "
-                             "relative path without a root: pass --root, or an index without a path)")
+        summary.notes.append(
+            f"{summary.unplaced} log lines name no file or shard sample that can be placed (a "
+            "relative path without a root: pass --root, or an index without a path)"
+        )
     if files:
         _files(summary, files, roots, options)
     if samples:
@@ -197,11 +214,15 @@ def _root_of(files: dict[str, Recheck], roots: set[str], options: FromLogOptions
     elif len(roots) == 1:
         root = next(iter(roots))
     elif roots:
-        raise UserError(f"the logs name files under {len(roots)} roots ({', '.join(sorted(roots)[:3])}); a "
-                        "quarantine holds one root's files: pass --root ROOT (and run once per root)")
+        raise UserError(
+            f"the logs name files under {len(roots)} roots ({', '.join(sorted(roots)[:3])}); a "
+            "quarantine holds one root's files: pass --root ROOT (and run once per root)"
+        )
     else:
-        raise UserError("the logs give no dataset root for their files: pass --root ROOT (the folder the files "
-                        "are under, the one dsclean scan is run on)")
+        raise UserError(
+            "the logs give no dataset root for their files: pass --root ROOT (the folder the files "
+            "are under, the one dsclean scan is run on)"
+        )
     if not os.path.isdir(root):
         raise UserError(f"dataset root {root} is not a folder")
     return os.path.abspath(root)
@@ -213,9 +234,11 @@ def _files(summary: FromLogSummary, files: dict[str, Recheck], roots: set[str], 
     qdir = os.path.abspath(options.quarantine) if options.quarantine else None
     summary.quarantine = qdir
     if qdir and locations.is_inside(qdir, root):
-        raise UserError(f"the quarantine folder {qdir} is inside the dataset root {root}: torchvision's "
-                        "ImageFolder (and anything else that lists the tree) would see it as one more class. "
-                        "Choose a --quarantine outside ROOT")
+        raise UserError(
+            f"the quarantine folder {qdir} is inside the dataset root {root}: torchvision's "
+            "ImageFolder (and anything else that lists the tree) would see it as one more class. "
+            "Choose a --quarantine outside ROOT"
+        )
     if qdir and os.path.exists(qdir) and not os.path.isdir(qdir):
         raise UserError(f"quarantine folder {qdir} is a file, not a folder")
     present: list[tuple[str, Recheck]] = []
@@ -246,11 +269,24 @@ def _files(summary: FromLogSummary, files: dict[str, Recheck], roots: set[str], 
                 except OSError as exc:
                     item.outcome = "failed"
                     item.detail = f"{v.detail}; not moved: {exc.strerror or exc}"
-    summary.recorded = rechecked.record(root, [{"rel": os.path.relpath(i.path, root), "status": i.status,
-                                                "reason": i.reason, "detail": i.detail, "outcome": i.outcome,
-                                                "kind": i.kind, "error": i.error, "message": i.message}
-                                               for i in files.values() if i.outcome != "left" or i.status],
-                                        options.state_dir)
+    summary.recorded = rechecked.record(
+        root,
+        [
+            {
+                "rel": os.path.relpath(i.path, root),
+                "status": i.status,
+                "reason": i.reason,
+                "detail": i.detail,
+                "outcome": i.outcome,
+                "kind": i.kind,
+                "error": i.error,
+                "message": i.message,
+            }
+            for i in files.values()
+            if i.outcome != "left" or i.status
+        ],
+        options.state_dir,
+    )
 
 
 def _open_tar(path: str) -> tarfile.TarFile:
@@ -297,8 +333,16 @@ def _samples(summary: FromLogSummary, samples: dict[tuple[str, str], Recheck], o
                 item.outcome = "would_deny"
             else:
                 item.outcome = "denied"
-                entry = {"shard": os.path.basename(shard), "key": key, "row": item.row, "reason": v.reason,
-                         "detail": v.detail, "error": item.error, "checker": CHECKER_VERSION, "source": SOURCE}
+                entry = {
+                    "shard": os.path.basename(shard),
+                    "key": key,
+                    "row": item.row,
+                    "reason": v.reason,
+                    "detail": v.detail,
+                    "error": item.error,
+                    "checker": CHECKER_VERSION,
+                    "source": SOURCE,
+                }
                 if path is not None:
                     entry["path"] = path
                 by_folder.setdefault(folder, []).append(entry)
@@ -377,8 +421,11 @@ def _shard_files(folder: str) -> dict[str, str]:
 
     keys = key_numbers(np.asarray(idx.offsets, np.int64), idx.data)
     shard_of = np.asarray(idx.extra["shard"])
-    return {f"{int(k):016x}": os.path.join(folder, names[int(s)]) for k, s in zip(keys.tolist(), shard_of.tolist())
-            if 0 <= int(s) < len(names)}
+    return {
+        f"{int(k):016x}": os.path.join(folder, names[int(s)])
+        for k, s in zip(keys.tolist(), shard_of.tolist())
+        if 0 <= int(s) < len(names)
+    }
 
 
 def _packed_rows(folder: str, shard_name: str, wanted: dict[str, Recheck]) -> dict[str, tuple[int, str]]:

@@ -17,6 +17,7 @@ What it did is an :class:`~dsclean.index.summary.IndexSummary`. The format itsel
 :mod:`dsclean.index.store`; labels and sample order (torchvision ``ImageFolder``'s, or a CSV)
 are in :mod:`dsclean.index.labels`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -106,56 +107,85 @@ def build_index(root: str, output: str, options: IndexOptions = IndexOptions(), 
     if options.labels_csv is not None and options.no_labels:
         raise UserError("--labels and --no-labels cannot be used together: pick one way to label")
     if options.facts and fmt == "npy":
-        raise UserError(f"{output}: --facts needs an arrow index (the facts include hashes and lists, "
-                        "which an npy folder of numbers cannot hold)")
+        raise UserError(
+            f"{output}: --facts needs an arrow index (the facts include hashes and lists, "
+            "which an npy folder of numbers cannot hold)"
+        )
     if not options.allow_inside_root and locations.is_inside(output, root):
-        raise UserError(f"the index {output} is inside the dataset root {root}: it would become part of the data "
-                        "(an npy folder is one more class for ImageFolder). Write it outside ROOT, or pass "
-                        "--allow-inside-root to accept that")
+        raise UserError(
+            f"the index {output} is inside the dataset root {root}: it would become part of the data "
+            "(an npy folder is one more class for ImageFolder). Write it outside ROOT, or pass "
+            "--allow-inside-root to accept that"
+        )
     state = locations.root_state_dir(root, options.state_dir)
     if options.check and not options.allow_inside_root and locations.is_inside(state, root):
-        raise UserError(f"the state folder {state} (--state-dir / DSCLEAN_STATE_DIR) is inside the dataset root "
-                        f"{root}: the scan cache would become part of the data. Choose one outside ROOT, or pass "
-                        "--allow-inside-root to accept that")
+        raise UserError(
+            f"the state folder {state} (--state-dir / DSCLEAN_STATE_DIR) is inside the dataset root "
+            f"{root}: the scan cache would become part of the data. Choose one outside ROOT, or pass "
+            "--allow-inside-root to accept that"
+        )
     include_warn = check_include_warn(options.include_warn)
     exclude_warn = check_exclude_warn(options.exclude_warn)
     mode = "csv" if options.labels_csv is not None else "none" if options.no_labels else "folder"
-    links = symlink_mode(options.symlinks if options.symlinks is not None
-                         else ("all" if options.files == "imagefolder" else None))
-    summary = IndexSummary(output=output, format=fmt, labels=mode, files=options.files, symlinks=links,
-                           include_warn=include_warn, exclude_warn=exclude_warn)
+    links = symlink_mode(
+        options.symlinks if options.symlinks is not None else ("all" if options.files == "imagefolder" else None)
+    )
+    summary = IndexSummary(
+        output=output,
+        format=fmt,
+        labels=mode,
+        files=options.files,
+        symlinks=links,
+        include_warn=include_warn,
+        exclude_warn=exclude_warn,
+    )
     csv_labels = read_labels_csv(options.labels_csv) if options.labels_csv is not None else None  # fail before the walk
 
     found = locations.find_scan(root, options.scan_results, options.state_dir, options.root_moved)
     results_paths, summary.results_source = found.paths, found.source
     partial = found.partial is not None  # only the parts of a job array that ran: the others' files are checked here
     if partial:
-        summary.results_source += ": the files of the missing parts are checked here (run those parts to reuse " \
-                                  "their verdicts)"
+        summary.results_source += (
+            ": the files of the missing parts are checked here (run those parts to reuse their verdicts)"
+        )
     note(summary, f"scan results: {summary.results_source}", options.progress)
     if results_paths and options.scan_results is None:  # the last scan, found through the state folder
         for _, judged in locations.interrupted_scans(root, options.state_dir):
-            note(summary, f"the last scan of {root} was interrupted after {judged:,} files: the files it did not "
-                  f"reach are checked here; run dsclean scan {root} to finish it (it reuses what it judged)",
-                  options.progress)
+            note(
+                summary,
+                f"the last scan of {root} was interrupted after {judged:,} files: the files it did not "
+                f"reach are checked here; run dsclean scan {root} to finish it (it reuses what it judged)",
+                options.progress,
+            )
     results_columns, check_options = results_info(results_paths, partial) if results_paths else ([], CheckOptions())
     profiles = profile_names(options.loaders)
     wanted = tuple(n for n in profiles if not PROFILES[n].reference)
     if tuple(check_options.loaders) != wanted:
         if results_paths and options.check:
-            note(summary, f"the scan results were made for the loaders {loader_list(check_options.loaders)}, not "
-                  f"{loader_list(wanted)}: every file is checked here (scan with the same --loader to reuse its "
-                  "verdicts)", options.progress)
+            note(
+                summary,
+                f"the scan results were made for the loaders {loader_list(check_options.loaders)}, not "
+                f"{loader_list(wanted)}: every file is checked here (scan with the same --loader to reuse its "
+                "verdicts)",
+                options.progress,
+            )
             results_paths, results_columns = [], []
         check_options = dataclasses.replace(check_options, loaders=wanted)
     summary.scan_results = ", ".join(results_paths) or None
     if options.facts and results_paths and not check_options.facts:
-        note(summary, "the scan results hold no facts (the scan ran with --facts none): the index's content_hash "
-              "and quality facts columns are null (media facts such as width and duration are there); re-scan "
-              "with --facts all to fill them", options.progress)
+        note(
+            summary,
+            "the scan results hold no facts (the scan ran with --facts none): the index's content_hash "
+            "and quality facts columns are null (media facts such as width and duration are there); re-scan "
+            "with --facts all to fill them",
+            options.progress,
+        )
     if not results_paths and not options.check:
-        note(summary, f"no scan results found for {root}; --no-check: indexing by extension/magic bytes only "
-              "(no decoding)", options.progress)
+        note(
+            summary,
+            f"no scan results found for {root}; --no-check: indexing by extension/magic bytes only (no decoding)",
+            options.progress,
+        )
 
     exclude = (*exclude, output)  # an npy index written inside the root is not a class folder
     classes = folder_classes(root, exclude, include_hidden=options.files == "imagefolder") if mode == "folder" else []
@@ -163,30 +193,51 @@ def build_index(root: str, output: str, options: IndexOptions = IndexOptions(), 
         classes = csv_labels.classes
     spill, spill_lock = make_spill_folder(os.path.dirname(os.path.abspath(output)))
     try:
-        rows = KeptRows(spill, by_label=mode == "folder", facts=options.facts, csv_labels=csv_labels,
-                        classes=len(classes))
-        fingerprint = _collect(root, exclude, classes, results_paths, results_columns, check_options, rows, summary,
-                               check=options.check, jobs=options.jobs, state_dir=options.state_dir,
-                               progress=options.progress)
+        rows = KeptRows(
+            spill, by_label=mode == "folder", facts=options.facts, csv_labels=csv_labels, classes=len(classes)
+        )
+        fingerprint = _collect(
+            root,
+            exclude,
+            classes,
+            results_paths,
+            results_columns,
+            check_options,
+            rows,
+            summary,
+            check=options.check,
+            jobs=options.jobs,
+            state_dir=options.state_dir,
+            progress=options.progress,
+        )
         if csv_labels is not None:
             _check_unlisted_csv_paths(root, csv_labels, rows.csv_seen, results_paths, summary, options.progress)
             if len(csv_labels.paths) and not rows.csv_seen.any():
                 example = os.fsdecode(csv_labels.paths[0].as_py())
-                raise UserError(f"{csv_labels.source}: none of its {len(csv_labels.paths):,} paths names a file "
-                                f"being indexed under {root} (e.g. line 2: {example!r}); paths must be relative "
-                                "to the root, like cats/x.jpg; an index of 0 rows is not written")
+                raise UserError(
+                    f"{csv_labels.source}: none of its {len(csv_labels.paths):,} paths names a file "
+                    f"being indexed under {root} (e.g. line 2: {example!r}); paths must be relative "
+                    "to the root, like cats/x.jpg; an index of 0 rows is not written"
+                )
         if rows.order.rows == 0:
             raise UserError(empty_message(root, summary))
         threshold = LARGE_PATH_BYTES if options.large_path_bytes is None else options.large_path_bytes
         summary.large_paths = rows.path_bytes > threshold
-        schema = index_schema(classes=len(classes), max_size=rows.max_size, large=summary.large_paths,
-                              facts=options.facts)
+        schema = index_schema(
+            classes=len(classes), max_size=rows.max_size, large=summary.large_paths, facts=options.facts
+        )
         meta = make_meta(root, classes, mode, rows.order.rows, summary.scan_results)
-        meta.update(files=options.files, symlinks=links, extensions=list(extensions(options.files)),
-                    checked=options.check,
-                    check_options=options_key(check_options), tree=fingerprint, include_warn=include_warn,
-                    exif=getattr(check_options, "exif", "ignore"),  # scan --exif apply: IndexedDataset turns images
-                    loaders=list(profiles))
+        meta.update(
+            files=options.files,
+            symlinks=links,
+            extensions=list(extensions(options.files)),
+            checked=options.check,
+            check_options=options_key(check_options),
+            tree=fingerprint,
+            include_warn=include_warn,
+            exif=getattr(check_options, "exif", "ignore"),  # scan --exif apply: IndexedDataset turns images
+            loaders=list(profiles),
+        )
         if options.dedup:  # in memory (16 bytes of hash a row and the table): --dedup is not a default option
             table = drop_exact_duplicates(root, sorted_table(rows, schema), results_paths, summary)
             counts = write_table(output, fmt, table, meta, summary, len(classes))
@@ -202,24 +253,48 @@ def build_index(root: str, output: str, options: IndexOptions = IndexOptions(), 
     for text in discovery_notes(summary.discovery, options.files):
         note(summary, text, options.progress)
     if summary.unscanned and results_paths and not options.check:
-        note(summary, f"{summary.unscanned} files are not in the scan results {summary.scan_results} "
-              "(new since the scan?); --no-check: they were checked by magic bytes only", options.progress)
+        note(
+            summary,
+            f"{summary.unscanned} files are not in the scan results {summary.scan_results} "
+            "(new since the scan?); --no-check: they were checked by magic bytes only",
+            options.progress,
+        )
     return summary
 
 
-def _collect(root: str, exclude: Iterable[str], classes: list[str], results_paths: list[str],
-             results_columns: list[str], options: CheckOptions, rows: KeptRows, summary: IndexSummary, *,
-             check: bool, jobs: int, state_dir: str | None, progress: bool) -> dict:
+def _collect(
+    root: str,
+    exclude: Iterable[str],
+    classes: list[str],
+    results_paths: list[str],
+    results_columns: list[str],
+    options: CheckOptions,
+    rows: KeptRows,
+    summary: IndexSummary,
+    *,
+    check: bool,
+    jobs: int,
+    state_dir: str | None,
+    progress: bool,
+) -> dict:
     """Walk, join with the scan results window by window, check what they do not cover; rows go to ``rows``."""
     prints = Fingerprint()
-    walked = walk(root, exclude, classes, sniff_all=not results_paths and not check, summary=summary,
-                  progress=progress, prints=prints)
+    walked = walk(
+        root,
+        exclude,
+        classes,
+        sniff_all=not results_paths and not check,
+        summary=summary,
+        progress=progress,
+        prints=prints,
+    )
     spill = rows.order.folder
 
     def judge_unscanned(batches) -> None:
         for chunk in _rechunk(batches, STALE_ROWS):
-            rows.add(judge(root, chunk, None, options, summary, jobs=jobs, state_dir=state_dir,
-                           progress=progress), summary)
+            rows.add(
+                judge(root, chunk, None, options, summary, jobs=jobs, state_dir=state_dir, progress=progress), summary
+            )
 
     if not results_paths:
         if not check:
@@ -229,8 +304,12 @@ def _collect(root: str, exclude: Iterable[str], classes: list[str], results_path
         files = Sorter(spill, "unscanned", "path")
         for batch in walked:
             files.add(batch)
-        note(summary, f"{root} was never scanned: checking every file ({files.rows:,}) the way dsclean scan "
-              "would (verdicts go to the scan cache, so a later scan reuses them); --no-check skips this", progress)
+        note(
+            summary,
+            f"{root} was never scanned: checking every file ({files.rows:,}) the way dsclean scan "
+            "would (verdicts go to the scan cache, so a later scan reuses them); --no-check skips this",
+            progress,
+        )
         judge_unscanned(files.sorted())
         return prints.to_json()
     files = Sorter(spill, "files", "path")
@@ -257,13 +336,20 @@ def _collect(root: str, exclude: Iterable[str], classes: list[str], results_path
             continue
         where = pc.index_in(here.column("path"), value_set=one_chunk(res.column("path")))
         scanned = pc.is_valid(where)
-        current = pc.fill_null(pc.and_(pc.equal(res.column("size").take(where), here.column("size")),
-                                       pc.equal(res.column("mtime_ns").take(where), here.column("mtime_ns"))), False)
+        current = pc.fill_null(
+            pc.and_(
+                pc.equal(res.column("size").take(where), here.column("size")),
+                pc.equal(res.column("mtime_ns").take(where), here.column("mtime_ns")),
+            ),
+            False,
+        )
         summary.unscanned += int(pc.sum(pc.invert(scanned)).as_py() or 0)
         summary.changed_since_scan += int(pc.sum(pc.and_(scanned, pc.invert(current))).as_py() or 0)
         stale.add(here.filter(pc.invert(current)))
-        rows.add(judge(root, here.filter(current), res, options, summary, jobs=jobs, state_dir=state_dir,
-                       progress=progress), summary)
+        rows.add(
+            judge(root, here.filter(current), res, options, summary, jobs=jobs, state_dir=state_dir, progress=progress),
+            summary,
+        )
     judge_unscanned(stale.sorted())
     return prints.to_json()
 
@@ -293,13 +379,16 @@ def _refuse_overlap(res: pa.Table, last: list) -> None:
         hits = np.flatnonzero(same.to_numpy(zero_copy_only=False))
         dup = paths[int(hits[0])].as_py() if len(hits) else None
     if dup is not None:
-        raise UserError(f"{os.fsdecode(dup)} appears in more than one part's results: overlapping parts "
-                        "(did the tree change between the tasks?); re-run the parts")
+        raise UserError(
+            f"{os.fsdecode(dup)} appears in more than one part's results: overlapping parts "
+            "(did the tree change between the tasks?); re-run the parts"
+        )
     last[0] = paths[-1].as_py()
 
 
-def _check_unlisted_csv_paths(root: str, labels: CsvLabels, seen: np.ndarray, results_paths: list[str],
-                              summary: IndexSummary, progress: bool) -> None:
+def _check_unlisted_csv_paths(
+    root: str, labels: CsvLabels, seen: np.ndarray, results_paths: list[str], summary: IndexSummary, progress: bool
+) -> None:
     """Every CSV path must name a file under the root, or one its scan found bad (quarantined since:
     a labels CSV made before the scan lists those too); only paths matching no indexed file are looked at."""
     missing: list[int] = []
@@ -318,10 +407,16 @@ def _check_unlisted_csv_paths(root: str, labels: CsvLabels, seen: np.ndarray, re
     for row, bad in zip(missing, found_bad):
         if not bad:
             rel = os.fsdecode(labels.paths[row].as_py())
-            raise UserError(f"{labels.source}: line {row + 2}: {rel!r} is not a file under {root} "
-                            "(paths must be relative to the root, with /)")
-    note(summary, f"{labels.source}: {len(missing):,} paths name files the scan found bad (quarantined or "
-          f"removed since), e.g. {os.fsdecode(wanted[0].as_py())!r}: left out", progress)
+            raise UserError(
+                f"{labels.source}: line {row + 2}: {rel!r} is not a file under {root} "
+                "(paths must be relative to the root, with /)"
+            )
+    note(
+        summary,
+        f"{labels.source}: {len(missing):,} paths name files the scan found bad (quarantined or "
+        f"removed since), e.g. {os.fsdecode(wanted[0].as_py())!r}: left out",
+        progress,
+    )
 
 
 def _check_root(root: str) -> None:
@@ -343,11 +438,13 @@ def _check_exclude(root: str, exclude: Iterable[str]) -> tuple[str, ...]:
                 what += f" (relative to the current folder, like ROOT; did you mean --exclude {hint}?)"
             raise UserError(f"--exclude {d}: {what}; nothing was written")
         if os.path.realpath(d) == os.path.realpath(root):
-            raise UserError(f"--exclude {d}: is the root {root} itself (it would leave everything out); "
-                            "nothing was written")
+            raise UserError(
+                f"--exclude {d}: is the root {root} itself (it would leave everything out); nothing was written"
+            )
         lexical = os.path.abspath(d).startswith(os.path.join(os.path.abspath(root), ""))
         if not (lexical or locations.is_inside(d, root)):
-            raise UserError(f"--exclude {d}: not a folder under the root {root} (it would leave nothing out); "
-                            "nothing was written")
+            raise UserError(
+                f"--exclude {d}: not a folder under the root {root} (it would leave nothing out); nothing was written"
+            )
         checked.append(d)
     return tuple(checked)

@@ -8,6 +8,7 @@ the scan's recorded check options. Fresh verdicts go into the scan cache, so the
 next scan reuses them. Memory stays compact: paths stay in Arrow arrays and only
 one slice at a time becomes Python objects.
 """
+
 from __future__ import annotations
 
 import os
@@ -68,8 +69,17 @@ def open_cache(path: str | None, options: CheckOptions) -> ScanCache | None:
         return None
 
 
-def check_rows(root: str, paths: pa.Array, sizes: np.ndarray, mtimes: np.ndarray, options: CheckOptions, *,
-               jobs: int, cache: ScanCache | None, progress: bool = False) -> tuple[pa.Table, int]:
+def check_rows(
+    root: str,
+    paths: pa.Array,
+    sizes: np.ndarray,
+    mtimes: np.ndarray,
+    options: CheckOptions,
+    *,
+    jobs: int,
+    cache: ScanCache | None,
+    progress: bool = False,
+) -> tuple[pa.Table, int]:
     """Verdicts (a results-schema table) for ``paths`` (binary, relative to ``root``); and how many came from the cache.
 
     ``sizes``/``mtimes`` are what the build's walk saw, to validate cached verdicts.
@@ -109,7 +119,7 @@ def _chunks(paths: pa.Array) -> Iterator[list[str]]:
     for start in range(0, len(paths), _LOOKUP_ROWS):
         rels = [os.fsdecode(b) for b in paths.slice(start, _LOOKUP_ROWS).to_pylist()]
         for i in range(0, len(rels), _CHUNK):
-            yield rels[i: i + _CHUNK]
+            yield rels[i : i + _CHUNK]
 
 
 def _bar(total: int):
@@ -118,4 +128,3 @@ def _bar(total: int):
     from tqdm import tqdm
 
     return tqdm(total=total, unit=" files", desc="checking", mininterval=0.5, dynamic_ncols=True)
-

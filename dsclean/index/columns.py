@@ -14,6 +14,7 @@ The result is read back and checked by :func:`dsclean.index.store.open_index`.
 
 :func:`write_npy_columns` writes the npy format from the same temp files.
 """
+
 from __future__ import annotations
 
 import os
@@ -77,14 +78,14 @@ class ColumnSink:
             else:
                 buf = arr.buffers()[2]
                 if off[-1] > off[0]:
-                    self.data.write(memoryview(buf)[int(off[0]): int(off[-1])])
+                    self.data.write(memoryview(buf)[int(off[0]) : int(off[-1])])
         elif pa.types.is_boolean(typ):
             bits = arr.fill_null(False).to_numpy(zero_copy_only=False)
             self.data.add(bits)
         else:
             width = typ.byte_width
             buf = arr.buffers()[1]
-            self.data.write(memoryview(buf)[arr.offset * width: (arr.offset + n) * width])
+            self.data.write(memoryview(buf)[arr.offset * width : (arr.offset + n) * width])
 
     def finish(self, offset_type: pa.DataType | None = None) -> None:
         """Flush; convert the int64 temp offsets to the column's offset width when it is 32-bit."""
@@ -122,8 +123,11 @@ class ColumnSink:
         if self.child is not None:
             out += self.child.buffer_files()
         elif self.data is not None:
-            size = self.end if self.offsets is not None else (
-                (self.length + 7) // 8 if pa.types.is_boolean(self.type) else self.length * self.type.byte_width)
+            size = (
+                self.end
+                if self.offsets is not None
+                else ((self.length + 7) // 8 if pa.types.is_boolean(self.type) else self.length * self.type.byte_width)
+            )
             out.append((self.data, size))
         return out
 
@@ -174,7 +178,7 @@ def _offsets(arr: pa.Array) -> np.ndarray:
     """The n+1 offsets of a (sliced) binary, string or list array, as int64."""
     large = pa.types.is_large_binary(arr.type) or pa.types.is_large_string(arr.type) or pa.types.is_large_list(arr.type)
     raw = np.frombuffer(arr.buffers()[1], np.int64 if large else np.int32)
-    return raw[arr.offset: arr.offset + len(arr) + 1].astype(np.int64)
+    return raw[arr.offset : arr.offset + len(arr) + 1].astype(np.int64)
 
 
 def _sample_value(typ: pa.DataType, child: "ColumnSink | None"):
@@ -201,7 +205,8 @@ def write_one_batch(path: str, schema: pa.Schema, sinks: list[ColumnSink]) -> No
     """The IPC file of one record batch whose columns are ``sinks`` (finished), without holding them in memory."""
     rows = sinks[0].length if sinks else 0
     tiny = pa.RecordBatch.from_arrays(
-        [pa.array(s.template(_TEMPLATE_ROWS), f.type) for s, f in zip(sinks, schema)], schema=schema)
+        [pa.array(s.template(_TEMPLATE_ROWS), f.type) for s, f in zip(sinks, schema)], schema=schema
+    )
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, schema, options=pa.ipc.IpcWriteOptions(compression=None)) as w:
         w.write_batch(tiny)
@@ -214,7 +219,7 @@ def write_one_batch(path: str, schema: pa.Schema, sinks: list[ColumnSink]) -> No
     if len(nodes) != len(tiny_nodes) or len(files) != len(tiny_buffers):
         raise WriteError("the template's layout differs from the columns'")
     buffers, pos = [], 0
-    for (_, size) in files:
+    for _, size in files:
         buffers.append((pos, size))
         pos = _align(pos + size)
     body_len = pos
@@ -247,21 +252,26 @@ def _split(template: bytes) -> tuple[bytes, bytes, bytes, bytes, bytes]:
     if template[:6] != b"ARROW1" or template[-6:] != b"ARROW1":
         raise WriteError("not an Arrow file")
     pos = 8
-    if template[pos: pos + 4] != b"\xff\xff\xff\xff":
+    if template[pos : pos + 4] != b"\xff\xff\xff\xff":
         raise WriteError("unexpected schema message framing")
     schema_len = struct.unpack_from("<i", template, pos + 4)[0]
     pos += 8 + schema_len
-    if template[pos: pos + 4] != b"\xff\xff\xff\xff":
+    if template[pos : pos + 4] != b"\xff\xff\xff\xff":
         raise WriteError("unexpected batch message framing")
     meta_len = struct.unpack_from("<i", template, pos + 4)[0]
     head = template[:pos]
-    meta = template[pos + 8: pos + 8 + meta_len]
+    meta = template[pos + 8 : pos + 8 + meta_len]
     footer_len = struct.unpack_from("<i", template, len(template) - 10)[0]
     footer_start = len(template) - 10 - footer_len
     body_start = pos + 8 + meta_len
     body_len = _body_length(template, body_start)
-    return head, meta, template[body_start: body_start + body_len], \
-        template[body_start + body_len: footer_start], template[footer_start: len(template) - 10]
+    return (
+        head,
+        meta,
+        template[body_start : body_start + body_len],
+        template[body_start + body_len : footer_start],
+        template[footer_start : len(template) - 10],
+    )
 
 
 def _body_length(template: bytes, body_start: int) -> int:
@@ -330,7 +340,7 @@ def _replace(buf: bytearray, old: bytes, new: bytes, exclude: list[tuple[int, in
         start = i + 1
     if len(hits) != 1:
         raise WriteError(f"a template value occurs {len(hits)} times")
-    buf[hits[0]: hits[0] + len(old)] = new
+    buf[hits[0] : hits[0] + len(old)] = new
     return hits[0], hits[0] + len(new)
 
 
@@ -372,8 +382,14 @@ def write_npy_columns(folder: str, sinks: dict[str, ColumnSink], names: dict[str
     """The npy format from finished sinks: ``paths``/``offsets`` from the path column, one file per other column."""
     path = sinks["path"]
     _npy(folder, "paths", np.uint8, path.end, path.data, path.end)
-    _npy(folder, "offsets", np.int64, path.length + 1, path.offsets, (path.length + 1) * path.buffer_files()[1][1]
-         // (path.length + 1))
+    _npy(
+        folder,
+        "offsets",
+        np.int64,
+        path.length + 1,
+        path.offsets,
+        (path.length + 1) * path.buffer_files()[1][1] // (path.length + 1),
+    )
     for npy_name, column in names.items():
         s = sinks[column]
         dtype = np.dtype(s.type.to_pandas_dtype())
@@ -382,8 +398,9 @@ def write_npy_columns(folder: str, sinks: dict[str, ColumnSink], names: dict[str
 
 def _npy(folder: str, name: str, dtype, count: int, src, size: int) -> None:
     with open(os.path.join(folder, f"{name}.npy"), "wb") as out:
-        np.lib.format.write_array_header_1_0(out, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
-                                                   "fortran_order": False, "shape": (count,)})
+        np.lib.format.write_array_header_1_0(
+            out, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": (count,)}
+        )
         if name == "offsets" and size != count * 8:  # 32-bit temp offsets: widen block by block
             src.seek(0)
             while True:

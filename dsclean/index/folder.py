@@ -7,6 +7,7 @@ the root's state folder (never into the dataset), reused while the tree is uncha
 under DDP every rank calls this, one takes the lock and builds, the others wait on the
 lock and then reuse what it wrote.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -30,8 +31,15 @@ from .walk import tree_fingerprint
 logger = logging.getLogger("dsclean.index")
 
 
-def folder_index_path(root: str, *, files: str = "dsclean", symlinks: str = "none", check: bool = True,
-                      state_dir: str | None = None, loaders: tuple[str, ...] = ("pillow",)) -> str:
+def folder_index_path(
+    root: str,
+    *,
+    files: str = "dsclean",
+    symlinks: str = "none",
+    check: bool = True,
+    state_dir: str | None = None,
+    loaders: tuple[str, ...] = ("pillow",),
+) -> str:
     """Where :func:`index_folder` keeps the index of ``root`` built with these options."""
     extra = "" if tuple(loaders) == ("pillow",) else "|" + ",".join(loaders)  # the default keeps its old name
     key = hashlib.sha256(f"{files}|{symlinks}|{check}{extra}".encode()).hexdigest()[:8]
@@ -49,11 +57,16 @@ def index_folder(root: str, options: IndexOptions = IndexOptions(), **overrides:
     ``options``: how to build it (the fields of :data:`FOLDER_OPTIONS`; they may also be given as keyword
     arguments). ``loaders``: the loader profiles the index is built for (``dsclean index --loader``)."""
     options = with_overrides(options, overrides, "index_folder")
-    others = [f.name for f in dataclasses.fields(IndexOptions)
-              if f.name not in FOLDER_OPTIONS and getattr(options, f.name) != f.default]
+    others = [
+        f.name
+        for f in dataclasses.fields(IndexOptions)
+        if f.name not in FOLDER_OPTIONS and getattr(options, f.name) != f.default
+    ]
     if others:
-        raise TypeError(f"index_folder() builds with {', '.join(FOLDER_OPTIONS)} only, not {others[0]}= "
-                        "(dsclean index ROOT -o INDEX takes every option)")
+        raise TypeError(
+            f"index_folder() builds with {', '.join(FOLDER_OPTIONS)} only, not {others[0]}= "
+            "(dsclean index ROOT -o INDEX takes every option)"
+        )
     loaders = profile_names(options.loaders)
     files = options.files
     if not os.path.isdir(root):
@@ -61,21 +74,27 @@ def index_folder(root: str, options: IndexOptions = IndexOptions(), **overrides:
     if files not in FILE_RULES:
         raise UserError(f"unknown file rule {files!r}: use {' or '.join(FILE_RULES)}")
     root = os.path.abspath(root)
-    links = symlink_mode(options.symlinks if options.symlinks is not None
-                         else ("all" if files == "imagefolder" else None))
+    links = symlink_mode(
+        options.symlinks if options.symlinks is not None else ("all" if files == "imagefolder" else None)
+    )
     state_dir = options.state_dir
     state = locations.root_state_dir(root, state_dir)
     if locations.is_inside(state, root):  # refused before anything is created: the tree is the user's
-        raise UserError(f"the state folder {state} (state_dir= / DSCLEAN_STATE_DIR) is inside the dataset root "
-                        f"{root}: the index and the scan cache would become part of the data (a class folder for "
-                        "ImageFolder). Choose one outside ROOT")
+        raise UserError(
+            f"the state folder {state} (state_dir= / DSCLEAN_STATE_DIR) is inside the dataset root "
+            f"{root}: the index and the scan cache would become part of the data (a class folder for "
+            "ImageFolder). Choose one outside ROOT"
+        )
     try:
         folder = locations.make_root_state_dir(root, state_dir)
     except OSError as exc:
-        raise UserError(f"cannot create the state folder of {root}: {exc.strerror or exc} ({exc.filename}); "
-                        "pass state_dir= (or set DSCLEAN_STATE_DIR) to a writable folder") from exc
-    out = folder_index_path(root, files=files, symlinks=links, check=options.check, state_dir=state_dir,
-                            loaders=loaders)
+        raise UserError(
+            f"cannot create the state folder of {root}: {exc.strerror or exc} ({exc.filename}); "
+            "pass state_dir= (or set DSCLEAN_STATE_DIR) to a writable folder"
+        ) from exc
+    out = folder_index_path(
+        root, files=files, symlinks=links, check=options.check, state_dir=state_dir, loaders=loaders
+    )
     with _exclusive(os.path.join(folder, locations.INDEX_LOCK_FILE), root):
         if up_to_date(out, root, files, links):
             logger.info("reusing the index of %s: %s (the tree is unchanged)", root, out)
@@ -94,8 +113,9 @@ def up_to_date(index: str, root: str, files: str, symlinks: str) -> bool:
         return False
     if meta.get("root") != os.path.abspath(root) or meta.get("files") != files or meta.get("symlinks") != symlinks:
         return False
-    if meta.get("labels") == "folder" and \
-            meta.get("classes") != folder_classes(root, (), include_hidden=files == "imagefolder"):
+    if meta.get("labels") == "folder" and meta.get("classes") != folder_classes(
+        root, (), include_hidden=files == "imagefolder"
+    ):
         return False
     return meta.get("tree") == tree_fingerprint(root, files, symlinks)
 

@@ -7,6 +7,7 @@ verdict is not a warning the index leaves out (:data:`dsclean.reasons.LEFT_OUT_W
 confirmed by magic bytes only. ``--dedup``: exact copies are left out. The scan results
 are read here too, a record batch at a time (:func:`results_info`, :func:`results_batches`).
 """
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,8 @@ import pyarrow.compute as pc
 
 from .. import formats, locations, reasons
 from ..errors import UserError
-from ..loaders.profiles import require
 from ..loaders.profiles import normalize as normalize_profiles
+from ..loaders.profiles import require
 from ..scanning.cache import options_from_key
 from ..scanning.check import CheckOptions
 from ..scanning.results import SCHEMA as RESULTS_SCHEMA
@@ -44,8 +45,11 @@ def results_info(paths: list[str], partial: bool = False) -> tuple[list[str], Ch
         if partial:
             metas = [read_results_meta(p) for p in paths]
             for path, meta in zip(paths, metas):
-                if not meta.get("shard") or meta["shard"][1] != metas[0]["shard"][1] or \
-                        any(meta.get(k) != metas[0].get(k) for k in ("root", "options")):
+                if (
+                    not meta.get("shard")
+                    or meta["shard"][1] != metas[0]["shard"][1]
+                    or any(meta.get(k) != metas[0].get(k) for k in ("root", "options"))
+                ):
                     raise UserError(f"{path} and {paths[0]} are not parts of one scan; pass --scan-results")
         elif len(paths) > 1:
             check_parts(paths)
@@ -76,8 +80,17 @@ def results_batches(paths: list[str], columns: list[str]) -> Iterator[pa.RecordB
             raise UserError(f"{path}: cannot read scan results ({exc})") from exc
 
 
-def judge(root: str, table: pa.Table, results: pa.Table | None, options: CheckOptions, summary: IndexSummary,
-          *, jobs: int, state_dir: str | None, progress: bool) -> pa.Table:
+def judge(
+    root: str,
+    table: pa.Table,
+    results: pa.Table | None,
+    options: CheckOptions,
+    summary: IndexSummary,
+    *,
+    jobs: int,
+    state_dir: str | None,
+    progress: bool,
+) -> pa.Table:
     """Keep what has a current good verdict; check the rest here (cache, then workers); drop what is bad.
 
     A verdict is current when the scan saw the file with the same size and mtime.
@@ -89,8 +102,10 @@ def judge(root: str, table: pa.Table, results: pa.Table | None, options: CheckOp
     if results is not None:
         where = pc.index_in(paths, value_set=one_chunk(results.column("path")))
         scanned = pc.is_valid(where)
-        same = pc.and_(pc.equal(results.column("size").take(where), sizes),
-                       pc.equal(results.column("mtime_ns").take(where), mtimes))
+        same = pc.and_(
+            pc.equal(results.column("size").take(where), sizes),
+            pc.equal(results.column("mtime_ns").take(where), mtimes),
+        )
         # a verdict about the moment (changed, vanished, timeout, ...) is no verdict about the file: check again
         momentary = pc.is_in(results.column("reason").take(where), value_set=_NOT_JUDGED)
         same = pc.fill_null(same, False)
@@ -109,18 +124,30 @@ def judge(root: str, table: pa.Table, results: pa.Table | None, options: CheckOp
         from ..scanning.scanner import usable_cores
         from .checking import check_rows, open_cache
 
-        cache = open_cache(os.path.join(locations.make_root_state_dir(root, state_dir), locations.CACHE_FILE)
-                           if _state_writable(root, state_dir) else None, options)
+        cache = open_cache(
+            os.path.join(locations.make_root_state_dir(root, state_dir), locations.CACHE_FILE)
+            if _state_writable(root, state_dir)
+            else None,
+            options,
+        )
         try:
             fresh, from_cache = check_rows(
-                root, one_chunk(paths.filter(stale)), sizes.filter(stale).to_numpy(),
-                mtimes.filter(stale).to_numpy(), options, jobs=jobs or usable_cores(), cache=cache, progress=progress)
+                root,
+                one_chunk(paths.filter(stale)),
+                sizes.filter(stale).to_numpy(),
+                mtimes.filter(stale).to_numpy(),
+                options,
+                jobs=jobs or usable_cores(),
+                cache=cache,
+                progress=progress,
+            )
         finally:
             if cache is not None:
                 cache.close()
         summary.checked_from_cache += from_cache
-    fwhere = pc.index_in(paths, value_set=one_chunk(fresh.column("path"))) if fresh is not None \
-        else pa.nulls(n, pa.int32())
+    fwhere = (
+        pc.index_in(paths, value_set=one_chunk(fresh.column("path"))) if fresh is not None else pa.nulls(n, pa.int32())
+    )
 
     def pick(name: str) -> pa.ChunkedArray | pa.Array:
         """Column ``name`` of the current scan verdict, else of the fresh check, per row (null if neither has it)."""
@@ -146,7 +173,9 @@ def judge(root: str, table: pa.Table, results: pa.Table | None, options: CheckOp
         summary.bad_paths += [os.fsdecode(p) for p in paths.filter(checked_bad).slice(0, max(room, 0)).to_pylist()]
     summary.unreadable += int(pc.sum(pc.and_(gone, pc.invert(bad))).as_py() or 0)
     checked_kind = pick("kind")
-    warned = _left_out_warnings(status, pick("reason"), paths, summary, _kind_changed(table.column("kind"), checked_kind))
+    warned = _left_out_warnings(
+        status, pick("reason"), paths, summary, _kind_changed(table.column("kind"), checked_kind)
+    )
     for name, typ in FACTS.items():
         table = table.append_column(pa.field(name, typ), pick(name).cast(typ))
     # A checked file's kind is what its content is (a WAV named .jpg is audio), whether the scan or this run
@@ -154,8 +183,9 @@ def judge(root: str, table: pa.Table, results: pa.Table | None, options: CheckOp
     if checked_kind.null_count < n:
         kinds = table.column("kind")
         for name in (formats.IMAGE, formats.AUDIO):
-            kinds = pc.if_else(pc.fill_null(pc.equal(checked_kind, name), False), pa.scalar(KIND_CODE[name], pa.int8()),
-                               kinds)
+            kinds = pc.if_else(
+                pc.fill_null(pc.equal(checked_kind, name), False), pa.scalar(KIND_CODE[name], pa.int8()), kinds
+            )
         table = table.set_column(table.schema.get_field_index("kind"), "kind", kinds)
     return table.filter(pc.invert(pc.or_(pc.or_(bad, gone), warned)))
 
@@ -180,8 +210,10 @@ def check_include_warn(include_warn: Iterable[str]) -> list[str]:
     chosen = sorted({r.strip() for item in include_warn for r in item.split(",") if r.strip()})
     unknown = [r for r in chosen if r not in reasons.LEFT_OUT_WARNINGS]
     if unknown:
-        raise UserError(f"--include-warn {', '.join(unknown)}: not a warning the index leaves out; use one or more "
-                        f"of {', '.join(sorted(reasons.LEFT_OUT_WARNINGS))} (other warnings are always indexed)")
+        raise UserError(
+            f"--include-warn {', '.join(unknown)}: not a warning the index leaves out; use one or more "
+            f"of {', '.join(sorted(reasons.LEFT_OUT_WARNINGS))} (other warnings are always indexed)"
+        )
     return chosen
 
 
@@ -191,8 +223,10 @@ def check_exclude_warn(exclude_warn: Iterable[str]) -> list[str]:
     shipped = sorted(set(reasons.REASONS) - set(reasons.LEFT_OUT_WARNINGS) - set(reasons.NOT_JUDGED))
     unknown = [r for r in chosen if r not in shipped]
     if unknown:
-        raise UserError(f"--exclude-warn {', '.join(unknown)}: not a warning the index ships; use one or more of "
-                        f"{', '.join(shipped)}")
+        raise UserError(
+            f"--exclude-warn {', '.join(unknown)}: not a warning the index ships; use one or more of "
+            f"{', '.join(shipped)}"
+        )
     return chosen
 
 
@@ -202,8 +236,9 @@ def _left_out_warnings(status, reason, paths, summary: IndexSummary, kind_change
     content's kind differs from the extension's (the reasons of :data:`~dsclean.reasons.KIND_CHANGE_ONLY`
     leave out only those rows; none if not given)."""
     codes = sorted((set(reasons.LEFT_OUT_WARNINGS) - set(summary.include_warn)) | set(summary.exclude_warn))
-    warned = pc.fill_null(pc.and_(pc.equal(status, reasons.WARN),
-                                  pc.is_in(reason, value_set=pa.array(codes, pa.string()))), False)
+    warned = pc.fill_null(
+        pc.and_(pc.equal(status, reasons.WARN), pc.is_in(reason, value_set=pa.array(codes, pa.string()))), False
+    )
     only_kind = pc.fill_null(pc.is_in(reason, value_set=pa.array(sorted(reasons.KIND_CHANGE_ONLY), pa.string())), False)
     changed = pa.array(np.zeros(len(status), dtype=bool)) if kind_changed is None else pc.fill_null(kind_changed, False)
     warned = pc.and_(warned, pc.or_(pc.invert(only_kind), changed))
@@ -246,11 +281,20 @@ def apply_results(root: str, table: pa.Table, results: pa.Table, summary: IndexS
     bad = pc.fill_null(pc.equal(status, reasons.BAD), False)
     summary.excluded_bad += int(pc.sum(bad).as_py() or 0)
     checked_kind = results.column("kind").take(where) if "kind" in results.column_names else None
-    warned = _left_out_warnings(status, results.column("reason").take(where), table.column("path"), summary,
-                                None if checked_kind is None else _kind_changed(table.column("kind"), checked_kind))
-    same_size = pc.fill_null(pc.and_(pc.equal(results.column("size").take(where), table.column("size")),
-                                     pc.equal(results.column("mtime_ns").take(where), table.column("mtime_ns"))),
-                             True)
+    warned = _left_out_warnings(
+        status,
+        results.column("reason").take(where),
+        table.column("path"),
+        summary,
+        None if checked_kind is None else _kind_changed(table.column("kind"), checked_kind),
+    )
+    same_size = pc.fill_null(
+        pc.and_(
+            pc.equal(results.column("size").take(where), table.column("size")),
+            pc.equal(results.column("mtime_ns").take(where), table.column("mtime_ns")),
+        ),
+        True,
+    )
     for name, typ in FACTS.items():
         if name not in results.column_names:
             continue
@@ -272,8 +316,9 @@ def apply_results(root: str, table: pa.Table, results: pa.Table, summary: IndexS
     return table.filter(keep)
 
 
-def _sniff_rows(root: str, table: pa.Table, rows: np.ndarray, keep: pa.ChunkedArray,
-                summary: IndexSummary) -> tuple[pa.Array, pa.Array]:
+def _sniff_rows(
+    root: str, table: pa.Table, rows: np.ndarray, keep: pa.ChunkedArray, summary: IndexSummary
+) -> tuple[pa.Array, pa.Array]:
     """Magic-byte check of the rows flagged in ``rows``; returns the updated keep mask and kinds."""
     keep_np = keep.to_numpy(zero_copy_only=False).copy()
     kinds = table.column("kind").to_numpy().copy()
@@ -308,14 +353,16 @@ def drop_exact_duplicates(root: str, table: pa.Table, results_paths: list[str], 
             continue
         where = pc.index_in(table.column("path").cast(pa.binary()), value_set=one_chunk(res.column("path")))
         # current = same size AND mtime: an edit in place of an uncompressed file (BMP, WAV, PGM) keeps its size
-        same = pc.and_(pc.equal(res.column("size").take(where), table.column("size")),
-                       pc.equal(res.column("mtime_ns").take(where), table.column("mtime_ns")))
+        same = pc.and_(
+            pc.equal(res.column("size").take(where), table.column("size")),
+            pc.equal(res.column("mtime_ns").take(where), table.column("mtime_ns")),
+        )
         hit = pc.and_(pc.is_valid(where), pc.fill_null(same, False))
         hashes = res.column("content_hash").take(where).cast(pa.binary(DIGEST_SIZE)).combine_chunks()
         hit = pc.and_(hit, pc.is_valid(hashes)).to_numpy(zero_copy_only=False) & ~known
         if not hit.any():
             continue
-        data = np.frombuffer(hashes.buffers()[1], np.uint8)[hashes.offset * DIGEST_SIZE:]
+        data = np.frombuffer(hashes.buffers()[1], np.uint8)[hashes.offset * DIGEST_SIZE :]
         digests[hit] = data[: n * DIGEST_SIZE].reshape(n, DIGEST_SIZE)[hit]
         known |= hit
     for i in np.flatnonzero(~known):

@@ -17,6 +17,7 @@ none of whose paths names an indexed file is refused (it would give an empty ind
 Files directly in the root have no class folder, so ImageFolder does not see
 them: with folder labels they are skipped and counted (``IndexSummary.unlabeled``).
 """
+
 from __future__ import annotations
 
 import os
@@ -92,9 +93,11 @@ def apply_csv_labels(root: str, table: pa.Table, labels: CsvLabels) -> tuple[pa.
     unlabeled = int(pc.sum(pc.invert(listed)).as_py() or 0)
     if len(labels.paths) and len(table) and unlabeled == len(table):
         example = os.fsdecode(labels.paths[0].as_py())
-        raise UserError(f"{labels.source}: none of its {len(labels.paths):,} paths names a file being indexed "
-                        f"under {root} (e.g. line 2: {example!r}); paths must be relative to the root, "
-                        "like cats/x.jpg; an index of 0 rows is not written")
+        raise UserError(
+            f"{labels.source}: none of its {len(labels.paths):,} paths names a file being indexed "
+            f"under {root} (e.g. line 2: {example!r}); paths must be relative to the root, "
+            "like cats/x.jpg; an index of 0 rows is not written"
+        )
     table = table.set_column(table.schema.get_field_index("label"), "label", col).filter(listed)
     return table, unlabeled
 
@@ -108,15 +111,17 @@ def _read_labels_csv(csv_path: str) -> tuple[pa.Array, pa.Array]:
     try:
         t = pacsv.read_csv(
             csv_path,
-            convert_options=pacsv.ConvertOptions(column_types={"path": pa.binary(), "label": pa.string()},
-                                                 strings_can_be_null=False),
+            convert_options=pacsv.ConvertOptions(
+                column_types={"path": pa.binary(), "label": pa.string()}, strings_can_be_null=False
+            ),
         )
     except (pa.ArrowException, OSError) as exc:
         raise UserError(f"{csv_path}: cannot read labels CSV: {exc}") from exc
     missing = {"path", "label"} - set(t.column_names)
     if missing:
-        raise UserError(f"{csv_path}: line 1: the header must name the columns path,label "
-                        f"(missing {', '.join(sorted(missing))})")
+        raise UserError(
+            f"{csv_path}: line 1: the header must name the columns path,label (missing {', '.join(sorted(missing))})"
+        )
     paths = normalise_paths(t.column("path").combine_chunks())
     labels = t.column("label").combine_chunks()
     for name, col in (("path", paths), ("label", labels)):
@@ -159,8 +164,10 @@ def _check_csv_paths(root: str, csv_path: str, paths: pa.Array, indexed: pa.Chun
     for row in rows:  # files excluded as bad, hidden, ... are fine; nonexistent ones are a mistake
         rel = os.fsdecode(paths[int(row)].as_py())
         if os.path.isabs(rel) or ".." in rel.split("/") or not os.path.isfile(os.path.join(root, rel)):
-            raise UserError(f"{csv_path}: line {int(row) + 2}: {rel!r} is not a file under {root} "
-                            "(paths must be relative to the root, with /)")
+            raise UserError(
+                f"{csv_path}: line {int(row) + 2}: {rel!r} is not a file under {root} "
+                "(paths must be relative to the root, with /)"
+            )
 
 
 def _label_ids(csv_path: str, labels: pa.Array) -> tuple[pa.Array, list[str]]:

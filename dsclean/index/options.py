@@ -3,6 +3,7 @@
 
 Kept apart from the build (no pyarrow here), so the CLI and the Dataset can name it without loading the stage.
 """
+
 from __future__ import annotations
 
 import dataclasses

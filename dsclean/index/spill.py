@@ -10,6 +10,7 @@ streams side by side the same way, so a join is a vectorised lookup inside each
 window of keys. Byte order of the key column decides (Arrow compares binary
 values as bytes, like Python ``bytes``).
 """
+
 from __future__ import annotations
 
 import os
@@ -30,8 +31,9 @@ FAN_IN = 8
 class Sorter:
     """Sort record batches by the binary column ``key`` through runs spilled to ``folder``."""
 
-    def __init__(self, folder: str, name: str, key: str, schema: pa.Schema | None = None,
-                 run_rows: int | None = None) -> None:
+    def __init__(
+        self, folder: str, name: str, key: str, schema: pa.Schema | None = None, run_rows: int | None = None
+    ) -> None:
         self.folder, self.name, self.key, self.schema = folder, name, key, schema
         self.run_rows = run_rows or RUN_ROWS
         self.pending: list[pa.RecordBatch] = []
@@ -72,7 +74,7 @@ class Sorter:
         while len(runs) > FAN_IN:  # merge passes: at most FAN_IN runs are ever read at once
             merged = []
             for start in range(0, len(runs), FAN_IN):
-                group = runs[start: start + FAN_IN]
+                group = runs[start : start + FAN_IN]
                 if len(group) == 1:
                     merged.append(group[0])
                     continue
@@ -183,8 +185,7 @@ def remove_stale_spill_folders(parent: str) -> list[str]:
 
     removed = []
     try:
-        entries = [e for e in os.scandir(parent) if e.name.startswith(SPILL_PREFIX)
-                   and e.is_dir(follow_symlinks=False)]
+        entries = [e for e in os.scandir(parent) if e.name.startswith(SPILL_PREFIX) and e.is_dir(follow_symlinks=False)]
     except OSError:
         return removed
     for entry in entries:

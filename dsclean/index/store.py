@@ -23,6 +23,7 @@ process and file identity (:func:`validate`): a hostile or damaged index is a
 raw numpy/Arrow error. Format 1 (int64 labels, always-present media facts) is still
 read. Never imports torch.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -77,11 +78,15 @@ def resolve_format(output: str, fmt: str | None) -> str:
         by_name = "npy"
     ext = os.path.splitext(os.path.basename(output.rstrip("/\\")))[1]
     if by_name is None and fmt is None and ext:
-        raise UserError(f"{output}: an index is NAME.arrow (one Arrow file) or NAME.npy (a folder of arrays), "
-                        f"not {ext}; rename the output, or pass --format arrow|npy to keep this name")
+        raise UserError(
+            f"{output}: an index is NAME.arrow (one Arrow file) or NAME.npy (a folder of arrays), "
+            f"not {ext}; rename the output, or pass --format arrow|npy to keep this name"
+        )
     if fmt is not None and by_name is not None and fmt != by_name:
-        raise UserError(f"{output}: the name says an {by_name} index but --format {fmt} was given; "
-                        "rename the output or drop --format")
+        raise UserError(
+            f"{output}: the name says an {by_name} index but --format {fmt} was given; "
+            "rename the output or drop --format"
+        )
     return fmt or by_name or "arrow"
 
 
@@ -97,12 +102,16 @@ def size_type(max_size: int) -> pa.DataType:
 def index_schema(*, classes: int, max_size: int, large: bool, facts: bool) -> pa.Schema:
     """The schema of a new index: narrow label and size types; facts columns only when asked for."""
     path_type = pa.large_binary() if large else pa.binary()
-    return pa.schema([pa.field("path", path_type, nullable=False),
-                      pa.field("label", label_type(classes), nullable=False),
-                      pa.field("kind", pa.int8(), nullable=False),
-                      pa.field("size", size_type(max_size), nullable=False),
-                      pa.field("mtime_ns", pa.int64(), nullable=False),
-                      *(pa.field(n, t) for n, t in (FACTS.items() if facts else ()))])
+    return pa.schema(
+        [
+            pa.field("path", path_type, nullable=False),
+            pa.field("label", label_type(classes), nullable=False),
+            pa.field("kind", pa.int8(), nullable=False),
+            pa.field("size", size_type(max_size), nullable=False),
+            pa.field("mtime_ns", pa.int64(), nullable=False),
+            *(pa.field(n, t) for n, t in (FACTS.items() if facts else ())),
+        ]
+    )
 
 
 def make_meta(root: str, classes: list[str], mode: str, rows: int, results: str | None) -> dict:
@@ -135,7 +144,7 @@ def write_npy(table: pa.Table, tmp: str, meta: dict) -> None:
     """``.npy`` per column (pickle-free) plus ``meta.json``; nulls become -1."""
     offsets, data = binary_buffers(table.column("path").chunk(0) if table.num_rows else pa.array([], pa.binary()))
     offsets = offsets.astype(np.int64)
-    _save(tmp, "paths", data[offsets[0]:offsets[-1]])
+    _save(tmp, "paths", data[offsets[0] : offsets[-1]])
     _save(tmp, "offsets", offsets - offsets[0])
     for name, column in _NPY_COLUMNS.items():
         _save(tmp, name, _np_col(table, column, table.schema.field(column).type.to_pandas_dtype()))
@@ -191,7 +200,7 @@ def binary_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     if off_buf is None:
         offsets = np.zeros(1, dtype)
     else:
-        offsets = np.frombuffer(off_buf, dtype)[arr.offset: arr.offset + len(arr) + 1]
+        offsets = np.frombuffer(off_buf, dtype)[arr.offset : arr.offset + len(arr) + 1]
     data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
     return offsets, data
 
@@ -222,7 +231,7 @@ class MappedIndex:
         return len(self.labels)
 
     def path_bytes(self, i: int) -> bytes:
-        return self.data[self.offsets[i]: self.offsets[i + 1]].tobytes()
+        return self.data[self.offsets[i] : self.offsets[i + 1]].tobytes()
 
 
 def index_format(path: str) -> str:
@@ -259,11 +268,14 @@ def _check_meta(path: str, meta) -> dict:
         raise UserError(f"{path}: corrupt dsclean metadata (no format_version)")
     version = meta["format_version"]
     if version > FORMAT_VERSION:
-        raise UserError(f"{path}: index format {version} is newer than this dsclean "
-                        f"understands ({FORMAT_VERSION}); upgrade dsclean")
+        raise UserError(
+            f"{path}: index format {version} is newer than this dsclean understands ({FORMAT_VERSION}); upgrade dsclean"
+        )
     if version < OLDEST_FORMAT:
-        raise UserError(f"{path}: index format {version} is older than this dsclean reads "
-                        f"({OLDEST_FORMAT}..{FORMAT_VERSION}); rebuild it with dsclean index")
+        raise UserError(
+            f"{path}: index format {version} is older than this dsclean reads "
+            f"({OLDEST_FORMAT}..{FORMAT_VERSION}); rebuild it with dsclean index"
+        )
     for key in ("classes", "rows", "root"):
         if key not in meta:
             raise UserError(f"{path}: corrupt dsclean metadata (no {key})")
@@ -288,8 +300,7 @@ def _npy_meta(path: str) -> dict:
     return _check_meta(path, meta)
 
 
-def open_index(path: str, extra: dict[str, pa.DataType] | None = None, *,
-               trusted: tuple | None = None) -> MappedIndex:
+def open_index(path: str, extra: dict[str, pa.DataType] | None = None, *, trusted: tuple | None = None) -> MappedIndex:
     """Memory-map an index (Arrow file or npy folder) and validate it; refuses what cannot be mapped zero-copy.
 
     ``extra``: more columns to map (name -> Arrow type; Arrow files only), in ``MappedIndex.extra``.
@@ -348,8 +359,10 @@ def validate(idx: MappedIndex) -> None:
     lengths["path offsets"] = len(idx.offsets) - 1
     for name, n in lengths.items():
         if n != rows:
-            raise UserError(f"{path}: corrupt index: the metadata says {rows:,} rows but the {name} column has "
-                            f"{max(n, 0):,}; rebuild it with dsclean index")
+            raise UserError(
+                f"{path}: corrupt index: the metadata says {rows:,} rows but the {name} column has "
+                f"{max(n, 0):,}; rebuild it with dsclean index"
+            )
     classes = len(meta["classes"])
     low = -1 if meta.get("labels") == "none" else 0
     kinds = len(meta.get("kinds", KINDS))
@@ -360,17 +373,24 @@ def validate(idx: MappedIndex) -> None:
         _bad_row(path, 0, f"its path starts at byte {int(idx.offsets[0])}, outside the {data_len:,} path bytes")
     for start in range(0, rows, _VALIDATE_ROWS):
         stop = min(start + _VALIDATE_ROWS, rows)
-        off = idx.offsets[start: stop + 1]
+        off = idx.offsets[start : stop + 1]
         steps = np.diff(off)
         bad = np.flatnonzero(steps < 0)
         if len(bad):
             _bad_row(path, start + int(bad[0]), "its path offsets decrease")
         if int(off[-1]) > data_len:
             row = start + int(np.argmax(off[1:] > data_len))
-            _bad_row(path, row, f"its path ends at byte {int(idx.offsets[row + 1]):,}, "
-                                f"past the {data_len:,} path bytes")
-        _range(path, idx.labels[start:stop], start, low, classes - 1,
-               f"label outside 0..{classes - 1} (the {classes} classes)" + (" or -1" if low < 0 else ""))
+            _bad_row(
+                path, row, f"its path ends at byte {int(idx.offsets[row + 1]):,}, past the {data_len:,} path bytes"
+            )
+        _range(
+            path,
+            idx.labels[start:stop],
+            start,
+            low,
+            classes - 1,
+            f"label outside 0..{classes - 1} (the {classes} classes)" + (" or -1" if low < 0 else ""),
+        )
         _range(path, idx.kinds[start:stop], start, 0, kinds - 1, f"unknown kind (known: {', '.join(KINDS)})")
         if idx.sizes.dtype.kind == "i":
             _range(path, idx.sizes[start:stop], start, 0, np.iinfo(np.int64).max, "negative size")
@@ -401,8 +421,10 @@ def _open_arrow(path: str, extra: dict[str, pa.DataType]) -> MappedIndex:
         reader = pa.ipc.open_file(source)
         meta = _parse_meta(path, reader.schema.metadata)
         if reader.num_record_batches != 1:
-            raise UserError(f"{path}: the index holds {reader.num_record_batches} record batches, "
-                            "not one; rebuild it with dsclean index")
+            raise UserError(
+                f"{path}: the index holds {reader.num_record_batches} record batches, "
+                "not one; rebuild it with dsclean index"
+            )
         batch = reader.get_batch(0)
         source.seek(0)
         whole = source.read_buffer()  # zero-copy view of the mapping: its address range
@@ -414,16 +436,32 @@ def _open_arrow(path: str, extra: dict[str, pa.DataType]) -> MappedIndex:
         offsets, data = binary_buffers(batch.column("path"))
     except ValueError as exc:
         raise UserError(f"{path}: corrupt index ({exc})") from exc
-    cols = {n: _primitive_view(batch.column(n), batch.column(n).type.to_pandas_dtype())
-            for n in ("label", "kind", "size", "mtime_ns")}
+    cols = {
+        n: _primitive_view(batch.column(n), batch.column(n).type.to_pandas_dtype())
+        for n in ("label", "kind", "size", "mtime_ns")
+    }
     more = {}
     for name, typ in extra.items():
         if name not in batch.schema.names or batch.column(name).type != typ or batch.column(name).null_count:
             raise UserError(f"{path}: corrupt index (no {name} column of type {typ} without nulls)")
-        more[name] = _fixed_binary_view(batch.column(name)) if pa.types.is_fixed_size_binary(typ) else \
-            _primitive_view(batch.column(name), typ.to_pandas_dtype())
-    return MappedIndex(path, "arrow", meta, offsets, data, cols["label"], cols["kind"], cols["size"],
-                       cols["mtime_ns"], owner=(source, batch), extra=more)
+        more[name] = (
+            _fixed_binary_view(batch.column(name))
+            if pa.types.is_fixed_size_binary(typ)
+            else _primitive_view(batch.column(name), typ.to_pandas_dtype())
+        )
+    return MappedIndex(
+        path,
+        "arrow",
+        meta,
+        offsets,
+        data,
+        cols["label"],
+        cols["kind"],
+        cols["size"],
+        cols["mtime_ns"],
+        owner=(source, batch),
+        extra=more,
+    )
 
 
 #: column -> the types a readable index may give it (format 1: int64 labels and sizes)
@@ -436,8 +474,9 @@ def _check_columns(path: str, batch: pa.RecordBatch) -> None:
         if name not in names:
             raise UserError(f"{path}: corrupt index (no {name} column); rebuild it with dsclean index")
         col = batch.column(name)
-        ok = (pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type)) if types is None \
-            else col.type in types
+        ok = (
+            (pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type)) if types is None else col.type in types
+        )
         if not ok or col.null_count:
             raise UserError(f"{path}: corrupt index ({name} column is {col.type} with {col.null_count} nulls)")
 
@@ -451,14 +490,15 @@ def _check_mapped(path: str, batch: pa.RecordBatch, whole: pa.Buffer) -> None:
                 raise UserError(
                     f"{path}: the index is compressed, so every process would need its own decompressed "
                     "copy instead of sharing one memory mapping; rebuild it with dsclean index "
-                    "(it writes an uncompressed file)")
+                    "(it writes an uncompressed file)"
+                )
 
 
 def _primitive_view(arr: pa.Array, dtype) -> np.ndarray:
     buf = arr.buffers()[1]
     if buf is None:
         return np.zeros(0, dtype)
-    view = np.frombuffer(buf, dtype)[arr.offset: arr.offset + len(arr)]
+    view = np.frombuffer(buf, dtype)[arr.offset : arr.offset + len(arr)]
     view.flags.writeable = False
     return view
 
@@ -468,7 +508,7 @@ def _fixed_binary_view(arr: pa.Array) -> np.ndarray:
     buf = arr.buffers()[1]
     if buf is None:
         return np.zeros((0, width), np.uint8)
-    view = np.frombuffer(buf, np.uint8).reshape(-1, width)[arr.offset: arr.offset + len(arr)]
+    view = np.frombuffer(buf, np.uint8).reshape(-1, width)[arr.offset : arr.offset + len(arr)]
     view.flags.writeable = False
     return view
 
@@ -493,10 +533,21 @@ def _open_npy(path: str) -> MappedIndex:
     cols = {n: _load_npy(path, n) for n in ("paths", "offsets", "labels", "kinds", "sizes", "mtimes")}
     for name, col in cols.items():  # integer vectors only: anything else would fail later as a raw numpy error
         if col.ndim != 1 or col.dtype.kind not in "iu":
-            raise UserError(f"{path}: corrupt index ({name}.npy is {col.dtype} of shape {col.shape}); "
-                            "rebuild it with dsclean index")
-    return MappedIndex(path, "npy", meta, cols["offsets"], cols["paths"], cols["labels"], cols["kinds"],
-                       cols["sizes"], cols["mtimes"], owner=None)
+            raise UserError(
+                f"{path}: corrupt index ({name}.npy is {col.dtype} of shape {col.shape}); rebuild it with dsclean index"
+            )
+    return MappedIndex(
+        path,
+        "npy",
+        meta,
+        cols["offsets"],
+        cols["paths"],
+        cols["labels"],
+        cols["kinds"],
+        cols["sizes"],
+        cols["mtimes"],
+        owner=None,
+    )
 
 
 def read_table(path: str, rows: np.ndarray | None = None) -> pa.Table:
@@ -509,14 +560,21 @@ def read_table(path: str, rows: np.ndarray | None = None) -> pa.Table:
     if idx.format == "arrow":
         batch = idx.owner[1]
         table = pa.Table.from_batches([batch])
-        table = table.select(["path", "label", "kind", "size", "mtime_ns",
-                              *(n for n in FACTS if n in table.column_names)])
+        table = table.select(
+            ["path", "label", "kind", "size", "mtime_ns", *(n for n in FACTS if n in table.column_names)]
+        )
     else:
         offsets = np.asarray(idx.offsets, np.int64)
-        paths = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(idx), [
-            None, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(idx.data))])
-        cols = {"path": paths, "label": np.asarray(idx.labels), "kind": np.asarray(idx.kinds),
-                "size": np.asarray(idx.sizes), "mtime_ns": np.asarray(idx.mtimes)}
+        paths = pa.LargeBinaryArray.from_buffers(
+            pa.large_binary(), len(idx), [None, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(idx.data))]
+        )
+        cols = {
+            "path": paths,
+            "label": np.asarray(idx.labels),
+            "kind": np.asarray(idx.kinds),
+            "size": np.asarray(idx.sizes),
+            "mtime_ns": np.asarray(idx.mtimes),
+        }
         for name, typ in MEDIA_FACTS.items():
             if os.path.exists(os.path.join(path, f"{name}.npy")):
                 values = np.asarray(_load_npy(path, name))
@@ -524,8 +582,10 @@ def read_table(path: str, rows: np.ndarray | None = None) -> pa.Table:
         table = pa.table(cols)
     if rows is not None:
         table = table.take(pa.array(rows, pa.int64()))
-    if pa.types.is_large_binary(table.schema.field("path").type) and \
-            int(pc.sum(pc.binary_length(table.column("path"))).as_py() or 0) <= LARGE_PATH_BYTES:
+    if (
+        pa.types.is_large_binary(table.schema.field("path").type)
+        and int(pc.sum(pc.binary_length(table.column("path"))).as_py() or 0) <= LARGE_PATH_BYTES
+    ):
         table = table.set_column(0, "path", table.column("path").cast(pa.binary()))
     return table
 
@@ -544,8 +604,10 @@ def index_info(path: str) -> dict:
         "index": path,
         "format": idx.format,
         "rows": len(idx),
-        "classes": [{"label": i, "name": name, "count": int(counts[i]) if i < len(counts) else 0}
-                    for i, name in enumerate(classes)],
+        "classes": [
+            {"label": i, "name": name, "count": int(counts[i]) if i < len(counts) else 0}
+            for i, name in enumerate(classes)
+        ],
         "unlabeled": int((labels < 0).sum()),
         "kinds": {name: int(kind_counts[i]) for i, name in enumerate(kind_names)},
         "media_bytes": int(np.asarray(idx.sizes).sum()),

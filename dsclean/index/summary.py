@@ -3,6 +3,7 @@
 Every part of the build (:mod:`.walk`, :mod:`.judge`, :mod:`.write`) counts into one summary; a note
 is kept in it and logged on the ``dsclean.index`` logger (the CLI prints it as ``note: ...``).
 """
+
 from __future__ import annotations
 
 import logging
@@ -74,17 +75,32 @@ def note(summary: IndexSummary, message: str, progress: bool) -> None:
 def empty_message(root: str, s: IndexSummary) -> str:
     """Why nothing is left to index, from the counts."""
     d = s.discovery
-    why = [f"{n:,} {what}" for n, what in (
-        (s.excluded_bad + s.checked_bad, "bad"), (s.not_media, "not media"), (s.unreadable, "unreadable"),
-        (s.not_regular, "not a regular file"),
-        (s.warned, "warnings left out (not judged, or accepted by --lenient; --include-warn ships them)"),
-        (s.unlabeled, "without a label (files directly in ROOT have no class folder)" if s.labels == "folder"
-         else "not in the labels CSV"),
-        (d.symlinks, "symlinks not followed (--symlinks inside|all)"),
-        (d.outside_links, "symlinks leading outside ROOT (--symlinks all follows them)"),
-        (d.hidden, "hidden files skipped"), (d.ignored, "files with other extensions")) if n]
-    return f"{root}: the index would be empty, refusing to write {s.output}: " + (
-        "; ".join(why) if why else "no media files found") + "."
+    why = [
+        f"{n:,} {what}"
+        for n, what in (
+            (s.excluded_bad + s.checked_bad, "bad"),
+            (s.not_media, "not media"),
+            (s.unreadable, "unreadable"),
+            (s.not_regular, "not a regular file"),
+            (s.warned, "warnings left out (not judged, or accepted by --lenient; --include-warn ships them)"),
+            (
+                s.unlabeled,
+                "without a label (files directly in ROOT have no class folder)"
+                if s.labels == "folder"
+                else "not in the labels CSV",
+            ),
+            (d.symlinks, "symlinks not followed (--symlinks inside|all)"),
+            (d.outside_links, "symlinks leading outside ROOT (--symlinks all follows them)"),
+            (d.hidden, "hidden files skipped"),
+            (d.ignored, "files with other extensions"),
+        )
+        if n
+    ]
+    return (
+        f"{root}: the index would be empty, refusing to write {s.output}: "
+        + ("; ".join(why) if why else "no media files found")
+        + "."
+    )
 
 
 def empty_class_notes(s: IndexSummary, counts: np.ndarray, classes: list[str], mode: str, progress: bool) -> None:
@@ -93,9 +109,13 @@ def empty_class_notes(s: IndexSummary, counts: np.ndarray, classes: list[str], m
         return
     empty = [c for c, n in zip(classes, counts) if n == 0]
     if empty:
-        note(s, f"{len(empty)} class folders have no files in the index ({', '.join(empty[:5])}"
-              f"{', ...' if len(empty) > 5 else ''}): they keep their label (like ImageFolder(allow_empty=True)); "
-              "ImageFolder without allow_empty refuses them", progress)
+        note(
+            s,
+            f"{len(empty)} class folders have no files in the index ({', '.join(empty[:5])}"
+            f"{', ...' if len(empty) > 5 else ''}): they keep their label (like ImageFolder(allow_empty=True)); "
+            "ImageFolder without allow_empty refuses them",
+            progress,
+        )
 
 
 def discovery_notes(d: DiscoverStats, files: str) -> list[str]:
@@ -105,6 +125,8 @@ def discovery_notes(d: DiscoverStats, files: str) -> list[str]:
     if d.loops:
         notes.append(f"{d.loops:,} linked folders were already visited (a loop or a second link) and were skipped")
     if d.excluded_dirs and files == "imagefolder":
-        notes.append(f"{d.excluded_dirs} dsclean folders (a quarantine, or a legacy .dsclean) were left out; "
-                     "torchvision's ImageFolder would list them as classes")
+        notes.append(
+            f"{d.excluded_dirs} dsclean folders (a quarantine, or a legacy .dsclean) were left out; "
+            "torchvision's ImageFolder would list them as classes"
+        )
     return notes

@@ -7,6 +7,7 @@ its extension, or its magic bytes when nothing will check it) and stat; what can
 fingerprint (:func:`tree_fingerprint`) is how :func:`dsclean.index.folder.index_folder` tells
 an up-to-date index.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -41,8 +42,16 @@ WALK_SCHEMA = pa.schema(
 )
 
 
-def walk(root: str, exclude: Iterable[str], classes: list[str], *, sniff_all: bool,
-         summary: IndexSummary, progress: bool, prints: Fingerprint) -> Iterator[pa.RecordBatch]:
+def walk(
+    root: str,
+    exclude: Iterable[str],
+    classes: list[str],
+    *,
+    sniff_all: bool,
+    summary: IndexSummary,
+    progress: bool,
+    prints: Fingerprint,
+) -> Iterator[pa.RecordBatch]:
     """Stream discovery into record batches of compact columns; Python lists never exceed a chunk.
 
     Also adds every discovered media file's path, size and mtime to ``prints`` (the tree's
@@ -146,5 +155,11 @@ def extensions(files: str) -> tuple[str, ...]:
 def discover(root: str, exclude: Iterable[str], files: str, symlinks: str, stats: DiscoverStats):
     """The media files an index of this file rule takes: ``(rel, format)`` from :func:`iter_media`."""
     imagefolder = files == "imagefolder"
-    return iter_media(root, exclude=exclude, include_hidden=imagefolder, symlinks=symlinks, stats=stats,
-                      extensions=frozenset(formats.IMAGEFOLDER_EXTENSIONS) if imagefolder else None)
+    return iter_media(
+        root,
+        exclude=exclude,
+        include_hidden=imagefolder,
+        symlinks=symlinks,
+        stats=stats,
+        extensions=frozenset(formats.IMAGEFOLDER_EXTENSIONS) if imagefolder else None,
+    )

@@ -7,6 +7,7 @@ the npy folder (:mod:`dsclean.index.columns`); ``--dedup`` takes them into memor
 (:func:`sorted_table`, :func:`write_table`). Both write through
 :func:`dsclean.atomic.atomic_output` (temp + rename): a failed write leaves an earlier index as it was.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,21 +38,21 @@ def check_output(output: str, fmt: str) -> None:
     if fmt == "arrow" and os.path.isfile(target) and os.path.getsize(target) > 0:
         with open(target, "rb") as f:
             if f.read(6) != b"ARROW1":
-                raise UserError(f"{output}: exists and is not an Arrow index (no Arrow file signature); "
-                                "refusing to replace it: choose another output path")
+                raise UserError(
+                    f"{output}: exists and is not an Arrow index (no Arrow file signature); "
+                    "refusing to replace it: choose another output path"
+                )
     if fmt == "npy" and os.path.lexists(output):
         if not os.path.isdir(output):
             raise UserError(f"{output}: exists and is not a folder; an npy index is a folder")
         if os.listdir(output) and not os.path.isfile(os.path.join(output, NPY_META)):
-            raise UserError(f"{output}: exists, is not empty and is not a dsclean npy index; "
-                            "refusing to replace it")
+            raise UserError(f"{output}: exists, is not empty and is not a dsclean npy index; refusing to replace it")
 
 
 class KeptRows:
     """The rows the index keeps, on their way to a :class:`Sorter` in index order; counts for the schema."""
 
-    def __init__(self, spill: str, *, by_label: bool, facts: bool, csv_labels: CsvLabels | None,
-                 classes: int) -> None:
+    def __init__(self, spill: str, *, by_label: bool, facts: bool, csv_labels: CsvLabels | None, classes: int) -> None:
         self.order = Sorter(spill, "order", "order")
         self.by_label, self.facts, self.csv_labels = by_label, facts, csv_labels
         self.csv_seen = np.zeros(len(csv_labels.paths), bool) if csv_labels is not None else None
@@ -78,22 +79,28 @@ class KeptRows:
                 if name not in table.column_names:
                     table = table.append_column(pa.field(name, typ), pa.nulls(table.num_rows, typ))
         names = [*WALK_SCHEMA.names, *(FACTS if self.facts else ())]
-        table = table.select(names).cast(pa.schema([*WALK_SCHEMA, *(pa.field(n, FACTS[n]) for n in FACTS
-                                                                       if self.facts)]))
+        table = table.select(names).cast(
+            pa.schema([*WALK_SCHEMA, *(pa.field(n, FACTS[n]) for n in FACTS if self.facts)])
+        )
         key = table.column("key")
         if self.by_label:  # ImageFolder order: class, then walk order; a 4-byte big-endian label sorts first
             labels = np.ascontiguousarray(table.column("label").to_numpy().astype(">u4"))
             n = len(labels)
-            prefix = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(np.arange(0, 4 * n + 1, 4, np.int32)),
-                                                             pa.py_buffer(labels.tobytes())])
+            prefix = pa.Array.from_buffers(
+                pa.binary(),
+                n,
+                [None, pa.py_buffer(np.arange(0, 4 * n + 1, 4, np.int32)), pa.py_buffer(labels.tobytes())],
+            )
             key = pc.binary_join_element_wise(prefix, key, pa.scalar(b"", pa.binary()))
         table = table.drop_columns(["key"]).append_column("order", key)
         self.path_bytes += int(pc.sum(pc.binary_length(table.column("path"))).as_py() or 0)
         self.max_size = max(self.max_size, int(pc.max(table.column("size")).as_py() or 0))
         self.order.add(table)
 
-def write_streamed(output: str, fmt: str, rows: KeptRows, schema: pa.Schema, meta: dict, summary: IndexSummary,
-                    classes: int) -> np.ndarray:
+
+def write_streamed(
+    output: str, fmt: str, rows: KeptRows, schema: pa.Schema, meta: dict, summary: IndexSummary, classes: int
+) -> np.ndarray:
     """Stream the sorted rows into column temp files, then write the index; returns label counts (-1 first)."""
     folder = os.path.join(rows.order.folder, "columns")
     os.makedirs(folder)
@@ -115,8 +122,11 @@ def write_streamed(output: str, fmt: str, rows: KeptRows, schema: pa.Schema, met
             if fmt == "arrow":
                 write_one_batch(tmp, schema.with_metadata({META_KEY: json.dumps(meta).encode("ascii")}), sinks)
             else:
-                write_npy_columns(tmp, {s.name: s for s in sinks},
-                                  {"labels": "label", "kinds": "kind", "sizes": "size", "mtimes": "mtime_ns"})
+                write_npy_columns(
+                    tmp,
+                    {s.name: s for s in sinks},
+                    {"labels": "label", "kinds": "kind", "sizes": "size", "mtimes": "mtime_ns"},
+                )
                 with open(os.path.join(tmp, NPY_META), "w", encoding="ascii") as f:
                     json.dump(meta, f, indent=1)
     finally:

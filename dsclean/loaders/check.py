@@ -8,6 +8,7 @@ warned about keeps its reason, the loader's words are added to the detail):
 - ``loader_fails``: the profile raises, or returns nothing (``cv2.imdecode`` returns None);
 - ``loader_differs``: its decode disagrees with the reference decode beyond :mod:`.compare`'s tolerance.
 """
+
 from __future__ import annotations
 
 import re
@@ -45,8 +46,11 @@ def check_loaders(data, v, names, fmt: str | None = None) -> None:
         read.append(p.name)
         if reference is None:
             continue
-        diff = (compare.image_difference(reference, out) if v.kind == "image"
-                else compare.audio_difference(reference, out, fmt))
+        diff = (
+            compare.image_difference(reference, out)
+            if v.kind == "image"
+            else compare.audio_difference(reference, out, fmt)
+        )
         if diff is not None:
             _note(v, R.LOADER_DIFFERS, f"--loader {p.name}: {diff} ({ref_profile.name})")
     if reference is None and read:

@@ -7,6 +7,7 @@ builds differ by about 0.5). Audio: the same sample rate and channels; the same 
 formats, within :data:`LOSSY_FRAMES` (or 1%) for lossy ones (decoders treat encoder delay differently);
 where the counts agree, a mean absolute difference of at most :data:`MAX_MEAN_SAMPLE` (full scale is 1).
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -8,6 +8,7 @@ bytes) and returns what training would get: a PIL image, a tensor, a numpy array
 reference decodes. The check itself already decides what they read (its Pillow or libjpeg-turbo decode is
 stricter than theirs), so they cost nothing unless another profile needs reference pixels.
 """
+
 from __future__ import annotations
 
 import io
@@ -112,18 +113,40 @@ def load_pyav(source):
 
 
 #: every profile, by the name ``--loader`` takes
-PROFILES: dict[str, Profile] = {p.name: p for p in (
-    Profile("pillow", "image", load_pillow, None, None, 'Image.open(f).convert("RGB")', reference=True),
-    Profile("torchvision", "image", load_torchvision, "torchvision", "torchvision",
-            "torchvision.io.decode_image(data, mode=ImageReadMode.RGB)"),
-    Profile("torchvision-exif", "image", load_torchvision_exif, "torchvision", "torchvision",
-            "torchvision.io.decode_image(data, mode=ImageReadMode.RGB, apply_exif_orientation=True)"),
-    Profile("opencv", "image", load_opencv, "cv2", "opencv", "cv2.imdecode(buf, cv2.IMREAD_COLOR)"),
-    Profile("soundfile", "audio", load_soundfile, None, None, 'soundfile.read(f, dtype="float32", always_2d=True)',
-            reference=True),
-    Profile("torchaudio", "audio", load_torchaudio, "torchaudio", "torchaudio", "torchaudio.load(f)"),
-    Profile("pyav", "audio", load_pyav, "av", "av", "av.open(f) + decode every frame of the first audio stream"),
-)}
+PROFILES: dict[str, Profile] = {
+    p.name: p
+    for p in (
+        Profile("pillow", "image", load_pillow, None, None, 'Image.open(f).convert("RGB")', reference=True),
+        Profile(
+            "torchvision",
+            "image",
+            load_torchvision,
+            "torchvision",
+            "torchvision",
+            "torchvision.io.decode_image(data, mode=ImageReadMode.RGB)",
+        ),
+        Profile(
+            "torchvision-exif",
+            "image",
+            load_torchvision_exif,
+            "torchvision",
+            "torchvision",
+            "torchvision.io.decode_image(data, mode=ImageReadMode.RGB, apply_exif_orientation=True)",
+        ),
+        Profile("opencv", "image", load_opencv, "cv2", "opencv", "cv2.imdecode(buf, cv2.IMREAD_COLOR)"),
+        Profile(
+            "soundfile",
+            "audio",
+            load_soundfile,
+            None,
+            None,
+            'soundfile.read(f, dtype="float32", always_2d=True)',
+            reference=True,
+        ),
+        Profile("torchaudio", "audio", load_torchaudio, "torchaudio", "torchaudio", "torchaudio.load(f)"),
+        Profile("pyav", "audio", load_pyav, "av", "av", "av.open(f) + decode every frame of the first audio stream"),
+    )
+}
 #: the profile dsclean's default loaders are, per kind
 DEFAULT = {"image": "pillow", "audio": "soundfile"}
 #: the reference profile a kind's other profiles are compared with
@@ -167,8 +190,10 @@ def _missing(p: Profile, exc: BaseException) -> str:
     except Exception:  # no torch at all: the message still names the extra
         torch_version = "no torch"
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:200]
-    return (f"--loader {p.name} needs the {p.module} package, which cannot be imported here ({type(exc).__name__}: "
-            f"{first}): install the extra, pip install 'dsclean[{p.extra}]', with a build matching {torch_version}")
+    return (
+        f"--loader {p.name} needs the {p.module} package, which cannot be imported here ({type(exc).__name__}: "
+        f"{first}): install the extra, pip install 'dsclean[{p.extra}]', with a build matching {torch_version}"
+    )
 
 
 def as_array(p: Profile, out):

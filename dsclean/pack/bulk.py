@@ -18,6 +18,7 @@ reused buffer, and writes the whole batch with one call. The bytes are exactly t
 :func:`.tarformat.header` and :func:`.samples.int_facts_record` per sample
 (tests/pack/test_bulk.py compares them on random input, and the shards with tarfile's).
 """
+
 from __future__ import annotations
 
 import json.encoder
@@ -97,8 +98,7 @@ def layout(ext_code: np.ndarray, labelled: np.ndarray, sizes: np.ndarray) -> Lay
     data_at[member_sample, member_kind] = header_at + BLOCK
     sample_at = np.zeros(n + 1, np.int64)
     sample_at[1:] = end[2::3]
-    return Layout(int(sample_at[-1]), sample_at, data_at, header_at, member_sample, member_kind,
-                  size.ravel()[keep])
+    return Layout(int(sample_at[-1]), sample_at, data_at, header_at, member_sample, member_kind, size.ravel()[keep])
 
 
 def headers(stems: np.ndarray, lay: Layout, ext_code: np.ndarray) -> np.ndarray:
@@ -112,7 +112,7 @@ def headers(stems: np.ndarray, lay: Layout, ext_code: np.ndarray) -> np.ndarray:
     stem = stems[lay.member_sample]
     out[:, :k] = stem
     suffix = np.where(lay.member_kind == MEDIA, ext_code[lay.member_sample], len(EXTS) + lay.member_kind - 1)
-    out[:, k:k + _TAILS.shape[1]] = _TAILS[suffix]
+    out[:, k : k + _TAILS.shape[1]] = _TAILS[suffix]
     digits = ((lay.member_size[:, None] >> _SIZE_SHIFTS) & 7) + 48
     out[:, 124:135] = digits
     # the header checksum: the sum of all 512 bytes, the checksum field counting as eight spaces;
@@ -134,19 +134,35 @@ def headers(stems: np.ndarray, lay: Layout, ext_code: np.ndarray) -> np.ndarray:
 # never holds: ensure_ascii escapes them).
 
 #: the record's parts in key order: (field, format); "kind_label" is kind and label together
-_SLOTS = (("channels", '"channels":%d'), ("checksum", '"checksum":"%s"'), ("class", '"class":%s'),
-          ("frames", '"frames":%d'), ("height", '"height":%d'), ("kind_label", "%s"), ("path", '"path":%s'),
-          ("path_b64", '"path_b64":%s'), ("sample_rate", '"sample_rate":%d'), ("size", '"size":%d'),
-          ("width", '"width":%d'))
+_SLOTS = (
+    ("channels", '"channels":%d'),
+    ("checksum", '"checksum":"%s"'),
+    ("class", '"class":%s'),
+    ("frames", '"frames":%d'),
+    ("height", '"height":%d'),
+    ("kind_label", "%s"),
+    ("path", '"path":%s'),
+    ("path_b64", '"path_b64":%s'),
+    ("sample_rate", '"sample_rate":%d'),
+    ("size", '"size":%d'),
+    ("width", '"width":%d'),
+)
 _OPTIONAL = ("channels", "class", "frames", "height", "path_b64", "sample_rate", "width")  # bit i of a group code
 _quote = json.encoder.encode_basestring_ascii  # what the encoder writes for a str (ensure_ascii)
 #: the integer media facts a record may carry (an index built with --facts has them), in the index's order
 FACT_NAMES = MEDIA_FACTS
 
 
-def json_members(paths: list[bytes], labels: np.ndarray, classes: list[str], kinds: np.ndarray,
-                 kind_names: tuple[str, ...], sizes: np.ndarray, checksums: np.ndarray,
-                 facts: dict[str, tuple[np.ndarray, np.ndarray]]) -> tuple[bytes, np.ndarray, np.ndarray]:
+def json_members(
+    paths: list[bytes],
+    labels: np.ndarray,
+    classes: list[str],
+    kinds: np.ndarray,
+    kind_names: tuple[str, ...],
+    sizes: np.ndarray,
+    checksums: np.ndarray,
+    facts: dict[str, tuple[np.ndarray, np.ndarray]],
+) -> tuple[bytes, np.ndarray, np.ndarray]:
     """The batch's ``.json`` members: ``(text, starts, lengths)``, record ``i`` is ``text[starts[i]:][:lengths[i]]``.
 
     ``labels``: negative = unlabelled; ``kinds``: codes into ``kind_names``; ``checksums``:
@@ -167,7 +183,7 @@ def json_members(paths: list[bytes], labels: np.ndarray, classes: list[str], kin
         columns["path_b64"] = [_quote(f.get("path_b64", "")) for f in fields]
         code |= np.array(["path_b64" in f for f in fields], np.int64) << _OPTIONAL.index("path_b64")
     hexes = np.ascontiguousarray(checksums).tobytes().hex()
-    columns["checksum"] = [hexes[i:i + 32] for i in range(0, 32 * n, 32)]
+    columns["checksum"] = [hexes[i : i + 32] for i in range(0, 32 * n, 32)]
     labelled = labels >= 0
     code |= labelled.astype(np.int64) << _OPTIONAL.index("class")
     named = np.array([_quote(c) for c in classes] + ["null"], dtype=object)
@@ -199,7 +215,7 @@ def _format(code: int, columns: dict[str, list], n: int) -> bytes:
     slots = [(f, spec) for f, spec in _SLOTS if f not in _OPTIONAL or code >> _OPTIONAL.index(f) & 1]
     args: list = [None] * (len(slots) * n)
     for i, (f, _) in enumerate(slots):
-        args[i::len(slots)] = columns[f]
+        args[i :: len(slots)] = columns[f]
     template = "{" + ",".join(spec for _, spec in slots) + "}"
     return ("\n".join([template] * n) % tuple(args)).encode("ascii")
 
@@ -220,4 +236,4 @@ def place(view: memoryview, at: np.ndarray, text: bytes, starts: np.ndarray, len
     """
     source = memoryview(text)
     for to, start, length in zip(at.tolist(), starts.tolist(), lengths.tolist()):
-        view[to:to + length] = source[start:start + length]
+        view[to : to + length] = source[start : start + length]

@@ -7,12 +7,12 @@ them, under the scan's time limit and memory ceiling; a sample that crashes or
 hangs its decoder is re-checked alone and named, as in a scan. Nothing is
 written anywhere.
 """
+
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Iterator
-
-import dataclasses
 
 from ..openfile import map_regular
 from ..reasons import LENIENT
@@ -37,7 +37,9 @@ def recorded_options(meta: dict | None) -> CheckOptions:
     return dataclasses.replace(options, lenient=lenient, facts=False)
 
 
-def decode_members(folder: str, names: list[str], options: CheckOptions, jobs: int) -> Iterator[tuple[str, str, Verdict]]:
+def decode_members(
+    folder: str, names: list[str], options: CheckOptions, jobs: int
+) -> Iterator[tuple[str, str, Verdict]]:
     """``(shard name, member name, verdict)`` for every media member of the shards, in completion order."""
 
     def chunks() -> Iterator[list[tuple[str, str, int, int]]]:

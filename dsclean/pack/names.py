@@ -12,6 +12,7 @@ prefix, the number and the suffix itself. So a template costs bounded work and
 memory whatever it says, and it is injective by construction (different shard
 numbers give different names: a number's digits are never cut).
 """
+
 from __future__ import annotations
 
 import functools
@@ -67,20 +68,20 @@ def parse(template: str) -> ShardNames:
         raise NameTemplateError(f"it has {len(fields)} {{}} fields; it needs exactly one, for the shard number")
     at, field, spec, conversion = fields[0]
     if field not in ("", "0"):
-        raise NameTemplateError(f"its field {{{field}}} is not the shard number ({{}} or {{0}}; no attribute "
-                                "or index access)")
+        raise NameTemplateError(
+            f"its field {{{field}}} is not the shard number ({{}} or {{0}}; no attribute or index access)"
+        )
     if conversion is not None:
         raise NameTemplateError(f"its field converts with !{conversion}; the shard number is written as an integer")
     m = _SPEC.fullmatch(spec or "")
     if m is None or "{" in (spec or ""):
-        raise NameTemplateError(f"its field's format {spec!r} is not an optional 0 fill, a width and d "
-                                "(like {:06d})")
+        raise NameTemplateError(f"its field's format {spec!r} is not an optional 0 fill, a width and d (like {{:06d}})")
     zero, width_text, _ = m.groups()
     width = int(width_text) if width_text else 0
     if width > MAX_WIDTH:
         raise NameTemplateError(f"its field's width {width} is over {MAX_WIDTH}")
-    prefix = "".join(p[0] for p in parts[:at + 1])
-    suffix = "".join(p[0] for p in parts[at + 1:])
+    prefix = "".join(p[0] for p in parts[: at + 1])
+    suffix = "".join(p[0] for p in parts[at + 1 :])
     names = ShardNames(template, prefix, width, bool(zero), suffix)
     _check_plain(names)
     return names
@@ -109,10 +110,13 @@ def _check_plain(names: ShardNames) -> None:
 
 def _could_give(names: ShardNames, target: str) -> bool:
     """Whether some shard number's name is ``target``."""
-    if not (target.startswith(names.prefix) and target.endswith(names.suffix)
-            and len(target) >= len(names.prefix) + len(names.suffix)):
+    if not (
+        target.startswith(names.prefix)
+        and target.endswith(names.suffix)
+        and len(target) >= len(names.prefix) + len(names.suffix)
+    ):
         return False
-    middle = target[len(names.prefix):len(target) - len(names.suffix)].strip(" ")
+    middle = target[len(names.prefix) : len(target) - len(names.suffix)].strip(" ")
     return middle.isascii() and middle.isdigit() and names.name(int(middle)) == target
 
 

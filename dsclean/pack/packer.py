@@ -10,6 +10,7 @@ Job arrays: ``part=(I, N)`` writes only the shards whose number is I mod N
 and leaves a part marker; :func:`finish_pack` then checks every part and
 writes the packed index and the shard list.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -32,14 +33,13 @@ from ..jsonpaths import path_fields
 from . import state
 from .plan import Layout, Plan, make_layout, make_plan
 from .publish import publish
+from .readback import left_out_earlier, read_back
 from .runner import WorkersLost, run_tasks
 from .samples import key_numbers
 from .scanhashes import scan_checksums
-from .tarformat import TarError
-from .readback import left_out_earlier, read_back
 from .shardjob import INLINE_LIMIT, ShardJob, ShardResult
+from .tarformat import TarError
 from .write import finish_shard, write_shard
-
 
 #: files of the folder a killed run may have left temp copies of (shards' temps are their writers' to remove)
 _OWN_FILES = (locations.PACKED_INDEX_FILE, locations.SHARD_LIST_FILE, locations.PACK_STATE_FILE)
@@ -62,7 +62,9 @@ class PackOptions:
     inline_limit: int = INLINE_LIMIT  # files up to this size are read once into memory
     rehash: bool = False  # hash every file's bytes, even those the scan results hold a current hash for
     fsync: bool = True  # False (--no-fsync): no fsync of any file of the pack; the OS writes them back in its time
-    denylist: str | None = None  # a deny-list (dsclean.denylist, e.g. an older pack's denylist.jsonl): its keys are left out
+    denylist: str | None = (
+        None  # a deny-list (dsclean.denylist, e.g. an older pack's denylist.jsonl): its keys are left out
+    )
 
 
 @dataclass
@@ -107,8 +109,10 @@ def _prepare(index: str, output: str, options: PackOptions, *, writing: bool = T
     if options.jobs < 1:
         raise UserError(f"--jobs must be 1 or more, not {options.jobs}")
     if options.scheduler is not None and options.backend != "dask":  # as dsclean scan: never silently local
-        raise UserError(f"--scheduler goes with --backend dask (the backend is {options.backend}): add "
-                        "--backend dask to pack on that cluster, or drop --scheduler to pack on this machine")
+        raise UserError(
+            f"--scheduler goes with --backend dask (the backend is {options.backend}): add "
+            "--backend dask to pack on that cluster, or drop --scheduler to pack on this machine"
+        )
     index = os.path.abspath(index)
     if os.path.isdir(index) and os.path.isfile(os.path.join(index, locations.SHARD_LIST_FILE)):
         raise UserError(f"{index}: is a packed shard set; pack takes the index written by dsclean index")
@@ -116,8 +120,10 @@ def _prepare(index: str, output: str, options: PackOptions, *, writing: bool = T
     root = str(meta["root"])
     out = os.path.abspath(output)
     if locations.is_inside(out, root):
-        raise UserError(f"{output}: is inside the dataset {root}; dsclean never writes into the data it packs: "
-                        "choose a folder outside it")
+        raise UserError(
+            f"{output}: is inside the dataset {root}; dsclean never writes into the data it packs: "
+            "choose a folder outside it"
+        )
     if meta.get("packed"):
         raise UserError(f"{index}: is a packed index (of shards); pack the source index instead")
     if not os.path.isdir(root):
@@ -126,10 +132,12 @@ def _prepare(index: str, output: str, options: PackOptions, *, writing: bool = T
     denied = _denied_keys(options.denylist)
     plan = make_plan(idx, layout, denied)
     identity = _identity(index)
-    layout_json = layout.to_json() if not denied else {**layout.to_json(), "denylist": content_hash(
-        "\n".join(sorted(denied)).encode()).hex()}  # another deny-list is another pack: never resumed into this one
-    rec = state.record(index=index, identity=identity, rows=len(idx), root=root, layout=layout_json,
-                       shards=plan.shards)
+    layout_json = (
+        layout.to_json()
+        if not denied
+        else {**layout.to_json(), "denylist": content_hash("\n".join(sorted(denied)).encode()).hex()}
+    )  # another deny-list is another pack: never resumed into this one
+    rec = state.record(index=index, identity=identity, rows=len(idx), root=root, layout=layout_json, shards=plan.shards)
     ctx = _Context(index, out, meta, plan, identity, rec)
     if not writing:
         return ctx
@@ -160,21 +168,34 @@ def _identity(index: str) -> str:
     """The source index's content hash (an npy index: of its files' names and hashes, in name order)."""
     if not os.path.isdir(index):
         return content_hash_file(index).hex()
-    parts = [f"{n}:{content_hash_file(os.path.join(index, n)).hex()}" for n in sorted(os.listdir(index))
-             if os.path.isfile(os.path.join(index, n))]
+    parts = [
+        f"{n}:{content_hash_file(os.path.join(index, n)).hex()}"
+        for n in sorted(os.listdir(index))
+        if os.path.isfile(os.path.join(index, n))
+    ]
     return content_hash("\n".join(parts).encode("utf-8", "surrogateescape")).hex()
 
 
 def _job(ctx: _Context, k: int, options: PackOptions) -> ShardJob:
     rows = ctx.plan.rows(k)
     known = None if ctx.known is None else ctx.known[rows]
-    return ShardJob(number=k, output=ctx.output, name=ctx.plan.shard_name(k), index=ctx.index,
-                    root=str(ctx.meta["root"]), rows=rows, classes=tuple(ctx.meta.get("classes", [])),
-                    skip_changed=options.skip_changed, inline_limit=options.inline_limit,
-                    checksums=None if known is None or not known.any() else ctx.checksums[rows],
-                    known=None if known is None or not known.any() else known, keys=ctx.plan.keys[rows],
-                    one_at_a_time=options.jobs <= 1 and options.backend == "loky", fsync=options.fsync,
-                    deferred=options.jobs > 1 and options.backend == "loky")
+    return ShardJob(
+        number=k,
+        output=ctx.output,
+        name=ctx.plan.shard_name(k),
+        index=ctx.index,
+        root=str(ctx.meta["root"]),
+        rows=rows,
+        classes=tuple(ctx.meta.get("classes", [])),
+        skip_changed=options.skip_changed,
+        inline_limit=options.inline_limit,
+        checksums=None if known is None or not known.any() else ctx.checksums[rows],
+        known=None if known is None or not known.any() else known,
+        keys=ctx.plan.keys[rows],
+        one_at_a_time=options.jobs <= 1 and options.backend == "loky",
+        fsync=options.fsync,
+        deferred=options.jobs > 1 and options.backend == "loky",
+    )
 
 
 def _remove_shard_temps(ctx: _Context) -> None:
@@ -186,8 +207,12 @@ def _remove_shard_temps(ctx: _Context) -> None:
     names = {ctx.plan.shard_name(k) for k in range(ctx.plan.shards)}
     for entry in os.scandir(ctx.output):
         n = entry.name
-        if n.startswith(".") and n.endswith(".tmp") and n[1:-4].rsplit(".", 1)[0] in names \
-                and entry.is_file(follow_symlinks=False):
+        if (
+            n.startswith(".")
+            and n.endswith(".tmp")
+            and n[1:-4].rsplit(".", 1)[0] in names
+            and entry.is_file(follow_symlinks=False)
+        ):
             os.unlink(entry.path)
 
 
@@ -200,12 +225,18 @@ def pack_shards(index: str, output: str, options: PackOptions = PackOptions()) -
     """
     t0 = time.monotonic()
     ctx = _prepare(index, output, options)
-    summary = PackSummary(output=ctx.output, shards=ctx.plan.shards, part=options.part,
-                          scan_hashes=0 if ctx.known is None else int(ctx.known.sum()),
-                          scan_results=ctx.checksum_source)
+    summary = PackSummary(
+        output=ctx.output,
+        shards=ctx.plan.shards,
+        part=options.part,
+        scan_hashes=0 if ctx.known is None else int(ctx.known.sum()),
+        scan_results=ctx.checksum_source,
+    )
     if options.denylist:
-        summary.notes.append(f"{ctx.record['source']['rows'] - len(ctx.plan.order):,} samples left out: on the deny-list "
-                             f"{options.denylist}")
+        summary.notes.append(
+            f"{ctx.record['source']['rows'] - len(ctx.plan.order):,} samples left out: on the deny-list "
+            f"{options.denylist}"
+        )
     summary.resumed = state.prepare_output(ctx.output, ctx.record, fsync=options.fsync)
     with state.locked(ctx.output, options.part):
         if options.part is None:
@@ -220,8 +251,14 @@ def pack_shards(index: str, output: str, options: PackOptions = PackOptions()) -
         if options.part is not None:
             if not _read_back_all(ctx, [k for k in mine if k not in results], options, results, summary):
                 return _done(summary, t0)
-            state.write_part(ctx.output, ctx.record, options.part, mine,
-                             [s for k in mine for s in results[k].skipped], fsync=options.fsync)
+            state.write_part(
+                ctx.output,
+                ctx.record,
+                options.part,
+                mine,
+                [s for k in mine for s in results[k].skipped],
+                fsync=options.fsync,
+            )
             summary.skipped = [s for k in mine for s in results[k].skipped]
             return _done(summary, t0)
         if not results and _published(ctx.output):
@@ -258,9 +295,11 @@ def _note_left_out(ctx: _Context, summary: PackSummary) -> None:
     rows = len(ctx.plan.order)
     if not summary.complete or summary.samples == rows:
         return
-    summary.notes.append(f"{rows - summary.samples:,} of the index's {rows:,} rows are not in the shards (left out "
-                         "by --skip-changed, listed): once their files are back as indexed, delete the shards they "
-                         "belong in and run the same command to pack them")
+    summary.notes.append(
+        f"{rows - summary.samples:,} of the index's {rows:,} rows are not in the shards (left out "
+        "by --skip-changed, listed): once their files are back as indexed, delete the shards they "
+        "belong in and run the same command to pack them"
+    )
 
 
 def finish_pack(index: str, output: str, options: PackOptions = PackOptions()) -> PackSummary:
@@ -277,11 +316,16 @@ def finish_pack(index: str, output: str, options: PackOptions = PackOptions()) -
     with state.locked(ctx.output, None):
         remove_stale_temps(ctx.output, _OWN_FILES)
         state.check_parts(ctx.output, ctx.record)
-        absent = [ctx.plan.shard_name(k) for k in range(ctx.plan.shards)
-                  if not os.path.isfile(os.path.join(ctx.output, ctx.plan.shard_name(k)))]
+        absent = [
+            ctx.plan.shard_name(k)
+            for k in range(ctx.plan.shards)
+            if not os.path.isfile(os.path.join(ctx.output, ctx.plan.shard_name(k)))
+        ]
         if absent:
-            raise UserError(f"{output}: every part finished but {len(absent)} shards are missing "
-                            f"(e.g. {absent[0]}); run their parts again")
+            raise UserError(
+                f"{output}: every part finished but {len(absent)} shards are missing "
+                f"(e.g. {absent[0]}); run their parts again"
+            )
         results: dict[int, ShardResult] = {}
         if not _read_back_all(ctx, list(range(ctx.plan.shards)), options, results, summary):
             return _done(summary, t0)
@@ -310,15 +354,25 @@ def _write(ctx: _Context, numbers: list[int], options: PackOptions, summary: Pac
         summary.hashed += r.hashed
         summary.skipped += r.skipped
         if options.progress:
-            print(f"\rpack: {summary.written + summary.reused}/{summary.shards} shards", end="",
-                  file=sys.stderr, flush=True)
+            print(
+                f"\rpack: {summary.written + summary.reused}/{summary.shards} shards",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
 
     with stop_on_signals() as stop, ThreadPoolExecutor(2, thread_name_prefix="pack-finish") as finisher:
         try:
             jobs = (_job(ctx, k, options) for k in numbers)
-            for r in run_tasks(write_shard, jobs, backend=options.backend, jobs=options.jobs,
-                               scheduler=options.scheduler, stop=stop,
-                               overlap=options.fsync):  # jobs 1: the fsyncs overlap the next shard
+            for r in run_tasks(
+                write_shard,
+                jobs,
+                backend=options.backend,
+                jobs=options.jobs,
+                scheduler=options.scheduler,
+                stop=stop,
+                overlap=options.fsync,
+            ):  # jobs 1: the fsyncs overlap the next shard
                 if r.temp is not None and not r.error:
                     finishing[finisher.submit(finish_shard, r, ctx.output, options.fsync)] = r
                 else:
@@ -342,8 +396,9 @@ def _write(ctx: _Context, numbers: list[int], options: PackOptions, summary: Pac
     return results
 
 
-def _read_back_all(ctx: _Context, numbers: list[int], options: PackOptions, results: dict[int, ShardResult],
-                   summary: PackSummary) -> bool:
+def _read_back_all(
+    ctx: _Context, numbers: list[int], options: PackOptions, results: dict[int, ShardResult], summary: PackSummary
+) -> bool:
     """Records of shards an earlier run (or another part) wrote, read from the shards themselves.
 
     False when worker processes kept dying (the shards not read are in ``summary.failures``)."""
@@ -351,8 +406,14 @@ def _read_back_all(ctx: _Context, numbers: list[int], options: PackOptions, resu
         return True
     with stop_on_signals() as stop:
         try:
-            for r in run_tasks(read_back, (_job(ctx, k, options) for k in numbers), backend=options.backend,
-                               jobs=options.jobs, scheduler=options.scheduler, stop=stop):
+            for r in run_tasks(
+                read_back,
+                (_job(ctx, k, options) for k in numbers),
+                backend=options.backend,
+                jobs=options.jobs,
+                scheduler=options.scheduler,
+                stop=stop,
+            ):
                 results[r.number] = r
         except WorkersLost as exc:
             summary.failures += [f"{job.name}: not read back: {exc}" for job in exc.items]
@@ -381,10 +442,12 @@ def _refuse_empty(ctx: _Context, results: dict[int, ShardResult]) -> None:
             os.unlink(os.path.join(ctx.output, ctx.plan.shard_name(k)))
     state.remove_state(ctx.output)
     example = f", e.g. {skipped[0]['why']}" if skipped else ""
-    raise UserError(f"{ctx.index}: all {len(ctx.plan.order):,} samples were left out (--skip-changed: their files "
-                    f"changed or vanished since indexing{example}); refusing to publish a shard set with no "
-                    f"samples (its empty shards are removed from {ctx.output}): rebuild the index with dsclean "
-                    "index and pack again")
+    raise UserError(
+        f"{ctx.index}: all {len(ctx.plan.order):,} samples were left out (--skip-changed: their files "
+        f"changed or vanished since indexing{example}); refusing to publish a shard set with no "
+        f"samples (its empty shards are removed from {ctx.output}): rebuild the index with dsclean "
+        "index and pack again"
+    )
 
 
 def _finish(ctx: _Context, results: dict[int, ShardResult], summary: PackSummary, fsync: bool = True) -> None:
@@ -400,7 +463,9 @@ def _finish(ctx: _Context, results: dict[int, ShardResult], summary: PackSummary
 
 
 def _published(output: str) -> bool:
-    return all(os.path.isfile(os.path.join(output, n)) for n in (locations.PACKED_INDEX_FILE, locations.SHARD_LIST_FILE))
+    return all(
+        os.path.isfile(os.path.join(output, n)) for n in (locations.PACKED_INDEX_FILE, locations.SHARD_LIST_FILE)
+    )
 
 
 def _done(summary: PackSummary, t0: float) -> PackSummary:

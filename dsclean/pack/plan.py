@@ -17,6 +17,7 @@ bytes are the same.
   A shard always holds at least one sample, so a sample bigger than that
   (or any sample, below 10,240 bytes) gets a shard of its own.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -36,8 +37,21 @@ DEFAULT_SHARD_SIZE = 1 << 30  # 1 GiB
 DEFAULT_NAME = names.EXAMPLE
 #: the longest ``.json`` record but for its path and class name: every fact, the size and a label of the
 #: most digits an int64 has, an empty path, path_b64 and class (their lengths are added per row)
-_JSON_FIXED = len(int_facts_record({"path": "", "path_b64": ""}, 0, [""], max(KINDS, key=len), -(2**63),
-                                   bytes(16), {k: -(2**63) for k in FACT_NAMES})) + len(str(2**63)) - 1
+_JSON_FIXED = (
+    len(
+        int_facts_record(
+            {"path": "", "path_b64": ""},
+            0,
+            [""],
+            max(KINDS, key=len),
+            -(2**63),
+            bytes(16),
+            {k: -(2**63) for k in FACT_NAMES},
+        )
+    )
+    + len(str(2**63))
+    - 1
+)
 _ROWS = 65_536
 
 
@@ -51,12 +65,15 @@ class Layout:
     name: str = DEFAULT_NAME
 
     def to_json(self) -> dict:
-        return {"shard_size": self.shard_size, "samples_per_shard": self.samples_per_shard,
-                "shuffle": self.shuffle, "name": self.name}
+        return {
+            "shard_size": self.shard_size,
+            "samples_per_shard": self.samples_per_shard,
+            "shuffle": self.shuffle,
+            "name": self.name,
+        }
 
 
-def make_layout(shard_size: int | None, samples_per_shard: int | None, shuffle: int | None,
-                name: str | None) -> Layout:
+def make_layout(shard_size: int | None, samples_per_shard: int | None, shuffle: int | None, name: str | None) -> Layout:
     """Check the options (clear errors) and fill in the defaults."""
     if shard_size is not None and samples_per_shard is not None:
         raise UserError("--shard-size and --samples-per-shard cannot be used together: pick one")
@@ -93,7 +110,7 @@ class Plan:
         return len(self.bounds) - 1
 
     def rows(self, shard: int) -> np.ndarray:
-        return self.order[self.bounds[shard]:self.bounds[shard + 1]]
+        return self.order[self.bounds[shard] : self.bounds[shard + 1]]
 
     def shard_name(self, shard: int) -> str:
         return names.cached(self.layout.name).name(shard)
@@ -138,7 +155,7 @@ def sample_bytes(idx: MappedIndex) -> np.ndarray:
     plain = np.empty(n, bool)  # the path is written as is: printable ASCII, no quote or backslash
     for lo in range(0, n, _ROWS):  # bounded temporaries, whatever the index's size
         hi = min(n, lo + _ROWS)
-        data = np.asarray(idx.data[offsets[lo]:offsets[hi]], np.uint8)
+        data = np.asarray(idx.data[offsets[lo] : offsets[hi]], np.uint8)
         special = (data >= 0x80) | (data < 0x20) | (data == 0x22) | (data == 0x5C)
         if not special.any():  # the usual block: every path plain ASCII
             plain[lo:hi] = True
@@ -187,5 +204,7 @@ def _refuse_duplicate_keys(idx: MappedIndex, keys: np.ndarray) -> None:
         a, b = int(order[same[0]]), int(order[same[0] + 1])
         pa_, pb = idx.path_bytes(a), idx.path_bytes(b)
         why = "the same path twice" if pa_ == pb else "a 64-bit key collision (vanishingly rare)"
-        raise UserError(f"{idx.path}: rows {a} ({pa_!r}) and {b} ({pb!r}) get the same sample key "
-                        f"{int(keys[a]):016x}: {why}; rebuild the index without the duplicate")
+        raise UserError(
+            f"{idx.path}: rows {a} ({pa_!r}) and {b} ({pb!r}) get the same sample key "
+            f"{int(keys[a]):016x}: {why}; rebuild the index without the duplicate"
+        )

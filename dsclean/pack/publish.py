@@ -11,6 +11,7 @@ options (a rebuilt or finished pack is byte-identical).
 ``shardindex.json`` is wids' shard list, with urls relative to the folder
 (the set is relocatable).
 """
+
 from __future__ import annotations
 
 import json
@@ -39,8 +40,16 @@ def packed_meta(source_meta: dict, rows: int) -> dict:
     return {**source_meta, "format_version": FORMAT_VERSION, "dsclean_version": __version__, "rows": rows}
 
 
-def publish(output: str, index: str, source_meta: dict, plan: Plan, results: dict[int, ShardResult],
-            identity: str, *, fsync: bool = True) -> int:
+def publish(
+    output: str,
+    index: str,
+    source_meta: dict,
+    plan: Plan,
+    results: dict[int, ShardResult],
+    identity: str,
+    *,
+    fsync: bool = True,
+) -> int:
     """Write ``index.arrow`` and ``shardindex.json`` (temp + rename each; fsynced unless ``fsync`` is
     False, ``--no-fsync``); returns the packed rows."""
     ordered = [results[k] for k in range(plan.shards)]
@@ -48,14 +57,19 @@ def publish(output: str, index: str, source_meta: dict, plan: Plan, results: dic
     table = read_table(index, rows)
     shard = np.concatenate([np.full(len(r.rows), r.number, np.int32) for r in ordered])
     offset = np.concatenate([r.offsets for r in ordered])
-    checksum = pa.FixedSizeBinaryArray.from_buffers(pa.binary(DIGEST_SIZE), len(rows),
-                                                    [None, pa.py_buffer(b"".join(r.checksums for r in ordered))])
+    checksum = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(DIGEST_SIZE), len(rows), [None, pa.py_buffer(b"".join(r.checksums for r in ordered))]
+    )
     for name, values in (("shard", pa.array(shard)), ("offset", pa.array(offset)), ("checksum", checksum)):
         table = table.append_column(pa.field(name, SHARD_COLUMNS[name], nullable=False), values)
     table = table.combine_chunks()
     meta = packed_meta(source_meta, len(rows))
-    meta["packed"] = {"name": plan.layout.name, "shards": plan.shards, "source_identity": identity,
-                      "layout": plan.layout.to_json()}
+    meta["packed"] = {
+        "name": plan.layout.name,
+        "shards": plan.shards,
+        "source_identity": identity,
+        "layout": plan.layout.to_json(),
+    }
     with output_file(os.path.join(output, locations.PACKED_INDEX_FILE), fsync=fsync) as tmp:
         write_arrow(table, tmp, meta)
         make_readable(tmp)

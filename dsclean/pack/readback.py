@@ -5,6 +5,7 @@ order (some possibly left out by ``--skip-changed``), and its media bytes hash t
 checksums its ``.json`` members record: that finds a shard whose data a crash after
 ``--no-fsync`` lost.
 """
+
 from __future__ import annotations
 
 import json
@@ -70,8 +71,10 @@ def read_back(job: ShardJob) -> ShardResult:
                     result.skipped.append({**path_fields(paths[p]), "why": left_out_earlier(job.name)})
                     p += 1
                 if p == len(planned):
-                    raise TarError(f"{job.path}: sample {key} is not planned for this shard (or out of order): "
-                                   "the shard belongs to another pack")
+                    raise TarError(
+                        f"{job.path}: sample {key} is not planned for this shard (or out of order): "
+                        "the shard belongs to another pack"
+                    )
                 media = [m for ext, m in members.items() if ext not in ("cls", "json")]
                 if len(media) != 1 or "json" not in members:
                     raise TarError(f"{job.path}: sample {key} has members {sorted(members)}")
@@ -80,22 +83,28 @@ def read_back(job: ShardJob) -> ShardResult:
                 if len(checksum) != DIGEST_SIZE:
                     raise TarError(f"{job.path}: sample {key} has a bad checksum in its json")
                 m = media[0]
-                if content_hash(memoryview(mm)[m.offset:m.offset + m.size]) != checksum:
-                    raise TarError(f"{job.path}: sample {key}: its media bytes ({m.name}) do not hash to the "
-                                   "checksum its json records (data lost in a crash after --no-fsync?): "
-                                   "not a shard pack finished")
+                if content_hash(memoryview(mm)[m.offset : m.offset + m.size]) != checksum:
+                    raise TarError(
+                        f"{job.path}: sample {key}: its media bytes ({m.name}) do not hash to the "
+                        "checksum its json records (data lost in a crash after --no-fsync?): "
+                        "not a shard pack finished"
+                    )
                 cls = members.get("cls")
                 text = _sidecar(mm, cls, job.path) if cls else None
                 if text != (None if labels[p] < 0 else str(labels[p]).encode()):
-                    raise TarError(f"{job.path}: sample {key}: its .cls member is {text!r}, the index's label "
-                                   f"{labels[p]}: not a shard pack finished")
+                    raise TarError(
+                        f"{job.path}: sample {key}: its .cls member is {text!r}, the index's label "
+                        f"{labels[p]}: not a shard pack finished"
+                    )
                 rows.append(int(job.rows[p]))
                 offsets.append(media[0].offset)
                 sums += checksum
                 p += 1
             if size != end + len(end_of_archive(end)):  # zeros where samples were: a crash after --no-fsync
-                raise TarError(f"{job.path}: {size - end} bytes after its last sample where the end-of-archive "
-                               f"takes {len(end_of_archive(end))}: not a shard pack finished")
+                raise TarError(
+                    f"{job.path}: {size - end} bytes after its last sample where the end-of-archive "
+                    f"takes {len(end_of_archive(end))}: not a shard pack finished"
+                )
         except (ValueError, KeyError) as exc:
             raise TarError(f"{job.path}: unreadable sample json ({exc})") from None
         finally:

@@ -12,6 +12,7 @@ many shards there are. SIGINT/SIGTERM stop submitting and let the shards in
 flight finish (each one is complete or absent); a second signal stops at once
 (:func:`dsclean.interrupts.stop_on_signals`, installed by the callers).
 """
+
 from __future__ import annotations
 
 import logging
@@ -29,8 +30,16 @@ log = logging.getLogger("dsclean.pack.runner")
 ABANDONED = threading.Event()
 
 
-def run_tasks(fn: Callable, items: Iterable, *, backend: str, jobs: int, scheduler: str | None,
-              stop: StopRequest, overlap: bool = False) -> Iterator:
+def run_tasks(
+    fn: Callable,
+    items: Iterable,
+    *,
+    backend: str,
+    jobs: int,
+    scheduler: str | None,
+    stop: StopRequest,
+    overlap: bool = False,
+) -> Iterator:
     """Yield ``fn(item)`` for each item, in completion order, until the items end or ``stop`` is set.
 
     ``overlap`` (``jobs`` 1): two tasks in flight on threads of this process, for tasks that
@@ -62,8 +71,10 @@ def run_tasks(fn: Callable, items: Iterable, *, backend: str, jobs: int, schedul
     fresh = 0  # pools started because workers died
     try:
         while True:
-            broken = flight.fill(lambda item: executor.submit(fn, item), 2 * slots, stop=stop.__bool__,
-                                 broken=_lost_worker) is not None
+            broken = (
+                flight.fill(lambda item: executor.submit(fn, item), 2 * slots, stop=stop.__bool__, broken=_lost_worker)
+                is not None
+            )
             if not flight and not broken:
                 return
             for item, result, lost in flight.completed(_lost_worker):
@@ -82,9 +93,15 @@ def run_tasks(fn: Callable, items: Iterable, *, backend: str, jobs: int, schedul
                 fresh += 1
                 executor.shutdown(wait=True, kill_workers=True)  # nothing of the dead pool is left to wait for
                 if fresh > RETRIES:
-                    raise WorkersLost(list(flight.again), f"worker processes died {fresh} times (killed: out of memory?)")
-                log.warning("a worker process died; its %d task(s) run again in a new pool (%d of %d)",
-                            len(flight.again), fresh, RETRIES)
+                    raise WorkersLost(
+                        list(flight.again), f"worker processes died {fresh} times (killed: out of memory?)"
+                    )
+                log.warning(
+                    "a worker process died; its %d task(s) run again in a new pool (%d of %d)",
+                    len(flight.again),
+                    fresh,
+                    RETRIES,
+                )
                 executor = get_reusable_executor(max_workers=jobs, timeout=60)
     except BaseException:  # a second signal: tasks on threads give up (write_shard removes its temp file)
         ABANDONED.set()

@@ -10,6 +10,7 @@ The key is 16 hex digits of BLAKE2b of the relative path's bytes: no ``.`` or
 a collision, naming both paths), and the same whatever the order or the
 shard a sample lands in.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -41,8 +42,12 @@ def key_numbers(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
     blake2b = hashlib.blake2b
     for lo in range(0, n, _BLOCK_ROWS):  # Python objects for one block of rows at a time, never for all
         hi = min(n, lo + _BLOCK_ROWS)
-        digests = b"".join([blake2b(blob[s:e], digest_size=KEY_BYTES).digest()
-                            for s, e in zip(offsets[lo:hi].tolist(), offsets[lo + 1:hi + 1].tolist())])
+        digests = b"".join(
+            [
+                blake2b(blob[s:e], digest_size=KEY_BYTES).digest()
+                for s, e in zip(offsets[lo:hi].tolist(), offsets[lo + 1 : hi + 1].tolist())
+            ]
+        )
         out[lo:hi] = np.frombuffer(digests, ">u8")
     return out.astype(np.uint64)
 
@@ -66,8 +71,9 @@ def member_order(ext: str, labelled: bool) -> list[str]:
     return sorted([ext, "json", *(["cls"] if labelled else [])])
 
 
-def json_record(rel: bytes, *, label: int, classes: list[str], kind: str, size: int, checksum: bytes,
-                facts: dict) -> bytes:
+def json_record(
+    rel: bytes, *, label: int, classes: list[str], kind: str, size: int, checksum: bytes, facts: dict
+) -> bytes:
     """The ``<key>.json`` member: deterministic (sorted keys, compact, ASCII), as ``json.dumps`` writes it.
 
     The usual record (integer facts) is formatted directly, ~3x faster than building
@@ -80,8 +86,9 @@ def json_record(rel: bytes, *, label: int, classes: list[str], kind: str, size: 
     return _slow_record(fields, label, classes, kind, size, checksum, facts)
 
 
-def _slow_record(fields: dict, label: int, classes: list[str], kind: str, size: int, checksum: bytes,
-                 facts: dict) -> bytes:
+def _slow_record(
+    fields: dict, label: int, classes: list[str], kind: str, size: int, checksum: bytes, facts: dict
+) -> bytes:
     rec = {**fields, "kind": kind, "size": size, "checksum": checksum.hex()}
     if label >= 0:
         rec["label"] = label
@@ -90,8 +97,9 @@ def _slow_record(fields: dict, label: int, classes: list[str], kind: str, size: 
     return _JSON.encode(rec).encode("ascii")
 
 
-def int_facts_record(fields: dict, label: int, classes: list[str], kind: str, size: int, checksum: bytes,
-                 facts: dict) -> bytes:
+def int_facts_record(
+    fields: dict, label: int, classes: list[str], kind: str, size: int, checksum: bytes, facts: dict
+) -> bytes:
     """:func:`json_record` for facts that are all ``int`` or None (the index's fact columns are integers),
     from ``path_fields(rel)``: the same bytes as the encoder's, the keys written in sorted order."""
     out = []

@@ -17,6 +17,7 @@ parts are hashed here), and read in Parquet batches (bounded memory); rows are m
 vectorised: ~5x cheaper than a BLAKE2b per row), then compared on the exact path
 bytes, so a collision only costs a file's hash being computed by pack.
 """
+
 from __future__ import annotations
 
 import os
@@ -47,12 +48,14 @@ def path_hashes(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):
         for lo in range(0, n, _HASH_ROWS):
             hi = min(n, lo + _HASH_ROWS)
-            starts, lengths = offsets[lo:hi], np.diff(offsets[lo:hi + 1])
+            starts, lengths = offsets[lo:hi], np.diff(offsets[lo : hi + 1])
             base, end = int(offsets[lo]), int(offsets[hi])
             h = np.zeros(hi - lo, np.uint64)
             if end > base:
                 powers = np.cumprod(np.full(int(lengths.max()), _PRIME, np.uint64))
-                terms = data[base:end].astype(np.uint64) * powers[np.arange(end - base) - np.repeat(starts - base, lengths)]
+                terms = (
+                    data[base:end].astype(np.uint64) * powers[np.arange(end - base) - np.repeat(starts - base, lengths)]
+                )
                 filled = lengths > 0  # reduceat gives an empty row the next row's first term
                 h[filled] = np.add.reduceat(terms, starts[filled] - base)
             out[lo:hi] = (h ^ lengths.astype(np.uint64)) * _PRIME
@@ -75,8 +78,10 @@ def scan_checksums(idx: MappedIndex) -> tuple[np.ndarray, np.ndarray, str]:
     sorted_keys = keys[by_key]
     sizes, mtimes = np.asarray(idx.sizes, np.int64), np.asarray(idx.mtimes, np.int64)
     index_paths = pa.LargeBinaryArray.from_buffers(  # a zero-copy view of the index's path column
-        pa.large_binary(), n, [None, pa.py_buffer(np.ascontiguousarray(idx.offsets, np.int64)),
-                               pa.py_buffer(np.ascontiguousarray(idx.data))])
+        pa.large_binary(),
+        n,
+        [None, pa.py_buffer(np.ascontiguousarray(idx.offsets, np.int64)), pa.py_buffer(np.ascontiguousarray(idx.data))],
+    )
     for path in paths:
         if os.path.isdir(path):
             path = os.path.join(path, locations.RESULTS_FILE)
@@ -91,11 +96,21 @@ def scan_checksums(idx: MappedIndex) -> tuple[np.ndarray, np.ndarray, str]:
     return sums, known, source
 
 
-def _match(batch: pa.RecordBatch, index_paths: pa.Array, sorted_keys: np.ndarray, by_key: np.ndarray,
-           sizes: np.ndarray, mtimes: np.ndarray, sums: np.ndarray, known: np.ndarray) -> None:
+def _match(
+    batch: pa.RecordBatch,
+    index_paths: pa.Array,
+    sorted_keys: np.ndarray,
+    by_key: np.ndarray,
+    sizes: np.ndarray,
+    mtimes: np.ndarray,
+    sums: np.ndarray,
+    known: np.ndarray,
+) -> None:
     """Fill ``sums``/``known`` for the index rows this batch of results has a current hash for."""
-    usable = pc.and_(pc.is_valid(batch.column("content_hash")), pc.and_(pc.is_valid(batch.column("size")),
-                                                  pc.is_valid(batch.column("mtime_ns"))))
+    usable = pc.and_(
+        pc.is_valid(batch.column("content_hash")),
+        pc.and_(pc.is_valid(batch.column("size")), pc.is_valid(batch.column("mtime_ns"))),
+    )
     batch = batch.filter(usable)
     if not batch.num_rows:
         return
@@ -103,22 +118,25 @@ def _match(batch: pa.RecordBatch, index_paths: pa.Array, sorted_keys: np.ndarray
     if not pa.types.is_large_binary(rpaths.type):
         rpaths = rpaths.cast(pa.large_binary())
     _, off_buf, data_buf = rpaths.buffers()
-    offsets = np.frombuffer(off_buf, np.int64)[rpaths.offset:rpaths.offset + len(rpaths) + 1]
+    offsets = np.frombuffer(off_buf, np.int64)[rpaths.offset : rpaths.offset + len(rpaths) + 1]
     data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
     rkeys = path_hashes(offsets, data)
     at = np.minimum(np.searchsorted(sorted_keys, rkeys), len(sorted_keys) - 1)
     rows = by_key[at]
-    hit = (sorted_keys[at] == rkeys) \
-        & (sizes[rows] == batch.column("size").to_numpy()) \
+    hit = (
+        (sorted_keys[at] == rkeys)
+        & (sizes[rows] == batch.column("size").to_numpy())
         & (mtimes[rows] == batch.column("mtime_ns").to_numpy())
+    )
     if not hit.any():
         return
     where = np.flatnonzero(hit)  # the same key: make sure it is the same path (64-bit keys can collide)
     same = pc.equal(rpaths.take(pa.array(where)), index_paths.take(pa.array(rows[where])))
     hit[where[~same.to_numpy(zero_copy_only=False)]] = False
     fixed = batch.column("content_hash").cast(pa.binary(DIGEST_SIZE))
-    digests = np.frombuffer(fixed.buffers()[1], np.uint8)[fixed.offset * DIGEST_SIZE:
-                                                          (fixed.offset + len(fixed)) * DIGEST_SIZE]
+    digests = np.frombuffer(fixed.buffers()[1], np.uint8)[
+        fixed.offset * DIGEST_SIZE : (fixed.offset + len(fixed)) * DIGEST_SIZE
+    ]
     digests = digests.reshape(-1, DIGEST_SIZE)
     sums[rows[hit]] = digests[hit]
     known[rows[hit]] = True

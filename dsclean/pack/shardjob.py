@@ -3,6 +3,7 @@
 A job depends only on itself and the files, so any shard can be built (:mod:`.write`) or read
 back (:mod:`.readback`) alone, anywhere the files are visible; it is small and picklable.
 """
+
 from __future__ import annotations
 
 import os

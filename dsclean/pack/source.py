@@ -7,6 +7,7 @@ ones read whole, big ones hashed in blocks and kept open to be streamed); :func:
 reads a batch of small files straight into their places in one buffer, for the bulk layout of
 :mod:`.write`; :class:`ShardColumns` are the index columns those reads are checked against.
 """
+
 from __future__ import annotations
 
 import os
@@ -40,16 +41,18 @@ class Source:
     hashed: bool  # the checksum was computed from these bytes (False: the scan's, reused)
 
 
-def read_source(root: bytes, rel: bytes, size: int, mtime_ns: int, inline_limit: int,
-                 known: bytes | None = None) -> Source:
+def read_source(
+    root: bytes, rel: bytes, size: int, mtime_ns: int, inline_limit: int, known: bytes | None = None
+) -> Source:
     """Open and check one source file against the index; small files are read whole.
 
     ``root``: the root folder's bytes ending in ``/``. ``known``: the scan's checksum of this
     file (same size and mtime): used instead of hashing. Per file, so kept to plain calls.
     """
     if not rel or rel.startswith(b"/") or b".." in rel.split(b"/"):
-        raise SourceProblem(f"{os.fsdecode(rel)}: refused: the index path is absolute or escapes the root "
-                            f"{os.fsdecode(root)}")
+        raise SourceProblem(
+            f"{os.fsdecode(rel)}: refused: the index path is absolute or escapes the root {os.fsdecode(root)}"
+        )
     full = root + rel
     try:
         fd = open_regular(full)  # a FIFO or device swapped in since the scan: refused, never waited on
@@ -65,14 +68,16 @@ def read_source(root: bytes, rel: bytes, size: int, mtime_ns: int, inline_limit:
         if size <= inline_limit:
             data = os.pread(fd, size + 1, 0)  # one more byte: a file that grew is caught by the same call
             if len(data) != size:
-                raise SourceProblem(f"{os.fsdecode(full)}: changed while it was packed ({len(data)} bytes read, "
-                                    f"not {size})")
+                raise SourceProblem(
+                    f"{os.fsdecode(full)}: changed while it was packed ({len(data)} bytes read, not {size})"
+                )
             st = os.fstat(fd)
             if st.st_size != size or st.st_mtime_ns != mtime_ns:
                 same_as_indexed(os.fsdecode(full), st, size, mtime_ns)
             checksum = known if known is not None else content_hash(data)
-            return Source(data, None, size, checksum, media_ext(os.fsdecode(rel), data[:16]), full, mtime_ns,
-                           known is None)
+            return Source(
+                data, None, size, checksum, media_ext(os.fsdecode(rel), data[:16]), full, mtime_ns, known is None
+            )
         where = os.fsdecode(full)
         head = os.pread(fd, 16, 0)
         if known is None:
@@ -81,8 +86,16 @@ def read_source(root: bytes, rel: bytes, size: int, mtime_ns: int, inline_limit:
                 h.update(block)
             same_as_indexed(where, os.fstat(fd), size, mtime_ns)
         keep_open = True
-        return Source(None, fd, size, known if known is not None else h.digest(), media_ext(os.fsdecode(rel), head),
-                       full, mtime_ns, known is None)
+        return Source(
+            None,
+            fd,
+            size,
+            known if known is not None else h.digest(),
+            media_ext(os.fsdecode(rel), head),
+            full,
+            mtime_ns,
+            known is None,
+        )
     except OSError as exc:
         raise SourceProblem(f"{os.fsdecode(full)}: unreadable: {exc.strerror}") from None
     finally:
@@ -126,6 +139,7 @@ class ShardColumns:
     def of(cls, table, keys: np.ndarray | None = None) -> "ShardColumns":
         """The columns of ``table`` (the shard's rows of the index); ``keys``: the rows' 64-bit sample keys
         (None: computed from the paths)."""
+
         def ints(name):
             return np.asarray(table.column(name).to_numpy(), np.int64)
 
@@ -133,8 +147,10 @@ class ShardColumns:
         for name in FACT_NAMES:
             if name in table.column_names:
                 col = table.column(name)
-                facts[name] = (np.asarray(col.fill_null(0).to_numpy(), np.int64),
-                               np.asarray(col.is_valid().to_numpy(), bool))
+                facts[name] = (
+                    np.asarray(col.fill_null(0).to_numpy(), np.int64),
+                    np.asarray(col.is_valid().to_numpy(), bool),
+                )
         path = table.column("path")
         keys = keys if keys is not None else key_numbers_of(path.to_pylist())
         return cls(path, ints("size"), ints("mtime_ns"), ints("label"), ints("kind"), facts, key_stems(keys))
@@ -146,10 +162,22 @@ class ShardColumns:
             sums = [None] * (hi - lo)
         else:
             sums = [bytes(checksums[i]) if known[i] else None for i in range(lo, hi)]
-        facts = {k: [v if ok else None for v, ok in zip(self.facts[k][0][lo:hi].tolist(), self.facts[k][1][lo:hi])]
-                 if k in self.facts else [None] * (hi - lo) for k in FACT_NAMES}
-        return BatchRows(lo, self.path.slice(lo, hi - lo).to_pylist(), self.label[lo:hi].tolist(),
-                     self.kind[lo:hi].tolist(), self.size[lo:hi].tolist(), self.mtime_ns[lo:hi].tolist(), facts, sums)
+        facts = {
+            k: [v if ok else None for v, ok in zip(self.facts[k][0][lo:hi].tolist(), self.facts[k][1][lo:hi])]
+            if k in self.facts
+            else [None] * (hi - lo)
+            for k in FACT_NAMES
+        }
+        return BatchRows(
+            lo,
+            self.path.slice(lo, hi - lo).to_pylist(),
+            self.label[lo:hi].tolist(),
+            self.kind[lo:hi].tolist(),
+            self.size[lo:hi].tolist(),
+            self.mtime_ns[lo:hi].tolist(),
+            facts,
+            sums,
+        )
 
 
 @dataclass
@@ -199,7 +227,7 @@ def read_into(view: memoryview, root: bytes, paths: list, sizes: list, mtimes: l
         except OSError:
             return False
         try:
-            got = preadv(fd, [view[pos:pos + size + 1]], 0)
+            got = preadv(fd, [view[pos : pos + size + 1]], 0)
             st = fstat(fd)
         except OSError:
             return False
@@ -232,7 +260,7 @@ def sniffed_exts(array: np.ndarray, at: np.ndarray, size: np.ndarray, paths: lis
     out = codes[which.ravel()]
     # a file shorter than the head (bytes of the next member follow it) or without magic: one at a time
     for i in np.flatnonzero((out < 0) | (size < SNIFF_BYTES)).tolist():
-        head = heads[i, :min(int(size[i]), SNIFF_BYTES)].tobytes()
+        head = heads[i, : min(int(size[i]), SNIFF_BYTES)].tobytes()
         fmt = sniff(head)
         out[i] = EXT_CODE[FORMATS[fmt][1][0][1:]] if fmt else EXT_CODE[media_ext(os.fsdecode(paths[i]), head)]
     return out

@@ -10,6 +10,7 @@ loser is told how its options differ). Each finished part leaves
 ``pack.part-000I-of-000N.json``; the finishing step refuses missing parts and
 parts of another pack.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -32,9 +33,13 @@ _PART_RE = re.compile(r"^pack\.part-(\d+)-of-(\d+)\.json$")
 
 def record(*, index: str, identity: str, rows: int, root: str, layout: dict, shards: int) -> dict:
     """What ``pack.json`` holds. Deterministic: every task of a job array writes the same bytes."""
-    return {"format": FORMAT, "version": VERSION,
-            "source": {"index": os.path.abspath(index), "identity": identity, "rows": rows, "root": root},
-            "layout": layout, "shards": shards}
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "source": {"index": os.path.abspath(index), "identity": identity, "rows": rows, "root": root},
+        "layout": layout,
+        "shards": shards,
+    }
 
 
 def _same_pack(a: dict, b: dict) -> str | None:
@@ -42,10 +47,15 @@ def _same_pack(a: dict, b: dict) -> str | None:
     if a.get("format") != FORMAT:
         return "it is not a dsclean pack.json"
     if a.get("source", {}).get("identity") != b["source"]["identity"]:
-        return (f"it packs another index ({a.get('source', {}).get('index')}, content hash "
-                f"{a.get('source', {}).get('identity')}), not this one")
-    diffs = [f"{k} {a.get('layout', {}).get(k)!r} (asked: {v!r})" for k, v in b["layout"].items()
-             if a.get("layout", {}).get(k) != v]
+        return (
+            f"it packs another index ({a.get('source', {}).get('index')}, content hash "
+            f"{a.get('source', {}).get('identity')}), not this one"
+        )
+    diffs = [
+        f"{k} {a.get('layout', {}).get(k)!r} (asked: {v!r})"
+        for k, v in b["layout"].items()
+        if a.get("layout", {}).get(k) != v
+    ]
     if diffs:
         return "it was packed with other options: " + ", ".join(diffs)
     return None
@@ -67,8 +77,11 @@ def read_state(output: str) -> dict | None:
 
 def _ours(name: str) -> bool:
     """dsclean's lock files and a killed run's temp ``pack.json``: they do not make a folder non-empty."""
-    return (name == locations.LOCK_FILE or (name.startswith(".dsclean.part-") and name.endswith(".lock"))
-            or (name.startswith(f".{locations.PACK_STATE_FILE}.") and name.endswith(".tmp")))
+    return (
+        name == locations.LOCK_FILE
+        or (name.startswith(".dsclean.part-") and name.endswith(".lock"))
+        or (name.startswith(f".{locations.PACK_STATE_FILE}.") and name.endswith(".tmp"))
+    )
 
 
 def prepare_output(output: str, rec: dict, *, fsync: bool = True) -> bool:
@@ -88,22 +101,28 @@ def prepare_output(output: str, rec: dict, *, fsync: bool = True) -> bool:
     if existing is None:
         others = [n for n in os.listdir(output) if not _ours(n)]
         if others:
-            raise UserError(f"{output}: is not empty ({len(others)} entries, e.g. {sorted(others)[0]!r}) and holds "
-                            "no dsclean pack; -o must be an empty folder or a pack to resume")
+            raise UserError(
+                f"{output}: is not empty ({len(others)} entries, e.g. {sorted(others)[0]!r}) and holds "
+                "no dsclean pack; -o must be an empty folder or a pack to resume"
+            )
         existing = _create_state(output, rec, fsync)
         if existing is None:
             return False
     why = _same_pack(existing, rec)
     if why:
-        raise UserError(f"{output}: holds a pack that cannot be resumed by this command: {why}. "
-                        "Use an empty folder, or the same index and options")
+        raise UserError(
+            f"{output}: holds a pack that cannot be resumed by this command: {why}. "
+            "Use an empty folder, or the same index and options"
+        )
     return True
 
 
 def _unwritable(output: str, exc: OSError) -> UserError:
     """-o names a folder pack cannot write in (read-only, no permission): bad input, before any shard."""
-    return UserError(f"{output}: cannot write the pack there ({exc.strerror or exc}: {exc.filename or output}); "
-                     "nothing was written: choose a writable folder for -o")
+    return UserError(
+        f"{output}: cannot write the pack there ({exc.strerror or exc}: {exc.filename or output}); "
+        "nothing was written: choose a writable folder for -o"
+    )
 
 
 def _create_state(output: str, rec: dict, fsync: bool = True) -> dict | None:
@@ -141,14 +160,20 @@ def locked(output: str, part: tuple[int, int] | None) -> Iterator[None]:
     every ``--part`` task, which also holds its part's own lock exclusively: the tasks of a job
     array run side by side, a whole pack never runs beside any of them (it would remove their
     shards' temp files), and one part never runs twice at once."""
-    with _flock(output, locations.LOCK_FILE, shared=part is not None,
-                who="this folder (a whole pack, or --finish)" if part else "this folder (a whole pack, "
-                "--finish, or a --part task)"):
+    with _flock(
+        output,
+        locations.LOCK_FILE,
+        shared=part is not None,
+        who="this folder (a whole pack, or --finish)"
+        if part
+        else "this folder (a whole pack, --finish, or a --part task)",
+    ):
         if part is None:
             yield
             return
-        with _flock(output, f".dsclean.part-{part[0]:04d}-of-{part[1]:04d}.lock", shared=False,
-                    who=f"part {part[0]}/{part[1]}"):
+        with _flock(
+            output, f".dsclean.part-{part[0]:04d}-of-{part[1]:04d}.lock", shared=False, who=f"part {part[0]}/{part[1]}"
+        ):
             yield
 
 
@@ -163,8 +188,9 @@ def _flock(output: str, name: str, *, shared: bool, who: str) -> Iterator[None]:
         try:
             fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise UserError(f"{output}: another dsclean pack is writing {who} ({path} is locked); "
-                            "wait for it to finish") from None
+            raise UserError(
+                f"{output}: another dsclean pack is writing {who} ({path} is locked); wait for it to finish"
+            ) from None
         yield
     finally:
         os.close(fd)
@@ -174,8 +200,9 @@ def part_file(part: tuple[int, int]) -> str:
     return locations.tagged(locations.PACK_STATE_FILE, locations.part_tag(part))
 
 
-def write_part(output: str, rec: dict, part: tuple[int, int], shards: list[int], skipped: list[dict], *,
-               fsync: bool = True) -> None:
+def write_part(
+    output: str, rec: dict, part: tuple[int, int], shards: list[int], skipped: list[dict], *, fsync: bool = True
+) -> None:
     data = {**rec, "part": list(part), "part_shards": shards, "skipped": skipped}
     with output_file(os.path.join(output, part_file(part)), fsync=fsync) as tmp:
         with open(tmp, "w", encoding="utf-8") as f:
@@ -218,8 +245,10 @@ def check_parts(output: str, rec: dict) -> list[dict]:
     if not found:
         raise UserError(f"{output}: no finished part (pack.part-*-of-*.json): run dsclean pack --part I/N first")
     if len(counts) > 1:
-        raise UserError(f"{output}: parts of different splits ({', '.join(f'of {n}' for n in sorted(counts))}); "
-                        "every task of one job array must use the same N")
+        raise UserError(
+            f"{output}: parts of different splits ({', '.join(f'of {n}' for n in sorted(counts))}); "
+            "every task of one job array must use the same N"
+        )
     (n,) = counts
     missing = sorted(set(range(n)) - set(found))
     if missing:

@@ -10,6 +10,7 @@ ends with two zero blocks, padded to a 10240-byte record like ``tar`` does.
 past the end of the file, a proper end-of-archive), for reading shards back
 and for ``dsclean verify``.
 """
+
 from __future__ import annotations
 
 import tarfile
@@ -107,9 +108,11 @@ MAX_SIDECAR = 1 << 20
 def sidecar_bytes(buf, member: Member) -> bytes:
     """The bytes of a small member (``.json``/``.cls``) of the shard mapped as ``buf``, or TarError when too big."""
     if member.size > MAX_SIDECAR:
-        raise TarError(f"member {member.name} is {member.size:,} bytes, more than the {MAX_SIDECAR:,} a "
-                       "sample's .json or .cls is read for")
-    return bytes(buf[member.offset:member.offset + member.size])
+        raise TarError(
+            f"member {member.name} is {member.size:,} bytes, more than the {MAX_SIDECAR:,} a "
+            "sample's .json or .cls is read for"
+        )
+    return bytes(buf[member.offset : member.offset + member.size])
 
 
 def iter_members(buf, total: int | None = None) -> Iterator[Member]:
@@ -126,9 +129,9 @@ def iter_members(buf, total: int | None = None) -> Iterator[Member]:
     while True:
         if pos + BLOCK > total:
             raise TarError(f"cut short at byte {pos}: no end-of-archive blocks")
-        block = buf[pos:pos + BLOCK]
+        block = buf[pos : pos + BLOCK]
         if block == b"\0" * BLOCK:
-            if pos + 2 * BLOCK > total or buf[pos + BLOCK:pos + 2 * BLOCK] != b"\0" * BLOCK:
+            if pos + 2 * BLOCK > total or buf[pos + BLOCK : pos + 2 * BLOCK] != b"\0" * BLOCK:
                 raise TarError(f"a single zero block at byte {pos}: the end-of-archive needs two")
             return
         name, size = _parse(block, pos)
@@ -136,8 +139,10 @@ def iter_members(buf, total: int | None = None) -> Iterator[Member]:
         if size < 0:  # (GNU base-256 allows it): the next header would be at or before this one
             raise TarError(f"member {name!r} at byte {pos} has a negative size ({size})")
         if data + size > total:
-            raise TarError(f"member {name!r} at byte {pos} runs past the end of the file "
-                           f"({size} bytes from {data}, file is {total})")
+            raise TarError(
+                f"member {name!r} at byte {pos} runs past the end of the file "
+                f"({size} bytes from {data}, file is {total})"
+            )
         yield Member(name, data, size)
         following = data + size + (-size % BLOCK)
         if following <= pos:  # never reached (size >= 0 above); the walk must advance on every step

@@ -13,6 +13,7 @@ shard list against the packed index (names, counts, file sizes), missing
 shards, extra ``.tar`` files in the folder, sample keys unique. A killed pack's
 temp files are notes.
 """
+
 from __future__ import annotations
 
 import json
@@ -118,13 +119,15 @@ def verify_shards(folder: str, *, jobs: int = 1, decode=None) -> VerifyReport:
     for k, name in enumerate(names):
         entry = shardlist[k] if shardlist is not None and k < len(shardlist) else {}
         start, end = (int(bounds[k]), int(bounds[k + 1])) if bounds is not None else (0, 0)
-        tasks.append(_Task(folder, name, k, entry.get("filesize"), entry.get("nsamples"), start, end,
-                           bounds is not None))
+        tasks.append(
+            _Task(folder, name, k, entry.get("filesize"), entry.get("nsamples"), start, end, bounds is not None)
+        )
     keys = []
     held: dict[str, np.ndarray] = {}
     with stop_on_signals() as stop:
-        for shard_report, shard_keys in run_tasks(verify_shard, tasks, backend="loky", jobs=jobs,
-                                                  scheduler=None, stop=stop):
+        for shard_report, shard_keys in run_tasks(
+            verify_shard, tasks, backend="loky", jobs=jobs, scheduler=None, stop=stop
+        ):
             report.shards.append(shard_report)
             keys.append(shard_keys)
             held[shard_report.shard] = shard_keys
@@ -144,7 +147,9 @@ def verify_shards(folder: str, *, jobs: int = 1, decode=None) -> VerifyReport:
     _unique_keys(report, keys)
     _other_files(report, set(names))
     report.denylist = denylist.report(folder, held, report.notes)
-    report.bytes = sum(os.path.getsize(os.path.join(folder, n)) for n in names if os.path.isfile(os.path.join(folder, n)))
+    report.bytes = sum(
+        os.path.getsize(os.path.join(folder, n)) for n in names if os.path.isfile(os.path.join(folder, n))
+    )
     report.ok = not report.problems and all(s.ok for s in report.shards)
     return report
 
@@ -152,8 +157,10 @@ def verify_shards(folder: str, *, jobs: int = 1, decode=None) -> VerifyReport:
 def _is_shard_set(folder: str) -> None:
     if not os.path.isdir(folder):
         raise UserError(f"{folder}: not a folder; dsclean verify takes a folder written by dsclean pack")
-    has = {n: os.path.isfile(os.path.join(folder, n))
-           for n in (locations.SHARD_LIST_FILE, locations.PACKED_INDEX_FILE, locations.PACK_STATE_FILE)}
+    has = {
+        n: os.path.isfile(os.path.join(folder, n))
+        for n in (locations.SHARD_LIST_FILE, locations.PACKED_INDEX_FILE, locations.PACK_STATE_FILE)
+    }
     if not has[locations.SHARD_LIST_FILE] and not has[locations.PACKED_INDEX_FILE]:
         refuse_unfinished_pack(folder)  # (a pack.json there: the message every command gives)
         raise UserError(f"{folder}: not a shard set (no {locations.SHARD_LIST_FILE} nor {locations.PACKED_INDEX_FILE})")
@@ -189,9 +196,13 @@ def _names(report: VerifyReport, shardlist: list[dict] | None, idx) -> list[str]
             wrong = count != limit if shardlist is not None else not 0 < count <= limit
             if wrong:
                 report.problems.append(
-                    f"the packed index's metadata says {count} shards, " +
-                    (f"the shard list names {limit}" if shardlist is not None
-                     else f"more than its {len(idx)} samples could fill"))
+                    f"the packed index's metadata says {count} shards, "
+                    + (
+                        f"the shard list names {limit}"
+                        if shardlist is not None
+                        else f"more than its {len(idx)} samples could fill"
+                    )
+                )
             else:
                 from_index = [shard_names.name(k) for k in range(count)]
     if shardlist is None:
@@ -199,8 +210,9 @@ def _names(report: VerifyReport, shardlist: list[dict] | None, idx) -> list[str]
     listed = [s["url"] for s in shardlist]
     if from_index is not None and listed != from_index:
         first = next((a, b) for a, b in zip(listed, from_index) if a != b)
-        report.problems.append(f"the shard list's names differ from the packed index's name format "
-                               f"(first difference: {first})")
+        report.problems.append(
+            f"the shard list's names differ from the packed index's name format (first difference: {first})"
+        )
     return listed
 
 
@@ -208,8 +220,9 @@ def _bounds(report: VerifyReport, idx, shards: int) -> np.ndarray | None:
     """Each shard's rows in the packed index (which lists samples in shard order)."""
     col = np.asarray(idx.extra["shard"], np.int64)
     if len(col) and (np.any(np.diff(col) < 0) or col[0] < 0 or col[-1] >= shards):
-        report.problems.append("the packed index's shard column is not in shard order or names shards "
-                               "outside the shard list")
+        report.problems.append(
+            "the packed index's shard column is not in shard order or names shards outside the shard list"
+        )
         return None
     return np.searchsorted(col, np.arange(shards + 1), side="left")
 
@@ -254,7 +267,7 @@ def _groups(mm, rep: ShardReport):
     end = 0
     for m in iter_members(mm):
         end = m.offset + m.size + (-m.size % BLOCK)
-        if mm[m.offset + m.size:end].count(0) != end - m.offset - m.size:
+        if mm[m.offset + m.size : end].count(0) != end - m.offset - m.size:
             rep.add("non-zero bytes in the padding after the member's data", member=m.name)
         k, dot, ext = m.name.partition(".")
         if not dot or not KEY_RE.fullmatch(k) or not ext:
@@ -286,7 +299,7 @@ def _first_non_zero(mm, start: int, stop: int) -> int | None:
     pos = start
     while pos < stop:
         n = min(_ZERO_CHUNK, stop - pos)
-        chunk = mm[pos:pos + n]  # (a 1 MiB copy compared with memcmp: 20x faster than a memoryview compare)
+        chunk = mm[pos : pos + n]  # (a 1 MiB copy compared with memcmp: 20x faster than a memoryview compare)
         if chunk != (_ZERO_BLOCK if n == _ZERO_CHUNK else bytes(n)):
             return pos + n - len(chunk.lstrip(b"\0"))
         if isinstance(mm, mmap.mmap):
@@ -314,7 +327,7 @@ def _check_samples(task: _Task, rep: ShardReport, mm, idx, keys: list[int]) -> N
             rep.add(f"a sample needs one media member and one .json, has {names}", key=key)
             continue
         m, cls = media[0], by_ext.get("cls")
-        digest = content_hash(memoryview(mm)[m.offset:m.offset + m.size])  # hashed in place, no copy
+        digest = content_hash(memoryview(mm)[m.offset : m.offset + m.size])  # hashed in place, no copy
         want_json = None
         if idx is not None:
             if row >= task.end:
@@ -341,18 +354,29 @@ class _ExpectedJson:
         if not self.lo <= row < self.hi:
             self._load(row)
         i = row - self.lo
-        return self.text[self.starts[i]:self.starts[i] + self.lengths[i]]
+        return self.text[self.starts[i] : self.starts[i] + self.lengths[i]]
 
     def _load(self, lo: int) -> None:
         idx, hi = self.idx, min(len(self.idx), lo + _JSON_ROWS)
         table = read_table(self.path, np.arange(lo, hi, dtype=np.int64))
-        facts = {name: (np.asarray(table.column(name).fill_null(0).to_numpy(), np.int64),
-                        np.asarray(table.column(name).is_valid().to_numpy(), bool))
-                 for name in FACT_NAMES if name in table.column_names}
+        facts = {
+            name: (
+                np.asarray(table.column(name).fill_null(0).to_numpy(), np.int64),
+                np.asarray(table.column(name).is_valid().to_numpy(), bool),
+            )
+            for name in FACT_NAMES
+            if name in table.column_names
+        }
         self.text, self.starts, self.lengths = json_members(
-            [idx.path_bytes(r) for r in range(lo, hi)], np.asarray(idx.labels[lo:hi], np.int64), self.classes,
-            np.asarray(idx.kinds[lo:hi], np.int64), KINDS, np.asarray(idx.sizes[lo:hi], np.int64),
-            np.asarray(idx.extra["checksum"][lo:hi]), facts)
+            [idx.path_bytes(r) for r in range(lo, hi)],
+            np.asarray(idx.labels[lo:hi], np.int64),
+            self.classes,
+            np.asarray(idx.kinds[lo:hi], np.int64),
+            KINDS,
+            np.asarray(idx.sizes[lo:hi], np.int64),
+            np.asarray(idx.extra["checksum"][lo:hi]),
+            facts,
+        )
         self.lo, self.hi = lo, hi
 
 
@@ -377,19 +401,24 @@ def _check_json(rep: ShardReport, key: str, mm, member, media, cls, digest: byte
     if recorded != digest.hex():
         wrong["checksum"] = f"the media bytes' checksum {digest.hex()} differs from the json's {_shown(recorded)}"
     if meta.get("size", _ABSENT) != media.size:
-        wrong["size"] = f"the json's size is {_shown(meta.get('size', _ABSENT))}, the media member has {media.size} bytes"
+        wrong["size"] = (
+            f"the json's size is {_shown(meta.get('size', _ABSENT))}, the media member has {media.size} bytes"
+        )
     label = meta.get("label", _ABSENT)
     if (cls_text is None and label is not _ABSENT) or (cls_text is not None and _shown(label) != cls_text):
-        wrong["label"] = (f"the json's label is {_shown(label)}, "
-                          + (f"the .cls member says {cls_text}" if cls else "the sample has no .cls member"))
+        wrong["label"] = f"the json's label is {_shown(label)}, " + (
+            f"the .cls member says {cls_text}" if cls else "the sample has no .cls member"
+        )
     try:
         named = path_bytes(meta)
     except (KeyError, TypeError, ValueError):
         wrong["path"] = "the json has no readable path (path, or path_b64 when the name is not UTF-8)"
     else:
         if sample_key(named) != key:
-            wrong["path"] = (f"the json's path {_shown(meta.get('path', _ABSENT))} is not this sample's (its key "
-                             f"would be {sample_key(named)}, the members are named {key})")
+            wrong["path"] = (
+                f"the json's path {_shown(meta.get('path', _ABSENT))} is not this sample's (its key "
+                f"would be {sample_key(named)}, the members are named {key})"
+            )
     if expected is not None and raw != expected:
         want = json.loads(expected)
         for name in sorted(meta.keys() | want.keys()):
@@ -401,8 +430,9 @@ def _check_json(rep: ShardReport, key: str, mm, member, media, cls, digest: byte
             elif name != "checksum":  # (the index's checksum is compared with the bytes' in _against_index)
                 wrong[name] += f"; the packed index says {_shown(should)}"
         if not wrong:
-            rep.add("the json has the expected fields but not the bytes pack writes for them", key=key,
-                    member=member.name)
+            rep.add(
+                "the json has the expected fields but not the bytes pack writes for them", key=key, member=member.name
+            )
     for name, problem in sorted(wrong.items()):
         rep.add(problem, key=key, member=member.name, field=name)
 
@@ -421,17 +451,27 @@ def _against_index(rep: ShardReport, key: str, m, cls, mm, idx, row: int, digest
     """The sample against its row of the packed index; False when the row is another sample's."""
     want_key = sample_key(idx.path_bytes(row))
     if want_key != key:
-        rep.add(f"the packed index lists {want_key} ({os.fsdecode(idx.path_bytes(row))}) here: samples are "
-                "missing, extra or out of order", key=key, member=m.name)
+        rep.add(
+            f"the packed index lists {want_key} ({os.fsdecode(idx.path_bytes(row))}) here: samples are "
+            "missing, extra or out of order",
+            key=key,
+            member=m.name,
+        )
         return False
     offset, size = int(idx.extra["offset"][row]), int(idx.sizes[row])
     if (m.offset, m.size) != (offset, size):
-        rep.add(f"at byte {m.offset}, {m.size} bytes; the packed index says byte {offset}, {size} bytes",
-                key=key, member=m.name)
+        rep.add(
+            f"at byte {m.offset}, {m.size} bytes; the packed index says byte {offset}, {size} bytes",
+            key=key,
+            member=m.name,
+        )
     want = bytes(idx.extra["checksum"][row])
     if digest != want:
-        rep.add(f"checksum mismatch: the bytes hash to {digest.hex()}, the packed index recorded {want.hex()}",
-                key=key, member=m.name)
+        rep.add(
+            f"checksum mismatch: the bytes hash to {digest.hex()}, the packed index recorded {want.hex()}",
+            key=key,
+            member=m.name,
+        )
     label = int(idx.labels[row])
     if label >= 0:
         try:
@@ -467,8 +507,9 @@ def _unique_keys(report: VerifyReport, keys: list[np.ndarray]) -> None:
     s = np.sort(allkeys)
     dup = s[1:][s[1:] == s[:-1]]
     if dup.size:
-        report.problems.append(f"{dup.size} sample keys appear more than once across the shards "
-                               f"(e.g. {int(dup[0]):016x})")
+        report.problems.append(
+            f"{dup.size} sample keys appear more than once across the shards (e.g. {int(dup[0]):016x})"
+        )
 
 
 def _other_files(report: VerifyReport, names: set[str]) -> None:
@@ -477,8 +518,9 @@ def _other_files(report: VerifyReport, names: set[str]) -> None:
         if entry in names or entry in own:
             continue
         if _TEMP_RE.match(entry):
-            report.notes.append(f"{entry}: a temp file a killed dsclean left (harmless; pack removes it when it "
-                                "writes that file again)")
+            report.notes.append(
+                f"{entry}: a temp file a killed dsclean left (harmless; pack removes it when it writes that file again)"
+            )
         elif entry.endswith(".tar"):
             extra = ShardReport(entry)
             extra.add("extra shard: a .tar file the shard list does not name")

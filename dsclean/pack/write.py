@@ -11,6 +11,7 @@ Failures to *write* (a full disk, a read-only folder) abandon the shard the
 same way: a shard name only ever holds a complete shard. Reading back a shard an
 earlier run wrote is :mod:`.readback`.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -31,8 +32,18 @@ from .bulk import CLS, EXT_CODE, JSON, MEDIA, Layout, headers, json_members, lay
 from .runner import ABANDONED
 from .samples import int_facts_record, member_order, sample_key
 from .shardjob import ShardJob, ShardResult
-from .source import BatchRows, ShardColumns, Source, SourceProblem, close_all, read_batch, read_blocks, read_into, \
-    same_as_indexed, sniffed_exts
+from .source import (
+    BatchRows,
+    ShardColumns,
+    Source,
+    SourceProblem,
+    close_all,
+    read_batch,
+    read_blocks,
+    read_into,
+    same_as_indexed,
+    sniffed_exts,
+)
 from .tarformat import BLOCK, end_of_archive, header, padding
 
 
@@ -172,11 +183,17 @@ def _bulk_batch(job: ShardJob, cols: ShardColumns, lo: int, hi: int, buf: _Buffe
     ext = np.array([_BY_NAME.get(p.rpartition(b".")[2].lower(), 0) for p in paths], np.int64)  # a guess
     lay = layout(ext, labelled, sizes)
     buf.fit(lay.total + BLOCK)  # a block more: the one-byte-longer read of the last file may land there
-    blocks = buf.array[:lay.total // BLOCK * BLOCK].reshape(-1, BLOCK)
+    blocks = buf.array[: lay.total // BLOCK * BLOCK].reshape(-1, BLOCK)
     ends = lay.header_at + BLOCK + lay.member_size
     blocks[(ends[lay.member_size > 0] - 1) // BLOCK] = 0  # padding: each member's last block, before its data lands
-    if not read_into(buf.view, os.path.join(os.fsencode(job.root), b""), paths, size.tolist(),
-                      cols.mtime_ns[lo:hi].tolist(), lay.data_at[:, MEDIA].tolist()):
+    if not read_into(
+        buf.view,
+        os.path.join(os.fsencode(job.root), b""),
+        paths,
+        size.tolist(),
+        cols.mtime_ns[lo:hi].tolist(),
+        lay.data_at[:, MEDIA].tolist(),
+    ):
         return None
     real = sniffed_exts(buf.array, lay.data_at[:, MEDIA], size, paths)
     if (real != ext).any():  # a name that does not say the format: the members' order may differ
@@ -186,7 +203,7 @@ def _bulk_batch(job: ShardJob, cols: ShardColumns, lo: int, hi: int, buf: _Buffe
     if hashed.size:
         at = lay.data_at[:, MEDIA]
         for i in hashed.tolist():
-            sums[i] = np.frombuffer(content_hash(buf.view[at[i]:at[i] + size[i]]), np.uint8)
+            sums[i] = np.frombuffer(content_hash(buf.view[at[i] : at[i] + size[i]]), np.uint8)
         text, starts, again = json_members(paths, labels, classes, kinds, KINDS, size, sums, facts)
         assert (again == lengths).all()  # a checksum is always 32 hex digits
     place(buf.view, lay.data_at[labelled, CLS], cls_text, cls_starts, cls_lengths)
@@ -199,15 +216,16 @@ def _bulk_batch(job: ShardJob, cols: ShardColumns, lo: int, hi: int, buf: _Buffe
 _BY_NAME = {e[1:].encode("ascii"): EXT_CODE[exts[0][1:]] for _, exts in FORMATS.values() for e in exts}
 
 
-def _relayout(buf: _Buffer, lay: Layout, ext: np.ndarray, real: np.ndarray, labelled: np.ndarray,
-              sizes: np.ndarray) -> Layout:
+def _relayout(
+    buf: _Buffer, lay: Layout, ext: np.ndarray, real: np.ndarray, labelled: np.ndarray, sizes: np.ndarray
+) -> Layout:
     """The layout for the real extensions; media data whose place changed is moved (a sample's span is the same)."""
     new = layout(real, labelled, sizes)
     for i in np.flatnonzero(new.data_at[:, MEDIA] != lay.data_at[:, MEDIA]).tolist():
         old, to, size = int(lay.data_at[i, MEDIA]), int(new.data_at[i, MEDIA]), int(sizes[i, MEDIA])
-        data = bytes(buf.view[old:old + size])
-        buf.array[new.sample_at[i]:new.sample_at[i + 1]] = 0
-        buf.view[to:to + size] = data
+        data = bytes(buf.view[old : old + size])
+        buf.array[new.sample_at[i] : new.sample_at[i + 1]] = 0
+        buf.view[to : to + size] = data
     return new
 
 
@@ -252,7 +270,7 @@ class _Out:
         if done != self.pending:  # a short write (a signal, a nearly full disk): write the rest plainly
             rest = memoryview(b"".join(self.parts))[done:]
             while rest:
-                rest = rest[os.write(self.fd, rest):]
+                rest = rest[os.write(self.fd, rest) :]
         self.wrote(self.pending)
         self.parts, self.pending = [], 0
 
@@ -305,7 +323,7 @@ class _Out:
 def _write_all(fd: int, data) -> int:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
     return len(data)
 
 
@@ -329,8 +347,11 @@ def write_shard(job: ShardJob) -> ShardResult:
     classes = list(job.classes)
     in_hand: list = []
     try:
-        with output_file(job.path, fsync=job.fsync, sync_dir=False, keep=job.deferred) as tmp, _batch_buffer() as buf, \
-                _batch_buffer() as other:  # one batch is laid out in a buffer while the other is written
+        with (
+            output_file(job.path, fsync=job.fsync, sync_dir=False, keep=job.deferred) as tmp,
+            _batch_buffer() as buf,
+            _batch_buffer() as other,
+        ):  # one batch is laid out in a buffer while the other is written
             fd = os.open(tmp, os.O_WRONLY)
             out = _Out(fd, sync=job.fsync)
             try:
@@ -345,19 +366,22 @@ def write_shard(job: ShardJob) -> ShardResult:
                             offsets.append(out.pos + done.media_at)
                             sums.append(done.checksums.tobytes())
                             result.hashed += done.hashed
-                            out.write(buf.view[:done.size])
+                            out.write(buf.view[: done.size])
                             buf, other = other, buf  # (out.write waits for ``other``'s write first)
                             continue
                         batch = cols.rows(lo, hi, job.checksums, job.known)
                         sources = in_hand = read_batch(job.root, batch, job.inline_limit)
                         for j, src in enumerate(sources):
-                            in_hand = sources[j + 1:]
+                            in_hand = sources[j + 1 :]
                             if isinstance(src, SourceProblem):
                                 if not job.skip_changed:
-                                    result.error = (f"{src}; rebuild the index, or pack with --skip-changed "
-                                                    "to leave it out")
+                                    result.error = (
+                                        f"{src}; rebuild the index, or pack with --skip-changed to leave it out"
+                                    )
                                     raise _Abandon
-                                result.skipped.append({**path_fields(batch.path[j]), "why": f"{src}; it belongs in {job.name}"})
+                                result.skipped.append(
+                                    {**path_fields(batch.path[j]), "why": f"{src}; it belongs in {job.name}"}
+                                )
                                 continue
                             try:
                                 media_at = _write_sample(out, batch, j, src, classes)
@@ -470,7 +494,7 @@ def _copy_checked(out: _Out, src: Source) -> None:
             h.update(block)
         view = memoryview(block)
         while view:
-            view = view[os.write(out.fd, view):]
+            view = view[os.write(out.fd, view) :]
         out.wrote(len(block))
     out.pos += src.size
     try:
@@ -478,8 +502,9 @@ def _copy_checked(out: _Out, src: Source) -> None:
     except OSError as exc:
         raise SourceProblem(f"{where}: unreadable: {exc.strerror}") from None
     if h is not None and h.digest() != src.checksum:
-        raise SourceProblem(f"{where}: changed while it was packed (its bytes differ between the "
-                            "checksum pass and the copy)")
+        raise SourceProblem(
+            f"{where}: changed while it was packed (its bytes differ between the checksum pass and the copy)"
+        )
 
 
 def _remove_stale_temps(job: ShardJob) -> None:

@@ -5,6 +5,7 @@ already reads every frame in blocks; :func:`audio_facts_from_path` does the same
 for files it reads itself), so memory is one block whatever the length.
 Samples are floats in [-1, 1] as soundfile returns them.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,8 +18,19 @@ BLOCK_FRAMES = 65536
 SILENCE_RMS = 1e-3
 #: bits of resolution assumed when the subtype has no integer sample size (float, lossy codecs)
 _DEFAULT_BITS = 16
-_SUBTYPE_BITS = {"PCM_S8": 8, "PCM_U8": 8, "PCM_16": 16, "PCM_24": 24, "PCM_32": 32, "ALAC_16": 16,
-                 "ALAC_20": 20, "ALAC_24": 24, "ALAC_32": 32, "DPCM_8": 8, "DPCM_16": 16}
+_SUBTYPE_BITS = {
+    "PCM_S8": 8,
+    "PCM_U8": 8,
+    "PCM_16": 16,
+    "PCM_24": 24,
+    "PCM_32": 32,
+    "ALAC_16": 16,
+    "ALAC_20": 20,
+    "ALAC_24": 24,
+    "ALAC_32": 32,
+    "DPCM_8": 8,
+    "DPCM_16": 16,
+}
 
 
 @dataclass

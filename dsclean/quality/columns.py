@@ -5,6 +5,7 @@ types (it imports pyarrow; the rest of this package does not). The scan's result
 ``index --facts`` append these columns; readers (``dsclean dups``, reports) must accept any
 subset of them, including none.
 """
+
 from __future__ import annotations
 
 import pyarrow as pa

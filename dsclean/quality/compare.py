@@ -12,6 +12,7 @@ Two different pictures that share a layout (two portraits, two tiles of one
 texture) correlate weakly once aligned pixel for pixel; a copy correlates
 strongly. Measured in ``scripts/bench_dups.py`` on photos and textures.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -4,6 +4,7 @@ The fact columns are :data:`dsclean.schema.FACTS` (the fields of :class:`Facts`,
 Arrow types: :data:`dsclean.quality.columns.FACT_COLUMNS`); this module stays free of pyarrow so
 checking processes start light.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,8 +39,14 @@ class Facts:
     flags: list[str] = field(default_factory=list)
 
     @classmethod
-    def of_image(cls, facts: ImageFacts | None, width: int | None, height: int | None,
-                 options: FlagOptions = FlagOptions(), content_hash: bytes | None = None) -> "Facts":
+    def of_image(
+        cls,
+        facts: ImageFacts | None,
+        width: int | None,
+        height: int | None,
+        options: FlagOptions = FlagOptions(),
+        content_hash: bytes | None = None,
+    ) -> "Facts":
         """An image's record: its facts (None if its pixels were not decoded) and flags."""
         out = cls(content_hash=content_hash, flags=image_flags(facts, width, height, options))
         if facts is not None:
@@ -48,8 +55,9 @@ class Facts:
         return out
 
     @classmethod
-    def of_audio(cls, facts: AudioFacts | None, options: FlagOptions = FlagOptions(),
-                 content_hash: bytes | None = None) -> "Facts":
+    def of_audio(
+        cls, facts: AudioFacts | None, options: FlagOptions = FlagOptions(), content_hash: bytes | None = None
+    ) -> "Facts":
         """A sound's record: its level facts and flags."""
         out = cls(content_hash=content_hash, flags=audio_flags(facts, options))
         if facts is not None:

@@ -4,6 +4,7 @@ One read for the content hash, then the cheapest decode that gives the facts:
 an image's first frame at the smallest scale that keeps 64 px (Pillow ``draft``),
 a sound's samples block by block. The format comes from the magic bytes.
 """
+
 from __future__ import annotations
 
 import errno
@@ -34,8 +35,9 @@ class FileFacts:
     error: str | None = None  # the decoder's complaint; the content hash is still there
 
 
-def facts_from_path(path: str, options: FlagOptions = FlagOptions(), *,
-                    decode: tuple[str, ...] = (formats.IMAGE, formats.AUDIO)) -> FileFacts:
+def facts_from_path(
+    path: str, options: FlagOptions = FlagOptions(), *, decode: tuple[str, ...] = (formats.IMAGE, formats.AUDIO)
+) -> FileFacts:
     """Content hash, then image or audio facts and flags for the kinds in ``decode``.
 
     Raises OSError if the file cannot be read; a decoder's complaint goes to ``error``.
@@ -68,4 +70,3 @@ def facts_from_path(path: str, options: FlagOptions = FlagOptions(), *,
     except Exception as exc:  # a damaged file has no facts; it still has its bytes' hash
         out.error = f"{type(exc).__name__}: {exc}"
     return out
-

@@ -4,6 +4,7 @@ Flags are not verdicts: a flagged file is whole and decodable, and ``status`` /
 ``reason`` stay the integrity verdict. Every threshold is a field of
 :class:`FlagOptions`, with the default documented there and in docs/reference/reasons.md.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -57,8 +58,9 @@ class FlagOptions:
     too_short: float = 0.1  # seconds below this: too_short
 
 
-def image_flags(facts: ImageFacts | None, width: int | None, height: int | None,
-                options: FlagOptions = FlagOptions()) -> list[str]:
+def image_flags(
+    facts: ImageFacts | None, width: int | None, height: int | None, options: FlagOptions = FlagOptions()
+) -> list[str]:
     """The flags of an image from its facts and size (either may be missing: then those flags are not judged)."""
     out = []
     if width and height:

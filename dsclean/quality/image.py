@@ -6,6 +6,7 @@ The scan calls :func:`image_facts` with the pixels its own check decoded (the
 decodes as little as Pillow allows (``draft`` for JPEG: the DCT-domain downscale).
 All of them end in the same canonical 64 x 64 grey thumbnail (:mod:`.thumbnail`).
 """
+
 from __future__ import annotations
 
 import math
@@ -153,9 +154,17 @@ def thumbnails_facts(thumbs: np.ndarray, sharp: np.ndarray) -> list[ImageFacts]:
     if sharp.any():
         sharpness[sharp] = _laplacian_variances(thumbs[sharp])
     brightness, contrast = mean / 255.0, np.sqrt(variance) / 255.0
-    return [ImageFacts(phash=h, brightness=b, contrast=c, entropy=e, sharpness=s if k else None)
-            for h, b, c, e, s, k in zip(hashes.tolist(), brightness.tolist(), contrast.tolist(), entropy.tolist(),
-                                        sharpness.tolist(), sharp.tolist())]
+    return [
+        ImageFacts(phash=h, brightness=b, contrast=c, entropy=e, sharpness=s if k else None)
+        for h, b, c, e, s, k in zip(
+            hashes.tolist(),
+            brightness.tolist(),
+            contrast.tolist(),
+            entropy.tolist(),
+            sharpness.tolist(),
+            sharp.tolist(),
+        )
+    ]
 
 
 def _laplacian_variances(g: np.ndarray) -> np.ndarray:

@@ -15,6 +15,7 @@ bits). This hash keeps the rest of pHash and damps the border:
 A near-constant image has no structure to hash: its bits are noise. Such images are
 flagged ``low_information`` and left out of near search.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -69,7 +70,9 @@ def low_frequencies(thumb: np.ndarray) -> np.ndarray:
     if t.shape == (2 * DCT_SIZE, 2 * DCT_SIZE):
         t = t.reshape(DCT_SIZE, 2, DCT_SIZE, 2).mean(axis=(1, 3))
     if t.shape != (DCT_SIZE, DCT_SIZE):
-        raise ValueError(f"phash needs a {2 * DCT_SIZE}x{2 * DCT_SIZE} or {DCT_SIZE}x{DCT_SIZE} thumbnail, got {t.shape}")
+        raise ValueError(
+            f"phash needs a {2 * DCT_SIZE}x{2 * DCT_SIZE} or {DCT_SIZE}x{DCT_SIZE} thumbnail, got {t.shape}"
+        )
     return _coefficients((t - t.mean()) * _WINDOW)
 
 

@@ -5,6 +5,7 @@ full decode), facts are computed on the same thing: the image's luma resized to
 ``SIZE`` x ``SIZE`` pixels (aspect ignored; area-averaged when shrinking), so the
 numbers do not depend on which decoder produced the pixels or at what scale.
 """
+
 from __future__ import annotations
 
 import functools

@@ -4,6 +4,7 @@ Steps: find the scan (:mod:`.source`), read its results once (:mod:`.collect`),
 add duplicate groups (:mod:`.duplicates`), make thumbnails in isolated workers
 (:mod:`.thumbs`), render (:mod:`.render`), write to a temp file and rename.
 """
+
 from __future__ import annotations
 
 import json
@@ -74,8 +75,9 @@ def write_report(target: str, output: str = DEFAULT_OUTPUT, options: ReportOptio
     if options.dups:
         data.duplicates = read_groups(options.dups, scrub, state_dir=options.state_dir)
     elif "content_hash" in src.columns:
-        data.duplicates = exact_duplicates(src.results_paths, data.files, scrub,
-                                           moved=moved_by_dups(dups_bins, src.root))
+        data.duplicates = exact_duplicates(
+            src.results_paths, data.files, scrub, moved=moved_by_dups(dups_bins, src.root)
+        )
     stats = {"made": 0, "placeholders": 0, "failed": 0}
     if options.thumbnails:
         items = list(data.items())
@@ -96,10 +98,18 @@ def write_report(target: str, output: str = DEFAULT_OUTPUT, options: ReportOptio
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(html)
         _readable_as_umask_allows(tmp)
-    return ReportSummary(output=out, bytes=os.path.getsize(out), files=data.files, problems=data.problems_total,
-                         thumbnails=stats["made"], placeholders=stats["placeholders"], failed=stats["failed"],
-                         elapsed=time.perf_counter() - start, results_source=src.results_source,
-                         incomplete=src.incomplete)
+    return ReportSummary(
+        output=out,
+        bytes=os.path.getsize(out),
+        files=data.files,
+        problems=data.problems_total,
+        thumbnails=stats["made"],
+        placeholders=stats["placeholders"],
+        failed=stats["failed"],
+        elapsed=time.perf_counter() - start,
+        results_source=src.results_source,
+        incomplete=src.incomplete,
+    )
 
 
 def _describe(data, src, scrub: Scrubber, options: ReportOptions) -> None:
@@ -110,7 +120,8 @@ def _describe(data, src, scrub: Scrubber, options: ReportOptions) -> None:
     data.title = display(root if options.absolute_paths else os.path.basename(root) or root)
     data.root = display(root) if options.absolute_paths else data.title
     data.results = display(scrub(src.results_path)) + (
-        f" (+{len(src.results_paths) - 1} more parts)" if len(src.results_paths) > 1 else "")
+        f" (+{len(src.results_paths) - 1} more parts)" if len(src.results_paths) > 1 else ""
+    )
     data.generated = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     if src.incomplete:
         data.incomplete = display(scrub(src.incomplete))
@@ -140,10 +151,11 @@ def _describe(data, src, scrub: Scrubber, options: ReportOptions) -> None:
         if opts.get("facts") is False:
             data.notes.append(
                 "The scan ran with --facts none: no quality facts were recorded (no quality section)."
-                if options.dups else
-                "The scan ran with --facts none: no content hashes and no quality facts were recorded, so this "
+                if options.dups
+                else "The scan ran with --facts none: no content hashes and no quality facts were recorded, so this "
                 "report shows no duplicates and no quality section. Scan again with facts on (the default, "
-                "--facts all), or pass --dups with the groups file of dsclean dups (which hashes the files itself).")
+                "--facts all), or pass --dups with the groups file of dsclean dups (which hashes the files itself)."
+            )
     if data.problems_total > len(data.problems):
         data.notes.append(f"The problems table holds the first {len(data.problems):,} of {data.problems_total:,}.")
 

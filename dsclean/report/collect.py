@@ -6,6 +6,7 @@ fixed-size, galleries keep at most a cap of items, the problems table at most
 (``brightness``, ``flags``, ... see docs/reference/facts.md) are optional: a section exists
 only when its columns are in the results.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -32,8 +33,19 @@ SIDE_EDGES = [2.0 ** (k / 2) for k in range(6, 31)]
 DURATION_EDGES = [2.0 ** (k / 2) for k in range(-14, 31)]
 
 #: the columns a gallery card or a table row needs
-CARD_COLUMNS = ["path", "kind", "status", "reason", "detail", "size", "format", "width", "height", "duration",
-                "sample_rate"]
+CARD_COLUMNS = [
+    "path",
+    "kind",
+    "status",
+    "reason",
+    "detail",
+    "size",
+    "format",
+    "width",
+    "height",
+    "duration",
+    "sample_rate",
+]
 
 
 @dataclass(frozen=True)
@@ -82,8 +94,10 @@ def iter_batches(results: str | list[str], columns: list[str]):
         try:
             yield from pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS, columns=columns)
         except (OSError, pa.ArrowException) as exc:  # damaged (or not Parquet): name the file, no traceback
-            raise UserError(f"{path}: cannot read scan results ({' '.join(str(exc).split())}); scan the root again (--rescan) "
-                            "to rebuild them") from exc
+            raise UserError(
+                f"{path}: cannot read scan results ({' '.join(str(exc).split())}); scan the root again (--rescan) "
+                "to rebuild them"
+            ) from exc
 
 
 def collect(results_path: str | list[str], columns: list[str], scrub: Scrubber, caps: Caps = Caps()) -> ReportData:
@@ -166,10 +180,18 @@ def item_from_row(row: dict, scrub: Scrubber) -> Item:
 
     rel = os.fsdecode(row["path"])
     return Item(
-        path=display(rel), kind=row.get("kind") or "unknown", status=row.get("status") or R.OK,
-        reason=row.get("reason"), detail=scrub(display(row.get("detail") or "")), size=row.get("size"),
-        format=row.get("format"), width=row.get("width"), height=row.get("height"),
-        duration=row.get("duration"), sample_rate=row.get("sample_rate"), rel=rel,
+        path=display(rel),
+        kind=row.get("kind") or "unknown",
+        status=row.get("status") or R.OK,
+        reason=row.get("reason"),
+        detail=scrub(display(row.get("detail") or "")),
+        size=row.get("size"),
+        format=row.get("format"),
+        width=row.get("width"),
+        height=row.get("height"),
+        duration=row.get("duration"),
+        sample_rate=row.get("sample_rate"),
+        rel=rel,
     )
 
 
@@ -204,8 +226,14 @@ def _problems(problems: pa.Table, data: ReportData, galleries: dict, clean: _Cle
         key = (row["status"], row["reason"] or "?")
         g = galleries.get(key)
         if g is None:
-            g = galleries[key] = Gallery(anchor=f"{row['status']}-{key[1]}", title=key[1], total=0,
-                                         status=row["status"], reason=key[1], blurb=R.REASONS.get(key[1], ""))
+            g = galleries[key] = Gallery(
+                anchor=f"{row['status']}-{key[1]}",
+                title=key[1],
+                total=0,
+                status=row["status"],
+                reason=key[1],
+                blurb=R.REASONS.get(key[1], ""),
+            )
         if len(g.items) < caps.per_reason:
             g.items.append(item_from_row(row, clean.scrub))
 
@@ -224,8 +252,16 @@ def _table_row(row: dict, clean: _Cleaner, caps: Caps) -> list:
     detail = clean(row.get("detail"))
     if len(detail) > caps.detail_chars:
         detail = detail[: caps.detail_chars] + "…"
-    return [display(os.fsdecode(row["path"])), row["status"], row["reason"] or "", row.get("kind") or "",
-            row.get("format") or "", row.get("size"), dims, detail]
+    return [
+        display(os.fsdecode(row["path"])),
+        row["status"],
+        row["reason"] or "",
+        row.get("kind") or "",
+        row.get("format") or "",
+        row.get("size"),
+        dims,
+        detail,
+    ]
 
 
 def _classes(t: pa.Table, status: pa.ChunkedArray, classes: Counter) -> None:
@@ -233,7 +269,9 @@ def _classes(t: pa.Table, status: pa.ChunkedArray, classes: Counter) -> None:
     parts = pc.split_pattern(t["path"], b"/", max_splits=1)
     has_class = pc.greater(pc.list_value_length(parts), 1)
     names = pc.if_else(has_class, pc.list_element(parts, 0), pa.scalar(None, pa.binary()))
-    grouped = pa.table({"c": names, "bad": pc.equal(status, R.BAD)}).group_by(["c", "bad"]).aggregate([("bad", "count")])
+    grouped = (
+        pa.table({"c": names, "bad": pc.equal(status, R.BAD)}).group_by(["c", "bad"]).aggregate([("bad", "count")])
+    )
     for row in grouped.to_pylist():
         classes[(row["c"], row["bad"])] += row["bad_count"]
 
@@ -277,7 +315,9 @@ def _resolution(t: pa.Table, res: np.ndarray) -> None:
     h = t["height"].filter(mask).to_numpy().astype(np.float64)
     keep = (w > 0) & (h > 0)
     lo, hi = SIDE_EDGES[0], np.nextafter(SIDE_EDGES[-1], 0)
-    res += np.histogram2d(np.clip(h[keep], lo, hi), np.clip(w[keep], lo, hi), bins=[SIDE_EDGES, SIDE_EDGES])[0].astype(np.int64)
+    res += np.histogram2d(np.clip(h[keep], lo, hi), np.clip(w[keep], lo, hi), bins=[SIDE_EDGES, SIDE_EDGES])[0].astype(
+        np.int64
+    )
 
 
 def _durations(t: pa.Table, durations: np.ndarray, rates: Counter, channels: Counter) -> None:
@@ -346,7 +386,9 @@ def _flags(t: pa.Table, kept: pa.ChunkedArray, flags: dict[str, Gallery], caps: 
             continue
         g = flags.get(flag)
         if g is None:
-            g = flags[flag] = Gallery(anchor=f"flag-{display(flag)}", title=display(flag), total=0, reason=display(flag))
+            g = flags[flag] = Gallery(
+                anchor=f"flag-{display(flag)}", title=display(flag), total=0, reason=display(flag)
+            )
         g.total += n
         room = caps.per_flag - len(g.items)
         if room > 0:

@@ -6,6 +6,7 @@ by the hash's first byte so memory stays bounded for tens of millions of rows.
 A groups file (``dsclean dups -o groups.jsonl``, format in docs/reference/facts.md) is read
 line by line; only the groups shown are kept.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,8 +43,14 @@ def moved_by_dups(folders: list[str], root: str) -> list[bytes]:
     return out
 
 
-def exact_duplicates(results_path: str | list[str], rows: int, scrub: Scrubber, max_groups: int = 50,
-                     max_members: int = 8, moved: list[bytes] = ()) -> Duplicates | None:
+def exact_duplicates(
+    results_path: str | list[str],
+    rows: int,
+    scrub: Scrubber,
+    max_groups: int = 50,
+    max_members: int = 8,
+    moved: list[bytes] = (),
+) -> Duplicates | None:
     """Groups of files (not marked bad) with the same ``content_hash``; None when nothing was hashed.
     ``results_path``: a results file, or every part's of a job array. ``moved``: paths no longer in the
     dataset (moved out by ``dsclean dups``, :func:`moved_by_dups`), left out of the groups and counts."""
@@ -59,8 +66,9 @@ def exact_duplicates(results_path: str | list[str], rows: int, scrub: Scrubber, 
             hashes = _kept_hashes(batch, gone)
             hashed += len(hashes) if p == 0 else 0
             if parts > 1 and len(hashes):
-                first = np.frombuffer(hashes.buffers()[1], dtype=np.uint8, count=len(hashes) * 16,
-                                      offset=hashes.offset * 16)[::16]
+                first = np.frombuffer(
+                    hashes.buffers()[1], dtype=np.uint8, count=len(hashes) * 16, offset=hashes.offset * 16
+                )[::16]
                 hashes = hashes.filter(pa.array(first % parts == p))
             chunks.append(hashes)
         if not chunks:
@@ -70,11 +78,17 @@ def exact_duplicates(results_path: str | list[str], rows: int, scrub: Scrubber, 
         dup_counts.update(zip(many.field("values").to_pylist(), many.field("counts").to_pylist()))
     if not hashed:
         return None
-    out = Duplicates(source="hashes", total_groups=len(dup_counts), exact_groups=len(dup_counts),
-                     total_files=sum(dup_counts.values()))
+    out = Duplicates(
+        source="hashes",
+        total_groups=len(dup_counts),
+        exact_groups=len(dup_counts),
+        total_files=sum(dup_counts.values()),
+    )
     if moved:
-        out.notes.append(f"{len(moved):,} extra copies that dsclean dups --quarantine moved out of the dataset "
-                         "(by its journal) are not counted.")
+        out.notes.append(
+            f"{len(moved):,} extra copies that dsclean dups --quarantine moved out of the dataset "
+            "(by its journal) are not counted."
+        )
     if not dup_counts:
         return out
     shown = sorted(dup_counts, key=lambda h: (-dup_counts[h], h))[:max_groups]
@@ -123,8 +137,9 @@ def _not_gone(paths, gone: pa.Array):
     return pc.invert(pc.is_in(paths, value_set=gone))
 
 
-def read_groups(path: str, scrub: Scrubber, max_groups: int = 50, max_members: int = 8,
-                state_dir: str | None = None) -> Duplicates:
+def read_groups(
+    path: str, scrub: Scrubber, max_groups: int = 50, max_members: int = 8, state_dir: str | None = None
+) -> Duplicates:
     """The first groups of a ``dsclean dups`` groups file (groups spanning splits first), and totals of all.
     A member no longer in its root is looked for where ``dsclean dups --quarantine`` moved it (``state_dir``:
     where the roots' state folders are)."""
@@ -142,8 +157,10 @@ def read_groups(path: str, scrub: Scrubber, max_groups: int = 50, max_members: i
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError:
-                raise UserError(f"--dups {path}:{number}: not UTF-8 text; --dups takes the JSON lines file of "
-                                "`dsclean dups -o groups.jsonl`") from None
+                raise UserError(
+                    f"--dups {path}:{number}: not UTF-8 text; --dups takes the JSON lines file of "
+                    "`dsclean dups -o groups.jsonl`"
+                ) from None
             if not line.strip():
                 continue
             try:
@@ -167,8 +184,15 @@ def read_groups(path: str, scrub: Scrubber, max_groups: int = 50, max_members: i
             bucket = leaking if leak else others
             if len(bucket) < max_groups:
                 items = [_member(m, base, scrub, missing) for m in members[:max_members]]
-                bucket.append(DupGroup(kind=kind, members=items, splits=[_shown_root(s, scrub) for s in splits],
-                                       leak=leak, total_members=len(members)))
+                bucket.append(
+                    DupGroup(
+                        kind=kind,
+                        members=items,
+                        splits=[_shown_root(s, scrub) for s in splits],
+                        leak=leak,
+                        total_members=len(members),
+                    )
+                )
     out.groups = (leaking + others)[:max_groups]
     _find_moved(missing, state_dir)
     return out
@@ -204,8 +228,12 @@ def _member(m: dict, base: str, scrub: Scrubber, missing: dict[str, dict[str, li
     distance = m.get("distance")
     note = " · ".join(filter(None, [_shown_root(root, scrub), f"distance {distance}" if distance else ""]))
     fmt = format_of_name(rel)
-    item = Item(path=display(rel), note=note, kind=kind_of(fmt) if fmt else "unknown",  # no rel: not under the scan root
-                missing="file not found where the groups file of dsclean dups says it is")
+    item = Item(
+        path=display(rel),
+        note=note,
+        kind=kind_of(fmt) if fmt else "unknown",  # no rel: not under the scan root
+        missing="file not found where the groups file of dsclean dups says it is",
+    )
     absolute = m.get("root_abs")  # written by dsclean dups for a root given relative
     if isinstance(absolute, str) and os.path.isabs(absolute):
         folders: tuple[str, ...] = (absolute,)

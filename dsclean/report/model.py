@@ -3,6 +3,7 @@
 Every string here is display text (absolute paths already scrubbed); HTML
 escaping happens only when rendering (:mod:`dsclean.report.render`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

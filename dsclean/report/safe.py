@@ -7,6 +7,7 @@ page's script) on its way into the report, and through a :class:`Scrubber`
 first, which takes the absolute paths of the user's machine out of messages and
 command lines (unless ``--absolute-paths``).
 """
+
 from __future__ import annotations
 
 import html
@@ -21,7 +22,9 @@ _INVISIBLE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u20
 
 def _escape_invisible(m: re.Match) -> str:
     c = m.group()
-    return {"\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+    return {"\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(c) or (
+        f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+    )
 
 
 def display(text: object) -> str:
@@ -39,8 +42,13 @@ def esc(text: object) -> str:
 def script_json(obj: object) -> str:
     """JSON that is safe inside ``<script type="application/json">``: no ``</script>``, no ``<!--``."""
     text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
-    return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+    return (
+        text.replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
 
 
 # An absolute path with at least two components: "/" not preceded by a path or word character.

@@ -5,6 +5,7 @@
 scan moved are found through the quarantine journal (``manifest.jsonl``), so a
 report made after quarantining still shows what was removed.
 """
+
 from __future__ import annotations
 
 import json
@@ -52,14 +53,23 @@ def incomplete_note(root: str, metas: list[dict], ignored: list[str] = (), of_ro
         return None
     names = ", ".join(f"{i}/{n}" for i in missing)
     one = len(missing) == 1
-    note = (f"INCOMPLETE: this report covers {len(done)} of the {n} parts of a job-array scan of {root} (part"
-            f"{'s' if len(done) > 1 else ''} {', '.join(f'{i}/{n}' for i in done)}). The files of part"
-            f"{'' if one else 's'} {names} are not in it"
-            + (": they were never scanned" if of_root else "")
-            + ", so their problems, duplicates and quality are unknown here and every count leaves them out. "
-            + ((f"Run `dsclean scan {root} --shard {missing[0]}/{n}`" if one else
-                f"Run `dsclean scan {root} --shard I/{n}` for each missing part I") + f", then `dsclean report {root}`."
-               if of_root else f"`dsclean report {root}` reports every part that has run."))
+    note = (
+        f"INCOMPLETE: this report covers {len(done)} of the {n} parts of a job-array scan of {root} (part"
+        f"{'s' if len(done) > 1 else ''} {', '.join(f'{i}/{n}' for i in done)}). The files of part"
+        f"{'' if one else 's'} {names} are not in it"
+        + (": they were never scanned" if of_root else "")
+        + ", so their problems, duplicates and quality are unknown here and every count leaves them out. "
+        + (
+            (
+                f"Run `dsclean scan {root} --shard {missing[0]}/{n}`"
+                if one
+                else f"Run `dsclean scan {root} --shard I/{n}` for each missing part I"
+            )
+            + f", then `dsclean report {root}`."
+            if of_root
+            else f"`dsclean report {root}` reports every part that has run."
+        )
+    )
     return note + "".join(f" Ignored: {why}." for why in ignored)
 
 
@@ -81,8 +91,10 @@ def open_source(target: str, state_dir: str | None = None) -> Source:
             paths, found = scan.paths, scan.source
             ignored = scan.partial.ignored if scan.partial is not None else []
             if not paths:
-                raise UserError(f"{target}: no scan results found (neither a results folder nor a scanned root: "
-                                f"{found}); run `dsclean scan {target}` first, or give the folder its results were written to")
+                raise UserError(
+                    f"{target}: no scan results found (neither a results folder nor a scanned root: "
+                    f"{found}); run `dsclean scan {target}` first, or give the folder its results were written to"
+                )
     else:
         raise UserError(f"{target} does not exist")
     paths = [os.path.abspath(p) for p in paths]
@@ -100,8 +112,17 @@ def open_source(target: str, state_dir: str | None = None) -> Source:
     meta = metas[0]
     root = root_given or meta.get("root") or ""
     summary = _summed_parts([_read_summary(p) for p in paths]) if len(paths) > 1 else _read_summary(results)
-    return Source(results, root, columns, meta, summary, _quarantine_of(results, summary), paths, found,
-                  incomplete_note(root, metas, ignored, of_root=root_given is not None))
+    return Source(
+        results,
+        root,
+        columns,
+        meta,
+        summary,
+        _quarantine_of(results, summary),
+        paths,
+        found,
+        incomplete_note(root, metas, ignored, of_root=root_given is not None),
+    )
 
 
 def _read_summary(results: str) -> dict | None:
@@ -109,7 +130,7 @@ def _read_summary(results: str) -> dict | None:
     folder, name = os.path.split(results)
     stem_r, _ = os.path.splitext(locations.RESULTS_FILE)
     stem_s, ext_s = os.path.splitext(locations.SUMMARY_FILE)
-    tag = os.path.splitext(name)[0][len(stem_r):] if name.startswith(stem_r) else None
+    tag = os.path.splitext(name)[0][len(stem_r) :] if name.startswith(stem_r) else None
     if tag is None:
         return None
     path = os.path.join(folder, stem_s + tag + ext_s)
@@ -149,7 +170,13 @@ def _quarantine_of(results: str, summary: dict | None) -> str | None:
 
 def safe_rel(rel: object) -> bool:
     """A relative path that stays below its folder (journal and groups entries are not trusted)."""
-    return isinstance(rel, str) and bool(rel) and not os.path.isabs(rel) and ".." not in rel.split("/") and "\x00" not in rel
+    return (
+        isinstance(rel, str)
+        and bool(rel)
+        and not os.path.isabs(rel)
+        and ".." not in rel.split("/")
+        and "\x00" not in rel
+    )
 
 
 def quarantined_locations(quarantine: str, root: str, rels: set[str]) -> dict[str, str]:
@@ -172,8 +199,11 @@ def quarantined_locations(quarantine: str, root: str, rels: set[str]) -> dict[st
             elif op == "done":
                 done.add(ident)
     undone = {of for ident, of in restored_moves.items() if ident in done}
-    return {src: os.path.join(quarantine, dst) for ident, (src, dst) in moved.items()
-            if ident in done and ident not in undone}
+    return {
+        src: os.path.join(quarantine, dst)
+        for ident, (src, dst) in moved.items()
+        if ident in done and ident not in undone
+    }
 
 
 def locate(source: Source, rels: set[str]) -> dict[str, str]:
@@ -198,7 +228,9 @@ def check_output(output: str, root: str | None) -> str:
     not a dsclean report, and any place inside the dataset being reported on."""
     out = os.path.abspath(output)
     if os.path.isdir(out):
-        raise UserError(f"{output} is a folder; give the report's file name, e.g. {os.path.join(output, 'report.html')}")
+        raise UserError(
+            f"{output} is a folder; give the report's file name, e.g. {os.path.join(output, 'report.html')}"
+        )
     parent = os.path.dirname(out)
     while not os.path.lexists(parent):  # missing folders are made; an existing ancestor must be a folder
         parent = os.path.dirname(parent)
@@ -208,10 +240,14 @@ def check_output(output: str, root: str | None) -> str:
     if os.path.isfile(target) and os.path.getsize(target) > 0:
         with open(target, "rb") as f:
             if REPORT_MARK not in f.read(4096):
-                raise UserError(f"{output}: exists and is not a dsclean report; refusing to replace it: "
-                                "choose another file name (-o FILE)")
+                raise UserError(
+                    f"{output}: exists and is not a dsclean report; refusing to replace it: "
+                    "choose another file name (-o FILE)"
+                )
     if root:
         if locations.is_inside(os.path.dirname(out), root):
-            raise UserError(f"{output} is inside the dataset {root}; dsclean never writes into a dataset: "
-                            "write the report somewhere else (-o FILE)")
+            raise UserError(
+                f"{output} is inside the dataset {root}; dsclean never writes into a dataset: "
+                "write the report somewhere else (-o FILE)"
+            )
     return out

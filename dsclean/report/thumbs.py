@@ -17,6 +17,7 @@ the file's own bytes:
 - audio: a waveform (min/max per column); for a WAV or FLAC that promises
   more frames than it holds, the missing tail is hatched and the cut marked.
 """
+
 from __future__ import annotations
 
 import base64
@@ -101,8 +102,9 @@ def _load_decoders() -> None:
     Image.init()
 
 
-def render(path: str, kind: str, find_cut: bool, limits: ThumbLimits,
-           fault: Callable[[str], None] | None = None) -> Result:
+def render(
+    path: str, kind: str, find_cut: bool, limits: ThumbLimits, fault: Callable[[str], None] | None = None
+) -> Result:
     """One thumbnail, or a note saying why there is none. Never raises for a bad file.
 
     ``fault``: dsclean's own tests only (a real crash, hang or allocation where a decoder would be).
@@ -170,8 +172,10 @@ def _image(path: str, find_cut: bool, limits: ThumbLimits) -> Result:
 
 _GAP = 4  # pixels between the two pictures of a transparent image
 #: the note under a transparent image's thumbnail
-ALPHA_NOTE = ("left: its transparency, on a checkerboard; right: as a loader's convert(\"RGB\") gives it to the "
-              "model (the alpha dropped, the colours under it shown)")
+ALPHA_NOTE = (
+    'left: its transparency, on a checkerboard; right: as a loader\'s convert("RGB") gives it to the '
+    "model (the alpha dropped, the colours under it shown)"
+)
 
 
 def _has_transparency(im) -> bool:
@@ -256,9 +260,9 @@ def _claimed_frames(path: str) -> int | None:
     if head[:4] in (b"RIFF", b"RF64") and head[8:12] == b"WAVE":
         pos, align = 12, None
         while pos + 8 <= len(head):
-            cid, size = head[pos:pos + 4], struct.unpack("<I", head[pos + 4:pos + 8])[0]
+            cid, size = head[pos : pos + 4], struct.unpack("<I", head[pos + 4 : pos + 8])[0]
             if cid == b"fmt " and pos + 22 <= len(head):
-                align = struct.unpack("<H", head[pos + 20:pos + 22])[0]
+                align = struct.unpack("<H", head[pos + 20 : pos + 22])[0]
             if cid == b"data":
                 return size // align if align and size != 0xFFFFFFFF else None
             pos += 8 + size + (size & 1)
@@ -343,8 +347,9 @@ def placeholder_note(item: Item) -> str | None:
     return None
 
 
-def make_thumbnails(items: list[Item], limits: ThumbLimits, jobs: int,
-                    scrub: Callable[[str], str] = str) -> dict[str, int]:
+def make_thumbnails(
+    items: list[Item], limits: ThumbLimits, jobs: int, scrub: Callable[[str], str] = str
+) -> dict[str, int]:
     """Set ``item.thumb`` for every item; each source file is decoded once, in an isolated worker.
 
     ``scrub`` cleans the notes (a decoder's message may name absolute paths).
@@ -387,7 +392,7 @@ def _run(jobs: list[Job], limits: ThumbLimits, workers: int, stats: dict) -> lis
         return []
     executor = get_reusable_executor(max_workers=max(1, workers), timeout=60)
     starts = range(0, len(jobs), CHUNK)
-    futures = {executor.submit(render_chunk, jobs[s:s + CHUNK], limits): s for s in starts}
+    futures = {executor.submit(render_chunk, jobs[s : s + CHUNK], limits): s for s in starts}
     lost: list[int] = []
     for future in as_completed(futures):
         s = futures[future]
@@ -403,7 +408,9 @@ def _run(jobs: list[Job], limits: ThumbLimits, workers: int, stats: dict) -> lis
             results[i] = executor.submit(render_chunk, [jobs[i]], limits).result()[0]
         except BrokenProcessPool as exc:
             stats["failed"] += 1
-            results[i] = Result(None, note=f"no thumbnail: decoding it {_why_died(exc, time.monotonic() - started, limits)}")
+            results[i] = Result(
+                None, note=f"no thumbnail: decoding it {_why_died(exc, time.monotonic() - started, limits)}"
+            )
     return results  # type: ignore[return-value]
 
 

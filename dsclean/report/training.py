@@ -6,6 +6,7 @@ root's state folder (:mod:`dsclean.rechecked`), which also give each file's conc
 sample's conclusion comes from the deny-list beside its shard (:mod:`dsclean.denylist`). Every string
 leaves here as display text, scrubbed of this machine's absolute paths; escaping is the renderer's.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,9 +21,14 @@ from .safe import Scrubber, display
 #: failure lines read at most; examples shown at most
 MAX_LINES = 200_000
 MAX_EXAMPLES = 50
-_CONCLUSION = {"quarantined": "bad: quarantined", "would_quarantine": "bad: not moved (dry run)",
-               "failed": "bad: move failed", "left": "checks ok: left in place", "missing": "missing on disk",
-               "denied": "bad: on the deny-list"}
+_CONCLUSION = {
+    "quarantined": "bad: quarantined",
+    "would_quarantine": "bad: not moved (dry run)",
+    "failed": "bad: move failed",
+    "left": "checks ok: left in place",
+    "missing": "missing on disk",
+    "denied": "bad: on the deny-list",
+}
 NOT_RECHECKED = "not re-checked yet (dsclean quarantine --from-log)"
 
 
@@ -36,8 +42,9 @@ def _file_key(rec: dict, root: str | None) -> str | None:
     return os.path.normpath(full)
 
 
-def collect_training(logs: tuple[str, ...], root: str | None, state_dir: str | None,
-                     scrub: Scrubber) -> TrainingFailures | None:
+def collect_training(
+    logs: tuple[str, ...], root: str | None, state_dir: str | None, scrub: Scrubber
+) -> TrainingFailures | None:
     """The section's data, or None when there is no log and no record (the section is left out)."""
     records = rechecked.read(root, state_dir) if root else []
     if not logs and not records:
@@ -62,8 +69,10 @@ def collect_training(logs: tuple[str, ...], root: str | None, state_dir: str | N
         lines = records
         out.sources = [display(scrub(rechecked.record_path(root, state_dir)))]
     out.total = len(lines)
-    out.by_error = [(e, k, n) for (e, k), n in Counter((str(r.get("error") or "?"), str(r.get("kind") or "?"))
-                                                      for r in lines).most_common()]
+    out.by_error = [
+        (e, k, n)
+        for (e, k), n in Counter((str(r.get("error") or "?"), str(r.get("kind") or "?")) for r in lines).most_common()
+    ]
     seen: dict[tuple, dict] = {}
     denied: dict[str, set] = {}
     for r in lines:
@@ -77,8 +86,9 @@ def collect_training(logs: tuple[str, ...], root: str | None, state_dir: str | N
             folder = os.path.dirname(spath)
             if folder not in denied:
                 denied[folder] = denylist.read_denylist(denylist.denylist_path(folder)).keys()
-            conclusion = _CONCLUSION["denied"] if (os.path.basename(spath), r["key"]) in denied[folder] \
-                else NOT_RECHECKED
+            conclusion = (
+                _CONCLUSION["denied"] if (os.path.basename(spath), r["key"]) in denied[folder] else NOT_RECHECKED
+            )
             where = f"{scrub(spath)} [{r['key']}]"
         else:
             full = _file_key(r, root) if isinstance(r.get("path"), str) else None
@@ -93,8 +103,13 @@ def collect_training(logs: tuple[str, ...], root: str | None, state_dir: str | N
                 conclusion += f" ({v.get('reason')})"
             rel = os.path.relpath(full, root) if root and not os.path.relpath(full, root).startswith("..") else None
             where = rel if rel is not None else scrub(full)
-        seen[key] = {"where": display(where), "error": display(r.get("error") or ""), "kind": display(r.get("kind") or ""),
-                     "message": display(scrub(str(r.get("message") or ""))[:500]), "conclusion": display(conclusion)}
+        seen[key] = {
+            "where": display(where),
+            "error": display(r.get("error") or ""),
+            "kind": display(r.get("kind") or ""),
+            "message": display(scrub(str(r.get("message") or ""))[:500]),
+            "conclusion": display(conclusion),
+        }
     out.distinct = len(seen)
     out.conclusions = dict(Counter(e["conclusion"].split(" (")[0] for e in seen.values()).most_common())
     out.examples = list(seen.values())[:MAX_EXAMPLES]

@@ -26,6 +26,7 @@ of every segment is hashed once, on the first lookup that needs it, into a sorte
 hash array (16 B per cached row: 160 MB at 10 million); rows are fetched one record batch
 at a time (a few decoded batches kept), so memory stays bounded.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -86,8 +87,13 @@ def options_from_key(key: str | None) -> CheckOptions:
         data = {}
     known = {f.name for f in dataclasses.fields(CheckOptions)}
     # JSON has no tuples: a tuple field (``loaders``) comes back a list, and must compare equal to the scan's
-    return CheckOptions(**{k: tuple(v) if isinstance(v, list) else v
-                           for k, v in (data if isinstance(data, dict) else {}).items() if k in known})
+    return CheckOptions(
+        **{
+            k: tuple(v) if isinstance(v, list) else v
+            for k, v in (data if isinstance(data, dict) else {}).items()
+            if k in known
+        }
+    )
 
 
 #: verdicts that depend on the environment (permissions, load, limits, a file in motion), not on
@@ -108,8 +114,12 @@ def _hashes(paths: list[bytes]) -> np.ndarray:
 def cacheable(batch: pa.RecordBatch | pa.Table) -> pa.Array:
     """Which rows of a results batch the cache may keep: size and mtime known, a verdict about the bytes."""
     # pyarrow.compute's and_, is_valid, invert, is_in and fill_null, called by name (see schema.call_function)
-    known = call_function("and", [call_function("is_valid", [batch["size"]]), call_function("is_valid", [batch["mtime_ns"]])])
-    about_bytes = call_function("invert", [call_function("is_in", [batch["reason"]], SetLookupOptions(_NOT_CACHED_ARRAY))])
+    known = call_function(
+        "and", [call_function("is_valid", [batch["size"]]), call_function("is_valid", [batch["mtime_ns"]])]
+    )
+    about_bytes = call_function(
+        "invert", [call_function("is_in", [batch["reason"]], SetLookupOptions(_NOT_CACHED_ARRAY))]
+    )
     return call_function("coalesce", [call_function("and", [known, about_bytes]), pa.scalar(False)])
 
 
@@ -152,9 +162,9 @@ def _opened(path: str, key: str, fields: list[int] | None = None) -> Iterator[pa
         yield reader
 
 
-
-def write_segment(final: str, schema: pa.Schema, tables: Iterable[pa.Table | pa.RecordBatch], *,
-                  durable: bool = False) -> str:
+def write_segment(
+    final: str, schema: pa.Schema, tables: Iterable[pa.Table | pa.RecordBatch], *, durable: bool = False
+) -> str:
     """Write one Arrow IPC segment to a temp name and rename it to ``final`` (a reader never sees half a file).
 
     ``durable``: fsync the data before the rename and the folder after it (a tombstone ``restore`` relies on);
@@ -181,6 +191,7 @@ def write_segment(final: str, schema: pa.Schema, tables: Iterable[pa.Table | pa.
 
         fsync_dir(os.path.dirname(final))
     return final
+
 
 class ScanCache:
     """Verdicts of earlier scans of one root. Use :meth:`lookup` (or :meth:`rows_of`) before checking,
@@ -309,8 +320,11 @@ class ScanCache:
         """Cached rows for those ``(rel, size, mtime_ns)`` whose size and mtime still match."""
         files = list(files)
         rows = self.rows_of([rel for rel, _, _ in files])
-        found = {rel: row for rel, size, mtime in files
-                 if (row := rows.get(rel)) is not None and row[_SIZE] == size and row[_MTIME] == mtime}
+        found = {
+            rel: row
+            for rel, size, mtime in files
+            if (row := rows.get(rel)) is not None and row[_SIZE] == size and row[_MTIME] == mtime
+        }
         self.hits += len(found)
         return found
 
@@ -326,7 +340,7 @@ class ScanCache:
         if skip:
             moved = call_function("is_in", [batch["path"]], SetLookupOptions(pa.array(skip, pa.binary())))
             keep = call_function("and", [keep, call_function("invert", [moved])])
-        kept = (batch if call_function("all", [keep]).as_py() else call_function("filter", [batch, keep]))
+        kept = batch if call_function("all", [keep]).as_py() else call_function("filter", [batch, keep])
         kept = kept.select(list(_STORED))
         if isinstance(kept, pa.Table):
             kept = kept.combine_chunks().to_batches()
@@ -340,7 +354,7 @@ class ScanCache:
         """Remember one fresh verdict, unless it says more about the moment than about the file."""
         if self.failed or v.size is None or v.mtime_ns is None or v.reason in NOT_CACHED:
             return
-        self._rows.append((encode_path(v.path), *tuple(vars(v).values())[1:len(_STORED)]))
+        self._rows.append((encode_path(v.path), *tuple(vars(v).values())[1 : len(_STORED)]))
         self._maybe_commit()
 
     def forget(self, rel: str) -> None:
@@ -356,16 +370,23 @@ class ScanCache:
         self._maybe_commit()  # with the next batch: a kill -9 before it loses it (restore writes them again)
 
     def _maybe_commit(self) -> None:
-        if self._pending_rows + len(self._rows) >= self._commit_every or \
-                time.monotonic() - self._last_commit > self._commit_seconds:
+        if (
+            self._pending_rows + len(self._rows) >= self._commit_every
+            or time.monotonic() - self._last_commit > self._commit_seconds
+        ):
             self.commit()
 
     def commit(self) -> None:
         """Write what is pending as one segment (temp name, then rename: whole or absent)."""
         batches = self._pending
         if self._rows:
-            batches = [*batches, pa.RecordBatch.from_arrays(
-                [pa.array(col, type=f.type) for col, f in zip(zip(*self._rows), STORED_SCHEMA)], schema=STORED_SCHEMA)]
+            batches = [
+                *batches,
+                pa.RecordBatch.from_arrays(
+                    [pa.array(col, type=f.type) for col, f in zip(zip(*self._rows), STORED_SCHEMA)],
+                    schema=STORED_SCHEMA,
+                ),
+            ]
         self._pending, self._pending_rows, self._rows = [], 0, []
         self._last_commit = time.monotonic()
         if not batches or self.failed:
@@ -379,9 +400,11 @@ class ScanCache:
             # written is checked again next time (a missing tombstone too: that file is then answered by its
             # older verdict of the same size and mtime, which was a verdict about the same bytes).
             self.failed = True
-            self.notes.append(f"scan cache {self.folder}: could not be written "
-                              f"({getattr(exc, 'strerror', None) or exc}); the verdicts of the rest of this scan "
-                              "are not cached (the next scan checks those files again)")
+            self.notes.append(
+                f"scan cache {self.folder}: could not be written "
+                f"({getattr(exc, 'strerror', None) or exc}); the verdicts of the rest of this scan "
+                "are not cached (the next scan checks those files again)"
+            )
 
     def _write(self, name: str, tables: Iterable[pa.Table | pa.RecordBatch]) -> str:
         return write_segment(os.path.join(self.folder, name), self._schema, tables)
@@ -396,8 +419,10 @@ class ScanCache:
         try:
             self._tidy()
         except (OSError, pa.ArrowException) as exc:
-            self.notes.append(f"scan cache {self.folder}: not compacted ({getattr(exc, 'strerror', None) or exc}); "
-                              "its segments are kept as they are")
+            self.notes.append(
+                f"scan cache {self.folder}: not compacted ({getattr(exc, 'strerror', None) or exc}); "
+                "its segments are kept as they are"
+            )
 
     def _tidy(self) -> None:
         with open(os.path.join(self.folder, ".lock"), "a") as lock:
@@ -427,8 +452,9 @@ class ScanCache:
                     continue  # unreadable: its verdicts are dropped (those files are checked again)
                 if batch is None:
                     raise FileNotFoundError(f"{self._groups[g][0]} vanished while being compacted")
-                keep = pc.and_(pa.array(winners[self._starts[g]:self._starts[g + 1]]),
-                               pc.not_equal(batch["status"], TOMBSTONE))
+                keep = pc.and_(
+                    pa.array(winners[self._starts[g] : self._starts[g + 1]]), pc.not_equal(batch["status"], TOMBSTONE)
+                )
                 yield batch.filter(keep)
 
         self._write(os.path.basename(listed[-1]), batches())
@@ -468,8 +494,9 @@ def forget_before_restore(cache_paths: Iterable[str], rels: list[str]) -> list[s
             n = len(paths)
             cols = [pa.array(paths, pa.binary()), pa.array([""] * n), pa.array([TOMBSTONE] * n)]
             cols += [pa.nulls(n, f.type) for f in list(STORED_SCHEMA)[3:]]
-            batch = pa.RecordBatch.from_arrays([c.cast(f.type) for c, f in zip(cols, STORED_SCHEMA)],
-                                               schema=STORED_SCHEMA)
+            batch = pa.RecordBatch.from_arrays(
+                [c.cast(f.type) for c, f in zip(cols, STORED_SCHEMA)], schema=STORED_SCHEMA
+            )
             now = time.time_ns()
             final = os.path.join(folder, f"{now:020d}-{os.getpid()}-restore{now:x}-000001{_SUFFIX}")
             # its data on disk before its name: a power loss must not leave a torn tombstone

@@ -10,6 +10,7 @@ table :data:`dsclean.scanning.formats.REGISTRY` (:mod:`dsclean.scanning.check_im
 integrity rules (the format modules of :mod:`dsclean.scanning.formats`). Whatever
 native decoders print on the C-level stderr is captured and kept in the verdict's detail.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -136,7 +137,13 @@ def check_file(root: str, rel: str, options: CheckOptions = CheckOptions(), *, c
     return v
 
 
-def check_bytes(data: bytes | bytearray | memoryview, name: str, options: CheckOptions = CheckOptions(), *, capture_stderr: bool = True) -> Verdict:
+def check_bytes(
+    data: bytes | bytearray | memoryview,
+    name: str,
+    options: CheckOptions = CheckOptions(),
+    *,
+    capture_stderr: bool = True,
+) -> Verdict:
     """Decide whether ``data`` is a whole, decodable media file of the format ``name``'s extension claims.
 
     Exactly the checks :func:`check_file` runs, as a pure function of its input
@@ -230,9 +237,19 @@ def _check_path(path: str, v: Verdict, options: CheckOptions) -> None:
 
 
 def _not_regular(v: Verdict, mode: int) -> None:
-    what = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else
-            "a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode) else
-            "a folder" if stat.S_ISDIR(mode) else "not a regular file")
+    what = (
+        "a FIFO"
+        if stat.S_ISFIFO(mode)
+        else "a socket"
+        if stat.S_ISSOCK(mode)
+        else "a character device"
+        if stat.S_ISCHR(mode)
+        else "a block device"
+        if stat.S_ISBLK(mode)
+        else "a folder"
+        if stat.S_ISDIR(mode)
+        else "not a regular file"
+    )
     v.mark(R.WARN, R.NOT_REGULAR, f"{what}, not a regular file: not opened, not moved")
 
 
@@ -269,8 +286,11 @@ def _check_data(data: Data, name: str, v: Verdict, options: CheckOptions) -> Non
                 from ..content import HEAD_BYTES, describe_content
 
                 what = describe_content(bytes(data[:HEAD_BYTES]))
-                v.mark(R.BAD, R.NOT_MEDIA, f"content is not {claimed}: " + (
-                    f"it is {what}" if what else f"starts with {_preview(head)}"))
+                v.mark(
+                    R.BAD,
+                    R.NOT_MEDIA,
+                    f"content is not {claimed}: " + (f"it is {what}" if what else f"starts with {_preview(head)}"),
+                )
             return
         v.format, v.kind = real, kind_of(real)
         _checker(real)(data, v, options)
@@ -279,7 +299,9 @@ def _check_data(data: Data, name: str, v: Verdict, options: CheckOptions) -> Non
 
             check_loaders(data, v, options.loaders, real)
         if real != claimed and v.status == R.OK:
-            v.mark(R.WARN, R.EXTENSION_MISMATCH, f"content is {real}, extension says {claimed}{_who_cares(real, claimed)}")
+            v.mark(
+                R.WARN, R.EXTENSION_MISMATCH, f"content is {real}, extension says {claimed}{_who_cares(real, claimed)}"
+            )
         from .traits import apply as record_traits  # what silently changes the data: warnings (issue 27)
 
         record_traits(data, v, options.expect, options.strict_expect)
@@ -295,9 +317,11 @@ def _who_cares(real: str, claimed: str) -> str:
     """Which loaders an extension that names another format affects (the detail of extension_mismatch)."""
     if kind_of(real) != kind_of(claimed):
         return "; every loader for its extension's kind fails on it (an image dataset's transforms on a sound)"
-    return ("; Pillow, torchvision.io.decode_image and cv2.imread read by content (no harm), while loaders that "
-            "pick the decoder by extension (DALI/nvJPEG readers, torchvision.io.decode_jpeg on a .jpg list, "
-            "webdataset's extension-keyed decoders) fail or misread it")
+    return (
+        "; Pillow, torchvision.io.decode_image and cv2.imread read by content (no harm), while loaders that "
+        "pick the decoder by extension (DALI/nvJPEG readers, torchvision.io.decode_jpeg on a .jpg list, "
+        "webdataset's extension-keyed decoders) fail or misread it"
+    )
 
 
 def _too_large(v: Verdict, options: CheckOptions, what: str) -> None:
@@ -311,8 +335,10 @@ def _too_large(v: Verdict, options: CheckOptions, what: str) -> None:
         v.detail = f"{what} (ceiling --max-memory {options.max_memory:,} bytes)"
     else:
         v.status, v.reason = R.WARN, R.TOO_LARGE
-        v.detail = (f"{what} (the default ceiling per check); not judged: raise --max-memory (e.g. --max-memory 8G) "
-                    "to check it, and to quarantine it if it still does not fit")
+        v.detail = (
+            f"{what} (the default ceiling per check); not judged: raise --max-memory (e.g. --max-memory 8G) "
+            "to check it, and to quarantine it if it still does not fit"
+        )
 
 
 def _sniff(data: Data, head: bytes) -> str | None:

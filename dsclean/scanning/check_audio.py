@@ -20,6 +20,7 @@ Findings of both are collected; the verdict's reason is the container's
 finding when there is one (it says *why*), else the decode's, ranked by
 :data:`_PRIORITY`; every finding's detail is kept.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -93,19 +94,26 @@ def check_flac(data, v: Verdict, opts: CheckOptions) -> None:
     md5 = hashlib.md5() if opts.flac_md5 and info is not None and any(info.md5) and 4 <= info.bits <= 32 else None
     dtype = "int16" if info is not None and info.bits <= 16 else "int32"
     # read no further than STREAMINFO's promise: bytes after the last frame are not libFLAC's to judge
-    dec = _decode(data, v, decoded, dtype=dtype, md5=md5, bits=info.bits if info else 16, promised=True,
-                  facts=opts.facts)
+    dec = _decode(
+        data, v, decoded, dtype=dtype, md5=md5, bits=info.bits if info else 16, promised=True, facts=opts.facts
+    )
     structural = list(walk.findings)
     if dec is not None:
         decoded += _decode_findings(dec)
     failed = dec is None or dec.error is not None
     if failed and info is not None and info.total and not any(f.status == R.BAD for f in structural):
         structural += _flac_failure(data, walk, dec)
-    elif not failed and info is not None and not any(f.status == R.BAD for f in structural + decoded) \
-            and (out_of_order := flac.sequence_finding(data, walk.audio_start, info)) is not None:
+    elif (
+        not failed
+        and info is not None
+        and not any(f.status == R.BAD for f in structural + decoded)
+        and (out_of_order := flac.sequence_finding(data, walk.audio_start, info)) is not None
+    ):
         structural.append(out_of_order)
     elif md5 is not None and not decoded and dec.frames == info.total and md5.digest() != info.md5:
-        structural.append(bad(R.CORRUPT, "FLAC: the MD5 of the decoded samples differs from the STREAMINFO MD5 signature"))
+        structural.append(
+            bad(R.CORRUPT, "FLAC: the MD5 of the decoded samples differs from the STREAMINFO MD5 signature")
+        )
     _report(v, decoded, structural, data)
 
 
@@ -116,7 +124,9 @@ def _flac_failure(data, walk: flac.Walk, dec: Decoded | None) -> list[Finding]:
         return [tail]
     if dec is None:
         return []
-    return [flac.damaged_frame(data, walk.audio_start, walk.info, _samples_before_error(data, walk.info.max_block or 4096))]
+    return [
+        flac.damaged_frame(data, walk.audio_start, walk.info, _samples_before_error(data, walk.info.max_block or 4096))
+    ]
 
 
 def _samples_before_error(data, block: int) -> int:
@@ -204,8 +214,18 @@ def _source(data):
     return io.BytesIO(data)
 
 
-def _decode(data, v: Verdict, findings: list[Finding], *, dtype: str | None = None, md5=None, bits: int = 16,
-            raw_at: int | None = None, promised: bool = False, facts: bool = False) -> Decoded | None:
+def _decode(
+    data,
+    v: Verdict,
+    findings: list[Finding],
+    *,
+    dtype: str | None = None,
+    md5=None,
+    bits: int = 16,
+    raw_at: int | None = None,
+    promised: bool = False,
+    facts: bool = False,
+) -> Decoded | None:
     """Open the header and decode every frame; fill the verdict's audio facts.
 
     ``raw_at``: where a WAV's samples start; for raw PCM subtypes the samples are not
@@ -231,8 +251,12 @@ def _decode(data, v: Verdict, findings: list[Finding], *, dtype: str | None = No
             dec.frames = dec.header_frames
             if dec.stats is not None:
                 _raw_pcm_stats(data, raw_at, dec, f)
-        elif raw_at is not None and subtype in FLOAT_SUBTYPES and dec.header_frames is not None \
-                and _scan_raw_floats(data, raw_at, dec, f):
+        elif (
+            raw_at is not None
+            and subtype in FLOAT_SUBTYPES
+            and dec.header_frames is not None
+            and _scan_raw_floats(data, raw_at, dec, f)
+        ):
             pass
         else:
             _decode_blocks(f, dec, dtype, md5, bits, dec.header_frames if promised else None)

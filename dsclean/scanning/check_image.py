@@ -16,6 +16,7 @@ decodes a GIF cut between frames; it never looks at a PNG's Adler-32. So:
 
 Checkers take the file's bytes (``bytes`` or a read-only ``mmap``) and fill the verdict.
 """
+
 from __future__ import annotations
 
 import io
@@ -107,8 +108,9 @@ def decode_eighth(data, colorspace: str, label: str, v: Verdict, opts, keep: tup
     does not depend on it."""
     space = fast_decode_space(colorspace)
     try:
-        return simplejpeg.decode_jpeg(data, colorspace=space, strict=True,
-                                      **{**_FAST, "min_width": keep[0], "min_height": keep[1]})
+        return simplejpeg.decode_jpeg(
+            data, colorspace=space, strict=True, **{**_FAST, "min_width": keep[0], "min_height": keep[1]}
+        )
     except ValueError as exc:
         _jpeg_failure(data, space, str(exc), label, v, opts)
         return None
@@ -136,14 +138,25 @@ def _jpeg_failure(data, space: str, message: str, label: str, v: Verdict, opts) 
         if label == "JPEG":
             v.status, v.reason, v.detail, v.frames = R.OK, None, "", None
         before = v.status
-        _check_with_pillow(bytes(data), v, opts, label=f"{label}: " if label != "JPEG" else "",
-                           whole=data.rfind(b"\xff\xd9") >= 0, refused=f"simplejpeg refused ({message})")
+        _check_with_pillow(
+            bytes(data),
+            v,
+            opts,
+            label=f"{label}: " if label != "JPEG" else "",
+            whole=data.rfind(b"\xff\xd9") >= 0,
+            refused=f"simplejpeg refused ({message})",
+        )
         if v.status == before:
             v.detail = _join(v.detail, f"decoders: simplejpeg refused ({message}), Pillow read it")
         return
     if recoverable and opts.lenient:
-        v.mark(R.WARN, reason, f"{label}: recoverable JPEG warning: {message}" if label != "JPEG"
-               else f"recoverable JPEG warning: {message}")
+        v.mark(
+            R.WARN,
+            reason,
+            f"{label}: recoverable JPEG warning: {message}"
+            if label != "JPEG"
+            else f"recoverable JPEG warning: {message}",
+        )
     else:
         v.add([bad(reason, f"{label}: JPEG decode: {message}" if label != "JPEG" else f"JPEG decode: {message}")])
 
@@ -177,13 +190,27 @@ def _check_mpf_pictures(data, v: Verdict, opts) -> None:
             v.add([bad(R.TRUNCATED if part.find(b"\xff\xda") < 0 else R.CORRUPT, f"{label}: JPEG header: {exc}")])
             return
         if opts.max_pixels and width * height > opts.max_pixels:
-            v.add([bad(R.DECOMPRESSION_BOMB, f"{label}: {width}x{height} = {width * height} pixels, limit {opts.max_pixels}")])
+            v.add(
+                [
+                    bad(
+                        R.DECOMPRESSION_BOMB,
+                        f"{label}: {width}x{height} = {width * height} pixels, limit {opts.max_pixels}",
+                    )
+                ]
+            )
             return
         if decode_eighth(part, colorspace, label, v, opts) is None:
             return
         if pic.start + pic.size > n:
-            v.add([warn(R.NONCONFORMING, f"{label}: the MPF index says {pic.size} bytes, {n - pic.start} are left, "
-                                         "yet the image is whole (its recorded size is wrong)")])
+            v.add(
+                [
+                    warn(
+                        R.NONCONFORMING,
+                        f"{label}: the MPF index says {pic.size} bytes, {n - pic.start} are left, "
+                        "yet the image is whole (its recorded size is wrong)",
+                    )
+                ]
+            )
     if count - 1 > opts.max_frames - 1:
         v.detail = _join(v.detail, f"decoded the first {opts.max_frames} of {count} MPF images")
 
@@ -262,7 +289,9 @@ def check_tiff(data, v: Verdict, opts) -> None:
     walk = tiff.walk(data)
     v.add(walk.findings)
     if v.status != R.BAD:
-        _check_with_pillow(data, v, opts, whole=True, next_decoder=lambda: fallback.tifffile_image(data, opts.max_frames))
+        _check_with_pillow(
+            data, v, opts, whole=True, next_decoder=lambda: fallback.tifffile_image(data, opts.max_frames)
+        )
 
 
 def check_webp(data, v: Verdict, opts) -> None:
@@ -274,8 +303,16 @@ def check_webp(data, v: Verdict, opts) -> None:
     _check_with_pillow(data, v, opts)
 
 
-def _check_with_pillow(data, v: Verdict, opts, label: str = "", *, whole: bool = True,
-                       next_decoder: Callable[[], fallback.Outcome] | None = None, refused: str | None = None) -> None:
+def _check_with_pillow(
+    data,
+    v: Verdict,
+    opts,
+    label: str = "",
+    *,
+    whole: bool = True,
+    next_decoder: Callable[[], fallback.Outcome] | None = None,
+    refused: str | None = None,
+) -> None:
     """Open (bomb check first), then load every frame up to ``opts.max_frames``.
 
     ``whole``: dsclean's own walk found the structure whole, so Pillow's "unsupported" (and, with a
@@ -311,8 +348,11 @@ def _check_with_pillow(data, v: Verdict, opts, label: str = "", *, whole: bool =
         unknown = isinstance(exc, Image.UnidentifiedImageError) and (next_decoder is not None or refused is not None)
         if whole and (reason == R.UNSUPPORTED or unknown) and v.status != R.BAD:
             said = _OBJECT_REPR.sub("", str(exc))  # "cannot identify image file <_io.BytesIO object at 0x...>"
-            _decoder_limit(v, f"{label}{refused + ', ' if refused else ''}Pillow refused: {type(exc).__name__}: "
-                              f"{said}", next_decoder)
+            _decoder_limit(
+                v,
+                f"{label}{refused + ', ' if refused else ''}Pillow refused: {type(exc).__name__}: {said}",
+                next_decoder,
+            )
         else:
             v.add([bad(reason, f"{label}{type(exc).__name__}: {exc}")])
 
@@ -351,7 +391,8 @@ def _load_pillow() -> None:
     global Image, PngImagePlugin, png
     if png is None:
         with importguard.guarded():
-            from PIL import Image as image, PngImagePlugin as png_plugin
+            from PIL import Image as image
+            from PIL import PngImagePlugin as png_plugin
 
             from .formats import png as png_walker
         Image, PngImagePlugin, png = image, png_plugin, png_walker  # png last: whoever sees it set sees all three

@@ -17,6 +17,7 @@ it goes, so 10 million files never become a 10-million-item list. Conventions:
   inside the root is never scanned;
 - a folder that cannot be listed is reported through ``on_error`` and skipped.
 """
+
 from __future__ import annotations
 
 import os
@@ -83,9 +84,16 @@ def iter_media(
     Paths use ``/`` and are ``str`` decoded with ``surrogateescape`` (what
     ``os.scandir`` gives), so non-UTF-8 names round-trip through ``os.fsencode``.
     """
-    for rels, formats in iter_media_lists(root, exclude=exclude, include_hidden=include_hidden,
-                                          follow_symlinks=follow_symlinks, symlinks=symlinks, extensions=extensions,
-                                          stats=stats, on_error=on_error):
+    for rels, formats in iter_media_lists(
+        root,
+        exclude=exclude,
+        include_hidden=include_hidden,
+        follow_symlinks=follow_symlinks,
+        symlinks=symlinks,
+        extensions=extensions,
+        stats=stats,
+        on_error=on_error,
+    ):
         yield from zip(rels, formats)
 
 
@@ -193,11 +201,11 @@ def _regular_media(block: list[os.DirEntry], prefix: str, stats: DiscoverStats) 
         return [], []
     get = EXT_TO_FORMAT.get
     # the extension with its dot: a name without one gives its last character, never a key; no name starts with "."
-    ext = visible[0][visible[0].rfind("."):]
+    ext = visible[0][visible[0].rfind(".") :]
     fmt = get(ext.lower())
     if fmt is not None and all(map(str.endswith, visible, repeat(ext))):  # a folder of one extension: the usual case
         return [prefix + n for n in visible], [fmt] * len(visible)
-    formats = [get(n[n.rfind("."):].lower()) for n in visible]
+    formats = [get(n[n.rfind(".") :].lower()) for n in visible]
     if None in formats:
         stats.ignored += formats.count(None)
         rels = [prefix + n for n, fmt in zip(visible, formats) if fmt is not None]
@@ -205,8 +213,14 @@ def _regular_media(block: list[os.DirEntry], prefix: str, stats: DiscoverStats) 
     return [prefix + n for n in visible], formats
 
 
-def _entries(block: list[os.DirEntry], prefix: str, stats: DiscoverStats, options: tuple,
-             subdirs: list[tuple[str, str]], report: ErrorHandler) -> tuple[list[str], list[str]]:
+def _entries(
+    block: list[os.DirEntry],
+    prefix: str,
+    stats: DiscoverStats,
+    options: tuple,
+    subdirs: list[tuple[str, str]],
+    report: ErrorHandler,
+) -> tuple[list[str], list[str]]:
     """The media of a block of directory entries, entry by entry (folders go to ``subdirs``): every rule."""
     include_hidden, follow, mode, real_root, extensions, formats_of = options
     rels: list[str] = []
@@ -237,7 +251,7 @@ def _entries(block: list[os.DirEntry], prefix: str, stats: DiscoverStats, option
             continue
         if extensions is None:  # format_of_name, inlined: this loop runs once per entry
             dot = name.rfind(".")
-            fmt = formats_of.get(name[dot + 1:].lower()) if dot > 0 else None
+            fmt = formats_of.get(name[dot + 1 :].lower()) if dot > 0 else None
         else:
             fmt = _listed_format(name, extensions)
         if fmt is None:

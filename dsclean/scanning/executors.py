@@ -29,6 +29,7 @@ verdicts. On Dask, each chunk runs in a loky pool beside the
 Dask worker (:func:`check_chunk_on_dask_worker`) and is isolated there the
 same way, so a bad file never takes a Dask worker down.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -36,7 +37,6 @@ import itertools
 import logging
 import multiprocessing
 import multiprocessing.connection
-from multiprocessing import forkserver
 import os
 import signal
 import threading
@@ -46,6 +46,7 @@ from concurrent.futures import Executor, Future
 from concurrent.futures.process import BrokenProcessPool, ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import partial
+from multiprocessing import forkserver
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from .. import reasons as R
@@ -55,7 +56,16 @@ from ..inflight import InFlight
 from . import fastfork
 from .check import CheckOptions, checker_modules
 from .verdict import Verdict
-from .worker import FAULT_ENV, as_batch, FileSlices, check_chunk, check_chunk_in_thread, item_name, set_fault_switch, start_worker
+from .worker import (
+    FAULT_ENV,
+    FileSlices,
+    as_batch,
+    check_chunk,
+    check_chunk_in_thread,
+    item_name,
+    set_fault_switch,
+    start_worker,
+)
 
 if TYPE_CHECKING:
     from .schema import Chunk
@@ -80,8 +90,9 @@ class Pool:
     close: Callable[[], None]
 
 
-def make_pool(backend: str, workers: int, scheduler: str | None = None, formats: Iterable[str] | None = None,
-              facts: bool = True) -> Pool:
+def make_pool(
+    backend: str, workers: int, scheduler: str | None = None, formats: Iterable[str] | None = None, facts: bool = True
+) -> Pool:
     """A fresh pool for ``backend`` (``scheduler``: a Dask address or scheduler file, for ``dask``).
 
     ``formats``, ``facts``: what is expected (local processes: the forkserver, if it starts now, preloads
@@ -153,8 +164,9 @@ def local_pool(workers: int, formats: Iterable[str] | None = None, facts: bool =
         if size == workers and was == faults and not getattr(pool, "_broken", False):
             return pool
         pool.shutdown(wait=False, cancel_futures=True)
-    pool = ProcessPoolExecutor(workers, mp_context=_fresh_process_context(formats, facts), initializer=start_worker,
-                               initargs=(faults,))
+    pool = ProcessPoolExecutor(
+        workers, mp_context=_fresh_process_context(formats, facts), initializer=start_worker, initargs=(faults,)
+    )
     _local = (pool, workers, faults)
     return pool
 
@@ -233,8 +245,9 @@ def run_checks(
     if first is None:
         return  # nothing to check (a re-scan of an unchanged tree): no pool, no process started
     source = itertools.chain([first], source)
-    pool = make_pool(backend, workers, scheduler, {format_of_name(item_name(root, rel)) for rel in first} - {None},
-                     options.facts)
+    pool = make_pool(
+        backend, workers, scheduler, {format_of_name(item_name(root, rel)) for rel in first} - {None}, options.facts
+    )
     shape, unpack = list, list  # a chunk checked here (isolated), a chunk a worker sent back
     if batches:
         from .schema import chunk_of, read_chunk
@@ -307,7 +320,7 @@ def _last_split(chunks: Iterator[list], pieces: int) -> Iterator[list]:
     at = 0
     while at < len(rest):
         size = -(-(len(rest) - at) // pieces)  # ceiling: never an empty piece
-        yield rest[at:at + size]
+        yield rest[at : at + size]
         at += size
 
 
@@ -382,8 +395,12 @@ def preload_modules(formats: Iterable[str] | None = None, facts: bool = True) ->
     formats = list(FORMATS if formats is None else formats)
     images = facts and any(kind_of(fmt) == "image" for fmt in formats)
     # schema: workers build their chunk's Arrow batch (pyarrow), imported once here rather than per worker
-    return [__name__, "dsclean.scanning.schema", *checker_modules(formats),
-            *(["dsclean.quality.image"] if images else [])]
+    return [
+        __name__,
+        "dsclean.scanning.schema",
+        *checker_modules(formats),
+        *(["dsclean.quality.image"] if images else []),
+    ]
 
 
 def _child(conn, root: str, rels: list[str], options: CheckOptions, faults: str | None, at) -> None:
@@ -436,8 +453,9 @@ def _in_children(root: str, queue: deque, options: CheckOptions, parallel: int) 
             key, rels = queue.popleft()
             parent_end, child_end = ctx.Pipe(duplex=False)
             at = ctx.RawValue("q", -1)
-            proc = ctx.Process(target=_child, args=(child_end, root, rels, options, os.environ.get(FAULT_ENV), at),
-                               daemon=True)
+            proc = ctx.Process(
+                target=_child, args=(child_end, root, rels, options, os.environ.get(FAULT_ENV), at), daemon=True
+            )
             proc.start()
             child_end.close()
             running[parent_end] = [proc, key, rels, at, -1, time.monotonic()]
@@ -472,7 +490,9 @@ def isolate(root: str, rels: list[str], options: CheckOptions, parallel: int = 1
     return next(isolate_chunks(root, [rels], options, parallel))
 
 
-def isolate_chunks(root: str, chunks: list[list[str]], options: CheckOptions, parallel: int = 1) -> Iterator[list[Verdict]]:
+def isolate_chunks(
+    root: str, chunks: list[list[str]], options: CheckOptions, parallel: int = 1
+) -> Iterator[list[Verdict]]:
     """Chunks lost with a dead worker, each checked again in a fresh process of its own; yields each
     chunk's verdicts (in its order) once all its files have one.
 
@@ -523,7 +543,7 @@ def _split(rels: list[str], at: int) -> list[tuple[int, list[str]]]:
     (the process died before its first file or after its last): the two halves.
     """
     if 0 <= at < len(rels):
-        parts = [(at, rels[at:at + 1]), (0, rels[:at]), (at + 1, rels[at + 1:])]
+        parts = [(at, rels[at : at + 1]), (0, rels[:at]), (at + 1, rels[at + 1 :])]
     else:
         half = len(rels) // 2
         parts = [(0, rels[:half]), (half, rels[half:])]

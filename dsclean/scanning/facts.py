@@ -12,6 +12,7 @@ mode, a decode Pillow refuses where the integrity check passed, no memory left f
 keeps null facts. Flags are derived later, in the scan's main process
 (:func:`flags_of`), so a change of threshold needs no re-check.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -58,7 +59,9 @@ def from_grey(v: Verdict, grey: np.ndarray, *, colour_stored: bool, orientation:
     queue = getattr(_batch, "queue", None)
     if queue is None:
         # a grey decode of a colour file cannot tell whether its channels are equal: grayscale stays unknown
-        v.set_facts(_image().image_facts(grey, colour_stored=False if not colour_stored else None, orientation=orientation))
+        v.set_facts(
+            _image().image_facts(grey, colour_stored=False if not colour_stored else None, orientation=orientation)
+        )
         return
     queue.append((v, grey, colour_stored, orientation))
     if len(queue) >= BATCH:
@@ -162,15 +165,32 @@ def raw_pcm(data, at: int, frames: int, channels: int, subtype: str) -> np.ndarr
         wide[:, 1:] = raw
         return wide.view("<i4").reshape(frames, channels)
     if subtype == "PCM_U8":
-        return (np.frombuffer(data, dtype=np.uint8, count=count, offset=at).astype(np.int16) - 128).astype(np.int8) \
+        return (
+            (np.frombuffer(data, dtype=np.uint8, count=count, offset=at).astype(np.int16) - 128)
+            .astype(np.int8)
             .reshape(frames, channels)
+        )
     dtype = {1: "i1", 2: "<i2", 4: "<i4"}[width]
     return np.frombuffer(data, dtype=dtype, count=count, offset=at).reshape(frames, channels)
 
 
 #: the verdict fields the flags are judged from, in :func:`flags_from` argument order
-FLAG_INPUTS = ("status", "kind", "width", "height", "duration", "channels", "brightness", "contrast", "sharpness",
-               "rms", "peak", "clipped", "dc_offset", "silent_channels")
+FLAG_INPUTS = (
+    "status",
+    "kind",
+    "width",
+    "height",
+    "duration",
+    "channels",
+    "brightness",
+    "contrast",
+    "sharpness",
+    "rms",
+    "peak",
+    "clipped",
+    "dc_offset",
+    "silent_channels",
+)
 
 
 def flags_of(v: Verdict, options: FlagOptions) -> list[str] | None:
@@ -178,19 +198,47 @@ def flags_of(v: Verdict, options: FlagOptions) -> list[str] | None:
     return flags_from(*(getattr(v, name) for name in FLAG_INPUTS), options)
 
 
-def flags_from(status, kind, width, height, duration, channels, brightness, contrast, sharpness, rms, peak, clipped,
-               dc_offset, silent_channels, options: FlagOptions) -> list[str] | None:
+def flags_from(
+    status,
+    kind,
+    width,
+    height,
+    duration,
+    channels,
+    brightness,
+    contrast,
+    sharpness,
+    rms,
+    peak,
+    clipped,
+    dc_offset,
+    silent_channels,
+    options: FlagOptions,
+) -> list[str] | None:
     """The quality flags of a file from its verdict's fields (:data:`FLAG_INPUTS`), or None when the file
     is bad (a bad file is the integrity verdict's business; its partial facts say nothing)."""
     if status == R.BAD:
         return None
     if kind == "image":
-        facts = _image().ImageFacts(brightness=brightness, contrast=contrast, sharpness=sharpness) \
-            if brightness is not None else None
+        facts = (
+            _image().ImageFacts(brightness=brightness, contrast=contrast, sharpness=sharpness)
+            if brightness is not None
+            else None
+        )
         return image_flags(facts, width, height, options)
     if kind == "audio":
         if rms is None:
             return audio_flags(AudioFacts(duration=duration), options) if duration is not None else []
-        return audio_flags(AudioFacts(duration=duration, peak=peak, rms=rms, clipped=clipped, dc_offset=dc_offset,
-                                      silent_channels=silent_channels, channels=channels), options)
+        return audio_flags(
+            AudioFacts(
+                duration=duration,
+                peak=peak,
+                rms=rms,
+                clipped=clipped,
+                dc_offset=dc_offset,
+                silent_channels=silent_channels,
+                channels=channels,
+            ),
+            options,
+        )
     return []

@@ -15,6 +15,7 @@ Per format (docs/guides/loaders.md):
 A fallback decoder that knows the variant and fails on its data reports damage (``corrupt``);
 one that does not know it either leaves the verdict at ``unsupported`` (a warning, never moved).
 """
+
 from __future__ import annotations
 
 import io
@@ -22,9 +23,12 @@ import re
 from dataclasses import dataclass
 
 #: what a decoder says when the variant, not the data, is the problem
-UNSUPPORTED_TEXT = re.compile(r"unimplemented|unsupported|not supported|not implemented|unknown (format|codec)|"
-                              r"cannot identify|no decoder|decoder .* not found|codec not found|unsupported codec|"
-                              r"not available|requires the .* package|imagecodecs", re.IGNORECASE)
+UNSUPPORTED_TEXT = re.compile(
+    r"unimplemented|unsupported|not supported|not implemented|unknown (format|codec)|"
+    r"cannot identify|no decoder|decoder .* not found|codec not found|unsupported codec|"
+    r"not available|requires the .* package|imagecodecs",
+    re.IGNORECASE,
+)
 
 
 @dataclass
@@ -48,8 +52,11 @@ class Outcome:
     def said(self) -> str:
         """``PyAV read it (codec aac, 44100 Hz, 1 ch, 44100 frames)`` / ``PyAV refused: ...``."""
         if self.read:
-            what = (f"codec {self.codec}, {self.sample_rate} Hz, {self.channels} ch, {self.frames} frames"
-                    if self.sample_rate is not None else f"{self.pages} page(s), {self.width}x{self.height}")
+            what = (
+                f"codec {self.codec}, {self.sample_rate} Hz, {self.channels} ch, {self.frames} frames"
+                if self.sample_rate is not None
+                else f"{self.pages} page(s), {self.width}x{self.height}"
+            )
             return f"{self.decoder} read it ({what})"
         return f"{self.decoder} {'cannot read it' if self.unsupported else 'failed'}: {self.message}"
 
@@ -69,8 +76,9 @@ def pyav_audio(data) -> Outcome:
             ctx = stream.codec_context
             for frame in container.decode(stream):
                 frames += frame.samples
-            return Outcome("PyAV", True, sample_rate=ctx.sample_rate, channels=ctx.channels, frames=frames,
-                           codec=ctx.name)
+            return Outcome(
+                "PyAV", True, sample_rate=ctx.sample_rate, channels=ctx.channels, frames=frames, codec=ctx.name
+            )
     except MemoryError:
         raise
     except Exception as exc:  # FFmpeg's own error on the stream: its words decide (unknown codec or damage)
@@ -94,8 +102,9 @@ def tifffile_image(data, max_pages: int) -> Outcome:
                 arr = page.asarray()
                 shape = shape or arr.shape
             first = pages[0]
-            return Outcome("tifffile", True, width=int(first.imagewidth), height=int(first.imagelength),
-                           pages=len(pages))
+            return Outcome(
+                "tifffile", True, width=int(first.imagewidth), height=int(first.imagelength), pages=len(pages)
+            )
     except MemoryError:
         raise
     except Exception as exc:

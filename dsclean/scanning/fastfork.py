@@ -24,6 +24,7 @@ worker re-runs the caller's ``__main__`` (as multiprocessing documents: a script
 guard), a forkserver that dies mid-request fails the pool instead of being replaced, and the
 forkserver ends on its own once this process does.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -34,7 +35,17 @@ import os
 import signal
 import socket
 import sys
-from multiprocessing import context as mp_context, forkserver, popen_forkserver, reduction, resource_tracker, spawn, util
+from multiprocessing import (
+    context as mp_context,
+)
+from multiprocessing import (
+    forkserver,
+    popen_forkserver,
+    reduction,
+    resource_tracker,
+    spawn,
+    util,
+)
 from multiprocessing.context import set_spawning_popen
 from typing import Callable
 
@@ -43,11 +54,14 @@ log = logging.getLogger("dsclean.scanning.executors")  # the pool's logger: thes
 #: the private internals used here are those of CPython 3.10-3.13 (see the module's docstring); False: the
 #: public multiprocessing path everywhere (read at each use, so a test may set it before a scan starts workers)
 SUPPORTED = (3, 10) <= sys.version_info[:2] <= (3, 13) and all(
-    hasattr(obj, name) for obj, names in ((forkserver._forkserver, ("_forkserver_address", "_forkserver_alive_fd",
-                                                                    "_forkserver_pid", "_lock", "_stop")),
-                                          (resource_tracker._resource_tracker, ("_fd", "_pid")),
-                                          (popen_forkserver.Popen, ("_launch",)))
-    for name in names)
+    hasattr(obj, name)
+    for obj, names in (
+        (forkserver._forkserver, ("_forkserver_address", "_forkserver_alive_fd", "_forkserver_pid", "_lock", "_stop")),
+        (resource_tracker._resource_tracker, ("_fd", "_pid")),
+        (popen_forkserver.Popen, ("_launch",)),
+    )
+    for name in names
+)
 
 
 def server_running() -> bool:
@@ -88,13 +102,18 @@ class _WorkerPopen(popen_forkserver.Popen):
                 # The forkserver died (an OOM killer's kill -9) between multiprocessing's liveness check and
                 # our request; or the resource tracker did. ensure_running, on the next attempt, reaps the
                 # dead server and starts a new one (and a new tracker): the scan goes on.
-                log.warning("starting a worker process failed (%s: %s): the forkserver or the resource tracker "
-                            "died; starting a new one", type(exc).__name__, exc)
+                log.warning(
+                    "starting a worker process failed (%s: %s): the forkserver or the resource tracker "
+                    "died; starting a new one",
+                    type(exc).__name__,
+                    exc,
+                )
                 _forget_dead_server()
                 if attempt == _LAUNCH_ATTEMPTS - 1:
                     raise WorkersUnavailable(
                         f"no worker process could be started: the forkserver died again after a restart "
-                        f"({type(exc).__name__}: {exc}); is something killing dsclean's processes (memory?)") from exc
+                        f"({type(exc).__name__}: {exc}); is something killing dsclean's processes (memory?)"
+                    ) from exc
 
     def _ask_server(self, buf: io.BytesIO) -> None:
         """One request to the forkserver: popen_forkserver.Popen._launch's body."""
@@ -226,4 +245,3 @@ def _run_forked(main: Callable, *args, close: tuple[int, ...], in_child: Callabl
             sys.stderr.flush()
         finally:
             os._exit(code)
-

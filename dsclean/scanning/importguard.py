@@ -5,6 +5,7 @@ file of their format. A worker (:mod:`dsclean.scanning.worker`) sets :data:`hook
 file's memory ceiling and timeout: a library loading is not the file's doing, and under a tight ceiling the import
 itself could fail. A module of its own, below the checkers and the dispatch that both use it.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -4,6 +4,7 @@ Refuses what would silently give a wrong dataset: files that are not part
 results, parts of different scans (root, N or check options differ), a part
 given twice, a missing part, or a path that appears in two parts.
 """
+
 from __future__ import annotations
 
 import json
@@ -78,8 +79,10 @@ def _refuse_overlap(table: pa.Table, paths: list[str]) -> None:
     if pc.count_distinct(table["path"]).as_py() != table.num_rows:
         counts = pc.value_counts(table["path"])
         dup = next(c["values"] for c in counts.to_pylist() if c["counts"] > 1)
-        raise UserError(f"{os.fsdecode(dup)} appears in more than one part's results: overlapping parts "
-                        "(did the tree change between the tasks?); re-run the parts")
+        raise UserError(
+            f"{os.fsdecode(dup)} appears in more than one part's results: overlapping parts "
+            "(did the tree change between the tasks?); re-run the parts"
+        )
 
 
 def merge(paths: list[str], output_dir: str | None = None, state_dir: str | None = None) -> MergeSummary:
@@ -117,9 +120,15 @@ def merge(paths: list[str], output_dir: str | None = None, state_dir: str | None
                 summary.notes.append(f"{problems} not found: its part's bad/warn list is not in the merged one")
     # the parts' own summaries stay where they are: `status` adds them up (files, bad, moved) as for the parts
     summaries = [p for p in (_sibling(path, locations.SUMMARY_FILE) for path in paths) if os.path.isfile(p)]
-    note = locations.write_pointer(root, [summary.results_path], problems=[summary.problems_path], summary=summaries,
-                                   quarantine=_part_quarantine(paths[0]), options=meta.get("options"),
-                                   state_dir=state_dir)
+    note = locations.write_pointer(
+        root,
+        [summary.results_path],
+        problems=[summary.problems_path],
+        summary=summaries,
+        quarantine=_part_quarantine(paths[0]),
+        options=meta.get("options"),
+        state_dir=state_dir,
+    )
     summary.notes += [note] if note else []
     return summary
 
@@ -127,18 +136,23 @@ def merge(paths: list[str], output_dir: str | None = None, state_dir: str | None
 def _refuse_inside(root: str, output_dir: str | None, state: str) -> None:
     """An output or state folder inside ROOT would become one more class of the dataset (as for scan and index).
     The default output, the parts' own folder, was already accepted by the scan that wrote them."""
-    for what, folder, flag in (("output folder", output_dir, "-o"), ("state folder", state, "--state-dir / DSCLEAN_STATE_DIR")):
+    for what, folder, flag in (
+        ("output folder", output_dir, "-o"),
+        ("state folder", state, "--state-dir / DSCLEAN_STATE_DIR"),
+    ):
         if folder and locations.is_inside(folder, root):
-            raise UserError(f"the {what} {os.path.abspath(folder)} is inside the dataset root {root}: torchvision's "
-                            f"ImageFolder (and anything else that lists the tree) would see it as one more class and "
-                            f"shift the labels after it. Choose a {flag} outside ROOT")
+            raise UserError(
+                f"the {what} {os.path.abspath(folder)} is inside the dataset root {root}: torchvision's "
+                f"ImageFolder (and anything else that lists the tree) would see it as one more class and "
+                f"shift the labels after it. Choose a {flag} outside ROOT"
+            )
 
 
 def _sibling(results_path: str, name: str) -> str:
     """``x/scan_results.part-0001-of-0004.parquet`` + problems.jsonl -> ``x/problems.part-0001-of-0004.jsonl``."""
     folder, base = os.path.split(results_path)
     stem, _ = os.path.splitext(locations.RESULTS_FILE)
-    tag = os.path.splitext(base)[0][len(stem):]
+    tag = os.path.splitext(base)[0][len(stem) :]
     return os.path.join(folder, locations.tagged(name, tag))
 
 
@@ -164,8 +178,12 @@ def _refuse_unfinished(results_path: str) -> None:
         with open(summary_path, encoding="utf-8") as f:
             summary = json.load(f)
     except (OSError, ValueError) as exc:
-        raise UserError(f"{results_path}: its summary {summary_path} is missing or unreadable ({exc}); "
-                        "cannot tell whether the part finished") from exc
+        raise UserError(
+            f"{results_path}: its summary {summary_path} is missing or unreadable ({exc}); "
+            "cannot tell whether the part finished"
+        ) from exc
     if summary.get("interrupted"):
-        raise UserError(f"{results_path}: that part was interrupted before it finished; run it again "
-                        "(it resumes from its scan cache), then merge")
+        raise UserError(
+            f"{results_path}: that part was interrupted before it finished; run it again "
+            "(it resumes from its scan cache), then merge"
+        )

@@ -11,6 +11,7 @@ starts with :data:`PREFIX`, so a later pass (a re-scan reusing these rows) takes
 
 The same first pass gives the distributions the summary, ``status`` and the report show (:func:`distributions`).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -39,8 +40,19 @@ DEFAULT_MINORITY = 0.01
 SHORT_SHARE = 0.1
 #: reasons this pass gives
 NORM_REASONS = (R.ALPHA, R.GRAYSCALE, R.MODE_MISMATCH, R.SAMPLE_RATE_MISMATCH, R.CHANNEL_MISMATCH, R.TOO_SHORT)
-_COLUMNS = ["path", "kind", "status", "reason", "detail", "mode", "width", "height", "sample_rate", "channels",
-            "duration"]
+_COLUMNS = [
+    "path",
+    "kind",
+    "status",
+    "reason",
+    "detail",
+    "mode",
+    "width",
+    "height",
+    "sample_rate",
+    "channels",
+    "duration",
+]
 _ALPHA = ["RGBA", "LA", "PA", "RGBa", "La"]
 _GREY = ["1", "L", "LA", "La", "I;16", "I;16L", "I;16B", "I;16N", "I;16S", "I", "F"]
 #: duration histogram: 8 bins an octave from 2**-16 s
@@ -65,14 +77,17 @@ class NormResult:
 
 def _groups(path: pa.Array) -> pa.Array:
     parts = pc.split_pattern(path, b"/", max_splits=1)
-    return pc.if_else(pc.greater(pc.list_value_length(parts), 1), pc.list_element(parts, 0),
-                      pa.scalar(b"", pa.binary()))
+    return pc.if_else(
+        pc.greater(pc.list_value_length(parts), 1), pc.list_element(parts, 0), pa.scalar(b"", pa.binary())
+    )
 
 
 def _reset_mask(batch: pa.RecordBatch) -> np.ndarray:
     """Rows warned by an earlier inferred-norm pass."""
-    m = pc.and_(pc.is_in(batch.column("reason"), value_set=pa.array(NORM_REASONS)),
-                pc.starts_with(pc.fill_null(batch.column("detail"), ""), PREFIX))
+    m = pc.and_(
+        pc.is_in(batch.column("reason"), value_set=pa.array(NORM_REASONS)),
+        pc.starts_with(pc.fill_null(batch.column("detail"), ""), PREFIX),
+    )
     return np.asarray(pc.fill_null(m, False).to_numpy(zero_copy_only=False), dtype=bool)
 
 
@@ -104,9 +119,13 @@ class _Counts:
         images = pc.equal(kind, "image")
         audio = pc.equal(kind, "audio")
         mode = b.column("mode")
-        cols = {"mode": mode, "alpha": pc.is_in(mode, value_set=pa.array(_ALPHA)),
-                "grey": pc.is_in(mode, value_set=pa.array(_GREY)),
-                "sample_rate": b.column("sample_rate"), "channels": b.column("channels")}
+        cols = {
+            "mode": mode,
+            "alpha": pc.is_in(mode, value_set=pa.array(_ALPHA)),
+            "grey": pc.is_in(mode, value_set=pa.array(_GREY)),
+            "sample_rate": b.column("sample_rate"),
+            "channels": b.column("channels"),
+        }
         for name, values in cols.items():
             sel = images if name in ("mode", "alpha", "grey") else audio
             sel = pc.and_(sel, pc.is_valid(values))
@@ -147,8 +166,11 @@ class _Counts:
         if not len(values):
             return
         at = np.searchsorted(np.asarray(edges, float), values, side="right")
-        labels = [f"< {edges[0]:g}{unit}"] + [f"{a:g}-{b:g}{unit}" for a, b in itertools.pairwise(edges)] + \
-            [f">= {edges[-1]:g}{unit}"]
+        labels = (
+            [f"< {edges[0]:g}{unit}"]
+            + [f"{a:g}-{b:g}{unit}" for a, b in itertools.pairwise(edges)]
+            + [f">= {edges[-1]:g}{unit}"]
+        )
         for i, n in enumerate(np.bincount(at, minlength=len(edges) + 1)):
             if n:
                 self.dist[name][labels[i]] += int(n)
@@ -176,9 +198,13 @@ class _Rule:
 def _rules(counts: _Counts, minority: float) -> list[_Rule]:
     """The minority (group, value) pairs of each attribute, in the order a row's reason is chosen."""
     rules = []
-    for reason, name, flag_value in ((R.ALPHA, "alpha", True), (R.GRAYSCALE, "grey", True),
-                                     (R.MODE_MISMATCH, "mode", None), (R.SAMPLE_RATE_MISMATCH, "sample_rate", None),
-                                     (R.CHANNEL_MISMATCH, "channels", None)):
+    for reason, name, flag_value in (
+        (R.ALPHA, "alpha", True),
+        (R.GRAYSCALE, "grey", True),
+        (R.MODE_MISMATCH, "mode", None),
+        (R.SAMPLE_RATE_MISMATCH, "sample_rate", None),
+        (R.CHANNEL_MISMATCH, "channels", None),
+    ):
         by_group: dict = defaultdict(dict)
         for (g, v), n in counts.c[name].items():
             by_group[g][v] = n
@@ -204,14 +230,19 @@ def _describe(rule: _Rule, group: bytes, value, minority: float) -> str:
     major, share = rule.norm[group]
     what = {R.ALPHA: ("with alpha", "opaque"), R.GRAYSCALE: ("greyscale", "colour")}.get(rule.reason)
     if what:
-        return f"{PREFIX}{rule.reason}: mode {{mode}} is {what[0]} in {where}, {share:.1%} of which is {what[1]} " \
-               f"(under {minority:g} of the group: a minority)"
-    return f"{PREFIX}{rule.reason}: {rule.column.replace('_', ' ')} {value} in {where}, whose norm is {major} " \
-           f"({share:.1%}; this value is under {minority:g} of the group)"
+        return (
+            f"{PREFIX}{rule.reason}: mode {{mode}} is {what[0]} in {where}, {share:.1%} of which is {what[1]} "
+            f"(under {minority:g} of the group: a minority)"
+        )
+    return (
+        f"{PREFIX}{rule.reason}: {rule.column.replace('_', ' ')} {value} in {where}, whose norm is {major} "
+        f"({share:.1%}; this value is under {minority:g} of the group)"
+    )
 
 
-def apply_norm(results_path: str, problems_path: str, minority: float = DEFAULT_MINORITY,
-               batch_rows: int = 65_536) -> NormResult:
+def apply_norm(
+    results_path: str, problems_path: str, minority: float = DEFAULT_MINORITY, batch_rows: int = 65_536
+) -> NormResult:
     """Infer the set's norm from ``results_path`` and rewrite it (and ``problems_path``) with the minority warned.
 
     ``minority`` 0: nothing is flagged (earlier inferred warnings are still taken back); the distributions
@@ -225,7 +256,9 @@ def apply_norm(results_path: str, problems_path: str, minority: float = DEFAULT_
         any_reset = any_reset or bool(_reset_mask(batch).any())
     out.distributions = {k: dict(v.most_common()) for k, v in counts.dist.items()}
     rules = _rules(counts, minority) if minority > 0 else []
-    shorts = {g: _median_floor(h) * SHORT_SHARE for g, h in counts.hist.items() if h.sum() >= 10} if minority > 0 else {}
+    shorts = (
+        {g: _median_floor(h) * SHORT_SHARE for g, h in counts.hist.items() if h.sum() >= 10} if minority > 0 else {}
+    )
     if not any_reset and not any(r.keys for r in rules) and not shorts:
         return out
     tmp = temp_next_to(results_path)
@@ -248,8 +281,9 @@ def apply_norm(results_path: str, problems_path: str, minority: float = DEFAULT_
     return out
 
 
-def _flag_batch(batch: pa.RecordBatch, rules: list[_Rule], shorts: dict, minority: float, out: NormResult,
-                lines: list[dict]) -> pa.RecordBatch:
+def _flag_batch(
+    batch: pa.RecordBatch, rules: list[_Rule], shorts: dict, minority: float, out: NormResult, lines: list[dict]
+) -> pa.RecordBatch:
     names = batch.schema.names
     status = batch.column("status").to_numpy(zero_copy_only=False).astype(object)
     reason = batch.column("reason").to_numpy(zero_copy_only=False).astype(object)
@@ -275,8 +309,10 @@ def _flag_batch(batch: pa.RecordBatch, rules: list[_Rule], shorts: dict, minorit
         elif rule.column == "grey":
             col = pc.is_in(col, value_set=pa.array(_GREY))
         kind = "image" if rule.column in ("mode", "alpha", "grey") else "audio"
-        key_set = pa.array([g + b"\0" + str(v if not isinstance(v, bool) else str(v).lower()).encode()
-                            for g, v in rule.keys], pa.binary())
+        key_set = pa.array(
+            [g + b"\0" + str(v if not isinstance(v, bool) else str(v).lower()).encode() for g, v in rule.keys],
+            pa.binary(),
+        )
         keys = _as_key(group, col)
         hit = pc.and_(pc.is_in(keys, value_set=key_set), pc.equal(batch.column("kind"), kind))
         hit = np.asarray(pc.fill_null(hit, False).to_numpy(zero_copy_only=False), dtype=bool) & free & (chosen < 0)
@@ -305,9 +341,11 @@ def _flag_batch(batch: pa.RecordBatch, rules: list[_Rule], shorts: dict, minorit
             text = _describe(rule, g, v, minority).replace("{mode}", str(mode[int(i)].as_py()))
         else:
             rule = None
-            text = (f"{PREFIX}{R.TOO_SHORT}: {batch.column('duration')[int(i)].as_py():.3f} s, under "
-                    f"{SHORT_SHARE:g} of the median duration of {('folder ' + repr(decode_path(g))) if g else 'the root'}"
-                    f" (about {shorts[g] / SHORT_SHARE:.3g} s)")
+            text = (
+                f"{PREFIX}{R.TOO_SHORT}: {batch.column('duration')[int(i)].as_py():.3f} s, under "
+                f"{SHORT_SHARE:g} of the median duration of {('folder ' + repr(decode_path(g))) if g else 'the root'}"
+                f" (about {shorts[g] / SHORT_SHARE:.3g} s)"
+            )
         code = rule.reason if rule else R.TOO_SHORT
         _count(out, kinds[i], R.OK, -1)
         _count(out, kinds[i], R.WARN, +1)
@@ -372,4 +410,3 @@ def format_distributions(dist: dict, flagged: dict[str, int] | None = None, widt
     if flagged:
         lines.append("  outside the set's norm (warn): " + ", ".join(f"{r} {n}" for r, n in sorted(flagged.items())))
     return lines
-

@@ -5,6 +5,7 @@ for millions of rows) and bad/warn ones into a JSONL list for people. Both are
 written to temp files and renamed when the scan ends. Later stages read the
 table with :func:`read_results`.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -60,8 +61,9 @@ class ResultsWriter:
             raise
         schema = SCHEMA.with_metadata({META_KEY: json.dumps(meta or {})})
         try:
-            self._writer = pq.ParquetWriter(self._tmp_results, schema, compression="zstd",
-                                            use_dictionary=DICTIONARY_COLUMNS)
+            self._writer = pq.ParquetWriter(
+                self._tmp_results, schema, compression="zstd", use_dictionary=DICTIONARY_COLUMNS
+            )
             self._problems = open(self._tmp_problems, "w", encoding="utf-8")
         except OSError:  # a full disk already: leave no temp file behind
             for tmp in (self._tmp_results, self._tmp_problems):

@@ -17,6 +17,7 @@ bytes (hash matches are confirmed on the bytes), same size and mtime_ns (a fresh
 ``stat``), status ``ok`` and a reason the cache would keep. Everything else falls back
 to the scan cache and the checkers.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .. import locations
-from ..jsonpaths import path_bytes
 from .. import reasons as R
+from ..jsonpaths import path_bytes
 from .cache import NOT_CACHED
 from .results import META_KEY, SCHEMA
 
@@ -50,7 +51,7 @@ def _moved_paths(results_path: str) -> np.ndarray:
     """
     folder, name = os.path.split(results_path)
     stem, ext = os.path.splitext(locations.RESULTS_FILE)
-    tag = name[len(stem):-len(ext)]
+    tag = name[len(stem) : -len(ext)]
     problems = os.path.join(folder, locations.tagged(locations.PROBLEMS_FILE, tag))
     moved: list[bytes] = []
     with open(problems, encoding="utf-8") as f:
@@ -77,8 +78,11 @@ def _restored(root: str, paths: list[str], state_dir: str | None) -> np.ndarray:
     if not pointer:
         return np.empty(0, np.int64)
     since = int(pointer.get("finished_ns") or 0)
-    qdirs = [q for q in [pointer.get("quarantine"), *(pointer.get("restored_from") or [])]
-             if isinstance(q, str) and os.path.isdir(q)]
+    qdirs = [
+        q
+        for q in [pointer.get("quarantine"), *(pointer.get("restored_from") or [])]
+        if isinstance(q, str) and os.path.isdir(q)
+    ]
     return _hashes([p for q in dict.fromkeys(qdirs) for p in restored_since(q, root, since)])
 
 
@@ -114,15 +118,19 @@ class PreviousResults:
                 pf = pq.ParquetFile(path)
                 raw = (pf.schema_arrow.metadata or {}).get(META_KEY.encode())
                 meta = json.loads(raw) if raw else {}
-                if (meta.get("root") != root or meta.get("options") != options
-                        or not pf.schema_arrow.remove_metadata().equals(SCHEMA)):
+                if (
+                    meta.get("root") != root
+                    or meta.get("options") != options
+                    or not pf.schema_arrow.remove_metadata().equals(SCHEMA)
+                ):
                     return None  # other options, rules, root or schema: nothing of it may be reused
                 files.append(pf)
             if not files:
                 return None
             moved = np.concatenate([_moved_paths(path) for path in paths] + [_restored(root, paths, state_dir)])
-            return cls(files, flags_same=flags is not None and meta.get("flags") == json.loads(json.dumps(flags)),
-                       moved=moved)
+            return cls(
+                files, flags_same=flags is not None and meta.get("flags") == json.loads(json.dumps(flags)), moved=moved
+            )
         except (OSError, ValueError, KeyError, pa.ArrowException):
             return None  # unreadable (results or problems list): the scan cache and the checkers do the work
 
@@ -177,8 +185,9 @@ class PreviousResults:
             self._cache.move_to_end(g)
         return table
 
-    def match(self, prefix: str, rels: list[str], keys: list[bytes],
-              stats: dict[str, tuple[int, int, int, int]]) -> tuple[pa.Table, list[int], list[os.stat_result]]:
+    def match(
+        self, prefix: str, rels: list[str], keys: list[bytes], stats: dict[str, tuple[int, int, int, int]]
+    ) -> tuple[pa.Table, list[int], list[os.stat_result]]:
         """The reusable rows of a batch of discovered paths, their positions in the batch and their ``stat``.
 
         Stats each file that has a previous row; a file that vanished is no match. A file stat'ed
@@ -209,18 +218,24 @@ class PreviousResults:
         try:
             table, order = self.rows(found[pos])
         except (OSError, pa.ArrowException) as exc:  # a damaged row group: reuse nothing more of these results
-            self.notes.append(f"previous scan results are damaged ({exc}); not reused (the scan cache and the "
-                              "checkers answer instead)")
+            self.notes.append(
+                f"previous scan results are damaged ({exc}); not reused (the scan cache and the "
+                "checkers answer instead)"
+            )
             self._sorted = self._sorted[:0]  # every later lookup finds nothing
             stats.update((rels[i], (st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev)) for i, st in zip(pos, sts))
             return SCHEMA.empty_table(), [], []
         if len(order) > 1 and not (order[1:] > order[:-1]).all():  # not in discovery order: align
             pos, sts = [pos[j] for j in order.tolist()], [sts[j] for j in order.tolist()]
         same = pc.and_(
-            pc.and_(pc.equal(table["path"], pa.array([keys[i] for i in pos], pa.binary())),
-                    pc.equal(table["status"], R.OK)),
-            pc.and_(pc.equal(table["size"], pa.array([st.st_size for st in sts], pa.int64())),
-                    pc.equal(table["mtime_ns"], pa.array([st.st_mtime_ns for st in sts], pa.int64()))))
+            pc.and_(
+                pc.equal(table["path"], pa.array([keys[i] for i in pos], pa.binary())), pc.equal(table["status"], R.OK)
+            ),
+            pc.and_(
+                pc.equal(table["size"], pa.array([st.st_size for st in sts], pa.int64())),
+                pc.equal(table["mtime_ns"], pa.array([st.st_mtime_ns for st in sts], pa.int64())),
+            ),
+        )
         keep = pc.and_(same, pc.invert(pc.is_in(table["reason"], pa.array(sorted(NOT_CACHED), pa.string()))))
         keep = pc.fill_null(keep, False)
         if pc.all(keep).as_py():

@@ -6,6 +6,7 @@ workers, verdicts come back as one Arrow batch per chunk (built by the worker) i
 completion order, and each is written and (if bad) quarantined as it arrives. Nothing holds a per-file object beyond the chunks in flight and one
 results row group, so memory stays flat for 10 million files.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -167,7 +168,11 @@ def validate_root(root: str) -> str:
     if not os.path.lexists(root):
         raise UserError(f"scan root {root} does not exist")
     if not os.path.isdir(root):
-        raise UserError(f"scan root {root} is a file, not a folder" if os.path.exists(root) else f"scan root {root} is a broken symlink")
+        raise UserError(
+            f"scan root {root} is a file, not a folder"
+            if os.path.exists(root)
+            else f"scan root {root} is a broken symlink"
+        )
     if not os.access(root, os.R_OK | os.X_OK):
         raise UserError(f"scan root {root} cannot be listed: permission denied")
     return os.path.abspath(root)
@@ -199,16 +204,25 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
     quarantine_dir = os.path.abspath(options.quarantine) if options.quarantine else None
     state = locations.root_state_dir(root, options.state_dir)
     report_dir = os.path.abspath(
-        options.report_dir or locations.default_report_dir(root, None if options.dry_run else quarantine_dir,
-                                                           options.state_dir)
+        options.report_dir
+        or locations.default_report_dir(root, None if options.dry_run else quarantine_dir, options.state_dir)
     )
     moving = quarantine_dir is not None and not options.dry_run
     _check_folders(root, quarantine_dir if moving else None, report_dir, state, options.allow_inside_root)
     if moving:
         # where a --dry-run's results would go: a dry run moves nothing, so never into the quarantine
-        _refuse_read_only(root, os.path.abspath(options.report_dir or locations.default_report_dir(root, None, options.state_dir)))
-    summary = ScanSummary(root=root, jobs=jobs, quarantine=quarantine_dir, dry_run=options.dry_run, shard=options.shard,
-                          state_dir=state, command=list(options.command))
+        _refuse_read_only(
+            root, os.path.abspath(options.report_dir or locations.default_report_dir(root, None, options.state_dir))
+        )
+    summary = ScanSummary(
+        root=root,
+        jobs=jobs,
+        quarantine=quarantine_dir,
+        dry_run=options.dry_run,
+        shard=options.shard,
+        state_dir=state,
+        command=list(options.command),
+    )
     tag = locations.part_tag(_valid_part(options.shard))
     from .training import paths_to_recheck
 
@@ -225,15 +239,24 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
             summary.notes += rec.refused + rec.bad_lines
         flag_meta = asdict(options.flags) if options.check.facts else None  # thresholds of the flags column
         # the previous results, opened before this run's writer replaces them (reused for unchanged files)
-        previous = PreviousResults.open(root, options.state_dir, options_key(options.check), flag_meta) \
-            if options.use_cache and not options.rescan else None
-        writer = _open_writer(report_dir, tag, {"root": root, "shard": options.shard, "options": options_key(options.check),
-                                                "flags": flag_meta})
+        previous = (
+            PreviousResults.open(root, options.state_dir, options_key(options.check), flag_meta)
+            if options.use_cache and not options.rescan
+            else None
+        )
+        writer = _open_writer(
+            report_dir,
+            tag,
+            {"root": root, "shard": options.shard, "options": options_key(options.check), "flags": flag_meta},
+        )
         # Publish whatever was decided on success or a clean stop (signals are handled below);
         # an error leaves the previous results in place. The problems file also lists every file
         # the quarantine held before this run (the journal is the source of truth).
-        earlier = (lambda: quarantined_records(quarantine_dir, root, [tag] if tag else None, quarantine.moved_ids)) \
-            if quarantine is not None else (lambda: ())
+        earlier = (
+            (lambda: quarantined_records(quarantine_dir, root, [tag] if tag else None, quarantine.moved_ids))
+            if quarantine is not None
+            else (lambda: ())
+        )
         stack.push(lambda exc_type, exc, tb: writer.discard() if exc_type else writer.close(earlier()))
         cache = _open_cache(root, report_dir, options, summary, tag)
         if cache is not None:
@@ -242,8 +265,16 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
             previous = None  # the cache could not open: the note says every file is checked again
         if previous is not None:
             stack.callback(lambda: (previous.close(), summary.notes.extend(previous.notes)))
-        sink = _Sink(summary, writer, quarantine, cache, _progress_bar(options),
-                     options.flags if options.check.facts else None, quarantine_flags, force=force)
+        sink = _Sink(
+            summary,
+            writer,
+            quarantine,
+            cache,
+            _progress_bar(options),
+            options.flags if options.check.facts else None,
+            quarantine_flags,
+            force=force,
+        )
         identities = sink.identities if moving else None
         stack.callback(sink.close_progress)
         stack.callback(sink.flush_fresh)  # before the cache closes and the writer publishes
@@ -262,10 +293,28 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
         try:
             # SIGINT/SIGTERM finish the verdict chunk in hand (its moves and its rows), then stop
             with stop_on_signals() as stop:
-                to_check = _skip_cached(root, media, None if options.rescan else cache, sink, options.chunk_size, stop,
-                                        options.chunk_bytes, identities, previous, force)
-                checks = run_checks(root, to_check, options.check, jobs, options.backend, options.scheduler,
-                                    batches=True, release=not options.keep_workers)
+                to_check = _skip_cached(
+                    root,
+                    media,
+                    None if options.rescan else cache,
+                    sink,
+                    options.chunk_size,
+                    stop,
+                    options.chunk_bytes,
+                    identities,
+                    previous,
+                    force,
+                )
+                checks = run_checks(
+                    root,
+                    to_check,
+                    options.check,
+                    jobs,
+                    options.backend,
+                    options.scheduler,
+                    batches=True,
+                    release=not options.keep_workers,
+                )
                 for chunk in checks:
                     sink.handle_chunk(chunk)
                     if stop.signum:
@@ -291,12 +340,20 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
         summary.notes.append(
             f"{len(summary.emptied_folders)} folder(s) of ROOT hold no media file any more, every one moved out as "
             f"bad: {shown}. torchvision's ImageFolder refuses a class without a valid file (\"Found no valid file "
-            "for the classes ...\"): remove that folder, or restore and repair its files (dsclean restore); "
-            "IndexedDataset.from_folder and dsclean index simply have one class fewer")
+            'for the classes ..."): remove that folder, or restore and repair its files (dsclean restore); '
+            "IndexedDataset.from_folder and dsclean index simply have one class fewer"
+        )
     summary_path = _write_summary(report_dir, summary, tag)
-    note = locations.write_pointer(root, [summary.results_path], problems=[summary.problems_path],
-                                   summary=[summary_path], quarantine=quarantine_dir if moving else None,
-                                   options=options_key(options.check), part=options.shard, state_dir=options.state_dir)
+    note = locations.write_pointer(
+        root,
+        [summary.results_path],
+        problems=[summary.problems_path],
+        summary=[summary_path],
+        quarantine=quarantine_dir if moving else None,
+        options=options_key(options.check),
+        part=options.shard,
+        state_dir=options.state_dir,
+    )
     summary.notes += [note] if note else []
     summary.notes += _link_notes(summary.discovery)
     return summary
@@ -323,8 +380,13 @@ def _apply_norm(summary: ScanSummary, options: ScanOptions) -> None:
     for code, n in result.flagged.items():
         summary.warn_reasons[code] = summary.warn_reasons.get(code, 0) + n
     if result.flagged:
-        summary.notes.append("outside the set's inferred norm (warn; --minority 0 turns it off): " + ", ".join(
-            f"{code} {n} (e.g. {', '.join(result.examples[code][:3])})" for code, n in sorted(result.flagged.items())))
+        summary.notes.append(
+            "outside the set's inferred norm (warn; --minority 0 turns it off): "
+            + ", ".join(
+                f"{code} {n} (e.g. {', '.join(result.examples[code][:3])})"
+                for code, n in sorted(result.flagged.items())
+            )
+        )
 
 
 #: how many move failures are kept in memory for the screen; all of them are in the problems file
@@ -338,8 +400,9 @@ def check_quarantine_flags(codes: Iterable[str], facts: bool) -> frozenset[str]:
     codes = [c for c in codes if c]
     unknown = [c for c in codes if c not in FLAGS]
     if unknown:
-        raise UserError(f"--quarantine-flags: unknown flag {', '.join(repr(c) for c in unknown)}; "
-                        f"the flags are {', '.join(FLAGS)}")
+        raise UserError(
+            f"--quarantine-flags: unknown flag {', '.join(repr(c) for c in unknown)}; the flags are {', '.join(FLAGS)}"
+        )
     if codes and not facts:
         raise UserError("--quarantine-flags needs the facts the flags come from: drop --facts none")
     return frozenset(codes)
@@ -352,11 +415,16 @@ def _raise_write_failure(exc: OSError, summary: ScanSummary) -> None:
     what = describe_write_error(exc)
     done = summary.quarantined + sum(summary.recovered.values())
     if not done:
-        raise UserError(f"could not finish the scan of {summary.root}: {what}; nothing was moved (results "
-                        "of an earlier scan, if any, are as they were)") from exc
-    raise OSError(None, f"{what}; {summary.quarantined:,} files had been quarantined into "
-                   f"{summary.quarantine} (journaled; dsclean restore {summary.quarantine} puts them back), "
-                   "no results were written: free space and scan again (already moved files stay moved)") from exc
+        raise UserError(
+            f"could not finish the scan of {summary.root}: {what}; nothing was moved (results "
+            "of an earlier scan, if any, are as they were)"
+        ) from exc
+    raise OSError(
+        None,
+        f"{what}; {summary.quarantined:,} files had been quarantined into "
+        f"{summary.quarantine} (journaled; dsclean restore {summary.quarantine} puts them back), "
+        "no results were written: free space and scan again (already moved files stay moved)",
+    ) from exc
 
 
 def _check_folders(root: str, quarantine: str | None, report: str, state: str, allow_inside: bool) -> None:
@@ -365,21 +433,31 @@ def _check_folders(root: str, quarantine: str | None, report: str, state: str, a
         if folder and os.path.exists(folder) and not os.path.isdir(folder):
             raise UserError(f"{what} {folder} is a file, not a folder")
     # the state folder first: the default report folder is inside it, and the user chose the state folder
-    for what, folder, flag in (("state folder", state, "--state-dir / DSCLEAN_STATE_DIR"),
-                               ("quarantine folder", quarantine, "--quarantine"), ("report folder", report, "--report")):
+    for what, folder, flag in (
+        ("state folder", state, "--state-dir / DSCLEAN_STATE_DIR"),
+        ("quarantine folder", quarantine, "--quarantine"),
+        ("report folder", report, "--report"),
+    ):
         if folder and not allow_inside and locations.is_inside(folder, root):
             raise UserError(
                 f"the {what} {folder} is inside the dataset root {root}: torchvision's ImageFolder (and anything "
                 f"else that lists the tree) would see it as one more class and shift the labels after it. "
-                f"Choose a {flag} outside ROOT, or pass --allow-inside-root to accept that folder in ROOT")
-        if what == "quarantine folder" and folder and allow_inside and locations.is_inside(folder, root) \
-                and os.sep in os.path.relpath(os.path.abspath(folder), os.path.abspath(root)):
+                f"Choose a {flag} outside ROOT, or pass --allow-inside-root to accept that folder in ROOT"
+            )
+        if (
+            what == "quarantine folder"
+            and folder
+            and allow_inside
+            and locations.is_inside(folder, root)
+            and os.sep in os.path.relpath(os.path.abspath(folder), os.path.abspath(root))
+        ):
             top = os.path.relpath(os.path.abspath(folder), os.path.abspath(root)).split(os.sep)[0]
             raise UserError(
                 f"the quarantine folder {folder} is inside {top}/ of ROOT: torchvision's ImageFolder (and dsclean's "
                 f"folder labels) would load every bad file moved there, from every class, as a sample of {top}. "
                 "With --allow-inside-root the quarantine may only sit directly under ROOT (where it is one more "
-                "class folder); better, choose a --quarantine outside ROOT")
+                "class folder); better, choose a --quarantine outside ROOT"
+            )
         if folder and (what == "quarantine folder" or what == "report folder" and locations.is_inside(folder, root)):
             # never one of a dataset's own folders; a quarantine not even outside ROOT (e.g. the val/ split next to
             # train/): dsclean marks it and leaves it out of every scan, so the media already there would never be checked
@@ -388,7 +466,8 @@ def _check_folders(root: str, quarantine: str | None, report: str, state: str, a
                 raise UserError(
                     f"the {what} {folder} already holds media files (e.g. {media}) and is not a folder dsclean "
                     f"made: dsclean marks its own folders and leaves them out of every scan (of ROOT, or of a tree "
-                    f"holding that folder), so those files would never be checked again. Choose a new {flag} folder")
+                    f"holding that folder), so those files would never be checked again. Choose a new {flag} folder"
+                )
 
 
 def _media_in(folder: str) -> str | None:
@@ -412,9 +491,11 @@ def _refuse_read_only(root: str, report_dir: str) -> None:
     except OSError:
         return
     if read_only:
-        raise UserError(f"{root} is on a read-only file system: bad files cannot be moved out of it. Run "
-                        f"dsclean scan --dry-run to check and report only (results go to {report_dir}), "
-                        "or remount it read-write to quarantine")
+        raise UserError(
+            f"{root} is on a read-only file system: bad files cannot be moved out of it. Run "
+            f"dsclean scan --dry-run to check and report only (results go to {report_dir}), "
+            "or remount it read-write to quarantine"
+        )
 
 
 #: at most this many folders under ROOT are remembered for the emptied-class check (one per class)
@@ -438,13 +519,17 @@ def _emptied(root: str, folders: set[str]) -> list[str]:
 def _link_notes(d: DiscoverStats) -> list[str]:
     notes = []
     if d.outside_links:
-        notes.append(f"{d.outside_links:,} symlinks lead outside ROOT and were not followed "
-                     "(--symlinks all follows them, e.g. a symlink farm)")
+        notes.append(
+            f"{d.outside_links:,} symlinks lead outside ROOT and were not followed "
+            "(--symlinks all follows them, e.g. a symlink farm)"
+        )
     if d.loops:
         notes.append(f"{d.loops:,} linked folders were already visited (a loop or a second link) and were skipped")
     if d.excluded_dirs:
-        notes.append(f"{d.excluded_dirs:,} folders inside ROOT were left out of the scan: dsclean's own (quarantine, "
-                     "reports, a .dsclean state folder of an older version)")
+        notes.append(
+            f"{d.excluded_dirs:,} folders inside ROOT were left out of the scan: dsclean's own (quarantine, "
+            "reports, a .dsclean state folder of an older version)"
+        )
     return notes
 
 
@@ -464,9 +549,13 @@ def _valid_part(part: tuple[int, int] | None) -> tuple[int, int] | None:
     return part
 
 
-def _stat_if_cached(root: str, rels: list[str], rows: dict[str, tuple],
-                    identities: dict[bytes, tuple[int, int]] | None = None,
-                    stats: dict[str, tuple[int, int, int, int]] | None = None) -> dict[str, tuple]:
+def _stat_if_cached(
+    root: str,
+    rels: list[str],
+    rows: dict[str, tuple],
+    identities: dict[bytes, tuple[int, int]] | None = None,
+    stats: dict[str, tuple[int, int, int, int]] | None = None,
+) -> dict[str, tuple]:
     """The cached rows whose file still has the recorded size and mtime: one ``stat`` per file the cache
     knows, none for the others (a first scan stats nothing here: the worker's ``fstat`` gives size and mtime).
 
@@ -493,10 +582,18 @@ def _stat_if_cached(root: str, rels: list[str], rows: dict[str, tuple],
     return hits
 
 
-def _skip_cached(root: str, media: Iterator[list[str]], cache: ScanCache | None, sink: "_Sink",
-                 chunk_size: int, stop: StopRequest, chunk_bytes: int = 0,
-                 identities: dict[bytes, tuple[int, int]] | None = None,
-                 previous: PreviousResults | None = None, force: frozenset[str] = frozenset()) -> Iterator[list[str]]:
+def _skip_cached(
+    root: str,
+    media: Iterator[list[str]],
+    cache: ScanCache | None,
+    sink: "_Sink",
+    chunk_size: int,
+    stop: StopRequest,
+    chunk_bytes: int = 0,
+    identities: dict[bytes, tuple[int, int]] | None = None,
+    previous: PreviousResults | None = None,
+    force: frozenset[str] = frozenset(),
+) -> Iterator[list[str]]:
     """Chunks of files to check: verdicts still valid are handled right here instead.
 
     First the ``ok`` rows of the previous results (``previous``, matched in Arrow), then the scan
@@ -540,7 +637,7 @@ def _skip_cached(root: str, media: Iterator[list[str]], cache: ScanCache | None,
         while at < len(todo):  # chunks of the size wanted when each one starts
             want = sink.chunk_files(chunk_size, chunk_bytes)
             take = max(0, want - len(chunk))
-            chunk += todo[at:at + take]
+            chunk += todo[at : at + take]
             at += take
             if len(chunk) >= want:
                 yield chunk
@@ -663,7 +760,9 @@ class _Sink:
             flags = [self._flags_of(row) for row in inputs]
             batch = batch.set_column(_FLAGS, SCHEMA.field(_FLAGS), pa.array(flags, SCHEMA.field(_FLAGS).type))
             if self.quarantine_flags:
-                special = sorted({*special, *(i for i, f in enumerate(flags) if f and self.quarantine_flags.intersection(f))})
+                special = sorted(
+                    {*special, *(i for i, f in enumerate(flags) if f and self.quarantine_flags.intersection(f))}
+                )
         ids = [self.identities.pop(p, None) for p in batch.column(0).to_pylist()] if self.identities else None
         changed: dict[int, Verdict] = {}
         not_ok = frozenset(chunk.not_ok)
@@ -808,8 +907,9 @@ class _Sink:
             if not flags_same:  # thresholds changed since: the flags again, from the stored facts
                 inputs = zip(*(table[name].to_pylist() for name in facts_of.FLAG_INPUTS))
                 flags = [facts_of.flags_from(*row, self.flag_options) for row in inputs]
-                table = table.set_column(table.schema.get_field_index("flags"), "flags",
-                                         pa.array(flags, table.schema.field("flags").type))
+                table = table.set_column(
+                    table.schema.get_field_index("flags"), "flags", pa.array(flags, table.schema.field("flags").type)
+                )
             if self.quarantine_flags:
                 table = table.combine_chunks()  # list_parent_indices counts per chunk
                 flat = pc.list_flatten(table["flags"])
@@ -838,15 +938,17 @@ class _Sink:
             self.progress.update(self.summary.files - self._shown)
             self._shown = self.summary.files
 
-    def _quarantine(self, v: Verdict, ino_dev: tuple[int, int] | None = None, reason: str | None = None,
-                    detail: str | None = None) -> dict | None:
+    def _quarantine(
+        self, v: Verdict, ino_dev: tuple[int, int] | None = None, reason: str | None = None, detail: str | None = None
+    ) -> dict | None:
         if self.quarantine is None:
             self.summary.would_quarantine += 1
             return None
         expect = (v.size, v.mtime_ns, *(ino_dev or (None, None)))
         try:
-            dst = self.quarantine.move(v.path, reason or v.reason, detail=detail or v.detail, kind=v.kind,
-                                       expect=expect)
+            dst = self.quarantine.move(
+                v.path, reason or v.reason, detail=detail or v.detail, kind=v.kind, expect=expect
+            )
         except ChangedError as exc:  # replaced or rewritten since its check: the verdict is about other bytes
             seen = f"{v.reason}: {v.detail}" if v.detail else str(v.reason)
             v.status, v.reason, v.content_hash = R.WARN, R.CHANGED, None
@@ -897,8 +999,9 @@ def move_failure_line(s: ScanSummary) -> str:
     """``73 of 93 moves failed: Read-only file system`` (errors with counts when there are several)."""
     attempts = s.quarantined + s.move_failures
     reasons = s.move_failure_reasons
-    why = next(iter(reasons)) if len(reasons) == 1 else ", ".join(f"{n:,} {r}" for r, n in
-                                                                   Counter(reasons).most_common())
+    why = (
+        next(iter(reasons)) if len(reasons) == 1 else ", ".join(f"{n:,} {r}" for r, n in Counter(reasons).most_common())
+    )
     return f"{s.move_failures:,} of {attempts:,} moves failed: {why}"
 
 
@@ -908,7 +1011,9 @@ def format_summary(s: ScanSummary) -> str:
     mb = s.bytes / 1e6
     checked = s.files - s.cached
     if checked:  # MB/s of what was decoded: cached verdicts cost a stat, not a decode
-        rate = f"{s.files_per_s:,.1f} files/s, {s.checked_bytes / 1e6 / s.elapsed if s.elapsed else 0:,.1f} MB/s decoded"
+        rate = (
+            f"{s.files_per_s:,.1f} files/s, {s.checked_bytes / 1e6 / s.elapsed if s.elapsed else 0:,.1f} MB/s decoded"
+        )
     else:
         rate = "every verdict from the scan cache, nothing decoded" if s.files else "nothing to check"
     head = "Scan INTERRUPTED after" if s.interrupted else "Scanned"
@@ -928,7 +1033,9 @@ def format_summary(s: ScanSummary) -> str:
         lines.append("The set (distributions; the minority outside its norm is warned about, --minority):")
         lines += format_distributions(s.distributions, s.norm_flagged)
     if s.flags:
-        lines.append("Quality flags (not verdicts): " + ", ".join(f"{f} {n:,}" for f, n in Counter(s.flags).most_common()))
+        lines.append(
+            "Quality flags (not verdicts): " + ", ".join(f"{f} {n:,}" for f, n in Counter(s.flags).most_common())
+        )
     if s.flag_quarantined:
         verb = "quarantined" if s.quarantine and not s.dry_run else "would be quarantined"
         lines.append(f"  {s.flag_quarantined:,} flagged files {verb} (--quarantine-flags; reason flagged)")
@@ -936,29 +1043,41 @@ def format_summary(s: ScanSummary) -> str:
         lines.append(f"Re-used {s.cached:,} verdicts of unchanged files from the scan cache (--rescan checks all)")
     if s.training_rechecked:
         moved = "quarantined" if s.quarantine and not s.dry_run else "would be quarantined"
-        lines.append(f"Re-checked {s.training_rechecked:,} files that failed in training: {s.training_bad:,} bad "
-                     f"({moved}), {s.training_rechecked - s.training_bad:,} ok")
+        lines.append(
+            f"Re-checked {s.training_rechecked:,} files that failed in training: {s.training_bad:,} bad "
+            f"({moved}), {s.training_rechecked - s.training_bad:,} ok"
+        )
     if s.quarantine and not s.dry_run:
         lines.append(f"Quarantined {s.quarantined:,} files into {s.quarantine}")
         q = s.quarantine_state or {}
         if q.get("moved", 0) != s.quarantined:
             by = ", ".join(f"{r} {n:,}" for r, n in q.get("by_reason", {}).items())
-            lines.append(f"The quarantine now holds {q.get('moved', 0):,} files of all runs ({by}); "
-                         f"all are listed in {s.problems_path}")
+            lines.append(
+                f"The quarantine now holds {q.get('moved', 0):,} files of all runs ({by}); "
+                f"all are listed in {s.problems_path}"
+            )
     elif s.would_quarantine:
-        lines.append(f"Would quarantine {s.would_quarantine:,} bad files" + (" (dry run: nothing moved)" if s.dry_run else " (no --quarantine given)"))
+        lines.append(
+            f"Would quarantine {s.would_quarantine:,} bad files"
+            + (" (dry run: nothing moved)" if s.dry_run else " (no --quarantine given)")
+        )
     if s.recovered and any(s.recovered.values()):
         lines.append(f"Recovered an interrupted earlier run: {s.recovered}")
     if s.move_failures:
-        lines.append(f"INCOMPLETE: {move_failure_line(s)}; every failed path is in {s.problems_path} "
-                     "(field quarantine_error)")
+        lines.append(
+            f"INCOMPLETE: {move_failure_line(s)}; every failed path is in {s.problems_path} (field quarantine_error)"
+        )
         lines += [f"  error: {msg}" for msg in s.move_errors[:20]]
         if s.move_failures > 20:
             lines.append(f"  ... and {s.move_failures - 20:,} more")
     d = s.discovery
-    skipped = [(d.ignored, "non-media files"), (d.hidden, "hidden (--include-hidden)"),
-               (d.symlinks, "symlinks not followed (--symlinks inside|all)"),
-               (d.outside_links, "symlinks leading outside ROOT"), (d.dir_errors, "unreadable folders")]
+    skipped = [
+        (d.ignored, "non-media files"),
+        (d.hidden, "hidden (--include-hidden)"),
+        (d.symlinks, "symlinks not followed (--symlinks inside|all)"),
+        (d.outside_links, "symlinks leading outside ROOT"),
+        (d.dir_errors, "unreadable folders"),
+    ]
     if any(n for n, _ in skipped):
         lines.append("Not checked: " + ", ".join(f"{n:,} {what}" for n, what in skipped if n))
     lines += [f"  unreadable folder: {e}" for e in d.first_errors]

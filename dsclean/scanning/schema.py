@@ -8,6 +8,7 @@ process then receives one buffer per chunk instead of a Python object per file
 What a first scan's main process computes on batches calls the kernels by name (:func:`call_function`),
 never the methods that import ``pyarrow.compute`` (``take``, ``filter``, ...): see the import below.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple

@@ -5,6 +5,7 @@ Two sources: what ``dsclean quarantine --from-log`` recorded in the root's state
 ``dsclean scan --from-log LOG`` directly (:mod:`dsclean.failures`; lines naming a file under ROOT:
 a relative path whose logged root is ROOT, or an absolute path inside it).
 """
+
 from __future__ import annotations
 
 import os

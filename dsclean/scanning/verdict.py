@@ -5,6 +5,7 @@ results table (:data:`dsclean.scanning.results.SCHEMA`); later stages read them 
 Its fields are the results columns of :data:`dsclean.schema.RESULTS`, in order (checked below).
 Kept free of pyarrow so checking processes start light.
 """
+
 from __future__ import annotations
 
 import dataclasses

@@ -8,6 +8,7 @@ in fresh processes, split where it dies, to name the culprit. The memory ceiling
 RLIMIT_AS: an allocation past it fails (MemoryError -> ``too_large``) instead of
 waking the OOM killer for the whole machine.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,11 +16,11 @@ import contextlib
 import multiprocessing
 import multiprocessing.connection
 import os
-import threading
-from dataclasses import dataclass
 import resource
 import signal
+import threading
 import time
+from dataclasses import dataclass
 from typing import Iterator
 
 from .. import argtypes
@@ -241,8 +242,10 @@ def default_ceiling_override() -> int | None:
     except argparse.ArgumentTypeError as exc:
         raise UserError(f"${DEFAULT_CEILING_ENV}: {exc}") from None
     if value < argtypes.MIN_MEMORY:
-        raise UserError(f"${DEFAULT_CEILING_ENV}={text} is below the {argtypes.MIN_MEMORY >> 20}M a worker needs "
-                        "for its own bookkeeping (a bare number is bytes)")
+        raise UserError(
+            f"${DEFAULT_CEILING_ENV}={text} is below the {argtypes.MIN_MEMORY >> 20}M a worker needs "
+            "for its own bookkeeping (a bare number is bytes)"
+        )
     return value
 
 

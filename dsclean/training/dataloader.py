@@ -19,6 +19,7 @@ culprit removed from its batch) and the rest of the sampler's order -- so each o
 delivered exactly once. After ``max_worker_deaths`` deaths in one epoch the run stops: deaths on
 different samples are a memory problem (the OOM killer), not a bad file.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -34,10 +35,10 @@ from torch.utils.data._utils import signal_handling as _torch_signals
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 from ..data.collate import collate_skip_none
-from ..failures import FailureWriter, process_log_path
-from .errors import WorkerDied
 from ..data.guard import GuardedDataset, GuardedIterable, loader_guard, process_rank, sample_text
 from ..data.slots import Slots
+from ..failures import FailureWriter, process_log_path
+from .errors import WorkerDied
 
 logger = logging.getLogger("dsclean.guard")
 
@@ -76,8 +77,15 @@ class DataLoader(tud.DataLoader):
     (default: :func:`dsclean.collate_skip_none`).
     """
 
-    def __init__(self, dataset, *args, on_worker_death: str = "raise", max_worker_deaths: int = 3,
-                 log: str | os.PathLike | None = None, **kwargs) -> None:
+    def __init__(
+        self,
+        dataset,
+        *args,
+        on_worker_death: str = "raise",
+        max_worker_deaths: int = 3,
+        log: str | os.PathLike | None = None,
+        **kwargs,
+    ) -> None:
         if on_worker_death not in ON_WORKER_DEATH:
             raise ValueError(f"on_worker_death must be one of {ON_WORKER_DEATH}, not {on_worker_death!r}")
         if max_worker_deaths < 1:
@@ -185,7 +193,9 @@ class _GuardedIter(_MultiProcessingDataLoaderIter):
             # kernel had finished the death. Look again for a while; a death is then named like torch's.
             deadline = time.monotonic() + _DYING_WAIT
             while True:
-                dead = [(wid, w) for wid, w in enumerate(self._workers) if self._workers_status[wid] and not w.is_alive()]
+                dead = [
+                    (wid, w) for wid, w in enumerate(self._workers) if self._workers_status[wid] and not w.is_alive()
+                ]
                 if dead:
                     for wid, _ in dead:
                         self._mark_worker_as_unavailable(wid)
@@ -239,15 +249,27 @@ class _GuardedIter(_MultiProcessingDataLoaderIter):
                 loading = "it was between samples (collating, pinning or sending a batch: memory, not a file)"
             exp = explain(f"DataLoader worker (pid {w.pid}) {torch_text}")
             batches = ", ".join(_batch_text(b) for b in in_flight[:4] if b is not None)
-            text = (f"DataLoader worker {wid} (pid {w.pid}) died: "
-                    + (f"killed by {name}" if w.exitcode < 0 else f"exit code {w.exitcode}")
-                    + f"; {loading}" + (f"; batches in flight: {batches}" if batches else "")
-                    + f". Usually: {exp.title}: {exp.cause}")
+            text = (
+                f"DataLoader worker {wid} (pid {w.pid}) died: "
+                + (f"killed by {name}" if w.exitcode < 0 else f"exit code {w.exitcode}")
+                + f"; {loading}"
+                + (f"; batches in flight: {batches}" if batches else "")
+                + f". Usually: {exp.title}: {exp.cause}"
+            )
             parts.append((text, exp))
             if writer is not None:
-                writer.write(rank=process_rank(), worker=wid, pid=w.pid, epoch=dataset.epoch,
-                             index=current if current >= 0 else None, kind="worker_died", error=name or "exit",
-                             message=text, action=loader.on_worker_death, **where)
+                writer.write(
+                    rank=process_rank(),
+                    worker=wid,
+                    pid=w.pid,
+                    epoch=dataset.epoch,
+                    index=current if current >= 0 else None,
+                    kind="worker_died",
+                    error=name or "exit",
+                    message=text,
+                    action=loader.on_worker_death,
+                    **where,
+                )
             logger.error("%s", text)
         self._deaths += len(dead)
         name = _signal_name(dead[0][1].exitcode)[0]
@@ -261,15 +283,22 @@ class _GuardedIter(_MultiProcessingDataLoaderIter):
             head = "\n".join(t for t, _ in parts)
             if self._deaths > loader.max_worker_deaths:
                 oom = explain("DataLoader worker (pid 0) is killed by signal: Killed.")
-                head = (f"{self._deaths} DataLoader workers died this epoch (max_worker_deaths="
-                        f"{loader.max_worker_deaths}), each on a different sample: that is memory (the OOM "
-                        f"killer), not a bad file.\n{head}")
+                head = (
+                    f"{self._deaths} DataLoader workers died this epoch (max_worker_deaths="
+                    f"{loader.max_worker_deaths}), each on a different sample: that is memory (the OOM "
+                    f"killer), not a bad file.\n{head}"
+                )
                 fixes = oom.fixes
             elif iterable and loader.on_worker_death == "skip":
                 head += "\n(on_worker_death='skip' needs a map-style dataset: an iterable stream cannot be resumed)"
-            raise WorkerDied(head + "\nFixes:\n" + "\n".join(f"- {f}" for f in fixes) + logged
-                             + f"\n(torch: {exc})", pid=dead[0][1].pid, signal=name,
-                             exit_code=dead[0][1].exitcode, samples=samples, kind=parts[0][1].kind) from exc
+            raise WorkerDied(
+                head + "\nFixes:\n" + "\n".join(f"- {f}" for f in fixes) + logged + f"\n(torch: {exc})",
+                pid=dead[0][1].pid,
+                signal=name,
+                exit_code=dead[0][1].exitcode,
+                samples=samples,
+                kind=parts[0][1].kind,
+            ) from exc
         # skip: what was sent and not delivered, minus the culprits, then the rest of the order
         left = [b for t, (_, b) in sorted(self._sent.items()) if t in self._task_info]
         left = [[i for i in b if i not in culprits] for b in left]

@@ -12,6 +12,7 @@ A dead worker is named by :class:`dsclean.DataLoader`, not by this loader (torch
 worker loop); the failures the guard sees are logged and budgeted alike. Needs the ``stateful``
 extra (``pip install 'dsclean[stateful]'``, torchdata).
 """
+
 from __future__ import annotations
 
 import os

@@ -1,7 +1,11 @@
 """Fuzz the template grammar: random format-ish strings; parse never raises anything but NameTemplateError,
 an accepted template names like str.format for ordinary numbers, and is injective over 0..5000."""
-import random, sys
+
+import random
+import sys
+
 from dsclean.pack import names
+
 random.seed(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
 alphabet = "{}:0123456789dsrx!.<>^=+-_,#[]a/ \\%"
 tried = accepted = 0

@@ -1,4 +1,5 @@
 """The default image loader scales 16/32-bit images to 8 bits instead of clipping them white (issue 27)."""
+
 from __future__ import annotations
 
 import io
@@ -39,7 +40,10 @@ def test_16_bit_from_memory_too(tmp_path):
     buf = io.BytesIO()
     Image.fromarray(_ramp16()).save(buf, "PNG")
     buf.seek(0)
-    assert np.asarray(pil_loader(buf))[..., 0].max() == 255 and np.asarray(pil_loader(io.BytesIO(buf.getvalue())))[0, 0, 0] == 0
+    assert (
+        np.asarray(pil_loader(buf))[..., 0].max() == 255
+        and np.asarray(pil_loader(io.BytesIO(buf.getvalue())))[0, 0, 0] == 0
+    )
 
 
 def test_16_bit_rgb_png_keeps_its_high_byte(tmp_path):
@@ -54,8 +58,12 @@ def test_16_bit_rgb_png_keeps_its_high_byte(tmp_path):
     def chunk(t, d):
         return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xFFFFFFFF)
 
-    data = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 16, 2, 0, 0, 0)) + \
-        chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+    data = (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 16, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(raw))
+        + chunk(b"IEND", b"")
+    )
     out = np.asarray(pil_loader(io.BytesIO(data)))
     np.testing.assert_array_equal(out, (rgb.astype(np.uint32) >> 8).astype(np.uint8))
 

@@ -1,4 +1,5 @@
 """The set's norm inferred from the scan's facts, --expect on a whole scan, and what the index does (issue 27)."""
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,7 @@ from dsclean.scanning.scanner import ScanOptions, format_summary, scan
 
 def _scan(root, tmp_path, **kw):
     check = kw.pop("check", CheckOptions())
-    return scan(str(root), ScanOptions(jobs=1, backend="threads", check=check, state_dir=str(tmp_path / "state"),
-                                       **kw))
+    return scan(str(root), ScanOptions(jobs=1, backend="threads", check=check, state_dir=str(tmp_path / "state"), **kw))
 
 
 def _verdicts(summary) -> dict[str, tuple[str, str | None]]:
@@ -96,8 +96,12 @@ def test_audio_expect_keys(tmp_path):
     sound(str(root / "a/short.flac"), 16000, 1, 0.5)
     sound(str(root / "a/fine.wav"), 16000, 1, 2.0)
     s = _scan(root, tmp_path, check=CheckOptions(expect="channels=1,min-duration=1.0,sample-rate=16000"))
-    assert _verdicts(s) == {"a/rate.wav": (R.WARN, R.SAMPLE_RATE_MISMATCH), "a/stereo.wav": (R.WARN, R.CHANNEL_MISMATCH),
-                            "a/short.flac": (R.WARN, R.TOO_SHORT), "a/fine.wav": (R.OK, None)}
+    assert _verdicts(s) == {
+        "a/rate.wav": (R.WARN, R.SAMPLE_RATE_MISMATCH),
+        "a/stereo.wav": (R.WARN, R.CHANNEL_MISMATCH),
+        "a/short.flac": (R.WARN, R.TOO_SHORT),
+        "a/fine.wav": (R.OK, None),
+    }
 
 
 def test_strict_expect_quarantines_through_the_cli(tmp_path, capsys):
@@ -107,15 +111,24 @@ def test_strict_expect_quarantines_through_the_cli(tmp_path, capsys):
     state = ["--state-dir", str(tmp_path / "state")]
     assert main(["scan", str(root), *state, "--expect", "min-side=224", "--dry-run", "-q"]) == 0
     assert os.path.exists(root / "c/small.png")
-    assert main(["scan", str(root), *state, "--expect", "min-side=224", "--strict-expect", "--quarantine", str(q),
-                 "-q"]) == 0
+    assert (
+        main(["scan", str(root), *state, "--expect", "min-side=224", "--strict-expect", "--quarantine", str(q), "-q"])
+        == 0
+    )
     assert not os.path.exists(root / "c/small.png") and os.path.exists(root / "c/big.png")
     assert any(name == "small.png" for _, _, files in os.walk(q) for name in files)
 
 
-@pytest.mark.parametrize("spec,words", [("foo=1", "unknown key 'foo'"), ("min-side=abc", "whole number"),
-                                        ("max-aspect=0.5", "at least 1"), ("mode", "give a value"),
-                                        ("channels=-1", "above 0")])
+@pytest.mark.parametrize(
+    "spec,words",
+    [
+        ("foo=1", "unknown key 'foo'"),
+        ("min-side=abc", "whole number"),
+        ("max-aspect=0.5", "at least 1"),
+        ("mode", "give a value"),
+        ("channels=-1", "above 0"),
+    ],
+)
 def test_bad_expect_is_a_clear_error(tmp_path, capsys, spec, words):
     write(tmp_path / "ds", "a.png", png(photo()))
     assert main(["scan", str(tmp_path / "ds"), "--state-dir", str(tmp_path / "s"), "--expect", spec]) == 2

@@ -1,4 +1,5 @@
 """Per-file warnings of what silently changes the data (issue 27 section 3), from the check's own facts."""
+
 from __future__ import annotations
 
 import io
@@ -6,8 +7,8 @@ import io
 import numpy as np
 import pytest
 import simplejpeg
-from support.consistency_media import cmyk_jpeg, jpeg, oriented_jpeg, photo, png, tiff
 from PIL import Image
+from support.consistency_media import cmyk_jpeg, jpeg, oriented_jpeg, photo, png, tiff
 
 from dsclean import reasons as R
 from dsclean.scanning.check import CheckOptions, check_bytes
@@ -23,8 +24,12 @@ def test_16_bit_png_and_tiff_are_high_bit_depth():
 
 
 def test_8_bit_images_stay_ok():
-    for name, data in (("a.png", png(photo())), ("a.jpg", jpeg(photo())), ("a.tif", tiff(photo())),
-                       ("g.png", png(photo().convert("L")))):
+    for name, data in (
+        ("a.png", png(photo())),
+        ("a.jpg", jpeg(photo())),
+        ("a.tif", tiff(photo())),
+        ("g.png", png(photo().convert("L"))),
+    ):
         assert check_bytes(data, name).status == R.OK, name
 
 

@@ -1,4 +1,5 @@
 """IndexedDataset: sequence protocol, DataLoader (fork and spawn), errors, safety."""
+
 from __future__ import annotations
 
 import io
@@ -55,16 +56,26 @@ def index(request, images, tmp_path):
 
 def write_raw_index(path: str, root: str, rels: list[bytes], sizes: list[int]) -> str:
     """A hand-crafted index (what an attacker or a bug could produce): paths taken as given."""
-    meta = {"format_version": 1, "dsclean_version": "x", "classes": ["c"], "kinds": ["image", "audio"],
-            "labels": "folder", "root": root, "created": "2020-01-01T00:00:00+00:00", "rows": len(rels)}
+    meta = {
+        "format_version": 1,
+        "dsclean_version": "x",
+        "classes": ["c"],
+        "kinds": ["image", "audio"],
+        "labels": "folder",
+        "root": root,
+        "created": "2020-01-01T00:00:00+00:00",
+        "rows": len(rels),
+    }
     n = len(rels)
-    table = pa.table({
-        "path": pa.array(rels, pa.binary()),
-        "label": pa.array([0] * n, pa.int64()),
-        "kind": pa.array([0] * n, pa.int8()),
-        "size": pa.array(sizes, pa.int64()),
-        "mtime_ns": pa.array([0] * n, pa.int64()),
-    }).replace_schema_metadata({b"dsclean": json.dumps(meta).encode()})
+    table = pa.table(
+        {
+            "path": pa.array(rels, pa.binary()),
+            "label": pa.array([0] * n, pa.int64()),
+            "kind": pa.array([0] * n, pa.int8()),
+            "size": pa.array(sizes, pa.int64()),
+            "mtime_ns": pa.array([0] * n, pa.int64()),
+        }
+    ).replace_schema_metadata({b"dsclean": json.dumps(meta).encode()})
     with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
         w.write_table(table)
     return path
@@ -78,8 +89,14 @@ def test_sequence_protocol(index, images):
     assert len(ds) == 6
     assert ds.classes == ["cats", "dogs"] and ds.class_to_idx == {"cats": 0, "dogs": 1}
     assert ds.root == os.path.abspath(images)
-    assert [ds.path(i) for i in range(6)] == ["cats/0.png", "cats/1.png", "cats/sub/2.png",
-                                             "dogs/3.png", "dogs/4.png", "dogs/5.png"]
+    assert [ds.path(i) for i in range(6)] == [
+        "cats/0.png",
+        "cats/1.png",
+        "cats/sub/2.png",
+        "dogs/3.png",
+        "dogs/4.png",
+        "dogs/5.png",
+    ]
     img, label = ds[-1]
     assert isinstance(img, Image.Image) and img.mode == "RGB" and label == 1
     assert np.array(img)[0, 0, 0] == 5 * 40
@@ -279,8 +296,9 @@ def test_on_error_is_the_guards_policy(index, images, tmp_path):
         dsclean.guard(IndexedDataset(index, on_error="skip"))
     # dsclean.DataLoader runs the dataset's own guard, with the loader's log
     skip = IndexedDataset(index, transform=to_array, on_error="skip")
-    loader = dsclean.DataLoader(skip, batch_size=4, num_workers=2, log=tmp_path / "f.jsonl",
-                                multiprocessing_context="fork")
+    loader = dsclean.DataLoader(
+        skip, batch_size=4, num_workers=2, log=tmp_path / "f.jsonl", multiprocessing_context="fork"
+    )
     assert loader.dataset is skip.guarded() and loader.dataset.dataset.classes == skip.classes
     labels = torch.cat([y for _, y in loader]).tolist()
     assert len(labels) == n - 1
@@ -299,12 +317,22 @@ def test_path_escape_refused(tmp_path):
     size = secret.stat().st_size
     os.symlink(secret, root / "link.png")
     os.symlink(tmp_path, root / "linkdir")
-    idx = write_raw_index(str(tmp_path / "evil.arrow"), str(root),
-                          [b"../secret.png", str(secret).encode(), b"link.png", b"ok/../../secret.png",
-                           b"linkdir/secret.png"], [size] * 5)
+    idx = write_raw_index(
+        str(tmp_path / "evil.arrow"),
+        str(root),
+        [b"../secret.png", str(secret).encode(), b"link.png", b"ok/../../secret.png", b"linkdir/secret.png"],
+        [size] * 5,
+    )
     ds = IndexedDataset(idx, on_error="skip")  # refusals are never skipped
-    for i, what in enumerate(["escapes", "absolute", "resolves to .*secret.png, outside the root", "escapes",
-                              "folder resolves to .*, outside the root"]):
+    for i, what in enumerate(
+        [
+            "escapes",
+            "absolute",
+            "resolves to .*secret.png, outside the root",
+            "escapes",
+            "folder resolves to .*, outside the root",
+        ]
+    ):
         with pytest.raises(UnsafePathError, match=rf"sample {i} .*refused.*{what}"):
             ds[i]
     with pytest.raises(UnsafePathError):
@@ -317,8 +345,10 @@ def test_compressed_index_refused_at_open(images, tmp_path):
     with pa.memory_map(good) as src:
         table = pa.ipc.open_file(src).read_all()
     bad = str(tmp_path / "lz4.arrow")
-    with pa.OSFile(bad, "wb") as sink, pa.ipc.new_file(
-            sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="lz4")) as w:
+    with (
+        pa.OSFile(bad, "wb") as sink,
+        pa.ipc.new_file(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="lz4")) as w,
+    ):
         w.write_table(table)
     with pytest.raises(UserError, match="lz4.arrow: the index is compressed"):
         IndexedDataset(bad)  # the constructor maps (and validates) the index

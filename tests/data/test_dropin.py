@@ -1,4 +1,5 @@
 """Issue 10 (4): IndexedDataset as a drop-in for torchvision's ImageFolder, and from_folder."""
+
 from __future__ import annotations
 
 import collections
@@ -49,8 +50,16 @@ def test_imagefolder_attributes(index, root):
     ds = IndexedDataset(index)
     assert ds.classes == ["cats", "dogs"] and ds.class_to_idx == {"cats": 0, "dogs": 1}
     assert ".png" in ds.extensions and ".jpg" in ds.extensions
-    expected = [(os.path.join(root, p), label) for p, label in
-                [("cats/0.png", 0), ("cats/1.png", 0), ("cats/sub/2.png", 0), ("dogs/3.png", 1), ("dogs/4.png", 1)]]
+    expected = [
+        (os.path.join(root, p), label)
+        for p, label in [
+            ("cats/0.png", 0),
+            ("cats/1.png", 0),
+            ("cats/sub/2.png", 0),
+            ("dogs/3.png", 1),
+            ("dogs/4.png", 1),
+        ]
+    ]
     for name in ("samples", "imgs"):
         seq = getattr(ds, name)
         assert isinstance(seq, Samples) and not isinstance(seq, list)
@@ -124,8 +133,10 @@ def test_under_ddp_one_process_builds_and_the_others_wait(root, tmp_path):
         path, built = index_folder({root!r}, jobs=1)
         print(path, built)
     """)
-    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(3)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), [e for _, e in outs]
     lines = [o.split() for o, _ in outs]

@@ -1,4 +1,5 @@
 """IndexedDataset over a packed shard set: same samples as the folder index, read from per-process maps."""
+
 from __future__ import annotations
 
 import io
@@ -132,8 +133,10 @@ def test_an_unfinished_pack_gets_one_message_from_every_command(tmp_path, capsys
     pack_shards(index, str(out), PackOptions(samples_per_shard=4))
     for name in ("index.arrow", "shardindex.json"):
         os.unlink(out / name)
-    want = (f"{out}: an unfinished pack (no shardindex.json or index.arrow yet): run the same dsclean pack "
-            "command again to finish it")
+    want = (
+        f"{out}: an unfinished pack (no shardindex.json or index.arrow yet): run the same dsclean pack "
+        "command again to finish it"
+    )
     with pytest.raises(UserError) as exc:
         IndexedDataset(str(out))
     assert str(exc.value) == want

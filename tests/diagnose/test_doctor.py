@@ -1,4 +1,5 @@
 """dsclean doctor: every system probe and every check's branches, on a fake /proc, /sys/fs/cgroup and /dev/shm."""
+
 from __future__ import annotations
 
 import argparse
@@ -78,8 +79,14 @@ def test_meminfo_missing(tmp_path):
 
 
 def test_cgroup_v2_limits(tmp_path):
-    sp = make_sys(tmp_path, cgroup="v2", memory_max=str(4 * GiB), memory_current=GiB, cpu_max="250000 100000",
-                  memory_events="oom 2\noom_kill 3\n")
+    sp = make_sys(
+        tmp_path,
+        cgroup="v2",
+        memory_max=str(4 * GiB),
+        memory_current=GiB,
+        cpu_max="250000 100000",
+        memory_events="oom 2\noom_kill 3\n",
+    )
     cg = read_cgroup(sp)
     assert (cg.version, cg.memory_limit, cg.memory_usage, cg.cpu_quota, cg.oom_kills) == (2, 4 * GiB, GiB, 2.5, 3)
 
@@ -99,8 +106,15 @@ def test_cgroup_v2_nested_path_takes_tightest_ancestor(tmp_path):
 
 
 def test_cgroup_v1_limits(tmp_path):
-    sp = make_sys(tmp_path, cgroup="v1", v1_limit=3 * GiB, v1_usage=GiB, v1_quota=150_000, v1_period=100_000,
-                  v1_oom_control="oom_kill_disable 0\nunder_oom 0\noom_kill 1\n")
+    sp = make_sys(
+        tmp_path,
+        cgroup="v1",
+        v1_limit=3 * GiB,
+        v1_usage=GiB,
+        v1_quota=150_000,
+        v1_period=100_000,
+        v1_oom_control="oom_kill_disable 0\nunder_oom 0\noom_kill 1\n",
+    )
     cg = read_cgroup(sp)
     assert (cg.version, cg.memory_limit, cg.memory_usage, cg.cpu_quota, cg.oom_kills) == (1, 3 * GiB, GiB, 1.5, 1)
 
@@ -151,10 +165,15 @@ def test_shm_statvfs_of_a_real_folder(tmp_path):
 def test_container_detection(tmp_path):
     assert detect_container(make_sys(tmp_path / "a")).kind is None
     assert detect_container(make_sys(tmp_path / "b", dockerenv=True)).kind == "docker"
-    assert detect_container(make_sys(tmp_path / "c", proc1_cgroup=canned("proc1_cgroup_docker_v1.txt"))).kind == "docker"
+    assert (
+        detect_container(make_sys(tmp_path / "c", proc1_cgroup=canned("proc1_cgroup_docker_v1.txt"))).kind == "docker"
+    )
     k8s = detect_container(make_sys(tmp_path / "d", env={"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, dockerenv=True))
     assert k8s.kind == "kubernetes" and len(k8s.evidence) == 2
-    assert detect_container(make_sys(tmp_path / "e", proc1_cgroup=canned("proc1_cgroup_kubepods.txt"))).kind == "kubernetes"
+    assert (
+        detect_container(make_sys(tmp_path / "e", proc1_cgroup=canned("proc1_cgroup_kubepods.txt"))).kind
+        == "kubernetes"
+    )
     assert detect_container(make_sys(tmp_path / "f", env={"container": "podman"})).kind == "podman"
     assert detect_container(make_sys(tmp_path / "g", env={"container": "lxc"})).kind == "container"
 
@@ -194,7 +213,9 @@ def _sh(script: str) -> tuple[str, ...]:
 
 
 def test_read_kernel_log_commands(tmp_path):
-    denied = _sh("import sys; sys.stderr.write('dmesg: read kernel buffer failed: Operation not permitted\\n'); sys.exit(1)")
+    denied = _sh(
+        "import sys; sys.stderr.write('dmesg: read kernel buffer failed: Operation not permitted\\n'); sys.exit(1)"
+    )
     empty_journal = _sh("print('-- No entries --')")
     ok = _sh("print('[1.0] Out of memory: Killed process 5 (python) total-vm:10kB, anon-rss:8kB, file-rss:0kB')")
     log = read_kernel_log(SysPaths(kernel_log_cmds=(("no-such-dmesg-xyz",), denied, empty_journal, ok)))
@@ -226,8 +247,15 @@ def test_shm_in_flight_does_not_fit_fails(tmp_path, big_index):
     assert c.status == FAIL and c.data["in_flight"] == IN_FLIGHT
     assert "4 workers x 2 prefetch x 32 batch" in c.value
     fixes = "\n".join(c.fixes)
-    for needle in ("docker run --shm-size=2g", "shm_size:", "emptyDir", "medium: Memory", "/dev/shm",
-                   "--ipc=host", "trust"):
+    for needle in (
+        "docker run --shm-size=2g",
+        "shm_size:",
+        "emptyDir",
+        "medium: Memory",
+        "/dev/shm",
+        "--ipc=host",
+        "trust",
+    ):
         assert needle in fixes
     assert report.exit_code == 1
 
@@ -276,16 +304,18 @@ def test_container_check(tmp_path):
 
 
 def test_memory_estimate_over_cgroup_limit_fails(tmp_path, big_index):
-    c = doctor(tmp_path, index=big_index, sys_kw={"memory_max": str(GiB), "memory_current": 100 * MiB},
-               **LOADER).check("memory")
+    c = doctor(tmp_path, index=big_index, sys_kw={"memory_max": str(GiB), "memory_current": 100 * MiB}, **LOADER).check(
+        "memory"
+    )
     assert c.status == FAIL and "killed by signal: Killed" in c.detail
     assert c.data["budget_source"] == "cgroup v2 limit minus usage" and c.data["budget"] == GiB - 100 * MiB
     assert any("num_workers=" in f for f in c.fixes)
 
 
 def test_memory_v1_limit_fails(tmp_path, big_index):
-    c = doctor(tmp_path, index=big_index, sys_kw={"cgroup": "v1", "v1_limit": GiB, "v1_usage": 0},
-               **LOADER).check("memory")
+    c = doctor(tmp_path, index=big_index, sys_kw={"cgroup": "v1", "v1_limit": GiB, "v1_usage": 0}, **LOADER).check(
+        "memory"
+    )
     assert c.status == FAIL and "cgroup v1 limit 1.0 GiB" in c.value
 
 
@@ -316,8 +346,9 @@ def test_memory_unreadable(tmp_path):
 
 
 def test_cpu_too_many_workers_warns(tmp_path):
-    c = doctor(tmp_path, sys_kw={"cpu_count": 64, "cpus_allowed": "0-63", "cpu_max": "400000 100000"},
-               num_workers=16).check("cpu")
+    c = doctor(
+        tmp_path, sys_kw={"cpu_count": 64, "cpus_allowed": "0-63", "cpu_max": "400000 100000"}, num_workers=16
+    ).check("cpu")
     assert c.status == WARN and "16 workers share 4 cores" in c.detail
     assert "os.cpu_count() says 64" in c.detail and c.fixes == ["use num_workers=3"]
 
@@ -346,19 +377,24 @@ def test_oom_clean_log_ok(tmp_path):
 
 
 def test_oom_log_unreadable_warns_and_says_how_to_check(tmp_path):
-    c = doctor(tmp_path, sys_kw={"kernel_log": None, "kernel_log_error": "dmesg: Operation not permitted",
-                                 "dockerenv": True}).check("oom")
+    c = doctor(
+        tmp_path, sys_kw={"kernel_log": None, "kernel_log_error": "dmesg: Operation not permitted", "dockerenv": True}
+    ).check("oom")
     assert c.status == WARN and "Operation not permitted" in c.detail
     fixes = "\n".join(c.fixes)
     assert "sudo dmesg" in fixes and "journalctl -k" in fixes and "OOMKilled" in fixes
-    k8s = doctor(tmp_path / "k", sys_kw={"kernel_log": None, "kernel_log_error": "denied",
-                                         "env": {"KUBERNETES_SERVICE_HOST": "x"}}).check("oom")
+    k8s = doctor(
+        tmp_path / "k",
+        sys_kw={"kernel_log": None, "kernel_log_error": "denied", "env": {"KUBERNETES_SERVICE_HOST": "x"}},
+    ).check("oom")
     assert "kubectl describe pod" in "\n".join(k8s.fixes)
 
 
 def test_oom_cgroup_counter_fails_even_without_log(tmp_path):
-    c = doctor(tmp_path / "a", sys_kw={"kernel_log": None, "kernel_log_error": "denied",
-                                       "memory_events": "oom 1\noom_kill 2\n"}).check("oom")
+    c = doctor(
+        tmp_path / "a",
+        sys_kw={"kernel_log": None, "kernel_log_error": "denied", "memory_events": "oom 1\noom_kill 2\n"},
+    ).check("oom")
     assert c.status == FAIL and "counter 2" in c.value
     c = doctor(tmp_path / "b", sys_kw={"memory_events": "oom_kill 1\n"}).check("oom")
     assert c.status == FAIL and "counts 1 OOM kills" in c.value
@@ -421,13 +457,30 @@ def test_estimate_from_scan_facts(tmp_path):
 def test_cli_json_and_exit_codes(tmp_path, big_index, monkeypatch, capsys):
     bad = make_sys(tmp_path / "bad", shm=(64 * MiB, 64 * MiB))
     monkeypatch.setattr(cli_doctor, "system_paths", lambda: bad)
-    code, out, _ = run_cli(["doctor", "--index", big_index, "--batch-size", "32", "--num-workers", "4",
-                            "--prefetch-factor", "2", "--json"], capsys)
+    code, out, _ = run_cli(
+        [
+            "doctor",
+            "--index",
+            big_index,
+            "--batch-size",
+            "32",
+            "--num-workers",
+            "4",
+            "--prefetch-factor",
+            "2",
+            "--json",
+        ],
+        capsys,
+    )
     data = json.loads(out)
     assert code == 1 and data["status"] == FAIL
     assert {c["key"]: c["status"] for c in data["checks"]}["shm"] == FAIL
-    assert data["settings"] == {"batch_size": 32, "num_workers": 4, "prefetch_factor": 2,
-                                "given": ["batch_size", "num_workers", "prefetch_factor"]}
+    assert data["settings"] == {
+        "batch_size": 32,
+        "num_workers": 4,
+        "prefetch_factor": 2,
+        "given": ["batch_size", "num_workers", "prefetch_factor"],
+    }
     assert data["sample_bytes"]["mean"] == 3_000_000 and "num_workers" in data["recommendation"]["kwargs"]
 
     good = make_sys(tmp_path / "good")

@@ -1,4 +1,5 @@
 """dsclean explain: each message family, from canned PyTorch text and from errors the installed PyTorch raises."""
+
 from __future__ import annotations
 
 import argparse
@@ -32,13 +33,18 @@ from dsclean.diagnose.explain import (
 
 KILLED = "RuntimeError: DataLoader worker (pid 1234) is killed by signal: Killed."
 VANISHED = "RuntimeError: DataLoader worker (pid(s) 1234, 1235) exited unexpectedly"
-BUS_HANDLER = ("ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared "
-               "memory (shm).")
-BUS = ("RuntimeError: DataLoader worker (pid 1234) is killed by signal: Bus error. It is possible that "
-       "dataloader's workers are out of shared memory. Please try to raise your shared memory limit.")
+BUS_HANDLER = (
+    "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm)."
+)
+BUS = (
+    "RuntimeError: DataLoader worker (pid 1234) is killed by signal: Bus error. It is possible that "
+    "dataloader's workers are out of shared memory. Please try to raise your shared memory limit."
+)
 NO_SPACE = "RuntimeError: unable to write to file </torch_123_456_0>: No space left on device (28)"
-EXIT_1 = ("RuntimeError: DataLoader worker (pid(s) 12345) exited unexpectedly with exit code 1. Details are lost "
-          "due to multiprocessing. Rerunning with num_workers=0 may give better error message.")
+EXIT_1 = (
+    "RuntimeError: DataLoader worker (pid(s) 12345) exited unexpectedly with exit code 1. Details are lost "
+    "due to multiprocessing. Rerunning with num_workers=0 may give better error message."
+)
 CAUGHT = """Traceback (most recent call last):
   File "train.py", line 40, in <module>
     for x, y in loader:
@@ -52,19 +58,32 @@ Original Traceback (most recent call last):
     raise OSError(msg)
 OSError: image file is truncated (3 bytes not processed)
 """
-TOO_MANY = ("RuntimeError: Too many open files. Communication with the workers is no longer possible. Please "
-            "increase the limit using `ulimit -n` in the shell or change the sharing strategy by calling "
-            "`torch.multiprocessing.set_sharing_strategy('file_system')` at the beginning of your code")
+TOO_MANY = (
+    "RuntimeError: Too many open files. Communication with the workers is no longer possible. Please "
+    "increase the limit using `ulimit -n` in the shell or change the sharing strategy by calling "
+    "`torch.multiprocessing.set_sharing_strategy('file_system')` at the beginning of your code"
+)
 SEGV = "RuntimeError: DataLoader worker (pid 777) is killed by signal: Segmentation fault."
 
 
-@pytest.mark.parametrize("text, kind", [
-    (KILLED, OOM), (VANISHED, OOM), (BUS_HANDLER, SHM), (BUS, SHM), (NO_SPACE, SHM), (EXIT_1, EXCEPTION),
-    (CAUGHT, EXCEPTION), (TOO_MANY, OPEN_FILES), (SEGV, CRASH),
-    ("ERROR: Unexpected segmentation fault encountered in worker.", CRASH),
-    ("Killed process 5 (python) total-vm:1kB, anon-rss:1kB", OOM),
-    ("ValueError: could not broadcast input array", UNKNOWN), ("", UNKNOWN),
-])
+@pytest.mark.parametrize(
+    "text, kind",
+    [
+        (KILLED, OOM),
+        (VANISHED, OOM),
+        (BUS_HANDLER, SHM),
+        (BUS, SHM),
+        (NO_SPACE, SHM),
+        (EXIT_1, EXCEPTION),
+        (CAUGHT, EXCEPTION),
+        (TOO_MANY, OPEN_FILES),
+        (SEGV, CRASH),
+        ("ERROR: Unexpected segmentation fault encountered in worker.", CRASH),
+        ("Killed process 5 (python) total-vm:1kB, anon-rss:1kB", OOM),
+        ("ValueError: could not broadcast input array", UNKNOWN),
+        ("", UNKNOWN),
+    ],
+)
 def test_families(text, kind):
     exp = explain(text)
     assert exp.kind == kind
@@ -158,8 +177,9 @@ def _loader_error(loader) -> str:
     raise AssertionError("the loader did not fail")
 
 
-@pytest.mark.parametrize("how, kind", [("kill", OOM), ("bus", SHM), ("segv", CRASH), ("exit1", EXCEPTION),
-                                       ("raise", EXCEPTION)])
+@pytest.mark.parametrize(
+    "how, kind", [("kill", OOM), ("bus", SHM), ("segv", CRASH), ("exit1", EXCEPTION), ("raise", EXCEPTION)]
+)
 def test_real_pytorch_messages(how, kind, capfd):
     text = _real_error(how, capfd)
     exp = explain(text)
@@ -279,7 +299,9 @@ def test_imagefolder_empty_class_is_explained():
 
 def test_an_empty_class_is_not_answered_with_scan_first():
     """Review 6, bug 7: the class may be empty because a scan moved all its files out; scanning again is no fix."""
-    exp = explain("  File \"torchvision/datasets/folder.py\", line 102, in make_dataset\n"
-                  "FileNotFoundError: Found no valid file for the classes zebra. Supported extensions are: .jpg")
+    exp = explain(
+        '  File "torchvision/datasets/folder.py", line 102, in make_dataset\n'
+        "FileNotFoundError: Found no valid file for the classes zebra. Supported extensions are: .jpg"
+    )
     assert exp.kind == "empty_class" and not exp.fixes[0].startswith("dsclean scan")
     assert "emptied" in exp.fixes[0] and "restore" in exp.fixes[0]

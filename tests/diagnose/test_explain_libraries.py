@@ -1,4 +1,5 @@
 """dsclean explain on the messages the libraries really raise (each produced here by calling the library)."""
+
 from __future__ import annotations
 
 import glob
@@ -148,8 +149,13 @@ def test_a_torchvision_built_for_another_torch(tmp_path):
     site = _mismatched_torchvision(tmp_path)
     if site is None:
         pytest.skip("no torchvision wheel of another torch on this machine")
-    out = subprocess.run([sys.executable, "-c", "import torchvision"], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": site})
+    out = subprocess.run(
+        [sys.executable, "-c", "import torchvision"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": site},
+    )
     assert out.returncode != 0 and "operator torchvision::nms does not exist" in out.stderr
     exp = explain(out.stderr)
     assert exp.library == "torchvision_mismatch" and "download.pytorch.org/whl/cpu" in exp.fixes[0]

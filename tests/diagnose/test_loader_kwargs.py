@@ -1,4 +1,5 @@
 """recommended_loader_kwargs: bounds by cores, memory and /dev/shm; sample sizes from facts or measured."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -40,23 +41,32 @@ class Tensors(Dataset):
 
 def test_cpu_bound(tmp_path):
     rec = recommended_loader_kwargs(Tensors(), 16, sys_paths=make_sys(tmp_path), cuda_available=False)
-    assert rec.kwargs == {"batch_size": 16, "num_workers": 7, "prefetch_factor": 2, "persistent_workers": True,
-                          "pin_memory": False}
+    assert rec.kwargs == {
+        "batch_size": 16,
+        "num_workers": 7,
+        "prefetch_factor": 2,
+        "persistent_workers": True,
+        "pin_memory": False,
+    }
     assert rec.bounds["cpu"] == 7 and "limited by cpu" in rec.reasons[-3]
     assert rec.estimate.method == "measured" and rec.estimate.mean == 768
 
 
 def test_cpu_quota_and_single_core(tmp_path):
-    rec = recommended_loader_kwargs(None, 8, sys_paths=make_sys(tmp_path / "a", cpu_max="300000 100000"),
-                                    cuda_available=False, sample_bytes=1000)
+    rec = recommended_loader_kwargs(
+        None, 8, sys_paths=make_sys(tmp_path / "a", cpu_max="300000 100000"), cuda_available=False, sample_bytes=1000
+    )
     assert rec.kwargs["num_workers"] == 2 and "cgroup quota 3 cores" in rec.reasons[0]
-    one = recommended_loader_kwargs(None, 8, sys_paths=make_sys(tmp_path / "b", cpus_allowed="0"),
-                                    cuda_available=False, sample_bytes=1000)
+    one = recommended_loader_kwargs(
+        None, 8, sys_paths=make_sys(tmp_path / "b", cpus_allowed="0"), cuda_available=False, sample_bytes=1000
+    )
     assert one.kwargs == {"batch_size": 8, "num_workers": 0, "pin_memory": False}  # no prefetch_factor at 0
     assert "0 = load in the main process" in str(one)
 
 
-def test_memory_bound(tmp_path, ):
+def test_memory_bound(
+    tmp_path,
+):
     # 3 MB samples, batch 32, prefetch 2: a worker needs 200 MiB + 3 x 96 MB ~ 488 MB; 50% of 2 GiB fits 2
     sp = make_sys(tmp_path, memory_max=str(2 * GiB + 500 * MiB), memory_current=500 * MiB)
     rec = recommended_loader_kwargs(None, 32, sys_paths=sp, cuda_available=False, sample_bytes=3_000_000)
@@ -101,8 +111,9 @@ def test_unknown_sample_size(tmp_path):
 
 
 def test_kwargs_work_with_a_real_dataloader(tmp_path):
-    rec = recommended_loader_kwargs(Tensors(), 4, sys_paths=make_sys(tmp_path, cpus_allowed="0-2"),
-                                    cuda_available=False)
+    rec = recommended_loader_kwargs(
+        Tensors(), 4, sys_paths=make_sys(tmp_path, cpus_allowed="0-2"), cuda_available=False
+    )
     assert rec.kwargs["num_workers"] == 2
     x, y = next(iter(DataLoader(Tensors(), **rec.kwargs)))
     assert x.shape == (4, 3, 8, 8)
@@ -113,9 +124,13 @@ def test_kwargs_work_with_a_real_dataloader(tmp_path):
 
 
 def test_bytes_from_facts():
-    facts = {"kind": np.array([0, 0, 1, 1, 0]), "width": np.array([10, 10, -1, -1, -1]),
-             "height": np.array([20, 20, -1, -1, -1]), "channels": np.array([-1, 1, 2, -1, -1]),
-             "frames": np.array([-1, -1, 1000, 1000, -1])}
+    facts = {
+        "kind": np.array([0, 0, 1, 1, 0]),
+        "width": np.array([10, 10, -1, -1, -1]),
+        "height": np.array([20, 20, -1, -1, -1]),
+        "channels": np.array([-1, 1, 2, -1, -1]),
+        "frames": np.array([-1, -1, 1000, 1000, -1]),
+    }
     assert bytes_from_facts(facts).tolist() == [600, 200, 8000, -1, -1]
     assert bytes_from_facts({}).tolist() == []
 
@@ -135,8 +150,9 @@ def test_facts_from_index_and_dataset(tmp_path, fmt):
 
 
 def test_audio_facts(tmp_path):
-    index = facts_index(tmp_path / "a.arrow", tmp_path / "data", kind=1, width=None, height=None, channels=2,
-                        frames=16_000)
+    index = facts_index(
+        tmp_path / "a.arrow", tmp_path / "data", kind=1, width=None, height=None, channels=2, frames=16_000
+    )
     assert estimate_sample_bytes(index).mean == 16_000 * 2 * 4
 
 

@@ -1,4 +1,5 @@
 """dsclean probe: a real DataLoader with 2 workers (climbing vs settled memory) and --all over broken files."""
+
 from __future__ import annotations
 
 import argparse
@@ -116,8 +117,7 @@ def test_indexed_dataset_memory_settles(png_index):
 
 
 def test_growing_dataset_is_flagged_as_climbing():
-    result = probe_dataset(GrowingDataset(), num_workers=2, batch_size=4, seconds=3.0, interval=0.25,
-                           collate_fn=None)
+    result = probe_dataset(GrowingDataset(), num_workers=2, batch_size=4, seconds=3.0, interval=0.25, collate_fn=None)
     assert len(result.workers) == 2
     for w in result.workers:
         assert w.climbing and w.slope > CLIMB_SLOPE and w.growth > CLIMB_GROWTH, (w.slope, w.uss)
@@ -228,8 +228,22 @@ def test_cli_usage_errors(png_index, tmp_path, capsys, monkeypatch):
 
 
 def test_cli_probe_json(png_index, capsys):
-    code, out = _cli(["probe", png_index, "--num-workers", "2", "--batch-size", "8", "--batches", "20",
-                      "--interval", "0.1", "--json"], capsys)
+    code, out = _cli(
+        [
+            "probe",
+            png_index,
+            "--num-workers",
+            "2",
+            "--batch-size",
+            "8",
+            "--batches",
+            "20",
+            "--interval",
+            "0.1",
+            "--json",
+        ],
+        capsys,
+    )
     data = json.loads(out)
     assert code == 0 and data["batches"] == 20 and data["samples"] == 160 and data["climbing"] is False
     assert data["num_workers"] == 2
@@ -238,8 +252,9 @@ def test_cli_probe_json(png_index, capsys):
 def test_plot_when_matplotlib_is_installed(png_index, tmp_path, capsys):
     pytest.importorskip("matplotlib")
     out = tmp_path / "mem.png"
-    code, text = _cli(["probe", png_index, "--batches", "10", "--batch-size", "8", "--interval", "0.1",
-                       "--plot", str(out)], capsys)
+    code, text = _cli(
+        ["probe", png_index, "--batches", "10", "--batch-size", "8", "--interval", "0.1", "--plot", str(out)], capsys
+    )
     assert code == 0 and out.stat().st_size > 0 and "plot written" in text
 
 
@@ -255,8 +270,9 @@ def test_all_groups_failures_by_reason(broken_set, capsys):
         os.remove(os.path.join(root, "good", f"{i}.png"))
     code, out = _cli(["probe", index, "--all"], capsys)
     assert code == 1 and "Traceback" not in out and "full tracebacks: --tracebacks" in out
-    counts = {line.split(None, 1)[1]: int(line.split()[0]) for line in out.splitlines()[1:]
-              if line[:8].strip().isdigit()}
+    counts = {
+        line.split(None, 1)[1]: int(line.split()[0]) for line in out.splitlines()[1:] if line[:8].strip().isdigit()
+    }
     assert counts["FileNotFoundError: [Errno 2] No such file or directory: <path>"] == 3
     assert sum(counts.values()) == 7 and len(counts) == 5
     assert re.search(r"sample \d+: good/0.png\n", out) and re.search(r"sample \d+: good/1.png\n", out)
@@ -268,21 +284,39 @@ def test_all_groups_failures_by_reason(broken_set, capsys):
 def test_failure_reason_drops_what_differs_per_file():
     from dsclean.diagnose.probe import failure_reason
 
-    a = failure_reason("SampleError: sample 3 (bad/a.png under /d): OSError: image file is truncated (5 bytes not processed)")
-    b = failure_reason("SampleError: sample 9 (x/b.png under /d): OSError: image file is truncated (12 bytes not processed)")
+    a = failure_reason(
+        "SampleError: sample 3 (bad/a.png under /d): OSError: image file is truncated (5 bytes not processed)"
+    )
+    b = failure_reason(
+        "SampleError: sample 9 (x/b.png under /d): OSError: image file is truncated (12 bytes not processed)"
+    )
     assert a == b == "OSError: image file is truncated (N bytes not processed)"
     # paths become <path>, the message's own text (parentheses, quotes, digits in words) stays readable
-    farm = ("SampleError: sample 0 (a/0.jpg under /tmp/review5/farm): refused: its folder resolves to "
-            "/tmp/review5/store/{}, outside the root (IndexedDataset(..., follow_symlinks='all') follows such links)")
-    assert failure_reason(farm.format("a")) == failure_reason(farm.format("b")) == (
-        "refused: its folder resolves to <path>, outside the root "
-        "(IndexedDataset(..., follow_symlinks='all') follows such links)")
+    farm = (
+        "SampleError: sample 0 (a/0.jpg under /tmp/review5/farm): refused: its folder resolves to "
+        "/tmp/review5/store/{}, outside the root (IndexedDataset(..., follow_symlinks='all') follows such links)"
+    )
+    assert (
+        failure_reason(farm.format("a"))
+        == failure_reason(farm.format("b"))
+        == (
+            "refused: its folder resolves to <path>, outside the root "
+            "(IndexedDataset(..., follow_symlinks='all') follows such links)"
+        )
+    )
     gone = "SampleError: sample 2 (b/1.png under /d): FileNotFoundError: [Errno 2] No such file or directory: '{}'"
-    assert failure_reason(gone.format("/d/b/1.png")) == failure_reason(gone.format("/d/c 9/x.png")) == \
-        "FileNotFoundError: [Errno 2] No such file or directory: <path>"
-    assert failure_reason("SampleError: sample 1 (x under /d): UnidentifiedImageError: cannot identify image file "
-                          "<_io.BytesIO object at 0x7f3a2b1c0>") == \
-        "UnidentifiedImageError: cannot identify image file <_io.BytesIO object at 0x…>"
+    assert (
+        failure_reason(gone.format("/d/b/1.png"))
+        == failure_reason(gone.format("/d/c 9/x.png"))
+        == "FileNotFoundError: [Errno 2] No such file or directory: <path>"
+    )
+    assert (
+        failure_reason(
+            "SampleError: sample 1 (x under /d): UnidentifiedImageError: cannot identify image file "
+            "<_io.BytesIO object at 0x7f3a2b1c0>"
+        )
+        == "UnidentifiedImageError: cannot identify image file <_io.BytesIO object at 0x…>"
+    )
 
 
 def test_probe_names_its_own_flag_for_a_moved_dataset(broken_set, tmp_path, capsys):
@@ -324,15 +358,31 @@ def test_probe_uses_the_link_policy_the_index_was_built_with(symlink_farm, capsy
     assert read_meta(symlink_farm)["symlinks"] == "all"
     code, out = _cli(["probe", symlink_farm, "--all"], capsys)
     assert code == 0 and out.startswith("loaded 6 samples in the main process: 0 failed"), out
-    code, out = _cli(["probe", symlink_farm, "--num-workers", "1", "--batch-size", "2", "--batches", "3",
-                      "--interval", "0.1", "--json"], capsys)
+    code, out = _cli(
+        [
+            "probe",
+            symlink_farm,
+            "--num-workers",
+            "1",
+            "--batch-size",
+            "2",
+            "--batches",
+            "3",
+            "--interval",
+            "0.1",
+            "--json",
+        ],
+        capsys,
+    )
     data = json.loads(out)
     assert code == 0 and data["failed"] == 0 and data["samples"] == 6
     # --symlinks inside: the links out of the root are refused, grouped under a readable cause
     code, out = _cli(["probe", symlink_farm, "--all", "--symlinks", "inside"], capsys)
     assert code == 1 and "6 failed" in out
-    assert ("     6  refused: its folder resolves to <path>, outside the root "
-            "(IndexedDataset(..., follow_symlinks='all') follows such links)\n") in out
+    assert (
+        "     6  refused: its folder resolves to <path>, outside the root "
+        "(IndexedDataset(..., follow_symlinks='all') follows such links)\n"
+    ) in out
     assert "dsclean probe --symlinks all follows them" in out
 
 
@@ -346,8 +396,10 @@ def test_probe_and_info_take_a_packed_shard_folder_as_indexed_dataset_does(png_i
     assert len(IndexedDataset(shards)) == 300
     code, out = _cli(["probe", shards, "--all"], capsys)
     assert code == 0 and out.startswith("loaded 300 samples in the main process: 0 failed")
-    code, out = _cli(["probe", shards, "--num-workers", "1", "--batch-size", "10", "--batches", "3",
-                      "--interval", "0.1", "--json"], capsys)
+    code, out = _cli(
+        ["probe", shards, "--num-workers", "1", "--batch-size", "10", "--batches", "3", "--interval", "0.1", "--json"],
+        capsys,
+    )
     assert code == 0 and json.loads(out)["samples"] == 30
     with pytest.raises(UserError, match="packed shard set.*--root does not apply"):
         _cli(["probe", shards, "--all", "--root", str(tmp_path)], capsys)
@@ -355,4 +407,3 @@ def test_probe_and_info_take_a_packed_shard_folder_as_indexed_dataset_does(png_i
     info = json.loads(capsys.readouterr().out)
     assert info["rows"] == 300 and info["index"] == os.path.join(shards, "index.arrow")
     assert info["metadata"]["packed"]["shards"] == 3
-

@@ -1,4 +1,5 @@
 """dsclean doctor's torchvision check: absent, or the real mismatch a torchvision built for another torch gives."""
+
 from __future__ import annotations
 
 import glob
@@ -52,6 +53,8 @@ def test_a_torchvision_built_for_another_torch_fails_with_the_pair_to_install(tm
     c = check_torchvision([site])
     assert c.status == FAIL and c.value.endswith(f"does not work with torch {torch.__version__}")
     want = matching(torch.__version__)
-    assert c.fixes[0].startswith(f"pip install torchvision=={want[0]}.* torchaudio=={want[1]}.* --index-url "
-                                 f"{index_url(torch.__version__, torch.version.cuda)}")
+    assert c.fixes[0].startswith(
+        f"pip install torchvision=={want[0]}.* torchaudio=={want[1]}.* --index-url "
+        f"{index_url(torch.__version__, torch.version.cuda)}"
+    )
     assert explain(found["error"]).library == "torchvision_mismatch"  # and explain names the same fix

@@ -4,6 +4,7 @@ Every source picture gets eight edited copies (resized twice, recompressed, PNG-
 cropped twice, brightened, darkened); sources include quadrant tiles of textures
 (brick, grass, gravel) and busy photos: distinct scenes with the same statistics.
 """
+
 from __future__ import annotations
 
 import pytest

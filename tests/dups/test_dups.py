@@ -1,4 +1,5 @@
 """dsclean dups end to end: real files, real worker processes, the JSONL format, --check, quarantine."""
+
 from __future__ import annotations
 
 import base64
@@ -63,7 +64,10 @@ def test_groups_jsonl_format_order_and_check(splits, capsys):
     ]
     assert exact["splits"] == roots[:2]
     near = next(r for r in recs if r["kind"] == "near")
-    assert [(m["root"], m["path"]) for m in near["members"]] == [(roots[0], "dogs/b.png"), (roots[2], "dogs/b_small.jpg")]
+    assert [(m["root"], m["path"]) for m in near["members"]] == [
+        (roots[0], "dogs/b.png"),
+        (roots[2], "dogs/b_small.jpg"),
+    ]
     assert 0 < near["members"][1]["distance"] <= 8 and near["splits"] == [roots[0], roots[2]]
     assert len(recs) == 2  # the six other pictures are in no group
     assert "2 groups span splits" in capsys.readouterr().out
@@ -110,8 +114,13 @@ def test_hostile_files_do_not_stop_dups(tmp_path):
     write(root, "a2.jpg", a)
     write(root, "x__segfault__.jpg", synth.jpeg(64, 64, seed=6))
     write(root, "y__hang__.jpg", synth.jpeg(64, 64, seed=7))
-    proc = subprocess.run([sys.executable, "-m", "dsclean", "dups", str(root), "--timeout", "2", "-j", "2", "--json"],
-                          capture_output=True, text=True, env={**os.environ, "DSCLEAN_TEST_FAULTS": "1"}, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dsclean", "dups", str(root), "--timeout", "2", "-j", "2", "--json"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DSCLEAN_TEST_FAULTS": "1"},
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     s = json.loads(proc.stdout)
     assert (s["exact_groups"], s["duplicate_files"]) == (1, 1)
@@ -131,13 +140,33 @@ def test_uses_current_scan_results_and_skips_bad_files(tmp_path):
     for name in ("a.jpg", "b.jpg", "cut1.jpg", "cut2.jpg"):
         path = str(root / name)
         st, ff = os.stat(path), facts_from_path(path)
-        rows.append({"path": name.encode(), "status": "bad" if "cut" in name else "ok", "size": st.st_size,
-                     "mtime_ns": st.st_mtime_ns, "width": 128, "height": 128,
-                     "content_hash": ff.facts.content_hash, "phash": ff.facts.phash, "flags": ff.facts.flags})
+        rows.append(
+            {
+                "path": name.encode(),
+                "status": "bad" if "cut" in name else "ok",
+                "size": st.st_size,
+                "mtime_ns": st.st_mtime_ns,
+                "width": 128,
+                "height": 128,
+                "content_hash": ff.facts.content_hash,
+                "phash": ff.facts.phash,
+                "flags": ff.facts.flags,
+            }
+        )
     os.makedirs(root / ".dsclean")
-    schema = pa.schema([("path", pa.binary()), ("status", pa.string()), ("size", pa.int64()), ("mtime_ns", pa.int64()),
-                        ("width", pa.int32()), ("height", pa.int32()), ("content_hash", pa.binary(16)),
-                        ("phash", pa.uint64()), ("flags", pa.list_(pa.string()))])
+    schema = pa.schema(
+        [
+            ("path", pa.binary()),
+            ("status", pa.string()),
+            ("size", pa.int64()),
+            ("mtime_ns", pa.int64()),
+            ("width", pa.int32()),
+            ("height", pa.int32()),
+            ("content_hash", pa.binary(16)),
+            ("phash", pa.uint64()),
+            ("flags", pa.list_(pa.string())),
+        ]
+    )
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), root / ".dsclean" / "scan_results.parquet")
     write(root, "new.jpg", a)  # not in the results: computed
     result = find_duplicates([str(root)], OPTS)
@@ -161,8 +190,12 @@ def test_never_scanned_root_and_missing_root(tmp_path, capsys):
 
 def _listing(root):
     """Media files under ``root`` (not dsclean's own: state folder, quarantine marker, lock, journal)."""
-    return sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs
-                  if ".dsclean" not in d and not f.startswith(".") and f not in ("manifest.jsonl", "quarantine.json"))
+    return sorted(
+        os.path.relpath(os.path.join(d, f), root)
+        for d, _, fs in os.walk(root)
+        for f in fs
+        if ".dsclean" not in d and not f.startswith(".") and f not in ("manifest.jsonl", "quarantine.json")
+    )
 
 
 def test_quarantine_keeps_one_per_split_and_never_moves_across_without_drop_from(splits):
@@ -195,8 +228,21 @@ def test_nested_roots_and_outputs_inside_a_root_are_refused_before_anything_move
     before = _listing(train)
     assert main(["dups", str(train), str(train / "cats"), "--check", "-q"]) == 2
     assert "is inside" in capsys.readouterr().err
-    assert main(["dups", str(train / "cats"), str(train), "--quarantine", str(splits / "q"),
-                 "--drop-from", str(train / "cats"), "-q"]) == 2
+    assert (
+        main(
+            [
+                "dups",
+                str(train / "cats"),
+                str(train),
+                "--quarantine",
+                str(splits / "q"),
+                "--drop-from",
+                str(train / "cats"),
+                "-q",
+            ]
+        )
+        == 2
+    )
     assert main(["dups", str(train), "-o", str(train / "cats" / "groups.jsonl"), "-q"]) == 2
     assert "never writes into a dataset" in capsys.readouterr().err
     assert main(["dups", str(train), "--quarantine", str(train / "q"), "-q"]) == 2
@@ -205,6 +251,7 @@ def test_nested_roots_and_outputs_inside_a_root_are_refused_before_anything_move
     with pytest.raises(UserError, match="inside the dataset"):
         write_groups(result, str(train / "g.jsonl"))
     from dsclean.dups.moves import quarantine_duplicates
+
     with pytest.raises(UserError, match="inside the dataset"):
         quarantine_duplicates(result, str(train / "q"))
 
@@ -307,8 +354,10 @@ def test_reads_every_part_of_a_job_array_and_says_where_results_came_from(tmp_pa
         write(root, f"x/{i}.jpg", synth.jpeg(200, 150, seed=10 + i))
     write(root, "x/cut.jpg", synth.truncate(synth.jpeg(200, 150, seed=30), 0.5))
     for part in range(2):
-        scan(str(root), ScanOptions(shard=(part, 2), report_dir=str(tmp_path / "rep"), state_dir=state, jobs=1,
-                                    backend="threads"))
+        scan(
+            str(root),
+            ScanOptions(shard=(part, 2), report_dir=str(tmp_path / "rep"), state_dir=state, jobs=1, backend="threads"),
+        )
     calls = []
     result = find_duplicates([str(root)], DupsOptions(jobs=2, timeout=30, state_dir=state), progress=calls.append)
     s = result.summary
@@ -335,7 +384,9 @@ def test_a_scan_with_facts_none_holds_no_hashes_so_dups_computes_them_and_says_w
     for i in range(4):
         write(root, f"x/{i}.jpg", synth.jpeg(200, 150, seed=10 + i))
     write(root, "x/cut.jpg", synth.truncate(synth.jpeg(200, 150, seed=30), 0.5))
-    assert main(["scan", str(root), "--facts", "none", "--state-dir", state, "-q", "-j", "1"]) == 0  # no quarantine asked: exit 0
+    assert (
+        main(["scan", str(root), "--facts", "none", "--state-dir", state, "-q", "-j", "1"]) == 0
+    )  # no quarantine asked: exit 0
     result = find_duplicates([str(root)], DupsOptions(jobs=2, timeout=30, state_dir=state))
     s = result.summary
     assert (s.from_results, s.computed, s.excluded_bad) == (0, 6, 1)  # the scan's bad file still left out
@@ -388,8 +439,9 @@ def test_the_quarantine_is_recorded_in_the_roots_state_folder(splits, tmp_path, 
     assert recorded_quarantines(str(train), str(state)) == [str(q / "train")]
     (splits / "not-a-folder").write_text("x")
     write(train, "cats/a_copy2.jpg", (train / "cats" / "a.jpg").read_bytes())
-    assert main(["dups", str(train), "--quarantine", str(q), "--state-dir", str(splits / "not-a-folder"),
-                 "--json"]) == 0
+    assert (
+        main(["dups", str(train), "--quarantine", str(q), "--state-dir", str(splits / "not-a-folder"), "--json"]) == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert out["moved"] == 1 and any("dsclean report will not know" in n for n in out["notes"])
 
@@ -421,8 +473,23 @@ def test_names_of_one_file_are_never_copies_of_each_other(tmp_path, bind_mount, 
     bind_mount(a / "dogs", b / "view")  # A's dogs seen again inside B
     q = tmp_path / "q"
     before_a, before_b = _listing(a), _listing(b)
-    code = main(["dups", str(a), str(b), "-o", str(tmp_path / "g.jsonl"), "--quarantine", str(q),
-                 "--drop-from", str(b), "--near", "0", "-j", "2"])
+    code = main(
+        [
+            "dups",
+            str(a),
+            str(b),
+            "-o",
+            str(tmp_path / "g.jsonl"),
+            "--quarantine",
+            str(q),
+            "--drop-from",
+            str(b),
+            "--near",
+            "0",
+            "-j",
+            "2",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     groups = _records(tmp_path / "g.jsonl")

@@ -1,4 +1,5 @@
 """Grouping rules on a hand-made inventory: exact runs, centred near groups, no chaining, output order."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,7 +18,9 @@ def _inv(rows, roots=("train", "val")) -> Inventory:
         roots=list(roots),
         root=np.array([r[0] for r in rows], np.int32),
         path=pa.array([r[1].encode() for r in rows], pa.binary()),
-        size=np.full(n, 10, np.int64), mtime_ns=np.zeros(n, np.int64), kind=np.zeros(n, np.int8),
+        size=np.full(n, 10, np.int64),
+        mtime_ns=np.zeros(n, np.int64),
+        kind=np.zeros(n, np.int8),
         pixels=np.full(n, 100, np.int64),
         content_hash=np.stack([np.frombuffer(content_hash(r[2] or r[1].encode()), np.uint8) for r in rows]),
         has_hash=np.array([r[2] is not None for r in rows]),
@@ -42,9 +45,18 @@ def _paths(inv, g):
 
 
 def test_exact_groups_span_splits_first_then_size_then_path():
-    inv = _inv([(0, "b.jpg", b"x", None), (0, "a.jpg", b"x", None), (0, "c.jpg", b"y", None),
-                (1, "c.jpg", b"y", None), (0, "d.jpg", b"z", None), (0, "e.jpg", b"z", None),
-                (0, "f.jpg", b"z", None), (0, "solo.jpg", b"w", None)])
+    inv = _inv(
+        [
+            (0, "b.jpg", b"x", None),
+            (0, "a.jpg", b"x", None),
+            (0, "c.jpg", b"y", None),
+            (1, "c.jpg", b"y", None),
+            (0, "d.jpg", b"z", None),
+            (0, "e.jpg", b"z", None),
+            (0, "f.jpg", b"z", None),
+            (0, "solo.jpg", b"w", None),
+        ]
+    )
     groups, _ = group(inv, 8, _accept)
     assert [(g.kind, _paths(inv, g)) for g in groups] == [
         ("exact", ["c.jpg", "c.jpg"]),  # spans train and val: first
@@ -81,8 +93,14 @@ def test_the_picture_closest_to_most_copies_is_the_centre():
 
 def test_near_group_carries_exact_copies_and_rejections_are_respected():
     h = 0xAAAA5555AAAA5555
-    inv = _inv([(0, "a.jpg", b"1", h), (1, "a2.jpg", b"1", h), (0, "b.jpg", b"2", _flip(h, [1, 2])),
-                (0, "c.jpg", b"3", _flip(h, [3, 4, 5]))])
+    inv = _inv(
+        [
+            (0, "a.jpg", b"1", h),
+            (1, "a2.jpg", b"1", h),
+            (0, "b.jpg", b"2", _flip(h, [1, 2])),
+            (0, "c.jpg", b"3", _flip(h, [3, 4, 5])),
+        ]
+    )
     c_pos = 3
 
     def reject_c(a, b):

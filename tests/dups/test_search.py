@@ -1,4 +1,5 @@
 """The LSH search against brute force: nothing farther than K, (almost) everything within."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,7 +16,9 @@ def _flip(h: np.uint64, bits) -> np.uint64:
 
 def _data(n=4000, planted=400, radius=8, seed=0):
     rng = np.random.default_rng(seed)
-    h = rng.integers(0, 2**63, n, dtype=np.int64).astype(np.uint64) << np.uint64(1) | rng.integers(0, 2, n).astype(np.uint64)
+    h = rng.integers(0, 2**63, n, dtype=np.int64).astype(np.uint64) << np.uint64(1) | rng.integers(0, 2, n).astype(
+        np.uint64
+    )
     for k in range(planted):
         h[n - 1 - k] = _flip(h[k], rng.choice(64, int(rng.integers(0, radius + 1)), replace=False))
     return h

@@ -1,4 +1,5 @@
 """dsclean index --dedup: exact duplicates left out, the first in path order kept, counted."""
+
 from __future__ import annotations
 
 import os
@@ -48,8 +49,12 @@ def test_dedup_uses_content_hash_from_scan_results(tmp_path):
     root = tmp_path / "d"
     a = _tree(root)
     dsclean.scan(str(root), dsclean.ScanOptions(report_dir=str(tmp_path / "r"), jobs=1, progress=False))
-    hashes = dict(zip(dsclean.read_results(str(tmp_path / "r")).column("path").to_pylist(),
-                      dsclean.read_results(str(tmp_path / "r")).column("content_hash").to_pylist()))
+    hashes = dict(
+        zip(
+            dsclean.read_results(str(tmp_path / "r")).column("path").to_pylist(),
+            dsclean.read_results(str(tmp_path / "r")).column("content_hash").to_pylist(),
+        )
+    )
     assert hashes[b"cats/a.jpg"] == content_hash(a)
     s = build_index(str(root), str(tmp_path / "i.arrow"), dedup=True)
     assert (s.duplicates, s.hashed, s.rows) == (2, 0, 3)  # every hash came from the scan: nothing read again

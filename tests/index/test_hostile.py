@@ -4,6 +4,7 @@ Each test writes a good index, corrupts it by hand (metadata, bytes of one colum
 buffer, a truncated file, npy arrays of the wrong shape) and opens it the three ways
 a user does: ``open_index``, ``IndexedDataset`` and ``dsclean info``.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,9 @@ PATHS = [b"cats/a.jpg", b"cats/b.jpg", b"cats/c.jpg", b"dogs/d.jpg", b"dogs/e.jp
 def _table(labels=(0, 0, 0, 1, 1, 1)) -> pa.Table:
     schema = index_schema(classes=2, max_size=100, large=False, facts=False)
     n = len(PATHS)
-    return pa.table({"path": PATHS, "label": list(labels), "kind": [0] * n, "size": [100] * n,
-                     "mtime_ns": [1] * n}).cast(schema)
+    return pa.table(
+        {"path": PATHS, "label": list(labels), "kind": [0] * n, "size": [100] * n, "mtime_ns": [1] * n}
+    ).cast(schema)
 
 
 def _write(tmp_path, *, meta_edit=None, fmt="arrow", labels=(0, 0, 0, 1, 1, 1), mode="folder") -> str:
@@ -77,8 +79,11 @@ def test_a_good_index_opens_and_info_and_len_agree(tmp_path, capsys):
 
 @pytest.mark.parametrize("rows", [10**12, 5])
 def test_rows_in_the_metadata_must_match_the_columns(tmp_path, rows):
-    _refused(_write(tmp_path, meta_edit={"rows": rows}), rf"i\.arrow: corrupt index: the metadata says {rows:,} rows "
-                                                          r"but the label column has 6")
+    _refused(
+        _write(tmp_path, meta_edit={"rows": rows}),
+        rf"i\.arrow: corrupt index: the metadata says {rows:,} rows "
+        r"but the label column has 6",
+    )
 
 
 @pytest.mark.parametrize("rows", [-1, "6", 6.0, None])
@@ -123,8 +128,17 @@ def test_negative_size_in_an_old_format_index(tmp_path):
     root.mkdir()
     meta = make_meta(str(root), ["cats", "dogs"], "folder", 6, None)
     meta["format_version"] = 1
-    table = _table().cast(pa.schema([("path", pa.binary()), ("label", pa.int64()), ("kind", pa.int8()),
-                                     ("size", pa.int64()), ("mtime_ns", pa.int64())]))
+    table = _table().cast(
+        pa.schema(
+            [
+                ("path", pa.binary()),
+                ("label", pa.int64()),
+                ("kind", pa.int8()),
+                ("size", pa.int64()),
+                ("mtime_ns", pa.int64()),
+            ]
+        )
+    )
     path = str(tmp_path / "old.arrow")
     write_arrow(table, path, meta)
     assert open_index(path).labels.dtype == np.int64 and len(IndexedDataset(path)) == 6
@@ -133,8 +147,11 @@ def test_negative_size_in_an_old_format_index(tmp_path):
 
 
 def test_a_future_format_is_refused_by_name(tmp_path):
-    _refused(_write(tmp_path, meta_edit={"format_version": 99}), r"i\.arrow: index format 99 is newer than this "
-                                                                 r"dsclean understands \(2\)")
+    _refused(
+        _write(tmp_path, meta_edit={"format_version": 99}),
+        r"i\.arrow: index format 99 is newer than this "
+        r"dsclean understands \(2\)",
+    )
 
 
 def test_truncated_file(tmp_path):

@@ -1,4 +1,5 @@
 """dsclean index: both formats, ImageFolder order, labels, scan results, atomicity, CLI."""
+
 from __future__ import annotations
 
 import argparse
@@ -187,8 +188,20 @@ def _random_tree(root: str, seed: int) -> None:
 def test_imagefolder_equivalence_tricky_names(tmp_path, fmt):
     root = str(tmp_path / "data")
     # a/b vs a/b-c: os.walk order puts a/b/x before a/b-c/y; plain path order does the opposite
-    for rel in ["a/b/x.png", "a/b-c/y.png", "a/z.png", "a/b/c/d.png", "a/b.png", "a-b/q.png",
-                "a b/q.png", "B/up.png", "é/e.png", "a/B/k.PNG", "a/b/c-d/e.png", "a/b/c d/e.png"]:
+    for rel in [
+        "a/b/x.png",
+        "a/b-c/y.png",
+        "a/z.png",
+        "a/b/c/d.png",
+        "a/b.png",
+        "a-b/q.png",
+        "a b/q.png",
+        "B/up.png",
+        "é/e.png",
+        "a/B/k.PNG",
+        "a/b/c-d/e.png",
+        "a/b/c d/e.png",
+    ]:
         write(root, rel)
     out = str(tmp_path / f"i.{fmt}")
     build_index(root, out)
@@ -284,8 +297,9 @@ def test_labels_csv_may_list_files_the_scan_quarantined(tmp_path):
     with open(os.path.join(root, "bad.jpg"), "wb") as f:
         f.write(synth.truncate(synth.jpeg(64, 64), 0.5))
     state = str(tmp_path / "state")
-    s = scan(root, ScanOptions(jobs=1, backend="threads", quarantine=str(tmp_path / "q"), progress=False,
-                               state_dir=state))
+    s = scan(
+        root, ScanOptions(jobs=1, backend="threads", quarantine=str(tmp_path / "q"), progress=False, state_dir=state)
+    )
     assert s.quarantined == 1 and not os.path.exists(os.path.join(root, "bad.jpg"))
     csv = tmp_path / "labels.csv"
     csv.write_text("path,label\nx.png,a\nbad.jpg,b\ny.png,b\n")
@@ -346,8 +360,15 @@ def _hand_made_results(tree, tmp_path) -> str:
             {"path": "cats/a.png", "status": "bad", "reason": "corrupt", **_seen(tree, "cats/a.png")},
             {"path": "cats/sub/b.jpg", "status": "warn", "width": 6, "height": 5, **_seen(tree, "cats/sub/b.jpg")},
             {"path": "dogs/c.png", "status": "ok", "width": 40, "height": 40, "size": 1, "mtime_ns": 1},  # changed
-            {"path": "birds/song.wav", "status": "ok", "kind": "audio", "sample_rate": 8000, "frames": 100,
-             "channels": 2, **_seen(tree, "birds/song.wav")},
+            {
+                "path": "birds/song.wav",
+                "status": "ok",
+                "kind": "audio",
+                "sample_rate": 8000,
+                "frames": 100,
+                "channels": 2,
+                **_seen(tree, "birds/song.wav"),
+            },
             {"path": "dogs/fake.jpg", "status": "bad", "reason": "not_media", **_seen(tree, "dogs/fake.jpg")},
         ],
     )
@@ -383,9 +404,13 @@ def test_no_check_keeps_the_magic_bytes_mode(tree, tmp_path):
 
 
 def test_legacy_results_inside_the_root_are_read_and_unscanned_files_checked(tree, tmp_path):
-    write_results(os.path.join(tree, ".dsclean", "scan_results.parquet"),
-                  [{"path": "cats/a.png", "status": "bad", **_seen(tree, "cats/a.png")},
-                   {"path": "dogs/c.png", "status": "ok", **_seen(tree, "dogs/c.png")}])
+    write_results(
+        os.path.join(tree, ".dsclean", "scan_results.parquet"),
+        [
+            {"path": "cats/a.png", "status": "bad", **_seen(tree, "cats/a.png")},
+            {"path": "dogs/c.png", "status": "ok", **_seen(tree, "dogs/c.png")},
+        ],
+    )
     listing = sorted(os.walk(tree))
     out = str(tmp_path / "i.npy")
     s = build_index(tree, out)

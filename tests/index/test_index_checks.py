@@ -1,4 +1,5 @@
 """Issue 10: `index` checks what the scan did not cover; the ImageFolder file rule; PPM/PGM; wording."""
+
 from __future__ import annotations
 
 import os
@@ -83,8 +84,9 @@ def _cli(*args):
     import subprocess
     import sys
 
-    return subprocess.run([sys.executable, "-m", "dsclean", *map(str, args)], capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "dsclean", *map(str, args)], capture_output=True, text=True, timeout=300
+    )
 
 
 # ----------------------------------------------------------------------------- the ImageFolder file rule
@@ -203,8 +205,9 @@ def test_scanned_files_keep_the_kind_of_their_content(tmp_path):
     out = str(tmp_path / "i.arrow")
     # by default a file whose content is another kind than its extension stays out (test_index_warnings);
     # asked for, it is indexed with its content's kind
-    s = build_index(str(root), out, scan_results=str(tmp_path / "r" / "scan_results.parquet"),
-                    include_warn=["extension_mismatch"])
+    s = build_index(
+        str(root), out, scan_results=str(tmp_path / "r" / "scan_results.parquet"), include_warn=["extension_mismatch"]
+    )
     assert s.checked == 0  # every row came from the scan
     idx = open_index(out)
     kinds = {os.fsdecode(idx.path_bytes(i)): idx.meta["kinds"][idx.kinds[i]] for i in range(len(idx))}

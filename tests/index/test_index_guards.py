@@ -1,5 +1,6 @@
 """The index stage's guards: --exclude must name a folder under ROOT, -q is quiet, a killed build's temp folder is
 removed by the next one, from_folder refuses a state folder inside ROOT before writing anything."""
+
 from __future__ import annotations
 
 import os
@@ -43,8 +44,13 @@ def test_exclude_names_an_existing_folder_under_the_root(tmp_path, monkeypatch):
     with pytest.raises(UserError, match="--exclude data/cats/0.jpg: is not a folder"):
         build_index("data", str(out), exclude=["data/cats/0.jpg"], check=False)
     assert not out.exists()
-    proc = subprocess.run([*DSCLEAN, "index", "data", "-o", str(out), "--exclude", "junk", "--no-check"],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    proc = subprocess.run(
+        [*DSCLEAN, "index", "data", "-o", str(out), "--exclude", "junk", "--no-check"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert proc.returncode == 2 and "--exclude junk: does not exist" in proc.stderr and not out.exists()
     build_index("data", str(out), exclude=["data/junk"], check=False)
     assert _classes(str(out)) == ["cats", "dogs"]
@@ -55,15 +61,30 @@ def test_quiet_index_prints_nothing_but_errors(tmp_path):
     write(root, "cats/a.jpg", synth.jpeg(16, 16))
     (root / "empty_class").mkdir()  # a note: a class folder with no files
     env = {**os.environ, "DSCLEAN_STATE_DIR": str(tmp_path / "state")}
-    loud = subprocess.run([*DSCLEAN, "index", str(root), "-o", str(tmp_path / "a.arrow"), "--jobs", "1"],
-                          capture_output=True, text=True, env=env, timeout=120)
+    loud = subprocess.run(
+        [*DSCLEAN, "index", str(root), "-o", str(tmp_path / "a.arrow"), "--jobs", "1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert loud.returncode == 0 and "note:" in loud.stderr and "class folders have no files" in loud.stderr
-    quiet = subprocess.run([*DSCLEAN, "index", str(root), "-o", str(tmp_path / "b.arrow"), "-q", "--jobs", "1"],
-                           capture_output=True, text=True, env=env, timeout=120)
+    quiet = subprocess.run(
+        [*DSCLEAN, "index", str(root), "-o", str(tmp_path / "b.arrow"), "-q", "--jobs", "1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", "")
     # errors still print
-    bad = subprocess.run([*DSCLEAN, "index", str(root / "nope"), "-o", str(tmp_path / "c.arrow"), "-q"],
-                         capture_output=True, text=True, env=env, timeout=120)
+    bad = subprocess.run(
+        [*DSCLEAN, "index", str(root / "nope"), "-o", str(tmp_path / "c.arrow"), "-q"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert bad.returncode == 2 and "no such folder" in bad.stderr
 
 
@@ -74,9 +95,17 @@ def test_the_next_index_removes_the_temp_folder_of_a_killed_one_only(tmp_path):
     _tree(root)
     out_dir.mkdir()
     # a build killed with kill -9 while it held its temp folder
-    child = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom dsclean.index.spill import "
-                              f"make_spill_folder\nprint(make_spill_folder({str(out_dir)!r})[0], flush=True)\n"
-                              "time.sleep(600)"], stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\nfrom dsclean.index.spill import "
+            f"make_spill_folder\nprint(make_spill_folder({str(out_dir)!r})[0], flush=True)\n"
+            "time.sleep(600)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     dead = child.stdout.readline().strip()
     os.kill(child.pid, signal.SIGKILL)
     child.wait()

@@ -1,5 +1,6 @@
 """Warnings the index leaves out: files the scan could not judge (too_large past the default ceiling) and damage
 `scan --lenient` accepted (a truncated JPEG), unless --include-warn asks for them; then the default loader reads them."""
+
 from __future__ import annotations
 
 import os
@@ -41,8 +42,12 @@ def test_a_file_the_scan_could_not_judge_is_not_indexed_unless_asked(tmp_path):
     for i in range(3):
         write(root, f"c/ok{i}.jpg", synth.jpeg(16, 16, seed=i))
     write(root, "c/w__oom__.jpg", synth.jpeg(16, 16, seed=9))  # the test fault hook: allocates until MemoryError
-    env = {**os.environ, "DSCLEAN_TEST_FAULTS": "1", "DSCLEAN_DEFAULT_MAX_MEMORY": str(256 << 20),
-           "DSCLEAN_STATE_DIR": str(state)}
+    env = {
+        **os.environ,
+        "DSCLEAN_TEST_FAULTS": "1",
+        "DSCLEAN_DEFAULT_MAX_MEMORY": str(256 << 20),
+        "DSCLEAN_STATE_DIR": str(state),
+    }
     _run("scan", root, "--dry-run", "-q", "--jobs", "1", env=env)
     (w,) = [v for v in _verdicts(state, root) if v.status != "ok"]
     assert (w.path, w.status, w.reason) == ("c/w__oom__.jpg", "warn", "too_large")

@@ -1,4 +1,5 @@
 """The streamed build: external sort runs, window joins with the scan results, the one-batch column writer, --facts."""
+
 from __future__ import annotations
 
 import io
@@ -58,16 +59,22 @@ def _results(root: str, rels: list[str], path: str, extra=None) -> str:
     rows = []
     for i, rel in enumerate(rels):
         st = os.stat(os.path.join(root, rel))
-        row = {name: None for name in SCHEMA.names} | {"path": rel.encode(), "kind": "image", "status": "ok",
-                                                        "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        row = {name: None for name in SCHEMA.names} | {
+            "path": rel.encode(),
+            "kind": "image",
+            "status": "ok",
+            "size": st.st_size,
+            "mtime_ns": st.st_mtime_ns,
+        }
         if i % 7 == 3:
             row.update(status="bad", reason="corrupt")
         if i % 11 == 5:
             row.update(mtime_ns=1)  # changed since the scan: checked again here
         rows.append(row | (extra(i) if extra else {}))
     names = list(rows[0])
-    table = pa.Table.from_pylist(rows, schema=pa.schema([SCHEMA.field(n) if n in SCHEMA.names
-                                                         else pa.field(n, FACTS[n]) for n in names]))
+    table = pa.Table.from_pylist(
+        rows, schema=pa.schema([SCHEMA.field(n) if n in SCHEMA.names else pa.field(n, FACTS[n]) for n in names])
+    )
     pq.write_table(table, path, row_group_size=4)
     return path
 
@@ -81,8 +88,11 @@ def test_tiny_runs_give_the_same_index_as_one_run(tmp_path, monkeypatch, check):
     _tiny_runs(monkeypatch)
     many = build_index(root, str(tmp_path / "many.arrow"), scan_results=results, check=check)
     assert _rows(str(tmp_path / "one.arrow")) == _rows(str(tmp_path / "many.arrow"))
-    assert many.rows == one.rows == 40 - len(range(3, 40, 7)) + (sum(1 for i in range(3, 40, 7) if i % 11 == 5)
-                                                                 if check else 0)
+    assert (
+        many.rows
+        == one.rows
+        == 40 - len(range(3, 40, 7)) + (sum(1 for i in range(3, 40, 7) if i % 11 == 5) if check else 0)
+    )
     for field in ("excluded_bad", "changed_since_scan", "checked", "unscanned"):
         assert getattr(many, field) == getattr(one, field), field
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".dsclean-index-")]  # the spill is gone
@@ -106,9 +116,17 @@ def test_facts_only_with_facts(tmp_path, monkeypatch):
     rels = _tree(root, 12, seed=2)
 
     def facts(i: int) -> dict:
-        return {"content_hash": bytes([i]) * 16, "phash": 2**63 + i, "brightness": i / 100,
-                "grayscale": None if i % 3 else bool(i % 2), "orientation": 1 + i % 8,
-                "flags": [] if i % 2 else ["dark", "blurry"], "silent_channels": None, "width": 4, "height": 4}
+        return {
+            "content_hash": bytes([i]) * 16,
+            "phash": 2**63 + i,
+            "brightness": i / 100,
+            "grayscale": None if i % 3 else bool(i % 2),
+            "orientation": 1 + i % 8,
+            "flags": [] if i % 2 else ["dark", "blurry"],
+            "silent_channels": None,
+            "width": 4,
+            "height": 4,
+        }
 
     results = _results(root, rels, str(tmp_path / "r.parquet"), facts)
     _tiny_runs(monkeypatch)
@@ -154,9 +172,11 @@ def test_column_writer_round_trip(tmp_path, large):
     n = 1003
     rng = np.random.default_rng(0)
     path_type = pa.large_binary() if large else pa.binary()
-    cols = {"path": pa.array([f"c{i % 7}/x{i}.jpg".encode() for i in range(n)], path_type),
-            "label": pa.array(rng.integers(-1, 7, n), pa.int8()),
-            "size": pa.array(rng.integers(0, 2**32, n, dtype=np.int64), pa.uint32())}
+    cols = {
+        "path": pa.array([f"c{i % 7}/x{i}.jpg".encode() for i in range(n)], path_type),
+        "label": pa.array(rng.integers(-1, 7, n), pa.int8()),
+        "size": pa.array(rng.integers(0, 2**32, n, dtype=np.int64), pa.uint32()),
+    }
     for name, typ in SCAN_FACTS.items():
         if name == "flags":
             vals = [None if i % 5 == 0 else ["dark", "blurry", "tiny"][: i % 4] for i in range(n)]

@@ -1,5 +1,6 @@
 """Issue 27, section 1: a decoder's limit on a structurally whole file is `unsupported` (a warning), after the
 next decoder dsclean has for the format tried it; damage stays bad whatever any decoder says."""
+
 from __future__ import annotations
 
 import os
@@ -63,8 +64,24 @@ def test_scan_never_moves_an_unsupported_file(tmp_path):
     (root / "a").mkdir(parents=True)
     (root / "a" / "f16.tif").write_bytes(tiff_float16())
     (root / "a" / "g722.wav").write_bytes(pyav_audio("wav", "adpcm_g722", 16000))
-    proc = subprocess.run([sys.executable, "-m", "dsclean", "scan", str(root), "--quarantine", str(quarantine),
-                           "--jobs", "1", "--quiet", "--check"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dsclean",
+            "scan",
+            str(root),
+            "--quarantine",
+            str(quarantine),
+            "--jobs",
+            "1",
+            "--quiet",
+            "--check",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr  # no bad file
     assert sorted(os.listdir(root / "a")) == ["f16.tif", "g722.wav"]
 

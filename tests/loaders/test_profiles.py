@@ -1,4 +1,5 @@
 """Issue 27, section 2: loader profiles. Every file is generated here and opened through the real libraries."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -24,17 +25,25 @@ PYAV = CheckOptions(loaders=("pyav",))
 
 
 def run_cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "dsclean", *map(str, args)], capture_output=True, text=True,
-                          timeout=180, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "dsclean", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, **(env or {})},
+    )
 
 
-@pytest.mark.parametrize("name,data", [
-    ("plain.jpg", lambda: jpeg(picture())),
-    ("progressive.jpg", lambda: jpeg(picture(), progressive=True)),
-    ("cmyk.jpg", lambda: jpeg(picture().convert("CMYK"))),
-    ("grey.jpg", lambda: jpeg(picture().convert("L"))),
-    ("rgb.png", lambda: (lambda b: (picture().save(b, "PNG"), b.getvalue())[1])(io.BytesIO())),
-])
+@pytest.mark.parametrize(
+    "name,data",
+    [
+        ("plain.jpg", lambda: jpeg(picture())),
+        ("progressive.jpg", lambda: jpeg(picture(), progressive=True)),
+        ("cmyk.jpg", lambda: jpeg(picture().convert("CMYK"))),
+        ("grey.jpg", lambda: jpeg(picture().convert("L"))),
+        ("rgb.png", lambda: (lambda b: (picture().save(b, "PNG"), b.getvalue())[1])(io.BytesIO())),
+    ],
+)
 def test_opencv_agrees_with_pillow_on_ordinary_images(name, data):
     """No false alarm: the same pixels from cv2.imdecode (BGR turned RGB) and Image.open().convert('RGB')."""
     v = check_bytes(data(), name, OPENCV)
@@ -81,18 +90,24 @@ def test_reference_profiles_decode_again_only_for_another_profile(monkeypatch):
     assert check_loaders_of(("pillow",)) == () and check_loaders_of(("opencv", "pillow")) == ("opencv",)
     calls = []
     real = profiles.PROFILES["pillow"]
-    monkeypatch.setitem(profiles.PROFILES, "pillow",
-                        dataclasses.replace(real, load=lambda source: calls.append(1) or real.load(source)))
+    monkeypatch.setitem(
+        profiles.PROFILES, "pillow", dataclasses.replace(real, load=lambda source: calls.append(1) or real.load(source))
+    )
     data = jpeg(picture())
     assert check_bytes(data, "x.jpg", CheckOptions(loaders=("pillow",))).status == R.OK and calls == []
     assert check_bytes(data, "x.jpg", CheckOptions(loaders=("pyav",))).status == R.OK and calls == []  # audio only
     assert check_bytes(data, "x.jpg", OPENCV).status == R.OK and calls == [1]
 
 
-@pytest.mark.parametrize("container,codec,rate,fmt", [
-    ("flac", "flac", 44100, "s16"), ("mp3", "mp3", 44100, "fltp"), ("ogg", "libopus", 48000, "flt"),
-    ("wav", "pcm_s16le", 16000, "s16"),
-])
+@pytest.mark.parametrize(
+    "container,codec,rate,fmt",
+    [
+        ("flac", "flac", 44100, "s16"),
+        ("mp3", "mp3", 44100, "fltp"),
+        ("ogg", "libopus", 48000, "flt"),
+        ("wav", "pcm_s16le", 16000, "s16"),
+    ],
+)
 def test_pyav_agrees_with_soundfile_on_ordinary_audio(container, codec, rate, fmt):
     v = check_bytes(pyav_audio(container, codec, rate, sample_format=fmt), f"t.{container}", PYAV)
     assert (v.status, v.reason) == (R.OK, None), v.detail
@@ -147,8 +162,16 @@ def test_index_for_other_loaders_than_the_scan_checks_again(tmp_path):
     assert "were made for the loaders pillow/soundfile (the default), not pillow/soundfile, opencv" in proc.stderr
 
 
-@pytest.mark.parametrize("name,extra", [("torchvision", "torchvision"), ("torchvision-exif", "torchvision"),
-                                        ("torchaudio", "torchaudio"), ("opencv", "opencv"), ("pyav", "av")])
+@pytest.mark.parametrize(
+    "name,extra",
+    [
+        ("torchvision", "torchvision"),
+        ("torchvision-exif", "torchvision"),
+        ("torchaudio", "torchaudio"),
+        ("opencv", "opencv"),
+        ("pyav", "av"),
+    ],
+)
 def test_a_profile_whose_library_is_missing_is_a_clear_error(tmp_path, name, extra):
     module = profiles.PROFILES[name].module
     root = tmp_path / "data"

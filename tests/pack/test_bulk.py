@@ -1,4 +1,5 @@
 """Batches laid out in bulk: the same bytes as one header / one record at a time, and as tarfile writes them."""
+
 from __future__ import annotations
 
 import hashlib
@@ -32,8 +33,17 @@ def test_layout_and_headers_are_one_member_at_a_time():
         keys = np.array([r.getrandbits(64) for _ in range(n)], np.uint64)
         ext = np.array([r.randrange(len(EXTS)) for _ in range(n)])
         labelled = np.array([r.random() < 0.7 for _ in range(n)])
-        sizes = np.array([[r.choice([0, 1, 511, 512, 513, r.randrange(10**6), (8 << 30) - 1]),
-                           r.randrange(1, 4), r.randrange(1, 2000)] for _ in range(n)], np.int64)
+        sizes = np.array(
+            [
+                [
+                    r.choice([0, 1, 511, 512, 513, r.randrange(10**6), (8 << 30) - 1]),
+                    r.randrange(1, 4),
+                    r.randrange(1, 2000),
+                ]
+                for _ in range(n)
+            ],
+            np.int64,
+        )
         lay = layout(ext, labelled, sizes)
         got = headers(key_stems(keys), lay, ext)
         pos, m = 0, 0  # a writer that goes member by member, as the tar is read
@@ -59,25 +69,38 @@ def test_key_stems_are_sample_keys():
 
 def test_json_members_are_the_one_at_a_time_records():
     r = random.Random(11)
-    alphabet = ['"', "\\", "A", "\u263a", "\xe9", "\n", "\U0001F600", "\x7f", "%", "%d"]
+    alphabet = ['"', "\\", "A", "\u263a", "\xe9", "\n", "\U0001f600", "\x7f", "%", "%d"]
     for _ in range(60):
         n = r.randrange(1, 50)
         classes = ["".join(r.choice(alphabet) for _ in range(3)) for _ in range(3)]
-        paths = [bytes(r.randrange(1, 256) for _ in range(r.randrange(1, 24))) if r.random() < 0.3
-                 else f"c/{r.randrange(10**6)}%s.jpg".encode() for _ in range(n)]
+        paths = [
+            bytes(r.randrange(1, 256) for _ in range(r.randrange(1, 24)))
+            if r.random() < 0.3
+            else f"c/{r.randrange(10**6)}%s.jpg".encode()
+            for _ in range(n)
+        ]
         labels = np.array([r.choice([-1, 0, 2, 7]) for _ in range(n)])  # 7: a label without a class name
         kinds = np.array([r.randrange(2) for _ in range(n)])
         sizes = np.array([r.randrange(10**11) for _ in range(n)])
         sums = np.frombuffer(os.urandom(16 * n), np.uint8).reshape(n, 16)
         present = r.sample(FACTS, r.randrange(len(FACTS) + 1))  # columns the index has
-        facts = {k: (np.array([r.randrange(10**12) for _ in range(n)]), np.array([r.random() < 0.8 for _ in range(n)]))
-                 for k in present}
+        facts = {
+            k: (np.array([r.randrange(10**12) for _ in range(n)]), np.array([r.random() < 0.8 for _ in range(n)]))
+            for k in present
+        }
         text, starts, lengths = json_members(paths, labels, classes, kinds, KINDS, sizes, sums, facts)
         for i in range(n):
             row_facts = {k: int(facts[k][0][i]) if k in facts and facts[k][1][i] else None for k in FACTS}
-            want = int_facts_record(path_fields(paths[i]), int(labels[i]), classes, KINDS[kinds[i]], int(sizes[i]),
-                                    bytes(sums[i]), row_facts)
-            assert text[starts[i]:starts[i] + lengths[i]] == want
+            want = int_facts_record(
+                path_fields(paths[i]),
+                int(labels[i]),
+                classes,
+                KINDS[kinds[i]],
+                int(sizes[i]),
+                bytes(sums[i]),
+                row_facts,
+            )
+            assert text[starts[i] : starts[i] + lengths[i]] == want
             assert json.dumps(json.loads(want), sort_keys=True, separators=(",", ":")).encode() == want
 
 
@@ -95,22 +118,35 @@ def _reference_shard(index: str, rows: list[int], root, classes: list[str]) -> b
                 data = f.read()
             fmt = sniff(data[:16]) or format_of_name(os.fsdecode(rel))
             label, kind = int(idx.labels[row]), KINDS[int(idx.kinds[row])]
-            rec = {**path_fields(rel), "kind": kind, "size": len(data),
-                   "checksum": hashlib.blake2b(data, digest_size=16).hexdigest()}
+            rec = {
+                **path_fields(rel),
+                "kind": kind,
+                "size": len(data),
+                "checksum": hashlib.blake2b(data, digest_size=16).hexdigest(),
+            }
             if label >= 0:
                 rec["label"], rec["class"] = label, classes[label] if label < len(classes) else None
             for k in FACTS:
                 if k in table.column_names and table.column(k)[row].is_valid:
                     rec[k] = table.column(k)[row].as_py()
-            members = {FORMATS[fmt][1][0][1:]: data,
-                       "json": json.dumps(rec, sort_keys=True, separators=(",", ":")).encode()}
+            members = {
+                FORMATS[fmt][1][0][1:]: data,
+                "json": json.dumps(rec, sort_keys=True, separators=(",", ":")).encode(),
+            }
             if label >= 0:
                 members["cls"] = str(label).encode()
             key = hashlib.blake2b(rel, digest_size=8).hexdigest()
             for ext in sorted(members):
                 info = tarfile.TarInfo(f"{key}.{ext}")
-                info.size, info.mtime, info.mode, info.uid, info.gid, info.uname, info.gname = \
-                    len(members[ext]), 946_684_800, 0o644, 0, 0, "", ""
+                info.size, info.mtime, info.mode, info.uid, info.gid, info.uname, info.gname = (
+                    len(members[ext]),
+                    946_684_800,
+                    0o644,
+                    0,
+                    0,
+                    "",
+                    "",
+                )
                 tar.addfile(info, io.BytesIO(members[ext]))
     return out.getvalue()
 
@@ -140,7 +176,7 @@ def test_shards_are_what_tarfile_writes(tmp_path, variant):
     assert s.complete and s.samples == len(rows)
     classes = list(idx.meta.get("classes", []))
     shards = sorted(n for n in os.listdir(tmp_path / "s") if n.endswith(".tar"))
-    planned = [list(range(len(idx)))[k:k + 7] for k in range(0, len(idx), 7)]
+    planned = [list(range(len(idx)))[k : k + 7] for k in range(0, len(idx), 7)]
     assert len(shards) == len(planned)
     for name, plan in zip(shards, planned):
         want = _reference_shard(index, [r for r in plan if r in rows], root, classes)

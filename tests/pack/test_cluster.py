@@ -1,4 +1,5 @@
 """Packing beyond one machine: job-array parts + finish, and a real Dask LocalCluster; byte-identical to a local pack."""
+
 from __future__ import annotations
 
 import json
@@ -80,13 +81,20 @@ distributed = pytest.importorskip("distributed")
 
 def test_dask_local_cluster_packs_byte_identical(source, tmp_path):
     index, local = source
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                  dashboard_address=None) as cluster:
-        s = pack_shards(index, str(tmp_path / "dask"), PackOptions(samples_per_shard=3, shuffle=5, backend="dask",
-                                                           scheduler=cluster.scheduler_address))
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+    ) as cluster:
+        s = pack_shards(
+            index,
+            str(tmp_path / "dask"),
+            PackOptions(samples_per_shard=3, shuffle=5, backend="dask", scheduler=cluster.scheduler_address),
+        )
         assert s.complete and s.written == s.shards == 6
         (tmp_path / "dask" / "data-000002.tar").unlink()  # a resumed pack on the cluster reads the others back
-        s = pack_shards(index, str(tmp_path / "dask"), PackOptions(samples_per_shard=3, shuffle=5, backend="dask",
-                                                           scheduler=cluster.scheduler_address))
+        s = pack_shards(
+            index,
+            str(tmp_path / "dask"),
+            PackOptions(samples_per_shard=3, shuffle=5, backend="dask", scheduler=cluster.scheduler_address),
+        )
         assert s.written == 1 and s.reused == 5
     assert folder_digests(tmp_path / "dask") == folder_digests(local)

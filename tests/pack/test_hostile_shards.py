@@ -2,6 +2,7 @@
 counts that size memory, special files in place of shards, overlapping offsets, long zero tails.
 
 Anything that could hang runs in a subprocess with a timeout, so a regression fails instead of stalling."""
+
 from __future__ import annotations
 
 import io
@@ -23,8 +24,13 @@ TIMEOUT = 120
 
 
 def run_cli(*args, timeout=TIMEOUT):
-    return subprocess.run([sys.executable, "-m", "dsclean", *map(str, args)], capture_output=True, text=True, errors="replace",
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "dsclean", *map(str, args)],
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=timeout,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +57,8 @@ def negative_size_header(name: str = "0123456789abcdef.jpg", size: int = -512) -
 
 # -- item 1: every step of the member walk makes progress ------------------------------------------------
 
-@pytest.mark.parametrize("size", [-512, -1, -(2 ** 40)])
+
+@pytest.mark.parametrize("size", [-512, -1, -(2**40)])
 def test_the_walker_refuses_a_negative_size_instead_of_standing_still(size):
     buf = negative_size_header(size=size) + bytes(4 * 512)
     with pytest.raises(TarError, match=r"at byte 0 has a negative size"):
@@ -61,7 +68,9 @@ def test_the_walker_refuses_a_negative_size_instead_of_standing_still(size):
 def test_the_walker_refuses_a_negative_size_after_a_good_member():
     good = tarfile.TarInfo("a.txt")
     good.size = 3
-    buf = good.tobuf(tarfile.USTAR_FORMAT, "ascii", "strict") + b"abc" + bytes(509) + negative_size_header() + bytes(1024)
+    buf = (
+        good.tobuf(tarfile.USTAR_FORMAT, "ascii", "strict") + b"abc" + bytes(509) + negative_size_header() + bytes(1024)
+    )
     with pytest.raises(TarError, match=r"at byte 1024 has a negative size"):
         list(iter_members(buf))
 
@@ -94,6 +103,7 @@ def test_a_resumed_pack_refuses_a_negative_size_shard_naming_it(packed, tmp_path
 
 # -- items 2 and 3: the shard name template is data, counts are checked before they size anything ----------
 
+
 def set_packed_meta(folder, **changes) -> None:
     """Rewrite the packed index's ``packed`` metadata (a hostile or damaged index)."""
     import pyarrow as pa
@@ -111,10 +121,32 @@ def set_packed_meta(folder, **changes) -> None:
 
 
 GOOD = ["data-{:06d}.tar", "{}.tar", "{:d}.tar", "x{0:06d}.tar", "{0}y.tar", "{{a}}-{:3d}.tar", "s{:020d}.tar"]
-BAD = ["{0.x}.tar", "{0[0]}.tar", "{:>99999999999}.tar", "{:>300000000}.tar", "d{!s:.1}.tar", "d{!r}.tar",
-       "{}{}.tar", "data.tar", "{:.3d}.tar", "{:021d}.tar", "{x}.tar", "{1}.tar", "{:x}.tar", "{:,d}.tar",
-       "{:+d}.tar", "{:_>5d}.tar", "{:{}}.tar", "{:06d}/x.tar", ".{:03d}.tar", "pack.part-{}.tar",
-       "{", "}{}", "a" * 250 + "{}.tar", "a\0{}.tar"]
+BAD = [
+    "{0.x}.tar",
+    "{0[0]}.tar",
+    "{:>99999999999}.tar",
+    "{:>300000000}.tar",
+    "d{!s:.1}.tar",
+    "d{!r}.tar",
+    "{}{}.tar",
+    "data.tar",
+    "{:.3d}.tar",
+    "{:021d}.tar",
+    "{x}.tar",
+    "{1}.tar",
+    "{:x}.tar",
+    "{:,d}.tar",
+    "{:+d}.tar",
+    "{:_>5d}.tar",
+    "{:{}}.tar",
+    "{:06d}/x.tar",
+    ".{:03d}.tar",
+    "pack.part-{}.tar",
+    "{",
+    "}{}",
+    "a" * 250 + "{}.tar",
+    "a\0{}.tar",
+]
 
 
 @pytest.mark.parametrize("template", GOOD)
@@ -155,7 +187,9 @@ def test_verify_refuses_a_template_in_the_metadata_that_is_code_or_a_size(copy, 
 def _peak_rss_of(code: str) -> tuple[int, str]:
     """Run ``code`` in a fresh interpreter; (peak RSS in bytes, its stdout)."""
     wrapped = code + "\nimport resource; print('RSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)\n"
-    r = subprocess.run([sys.executable, "-c", wrapped], capture_output=True, text=True, errors="replace", timeout=TIMEOUT)
+    r = subprocess.run(
+        [sys.executable, "-c", wrapped], capture_output=True, text=True, errors="replace", timeout=TIMEOUT
+    )
     assert r.returncode == 0, r.stderr
     rss = int(r.stdout.rsplit("RSS ", 1)[1])
     return rss, r.stdout
@@ -167,13 +201,14 @@ def test_a_huge_shard_count_in_the_metadata_is_checked_before_it_sizes_memory(co
         os.unlink(copy / "shardindex.json")
     code = f"from dsclean.pack.verify import verify_shards\nr = verify_shards({str(copy)!r})\nprint(r.ok, r.problems)"
     control, _ = _peak_rss_of(code)  # the same verify with the count intact
-    set_packed_meta(copy, shards=10 ** 7)
+    set_packed_meta(copy, shards=10**7)
     rss, out = _peak_rss_of(code)
     assert out.startswith("False") and "the packed index's metadata says 10000000 shards" in out
     assert rss - control < 100 << 20  # a list of 10**7 names would take ~700 MB
 
 
 # -- item 4: special files in a shard folder are refused without blocking ----------------------------------
+
 
 def test_open_regular_refuses_fifos_sockets_devices_and_folders_without_blocking(tmp_path):
     import socket
@@ -199,9 +234,14 @@ for name in ("fifo", "link-to-fifo", "sock", "dir", "/dev/zero", "/dev/null"):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, errors="replace", timeout=60)
     assert r.returncode == 0, r.stderr
     kinds = {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in r.stdout.splitlines()}
-    assert kinds == {"fifo": f"FIFO {tmp_path}/fifo", "link-to-fifo": f"FIFO {tmp_path}/link-to-fifo",
-                     "sock": f"socket {tmp_path}/sock", "dir": f"directory {tmp_path}/dir",
-                     "/dev/zero": "character device /dev/zero", "/dev/null": "character device /dev/null"}
+    assert kinds == {
+        "fifo": f"FIFO {tmp_path}/fifo",
+        "link-to-fifo": f"FIFO {tmp_path}/link-to-fifo",
+        "sock": f"socket {tmp_path}/sock",
+        "dir": f"directory {tmp_path}/dir",
+        "/dev/zero": "character device /dev/zero",
+        "/dev/null": "character device /dev/null",
+    }
     with open_regular_file(tmp_path / "file") as f:
         assert f.read() == b"abc"
     fd = open_regular(tmp_path / "file")
@@ -310,6 +350,7 @@ def test_a_fifo_pack_json_is_refused_without_blocking(packed, tmp_path):
 
 # -- item 5: opening a packed index refuses rows that overlap or go back within a shard ---------------------
 
+
 def set_packed_column(folder, column: str, row: int, value) -> None:
     import pyarrow as pa
 
@@ -340,19 +381,25 @@ def test_a_row_copying_the_previous_rows_member_is_refused_at_open(copy):
     assert _row_of(copy, 0, "shard") == _row_of(copy, 1, "shard") == 0
     set_packed_column(copy, "offset", 1, _row_of(copy, 0, "offset"))
     set_packed_column(copy, "size", 1, _row_of(copy, 0, "size"))
-    with pytest.raises(UserError, match=r"corrupt packed index at row 1: in data-000000.tar, its bytes .* are the "
-                                        r"same bytes as row 0"):
+    with pytest.raises(
+        UserError,
+        match=r"corrupt packed index at row 1: in data-000000.tar, its bytes .* are the "
+        r"same bytes as row 0",
+    ):
         IndexedDataset(str(copy))
 
 
-@pytest.mark.parametrize("change, match", [
-    (lambda f: ("offset", 2, _row_of(f, 1, "offset") - 512), "overlap or come before those of row 1"),
-    (lambda f: ("offset", 1, _row_of(f, 1, "offset") + 1), "are not a member's data"),
-    (lambda f: ("offset", 1, 0), "are not a member's data"),
-    (lambda f: ("offset", 4, 10 ** 12), "are not a member's data in data-000000.tar"),
-    (lambda f: ("shard", 2, 3), "comes before the previous row's|not a member's data"),
-    (lambda f: ("shard", 2, 99), "it names shard 99; the shard list has 4"),
-])
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (lambda f: ("offset", 2, _row_of(f, 1, "offset") - 512), "overlap or come before those of row 1"),
+        (lambda f: ("offset", 1, _row_of(f, 1, "offset") + 1), "are not a member's data"),
+        (lambda f: ("offset", 1, 0), "are not a member's data"),
+        (lambda f: ("offset", 4, 10**12), "are not a member's data in data-000000.tar"),
+        (lambda f: ("shard", 2, 3), "comes before the previous row's|not a member's data"),
+        (lambda f: ("shard", 2, 99), "it names shard 99; the shard list has 4"),
+    ],
+)
 def test_offsets_that_go_back_leave_the_shard_or_break_shard_order_are_refused(copy, change, match):
     from dsclean import IndexedDataset
 
@@ -370,6 +417,7 @@ def test_an_intact_packed_set_opens_and_the_check_runs_once_per_process(packed):
 
 
 # -- item 9: a long zero tail after the end-of-archive is checked in bounded memory -------------------------
+
 
 def _grow_sparse(folder, shard: str, extra: int) -> int:
     """Extend the shard by a hole of ``extra`` zero bytes (no disk used) and record its new size in the
@@ -404,10 +452,13 @@ def test_a_non_zero_byte_far_into_a_sparse_tail_is_found_at_its_offset(copy):
 
     r = verify_shards(str(copy))
     bad = {s.shard: [p["problem"] for p in s.problems] for s in r.shards if not s.ok}
-    assert bad == {"data-000002.tar": [f"non-zero bytes after the end-of-archive blocks (the first at byte {size - 3})"]}
+    assert bad == {
+        "data-000002.tar": [f"non-zero bytes after the end-of-archive blocks (the first at byte {size - 3})"]
+    }
 
 
 # -- the adversarial pass's finding: a sidecar member is read into memory only up to a cap ------------------
+
 
 def _bloat_first_json(shard, size: int) -> str:
     """Rewrite ``shard`` with its first sample's .json member grown to ``size`` bytes (spaces: still valid JSON)."""
@@ -430,7 +481,9 @@ def test_verify_refuses_a_sample_json_past_the_cap_instead_of_copying_it(copy):
     r = run_cli("verify", copy, "--json")
     assert r.returncode == 1, r.stderr
     problems = [p for s in json.loads(r.stdout)["shards"] for p in s["problems"] if p.get("member") == name]
-    assert any(f"is {MAX_SIDECAR + 1:,} bytes, more than the {MAX_SIDECAR:,}" in p["problem"] for p in problems), problems
+    assert any(f"is {MAX_SIDECAR + 1:,} bytes, more than the {MAX_SIDECAR:,}" in p["problem"] for p in problems), (
+        problems
+    )
 
 
 def test_verify_of_a_sparse_multi_gib_json_member_stays_in_bounded_memory(copy):
@@ -449,4 +502,6 @@ def test_verify_of_a_sparse_multi_gib_json_member_stays_in_bounded_memory(copy):
     code = f"from dsclean.pack.verify import verify_shards\nr = verify_shards({str(copy)!r})\nprint(r.ok)"
     rss, out = _peak_rss_of(code)
     assert out.startswith("False")
-    assert rss < 1 << 30, rss  # without the cap: 9.8 GB peak RSS measured (the 3 GiB copy, and what json.loads makes of it)
+    assert rss < 1 << 30, (
+        rss
+    )  # without the cap: 9.8 GB peak RSS measured (the 3 GiB copy, and what json.loads makes of it)

@@ -1,4 +1,5 @@
 """The shards are plain WebDataset tars: the real webdataset and wids libraries, tarfile and GNU tar read them."""
+
 from __future__ import annotations
 
 import json
@@ -55,8 +56,7 @@ def test_webdataset_decodes_them_with_its_own_decoders(packed):
 def test_wids_opens_the_shard_list(packed, tmp_path):
     out, n = packed
     ds = IndexedDataset(str(out))
-    w = wids.ShardListDataset(str(out / "shardindex.json"), cache_dir=str(tmp_path / "wids-cache"),
-                              transformations=[])
+    w = wids.ShardListDataset(str(out / "shardindex.json"), cache_dir=str(tmp_path / "wids-cache"), transformations=[])
     assert len(w) == len(ds)
     for i in (0, 3, len(ds) - 1):
         sample = w[i]

@@ -1,4 +1,5 @@
 """dsclean pack: shard layout, determinism, options, resuming, changed sources, a full disk."""
+
 from __future__ import annotations
 
 import json
@@ -47,12 +48,14 @@ def test_members_keys_json_and_the_packed_index(tmp_path):
     keys = [sample_key(src.path_bytes(i)) for i in range(len(src))]
     assert [n.split(".")[0] for n in names[::3]] == keys  # index order, 3 members each (labelled)
     for i in range(0, len(names), 3):
-        group = names[i:i + 3]
+        group = names[i : i + 3]
         assert group == sorted(group) and {n.split(".", 1)[1] for n in group} >= {"cls", "json"}
     exts = {n.split(".", 1)[1] for n in names} - {"cls", "json"}
     assert exts == {"jpg", "png", "wav", "flac"}  # canonical lower-case, .JPEG -> jpg, real format of a PNG named .jpg
-    packed = open_index(str(tmp_path / "shards" / "index.arrow"),
-                        extra={"shard": pa.int32(), "offset": pa.int64(), "checksum": pa.binary(16)})
+    packed = open_index(
+        str(tmp_path / "shards" / "index.arrow"),
+        extra={"shard": pa.int32(), "offset": pa.int64(), "checksum": pa.binary(16)},
+    )
     with tarfile.open(tmp_path / "shards" / "data-000000.tar") as t:
         t0 = {m.name: m for m in t.getmembers()}
     for row in range(len(packed)):
@@ -67,7 +70,7 @@ def test_members_keys_json_and_the_packed_index(tmp_path):
     # the json member of the non-UTF-8 name: path (surrogateescape) + path_b64 (exact bytes)
     row = next(r for r in range(len(packed)) if packed.path_bytes(r) == b"cats/caf\xe9.jpg")
     with tarfile.open(tmp_path / "shards" / f"data-{row // 5:06d}.tar") as t:
-        rec = json.loads(t.extractfile(f"{sample_key(b'cats/caf' + bytes([0xe9]) + b'.jpg')}.json").read())
+        rec = json.loads(t.extractfile(f"{sample_key(b'cats/caf' + bytes([0xE9]) + b'.jpg')}.json").read())
     assert rec["path_b64"] == "Y2F0cy9jYWbpLmpwZw==" and rec["class"] == "cats" and rec["label"] == 0
     assert rec["checksum"] == bytes(packed.extra["checksum"][row]).hex() and rec["kind"] == "image"
     # fixed header fields
@@ -77,8 +80,9 @@ def test_members_keys_json_and_the_packed_index(tmp_path):
     assert shardlist["__kind__"] == "wids-shard-index-v1" and shardlist["wids_version"] == 1
     assert [s["url"] for s in shardlist["shardlist"]] == [f"data-{k:06d}.tar" for k in range(4)]
     assert [s["nsamples"] for s in shardlist["shardlist"]] == [5, 5, 5, 3]
-    assert [s["filesize"] for s in shardlist["shardlist"]] == \
-        [os.path.getsize(tmp_path / "shards" / s["url"]) for s in shardlist["shardlist"]]
+    assert [s["filesize"] for s in shardlist["shardlist"]] == [
+        os.path.getsize(tmp_path / "shards" / s["url"]) for s in shardlist["shardlist"]
+    ]
 
 
 def test_unlabelled_index_has_no_cls_members(tmp_path):
@@ -112,7 +116,9 @@ def test_shard_size_targets_bytes_and_options_are_checked(tmp_path):
     _, index = make_indexed(tmp_path)
     s = _pack(index, tmp_path / "s", shard_size=8 * 1024)
     sizes = [os.path.getsize(tmp_path / "s" / f"data-{k:06d}.tar") for k in range(s.shards)]
-    assert s.shards > 2 and max(sizes[:-1]) <= 8 * 1024 + 10240 + 4096  # target plus the end record and one estimate's slack
+    assert (
+        s.shards > 2 and max(sizes[:-1]) <= 8 * 1024 + 10240 + 4096
+    )  # target plus the end record and one estimate's slack
     with pytest.raises(UserError, match="cannot be used together"):
         _pack(index, tmp_path / "x", shard_size=1000, samples_per_shard=3)
     for bad in ("data.tar", "{:06d}/x.tar", ".{:03d}.tar", "{}-{}.tar", "index.arrow{:.0s}"):
@@ -138,7 +144,9 @@ def test_shard_size_bounds_every_shard_file_and_packs_as_much_as_fits(tmp_path, 
     multiple of 10,240 not above SIZE) unless it holds one sample; and the next sample would not have fit."""
     root = tmp_path / "data"
     make_media(root, n_images=24, n_audio=6)
-    write(root, "cats/" + "/".join(["long-name-" * 10] * 4) + ".jpg", synth.jpeg(30, 30, seed=77))  # a .json of two blocks
+    write(
+        root, "cats/" + "/".join(["long-name-" * 10] * 4) + ".jpg", synth.jpeg(30, 30, seed=77)
+    )  # a .json of two blocks
     index = str(tmp_path / "i.arrow")
     build_index(str(root), index)
     s = _pack(index, tmp_path / "s", shard_size=size)
@@ -160,7 +168,7 @@ def test_the_plans_sample_bytes_are_exact_or_an_upper_bound(tmp_path):
 
     root = tmp_path / "data"
     make_media(root)  # a non-UTF-8 name among them
-    write(root, "dogs/" + "/".join(["\u00e9-\"quoted\"-" * 10] * 3) + ".jpg", synth.jpeg(20, 20, seed=5))  # a bound
+    write(root, "dogs/" + "/".join(['\u00e9-"quoted"-' * 10] * 3) + ".jpg", synth.jpeg(20, 20, seed=5))  # a bound
     for labelled in (True, False):
         index = str(tmp_path / f"i{labelled}.arrow")
         build_index(str(root), index, no_labels=not labelled)
@@ -249,8 +257,10 @@ def test_a_rerun_of_a_skip_changed_pack_lists_the_rows_not_in_the_shards_and_how
     (left,) = summary["skipped"]
     shard = left["why"].rpartition(" it belongs in ")[2]
     assert left["path"] == "dogs/img001.jpg" and shard.startswith("data-0000") and (out / shard).is_file()
-    assert any("1 of the index's 18 rows are not in the shards" in n and "delete the shards they belong in" in n
-               for n in summary["notes"])
+    assert any(
+        "1 of the index's 18 rows are not in the shards" in n and "delete the shards they belong in" in n
+        for n in summary["notes"]
+    )
     assert main(args) == 0
     text = capsys.readouterr().out
     assert "1 samples left out" in text and "dogs/img001.jpg: left out by an earlier run" in text
@@ -289,8 +299,9 @@ def test_a_whole_pack_and_part_tasks_exclude_each_other_but_parts_run_side_by_si
 def test_scheduler_without_the_dask_backend_is_refused_not_ignored(tmp_path, capsys):
     _, index = make_indexed(tmp_path)
     for extra in ([], ["--finish"], ["--part", "0/2"]):
-        assert main(["pack", index, "-o", str(tmp_path / "s"), "--scheduler", "tcp://scheduler.example:8786",
-                     *extra]) == 2
+        assert (
+            main(["pack", index, "-o", str(tmp_path / "s"), "--scheduler", "tcp://scheduler.example:8786", *extra]) == 2
+        )
         assert "--scheduler goes with --backend dask (the backend is loky)" in capsys.readouterr().err
     assert not (tmp_path / "s").exists()
 
@@ -383,7 +394,10 @@ def test_kill_9_mid_pack_then_rerun_finishes_only_the_missing_shards(tmp_path, d
     cmd[-1:-1] = durability  # (before -o) a killed process's written pages survive it, fsynced or not
     proc = subprocess.Popen(cmd + [str(out)])
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and len([n for n in os.listdir(out) if n.endswith(".tar")] if out.exists() else []) < 20:
+    while (
+        time.monotonic() < deadline
+        and len([n for n in os.listdir(out) if n.endswith(".tar")] if out.exists() else []) < 20
+    ):
         time.sleep(0.002)
     proc.kill()
     proc.wait()
@@ -446,8 +460,9 @@ def test_a_resume_refuses_a_finished_shard_whose_bytes_were_lost_after_no_fsync(
         os.unlink(out / name)
     victim = out / "data-000001.tar"
     with tarfile.open(victim) as t:
-        m = next(m for m in t.getmembers() if (m.name.endswith(".cls")) == (member == "cls")
-                 and not m.name.endswith(".json"))
+        m = next(
+            m for m in t.getmembers() if (m.name.endswith(".cls")) == (member == "cls") and not m.name.endswith(".json")
+        )
     with open(victim, "r+b") as f:
         f.seek(m.offset_data)
         f.write(bytes(m.size))
@@ -575,8 +590,9 @@ def test_a_second_signal_makes_the_shards_on_threads_give_up_without_a_trace(tmp
     from dsclean.pack import packer, runner
     from dsclean.pack.write import write_shard
 
-    tasks = runner.run_tasks(time.sleep, [0.01] * 4, backend="loky", jobs=1, scheduler=None,
-                             stop=StopRequest(), overlap=True)
+    tasks = runner.run_tasks(
+        time.sleep, [0.01] * 4, backend="loky", jobs=1, scheduler=None, stop=StopRequest(), overlap=True
+    )
     next(tasks)
     with pytest.raises(KeyboardInterrupt):
         tasks.throw(KeyboardInterrupt)  # what the second SIGINT raises in the loop
@@ -593,7 +609,8 @@ def test_a_second_signal_makes_the_shards_on_threads_give_up_without_a_trace(tmp
 
 
 def test_the_packed_index_keeps_the_source_metadata_so_the_shards_load_and_verify_what_the_index_ships(
-        tmp_path, capsys):
+    tmp_path, capsys
+):
     """An index built with --include-warn truncated loads its cut JPEG leniently; so must its shards, and
     verify --decode must judge that sample with the options the index recorded (a note, not a problem)."""
     import dsclean
@@ -611,8 +628,19 @@ def test_the_packed_index_keeps_the_source_metadata_so_the_shards_load_and_verif
     s = _pack(index, tmp_path / "shards")
     assert s.complete and s.samples == 4
     source, packed = read_meta(index), read_meta(str(tmp_path / "shards" / "index.arrow"))
-    for key in ("include_warn", "check_options", "files", "symlinks", "extensions", "checked", "created", "root",
-                "classes", "labels", "tree"):
+    for key in (
+        "include_warn",
+        "check_options",
+        "files",
+        "symlinks",
+        "extensions",
+        "checked",
+        "created",
+        "root",
+        "classes",
+        "labels",
+        "tree",
+    ):
         assert packed[key] == source[key], key
     assert packed["rows"] == 4 and packed["packed"]["shards"] == 1
     for src in (index, str(tmp_path / "shards")):

@@ -1,4 +1,5 @@
 """pack reuses the scan's content_hash of unchanged files; the shards are the same bytes either way."""
+
 from __future__ import annotations
 
 import json
@@ -17,7 +18,7 @@ from dsclean.index.store import open_index
 from dsclean.jsonpaths import path_fields
 from dsclean.pack import write
 from dsclean.pack.packer import PackOptions, pack_shards
-from dsclean.pack.samples import int_facts_record, _slow_record, json_record
+from dsclean.pack.samples import _slow_record, int_facts_record, json_record
 from dsclean.scanning.scanner import ScanOptions
 
 
@@ -115,18 +116,35 @@ def test_batches_in_bulk_or_sample_by_sample_give_the_same_shards(scanned, tmp_p
 
 def test_the_fast_json_record_is_what_json_dumps_writes():
     r = random.Random(7)
-    alphabet = ['"', "\\", "A", "\u263a", "\xe9", "\n", "\U0001F600", "\x7f"]
+    alphabet = ['"', "\\", "A", "\u263a", "\xe9", "\n", "\U0001f600", "\x7f"]
     for _ in range(3000):
         rel = bytes(r.randrange(1, 256) for _ in range(r.randrange(1, 24)))
         classes = ["".join(r.choice(alphabet) for _ in range(3)) for _ in range(3)]
         label = r.choice([-1, 0, 2, 7])  # 7: a label without a class name
-        facts = {k: r.choice([None, r.randrange(0, 10**12)])
-                 for k in ("width", "height", "sample_rate", "frames", "channels")}
-        args = (path_fields(rel), label, classes, r.choice(["image", "audio"]), r.randrange(10**11), os.urandom(16), facts)
+        facts = {
+            k: r.choice([None, r.randrange(0, 10**12)])
+            for k in ("width", "height", "sample_rate", "frames", "channels")
+        }
+        args = (
+            path_fields(rel),
+            label,
+            classes,
+            r.choice(["image", "audio"]),
+            r.randrange(10**11),
+            os.urandom(16),
+            facts,
+        )
         assert int_facts_record(*args) == _slow_record(*args)
     # facts that are not all integers take the encoder's path
-    rec = json_record(b"a.wav", label=0, classes=["x"], kind="audio", size=1, checksum=bytes(16),
-                      facts={"duration": 1.5, "width": None})
+    rec = json_record(
+        b"a.wav",
+        label=0,
+        classes=["x"],
+        kind="audio",
+        size=1,
+        checksum=bytes(16),
+        facts={"duration": 1.5, "width": None},
+    )
     assert json.loads(rec)["duration"] == 1.5
 
 

@@ -1,4 +1,5 @@
 """The tar layout: headers equal tarfile's own, and the strict member walk rejects what it must."""
+
 from __future__ import annotations
 
 import io
@@ -11,8 +12,10 @@ from hypothesis import strategies as st
 from dsclean.pack.tarformat import BLOCK, TarError, end_of_archive, header, iter_members, library_header, padding
 
 
-@given(st.text(alphabet="0123456789abcdef.clsjonpgw", min_size=1, max_size=99),
-       st.integers(min_value=0, max_value=(8 << 30) + 5))
+@given(
+    st.text(alphabet="0123456789abcdef.clsjonpgw", min_size=1, max_size=99),
+    st.integers(min_value=0, max_value=(8 << 30) + 5),
+)
 def test_fast_headers_are_tarfiles_headers(name, size):
     assert header(name, size) == library_header(name, size)
 

@@ -1,4 +1,5 @@
 """dsclean verify: every kind of damage is found, reported per shard, and nothing is modified."""
+
 from __future__ import annotations
 
 import json
@@ -54,8 +55,9 @@ def test_a_good_set_passes_in_json_and_text(packed, capsys):
     assert main(["verify", str(packed), "--json", "--jobs", "2"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["ok"] and out["samples"] == 18 and not out["problems"]
-    assert [(s["shard"], s["ok"], s["problems"]) for s in out["shards"]] == \
-        [(f"data-{k:06d}.tar", True, []) for k in range(4)]
+    assert [(s["shard"], s["ok"], s["problems"]) for s in out["shards"]] == [
+        (f"data-{k:06d}.tar", True, []) for k in range(4)
+    ]
     assert main(["verify", str(packed)]) == 0 and "ok:" in capsys.readouterr().out
     assert folder_digests(packed) == before  # read only
 
@@ -192,8 +194,9 @@ def _swap_cat_for_dog(rec: dict) -> None:
 def test_every_field_of_a_json_is_checked_against_the_packed_index_and_the_members(copy, capsys):
     """A .json edited to say another label, class, kind, path and size (same length, so the tar is
     intact and webdataset reads it) fails verify, one problem per field, naming shard, member and field."""
-    member, key = _edit_json(copy, "data-000000.tar", lambda r: r.get("class") == "cats" and r["path"].isascii(),
-                             _swap_cat_for_dog)
+    member, key = _edit_json(
+        copy, "data-000000.tar", lambda r: r.get("class") == "cats" and r["path"].isascii(), _swap_cat_for_dog
+    )
     assert main(["verify", str(copy), "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
     bad = [s for s in out["shards"] if not s["ok"]]
@@ -204,8 +207,10 @@ def test_every_field_of_a_json_is_checked_against_the_packed_index_and_the_membe
     assert 'class is "dogs", the packed index says "cats"' in by_field["class"]["problem"]
     assert 'kind is "audio", the packed index says "image"' in by_field["kind"]["problem"]
     assert "label is 1, the .cls member says 0" in by_field["label"]["problem"]
-    assert "not this sample's" in by_field["path"]["problem"] and \
-        'the packed index says "cats/' in by_field["path"]["problem"]
+    assert (
+        "not this sample's" in by_field["path"]["problem"]
+        and 'the packed index says "cats/' in by_field["path"]["problem"]
+    )
     assert "the media member has" in by_field["size"]["problem"]
     assert main(["verify", str(copy)]) == 1
     text = capsys.readouterr().out
@@ -214,8 +219,9 @@ def test_every_field_of_a_json_is_checked_against_the_packed_index_and_the_membe
 
 def test_without_the_packed_index_the_json_is_checked_against_the_samples_members(copy):
     """The .json's checksum, size, label (the .cls) and path (the key is its hash) need no packed index."""
-    member, _ = _edit_json(copy, "data-000001.tar", lambda r: r.get("class") == "cats" and r["path"].isascii(),
-                           _swap_cat_for_dog)
+    member, _ = _edit_json(
+        copy, "data-000001.tar", lambda r: r.get("class") == "cats" and r["path"].isascii(), _swap_cat_for_dog
+    )
     os.unlink(copy / "index.arrow")
     r = verify_shards(str(copy))
     assert any("index.arrow" in p for p in r.problems)
@@ -238,8 +244,12 @@ def test_a_pack_with_media_facts_passes_and_a_changed_fact_is_found(tmp_path):
     build_index(str(root), str(tmp_path / "i.arrow"), facts=True)
     pack_shards(str(tmp_path / "i.arrow"), str(tmp_path / "s"), PackOptions(samples_per_shard=7))
     assert verify_shards(str(tmp_path / "s")).ok
-    member, _ = _edit_json(tmp_path / "s", "data-000000.tar", lambda r: r.get("width", 0) >= 10,
-                           lambda r: r.update(width=r["width"] + 1 if r["width"] % 10 != 9 else r["width"] - 1))
+    member, _ = _edit_json(
+        tmp_path / "s",
+        "data-000000.tar",
+        lambda r: r.get("width", 0) >= 10,
+        lambda r: r.update(width=r["width"] + 1 if r["width"] % 10 != 9 else r["width"] - 1),
+    )
     r = verify_shards(str(tmp_path / "s"))
     problems = [p for s in r.shards for p in s.problems]
     assert [(p["member"], p["field"]) for p in problems] == [(member, "width")]

@@ -1,6 +1,7 @@
 """A loky worker of ``pack --jobs 2`` killed with SIGKILL mid-pack (issue 24, item 10): its shards are written
 again by a fresh pool, the set is byte-identical to a clean pack, and the process exits; workers that keep
 dying end the run with exit 3 naming the shards not written."""
+
 from __future__ import annotations
 
 import os
@@ -47,8 +48,12 @@ def _shards(folder) -> int:
 
 def _pack(index, out, kill_after: int, kills: int, deadline: float) -> tuple[subprocess.Popen, int, str]:
     # no -q: the retry is a note (-q prints errors only), and the note is what the first test reads
-    proc = subprocess.Popen([PY, "-m", "dsclean", "pack", index, "--samples-per-shard", "1", "--jobs", "2",
-                             "--no-fsync", "-o", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [PY, "-m", "dsclean", "pack", index, "--samples-per-shard", "1", "--jobs", "2", "--no-fsync", "-o", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     killed: set[int] = set()
     while len(killed) < kills and time.monotonic() < deadline and proc.poll() is None:
         workers = [w for w in _workers(proc.pid) if w not in killed] if _shards(out) >= kill_after else []
@@ -66,8 +71,24 @@ def _pack(index, out, kill_after: int, kills: int, deadline: float) -> tuple[sub
 
 def test_a_killed_worker_s_shards_are_written_again_and_the_set_is_byte_identical(tmp_path):
     index = _index(tmp_path)
-    subprocess.run([PY, "-m", "dsclean", "pack", index, "--samples-per-shard", "1", "--jobs", "2", "--no-fsync",
-                    "-q", "-o", str(tmp_path / "ref")], check=True)
+    subprocess.run(
+        [
+            PY,
+            "-m",
+            "dsclean",
+            "pack",
+            index,
+            "--samples-per-shard",
+            "1",
+            "--jobs",
+            "2",
+            "--no-fsync",
+            "-q",
+            "-o",
+            str(tmp_path / "ref"),
+        ],
+        check=True,
+    )
     out = tmp_path / "killed"
     proc, kills, err = _pack(index, out, kill_after=20, kills=1, deadline=time.monotonic() + 120)
     assert kills == 1 and "Traceback" not in err, err
@@ -86,6 +107,24 @@ def test_workers_that_keep_dying_end_the_pack_with_exit_3_naming_the_shards(tmp_
     assert "not written: worker processes died 3 times" in err and ".tar" in err, err
     assert not (out / "index.arrow").exists()
     written = _shards(out)
-    proc = subprocess.run([PY, "-m", "dsclean", "pack", index, "--samples-per-shard", "1", "--jobs", "2",
-                           "--no-fsync", "-q", "-o", str(out)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            PY,
+            "-m",
+            "dsclean",
+            "pack",
+            index,
+            "--samples-per-shard",
+            "1",
+            "--jobs",
+            "2",
+            "--no-fsync",
+            "-q",
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0 and _shards(out) == 240 > written, proc.stderr  # the resume finishes the job

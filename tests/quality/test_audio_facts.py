@@ -1,4 +1,5 @@
 """Audio facts, streamed block by block, and each audio flag on generated sounds."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -48,13 +49,16 @@ def test_plain_tone_has_no_flags(tmp_path):
     assert _facts(tmp_path, synth.tone(0.5, channels=2)).facts.flags == []
 
 
-@pytest.mark.parametrize("make, flag", [
-    (lambda: np.zeros((8000, 1), np.float32), F.SILENT),
-    (lambda: np.stack([synth.tone(0.5)[:, 0], np.zeros(8000, np.float32)], axis=1), F.SILENT_CHANNEL),
-    (lambda: np.clip(synth.tone(0.5) * 4, -1, 1), F.CLIPPED),
-    (lambda: synth.tone(0.5) * 0.5 + 0.2, F.DC_OFFSET),
-    (lambda: synth.tone(0.05), F.TOO_SHORT),
-])
+@pytest.mark.parametrize(
+    "make, flag",
+    [
+        (lambda: np.zeros((8000, 1), np.float32), F.SILENT),
+        (lambda: np.stack([synth.tone(0.5)[:, 0], np.zeros(8000, np.float32)], axis=1), F.SILENT_CHANNEL),
+        (lambda: np.clip(synth.tone(0.5) * 4, -1, 1), F.CLIPPED),
+        (lambda: synth.tone(0.5) * 0.5 + 0.2, F.DC_OFFSET),
+        (lambda: synth.tone(0.05), F.TOO_SHORT),
+    ],
+)
 def test_each_audio_flag_on_generated_media(tmp_path, make, flag):
     assert flag in _facts(tmp_path, make()).facts.flags
 
@@ -68,7 +72,9 @@ def test_clipping_is_counted_per_sample_near_full_scale(tmp_path):
 
 
 def test_audio_thresholds_are_options():
-    facts = A.AudioFacts(duration=0.05, peak=0.5, rms=0.0005, clipped=0.01, dc_offset=0.1, silent_channels=1, channels=1)
+    facts = A.AudioFacts(
+        duration=0.05, peak=0.5, rms=0.0005, clipped=0.01, dc_offset=0.1, silent_channels=1, channels=1
+    )
     assert set(audio_flags(facts)) == {F.TOO_SHORT, F.SILENT, F.CLIPPED, F.DC_OFFSET}
     loose = FlagOptions(too_short=0.01, silence=0.0001, clipped=0.05, dc_offset=0.2)
     assert audio_flags(facts, loose) == []
@@ -76,7 +82,13 @@ def test_audio_thresholds_are_options():
 
 def test_fact_columns_match_the_record_and_the_contract():
     assert list(FACT_COLUMNS)[0] == "content_hash" and FACT_COLUMNS["phash"] == pa.uint64()
-    table = facts_table([Facts.of_audio(A.AudioFacts(duration=1.0, peak=0.5, rms=0.1, clipped=0.0, dc_offset=0.0,
-                                                     silent_channels=0, channels=1)).row(), Facts().row()])
+    table = facts_table(
+        [
+            Facts.of_audio(
+                A.AudioFacts(duration=1.0, peak=0.5, rms=0.1, clipped=0.0, dc_offset=0.0, silent_channels=0, channels=1)
+            ).row(),
+            Facts().row(),
+        ]
+    )
     assert table.schema.names == list(FACT_COLUMNS)
     assert table.column("rms").to_pylist()[1] is None

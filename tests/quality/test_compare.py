@@ -1,4 +1,5 @@
 """The fine check: copies (brightened, cropped) match, different pictures and flat frames do not."""
+
 from __future__ import annotations
 
 import numpy as np

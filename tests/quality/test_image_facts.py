@@ -1,4 +1,5 @@
 """Image facts and flags on generated pictures: each number and each flag can fail."""
+
 from __future__ import annotations
 
 import io
@@ -129,14 +130,17 @@ def test_sixteen_bit_and_palette_pictures(tmp_path):
     assert image_facts_from_pil(pal).phash is not None
 
 
-@pytest.mark.parametrize("make, flag", [
-    (lambda: Image.fromarray((_arr(synth.photo_like(128, 128, seed=1)) * 0.08).astype(np.uint8)), F.DARK),
-    (lambda: Image.fromarray((255 - _arr(synth.photo_like(128, 128, seed=1)) * 0.1).astype(np.uint8)), F.BRIGHT),
-    (lambda: Image.new("RGB", (128, 128), (90, 90, 91)), F.LOW_INFORMATION),
-    (lambda: synth.photo_like(256, 256, seed=2).filter(ImageFilter.GaussianBlur(10)), F.BLURRY),
-    (lambda: synth.photo_like(20, 20, seed=3), F.TINY),
-    (lambda: synth.photo_like(400, 60, seed=4), F.ODD_ASPECT),
-])
+@pytest.mark.parametrize(
+    "make, flag",
+    [
+        (lambda: Image.fromarray((_arr(synth.photo_like(128, 128, seed=1)) * 0.08).astype(np.uint8)), F.DARK),
+        (lambda: Image.fromarray((255 - _arr(synth.photo_like(128, 128, seed=1)) * 0.1).astype(np.uint8)), F.BRIGHT),
+        (lambda: Image.new("RGB", (128, 128), (90, 90, 91)), F.LOW_INFORMATION),
+        (lambda: synth.photo_like(256, 256, seed=2).filter(ImageFilter.GaussianBlur(10)), F.BLURRY),
+        (lambda: synth.photo_like(20, 20, seed=3), F.TINY),
+        (lambda: synth.photo_like(400, 60, seed=4), F.ODD_ASPECT),
+    ],
+)
 def test_each_image_flag_on_generated_media(tmp_path, make, flag):
     img = make()
     path = write(tmp_path, "x.png", synth.encode_image(img, "PNG"))
@@ -176,13 +180,21 @@ def test_grey_thumbnail_shortcut_is_pillows_resize_bit_for_bit(axis):
     rng = np.random.default_rng(axis)
     for n in range(1, 2 * thumbnail.SIZE + 1):
         shape = (n, thumbnail.SIZE) if axis == 0 else (thumbnail.SIZE, n)
-        for a in (rng.integers(0, 256, shape, dtype=np.uint8), np.full(shape, 255, np.uint8),
-                  (rng.random(shape) < 0.5).astype(np.uint8) * 255):
+        for a in (
+            rng.integers(0, 256, shape, dtype=np.uint8),
+            np.full(shape, 255, np.uint8),
+            (rng.random(shape) < 0.5).astype(np.uint8) * 255,
+        ):
             im = Image.fromarray(a, "L")
             shrink = min(a.shape) >= thumbnail.SIZE
-            want = np.asarray(im.resize((thumbnail.SIZE,) * 2, Image.Resampling.BOX if shrink else Image.Resampling.BILINEAR))
+            want = np.asarray(
+                im.resize((thumbnail.SIZE,) * 2, Image.Resampling.BOX if shrink else Image.Resampling.BILINEAR)
+            )
             got = thumbnail.canonical_uint8(a)
-            assert got.dtype == np.uint8 and np.array_equal(got, want), (shape, int(np.abs(got.astype(int) - want).max()))
+            assert got.dtype == np.uint8 and np.array_equal(got, want), (
+                shape,
+                int(np.abs(got.astype(int) - want).max()),
+            )
 
 
 def _mixed_greys() -> list[np.ndarray]:
@@ -238,8 +250,13 @@ def test_batched_resize_is_each_pictures_own(axis):
     rng = np.random.default_rng(axis + 5)
     for n in list(range(1, 2 * thumbnail.SIZE + 1, 3)) + [200, 500]:
         shape = (n, thumbnail.SIZE) if axis == 0 else (thumbnail.SIZE, n)
-        greys = np.stack([rng.integers(0, 256, shape, dtype=np.uint8), np.full(shape, 255, np.uint8),
-                          (rng.random(shape) < 0.5).astype(np.uint8) * 255])
+        greys = np.stack(
+            [
+                rng.integers(0, 256, shape, dtype=np.uint8),
+                np.full(shape, 255, np.uint8),
+                (rng.random(shape) < 0.5).astype(np.uint8) * 255,
+            ]
+        )
         got = thumbnail.resized_greys(greys)
         want = np.stack([thumbnail.canonical_uint8(g) for g in greys])
         assert got.shape == (3, thumbnail.SIZE, thumbnail.SIZE) and np.array_equal(got, want), shape

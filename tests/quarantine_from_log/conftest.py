@@ -1,4 +1,5 @@
 """Fixtures of the quarantine --from-log tests."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """quarantine --from-log for files: re-check, move only the bad, list the ok and the missing, restore."""
+
 from __future__ import annotations
 
 import json
@@ -12,21 +13,40 @@ from dsclean.scanning.quarantine.restore import restore
 
 
 def _exc(path, root, error="OSError", message="image file is truncated", index=0):
-    return {"kind": "exception", "index": index, "path": path, "root": str(root), "error": error, "message": message,
-            "action": "skip"}
+    return {
+        "kind": "exception",
+        "index": index,
+        "path": path,
+        "root": str(root),
+        "error": error,
+        "message": message,
+        "action": "skip",
+    }
 
 
 def test_bad_files_are_moved_ok_ones_listed_and_left_missing_ones_listed(tree, tmp_path):
     root, files = tree
     log = tmp_path / "runs" / "failures.jsonl"
-    log_failures(log, [
-        (0, _exc("cats/cut.jpg", root)),
-        (1, _exc("cats/cut.jpg", root, index=7)),  # the same file from another worker: checked once
-        (1, _exc("cats/c1.jpg", root, error="RuntimeError", message="in transform: size mismatch")),
-        (None, {"kind": "worker_died", "index": 3, "path": "dogs/junk.png", "root": str(root), "error": "SIGSEGV",
-                "message": "killed by signal"}),
-        (0, _exc("cats/gone.jpg", root)),
-    ])
+    log_failures(
+        log,
+        [
+            (0, _exc("cats/cut.jpg", root)),
+            (1, _exc("cats/cut.jpg", root, index=7)),  # the same file from another worker: checked once
+            (1, _exc("cats/c1.jpg", root, error="RuntimeError", message="in transform: size mismatch")),
+            (
+                None,
+                {
+                    "kind": "worker_died",
+                    "index": 3,
+                    "path": "dogs/junk.png",
+                    "root": str(root),
+                    "error": "SIGSEGV",
+                    "message": "killed by signal",
+                },
+            ),
+            (0, _exc("cats/gone.jpg", root)),
+        ],
+    )
     q = tmp_path / "bad"
     s = quarantine_from_log([str(log)], FromLogOptions(quarantine=str(q)))
     by = {os.path.relpath(i.path, root): i for i in s.items}

@@ -1,4 +1,5 @@
 """The next scan of the root checks again the files that failed in training, whatever its cache says."""
+
 from __future__ import annotations
 
 import json
@@ -17,14 +18,20 @@ def test_the_next_scan_rechecks_recorded_failures_and_says_so(tree, tmp_path):
     assert first.quarantined == 2 and first.training_rechecked == 0  # cut.jpg and junk.png
     # the file goes bad in a way the cache cannot see (same size, same mtime: bit rot under a read-only mount)
     log = tmp_path / "f.jsonl"
-    log_failures(log, [(0, {"kind": "exception", "path": "cats/c0.jpg", "root": str(root), "error": "OSError"}),
-                       (1, {"kind": "exception", "path": "cats/c1.jpg", "root": str(root), "error": "KeyError"})])
+    log_failures(
+        log,
+        [
+            (0, {"kind": "exception", "path": "cats/c0.jpg", "root": str(root), "error": "OSError"}),
+            (1, {"kind": "exception", "path": "cats/c1.jpg", "root": str(root), "error": "KeyError"}),
+        ],
+    )
     s = quarantine_from_log([str(log)], FromLogOptions(dry_run=True))
     assert {i.outcome for i in s.items} == {"left"}
     import os
+
     st = os.stat(root / "cats/c0.jpg")
     data = bytearray(files["cats/c0.jpg"])
-    data[len(data) // 2:] = b"\0" * (len(data) - len(data) // 2)
+    data[len(data) // 2 :] = b"\0" * (len(data) - len(data) // 2)
     (root / "cats/c0.jpg").write_bytes(bytes(data))
     os.utime(root / "cats/c0.jpg", ns=(st.st_atime_ns, st.st_mtime_ns))
     again = scan(str(root), ScanOptions(jobs=1, quarantine=str(q)))
@@ -40,8 +47,13 @@ def test_the_cli_message_and_json_and_scan_from_log(tree, tmp_path):
     out = run_cli("scan", str(root), "--dry-run", "-j", "1", "-q")  # the cache now knows every file
     assert out.returncode == 0, out.stderr
     log = tmp_path / "f.jsonl"
-    log_failures(log, [(0, {"kind": "exception", "path": str(root / "cats/cut.jpg"), "error": "OSError"}),
-                       (0, {"kind": "exception", "path": "cats/c2.jpg", "root": str(root), "error": "E"})])
+    log_failures(
+        log,
+        [
+            (0, {"kind": "exception", "path": str(root / "cats/cut.jpg"), "error": "OSError"}),
+            (0, {"kind": "exception", "path": "cats/c2.jpg", "root": str(root), "error": "E"}),
+        ],
+    )
     out = run_cli("scan", str(root), "--dry-run", "-j", "1", "--from-log", str(log))
     assert "Re-used" in out.stdout  # the other files came from the cache
     assert "Re-checked 2 files that failed in training: 1 bad (would be quarantined), 1 ok" in out.stdout, out.stdout

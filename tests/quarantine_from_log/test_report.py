@@ -1,5 +1,6 @@
 """dsclean report's "Failed in training" section: counts by error and kind, examples, the re-check's conclusion;
 hostile strings escaped; the page in real Chromium."""
+
 from __future__ import annotations
 
 import html
@@ -20,15 +21,51 @@ def reported(tree, tmp_path):
     root, _ = tree
     scan(str(root), ScanOptions(jobs=1, dry_run=True))
     log = tmp_path / "runs" / "failures.jsonl"
-    log_failures(log, [
-        (0, {"kind": "exception", "path": "cats/cut.jpg", "root": str(root), "error": "OSError",
-             "message": "image file is truncated"}),
-        (1, {"kind": "exception", "path": "cats/cut.jpg", "root": str(root), "error": "OSError",
-             "message": "image file is truncated"}),
-        (1, {"kind": "exception", "path": "cats/c3.jpg", "root": str(root), "error": "ValueError", "message": HOSTILE}),
-        (None, {"kind": "worker_died", "path": "dogs/d0.png", "root": str(root), "error": "SIGKILL",
-                "message": "killed by signal: Killed"}),
-    ])
+    log_failures(
+        log,
+        [
+            (
+                0,
+                {
+                    "kind": "exception",
+                    "path": "cats/cut.jpg",
+                    "root": str(root),
+                    "error": "OSError",
+                    "message": "image file is truncated",
+                },
+            ),
+            (
+                1,
+                {
+                    "kind": "exception",
+                    "path": "cats/cut.jpg",
+                    "root": str(root),
+                    "error": "OSError",
+                    "message": "image file is truncated",
+                },
+            ),
+            (
+                1,
+                {
+                    "kind": "exception",
+                    "path": "cats/c3.jpg",
+                    "root": str(root),
+                    "error": "ValueError",
+                    "message": HOSTILE,
+                },
+            ),
+            (
+                None,
+                {
+                    "kind": "worker_died",
+                    "path": "dogs/d0.png",
+                    "root": str(root),
+                    "error": "SIGKILL",
+                    "message": "killed by signal: Killed",
+                },
+            ),
+        ],
+    )
     return root, log
 
 
@@ -38,8 +75,8 @@ def test_the_section_counts_errors_and_shows_conclusions(reported, tmp_path):
     write_report(str(root), str(out), ReportOptions(failures=(str(log),), thumbnails=False))
     page = out.read_text()
     assert 'id="training"' in page and "Failed in training" in page
-    assert "<td>OSError</td><td>exception</td><td class=\"n\">2</td>" in page
-    assert "<td>SIGKILL</td><td>worker_died</td><td class=\"n\">1</td>" in page
+    assert '<td>OSError</td><td>exception</td><td class="n">2</td>' in page
+    assert '<td>SIGKILL</td><td>worker_died</td><td class="n">1</td>' in page
     assert page.count("not re-checked yet") == 3 + 1  # rows + the conclusions table, before quarantine --from-log
     assert HOSTILE not in page and html.escape(HOSTILE, quote=True) in page
     quarantine_from_log([str(log)], FromLogOptions(quarantine=str(tmp_path / "bad")))

@@ -1,5 +1,6 @@
 """Samples inside shards: re-checked from the tar, bad ones denied beside the shards; the deny-list is
 honoured by IndexedDataset over the packed set, by a re-pack, and reported by verify."""
+
 from __future__ import annotations
 
 import json
@@ -13,12 +14,12 @@ from support.files import write
 
 from dsclean.data.dataset import IndexedDataset
 from dsclean.denylist import append, read_denylist
-from dsclean.scanning.check import CHECKER_VERSION
 from dsclean.fromlog import quarantine_from_log
 from dsclean.index.build import build_index
 from dsclean.pack.packer import PackOptions, pack_shards
 from dsclean.pack.samples import sample_key
 from dsclean.pack.verify import verify_shards
+from dsclean.scanning.check import CHECKER_VERSION
 
 
 @pytest.fixture
@@ -48,22 +49,54 @@ def test_a_bad_sample_is_denied_an_ok_one_left_and_both_flow_downstream(packed, 
     ds, bad_j, bad_shard = _where(out, "cls/cut.jpg")
     _, ok_j, ok_shard = _where(out, "cls/ok1.jpg")
     log = tmp_path / "runs" / "failures.jsonl"
-    log_failures(log, [
-        (0, {"kind": "exception", "index": bad_j, "shard": str(out / bad_shard), "key": sample_key(b"cls/cut.jpg"),
-             "error": "OSError", "message": "image file is truncated"}),
-        (1, {"kind": "exception", "index": bad_j, "shard": bad_shard, "root": str(out),
-             "key": sample_key(b"cls/cut.jpg"), "error": "OSError", "message": "again"}),  # same sample, relative
-        (1, {"kind": "exception", "index": ok_j, "shard": str(out / ok_shard), "key": sample_key(b"cls/ok1.jpg"),
-             "error": "ValueError", "message": "in transform"}),
-    ])
+    log_failures(
+        log,
+        [
+            (
+                0,
+                {
+                    "kind": "exception",
+                    "index": bad_j,
+                    "shard": str(out / bad_shard),
+                    "key": sample_key(b"cls/cut.jpg"),
+                    "error": "OSError",
+                    "message": "image file is truncated",
+                },
+            ),
+            (
+                1,
+                {
+                    "kind": "exception",
+                    "index": bad_j,
+                    "shard": bad_shard,
+                    "root": str(out),
+                    "key": sample_key(b"cls/cut.jpg"),
+                    "error": "OSError",
+                    "message": "again",
+                },
+            ),  # same sample, relative
+            (
+                1,
+                {
+                    "kind": "exception",
+                    "index": ok_j,
+                    "shard": str(out / ok_shard),
+                    "key": sample_key(b"cls/ok1.jpg"),
+                    "error": "ValueError",
+                    "message": "in transform",
+                },
+            ),
+        ],
+    )
     s = quarantine_from_log([str(log)])
     outcome = {i.key: i for i in s.items}
     assert outcome[sample_key(b"cls/cut.jpg")].outcome == "denied"
     assert outcome[sample_key(b"cls/cut.jpg")].lines == 2 and outcome[sample_key(b"cls/cut.jpg")].row == bad_j
     assert outcome[sample_key(b"cls/ok1.jpg")].outcome == "left"
     dl = read_denylist(out / "denylist.jsonl")
-    assert [(e["shard"], e["key"], e["row"], e["path"], e["checker"]) for e in dl.entries] == \
-        [(bad_shard, sample_key(b"cls/cut.jpg"), bad_j, "cls/cut.jpg", CHECKER_VERSION)]
+    assert [(e["shard"], e["key"], e["row"], e["path"], e["checker"]) for e in dl.entries] == [
+        (bad_shard, sample_key(b"cls/cut.jpg"), bad_j, "cls/cut.jpg", CHECKER_VERSION)
+    ]
     assert not [n for n in os.listdir(out) if n.endswith(".tmp")]
 
     # IndexedDataset over the set refuses it (skip: it is absent from what a loop sees)
@@ -116,8 +149,13 @@ def test_a_plain_webdataset_tar_sample_is_denied_beside_it(tmp_path):
         w.write({"__key__": "s/000", "jpg": good, "cls": b"1"})
         w.write({"__key__": "s/001", "jpg": good[:200], "cls": b"0"})
     log = tmp_path / "f.jsonl"
-    log_failures(log, [(0, {"kind": "exception", "shard": str(shards / "part-000.tar"), "key": k, "error": "E"})
-                       for k in ("s/000", "s/001", "s/404")])
+    log_failures(
+        log,
+        [
+            (0, {"kind": "exception", "shard": str(shards / "part-000.tar"), "key": k, "error": "E"})
+            for k in ("s/000", "s/001", "s/404")
+        ],
+    )
     out = run_cli("quarantine", "--from-log", str(log), "--json")
     assert out.returncode == 1, out.stderr
     items = {i["key"]: i for i in json.loads(out.stdout)["items"]}
@@ -128,16 +166,24 @@ def test_a_plain_webdataset_tar_sample_is_denied_beside_it(tmp_path):
     with tarfile.open(shards / "part-000.tar") as tf:  # the tar itself is untouched
         assert sorted(tf.getnames()) == ["s/000.cls", "s/000.jpg", "s/001.cls", "s/001.jpg"]
     denied = {e["key"] for e in entries}
-    kept = [s["__key__"] for s in wds.WebDataset(str(shards / "part-000.tar"), shardshuffle=False)
-            if s["__key__"] not in denied]  # how a webdataset pipeline honours it (docs/guides/from-log.md)
+    kept = [
+        s["__key__"]
+        for s in wds.WebDataset(str(shards / "part-000.tar"), shardshuffle=False)
+        if s["__key__"] not in denied
+    ]  # how a webdataset pipeline honours it (docs/guides/from-log.md)
     assert kept == ["s/000"]
 
 
 def test_a_line_naming_the_packed_folder_or_an_unusable_shard(packed, tmp_path):
     _, _, out = packed
     log = tmp_path / "f.jsonl"
-    log_failures(log, [(0, {"kind": "exception", "shard": str(out), "key": sample_key(b"cls/cut.jpg"), "error": "E"}),
-                       (0, {"kind": "exception", "shard": 3, "key": "x", "path": "cls/ok0.jpg", "error": "E"})])
+    log_failures(
+        log,
+        [
+            (0, {"kind": "exception", "shard": str(out), "key": sample_key(b"cls/cut.jpg"), "error": "E"}),
+            (0, {"kind": "exception", "shard": 3, "key": "x", "path": "cls/ok0.jpg", "error": "E"}),
+        ],
+    )
     s = quarantine_from_log([str(log)])
     assert [(i.outcome, os.path.dirname(i.path)) for i in s.items] == [("denied", str(out))]
     assert s.unplaced == 1  # a shard number is not a place; and its path is never taken for a file
@@ -148,8 +194,10 @@ def test_the_deny_list_reader_refuses_a_fifo_without_blocking(tmp_path):
     import sys
 
     os.mkfifo(tmp_path / "denylist.jsonl")
-    code = ("from dsclean.denylist import read_denylist; "
-            f"d = read_denylist({str(tmp_path / 'denylist.jsonl')!r}); print(bool(d.refused), len(d.entries))")
+    code = (
+        "from dsclean.denylist import read_denylist; "
+        f"d = read_denylist({str(tmp_path / 'denylist.jsonl')!r}); print(bool(d.refused), len(d.entries))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=False)
     assert out.stdout.split() == ["True", "0"], out.stderr
     with pytest.raises(OSError):
@@ -175,8 +223,13 @@ def test_a_sample_that_crashes_its_decoder_is_named_and_denied_not_fatal(tmp_pat
         w.write({"__key__": "x__segfault__", "jpg": synth.jpeg(20, 20, seed=1)})  # the test fault injector's cue
         w.write({"__key__": "fine", "jpg": synth.jpeg(20, 20, seed=2)})
     log = tmp_path / "f.jsonl"
-    log_failures(log, [(None, {"kind": "worker_died", "shard": str(shards / "part-000.tar"), "key": k,
-                               "error": "SIGSEGV"}) for k in ("x__segfault__", "fine")])
+    log_failures(
+        log,
+        [
+            (None, {"kind": "worker_died", "shard": str(shards / "part-000.tar"), "key": k, "error": "SIGSEGV"})
+            for k in ("x__segfault__", "fine")
+        ],
+    )
     out = run_cli("quarantine", "--from-log", str(log), "--json", env={"DSCLEAN_TEST_FAULTS": "1"})
     assert out.returncode == 1, out.stderr
     items = {i["key"]: i for i in json.loads(out.stdout)["items"]}
@@ -198,11 +251,17 @@ def test_denied_samples_are_absent_from_a_real_dataloader_with_workers(packed, t
     _, _, out = packed
     ds, bad_j, bad_shard = _where(out, "cls/cut.jpg")
     _, ok_j, ok_shard = _where(out, "cls/ok2.jpg")
-    append(out / "denylist.jsonl", [{"shard": bad_shard, "key": sample_key(b"cls/cut.jpg"), "row": bad_j},
-                                    {"shard": ok_shard, "key": sample_key(b"cls/ok2.jpg")}])  # by key, no row
+    append(
+        out / "denylist.jsonl",
+        [
+            {"shard": bad_shard, "key": sample_key(b"cls/cut.jpg"), "row": bad_j},
+            {"shard": ok_shard, "key": sample_key(b"cls/ok2.jpg")},
+        ],
+    )  # by key, no row
     ds = IndexedDataset(str(out), transform=_size, on_error="skip")
-    loader = torch.utils.data.DataLoader(ds, batch_size=1, num_workers=2, collate_fn=collate_skip_none,
-                                         multiprocessing_context="spawn")
+    loader = torch.utils.data.DataLoader(
+        ds, batch_size=1, num_workers=2, collate_fn=collate_skip_none, multiprocessing_context="spawn"
+    )
     seen = sum(len(y) for _, y in loader)
     assert seen == len(ds) - 2 == 4
 

@@ -1,4 +1,5 @@
 """One scanned tree (broken files of every sort, hostile names, audio, copies) shared by the report tests."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -24,10 +25,16 @@ def scanned(tmp_path_factory, report_state):
     base = tmp_path_factory.mktemp("reported")
     root, quarantine, state = base / "data", base / "q", report_state
     expected = make_report_tree(root)
-    summary = scan(str(root), ScanOptions(quarantine=str(quarantine), jobs=2, state_dir=str(state),
-                                          command=("dsclean", "scan", str(root), "--quarantine", str(quarantine))))
-    return SimpleNamespace(base=base, root=root, quarantine=quarantine, expected=expected, summary=summary,
-                           state=state)
+    summary = scan(
+        str(root),
+        ScanOptions(
+            quarantine=str(quarantine),
+            jobs=2,
+            state_dir=str(state),
+            command=("dsclean", "scan", str(root), "--quarantine", str(quarantine)),
+        ),
+    )
+    return SimpleNamespace(base=base, root=root, quarantine=quarantine, expected=expected, summary=summary, state=state)
 
 
 @pytest.fixture(autouse=True)

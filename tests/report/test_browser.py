@@ -4,6 +4,7 @@ The page must load offline with no console error, request nothing but itself
 and data: URIs, show every section, decode every thumbnail, filter, sort and
 page its table, and show hostile file names as text without running anything.
 """
+
 from __future__ import annotations
 
 import io
@@ -34,8 +35,17 @@ def report(scanned, tmp_path_factory):
     results = facts_results(scanned, base / "results")
     groups = base / "groups.jsonl"
     member = {"root": str(scanned.root), "path": "cats/copy_a.jpg"}
-    groups.write_text(json.dumps({"group": 0, "kind": "exact", "splits": ["train", "val"],
-                                  "members": [member, {**member, "path": "dogs/copy_b.jpg"}]}) + "\n")
+    groups.write_text(
+        json.dumps(
+            {
+                "group": 0,
+                "kind": "exact",
+                "splits": ["train", "val"],
+                "members": [member, {**member, "path": "dogs/copy_b.jpg"}],
+            }
+        )
+        + "\n"
+    )
     out = base / "report.html"
     write_report(str(results), str(out), ReportOptions(dups=str(groups), jobs=2))
     return out
@@ -56,7 +66,8 @@ class Visit:
 
     def rows(self) -> list[list[str]]:
         return self.page.eval_on_selector_all(
-            "#problems-body tr", "trs => trs.map(tr => Array.from(tr.children).map(td => td.textContent))")
+            "#problems-body tr", "trs => trs.map(tr => Array.from(tr.children).map(td => td.textContent))"
+        )
 
     def rows_when(self, done, timeout: float = 10.0) -> list[list[str]]:
         """The table's rows once ``done(rows)`` holds (the filter is debounced). Polled from Python:
@@ -82,7 +93,10 @@ def visit(browser, report):
 def test_loads_offline_with_no_error_and_no_request_but_itself(visit):
     assert visit.errors == [] and [m for m in visit.console if m[0] in ("error", "warning")] == []
     assert visit.requests and all(u == visit.url or u.startswith("data:") for u in visit.requests), visit.requests
-    assert visit.page.evaluate("performance.getEntriesByType('resource').filter(e => !e.name.startsWith('data:')).length") == 0
+    assert (
+        visit.page.evaluate("performance.getEntriesByType('resource').filter(e => !e.name.startsWith('data:')).length")
+        == 0
+    )
 
 
 def test_every_section_is_there(visit):
@@ -191,7 +205,8 @@ def test_facts_sections_from_a_real_scan(browser, scanned, tmp_path):
         def paths(anchor: str) -> list[str]:
             return v.page.eval_on_selector_all(
                 f"xpath=//h3[@id='{anchor}']/following-sibling::div[contains(@class, 'grid')][1]//div[@class='path']",
-                "ds => ds.map(d => d.textContent)")
+                "ds => ds.map(d => d.textContent)",
+            )
 
         assert v.page.locator("section#quality").count() == 1
         assert paths("flag-dark") == ["birds/dark.jpg"]  # mean luma 6/255, measured by the scan's decode

@@ -1,4 +1,5 @@
 """The one streaming pass over a results table agrees with a direct computation over the whole table."""
+
 from __future__ import annotations
 
 import os
@@ -40,13 +41,17 @@ def test_counts_and_caps(table, data):
     assert data.problems_total == 3_000 and len(data.problems) == 2_500  # the table is capped, the total is not
     for g in data.reason_galleries:
         assert len(g.items) == min(7, g.total) and {i.reason for i in g.items} == {g.reason}
-    assert [g.status for g in data.reason_galleries] == sorted((g.status for g in data.reason_galleries), key=lambda s: s != "bad")
+    assert [g.status for g in data.reason_galleries] == sorted(
+        (g.status for g in data.reason_galleries), key=lambda s: s != "bad"
+    )
 
 
 def test_composition_matches_the_whole_table(table, data):
     _, t = table
     classes = Counter(os.fsdecode(p).split("/")[0] for p in t["path"].to_pylist())
-    bad = Counter(os.fsdecode(p).split("/")[0] for p, s in zip(t["path"].to_pylist(), t["status"].to_pylist()) if s == "bad")
+    bad = Counter(
+        os.fsdecode(p).split("/")[0] for p, s in zip(t["path"].to_pylist(), t["status"].to_pylist()) if s == "bad"
+    )
     assert data.classes_total == len(classes) and len(data.classes) == 50
     for name, kept, nbad in data.classes:
         assert (kept, nbad) == (classes[name] - bad[name], bad[name])
@@ -76,7 +81,9 @@ def test_outliers_are_the_true_extremes(table, data):
 
 def test_flags_count_every_kept_file(table, data):
     _, t = table
-    truth = Counter(f for fl, s in zip(t["flags"].to_pylist(), t["status"].to_pylist()) if fl and s != "bad" for f in fl)
+    truth = Counter(
+        f for fl, s in zip(t["flags"].to_pylist(), t["status"].to_pylist()) if fl and s != "bad" for f in fl
+    )
     assert {g.reason: g.total for g in data.flags} == dict(truth)
     assert all(len(g.items) == min(5, g.total) for g in data.flags)
 

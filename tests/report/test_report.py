@@ -1,4 +1,5 @@
 """dsclean report end to end on a real scan: galleries, thumbnails, safety, options, errors."""
+
 from __future__ import annotations
 
 import base64
@@ -20,14 +21,18 @@ from dsclean.report.safe import display
 
 
 def run_cli(*args, env=None, timeout=300):
-    return subprocess.run([sys.executable, "-m", "dsclean", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "dsclean", *map(str, args)], capture_output=True, text=True, env=env, timeout=timeout
+    )
 
 
 def tree_state(root) -> dict[str, bytes]:
     """{path: bytes} of every file under root (the dataset must not change)."""
-    return {os.path.relpath(os.path.join(d, f), root): open(os.path.join(d, f), "rb").read()
-            for d, _, files in os.walk(root) for f in files}
+    return {
+        os.path.relpath(os.path.join(d, f), root): open(os.path.join(d, f), "rb").read()
+        for d, _, files in os.walk(root)
+        for f in files
+    }
 
 
 def red_pixels(img) -> np.ndarray:
@@ -55,7 +60,12 @@ def test_every_problem_is_shown_under_its_reason(scanned, page):
 def test_cut_images_show_what_decodes_with_the_cut_marked(page):
     _, html = page
     shown = by_path(sections(html)["reasons"])
-    for path, cut_at_top in [("cats/cut.jpg", False), ("dogs/cut.png", False), ("dogs/cut.bmp", True), (HOSTILE_JPG, False)]:
+    for path, cut_at_top in [
+        ("cats/cut.jpg", False),
+        ("dogs/cut.png", False),
+        ("dogs/cut.bmp", True),
+        (HOSTILE_JPG, False),
+    ]:
         img = shown[path].image()
         assert max(img.size) <= 128 and img.format == "JPEG"
         red_rows = np.flatnonzero(red_pixels(img).mean(axis=1) > 0.9)  # the cut: a full-width red line
@@ -117,8 +127,16 @@ def test_sections_without_their_facts_are_left_out(scanned, page, tmp_path):
     from dsclean.scanning.check import CheckOptions
     from dsclean.scanning.scanner import ScanOptions, scan
 
-    scan(str(scanned.root), ScanOptions(dry_run=True, report_dir=str(tmp_path / "r"), state_dir=str(tmp_path / "s"),
-                                        check=CheckOptions(facts=False), jobs=2))
+    scan(
+        str(scanned.root),
+        ScanOptions(
+            dry_run=True,
+            report_dir=str(tmp_path / "r"),
+            state_dir=str(tmp_path / "s"),
+            check=CheckOptions(facts=False),
+            jobs=2,
+        ),
+    )
     write_report(str(tmp_path / "r"), str(tmp_path / "none.html"), ReportOptions(jobs=2))
     found = sections((tmp_path / "none.html").read_text(encoding="utf-8"))
     assert "quality" not in found and "duplicates" not in found  # no quality facts, no content hashes...
@@ -183,9 +201,18 @@ def test_dups_groups_file_puts_split_leakage_first(scanned, tmp_path):
     groups = tmp_path / "groups.jsonl"
     member = lambda rel, d=0: {"root": str(scanned.root), "path": rel, "distance": d}  # noqa: E731
     lines = [
-        {"group": 0, "kind": "near", "members": [member("cats/cat0.jpg"), member("cats/cat1.jpg", 5)], "splits": ["data"]},
-        {"group": 1, "kind": "exact", "members": [member("cats/copy_a.jpg"), {"root": "val", "path": "../../etc/x.jpg"}],
-         "splits": ["data", "val"]},
+        {
+            "group": 0,
+            "kind": "near",
+            "members": [member("cats/cat0.jpg"), member("cats/cat1.jpg", 5)],
+            "splits": ["data"],
+        },
+        {
+            "group": 1,
+            "kind": "exact",
+            "members": [member("cats/copy_a.jpg"), {"root": "val", "path": "../../etc/x.jpg"}],
+            "splits": ["data", "val"],
+        },
     ]
     groups.write_text("".join(json.dumps(g) + "\n" for g in lines))
     out = tmp_path / "r.html"
@@ -239,7 +266,9 @@ def test_a_groups_file_made_with_relative_roots_is_read_from_another_folder(tmp_
     assert main(["dups", "train", "val", "-o", str(groups), "-q"]) == 0
     members = json.loads(groups.read_text())["members"]
     assert [(m["root"], m["root_abs"], m["path"]) for m in members] == [
-        ("train", str(train), "a/t0.jpg"), ("val", str(val), "a/leak.jpg")]
+        ("train", str(train), "a/t0.jpg"),
+        ("val", str(val), "a/leak.jpg"),
+    ]
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")
     out = tmp_path / "r.html"
@@ -354,11 +383,13 @@ def test_hostile_files_cannot_crash_or_hang_the_report(tmp_path):
     for name in ("x__segfault__.jpg", "y__hang__.jpg", "z__oom__.jpg", "fine.jpg"):
         write(root, f"c/{name}", synth.truncate(synth.jpeg(64, 64, seed=len(name)), 0.6))
     assert run_cli("scan", root, "--report", tmp_path / "r", "-q").returncode == 0  # no faults while scanning
-    code = ("import sys; from dsclean.report.build import ReportOptions, write_report\n"
-            "from dsclean.report.thumbs import ThumbLimits\n"
-            f"s = write_report({str(tmp_path / 'r')!r}, {str(tmp_path / 'r.html')!r}, ReportOptions(jobs=2, "
-            "limits=ThumbLimits(timeout=3, max_memory=256 << 20)))\n"
-            "print(s.thumbnails, s.failed)\n")
+    code = (
+        "import sys; from dsclean.report.build import ReportOptions, write_report\n"
+        "from dsclean.report.thumbs import ThumbLimits\n"
+        f"s = write_report({str(tmp_path / 'r')!r}, {str(tmp_path / 'r.html')!r}, ReportOptions(jobs=2, "
+        "limits=ThumbLimits(timeout=3, max_memory=256 << 20)))\n"
+        "print(s.thumbnails, s.failed)\n"
+    )
     env = {**os.environ, "DSCLEAN_TEST_FAULTS": "1"}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=240)
     assert proc.returncode == 0, proc.stderr
@@ -390,11 +421,13 @@ def test_a_job_array_with_parts_missing_is_reported_as_incomplete(tmp_path):
     html = out.read_text(encoding="utf-8")
     assert "<title>dsclean report: data (INCOMPLETE)</title>" in html
     banner = html.split('<p class="incomplete" role="alert">')[1].split("</p>")[0]
-    assert "covers 2 of the 3 parts" in banner and "The files of part 2/3 are not in it: they were never scanned" \
-        in banner and "dsclean scan ROOT --shard 2/3" in banner
+    assert (
+        "covers 2 of the 3 parts" in banner
+        and "The files of part 2/3 are not in it: they were never scanned" in banner
+        and "dsclean scan ROOT --shard 2/3" in banner
+    )
     assert html.index('class="incomplete"') < html.index('<section id="summary">')  # above everything else
-    assert f'<div class="v">{sum(s.files for s in done)}</div><div class="k">files checked (NOT the whole tree)' \
-        in html
+    assert f'<div class="v">{sum(s.files for s in done)}</div><div class="k">files checked (NOT the whole tree)' in html
     shown = set(by_path(sections(html)["reasons"]))
     assert shown == bad - in_2
     # the report of one part, written by the scan itself: the other parts are named as not covered

@@ -1,4 +1,5 @@
 """Hostile text is escaped, embedded JSON cannot close its script tag, machine paths are scrubbed."""
+
 from __future__ import annotations
 
 import json
@@ -46,5 +47,7 @@ def test_scrubber_keeps_everything_when_asked(tmp_path):
 
 def test_scrubbed_command_line(tmp_path):
     s = Scrubber({str(tmp_path / "data"): "ROOT"})
-    cmd = s.command(["/opt/venv/bin/dsclean", "scan", str(tmp_path / "data"), "--quarantine", "bad dir", "--html", "r.html"])
+    cmd = s.command(
+        ["/opt/venv/bin/dsclean", "scan", str(tmp_path / "data"), "--quarantine", "bad dir", "--html", "r.html"]
+    )
     assert cmd == "dsclean scan ROOT --quarantine 'bad dir' --html r.html"

@@ -1,4 +1,5 @@
 """Report wording a user understands: labelled check options, transparent images as the model sees them."""
+
 from __future__ import annotations
 
 import io
@@ -28,19 +29,24 @@ def test_check_options_are_labelled_and_show_the_ceiling_in_force(tmp_path):
     assert main(["scan", str(root), "--dry-run", "--quiet", "--jobs", "1", "--report", str(tmp_path / "r")]) == 0
     write_report(str(tmp_path / "r"), str(tmp_path / "report.html"), ReportOptions(thumbnails=False))
     html = (tmp_path / "report.html").read_text()
-    options = html[html.index("<h3>Check options</h3>"):]
-    options = options[:options.index("</table>")]
+    options = html[html.index("<h3>Check options</h3>") :]
+    options = options[: options.index("</table>")]
     assert "max_memory=0" not in options and "checker=" not in options
     assert re.search(r"<th>checker version</th><td>\d+ ", options)
-    assert (f"<th>memory ceiling per check</th><td>{_gib(default_memory_ceiling())} (default: a share of RAM per "
-            "core on this machine") in options
+    assert (
+        f"<th>memory ceiling per check</th><td>{_gib(default_memory_ceiling())} (default: a share of RAM per "
+        "core on this machine"
+    ) in options
     assert "<th>time limit per file</th>" in options and "<th>pixel limit</th><td>89,478,485 pixels" in options
 
 
 def test_an_explicit_or_no_ceiling_is_said_as_it_is():
     rows = dict(check_option_rows({"max_memory": 2 << 30, "timeout": 0, "lenient": True}))
-    assert rows == {"memory ceiling per check": "2.0 GiB (--max-memory: a file past it is bad/too_large)",
-                    "time limit per file": "none (--timeout 0)", "recoverable decoder warnings": "warn (--lenient)"}
+    assert rows == {
+        "memory ceiling per check": "2.0 GiB (--max-memory: a file past it is bad/too_large)",
+        "time limit per file": "none (--timeout 0)",
+        "recoverable decoder warnings": "warn (--lenient)",
+    }
     assert dict(check_option_rows({"max_memory": -1}))["memory ceiling per check"] == "none (--max-memory none)"
 
 

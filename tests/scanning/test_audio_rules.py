@@ -3,6 +3,7 @@
 As in test_check_audio.py, each test first records what plain soundfile does, so
 it is proven which rule decides.
 """
+
 from __future__ import annotations
 
 import io
@@ -15,8 +16,8 @@ from support import audiogen as ag
 
 from dsclean import reasons as R
 from dsclean.scanning import check_audio
-from dsclean.scanning.formats import flac, mp3
 from dsclean.scanning.check import CheckOptions, check_bytes
+from dsclean.scanning.formats import flac, mp3
 
 SR = 44100
 N = int(ag.SECONDS * ag.SR)  # frames of ag.signal()
@@ -36,7 +37,9 @@ def encode(x: np.ndarray, fmt: str, **kw) -> bytes:
 def silence_then_noise(seconds: float = 2.0) -> np.ndarray:
     """Quiet first (small VBR frames), loud after (large ones): a bitrate estimate from the start overshoots."""
     n = int(seconds * SR)
-    return np.concatenate([np.zeros(n // 3), np.random.default_rng(0).uniform(-0.8, 0.8, n - n // 3)]).astype(np.float32)
+    return np.concatenate([np.zeros(n // 3), np.random.default_rng(0).uniform(-0.8, 0.8, n - n // 3)]).astype(
+        np.float32
+    )
 
 
 def without_first_frame(data: bytes) -> bytes:
@@ -45,6 +48,7 @@ def without_first_frame(data: bytes) -> bytes:
 
 
 # ---- principle 1: never bad on an estimate ----------------------------------------------------
+
 
 @pytest.mark.parametrize("mode", ["VARIABLE", "CONSTANT"])
 def test_mp3_without_xing_is_not_truncated_on_libsndfiles_estimate(mode):
@@ -66,6 +70,7 @@ def test_mp3_with_xing_cut_is_still_truncated():
 
 
 # ---- principle 2: tolerate what decoders tolerate ------------------------------------------
+
 
 def id3v2(size: int = 20) -> bytes:
     return b"ID3\x04\x00\x00" + bytes([0, 0, size >> 7, size & 0x7F]) + b"\x00" * size
@@ -108,6 +113,7 @@ def test_mp3_lyrics3_tag_is_skipped():
 
 
 # ---- principle 3: every checksum, named ---------------------------------------------------------
+
 
 def _frames(data: bytes) -> list[int]:
     """Offsets of the real frame headers of a FLAC written by libsndfile (fixed block size)."""
@@ -156,11 +162,15 @@ def test_flac_streaminfo_md5_is_checked_when_asked(subtype):
     assert len(sf.read(io.BytesIO(bytes(data)))[0]) == N  # nothing else notices
     v = check_bytes(bytes(data), "md5.flac", md5_on)
     assert (v.status, v.reason, v.detail) == (
-        R.BAD, R.CORRUPT, "FLAC: the MD5 of the decoded samples differs from the STREAMINFO MD5 signature")
+        R.BAD,
+        R.CORRUPT,
+        "FLAC: the MD5 of the decoded samples differs from the STREAMINFO MD5 signature",
+    )
     assert check_bytes(bytes(data), "md5.flac").status == R.OK  # off by default: not hashed
 
 
 # ---- speed work changes no verdict: raw WAV samples are not pushed through a decoder ------------
+
 
 def _damaged_wavs() -> list[tuple[str, bytes]]:
     out = []
@@ -182,5 +192,7 @@ def test_raw_wav_fast_path_gives_the_verdicts_of_a_full_decode(monkeypatch):
     monkeypatch.setattr(check_audio, "_scan_raw_floats", lambda *a: False)
     for name, data in _damaged_wavs():
         slow = check_bytes(data, name)
-        assert (fast[name].status, fast[name].reason, fast[name].frames) == (slow.status, slow.reason, slow.frames), name
+        assert (fast[name].status, fast[name].reason, fast[name].frames) == (slow.status, slow.reason, slow.frames), (
+            name
+        )
     assert {v.reason for v in fast.values()} >= {None, R.TRUNCATED, R.INVALID_SAMPLES}

@@ -1,4 +1,5 @@
 """Incremental re-scans: only new or changed files are checked again."""
+
 from __future__ import annotations
 
 import os
@@ -72,8 +73,9 @@ def test_rerun_after_kill_9_resumes_from_the_cache(tmp_path):
     good = synth.jpeg(256, 256)
     for i in range(8000):
         write(root, f"c/{i}.jpg", good + str(i).encode())
-    proc = subprocess.Popen([sys.executable, "-m", "dsclean", "scan", str(root), "--jobs", "1", "--quiet",
-                             "--report", str(tmp_path / "r")])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dsclean", "scan", str(root), "--jobs", "1", "--quiet", "--report", str(tmp_path / "r")]
+    )
     from dsclean.locations import root_state_dir
 
     cache = Path(root_state_dir(str(root))) / "scan_cache"
@@ -101,8 +103,25 @@ def test_verdicts_about_the_moment_are_not_cached(tmp_path):
     write(root, "a/slow__hang__.jpg", synth.jpeg(8, 8))
     write(root, "a/ok.jpg", synth.jpeg(8, 8, seed=1))
     env = {**os.environ, "DSCLEAN_TEST_FAULTS": "1"}
-    subprocess.run([sys.executable, "-m", "dsclean", "scan", str(root), "--timeout", "1", "--jobs", "1",
-                    "--quiet", "--report", str(tmp_path / "r")], check=True, env=env, timeout=120)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dsclean",
+            "scan",
+            str(root),
+            "--timeout",
+            "1",
+            "--jobs",
+            "1",
+            "--quiet",
+            "--report",
+            str(tmp_path / "r"),
+        ],
+        check=True,
+        env=env,
+        timeout=120,
+    )
     assert {v.path: v.reason for v in dsclean.iter_verdicts(str(tmp_path / "r"))}["a/slow__hang__.jpg"] == "timeout"
     from dsclean.scanning.check import CheckOptions
 
@@ -113,12 +132,15 @@ def test_verdicts_about_the_moment_are_not_cached(tmp_path):
 
 # ---- the cache's files: segments, tombstones, merging, compaction ------------------------------------
 
+
 def _verdict_batch(rows: list[tuple[str, int, int, str, str | None]]):
     """A results batch of (path, size, mtime_ns, status, reason) rows, the other fields empty."""
     from dsclean.scanning.schema import verdicts_batch
     from dsclean.scanning.verdict import Verdict
 
-    return verdicts_batch([Verdict(p, "image", status, reason, "", size, mtime) for p, size, mtime, status, reason in rows])
+    return verdicts_batch(
+        [Verdict(p, "image", status, reason, "", size, mtime) for p, size, mtime, status, reason in rows]
+    )
 
 
 def test_cache_keeps_the_newest_row_and_honours_tombstones(tmp_path):
@@ -127,9 +149,17 @@ def test_cache_keeps_the_newest_row_and_honours_tombstones(tmp_path):
 
     path = str(tmp_path / "scan_cache")
     c = ScanCache(path, CheckOptions(), commit_every=2)
-    c.add_batch(_verdict_batch([("a.jpg", 1, 10, "ok", None), ("b.jpg", 2, 20, "bad", "truncated"),
-                                ("c.jpg", 3, 30, "bad", "timeout"), ("d.jpg", 4, 40, "ok", None)]),
-                skip=[b"d.jpg"])  # d moved now: never cached
+    c.add_batch(
+        _verdict_batch(
+            [
+                ("a.jpg", 1, 10, "ok", None),
+                ("b.jpg", 2, 20, "bad", "truncated"),
+                ("c.jpg", 3, 30, "bad", "timeout"),
+                ("d.jpg", 4, 40, "ok", None),
+            ]
+        ),
+        skip=[b"d.jpg"],
+    )  # d moved now: never cached
     c.close()
     c = ScanCache(path, CheckOptions())
     assert set(c.lookup([("a.jpg", 1, 10), ("b.jpg", 2, 20), ("c.jpg", 3, 30), ("d.jpg", 4, 40)])) == {"a.jpg", "b.jpg"}
@@ -191,11 +221,12 @@ def test_a_rescan_from_a_run_of_many_segments_reuses_every_verdict(tmp_path, mon
     """The cache alone (the previous results gone) answers for every file a scan decided, from the many
     segments the scan left (one per commit, not merged), and the re-scan leaves them as they are."""
     from dsclean.scanning import cache as C
-
     from dsclean.scanning import scanner
 
     monkeypatch.setattr(scanner, "FRESH_ROWS", 7)  # the scan hands its verdicts over every 7 rows...
-    monkeypatch.setattr(C.ScanCache.__init__, "__kwdefaults__", {"commit_every": 7, "commit_seconds": 2.0})  # ...and commits them
+    monkeypatch.setattr(
+        C.ScanCache.__init__, "__kwdefaults__", {"commit_every": 7, "commit_seconds": 2.0}
+    )  # ...and commits them
     root = tmp_path / "data"
     for i in range(40):
         write(root, f"c/{i}.jpg", synth.jpeg(16, 16, seed=i))
@@ -243,8 +274,22 @@ def test_scan_resumes_after_kill_9_between_segments(tmp_path):
     for i in range(3000):
         write(root, f"c/{i}.jpg", good + str(i).encode())
     env = {**os.environ, "DSCLEAN_STATE_DIR": str(tmp_path / "state")}
-    proc = subprocess.Popen([sys.executable, "-m", "dsclean", "scan", str(root), "--jobs", "1", "--quiet",
-                             "--dry-run", "--report", str(tmp_path / "r")], env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dsclean",
+            "scan",
+            str(root),
+            "--jobs",
+            "1",
+            "--quiet",
+            "--dry-run",
+            "--report",
+            str(tmp_path / "r"),
+        ],
+        env=env,
+    )
     from dsclean.locations import root_state_dir
 
     cache = Path(root_state_dir(str(root), str(tmp_path / "state"))) / "scan_cache"
@@ -284,8 +329,14 @@ def test_a_rescan_with_nothing_to_check_starts_no_worker(tmp_path):
     make_tree(root)
 
     def run() -> list[str]:
-        out = subprocess.run([sys.executable, "-c", _STARTED, str(root), str(tmp_path / "r")], cwd=str(tmp_path),
-                             capture_output=True, text=True, check=True, timeout=300)
+        out = subprocess.run(
+            [sys.executable, "-c", _STARTED, str(root), str(tmp_path / "r")],
+            cwd=str(tmp_path),
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=300,
+        )
         return out.stdout.split()
 
     assert run() == ["12", "0", "True", "True"]
@@ -325,8 +376,13 @@ def _segment(paths: list[bytes], mtime: int):
 
     n = len(paths)
     cols = {f.name: pa.nulls(n, f.type) for f in SCHEMA}
-    cols.update(path=pa.array(paths, pa.binary()), kind=pa.array(["image"] * n), status=pa.array(["ok"] * n),
-                size=pa.array([10] * n, pa.int64()), mtime_ns=pa.array([mtime] * n, pa.int64()))
+    cols.update(
+        path=pa.array(paths, pa.binary()),
+        kind=pa.array(["image"] * n),
+        status=pa.array(["ok"] * n),
+        size=pa.array([10] * n, pa.int64()),
+        mtime_ns=pa.array([mtime] * n, pa.int64()),
+    )
     return pa.RecordBatch.from_arrays([cols[f.name].cast(f.type) for f in SCHEMA], schema=SCHEMA)
 
 
@@ -430,8 +486,11 @@ def test_a_tombstone_survives_a_kill_9_right_after_the_move(tmp_path):
     os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
     stall = write(root, "b/stall__hang__.jpg", synth.jpeg(8, 8, seed=2))  # keeps the scan busy after the move
     env = {**os.environ, "DSCLEAN_TEST_FAULTS": "1"}
-    proc = subprocess.Popen([sys.executable, "-c", _KILLABLE_RESCAN, str(root), str(q), str(tmp_path / "r2")],
-                            env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILLABLE_RESCAN, str(root), str(q), str(tmp_path / "r2")],
+        env=env,
+        start_new_session=True,
+    )
     try:
         deadline = time.time() + 120
         while time.time() < deadline and p.exists():  # moved: the journal's "done" is written after the move

@@ -4,6 +4,7 @@ Every damaged-file test first records what plain soundfile does with the file
 (:func:`audiogen.sf_behaviour`: open raises / read raises / reads N frames), so
 it is proven which rule catches the damage: the decoder, or the container rule.
 """
+
 from __future__ import annotations
 
 import struct
@@ -50,6 +51,7 @@ def test_checkers_cover_the_audio_formats():
 
 # ---- valid files pass with the right facts ---------------------------------------------------
 
+
 @pytest.mark.parametrize(
     "name, channels, subtype",
     [
@@ -85,6 +87,7 @@ def test_streaming_wav_sizes_are_not_flagged(tmp_path, base):
 
 
 # ---- WAV ------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", ["mono.wav", "pcm24.wav", "float.wav", "rf64.wav"])
 @pytest.mark.parametrize("keep", [0.3, 0.6, 0.9, -1, -3])
@@ -187,6 +190,7 @@ def test_float_wav_with_loud_but_sane_samples_passes(tmp_path):
 
 # ---- FLAC -----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("keep", [0.3, 0.6, 0.9, -4, -1])
 def test_truncated_flac(tmp_path, base, keep):
     data = base["stereo.flac"]
@@ -229,6 +233,7 @@ def test_text_saved_as_flac_is_not_media(tmp_path):
 
 
 # ---- Ogg ------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("keep", [0.3, 0.6, 0.9, -1])
 def test_truncated_ogg(tmp_path, base, keep):
@@ -309,6 +314,7 @@ def test_ogg_garbage_inside_a_page_fails_its_crc(tmp_path, base):
 
 # ---- MP3 ------------------------------------------------------------------------------------
 
+
 def _without_xing(data: bytes) -> bytes:
     """Drop the first (Xing/Info) frame: a plain CBR stream with no frame count anywhere."""
     assert b"Xing" in data[:64] or b"Info" in data[:64]
@@ -383,5 +389,7 @@ def test_wav_with_a_codec_libsndfile_does_not_decode_is_unsupported(tmp_path):
     riff = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", len(data)) + data
     (tmp_path / "wma.wav").write_bytes(b"RIFF" + struct.pack("<I", len(riff)) + riff)
     v = check_file(str(tmp_path), "wma.wav")
-    assert v.reason in ("unsupported", "corrupt") and "0x0161" in v.detail and "decoders: libsndfile refused" in v.detail
+    assert (
+        v.reason in ("unsupported", "corrupt") and "0x0161" in v.detail and "decoders: libsndfile refused" in v.detail
+    )
     assert v.status == ("warn" if v.reason == "unsupported" else "bad"), v.detail

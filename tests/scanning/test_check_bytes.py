@@ -1,4 +1,5 @@
 """One read per file: check_bytes and check_file agree; content_hash; the checker version in the cache key."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -69,8 +70,17 @@ def test_check_bytes_and_check_file_give_identical_verdicts(tmp_path):
         assert from_bytes.content_hash == content_hash(data) == content_hash_file(root / name)
         outcomes.add((from_bytes.status, from_bytes.reason))
     reasons = {r for _, r in outcomes}
-    assert {R.TRUNCATED, R.CORRUPT, R.NOT_MEDIA, R.EMPTY, R.DECOMPRESSION_BOMB, R.EXTENSION_MISMATCH,
-            R.INVALID_SAMPLES, R.NONCONFORMING, None} <= reasons
+    assert {
+        R.TRUNCATED,
+        R.CORRUPT,
+        R.NOT_MEDIA,
+        R.EMPTY,
+        R.DECOMPRESSION_BOMB,
+        R.EXTENSION_MISMATCH,
+        R.INVALID_SAMPLES,
+        R.NONCONFORMING,
+        None,
+    } <= reasons
 
 
 def test_large_files_are_mapped_with_the_same_verdicts(tmp_path, monkeypatch):
@@ -121,7 +131,9 @@ def test_results_carry_the_content_hash(tmp_path):
     for line in (tmp_path / "r" / "problems.jsonl").read_text().splitlines():
         problem = json.loads(line)
         assert problem["content_hash"] == content_hash_file(root / problem["path"]).hex()
-    assert {v.content_hash for v in dsclean.iter_verdicts(str(tmp_path / "r"))} == set(table["content_hash"].to_pylist())
+    assert {v.content_hash for v in dsclean.iter_verdicts(str(tmp_path / "r"))} == set(
+        table["content_hash"].to_pylist()
+    )
 
 
 def test_a_new_checker_version_never_reuses_old_verdicts(tmp_path, monkeypatch):

@@ -3,14 +3,16 @@
 Where a comment says "Pillow's load() accepts this", the test below it also
 asserts that, so the rule under test is proven to be what catches the damage.
 """
+
 from __future__ import annotations
 
-from dsclean.reasons import CONSISTENCY
 import io
 
 import pytest
 from PIL import Image
 from support import synth
+
+from dsclean.reasons import CONSISTENCY
 
 
 def pillow_loads(data: bytes) -> bool:
@@ -26,6 +28,7 @@ def pillow_loads(data: bytes) -> bool:
 
 
 # ---- valid files pass ---------------------------------------------------------------------
+
 
 def _exif_orientation_jpeg() -> bytes:
     img = synth.photo_like(48, 32)
@@ -75,6 +78,7 @@ def test_facts_recorded(check):
 
 
 # ---- JPEG ---------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("fraction", [0.05, 0.3, 0.6, 0.9, 0.99])
 def test_truncated_jpeg(check, fraction):
@@ -148,6 +152,7 @@ def test_lenient_keeps_fatal_jpeg_errors_bad(check):
 
 # ---- PNG ----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("fraction", [0.1, 0.5, 0.9])
 def test_truncated_png(check, fraction):
     v = check("t.png", synth.truncate(synth.png(), fraction))
@@ -197,6 +202,7 @@ def test_png_trailing_bytes_after_iend_are_ok_and_noted(check):
 
 # ---- GIF, WebP, TIFF, BMP -------------------------------------------------------------------
 
+
 def test_gif_missing_trailer_that_pillow_accepts(check):
     data = synth.animated_gif()[:-1]
     assert pillow_loads(data)
@@ -232,6 +238,7 @@ def test_truncated_bmp(check, fraction):
 
 
 # ---- whole-file problems ------------------------------------------------------------------
+
 
 def test_zero_bytes_is_empty(check):
     assert (lambda v: (v.status, v.reason))(check("zero.png", b"")) == ("bad", "empty")

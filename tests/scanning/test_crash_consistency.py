@@ -1,4 +1,5 @@
 """The crash-consistency proof of RELIABILITY.md, run for real: 30 SIGKILLs of a quarantining scan."""
+
 from __future__ import annotations
 
 import json
@@ -6,12 +7,18 @@ import os
 import subprocess
 import sys
 
-SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "scripts", "crash_test.py")
+SCRIPT = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "scripts", "crash_test.py"
+)
 
 
 def test_thirty_kills_lose_nothing():
-    proc = subprocess.run([sys.executable, SCRIPT, "--runs", "30", "--files", "400", "--json"],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, SCRIPT, "--runs", "30", "--files", "400", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["problems"] == [] and report["files_lost"] == 0, report
     assert proc.returncode == 0

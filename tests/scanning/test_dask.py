@@ -1,4 +1,5 @@
 """The Dask backend on a real distributed.LocalCluster (2 worker processes on loopback)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -27,8 +28,9 @@ def _local_cluster(**kw):
     # processes each chunk is checked in: real clusters set DASK_DISTRIBUTED__WORKER__DAEMON=False.
     # The setting stays on for the cluster's life: nannies read it again when they restart a worker.
     with dask.config.set({"distributed.worker.daemon": False}):
-        with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                      dashboard_address=None, **kw) as c:
+        with distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None, **kw
+        ) as c:
             yield c
 
 
@@ -48,8 +50,16 @@ def test_dask_scan_gives_the_same_verdicts_as_a_local_scan(cluster, tmp_path):
     write(root, "audio/a.wav", synth.encode_audio(synth.tone(0.1, 8000), 8000, "WAV"))
     write(root, "audio/cut.wav", synth.truncate(synth.encode_audio(synth.tone(0.2, 8000), 8000, "WAV"), 0.5))
     local = scan(str(root), ScanOptions(report_dir=str(tmp_path / "local"), jobs=2, use_cache=False, chunk_size=4))
-    remote = scan(str(root), ScanOptions(report_dir=str(tmp_path / "dask"), backend="dask", use_cache=False,
-                                         scheduler=cluster.scheduler_address, chunk_size=4))
+    remote = scan(
+        str(root),
+        ScanOptions(
+            report_dir=str(tmp_path / "dask"),
+            backend="dask",
+            use_cache=False,
+            scheduler=cluster.scheduler_address,
+            chunk_size=4,
+        ),
+    )
     assert remote.files == local.files == 47 and remote.bad == local.bad == 16
     assert _verdicts(tmp_path / "dask") == _verdicts(tmp_path / "local")
 
@@ -57,8 +67,12 @@ def test_dask_scan_gives_the_same_verdicts_as_a_local_scan(cluster, tmp_path):
 def test_dask_scan_quarantines_like_a_local_scan(cluster, tmp_path):
     root = tmp_path / "data"
     make_tree(root, n_good=6, n_bad=6)
-    s = scan(str(root), ScanOptions(quarantine=str(tmp_path / "q"), backend="dask",
-                                    scheduler=cluster.scheduler_address, use_cache=False))
+    s = scan(
+        str(root),
+        ScanOptions(
+            quarantine=str(tmp_path / "q"), backend="dask", scheduler=cluster.scheduler_address, use_cache=False
+        ),
+    )
     assert s.quarantined == 6 and len(list((tmp_path / "q").rglob("bad*"))) == 6
     assert dsclean.restore(str(tmp_path / "q")).restored == 6
 
@@ -67,10 +81,21 @@ def test_a_crashing_file_does_not_take_a_dask_worker_down(tmp_path):
     root = tmp_path / "data"
     make_tree(root, n_good=8, n_bad=0)
     write(root, "cats/x__segfault__.jpg", synth.jpeg(8, 8))
-    with _local_cluster(env={"DSCLEAN_TEST_FAULTS": "1"}) as faulty, distributed.Client(faulty.scheduler_address) as client:
+    with (
+        _local_cluster(env={"DSCLEAN_TEST_FAULTS": "1"}) as faulty,
+        distributed.Client(faulty.scheduler_address) as client,
+    ):
         pids = client.run(os.getpid)
-        s = scan(str(root), ScanOptions(report_dir=str(tmp_path / "r"), backend="dask", use_cache=False,
-                                        scheduler=faulty.scheduler_address, chunk_size=3))
+        s = scan(
+            str(root),
+            ScanOptions(
+                report_dir=str(tmp_path / "r"),
+                backend="dask",
+                use_cache=False,
+                scheduler=faulty.scheduler_address,
+                chunk_size=3,
+            ),
+        )
         assert client.run(os.getpid) == pids  # the same worker processes: none died
     v = {v.path: v for v in dsclean.iter_verdicts(str(tmp_path / "r"))}
     assert v["cats/x__segfault__.jpg"].reason == "decoder_crash" and "SIGSEGV" in v["cats/x__segfault__.jpg"].detail
@@ -86,9 +111,20 @@ def test_a_worker_killed_mid_scan_costs_only_its_chunk(cluster, tmp_path):
     with distributed.Client(cluster.scheduler_address) as client:
         victim = next(iter(client.run(os.getpid).values()))
         box = {}
-        worker = threading.Thread(target=lambda: box.update(s=scan(str(root), ScanOptions(
-            report_dir=str(tmp_path / "dask"), backend="dask", use_cache=False,
-            scheduler=cluster.scheduler_address, chunk_size=8))))
+        worker = threading.Thread(
+            target=lambda: box.update(
+                s=scan(
+                    str(root),
+                    ScanOptions(
+                        report_dir=str(tmp_path / "dask"),
+                        backend="dask",
+                        use_cache=False,
+                        scheduler=cluster.scheduler_address,
+                        chunk_size=8,
+                    ),
+                )
+            )
+        )
         worker.start()
         time.sleep(0.4)
         assert worker.is_alive(), "the scan finished before a worker could be killed"

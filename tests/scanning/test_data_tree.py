@@ -1,4 +1,5 @@
 """Issue 10 (1-3): the data tree is left as found, a job half done is not a success, restore and symlink farms."""
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,9 @@ from dsclean.scanning.scanner import ScanOptions, format_summary, scan
 
 
 def run_cli(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "dsclean", *map(str, args)], capture_output=True, text=True,
-                          timeout=300, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "dsclean", *map(str, args)], capture_output=True, text=True, timeout=300, **kw
+    )
 
 
 def listing(root) -> set[str]:
@@ -53,8 +55,10 @@ def tree(tmp_path):
 # ----------------------------------------------------------------------------- 1. nothing of dsclean's in ROOT
 
 
-@pytest.mark.parametrize("case", ["dry-run", "dry-run-with-quarantine", "report-default", "quarantine",
-                                  "quarantine-twice-cached", "cli-quarantine"])
+@pytest.mark.parametrize(
+    "case",
+    ["dry-run", "dry-run-with-quarantine", "report-default", "quarantine", "quarantine-twice-cached", "cli-quarantine"],
+)
 def test_listing_differs_only_by_the_moved_files(tree, tmp_path, case):
     root, expected = tree
     before, classes = listing(root), imagefolder_classes(root)
@@ -81,9 +85,14 @@ def test_listing_differs_only_by_the_moved_files(tree, tmp_path, case):
 def test_quarantine_report_or_state_inside_root_is_refused_unless_allowed(tree, tmp_path, monkeypatch):
     root, _ = tree
     before = listing(root)
-    for options in (ScanOptions(quarantine=str(root / "bad")), ScanOptions(report_dir=str(root / "reports")),
-                    ScanOptions(state_dir=str(root / "state"))):
-        with pytest.raises(UserError, match="inside the dataset root.*ImageFolder.*one more class.*--allow-inside-root"):
+    for options in (
+        ScanOptions(quarantine=str(root / "bad")),
+        ScanOptions(report_dir=str(root / "reports")),
+        ScanOptions(state_dir=str(root / "state")),
+    ):
+        with pytest.raises(
+            UserError, match="inside the dataset root.*ImageFolder.*one more class.*--allow-inside-root"
+        ):
             scan(str(root), options)
     proc = run_cli("scan", root, "--quarantine", root / "bad")
     assert proc.returncode == 2 and "ImageFolder" in proc.stderr and "Traceback" not in proc.stderr
@@ -99,8 +108,10 @@ def test_a_class_folder_is_never_taken_for_a_quarantine_or_report_folder(tree, t
     folder that is one of the dataset's folders would hide its files from every scan."""
     root, _ = tree
     before = listing(root)
-    for options in (ScanOptions(quarantine=str(root / "cats"), allow_inside_root=True),
-                    ScanOptions(report_dir=str(root / "dogs"), allow_inside_root=True)):
+    for options in (
+        ScanOptions(quarantine=str(root / "cats"), allow_inside_root=True),
+        ScanOptions(report_dir=str(root / "dogs"), allow_inside_root=True),
+    ):
         with pytest.raises(UserError, match="already holds media files"):
             scan(str(root), options)
     proc = run_cli("scan", root, "--quarantine", root / "cats", "--allow-inside-root")
@@ -141,8 +152,12 @@ def test_results_files_are_created_with_the_users_umask(tree, tmp_path):
     proc = run_cli("scan", root, "--quarantine", tmp_path / "q", "-q", preexec_fn=lambda: os.umask(0o027))
     assert proc.returncode == 0, proc.stderr
     state = locations.root_state_dir(str(root))
-    for path in (tmp_path / "q" / "scan_results.parquet", tmp_path / "q" / "problems.jsonl",
-                 tmp_path / "q" / "scan_summary.json", os.path.join(state, "last_scan.json")):
+    for path in (
+        tmp_path / "q" / "scan_results.parquet",
+        tmp_path / "q" / "problems.jsonl",
+        tmp_path / "q" / "scan_summary.json",
+        os.path.join(state, "last_scan.json"),
+    ):
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o640, path
 
 
@@ -295,11 +310,25 @@ def test_a_hostile_index_cannot_switch_the_escape_check_off(tmp_path):
 
     from dsclean.data.dataset import UnsafePathError
 
-    meta = {"format_version": 1, "classes": ["c"], "kinds": ["image", "audio"], "labels": "folder",
-            "root": str(root), "rows": 1, "symlinks": "all", "follow_symlinks": "all"}
-    table = pa.table({"path": pa.array([b"s.png"], pa.binary()), "label": pa.array([0], pa.int64()),
-                      "kind": pa.array([0], pa.int8()), "size": pa.array([os.path.getsize(root / "s.png")], pa.int64()),
-                      "mtime_ns": pa.array([0], pa.int64())}).replace_schema_metadata({b"dsclean": json.dumps(meta)})
+    meta = {
+        "format_version": 1,
+        "classes": ["c"],
+        "kinds": ["image", "audio"],
+        "labels": "folder",
+        "root": str(root),
+        "rows": 1,
+        "symlinks": "all",
+        "follow_symlinks": "all",
+    }
+    table = pa.table(
+        {
+            "path": pa.array([b"s.png"], pa.binary()),
+            "label": pa.array([0], pa.int64()),
+            "kind": pa.array([0], pa.int8()),
+            "size": pa.array([os.path.getsize(root / "s.png")], pa.int64()),
+            "mtime_ns": pa.array([0], pa.int64()),
+        }
+    ).replace_schema_metadata({b"dsclean": json.dumps(meta)})
     with pa.OSFile(str(tmp_path / "evil.arrow"), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
         w.write_table(table)
     with pytest.raises(UnsafePathError, match="outside the root"):
@@ -318,7 +347,9 @@ def test_a_quarantine_outside_root_that_holds_another_split_is_refused(tmp_path)
     assert proc.returncode == 2 and "already holds media files" in proc.stderr and "Traceback" not in proc.stderr
     assert listing(tmp_path / "data") == before
     assert run_cli("scan", tmp_path / "data" / "train", "--quarantine", tmp_path / "bad").returncode == 0
-    assert run_cli("scan", tmp_path / "data" / "train", "--quarantine", tmp_path / "bad").returncode == 0  # ours: reused
+    assert (
+        run_cli("scan", tmp_path / "data" / "train", "--quarantine", tmp_path / "bad").returncode == 0
+    )  # ours: reused
 
 
 def test_a_state_folder_inside_root_is_named_as_the_cause(tmp_path):

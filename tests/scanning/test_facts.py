@@ -1,6 +1,7 @@
 """The scan's quality facts and flags: recorded from the check's own decode, typed as FACTS.md says,
 kept by the cache, switched off by --facts none, never changing a verdict; flag thresholds and
 --quarantine-flags through the CLI."""
+
 from __future__ import annotations
 
 import json
@@ -63,8 +64,24 @@ def test_scan_records_facts_with_the_contract_types_and_the_cache_keeps_them(med
 
 def test_facts_none_leaves_the_columns_null_and_is_its_own_cache(media, tmp_path):
     state = str(tmp_path / "state")
-    assert main(["scan", str(media), "--report", str(tmp_path / "r"), "--state-dir", state, "--facts", "none",
-                 "-q", "--backend", "threads"]) == 0
+    assert (
+        main(
+            [
+                "scan",
+                str(media),
+                "--report",
+                str(tmp_path / "r"),
+                "--state-dir",
+                state,
+                "--facts",
+                "none",
+                "-q",
+                "--backend",
+                "threads",
+            ]
+        )
+        == 0
+    )
     rows = _results(tmp_path / "r")
     for r in rows.values():
         assert all(r[name] is None for name in FACT_COLUMNS), r["path"]  # content_hash too: every fact is off
@@ -78,8 +95,10 @@ def test_facts_none_leaves_the_columns_null_and_is_its_own_cache(media, tmp_path
     for name in rows:
         assert with_facts[name]["content_hash"] == content_hash((media / name).read_bytes()), name
     # facts none again: its own cache table answers (verdicts only), the scan with facts' rows untouched
-    s = scan(str(media), ScanOptions(report_dir=str(tmp_path / "r3"), state_dir=state, check=CheckOptions(facts=False),
-                                     **FAST))
+    s = scan(
+        str(media),
+        ScanOptions(report_dir=str(tmp_path / "r3"), state_dir=state, check=CheckOptions(facts=False), **FAST),
+    )
     assert s.cached == len(rows) and _results(tmp_path / "r3") == rows
     # and with facts once more, the last results (the pointer) now being the facts-none ones: the cache of
     # the scan with facts answers, with its hashes; the facts-none results are never reused
@@ -162,7 +181,14 @@ FLAG_CASES = [  # option, a value that flags the file, a value that does not, th
     ("--flag-tiny", "64", "16", "a.png", _noise_png(40, 40), "tiny"),
     ("--flag-odd-aspect", "2", "4", "a.png", _noise_png(300, 100), "odd_aspect"),
     ("--flag-silence", "0.05", "0.001", "a.wav", _wav(0.01 * np.sin(2 * np.pi * 440 * _T)), "silent"),
-    ("--flag-clipped", "0.01", "0.9", "a.wav", _wav(np.clip(2 * np.sin(2 * np.pi * 440 * _T), -1, 1)), "clipped"),  # 2/3 of samples
+    (
+        "--flag-clipped",
+        "0.01",
+        "0.9",
+        "a.wav",
+        _wav(np.clip(2 * np.sin(2 * np.pi * 440 * _T), -1, 1)),
+        "clipped",
+    ),  # 2/3 of samples
     ("--flag-dc-offset", "0.1", "0.3", "a.wav", _wav(0.2 + 0.3 * np.sin(2 * np.pi * 440 * _T)), "dc_offset"),
     ("--flag-too-short", "1.5", "0.5", "a.wav", _wav(0.3 * np.sin(2 * np.pi * 440 * _T)), "too_short"),  # 1 s
 ]
@@ -175,8 +201,24 @@ def test_each_flag_threshold_option(tmp_path, option, flags_at, clear_at, name, 
     got = {}
     for value in (flags_at, clear_at):
         report = tmp_path / f"r{value}"
-        assert main(["scan", str(root), "--report", str(report), "--state-dir", str(tmp_path / "s"), "-q",
-                     "--backend", "threads", option, value]) == 0
+        assert (
+            main(
+                [
+                    "scan",
+                    str(root),
+                    "--report",
+                    str(report),
+                    "--state-dir",
+                    str(tmp_path / "s"),
+                    "-q",
+                    "--backend",
+                    "threads",
+                    option,
+                    value,
+                ]
+            )
+            == 0
+        )
         got[value] = _results(report)[name]
     assert flag in got[flags_at]["flags"], got[flags_at]
     assert flag not in got[clear_at]["flags"], got[clear_at]
@@ -225,7 +267,9 @@ def test_quarantine_flags_moves_flagged_files_journaled_and_only_when_asked(tmp_
     assert moves["b/silence.wav"]["reason"] == "flagged" and "silent" in moves["b/silence.wav"]["detail"]
     problems = {p["path"]: p for p in map(json.loads, open(q / "problems.jsonl", encoding="utf-8"))}
     assert problems["a/dark.png"]["quarantined_as"] == "a/dark.png" and problems["a/dark.png"]["flags"] == [
-        "dark", "low_information"]
+        "dark",
+        "low_information",
+    ]
     # dsclean restore puts them back like any quarantined file
     assert main(["restore", str(q)]) == 0
     assert (root / "a/dark.png").exists() and (root / "b/silence.wav").exists()
@@ -234,13 +278,28 @@ def test_quarantine_flags_moves_flagged_files_journaled_and_only_when_asked(tmp_
 def test_quarantine_flags_refuses_unknown_codes_before_anything_moves(tmp_path, capsys):
     root = tmp_path / "data"
     write(root, "dark.png", _grey(5))
-    assert main(["scan", str(root), "--quarantine", str(tmp_path / "q"), "--quarantine-flags", "dark,blury,loud",
-                 "--state-dir", str(tmp_path / "s")]) == 2
+    assert (
+        main(
+            [
+                "scan",
+                str(root),
+                "--quarantine",
+                str(tmp_path / "q"),
+                "--quarantine-flags",
+                "dark,blury,loud",
+                "--state-dir",
+                str(tmp_path / "s"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "'blury'" in err and "'loud'" in err and "low_information" in err
     assert (root / "dark.png").exists()
-    assert main(["scan", str(root), "--quarantine-flags", "dark", "--facts", "none",
-                 "--state-dir", str(tmp_path / "s")]) == 2
+    assert (
+        main(["scan", str(root), "--quarantine-flags", "dark", "--facts", "none", "--state-dir", str(tmp_path / "s")])
+        == 2
+    )
     assert "--facts none" in capsys.readouterr().err
     assert main(["scan", str(root), "--flag-tiny", "8", "--facts", "none", "--state-dir", str(tmp_path / "s")]) == 2
     assert "--flag-* thresholds need the facts" in capsys.readouterr().err  # not silently ignored
@@ -261,16 +320,36 @@ def test_flagged_files_dry_run_listing_identity_check_and_later_status(tmp_path,
     write(root, "a/photo.png", _noise_png())
     state = ["--state-dir", str(tmp_path / "s"), "--backend", "threads"]
     report = tmp_path / "dry"
-    assert main(["scan", str(root), "--quarantine", str(q), "--quarantine-flags", "dark", "--dry-run",
-                 "--report", str(report), *state]) == 0
+    assert (
+        main(
+            [
+                "scan",
+                str(root),
+                "--quarantine",
+                str(q),
+                "--quarantine-flags",
+                "dark",
+                "--dry-run",
+                "--report",
+                str(report),
+                *state,
+            ]
+        )
+        == 0
+    )
     assert (root / "a/dark.png").exists()
     listed = {p["path"]: p for p in map(json.loads, open(report / "problems.jsonl", encoding="utf-8"))}
     assert listed["a/dark.png"]["would_quarantine"] == "flagged" and listed["a/dark.png"]["flag"] == "dark"
     assert "a/photo.png" not in listed
     seen = []
     real_move = Q.Quarantine.move
-    monkeypatch.setattr(Q.Quarantine, "move", lambda self, rel, reason=None, **kw: (
-        seen.append((rel, kw.get("expect"))), real_move(self, rel, reason, **kw))[1])
+    monkeypatch.setattr(
+        Q.Quarantine,
+        "move",
+        lambda self, rel, reason=None, **kw: (seen.append((rel, kw.get("expect"))), real_move(self, rel, reason, **kw))[
+            1
+        ],
+    )
     capsys.readouterr()
     assert main(["scan", str(root), "--quarantine", str(q), "--quarantine-flags", "dark", *state]) == 0
     assert "cache" in capsys.readouterr().out  # every verdict from the scan cache: nothing re-checked

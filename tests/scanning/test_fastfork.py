@@ -4,6 +4,7 @@ On a Python the internals were not checked on, ``fastfork.SUPPORTED`` is false a
 multiprocessing's own forkserver context; here it is forced false, and a real scan (a crashing decoder
 included, so the isolation in fresh processes runs too) must give the same verdicts as the fast path's.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,11 +35,24 @@ _SCAN = """
 def _scan(tmp_path, name: str, supported: bool) -> tuple[list[str], dict]:
     root = tmp_path / "data"
     report = tmp_path / name
-    argv = [str(root), "--jobs", "2", "--dry-run", "--quiet", "--report", str(report),
-            "--state-dir", str(tmp_path / f"state-{name}")]
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(_SCAN.format(supported=supported)), *argv],
-                         capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "DSCLEAN_TEST_FAULTS": "1"})
+    argv = [
+        str(root),
+        "--jobs",
+        "2",
+        "--dry-run",
+        "--quiet",
+        "--report",
+        str(report),
+        "--state-dir",
+        str(tmp_path / f"state-{name}"),
+    ]
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_SCAN.format(supported=supported)), *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "DSCLEAN_TEST_FAULTS": "1"},
+    )
     assert out.returncode == 0, out.stderr
     verdicts = {v.path: (v.status, v.reason) for v in dsclean.iter_verdicts(str(report))}
     return out.stdout.split(), verdicts

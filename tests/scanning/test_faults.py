@@ -3,6 +3,7 @@
 The faults are injected by dsclean.scanning.worker's test-only hook (DSCLEAN_TEST_FAULTS=1), which
 crashes / hangs / allocates when it meets a file whose name carries a marker.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,9 +38,26 @@ def test_crashing_hanging_and_hungry_checks_do_not_stop_the_scan(tmp_path):
     faults = _tree(root)
     env = {**os.environ, "DSCLEAN_TEST_FAULTS": "1"}
     proc = subprocess.run(
-        [sys.executable, "-m", "dsclean", "scan", str(root), "--jobs", "2", "--timeout", "3", "--max-memory", "256M",
-         "--report", str(tmp_path / "r"), "--quiet"],
-        capture_output=True, text=True, env=env, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "dsclean",
+            "scan",
+            str(root),
+            "--jobs",
+            "2",
+            "--timeout",
+            "3",
+            "--max-memory",
+            "256M",
+            "--report",
+            str(tmp_path / "r"),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     verdicts = {v.path: v for v in dsclean.iter_verdicts(str(tmp_path / "r"))}
@@ -62,11 +80,16 @@ def test_isolation_names_the_culprit_and_keeps_neighbours(tmp_path):
     write(root, "c.jpg", synth.HTML_PAGE)
     os.environ["DSCLEAN_TEST_FAULTS"] = "1"
     try:
-        out = {v.path: v for v in isolate(str(root), ["a.jpg", "b__segfault__.jpg", "c.jpg"], CheckOptions(), parallel=2)}
+        out = {
+            v.path: v for v in isolate(str(root), ["a.jpg", "b__segfault__.jpg", "c.jpg"], CheckOptions(), parallel=2)
+        }
     finally:
         del os.environ["DSCLEAN_TEST_FAULTS"]
     assert out["a.jpg"].status == "ok"
-    assert (out["b__segfault__.jpg"].reason, out["b__segfault__.jpg"].size) == ("decoder_crash", os.path.getsize(root / "b__segfault__.jpg"))
+    assert (out["b__segfault__.jpg"].reason, out["b__segfault__.jpg"].size) == (
+        "decoder_crash",
+        os.path.getsize(root / "b__segfault__.jpg"),
+    )
     assert out["c.jpg"].reason == "not_media"
 
 
@@ -82,8 +105,11 @@ def test_byte_ranges_are_checked_in_the_same_isolated_pool(tmp_path):
     good, cut = synth.jpeg(32, 32, seed=1), synth.truncate(synth.jpeg(64, 64, seed=2), 0.6)
     blob = good + cut + good
     (tmp_path / "blob").write_bytes(blob)
-    items = [("blob", "a.jpg", 0, len(good)), ("blob", "b.jpg", len(good), len(cut)),
-             ("blob", "x__segfault__.jpg", len(good) + len(cut), len(good))]
+    items = [
+        ("blob", "a.jpg", 0, len(good)),
+        ("blob", "b.jpg", len(good), len(cut)),
+        ("blob", "x__segfault__.jpg", len(good) + len(cut), len(good)),
+    ]
     code = (
         "import sys\n"
         "from dsclean.scanning.check import CheckOptions\n"
@@ -97,8 +123,11 @@ def test_byte_ranges_are_checked_in_the_same_isolated_pool(tmp_path):
     env = {**os.environ, "DSCLEAN_TEST_FAULTS": "1"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=True)
     got = sorted(line.split() for line in out.stdout.splitlines())
-    assert got == [["blob/a.jpg", "ok", "None", str(len(good))], ["blob/b.jpg", "bad", "truncated", str(len(cut))],
-                   ["blob/x__segfault__.jpg", "bad", "decoder_crash", str(len(good))]]
+    assert got == [
+        ["blob/a.jpg", "ok", "None", str(len(good))],
+        ["blob/b.jpg", "bad", "truncated", str(len(cut))],
+        ["blob/x__segfault__.jpg", "bad", "decoder_crash", str(len(good))],
+    ]
 
 
 def _watch_processes(monkeypatch, executors) -> list:
@@ -129,7 +158,11 @@ def test_chunks_lost_with_a_dead_worker_are_rerun_whole_and_only_the_culprits_sp
 
     root = tmp_path / "data"
     # the culprit first in its chunk: it crashes while the chunk next to it is still being checked
-    chunks = [[f"a{i}.jpg" for i in range(40)], ["b0__segfault__.jpg", "b1.jpg", "b2.jpg"], [f"c{i}.jpg" for i in range(8)]]
+    chunks = [
+        [f"a{i}.jpg" for i in range(40)],
+        ["b0__segfault__.jpg", "b1.jpg", "b2.jpg"],
+        [f"c{i}.jpg" for i in range(8)],
+    ]
     _lost_chunks_tree(root, chunks)
     ran = _watch_processes(monkeypatch, executors)
     monkeypatch.setenv("DSCLEAN_TEST_FAULTS", "1")
@@ -158,8 +191,11 @@ def test_one_crashing_file_among_many_costs_a_few_processes_not_one_per_file(tmp
     chunk = [v for part in executors.run_checks(str(root), [rels], CheckOptions(), 2, "processes") for v in part]
     assert sorted(v.path for v in chunk) == rels  # each file once
     bad = {v.path: (v.reason, v.detail) for v in chunk if v.status != "ok"}
-    assert bad == {"f020.jpg": ("truncated", bad["f020.jpg"][1]), "f200.jpg": ("truncated", bad["f200.jpg"][1]),
-                   "f137__segfault__.jpg": ("decoder_crash", "checking this file killed the decoder's process with SIGSEGV")}
+    assert bad == {
+        "f020.jpg": ("truncated", bad["f020.jpg"][1]),
+        "f200.jpg": ("truncated", bad["f200.jpg"][1]),
+        "f137__segfault__.jpg": ("decoder_crash", "checking this file killed the decoder's process with SIGSEGV"),
+    }
     assert ["f137__segfault__.jpg"] in [o.rels for o in ran if o.exitcode == -11]  # its verdict: its own process
     assert len(ran) <= 2 * math.ceil(math.log2(len(rels))) + 2, [len(o.rels) for o in ran]
 
@@ -178,8 +214,11 @@ def test_every_culprit_of_a_chunk_is_found(tmp_path, monkeypatch):
     out = executors.isolate(str(root), rels, CheckOptions(), parallel=2)
     assert [v.path for v in out] == rels
     assert {v.path: (v.reason, v.detail.rsplit(" ", 1)[-1]) for v in out if v.status != "ok"} == {
-        "f030__segfault__.jpg": ("decoder_crash", "SIGSEGV"), "f090__abort__.jpg": ("decoder_crash", "SIGABRT"),
-        "f119__segfault__.jpg": ("decoder_crash", "SIGSEGV"), "f050.jpg": ("truncated", out[50].detail.rsplit(" ", 1)[-1])}
+        "f030__segfault__.jpg": ("decoder_crash", "SIGSEGV"),
+        "f090__abort__.jpg": ("decoder_crash", "SIGABRT"),
+        "f119__segfault__.jpg": ("decoder_crash", "SIGSEGV"),
+        "f050.jpg": ("truncated", out[50].detail.rsplit(" ", 1)[-1]),
+    }
     assert len(ran) <= 12, [len(o.rels) for o in ran]  # file by file: 121
 
 
@@ -198,13 +237,14 @@ def test_a_hanging_file_meets_its_timeout_once_in_the_isolation(tmp_path, monkey
     monkeypatch.setenv("DSCLEAN_TEST_FAULTS", "1")
     (chunk,) = executors.run_checks(str(root), [rels], CheckOptions(timeout=1), 1, "processes")
     assert [v.path for v in chunk] == rels
-    assert {v.path: v.reason for v in chunk if v.status != "ok"} == {"f25__hang__.jpg": "timeout", "f30.jpg": "truncated"}
+    assert {v.path: v.reason for v in chunk if v.status != "ok"} == {
+        "f25__hang__.jpg": "timeout",
+        "f30.jpg": "truncated",
+    }
     assert "longer than 1 s" in chunk[25].detail
     timed_out = [o for o in ran if o.verdicts is None]
     assert [(o.rels, o.at, o.exitcode) for o in timed_out] == [(rels, 25, -signal.SIGALRM)]  # once, in its chunk
     assert sorted(len(o.rels) for o in ran) == [14, 25, 40]  # then the files after it, the files before it
-
-
 
 
 def _children(pid: int) -> set[int]:
@@ -231,8 +271,22 @@ def test_a_scan_killed_during_isolation_resumes_and_leaves_no_process(tmp_path):
     rels[150] = "c0/x__hang__.jpg"
     _lost_chunks_tree(root, [rels], {"c1/f201.jpg"})
     env = {**os.environ, "DSCLEAN_TEST_FAULTS": "1"}
-    cmd = [sys.executable, "-m", "dsclean", "scan", str(root), "--jobs", "2", "--timeout", "2", "--facts", "none",
-           "--report", str(tmp_path / "r"), "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dsclean",
+        "scan",
+        str(root),
+        "--jobs",
+        "2",
+        "--timeout",
+        "2",
+        "--facts",
+        "none",
+        "--report",
+        str(tmp_path / "r"),
+        "--quiet",
+    ]
     scan = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     seen: set[int] = set()  # every process under the scan: its forkserver, pool workers, then fresh isolation processes
     deadline = time.monotonic() + 120
@@ -254,8 +308,10 @@ def test_a_scan_killed_during_isolation_resumes_and_leaves_no_process(tmp_path):
     assert again.returncode == 0, again.stderr
     verdicts = {v.path: v for v in dsclean.iter_verdicts(str(tmp_path / "r"))}
     assert sorted(verdicts) == sorted(rels)
-    assert {p: v.reason for p, v in verdicts.items() if v.status != "ok"} == {"c0/x__hang__.jpg": "timeout",
-                                                                              "c1/f201.jpg": "truncated"}
+    assert {p: v.reason for p, v in verdicts.items() if v.status != "ok"} == {
+        "c0/x__hang__.jpg": "timeout",
+        "c1/f201.jpg": "truncated",
+    }
 
 
 def test_a_file_stuck_past_its_timer_is_ended_by_the_per_file_overdue_rule(tmp_path, monkeypatch):

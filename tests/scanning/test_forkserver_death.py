@@ -5,6 +5,7 @@ test freezes the forkserver (SIGSTOP) as soon as it exists, waits until the scan
 in the read of the new worker's pid (its request already sent), then sends SIGKILL. Once: a new
 forkserver is started and the scan finishes. Every time: a clean stop, exit 3, the results so far.
 """
+
 from __future__ import annotations
 
 import os
@@ -69,9 +70,26 @@ def _is_forkserver(pid: int) -> bool:
 def test_a_forkserver_killed_while_the_scan_starts_a_worker(tmp_path, kills, code):
     root, q, rep = tmp_path / "data", tmp_path / "q", tmp_path / "rep"
     _tree(root)
-    proc = subprocess.Popen([sys.executable, "-m", "dsclean", "scan", str(root), "--quarantine", str(q),
-                             "--report", str(rep), "-j", "2", "--backend", "processes"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dsclean",
+            "scan",
+            str(root),
+            "--quarantine",
+            str(q),
+            "--report",
+            str(rep),
+            "-j",
+            "2",
+            "--backend",
+            "processes",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         done = _kill_servers_in_the_window(proc, kills, time.monotonic() + 60)
         out, err = proc.communicate(timeout=120)

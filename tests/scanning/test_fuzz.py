@@ -4,15 +4,16 @@ Every input must get a verdict with a known status and reason; no exception may
 escape and no check may hang (hypothesis' deadline). Crashers found here become
 regression fixtures in tests/scanning/test_check_*.py.
 """
+
 from __future__ import annotations
 
 import functools
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import synth
 
 from dsclean import REASONS
-from support import synth
 from dsclean.reasons import STATUSES
 from dsclean.scanning.check import check_file
 

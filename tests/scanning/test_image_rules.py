@@ -3,6 +3,7 @@
 Where Pillow's usual check (open + load every frame) accepts the damage, the test
 asserts that too, so it is proven that the rule under test is what catches it.
 """
+
 from __future__ import annotations
 
 import io
@@ -32,6 +33,7 @@ def verdict(data: bytes, name: str, **kw):
 
 
 # ---- JPEG: every image of a multi-picture file ----------------------------------------------
+
 
 def _second_image_start(data: bytes) -> int:
     return data.index(b"\xff\xd8", 2)
@@ -74,7 +76,11 @@ def test_a_whole_mpo_image_with_a_wrong_recorded_size_is_only_a_warning():
     data = synth.mpo(3)
     assert pillow_loads_all(data)
     status, reason, detail = verdict(data, "three.jpg")
-    assert (status, reason) == ("warn", "nonconforming") and "MPF image 2 of 3" in detail and "recorded size is wrong" in detail
+    assert (
+        (status, reason) == ("warn", "nonconforming")
+        and "MPF image 2 of 3" in detail
+        and "recorded size is wrong" in detail
+    )
 
 
 def test_max_frames_bounds_the_mpf_images_decoded():
@@ -88,6 +94,7 @@ def test_jpeg_with_bytes_after_its_end_marker_passes():
 
 # ---- GIF ------------------------------------------------------------------------------------
 
+
 def test_gif_with_bytes_after_its_trailer_is_ok_and_noted():
     """The old rule (file ends with 0x3B) called this truncated: a false alarm, fixed by the block walk."""
     status, reason, detail = verdict(synth.animated_gif() + b"signature junk", "t.gif")
@@ -100,7 +107,9 @@ def test_gif_cut_between_frames_names_the_cut():
     cut = data[:second]
     assert pillow_loads_all(cut)
     status, reason, detail = verdict(cut, "cut.gif")
-    assert (status, reason) == ("bad", "truncated") and "trailer (0x3B) missing" in detail and "after 1 frames" in detail
+    assert (
+        (status, reason) == ("bad", "truncated") and "trailer (0x3B) missing" in detail and "after 1 frames" in detail
+    )
 
 
 def test_gif_unknown_block_after_a_frame_is_a_warning():
@@ -110,6 +119,7 @@ def test_gif_unknown_block_after_a_frame_is_a_warning():
 
 
 # ---- TIFF: every page, every strip inside the file ---------------------------------------------
+
 
 def _ifds(data: bytes) -> list[int]:
     """Offsets of the directories of a little-endian classic TIFF."""
@@ -168,6 +178,7 @@ def test_strip_offsets_and_counts_disagreeing_is_corrupt():
 
 
 # ---- BMP: run-length encoded bitmaps ------------------------------------------------------------
+
 
 def test_valid_rle8_and_rle4_bitmaps_pass():
     assert verdict(synth.bmp_rle(20, 10, synth.rle8_rows(20, 10)), "r8.bmp")[:2] == ("ok", None)

@@ -1,5 +1,6 @@
 """AVIF, HEIF/HEIC and JPEG XL: the container rules, the decode through each plugin, and what a
 missing plugin gives (warn/unsupported naming the extra, never ok unchecked, never bad)."""
+
 from __future__ import annotations
 
 import io
@@ -15,8 +16,8 @@ from PIL import Image
 from dsclean import formats
 from dsclean import reasons as R
 from dsclean.data.loaders import pil_loader
-from dsclean.scanning.formats import isobmff
 from dsclean.scanning.check import check_bytes
+from dsclean.scanning.formats import isobmff
 
 pillow_heif = pytest.importorskip("pillow_heif")
 pillow_jxl = pytest.importorskip("pillow_jxl")
@@ -42,7 +43,7 @@ def jxl_container(codestream: bytes, parts: list[tuple[int, bool]] | None = None
     if parts is None:
         return out + box(b"jxlc", codestream)
     cut = len(codestream) // len(parts)
-    pieces = [codestream[i * cut:(i + 1) * cut if i < len(parts) - 1 else None] for i in range(len(parts))]
+    pieces = [codestream[i * cut : (i + 1) * cut if i < len(parts) - 1 else None] for i in range(len(parts))]
     for (number, last), piece in zip(parts, pieces):
         out += box(b"jxlp", struct.pack(">I", number | (1 << 31 if last else 0)) + piece)
     return out
@@ -99,8 +100,10 @@ def test_a_box_smaller_than_its_header_is_corrupt():
 def test_hostile_iloc_counts_end_at_the_box():
     """An iloc declaring 2^32-1 items, and items of 65535 zero-byte extents: the walk stops at once."""
     head = box(b"ftyp", b"avif\0\0\0\0avifmif1")
-    for iloc in (box(b"iloc", b"\x02\0\0\0" + b"\x44\x40" + b"\xff\xff\xff\xff"),
-                 box(b"iloc", b"\x00\0\0\0" + b"\x00\x00" + b"\xff\xff" + b"\0\x01\0\0\xff\xff" * 4000)):
+    for iloc in (
+        box(b"iloc", b"\x02\0\0\0" + b"\x44\x40" + b"\xff\xff\xff\xff"),
+        box(b"iloc", b"\x00\0\0\0" + b"\x00\x00" + b"\xff\xff" + b"\0\x01\0\0\xff\xff" * 4000),
+    ):
         data = head + box(b"meta", b"\0\0\0\0" + box(b"hdlr", b"\0" * 24) + iloc)
         t0 = time.process_time()
         v = check_bytes(data, "h.avif")
@@ -134,8 +137,9 @@ def test_a_heic_named_file_holding_avif_is_an_extension_mismatch():
     assert (v.status, v.reason, v.format) == (R.WARN, R.EXTENSION_MISMATCH, "avif")
 
 
-@pytest.mark.parametrize("name,module,extra", [("a.heic", "pillow_heif", "dsclean[heif]"),
-                                               ("a.jxl", "pillow_jxl", "dsclean[jxl]")])
+@pytest.mark.parametrize(
+    "name,module,extra", [("a.heic", "pillow_heif", "dsclean[heif]"), ("a.jxl", "pillow_jxl", "dsclean[jxl]")]
+)
 def test_without_the_plugin_a_whole_file_is_unsupported_naming_the_extra(tmp_path, name, module, extra):
     good, cut = tmp_path / name, tmp_path / ("cut" + name[1:])
     data = encode(CASES[name])

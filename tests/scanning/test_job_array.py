@@ -1,4 +1,5 @@
 """Job-array parts: disjoint, complete, mergeable, and one index identical to a single-machine run."""
+
 from __future__ import annotations
 
 import glob
@@ -44,7 +45,8 @@ def test_parts_partition_the_files(tree, tmp_path):
 def test_part_assignment_is_stable():
     # fixed values: a change here would reshuffle every running job array
     assert [in_part(p, (0, 4)) for p in ("a.jpg", "cats/1.png", "x/y/z.wav")] == [
-        __import__("zlib").crc32(p.encode()) % 4 == 0 for p in ("a.jpg", "cats/1.png", "x/y/z.wav")]
+        __import__("zlib").crc32(p.encode()) % 4 == 0 for p in ("a.jpg", "cats/1.png", "x/y/z.wav")
+    ]
 
 
 def test_merge_then_index_equals_a_single_machine_run(tree, tmp_path):
@@ -94,8 +96,21 @@ def test_merge_refuses_an_output_or_state_folder_inside_root(tree, tmp_path):
     before = tree_state(tree)
     with pytest.raises(UserError, match="output folder .* is inside the dataset root"):
         merge(files, str(tree / "0merged"))
-    proc = subprocess.run([sys.executable, "-m", "dsclean", "merge", *files, "-o", str(tmp_path / "m"),
-                           "--state-dir", str(tree / "state")], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dsclean",
+            "merge",
+            *files,
+            "-o",
+            str(tmp_path / "m"),
+            "--state-dir",
+            str(tree / "state"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2 and "state folder" in proc.stderr and "inside the dataset root" in proc.stderr
     assert tree_state(tree) == before and not (tmp_path / "m").exists()
     assert not (tree / "0merged").exists() and not (tree / "state").exists()
@@ -116,14 +131,39 @@ def test_merge_refuses_overlapping_parts(tree, tmp_path):
 
 def test_parted_quarantine_with_concurrent_parts_and_restore(tree, tmp_path):
     before = tree_state(tree)
-    procs = [subprocess.Popen([sys.executable, "-m", "dsclean", "scan", str(tree), "--shard", f"{i}/{N}",
-                               "--quarantine", str(tmp_path / "q"), "--jobs", "1", "--quiet"]) for i in range(N)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "dsclean",
+                "scan",
+                str(tree),
+                "--shard",
+                f"{i}/{N}",
+                "--quarantine",
+                str(tmp_path / "q"),
+                "--jobs",
+                "1",
+                "--quiet",
+            ]
+        )
+        for i in range(N)
+    ]
     assert [p.wait(timeout=120) for p in procs] == [0] * N  # concurrently, into one folder: a lock per part
     assert len(tree_state(tree)) == 30 and len(list((tmp_path / "q").rglob("bad*"))) == 12
     assert len(glob.glob(str(tmp_path / "q" / "manifest.part-*.jsonl"))) == N
-    out = subprocess.run([sys.executable, "-m", "dsclean", "merge",
-                          *sorted(glob.glob(str(tmp_path / "q" / "scan_results.part-*.parquet")))],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dsclean",
+            "merge",
+            *sorted(glob.glob(str(tmp_path / "q" / "scan_results.part-*.parquet"))),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0 and "42 files, 12 bad" in out.stdout
     assert dsclean.restore(str(tmp_path / "q")).restored == 12
     assert tree_state(tree) == before
@@ -131,8 +171,9 @@ def test_parted_quarantine_with_concurrent_parts_and_restore(tree, tmp_path):
 
 def test_cli_part_argument_errors(tree):
     for bad in ("3/3", "x", "1/0", "-1/2"):
-        proc = subprocess.run([sys.executable, "-m", "dsclean", "scan", str(tree), "--shard", bad],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "dsclean", "scan", str(tree), "--shard", bad], capture_output=True, text=True
+        )
         assert proc.returncode == 2 and "--shard" in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -179,8 +220,9 @@ def test_status_of_a_root_whose_job_array_ran_only_some_parts(tree, tmp_path, mo
     assert f"in the parts done: {files} files, {bad} bad" in out
     assert "ignored: part 3/4 (an older job array of 4 parts" in out
     assert "no recorded scan" not in out
-    proc = subprocess.run([sys.executable, "-m", "dsclean", "status", str(tree), "--json"], capture_output=True,
-                          text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dsclean", "status", str(tree), "--json"], capture_output=True, text=True
+    )
     st = json.loads(proc.stdout)
     assert st["array"]["parts"] == 3 and st["array"]["done"] == [0, 1] and st["array"]["missing"] == [2]
     assert st["array"]["run"] == [f"dsclean scan {tree} --shard 2/3"]

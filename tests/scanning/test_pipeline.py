@@ -1,4 +1,5 @@
 """The scan pipeline around the checkers: the local worker pool, per-file decoder messages, verdict columns."""
+
 from __future__ import annotations
 
 import os
@@ -7,6 +8,8 @@ import sys
 import textwrap
 
 import pytest
+from support import synth
+from support.files import write
 
 import dsclean
 from dsclean.scanning.check import CheckOptions
@@ -14,8 +17,6 @@ from dsclean.scanning.executors import run_checks
 from dsclean.scanning.schema import SCHEMA, chunk_of, verdicts_batch
 from dsclean.scanning.verdict import verdict_of_row
 from dsclean.scanning.worker import FAULT_ENV
-from support import synth
-from support.files import write
 
 
 def test_decoder_messages_stay_with_their_file_inside_one_task(tmp_path, monkeypatch):
@@ -44,7 +45,19 @@ def test_batches_carry_every_field_and_come_back_as_the_same_verdicts(tmp_path):
     (chunk,) = run_checks(str(root), [rels], CheckOptions(), 1, "processes", batches=True)
     assert chunk.batch.schema.equals(SCHEMA)
     back = [verdict_of_row(tuple(r.values())) for r in chunk.batch.to_pylist()]
-    exact = ("path", "kind", "status", "reason", "detail", "size", "mtime_ns", "format", "width", "content_hash", "phash")
+    exact = (
+        "path",
+        "kind",
+        "status",
+        "reason",
+        "detail",
+        "size",
+        "mtime_ns",
+        "format",
+        "width",
+        "content_hash",
+        "phash",
+    )
     assert [[getattr(v, f) for f in exact] for v in back] == [[getattr(v, f) for f in exact] for v in objects]
     assert {v.status for v in back} == {"ok", "bad"} and all(v.phash is not None for v in back if v.status == "ok")
     # the facts' float32 columns hold what the results file always held: the float32 of the check's value
@@ -62,14 +75,21 @@ def test_a_script_without_a_main_guard_scans_once(tmp_path):
     for i in range(6):
         write(root, f"x/{i}.jpg", synth.jpeg(16, 16, seed=i))
     script = tmp_path / "scan_it.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import dsclean
         print("STARTED", flush=True)
         s = dsclean.scan({str(root)!r}, dsclean.ScanOptions(jobs=2, dry_run=True, report_dir={str(tmp_path / "r")!r}))
         print("FILES", s.files, flush=True)
-    """))
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "DSCLEAN_STATE_DIR": str(tmp_path / "state")})
+    """)
+    )
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "DSCLEAN_STATE_DIR": str(tmp_path / "state")},
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["STARTED", "FILES", "6"]
 
@@ -79,8 +99,10 @@ def test_tasks_follow_the_mean_file_size(tmp_path):
     root = tmp_path / "data"
     for i in range(40):
         write(root, f"s/{i}.jpg", synth.jpeg(8, 8, seed=i))
-    s = dsclean.scan(str(root), dsclean.ScanOptions(jobs=2, dry_run=True, report_dir=str(tmp_path / "r"),
-                                                    chunk_bytes=2000, use_cache=False))
+    s = dsclean.scan(
+        str(root),
+        dsclean.ScanOptions(jobs=2, dry_run=True, report_dir=str(tmp_path / "r"), chunk_bytes=2000, use_cache=False),
+    )
     assert s.files == 40 and s.bad == 0
     paths = sorted(v.path for v in dsclean.iter_verdicts(str(tmp_path / "r")))
     assert paths == sorted(f"s/{i}.jpg" for i in range(40))
@@ -149,7 +171,6 @@ def test_two_workers_check_every_file_once_with_the_last_chunks_in_pieces(tmp_pa
     assert sorted(v.path for c in chunks for v in c) == sorted(rels)
 
 
-
 def test_a_chunk_whose_worker_died_comes_back_as_one_batch_with_its_neighbours(tmp_path, monkeypatch):
     """A crash inside a chunk: the chunk is re-checked file by file, and still comes back as one Chunk
     whose rows, not-ok list and counts are right (the culprit named, the neighbours ok)."""
@@ -199,8 +220,9 @@ def test_a_scan_that_lets_its_workers_go_leaves_none_and_a_next_scan_starts_new_
     for i in range(8):
         write(root, f"{i}.jpg", synth.jpeg(16, 16, seed=i))
     write(root, "cut.jpg", synth.truncate(synth.jpeg(64, 64), 0.5))
-    options = ScanOptions(jobs=2, dry_run=True, rescan=True, state_dir=str(tmp_path / "s"),
-                          check=CheckOptions(facts=False))
+    options = ScanOptions(
+        jobs=2, dry_run=True, rescan=True, state_dir=str(tmp_path / "s"), check=CheckOptions(facts=False)
+    )
     try:
         kept = dsclean.scan(str(root), options)
         assert executors._local is not None  # the default keeps the pool for the next scan
@@ -260,8 +282,11 @@ def test_a_pool_that_breaks_between_waits_loses_no_chunk(tmp_path, monkeypatch, 
         return executors.Pool(ex, executors.check_chunk_in_thread, 1, lambda: ex.inner.shutdown(wait=False))
 
     monkeypatch.setattr(executors, "make_pool", fake_pool)
-    monkeypatch.setattr(executors, "isolate_chunks",
-                        lambda root, chunks, options, parallel=1: (executors.check_chunk(root, c, options) for c in chunks))
+    monkeypatch.setattr(
+        executors,
+        "isolate_chunks",
+        lambda root, chunks, options, parallel=1: (executors.check_chunk(root, c, options) for c in chunks),
+    )
     chunks = list(run_checks(str(root), [rels[:4], rels[4:]], CheckOptions(), 1, "processes"))
     assert sorted(v.path for c in chunks for v in c) == sorted(rels)  # every file once
     assert calls["pools"] == 2

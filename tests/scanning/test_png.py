@@ -5,9 +5,9 @@ recomputed, so the chunk walk passes); where Pillow's load() accepts the damage,
 test asserts that too, proving the rule is what catches it. No pixel is unfiltered by
 the check: the last test shows it still flags whatever Pillow's full decode refuses.
 """
+
 from __future__ import annotations
 
-from dsclean.reasons import CONSISTENCY
 import io
 import struct
 import zlib
@@ -17,8 +17,9 @@ import pytest
 from PIL import Image
 from support import synth
 
-from dsclean.scanning.formats import png
+from dsclean.reasons import CONSISTENCY
 from dsclean.scanning.check import check_bytes
+from dsclean.scanning.formats import png
 
 
 def pillow_loads_all(data: bytes) -> bool:
@@ -51,6 +52,7 @@ def idat_stream(data: bytes) -> bytes:
 
 
 # ---- valid variants pass -------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("mode", ["1", "L", "LA", "RGB", "RGBA", "P", "I;16"])
 def test_valid_pngs_of_every_kind_pass(mode):
@@ -85,6 +87,7 @@ def test_valid_apng_passes_and_counts_frames():
 
 # ---- principle 3: every checksum -------------------------------------------------------------
 
+
 def test_adler32_failure_is_caught_though_pillow_loads_it():
     data = synth.png(32, 32)
     stream = idat_stream(data)
@@ -116,9 +119,10 @@ def test_chunk_crc_is_named():
 
 # ---- principle 5: structure -------------------------------------------------------------------
 
+
 def test_inflated_length_short_of_the_rows_is_truncated_and_named():
     rows = synth.png_filtered_rows(10, 8)
-    data = synth.png_from_stream(10, 8, zlib.compress(rows[: -31]))  # the last row is cut
+    data = synth.png_from_stream(10, 8, zlib.compress(rows[:-31]))  # the last row is cut
     status, reason, detail = verdict(data)
     assert (status, reason) == ("bad", "truncated")
     assert "inflates to 217 of the 248 bytes its rows need (10x8, 24 bits per pixel)" in detail
@@ -153,8 +157,11 @@ def test_more_data_than_the_rows_need_is_a_warning():
     rows = synth.png_filtered_rows(10, 8)
     data = synth.png_from_stream(10, 8, zlib.compress(rows + b"\0" * 31))
     assert pillow_loads_all(data)  # decoders ignore the extra row
-    assert verdict(data) == ("warn", "nonconforming",
-                             "PNG image data: image data inflates to 279 bytes, 31 more than its rows need (decoders ignore them)")
+    assert verdict(data) == (
+        "warn",
+        "nonconforming",
+        "PNG image data: image data inflates to 279 bytes, 31 more than its rows need (decoders ignore them)",
+    )
 
 
 def test_bytes_after_the_zlib_stream_are_a_warning():
@@ -232,6 +239,7 @@ def test_an_ancillary_chunk_pillow_refuses_after_the_image_data_stays_bad():
 
 # ---- APNG structure ---------------------------------------------------------------------------
 
+
 def _apng_chunks():
     return synth.png_chunks(synth.apng(frames=3))
 
@@ -284,12 +292,17 @@ def test_max_frames_bounds_inflating_but_frames_are_counted():
 
 # ---- the check without unfiltering flags whatever Pillow's full decode refuses ----------------
 
+
 def test_no_damaged_png_that_pillow_refuses_passes():
     """Random damage (cuts, overwrites, bit flips, deletions) with CRCs recomputed where the damage
     hit a chunk, so the decode-level rules are exercised: whenever Pillow's load() of every frame
     fails, the check is bad. (The reverse does not hold: the check also sees what Pillow misses.)"""
-    bases = [synth.png(24, 20), synth.encode_image(synth.photo_like(19, 13), "PNG", interlace=1),
-             synth.png(16, 16, mode="P"), synth.apng(frames=3, size=12)]
+    bases = [
+        synth.png(24, 20),
+        synth.encode_image(synth.photo_like(19, 13), "PNG", interlace=1),
+        synth.png(16, 16, mode="P"),
+        synth.apng(frames=3, size=12),
+    ]
     rng = np.random.default_rng(0)
     refused = caught_more = 0
     for i in range(400):

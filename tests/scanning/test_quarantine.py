@@ -1,4 +1,5 @@
 """Quarantine: journaled moves, recovery at every crash point, restore, lock, hostile manifests."""
+
 from __future__ import annotations
 
 import errno
@@ -144,8 +145,11 @@ def test_kill_at_every_step_loses_nothing(tmp_path, cross_device):
         root, qdir = base / "root", base / "q"
         _files(root)
         original = tree_state(root)
-        proc = subprocess.run([sys.executable, str(driver), str(root), str(qdir), str(point), "1" if cross_device else "0"],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, str(driver), str(root), str(qdir), str(point), "1" if cross_device else "0"],
+            capture_output=True,
+            text=True,
+        )
         killed = proc.returncode == -signal.SIGKILL
         assert killed or proc.returncode == 0, proc.stderr
         # Straight after the kill, before any recovery: on one device, every file is in exactly one
@@ -171,6 +175,7 @@ def test_kill_at_every_step_loses_nothing(tmp_path, cross_device):
 
 # ---- hostile manifests ---------------------------------------------------------------------
 
+
 def _manifest(qdir, *entries, raw=b""):
     qdir.mkdir(parents=True, exist_ok=True)
     (qdir / ".dsclean-quarantine").touch()
@@ -186,9 +191,12 @@ def test_restore_refuses_paths_outside_the_root(tmp_path):
     write(qdir, "evil.jpg", b"x")
     _manifest(
         qdir,
-        {"op": "move", "id": "1", "root": str(root), "src": "../escaped.jpg", "dst": "evil.jpg"}, {"op": "done", "id": "1"},
-        {"op": "move", "id": "2", "root": str(root), "src": "/etc/evil.jpg", "dst": "evil.jpg"}, {"op": "done", "id": "2"},
-        {"op": "move", "id": "3", "root": "relative/root", "src": "a.jpg", "dst": "evil.jpg"}, {"op": "done", "id": "3"},
+        {"op": "move", "id": "1", "root": str(root), "src": "../escaped.jpg", "dst": "evil.jpg"},
+        {"op": "done", "id": "1"},
+        {"op": "move", "id": "2", "root": str(root), "src": "/etc/evil.jpg", "dst": "evil.jpg"},
+        {"op": "done", "id": "2"},
+        {"op": "move", "id": "3", "root": "relative/root", "src": "a.jpg", "dst": "evil.jpg"},
+        {"op": "done", "id": "3"},
     )
     report = restore(str(qdir))
     assert report.restored == 0 and len(report.refused) == 3
@@ -201,7 +209,11 @@ def test_restore_refuses_a_symlink_out_of_the_root(tmp_path):
     outside.mkdir()
     os.symlink(outside, root / "link")
     write(qdir, "x.jpg", b"x")
-    _manifest(qdir, {"op": "move", "id": "1", "root": str(root), "src": "link/x.jpg", "dst": "x.jpg"}, {"op": "done", "id": "1"})
+    _manifest(
+        qdir,
+        {"op": "move", "id": "1", "root": str(root), "src": "link/x.jpg", "dst": "x.jpg"},
+        {"op": "done", "id": "1"},
+    )
     report = restore(str(qdir))
     assert report.restored == 0 and "outside" in report.refused[0]
     assert not (outside / "x.jpg").exists()
@@ -212,7 +224,9 @@ def test_duplicated_and_truncated_manifest_lines(tmp_path):
     root.mkdir()
     write(qdir, "a.jpg", b"a")
     move = {"op": "move", "id": "1", "root": str(root), "src": "a.jpg", "dst": "a.jpg"}
-    _manifest(qdir, move, move, {"op": "done", "id": "1"}, {"op": "done", "id": "1"}, raw=b'{"op": "move", "id": "2", "ro')
+    _manifest(
+        qdir, move, move, {"op": "done", "id": "1"}, {"op": "done", "id": "1"}, raw=b'{"op": "move", "id": "2", "ro'
+    )
     report = restore(str(qdir))
     assert report.restored == 1 and (root / "a.jpg").read_bytes() == b"a"
     assert len(report.bad_lines) == 1 and "manifest.jsonl:5" in report.bad_lines[0]

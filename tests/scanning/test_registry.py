@@ -1,5 +1,6 @@
 """The one table the checker dispatches on (dsclean.scanning.formats.REGISTRY): a row for every format, each
 naming the module its check function is really in, and no module found by a name built at run time."""
+
 from __future__ import annotations
 
 import ast

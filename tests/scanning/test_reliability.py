@@ -1,6 +1,7 @@
 """Quarantine integrity under attack (issue 12): temp-name collisions, read-only sources, races,
 full disks, special files, memory exhaustion, foreign results and roots. Real mounts, real
 processes, real FIFOs and sockets; each row of RELIABILITY.md section 6 is a test here."""
+
 from __future__ import annotations
 
 import fcntl
@@ -48,11 +49,13 @@ def _consistent(qdir, root):
             assert (qdir / e["dst"]).exists(), e
         else:
             assert not (qdir / e["dst"]).exists() or any(
-                m["dst"] == e["dst"] and outcome[m["id"]] == "done" for m in moves), e
+                m["dst"] == e["dst"] and outcome[m["id"]] == "done" for m in moves
+            ), e
     assert not list(qdir.rglob("*" + PARTIAL_SUFFIX)) and not list(root.rglob("*" + PARTIAL_SUFFIX))
 
 
 # ---- 1. temp names never collide with user files ------------------------------------------------
+
 
 def test_cross_device_restore_never_touches_a_user_file_named_like_a_temp(tmp_path):
     """Root on a real tmpfs, quarantine on disk: the move out and the restore both copy across devices."""
@@ -73,8 +76,9 @@ def test_cross_device_restore_never_touches_a_user_file_named_like_a_temp(tmp_pa
         recover(str(qdir))
         assert (root / "a/x.jpg.dsclean-partial").read_bytes() == b"user file 1"
         assert (qdir / "a/x.jpg.dsclean-partial").read_bytes() == b"user file 2"
-        assert [e.get("tmp", "").endswith(PARTIAL_SUFFIX) for e in _journal(qdir) if e["op"] in ("move", "restore")] \
-            == [True, True]
+        assert [
+            e.get("tmp", "").endswith(PARTIAL_SUFFIX) for e in _journal(qdir) if e["op"] in ("move", "restore")
+        ] == [True, True]
 
 
 def test_a_temp_name_that_exists_is_never_opened_over(tmp_path, monkeypatch):
@@ -100,8 +104,14 @@ def test_recover_removes_only_the_temp_the_journal_names(tmp_path):
     write(qdir, "a/x.jpg.dsclean-partial", b"user file")  # the old fixed temp name: not proven ours
     write(qdir, "a/.0123abcd.dsclean-partial", b"half a copy")  # what a killed cross-device move leaves
     (qdir / ".dsclean-quarantine").touch()
-    entry = {"op": "move", "id": "0123abcd", "root": str(root), "src": "a/x.jpg", "dst": "a/x.jpg",
-             "tmp": temp_name("0123abcd")}
+    entry = {
+        "op": "move",
+        "id": "0123abcd",
+        "root": str(root),
+        "src": "a/x.jpg",
+        "dst": "a/x.jpg",
+        "tmp": temp_name("0123abcd"),
+    }
     (qdir / "manifest.jsonl").write_text(json.dumps(entry) + "\n")
     report = recover(str(qdir))
     assert report.reverted == 1 and not report.refused
@@ -111,6 +121,7 @@ def test_recover_removes_only_the_temp_the_journal_names(tmp_path):
 
 
 # ---- 2. a source that cannot be removed: roll back; overlapping scans ----------------------------
+
 
 def test_read_only_subtree_rolls_back_every_copy(tmp_path, capsys):
     """A read-only bind mount inside ROOT: link fails (EXDEV), the copy is made, the unlink fails (EROFS)."""
@@ -183,12 +194,18 @@ def test_overlapping_scans_of_one_root_are_refused_parts_are_not(tmp_path):
     common = ["--state-dir", str(state), "--jobs", "1", "--timeout", "20", "--dry-run"]
 
     def run(*args):
-        return subprocess.run([*DSCLEAN, "scan", str(root), *common, *args], env=env, capture_output=True,
-                              text=True, timeout=120)
+        return subprocess.run(
+            [*DSCLEAN, "scan", str(root), *common, *args], env=env, capture_output=True, text=True, timeout=120
+        )
 
     part0 = os.path.join(folder, "scan.part-0000-of-0002.lock")
-    first = subprocess.Popen([*DSCLEAN, "scan", str(root), *common, "--shard", "0/2"], env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        [*DSCLEAN, "scan", str(root), *common, "--shard", "0/2"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _hold_until_locked(part0, first)
         same_part = run("--shard", "0/2")
@@ -211,9 +228,26 @@ def test_racing_scans_into_two_quarantines_leave_one_copy(tmp_path):
     for i in range(120):
         write(root, f"c{i % 3}/{i:03d}.jpg", synth.HTML_PAGE + f"{i}".encode())
     original = tree_state(root)
-    procs = [subprocess.Popen([*DSCLEAN, "scan", str(root), "--quarantine", str(tmp_path / f"q{n}"), "--state-dir",
-                               str(tmp_path / f"state{n}"), "--jobs", "1", "--json"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for n in (1, 2)]
+    procs = [
+        subprocess.Popen(
+            [
+                *DSCLEAN,
+                "scan",
+                str(root),
+                "--quarantine",
+                str(tmp_path / f"q{n}"),
+                "--state-dir",
+                str(tmp_path / f"state{n}"),
+                "--jobs",
+                "1",
+                "--json",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n in (1, 2)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode in (0, 1, 3) for p in procs), [o[1] for o in outs]
     q1, q2 = tmp_path / "q1", tmp_path / "q2"
@@ -228,6 +262,7 @@ def test_racing_scans_into_two_quarantines_leave_one_copy(tmp_path):
 
 
 # ---- 3. a file replaced between its check and its move ------------------------------------------
+
 
 def test_a_file_replaced_after_its_check_is_not_moved(tmp_path, monkeypatch):
     """Deterministic race: right before each move, every other bad file is replaced by a good one."""
@@ -258,8 +293,9 @@ def test_a_file_replaced_after_its_check_is_not_moved(tmp_path, monkeypatch):
     assert summary.quarantine_state["failed"] == 0  # `dsclean status` does not count them as failed moves
     # the results rows and counts say what happened: the replaced files warn/changed (never cached), the others bad
     rows = {os.fsdecode(r["path"]): r for r in dsclean.read_results(summary.results_path).to_pylist()}
-    assert {p: (r["status"], r["reason"]) for p, r in rows.items() if (r["status"], r["reason"]) != ("bad", "truncated")} \
-        == {f"a/{i}.jpg": (R.WARN, R.CHANGED) for i in good}
+    assert {
+        p: (r["status"], r["reason"]) for p, r in rows.items() if (r["status"], r["reason"]) != ("bad", "truncated")
+    } == {f"a/{i}.jpg": (R.WARN, R.CHANGED) for i in good}
     assert summary.counts == {"image": {R.BAD: 5, R.WARN: 5}}
 
 
@@ -272,17 +308,26 @@ def test_a_concurrent_replacer_never_gets_a_good_file_quarantined(tmp_path):
         write(root, f"a/{i:03d}.jpg", synth.truncate(synth.jpeg(64, 48, seed=i), 0.5))
     for i in range(n):
         write(tmp_path / "good", f"{i:03d}.jpg", synth.jpeg(64, 48, seed=1000 + i))
-    replacer = subprocess.Popen([sys.executable, "-c", (
-        "import os, sys, time\n"
-        "good, root = sys.argv[1], sys.argv[2]\n"
-        "for name in sorted(os.listdir(good)):\n"
-        "    src = os.path.join(good, name)\n"
-        "    try:\n"
-        "        os.link(src, os.path.join(root, 'a', '.' + name))\n"
-        "        os.rename(os.path.join(root, 'a', '.' + name), os.path.join(root, 'a', name))\n"
-        "    except FileNotFoundError:\n"
-        "        pass\n"
-        "    time.sleep(0.004)\n"), str(tmp_path / "good"), str(root)])
+    replacer = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import os, sys, time\n"
+                "good, root = sys.argv[1], sys.argv[2]\n"
+                "for name in sorted(os.listdir(good)):\n"
+                "    src = os.path.join(good, name)\n"
+                "    try:\n"
+                "        os.link(src, os.path.join(root, 'a', '.' + name))\n"
+                "        os.rename(os.path.join(root, 'a', '.' + name), os.path.join(root, 'a', name))\n"
+                "    except FileNotFoundError:\n"
+                "        pass\n"
+                "    time.sleep(0.004)\n"
+            ),
+            str(tmp_path / "good"),
+            str(root),
+        ]
+    )
     try:
         summary = scan(str(root), ScanOptions(quarantine=str(qdir), jobs=2, chunk_size=4))
     finally:
@@ -292,6 +337,7 @@ def test_a_concurrent_replacer_never_gets_a_good_file_quarantined(tmp_path):
     assert not [p for p in in_quarantine if p.read_bytes() in good], "a good replacement was quarantined"
     assert good <= {p.read_bytes() for p in (root / "a").iterdir()}, "a good replacement was lost"
     from dsclean.scanning.check import check_file
+
     assert all(check_file(str(qdir), str(p.relative_to(qdir))).status == R.BAD for p in in_quarantine)
     _consistent(qdir, root)
     # each name is once in ROOT or once in the quarantine (good replacements that came after a move
@@ -300,6 +346,7 @@ def test_a_concurrent_replacer_never_gets_a_good_file_quarantined(tmp_path):
 
 
 # ---- 4. a full disk ----------------------------------------------------------------------------
+
 
 def _big_bad_tree(root, n=16):
     for i in range(n):  # ~100 KB each, incompressible: 1.6 MB of bad files
@@ -366,8 +413,11 @@ def test_full_disk_for_a_report_or_dups_output_names_the_file(tmp_path, capsys):
         with open(os.path.join(mnt, "filler"), "wb", buffering=0) as f, pytest.raises(OSError):
             while True:  # until the tmpfs is full
                 f.write(b"\0" * 4096)
-        for argv, out in ((["report", str(root), "-o"], "report.html"), (["dups", str(root), "-q", "-o"], "groups.jsonl"),
-                          (["scan", str(root), "--dry-run", "-q", "--html"], "scan.html")):
+        for argv, out in (
+            (["report", str(root), "-o"], "report.html"),
+            (["dups", str(root), "-q", "-o"], "groups.jsonl"),
+            (["scan", str(root), "--dry-run", "-q", "--html"], "scan.html"),
+        ):
             code = main([*argv, os.path.join(mnt, out)])
             err = capsys.readouterr().err
             assert code == 3 and f"No space left on device (ENOSPC) writing {os.path.join(mnt, out)}" in err, err
@@ -379,8 +429,10 @@ def test_max_memory_below_the_floor_is_a_usage_error_not_a_traceback(tmp_path, c
     (a MemoryError traceback, no results). Refused before anything runs, with the hint, by CLI and API alike."""
     root = tmp_path / "root"
     make_tree(root, n_good=3, n_bad=1)
-    for argv, hint in ((["scan", str(root), "--dry-run", "--max-memory", "512"], "bare number is bytes"),
-                       (["dups", str(root), "--max-memory", "1M"], "give at least 16M")):  # 1M has its unit
+    for argv, hint in (
+        (["scan", str(root), "--dry-run", "--max-memory", "512"], "bare number is bytes"),
+        (["dups", str(root), "--max-memory", "1M"], "give at least 16M"),
+    ):  # 1M has its unit
         with pytest.raises(SystemExit) as exc:
             main(argv)
         err = capsys.readouterr().err
@@ -415,6 +467,7 @@ def test_full_disk_while_writing_an_index(tmp_path, capsys, fmt):
 
 # ---- 5. FIFOs, sockets, devices -----------------------------------------------------------------
 
+
 def _special_tree(tmp_path):
     root = tmp_path / "root"
     make_tree(root, n_good=2, n_bad=2)
@@ -435,15 +488,29 @@ def test_special_files_are_never_opened_moved_or_cached(tmp_path):
     root, sock = _special_tree(tmp_path)
     try:
         qdir, state = tmp_path / "q", tmp_path / "state"
-        cmd = [*DSCLEAN, "scan", str(root), "--quarantine", str(qdir), "--state-dir", str(state),
-               "--symlinks", "all", "--json", "--jobs", "1"]
+        cmd = [
+            *DSCLEAN,
+            "scan",
+            str(root),
+            "--quarantine",
+            str(qdir),
+            "--state-dir",
+            str(state),
+            "--symlinks",
+            "all",
+            "--json",
+            "--jobs",
+            "1",
+        ]
         first = subprocess.run(cmd, capture_output=True, text=True, timeout=120)  # a hang fails, not blocks
         assert first.returncode == 0, first.stderr
         summary = json.loads(first.stdout)
         assert summary["warn_reasons"] == {R.NOT_REGULAR: 3} and summary["quarantined"] == 2
         problems = {p["path"]: p for p in read_problems(summary["problems_path"])}
         assert problems["cats/x.jpg"]["status"] == R.WARN and "FIFO" in problems["cats/x.jpg"]["detail"]
-        assert "socket" in problems["dogs/s.png"]["detail"] and "character device" in problems["cats/null.wav"]["detail"]
+        assert (
+            "socket" in problems["dogs/s.png"]["detail"] and "character device" in problems["cats/null.wav"]["detail"]
+        )
         assert os.path.exists(root / "cats" / "x.jpg") and os.path.exists(root / "dogs" / "s.png")
         second = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         again = json.loads(second.stdout)
@@ -457,8 +524,9 @@ def test_index_and_dups_do_not_hang_on_a_fifo(tmp_path):
     try:
         out = tmp_path / "i.arrow"
         for extra in ([], ["--no-check"]):
-            proc = subprocess.run([*DSCLEAN, "index", str(root), "-o", str(out), *extra], capture_output=True,
-                                  text=True, timeout=120)
+            proc = subprocess.run(
+                [*DSCLEAN, "index", str(root), "-o", str(out), *extra], capture_output=True, text=True, timeout=120
+            )
             assert proc.returncode == 0, proc.stderr
             from dsclean.index.store import open_index
 
@@ -472,6 +540,7 @@ def test_index_and_dups_do_not_hang_on_a_fifo(tmp_path):
 
 
 # ---- 6. memory exhaustion is too_large, never corrupt --------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def huge_canvas_gif(tmp_path_factory):
@@ -487,8 +556,13 @@ def huge_canvas_gif(tmp_path_factory):
 
 
 def _scan_json(root, *args, env=None):
-    proc = subprocess.run([*DSCLEAN, "scan", str(root), "--json", "--jobs", "1", *args], capture_output=True,
-                          text=True, timeout=300, env={**os.environ, **(env or {})})
+    proc = subprocess.run(
+        [*DSCLEAN, "scan", str(root), "--json", "--jobs", "1", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
     assert proc.returncode in (0, 1), proc.stderr
     summary = json.loads(proc.stdout)
     return summary, {p["path"]: p for p in read_problems(summary["problems_path"])}
@@ -515,6 +589,7 @@ def test_memory_exhaustion_is_too_large_never_corrupt_never_cached(tmp_path, hug
 
 # ---- 7. results of another root ----------------------------------------------------------------
 
+
 def test_scan_results_of_another_root_are_refused(tmp_path, capsys):
     a, b = tmp_path / "a", tmp_path / "b"
     make_tree(a, n_good=3, n_bad=0)
@@ -533,6 +608,7 @@ def test_scan_results_of_another_root_are_refused(tmp_path, capsys):
 
 
 # ---- 9. labels CSV spellings ---------------------------------------------------------------------
+
 
 def test_labels_csv_paths_are_normalised_or_refused(tmp_path, capsys):
     from dsclean.index.store import open_index
@@ -557,6 +633,7 @@ def test_labels_csv_paths_are_normalised_or_refused(tmp_path, capsys):
 
 
 # ---- 10. a quarantine is bound to its root -------------------------------------------------------
+
 
 def test_restore_refuses_an_entry_of_another_root(tmp_path):
     root, other, qdir = tmp_path / "root", tmp_path / "elsewhere", tmp_path / "q"
@@ -613,6 +690,7 @@ def test_a_relative_symlink_to_a_bad_file_is_quarantined_and_left_out_of_the_ind
     out = tmp_path / "i.arrow"
     assert main(["index", str(farm), "-o", str(out), "--symlinks", "all", *state]) == 0
     from dsclean import IndexedDataset
+
     ds = IndexedDataset(str(out), follow_symlinks="all")
     assert [ds.path(i) for i in range(len(ds))] == ["cls/ok.jpg"]
     assert main(["restore", str(qdir)]) == 0
@@ -627,6 +705,7 @@ def test_a_good_file_put_back_where_a_bad_one_was_moved_is_checked_again(tmp_pat
     write(backup, "x.jpg", good)
     write(root, "a/ok.jpg", synth.jpeg(64, 64, seed=4))
     import shutil
+
     (root / "a").mkdir(exist_ok=True)
     shutil.copy2(backup / "x.jpg", root / "a" / "x.jpg")
     st = os.stat(root / "a" / "x.jpg")
@@ -634,8 +713,9 @@ def test_a_good_file_put_back_where_a_bad_one_was_moved_is_checked_again(tmp_pat
         f.seek(len(good) // 2)
         f.write(b"\xff\xd9" + b"\0" * 30)
     os.utime(root / "a" / "x.jpg", ns=(st.st_atime_ns, st.st_mtime_ns))
-    options = ScanOptions(jobs=1, backend="threads", quarantine=str(qdir), progress=False,
-                          state_dir=str(tmp_path / "state"))
+    options = ScanOptions(
+        jobs=1, backend="threads", quarantine=str(qdir), progress=False, state_dir=str(tmp_path / "state")
+    )
     first = scan(str(root), options)
     assert first.quarantined == 1 and not (root / "a" / "x.jpg").exists()
     shutil.copy2(backup / "x.jpg", root / "a" / "x.jpg")  # same size, same mtime as the damaged file had
@@ -656,12 +736,15 @@ def test_index_checks_again_a_file_whose_recorded_verdict_was_about_the_moment(t
 
     monkeypatch.setattr(Quarantine, "move", changed)
     state = str(tmp_path / "state")
-    s = scan(str(root), ScanOptions(jobs=1, backend="threads", quarantine=str(tmp_path / "q"), progress=False,
-                                    state_dir=state))
+    s = scan(
+        str(root),
+        ScanOptions(jobs=1, backend="threads", quarantine=str(tmp_path / "q"), progress=False, state_dir=state),
+    )
     assert s.warn_reasons == {R.CHANGED: 1} and (root / "a" / "bad.jpg").exists()
     monkeypatch.undo()
     out = tmp_path / "i.arrow"
     assert main(["index", str(root), "-o", str(out), "--state-dir", state]) == 0
     from dsclean import IndexedDataset
+
     ds = IndexedDataset(str(out))
     assert [ds.path(i) for i in range(len(ds))] == ["a/ok.jpg"]

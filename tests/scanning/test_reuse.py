@@ -3,6 +3,7 @@
 Most tests delete the scan cache after the first scan: what is still reused can then only
 come from the previous results, so they test the fast path, not the cache behind it.
 """
+
 from __future__ import annotations
 
 import os
@@ -147,8 +148,21 @@ def test_kill_9_mid_rescan_then_resume(tmp_path):
     for i in range(n):  # rewritten larger (slow enough to kill the re-scan midway), one mtime for all
         write(root, f"c/{i}.jpg", large + str(i).encode())
         os.utime(root / f"c/{i}.jpg", ns=(touched, touched))
-    proc = subprocess.Popen([sys.executable, "-m", "dsclean", "scan", str(root), "--jobs", "1", "--quiet",
-                             "--dry-run", "--report", str(tmp_path / "r")])
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dsclean",
+            "scan",
+            str(root),
+            "--jobs",
+            "1",
+            "--quiet",
+            "--dry-run",
+            "--report",
+            str(tmp_path / "r"),
+        ]
+    )
     cache = Path(root_state_dir(str(root))) / "scan_cache"
     deadline = time.time() + 120
     while time.time() < deadline and _rows_with_mtime(cache, touched) == 0:  # the killed run's first commit

@@ -1,4 +1,5 @@
 """The scan end to end, through the Python API and the CLI."""
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,9 @@ from dsclean.scanning.scanner import ScanOptions, format_summary, scan
 
 
 def run_cli(*args, cwd=None, timeout=120):
-    return subprocess.run([sys.executable, "-m", "dsclean", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "dsclean", *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=timeout
+    )
 
 
 @pytest.fixture
@@ -117,7 +119,13 @@ def test_follow_symlinks_stays_inside_and_never_loops(tmp_path):
 
 def test_non_utf8_and_odd_names(tmp_path):
     root, qdir = tmp_path / "data", tmp_path / "q"
-    odd = [b"cls/caf\xe9.jpg", b"cls/new\nline.jpg", b"cls/-rf.jpg", "cls/e\u0301.jpg".encode(), "cls/\u00e9.jpg".encode()]
+    odd = [
+        b"cls/caf\xe9.jpg",
+        b"cls/new\nline.jpg",
+        b"cls/-rf.jpg",
+        "cls/e\u0301.jpg".encode(),
+        "cls/\u00e9.jpg".encode(),
+    ]
     for i, name in enumerate(odd):
         write(root, name, synth.HTML_PAGE + bytes([i]))
     write(root, b"cls/ok\xff.png", synth.png(8, 8))
@@ -145,6 +153,7 @@ def test_stderr_of_decoders_stays_out_of_the_terminal(tmp_path):
 
 
 # ---- CLI ------------------------------------------------------------------------------------
+
 
 def test_cli_scan_summary_and_exit_codes(tree, tmp_path):
     root, _ = tree
@@ -210,8 +219,23 @@ def test_cli_interrupt_flushes_results(tmp_path, sig, code):
     good = synth.jpeg(256, 256)
     for i in range(2000):  # unique bytes: bad pages numbered, good JPEGs with a numbered tail after EOI
         write(root, f"c/{i}.jpg", synth.HTML_PAGE + str(i).encode() if i % 2 else good + str(i).encode())
-    proc = subprocess.Popen([sys.executable, "-m", "dsclean", "scan", str(root), "--quarantine", str(tmp_path / "q"),
-                             "--jobs", "1", "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dsclean",
+            "scan",
+            str(root),
+            "--quarantine",
+            str(tmp_path / "q"),
+            "--jobs",
+            "1",
+            "--quiet",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 60
     manifest = tmp_path / "q" / "manifest.jsonl"
     # the journal file is created when the quarantine opens; wait for the first journaled move
@@ -235,8 +259,9 @@ def test_kill_9_mid_scan_loses_nothing_and_next_run_recovers(tmp_path):
         write(root, f"c/{i}.jpg", synth.HTML_PAGE + str(i).encode() if i % 2 else synth.jpeg(32, 32, seed=i))
     original = sorted(tree_state(root).values())
     for delay in (0.5, 0.9, 1.3):
-        proc = subprocess.Popen([sys.executable, "-m", "dsclean", "scan", str(root), "--quarantine", str(qdir),
-                                 "--jobs", "2", "--quiet"])
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dsclean", "scan", str(root), "--quarantine", str(qdir), "--jobs", "2", "--quiet"]
+        )
         time.sleep(delay)
         proc.kill()
         proc.wait()
@@ -278,8 +303,12 @@ def test_permission_denied_files_and_folders_as_an_unprivileged_user(tmp_path):
             "sys.exit(dsclean.cli.main(sys.argv[1:]))\n"
         )
         # Threads: loky would start new interpreters, which 'nobody' may not execute from /root.
-        proc = subprocess.run([sys.executable, "-c", drop, "scan", root, "--report", report, "--backend", "threads"],
-                              capture_output=True, text=True, cwd=base)
+        proc = subprocess.run(
+            [sys.executable, "-c", drop, "scan", root, "--report", report, "--backend", "threads"],
+            capture_output=True,
+            text=True,
+            cwd=base,
+        )
         assert proc.returncode == 0, proc.stderr
         assert "1 unreadable folders" in proc.stdout and "closed" in proc.stdout
         verdicts = {v.path: v for v in dsclean.iter_verdicts(report)}
@@ -363,7 +392,6 @@ def test_discovery_lists_are_bounded_and_equal_the_file_stream(tmp_path, monkeyp
     assert (stats.media, stats.ignored, stats.hidden) == (21, 1, 1)
 
 
-
 def test_discovery_blocks_of_plain_files_follow_every_rule(tmp_path, monkeypatch):
     """A block of regular files takes the list-pass path, any other block the entry-by-entry one: both
     apply the same rules (names without an extension or with a leading dot, upper case, double extensions,
@@ -385,13 +413,24 @@ def test_discovery_blocks_of_plain_files_follow_every_rule(tmp_path, monkeypatch
     for name in ["l.png", ".m.png", "n.png"]:  # one extension and a hidden name: the one-extension pass
         write(root, f"two/{name}", b"x")
     stats = discover.DiscoverStats()
-    flat = sorted(pair for rels, formats in discover.iter_media_lists(str(root), stats=stats)
-                  for pair in zip(rels, formats))
+    flat = sorted(
+        pair for rels, formats in discover.iter_media_lists(str(root), stats=stats) for pair in zip(rels, formats)
+    )
     media = [("a.JPG", "jpeg"), ("b.tar.png", "png"), ("d.Wav", "wav"), ("f.jpeg", "jpeg")]
-    assert flat == sorted([*((f"plain/{n}", f) for n, f in media), *((f"mixed/{n}", f) for n, f in media),
-                           ("mixed/sub/g.png", "png"), ("top.flac", "flac"), ("one/h.png", "png"),
-                           ("one/i.tar.png", "png"), ("two/l.png", "png"), ("two/n.png", "png")])
+    assert flat == sorted(
+        [
+            *((f"plain/{n}", f) for n, f in media),
+            *((f"mixed/{n}", f) for n, f in media),
+            ("mixed/sub/g.png", "png"),
+            ("top.flac", "flac"),
+            ("one/h.png", "png"),
+            ("one/i.tar.png", "png"),
+            ("two/l.png", "png"),
+            ("two/n.png", "png"),
+        ]
+    )
     assert (stats.media, stats.hidden, stats.ignored, stats.symlinks, stats.excluded_dirs) == (14, 4, 9, 1, 1)
+
 
 def test_summary_counts_agree_with_the_results_file(tmp_path):
     """The scan counts fresh verdicts from its workers' batches (ok rows by kind, not-ok rows one by one):
@@ -404,8 +443,10 @@ def test_summary_counts_agree_with_the_results_file(tmp_path):
     write(root, "i/cut.jpg", synth.truncate(synth.jpeg(64, 64), 0.5))
     write(root, "a/cut.wav", synth.truncate(synth.encode_audio(synth.tone(0.2), 16_000, "wav"), 0.5))
     write(root, "i/page.png", synth.HTML_PAGE)
-    s = scan(str(root), ScanOptions(jobs=2, dry_run=True, report_dir=str(tmp_path / "r"), chunk_size=4,
-                                    state_dir=str(tmp_path / "st")))
+    s = scan(
+        str(root),
+        ScanOptions(jobs=2, dry_run=True, report_dir=str(tmp_path / "r"), chunk_size=4, state_dir=str(tmp_path / "st")),
+    )
     table = dsclean.read_results(str(tmp_path / "r"))
     counts: dict = {}
     for kind, status in zip(table["kind"].to_pylist(), table["status"].to_pylist()):
@@ -413,7 +454,9 @@ def test_summary_counts_agree_with_the_results_file(tmp_path):
         counts[kind][status] += 1
     assert s.counts == counts and s.files == table.num_rows == 38
     assert s.counts["image"]["ok"] == 30 and s.counts["audio"]["ok"] == 5
-    assert s.bytes == s.checked_bytes == sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs)
+    assert (
+        s.bytes == s.checked_bytes == sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs)
+    )
     assert s.bad == sum(n for kind in counts.values() for st, n in kind.items() if st == "bad")
 
 

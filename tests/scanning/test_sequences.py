@@ -3,6 +3,7 @@
 Each case moves, doubles or renumbers whole parts of a valid file, so every part still passes its
 own checksum and the decoder reads the file without an error: only the sequence rule finds it.
 """
+
 from __future__ import annotations
 
 import io
@@ -14,8 +15,8 @@ import soundfile as sf
 from PIL import Image
 
 from dsclean import reasons as R
-from dsclean.scanning.formats import flac
 from dsclean.scanning.check import check_bytes
+from dsclean.scanning.formats import flac
 from dsclean.scanning.formats.ogg import ogg_crc
 
 

@@ -6,6 +6,7 @@ false alarm, since it looks like a file that is not an image at all. Each case b
 valid file written by a real encoder, and the test asserts both that the sniff names the
 format and that the whole check passes (or, for a decoder's own limit, is not called damage).
 """
+
 from __future__ import annotations
 
 import io
@@ -115,7 +116,7 @@ def test_every_signature_is_sniffed_and_checks(case):
 @pytest.mark.parametrize("name", ["a.opus", "a.oga", "A.OPUS"])
 def test_ogg_audio_extensions_are_media(name):
     assert formats.format_of_name(name) == "ogg"
-    assert name.lower()[name.rindex("."):] in formats.MEDIA_EXTENSIONS
+    assert name.lower()[name.rindex(".") :] in formats.MEDIA_EXTENSIONS
 
 
 def test_a_cut_opus_file_is_caught():

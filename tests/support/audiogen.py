@@ -4,6 +4,7 @@ Also small independent helpers to locate structure (Ogg pages, MP3 frames,
 FLAC frames) in those files so tests can damage them at meaningful places, and
 :func:`sf_behaviour` to record what plain soundfile does with a damaged file.
 """
+
 from __future__ import annotations
 
 import struct
@@ -97,4 +98,3 @@ def wav_data_offset(data: bytes) -> int:
 def garbage(n: int, seed: int = 0) -> bytes:
     """Deterministic random bytes."""
     return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).tobytes()
-

@@ -5,6 +5,7 @@ Never ``playwright install`` (it downloads a browser build): the system's
 launched through ``executable_path``, with a fresh profile each time and every
 background service that could make a network request switched off.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -14,8 +15,16 @@ import tempfile
 from typing import Iterator
 
 CHROMIUM = os.environ.get("DSCLEAN_CHROMIUM", "/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def unavailable() -> str | None:

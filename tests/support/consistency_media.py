@@ -1,4 +1,5 @@
 """Generated media for the consistency tests (issue 27): every case written by a real library."""
+
 from __future__ import annotations
 
 import io

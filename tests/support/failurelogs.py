@@ -1,4 +1,5 @@
 """Datasets with a few bad files, and failure logs written as dsclean.guard writes them (FailureWriter)."""
+
 from __future__ import annotations
 
 import os
@@ -38,4 +39,6 @@ def log_failures(log: Path, lines: list[tuple[int | None, dict]], rank: int = 0)
 def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     e = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     e.update(env or {})
-    return subprocess.run([sys.executable, "-m", "dsclean", *args], check=False, capture_output=True, text=True, env=e, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "dsclean", *args], check=False, capture_output=True, text=True, env=e, timeout=300
+    )

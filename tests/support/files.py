@@ -1,4 +1,5 @@
 """Writing test files (raw-bytes names allowed)."""
+
 from __future__ import annotations
 
 import os

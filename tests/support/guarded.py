@@ -1,4 +1,5 @@
 """Datasets that fail on purpose, for the guard's tests (importable by spawned workers)."""
+
 from __future__ import annotations
 
 import os
@@ -14,7 +15,12 @@ class Numbers(Dataset):
 
     def __init__(self, n: int, raise_on=(), segv_on=(), kill_on=(), exit_on=()) -> None:
         self.n = n
-        self.raise_on, self.segv_on, self.kill_on, self.exit_on = set(raise_on), set(segv_on), set(kill_on), set(exit_on)
+        self.raise_on, self.segv_on, self.kill_on, self.exit_on = (
+            set(raise_on),
+            set(segv_on),
+            set(kill_on),
+            set(exit_on),
+        )
 
     def __len__(self) -> int:
         return self.n

@@ -1,4 +1,5 @@
 """Helpers for tests/training/test_guard_integrations.py (importable by spawned processes)."""
+
 from __future__ import annotations
 
 import io
@@ -98,8 +99,13 @@ def fail_forever(log: str, workers: int) -> None:
     import dsclean
 
     ds = dsclean.guard(AlwaysFails(10_000), on_error="skip", log=log, max_failures=None)
-    loader = dsclean.DataLoader(ds, batch_size=8, num_workers=workers, collate_fn=lambda b: b,
-                                multiprocessing_context="fork" if workers else None)
+    loader = dsclean.DataLoader(
+        ds,
+        batch_size=8,
+        num_workers=workers,
+        collate_fn=lambda b: b,
+        multiprocessing_context="fork" if workers else None,
+    )
     while True:
         for batch in loader:
             assert batch == []

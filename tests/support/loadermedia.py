@@ -1,4 +1,5 @@
 """Media files the loader tests need, built by the real encoders (tifffile, PyAV/FFmpeg, cjpeg, Pillow)."""
+
 from __future__ import annotations
 
 import io
@@ -41,7 +42,9 @@ def pyav_audio(container: str, codec: str, rate: int, seconds: float = 1.0, samp
 def picture(width: int = 64, height: int = 48, mode: str = "RGB") -> Image.Image:
     """A smooth gradient with some structure (stable under JPEG)."""
     y, x = np.mgrid[0:height, 0:width]
-    rgb = np.stack([x * 255 // max(1, width - 1), y * 255 // max(1, height - 1), (x + y) * 127 // max(1, width + height - 2)], -1)
+    rgb = np.stack(
+        [x * 255 // max(1, width - 1), y * 255 // max(1, height - 1), (x + y) * 127 // max(1, width + height - 2)], -1
+    )
     return Image.fromarray(rgb.astype("uint8")).convert(mode)
 
 

@@ -1,4 +1,5 @@
 """Real tmpfs mounts for tests (the suite runs as root in CI): read-only trees, read-only subfolders."""
+
 from __future__ import annotations
 
 import contextlib

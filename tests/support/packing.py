@@ -1,14 +1,14 @@
 """Small datasets to pack: images and audio in classes, every file's bytes unique; folder comparison."""
+
 from __future__ import annotations
 
 import hashlib
 import os
 from pathlib import Path
 
+from dsclean.index.build import build_index
 from support import synth
 from support.files import write
-
-from dsclean.index.build import build_index
 
 
 def make_media(root: Path, n_images: int = 12, n_audio: int = 4, seed: int = 0, odd_name: bool = True) -> list[str]:

@@ -7,6 +7,7 @@ downloaded, scikit-image is not even imported). Large pictures are also cut into
 quadrant tiles: four different scenes with the same content statistics, the
 hardest negatives for a duplicate finder (four pieces of one gravel texture).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -16,10 +17,29 @@ import os
 import numpy as np
 from PIL import Image, ImageEnhance
 
-SKIMAGE_FILES = ("astronaut.png", "brick.png", "camera.png", "cell.png", "chelsea.png", "clock_motion.png",
-                 "coffee.png", "coins.png", "grass.png", "gravel.png", "hubble_deep_field.jpg", "ihc.png",
-                 "microaneurysms.png", "moon.png", "motorcycle_left.png", "page.png", "retina.jpg", "rocket.jpg",
-                 "text.png", "horse.png", "logo.png")
+SKIMAGE_FILES = (
+    "astronaut.png",
+    "brick.png",
+    "camera.png",
+    "cell.png",
+    "chelsea.png",
+    "clock_motion.png",
+    "coffee.png",
+    "coins.png",
+    "grass.png",
+    "gravel.png",
+    "hubble_deep_field.jpg",
+    "ihc.png",
+    "microaneurysms.png",
+    "moon.png",
+    "motorcycle_left.png",
+    "page.png",
+    "retina.jpg",
+    "rocket.jpg",
+    "text.png",
+    "horse.png",
+    "logo.png",
+)
 MATPLOTLIB_FILES = ("grace_hopper.jpg", "Minduka_Present_Blue_Pack.png")
 #: pictures also cut into four quadrant tiles (textures and busy photos)
 TILED = ("brick.png", "grass.png", "gravel.png", "astronaut.png", "hubble_deep_field.jpg", "retina.jpg")
@@ -42,8 +62,10 @@ def available() -> bool:
 def sources(max_side: int | None = None) -> dict[str, Image.Image]:
     """name -> RGB picture, every one a different scene (sorted by name); shrunk to ``max_side`` if given."""
     found: dict[str, Image.Image] = {}
-    for pkg, sub, names in (("skimage", ("data",), SKIMAGE_FILES),
-                            ("matplotlib", ("mpl-data", "sample_data"), MATPLOTLIB_FILES)):
+    for pkg, sub, names in (
+        ("skimage", ("data",), SKIMAGE_FILES),
+        ("matplotlib", ("mpl-data", "sample_data"), MATPLOTLIB_FILES),
+    ):
         folder = _package_dir(pkg, *sub)
         for name in names if folder else ():
             path = os.path.join(folder, name)
@@ -60,8 +82,9 @@ def sources(max_side: int | None = None) -> dict[str, Image.Image]:
         for name, im in found.items():
             if max(im.size) > max_side:
                 scale = max_side / max(im.size)
-                found[name] = im.resize((max(1, round(im.width * scale)), max(1, round(im.height * scale))),
-                                        Image.Resampling.LANCZOS)
+                found[name] = im.resize(
+                    (max(1, round(im.width * scale)), max(1, round(im.height * scale))), Image.Resampling.LANCZOS
+                )
     return dict(sorted(found.items()))
 
 
@@ -103,8 +126,12 @@ def edit(im: Image.Image, how: str, seed: int = 0) -> tuple[Image.Image, str]:
     if how == "crop_side":
         side = int(rng.integers(4))
         cut = rng.uniform(0.03, 0.05)
-        box = [(int(cut * w), 0, w, h), (0, int(cut * h), w, h), (0, 0, w - int(cut * w), h),
-               (0, 0, w, h - int(cut * h))][side]
+        box = [
+            (int(cut * w), 0, w, h),
+            (0, int(cut * h), w, h),
+            (0, 0, w - int(cut * w), h),
+            (0, 0, w, h - int(cut * h)),
+        ][side]
         return im.crop(box), "JPEG"
     if how == "brighten":
         return ImageEnhance.Brightness(im).enhance(1.25), "PNG"
@@ -161,5 +188,12 @@ def score(groups: list[list[tuple[str, str]]], truth: dict[tuple[str, str], str]
             edit_name = key[1].split("/")[0]
             missed[edit_name] = missed.get(edit_name, 0) + 1
     mixed = sum(len({truth[m] for m in members}) > 1 for members in groups)
-    return {"copies": len(copies), "found": found, "recall": found / len(copies), "false_groups": mixed,
-            "groups": len(groups), "sources": len(originals), "missed_by_edit": missed}
+    return {
+        "copies": len(copies),
+        "found": found,
+        "recall": found / len(copies),
+        "false_groups": mixed,
+        "groups": len(groups),
+        "sources": len(originals),
+        "missed_by_edit": missed,
+    }

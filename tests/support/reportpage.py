@@ -1,4 +1,5 @@
 """Reading a written report back in tests: its cards (path, thumbnail or placeholder) and sections."""
+
 from __future__ import annotations
 
 import base64
@@ -12,7 +13,9 @@ from PIL import Image
 _CARD = re.compile(
     r'<figure class="card (?P<status>[^"]*)"><div class="thumb[^"]*">'
     r'(?:<img src="(?P<src>data:[^"]+)"[^>]*>|<div class="ph">(?P<ph>[^<]*)</div>)'
-    r'.*?<div class="path" title="[^"]*">(?P<path>[^<]*)</div>(?P<rest>.*?)</figure>', re.S)
+    r'.*?<div class="path" title="[^"]*">(?P<path>[^<]*)</div>(?P<rest>.*?)</figure>',
+    re.S,
+)
 _SECTION = re.compile(r'<section id="(?P<id>[^"]+)">(?P<body>.*?)</section>', re.S)
 
 
@@ -38,8 +41,16 @@ def sections(page: str) -> dict[str, str]:
 
 
 def cards(fragment: str) -> list[Card]:
-    return [Card(html.unescape(m["path"]), m["status"], m["src"], html.unescape(m["ph"]) if m["ph"] is not None else None,
-                 m["rest"]) for m in _CARD.finditer(fragment)]
+    return [
+        Card(
+            html.unescape(m["path"]),
+            m["status"],
+            m["src"],
+            html.unescape(m["ph"]) if m["ph"] is not None else None,
+            m["rest"],
+        )
+        for m in _CARD.finditer(fragment)
+    ]
 
 
 def by_path(fragment: str) -> dict[str, Card]:

@@ -1,5 +1,6 @@
 """A small dataset with every kind of thing a report shows: broken files of each sort, hostile names,
 audio, a dark picture, exact copies, a file directly in the root."""
+
 from __future__ import annotations
 
 import os
@@ -9,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 from PIL import Image
+
+from dsclean.hashing import content_hash_file
 from support import synth
 from support.files import write
 from support.resultsgen import FACT_TYPES, add_facts
-
-from dsclean.hashing import content_hash_file
 
 HOSTILE_JPG = "cats/<img src=x onerror=alert(1)>.jpg"
 HOSTILE_PNG = 'dogs/"><svg onload=alert(2)>.png'
@@ -40,7 +41,12 @@ def make_report_tree(root: Path) -> dict[str, tuple[str, str | None]]:
     put("loose.jpg", synth.jpeg(40, 40, seed=7))
     put("cats/cut.jpg", synth.truncate(synth.jpeg(160, 120, seed=30), 0.5), "bad", "truncated")
     put("dogs/cut.png", synth.truncate(synth.png(120, 90, seed=31), 0.5), "bad", "truncated")
-    put("dogs/cut.bmp", synth.truncate(synth.encode_image(synth.photo_like(100, 80, seed=32), "BMP"), 0.6), "bad", "truncated")
+    put(
+        "dogs/cut.bmp",
+        synth.truncate(synth.encode_image(synth.photo_like(100, 80, seed=32), "BMP"), 0.6),
+        "bad",
+        "truncated",
+    )
     put(HOSTILE_JPG, synth.truncate(synth.jpeg(120, 90, seed=33), 0.6), "bad", "truncated")
     put(HOSTILE_PNG, synth.png_break_crc(synth.png(48, 48, seed=34)), "bad", "corrupt")
     put(LATIN1, synth.truncate(synth.jpeg(64, 48, seed=35), 0.7), "bad", "truncated")
@@ -53,8 +59,12 @@ def make_report_tree(root: Path) -> dict[str, tuple[str, str | None]]:
     put("audio/tone.wav", wav)
     put("audio/loud.flac", synth.encode_audio(np.clip(tone * 3, -1, 1), 16_000, "FLAC"))
     put("audio/cut.wav", synth.truncate(wav, 0.5), "bad", "truncated")
-    put("audio/cut.flac", synth.truncate(synth.encode_audio(synth.tone(2.0, 16_000, 1), 16_000, "FLAC"), 0.5),
-        "bad", "truncated")
+    put(
+        "audio/cut.flac",
+        synth.truncate(synth.encode_audio(synth.tone(2.0, 16_000, 1), 16_000, "FLAC"), 0.5),
+        "bad",
+        "truncated",
+    )
     nan = synth.tone(0.5, 16_000, 1)
     nan[100:120] = np.nan
     put("audio/nan.wav", synth.encode_audio(nan, 16_000, "WAV", "FLOAT"), "bad", "invalid_samples")
@@ -80,7 +90,10 @@ def facts_results(scanned, results: Path, columns: tuple[str, ...] | None = None
     if columns:  # only these facts: drop the other fact columns the scan itself recorded
         path = str(results / "scan_results.parquet")
         table = pq.read_table(path)
-        pq.write_table(table.drop_columns([c for c in FACT_TYPES if c in table.column_names and c not in columns]),
-                       path, compression="zstd")
+        pq.write_table(
+            table.drop_columns([c for c in FACT_TYPES if c in table.column_names and c not in columns]),
+            path,
+            compression="zstd",
+        )
     add_facts(str(results / "scan_results.parquet"), facts, **({"columns": columns} if columns else {}))
     return results

@@ -8,6 +8,7 @@ facts-based sections can be tested against exact tables:
 - :func:`synthetic_results` writes a large generated table (1M rows in seconds)
   for ``scripts/bench_report.py``.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,15 +42,27 @@ def add_facts(results: str, facts: dict[str, dict], columns: tuple[str, ...] = t
 REASONS = {  # reason -> (status, share of problems, a decoder message)
     "truncated": ("bad", 0.40, "JPEG decode: Premature end of JPEG file"),
     "corrupt": ("bad", 0.25, "JPEG decode: Corrupt JPEG data: 412 extraneous bytes before marker 0xd9"),
-    "not_media": ("bad", 0.10, "content is not jpeg: it is an HTML page titled '404 Not Found' — the server sent an error page instead of the file: fetch it again (check the URL, the credentials)"),
+    "not_media": (
+        "bad",
+        0.10,
+        "content is not jpeg: it is an HTML page titled '404 Not Found' — the server sent an error page instead of the file: fetch it again (check the URL, the credentials)",
+    ),
     "empty": ("bad", 0.05, "file is 0 bytes"),
     "extension_mismatch": ("warn", 0.15, "content is png, extension says jpeg"),
     "changed": ("warn", 0.05, "file changed or disappeared while being checked; scan again later"),
 }
 
 
-def synthetic_results(path: str, root: str, rows: int, problems: int, classes: int = 1000, audio_share: float = 0.1,
-                      dup_share: float = 0.01, seed: int = 0) -> pa.Table:
+def synthetic_results(
+    path: str,
+    root: str,
+    rows: int,
+    problems: int,
+    classes: int = 1000,
+    audio_share: float = 0.1,
+    dup_share: float = 0.01,
+    seed: int = 0,
+) -> pa.Table:
     """Write a results table of ``rows`` files (``problems`` of them bad/warn) with every facts column."""
     rng = np.random.default_rng(seed)
     idx = np.arange(rows)
@@ -77,8 +90,15 @@ def synthetic_results(path: str, root: str, rows: int, problems: int, classes: i
     img, aud = ~is_audio, is_audio
     flags = [None] * rows
     for r in rng.choice(rows, size=rows // 50, replace=False):
-        flags[r] = [str(rng.choice(["dark", "bright", "low_information", "blurry", "tiny", "odd_aspect"] if img[r]
-                                   else ["silent", "clipped", "too_short"]))]
+        flags[r] = [
+            str(
+                rng.choice(
+                    ["dark", "bright", "low_information", "blurry", "tiny", "odd_aspect"]
+                    if img[r]
+                    else ["silent", "clipped", "too_short"]
+                )
+            )
+        ]
 
     def masked(values, mask, typ):
         return pa.array(values, typ, mask=~mask)
@@ -95,12 +115,16 @@ def synthetic_results(path: str, root: str, rows: int, problems: int, classes: i
         "width": masked(width.astype(np.int32), img, pa.int32()),
         "height": masked(height.astype(np.int32), img, pa.int32()),
         "mode": pa.array(np.where(is_audio, None, "RGB").tolist(), pa.string()),
-        "frames": pa.array(np.where(is_audio, (np.nan_to_num(duration) * np.where(rate > 0, rate, 1)).astype(np.int64), 1)),
+        "frames": pa.array(
+            np.where(is_audio, (np.nan_to_num(duration) * np.where(rate > 0, rate, 1)).astype(np.int64), 1)
+        ),
         "sample_rate": masked(rate.astype(np.int32), aud, pa.int32()),
         "channels": masked(np.ones(rows, dtype=np.int32), aud, pa.int32()),
         "duration": masked(np.nan_to_num(duration), aud, pa.float64()),
         "subtype": pa.array(np.where(is_audio, "PCM_16", None).tolist(), pa.string()),
-        "content_hash": pa.FixedSizeBinaryArray.from_buffers(pa.binary(16), rows, [None, pa.py_buffer(hashes.tobytes())]),
+        "content_hash": pa.FixedSizeBinaryArray.from_buffers(
+            pa.binary(16), rows, [None, pa.py_buffer(hashes.tobytes())]
+        ),
         "phash": pa.array(rng.integers(0, 2**63, rows, dtype=np.uint64)),
         "brightness": masked(rng.beta(5, 5, rows).astype(np.float32), img, pa.float32()),
         "contrast": masked(rng.beta(3, 8, rows).astype(np.float32), img, pa.float32()),

@@ -6,6 +6,7 @@ overwritten, a chunk's CRC broken). Not part of the product: it lives with the
 tests (``tests/support``), and the scripts that need it put ``tests/`` on
 ``sys.path``, so tests, benchmarks and ``sample_data`` share one implementation.
 """
+
 from __future__ import annotations
 
 import io
@@ -70,7 +71,9 @@ def tone(seconds: float = 0.25, rate: int = 16_000, channels: int = 1, seed: int
     cols = []
     for c in range(channels):
         f = 220.0 * (1 + c) * (1 + rng.random())
-        cols.append(0.5 * np.sin(2 * np.pi * f * t) + 0.2 * np.sin(2 * np.pi * 3 * f * t) + 0.02 * rng.standard_normal(t.size))
+        cols.append(
+            0.5 * np.sin(2 * np.pi * f * t) + 0.2 * np.sin(2 * np.pi * 3 * f * t) + 0.02 * rng.standard_normal(t.size)
+        )
     return np.stack(cols, axis=1).astype(np.float32)
 
 
@@ -172,8 +175,16 @@ def png_ihdr(width: int, height: int, bit_depth: int = 8, colour_type: int = 2, 
     return struct.pack(">IIBBBBB", width, height, bit_depth, colour_type, 0, 0, interlace)
 
 
-def png_from_stream(width: int, height: int, stream: bytes, *, bit_depth: int = 8, colour_type: int = 2,
-                    interlace: int = 0, plte: bytes | None = None) -> bytes:
+def png_from_stream(
+    width: int,
+    height: int,
+    stream: bytes,
+    *,
+    bit_depth: int = 8,
+    colour_type: int = 2,
+    interlace: int = 0,
+    plte: bytes | None = None,
+) -> bytes:
     """A PNG whose IDAT holds ``stream`` (a zlib stream of filtered rows, made by the caller)."""
     chunks = [(b"IHDR", png_ihdr(width, height, bit_depth, colour_type, interlace))]
     if plte is not None:
@@ -217,7 +228,9 @@ def bmp_rle(width: int, height: int, rle: bytes, bits: int = 8) -> bytes:
     colours = 1 << bits
     palette = b"".join(bytes([i * 255 // (colours - 1)] * 3 + [0]) for i in range(colours))
     offset = 14 + 40 + len(palette)
-    info = struct.pack("<IiiHHIIiiII", 40, width, height, 1, bits, 1 if bits == 8 else 2, len(rle), 2835, 2835, colours, 0)
+    info = struct.pack(
+        "<IiiHHIIiiII", 40, width, height, 1, bits, 1 if bits == 8 else 2, len(rle), 2835, 2835, colours, 0
+    )
     return b"BM" + struct.pack("<IHHI", offset + len(rle), 0, 0, offset) + info + palette + rle
 
 
@@ -240,11 +253,21 @@ def png_interlaced(width: int, height: int, seed: int = 0, bit_depth: int = 8, c
     channels = {0: 1, 2: 3, 4: 2, 6: 4}[colour_type]
     rng = np.random.default_rng(seed)
     raw = bytearray()
-    for x0, y0, dx, dy in ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2)):
+    for x0, y0, dx, dy in (
+        (0, 0, 8, 8),
+        (4, 0, 8, 8),
+        (0, 4, 4, 8),
+        (2, 0, 4, 4),
+        (0, 2, 2, 4),
+        (1, 0, 2, 2),
+        (0, 1, 1, 2),
+    ):
         w, h = -(-(width - x0) // dx), -(-(height - y0) // dy)
         if w <= 0 or h <= 0:
             continue
         stride = (w * channels * bit_depth + 7) // 8
         for _ in range(h):
             raw += b"\0" + rng.integers(0, 256, stride, dtype=np.uint8).tobytes()
-    return png_from_stream(width, height, zlib.compress(bytes(raw)), bit_depth=bit_depth, colour_type=colour_type, interlace=1)
+    return png_from_stream(
+        width, height, zlib.compress(bytes(raw)), bit_depth=bit_depth, colour_type=colour_type, interlace=1
+    )

@@ -3,6 +3,7 @@
 Functions defined in a test module cannot be unpickled by a ``spawn`` worker: pytest
 imports test modules under names the child process cannot import.
 """
+
 from __future__ import annotations
 
 import numpy as np

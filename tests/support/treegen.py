@@ -1,4 +1,5 @@
 """Build small scan trees: good and bad media with unique content, and a snapshot helper."""
+
 from __future__ import annotations
 
 import hashlib
@@ -34,8 +35,16 @@ def make_tree(root: Path, n_good: int = 6, n_bad: int = 6, seed: int = 0) -> dic
     return expected
 
 
-DSCLEAN_FILES = (".dsclean", "manifest.jsonl", ".dsclean-quarantine", ".dsclean.lock", "quarantine.json",
-                 "scan_results.parquet", "problems.jsonl", "scan_summary.json")
+DSCLEAN_FILES = (
+    ".dsclean",
+    "manifest.jsonl",
+    ".dsclean-quarantine",
+    ".dsclean.lock",
+    "quarantine.json",
+    "scan_results.parquet",
+    "problems.jsonl",
+    "scan_summary.json",
+)
 
 
 def snapshot(*folders: Path, skip=DSCLEAN_FILES) -> dict[str, str]:

@@ -1,4 +1,5 @@
 """dsclean.guard on map-style datasets, through real DataLoader workers (fork and spawn)."""
+
 from __future__ import annotations
 
 import pickle
@@ -28,8 +29,9 @@ def test_raise_names_the_sample_and_logs_it(tmp_path, ctx):
         for _ in _loader(ds, ctx):
             pass
     logs = dsclean.read_failures(log)
-    assert [(f["index"], f["error"], f["action"], f["kind"]) for f in logs.failures] == [(9, "OSError", "raise",
-                                                                                         "exception")]
+    assert [(f["index"], f["error"], f["action"], f["kind"]) for f in logs.failures] == [
+        (9, "OSError", "raise", "exception")
+    ]
     assert logs.failures[0]["worker"] in (0, 1) and logs.files[0].endswith(f"worker{logs.failures[0]['worker']}.jsonl")
     assert any("__getitem__" in fr for fr in logs.failures[0]["traceback"])
 
@@ -37,8 +39,9 @@ def test_raise_names_the_sample_and_logs_it(tmp_path, ctx):
 @pytest.mark.parametrize("ctx", ["fork"])
 def test_skip_makes_the_batch_shorter_with_dsclean_loader(tmp_path, ctx):
     ds = dsclean.guard(Numbers(16, raise_on={1, 2, 3, 9}), on_error="skip", log=tmp_path / "f.jsonl")
-    batches = [b.flatten().tolist() for b in dsclean.DataLoader(ds, batch_size=4, num_workers=2,
-                                                                multiprocessing_context=ctx)]
+    batches = [
+        b.flatten().tolist() for b in dsclean.DataLoader(ds, batch_size=4, num_workers=2, multiprocessing_context=ctx)
+    ]
     assert batches == [[0], [4, 5, 6, 7], [8, 10, 11], [12, 13, 14, 15]]
     assert sorted(f["index"] for f in dsclean.read_failures(tmp_path / "f.jsonl").failures) == [1, 2, 3, 9]
 
@@ -109,8 +112,12 @@ def test_indexed_dataset_failure_names_path_and_root(tmp_path):
     victim = inner.path(5)
     (root / victim).write_bytes(b"\xff\xd8 not really a jpeg")
     ds = dsclean.guard(inner, on_error="skip", log=tmp_path / "f.jsonl")
-    out = [b for b in dsclean.DataLoader(ds, batch_size=4, num_workers=2, collate_fn=lambda b: b,
-                                         multiprocessing_context="fork")]
+    out = [
+        b
+        for b in dsclean.DataLoader(
+            ds, batch_size=4, num_workers=2, collate_fn=lambda b: b, multiprocessing_context="fork"
+        )
+    ]
     assert sum(x is None for b in out for x in b) == 0 and sum(len(b) for b in out) == 7
     (line,) = dsclean.read_failures(tmp_path / "f.jsonl").failures
     assert (line["index"], line["path"], line["root"]) == (5, victim, str(root))
@@ -119,8 +126,13 @@ def test_indexed_dataset_failure_names_path_and_root(tmp_path):
 
 def test_memory_error_under_rlimit_as_is_skipped_and_logged(tmp_path):
     ds = dsclean.guard(Hungry(12, big=6), on_error="skip", log=tmp_path / "f.jsonl")
-    got = [x for b in dsclean.DataLoader(ds, batch_size=3, num_workers=2, worker_init_fn=limit_memory,
-                                         multiprocessing_context="fork") for x in b.flatten().tolist()]
+    got = [
+        x
+        for b in dsclean.DataLoader(
+            ds, batch_size=3, num_workers=2, worker_init_fn=limit_memory, multiprocessing_context="fork"
+        )
+        for x in b.flatten().tolist()
+    ]
     assert got == [0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11]
     (line,) = dsclean.read_failures(tmp_path / "f.jsonl").failures
     assert (line["index"], line["error"], line["action"]) == (6, "MemoryError", "skip")
@@ -135,8 +147,9 @@ def test_hf_datasets_row_is_named(tmp_path):
         (folder / cls).mkdir(parents=True)
         for i in range(3):
             Image.new("RGB", (8, 8), (i * 40, 0, 0)).save(folder / cls / f"{i}.png")
-    hf = datasets.load_dataset("imagefolder", data_dir=str(tmp_path / "hf"), split="train",
-                               cache_dir=str(tmp_path / "cache"))
+    hf = datasets.load_dataset(
+        "imagefolder", data_dir=str(tmp_path / "hf"), split="train", cache_dir=str(tmp_path / "cache")
+    )
     bad_row = 4
     (folder / ("b" if bad_row >= 3 else "a") / f"{bad_row % 3}.png").write_bytes(b"\x89PNG\r\n\x1a\n broken")
     hf = hf.cast_column("image", datasets.Image(decode=True))

@@ -1,4 +1,5 @@
 """dsclean.guard with real components: webdataset tars, DDP ranks, a SIGKILLed run, spawn + pin_memory (issue 26)."""
+
 from __future__ import annotations
 
 import json
@@ -158,8 +159,9 @@ def test_sigkill_while_logging_loses_at_most_the_last_line_of_each_file(tmp_path
         code = f"from support.guarded_more import fail_forever; fail_forever({str(log)!r}, {workers})"
         err = tmp_path / f"run{kill}.err"
         with open(err, "wb") as errf:
-            proc = subprocess.Popen([sys.executable, "-c", code], env=env, start_new_session=True,
-                                    stdout=subprocess.DEVNULL, stderr=errf)
+            proc = subprocess.Popen(
+                [sys.executable, "-c", code], env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=errf
+            )
         try:
             want, deadline = 40 + 60 * kill, time.monotonic() + 60
             while _size(log.parent) < want * 10_000:
@@ -198,8 +200,9 @@ def test_a_rerun_after_a_kill_keeps_its_first_failure(tmp_path):
 def test_replace_keeps_batches_full_with_spawn_pin_memory_and_persistent_workers(tmp_path):
     bad = {2, 9, 10, 21}
     ds = dsclean.guard(Numbers(24, raise_on=bad), on_error="replace", seed=5, log=tmp_path / "f.jsonl")
-    loader = dsclean.DataLoader(ds, batch_size=4, num_workers=2, pin_memory=True, persistent_workers=True,
-                                multiprocessing_context="spawn")
+    loader = dsclean.DataLoader(
+        ds, batch_size=4, num_workers=2, pin_memory=True, persistent_workers=True, multiprocessing_context="spawn"
+    )
     epochs = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # pin_memory without an accelerator warns

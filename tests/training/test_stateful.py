@@ -1,4 +1,5 @@
 """dsclean.StatefulDataLoader: a run resumed mid-epoch replaces the same samples and keeps its failure budget."""
+
 from __future__ import annotations
 
 import pytest
@@ -24,8 +25,9 @@ def test_a_resumed_epoch_replaces_the_same_samples_and_keeps_the_counts(tmp_path
 
     def make():
         ds = dsclean.guard(Numbers(40, raise_on=bad), on_error="replace", seed=5, log=tmp_path / "f.jsonl")
-        loader = dsclean.StatefulDataLoader(ds, batch_size=4, num_workers=workers, multiprocessing_context=
-                                            "fork" if workers else None)
+        loader = dsclean.StatefulDataLoader(
+            ds, batch_size=4, num_workers=workers, multiprocessing_context="fork" if workers else None
+        )
         loader.set_epoch(2)
         return loader
 
@@ -53,9 +55,11 @@ def test_the_budget_survives_a_resume():
     first = dsclean.StatefulDataLoader(ds, batch_size=4, collate_fn=dsclean.collate_skip_none)
     _batches(first, 1)
     state = first.state_dict()
-    resumed = dsclean.StatefulDataLoader(dsclean.guard(Numbers(40, raise_on={1, 2, 30}), on_error="skip",
-                                                       max_failures=2), batch_size=4,
-                                         collate_fn=dsclean.collate_skip_none)
+    resumed = dsclean.StatefulDataLoader(
+        dsclean.guard(Numbers(40, raise_on={1, 2, 30}), on_error="skip", max_failures=2),
+        batch_size=4,
+        collate_fn=dsclean.collate_skip_none,
+    )
     resumed.load_state_dict(state)
     with pytest.raises(dsclean.TooManyFailures, match="3 samples failed, more than max_failures=2"):
         _batches(resumed)

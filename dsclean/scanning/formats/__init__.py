@@ -13,6 +13,7 @@ below (plain imports an IDE follows), so their decoders load only when needed: a
 libsndfile or Pillow. Adding a format: its module here, one row in :data:`REGISTRY` (and its name, extensions
 and magic bytes in :mod:`dsclean.formats`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

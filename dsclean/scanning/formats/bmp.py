@@ -5,6 +5,7 @@ and literal ("absolute") runs. Pillow clips a run that overruns its row and pads
 missing rows; other decoders refuse such a file. The walk checks that every run and
 every move stays inside the bitmap and that the stream reaches its end-of-bitmap marker.
 """
+
 from __future__ import annotations
 
 import struct
@@ -42,8 +43,13 @@ def _walk(data, pos: int, end: int, width: int, height: int, rle4: bool, name: s
         pos += 2
         if count:  # encoded run: count pixels of one value (RLE4: two alternating values)
             if y >= height or x + count > width:
-                return [bad(R.CORRUPT, f"{name}: a run of {count} pixels at byte {here} lies outside the {width}x{height} "
-                                       f"bitmap (row {y}, column {x})")]
+                return [
+                    bad(
+                        R.CORRUPT,
+                        f"{name}: a run of {count} pixels at byte {here} lies outside the {width}x{height} "
+                        f"bitmap (row {y}, column {x})",
+                    )
+                ]
             x += count
         elif value == 0:  # end of line
             x, y = 0, y + 1
@@ -57,17 +63,34 @@ def _walk(data, pos: int, end: int, width: int, height: int, rle4: bool, name: s
             x, y = x + data[pos], y + data[pos + 1]
             pos += 2
             if x > width or y > height:
-                return [bad(R.CORRUPT, f"{name}: a delta at byte {here} moves outside the {width}x{height} bitmap "
-                                       f"(to row {y}, column {x})")]
+                return [
+                    bad(
+                        R.CORRUPT,
+                        f"{name}: a delta at byte {here} moves outside the {width}x{height} bitmap "
+                        f"(to row {y}, column {x})",
+                    )
+                ]
         else:  # absolute run: `value` literal pixels, padded to a 16-bit boundary
             nbytes = (value + 1) // 2 if rle4 else value
             if y >= height or x + value > width:
-                return [bad(R.CORRUPT, f"{name}: a literal run of {value} pixels at byte {here} lies outside the "
-                                       f"{width}x{height} bitmap (row {y}, column {x})")]
+                return [
+                    bad(
+                        R.CORRUPT,
+                        f"{name}: a literal run of {value} pixels at byte {here} lies outside the "
+                        f"{width}x{height} bitmap (row {y}, column {x})",
+                    )
+                ]
             x += value
             pos += nbytes + (nbytes & 1)
             if pos > end:
                 break
     if y >= height or (y == height - 1 and x == width):
-        return [warn(R.NONCONFORMING, f"{name}: every row is present but the end-of-bitmap marker is missing (byte {end})")]
-    return [bad(R.TRUNCATED, f"{name}: the pixel data ends at byte {end} at row {y} of {height}, without an end-of-bitmap marker")]
+        return [
+            warn(R.NONCONFORMING, f"{name}: every row is present but the end-of-bitmap marker is missing (byte {end})")
+        ]
+    return [
+        bad(
+            R.TRUNCATED,
+            f"{name}: the pixel data ends at byte {end} at row {y} of {height}, without an end-of-bitmap marker",
+        )
+    ]

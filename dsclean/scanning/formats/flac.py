@@ -7,6 +7,7 @@ only says "unknown error in flac decoder". So when the decode fails, this module
 MD5 of the decoded samples (:func:`pcm_bytes` gives the bytes it is computed over).
 An ID3v2 tag in front of the stream is not FLAC (libFLAC skips it): a warning.
 """
+
 from __future__ import annotations
 
 import struct
@@ -15,8 +16,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ... import reasons as R
-from .id3 import id3v2_end
 from ..verdict import Finding, bad, warn
+from .id3 import id3v2_end
 
 #: how far back from the end of a FLAC file to look for the last frame header
 TAIL_WINDOW = 1 << 20
@@ -43,8 +44,13 @@ def walk(buf) -> Walk:
     out, size, pos = Walk(), len(buf), 0
     if buf[:3] == b"ID3":
         pos = id3v2_end(buf, 0) or 0
-        out.findings.append(warn(R.NONCONFORMING, f"an ID3v2 tag ({pos} bytes) comes before the FLAC stream: "
-                                                  "libFLAC skips it, the FLAC format does not allow it"))
+        out.findings.append(
+            warn(
+                R.NONCONFORMING,
+                f"an ID3v2 tag ({pos} bytes) comes before the FLAC stream: "
+                "libFLAC skips it, the FLAC format does not allow it",
+            )
+        )
     pos += 4  # "fLaC"
     while True:
         if pos + 4 > size:
@@ -55,7 +61,9 @@ def walk(buf) -> Walk:
             out.findings.append(bad(R.CORRUPT, f"invalid metadata block type 127 at offset {pos}"))
             return out
         if pos + 4 + length > size:
-            out.findings.append(bad(R.TRUNCATED, f"metadata block at offset {pos} declares {length} bytes, {size - pos - 4} present"))
+            out.findings.append(
+                bad(R.TRUNCATED, f"metadata block at offset {pos} declares {length} bytes, {size - pos - 4} present")
+            )
             return out
         if head & 0x7F == 0 and length >= 34:
             body = pos + 4
@@ -63,7 +71,9 @@ def walk(buf) -> Walk:
             (packed,) = struct.unpack_from(">Q", buf, body + 10)
             bits = ((packed >> 36) & 0x1F) + 1
             min_frame = int.from_bytes(buf[body + 4 : body + 7], "big")
-            out.info = StreamInfo(max_block, bits, packed & ((1 << 36) - 1), bytes(buf[body + 18 : body + 34]), min_frame)
+            out.info = StreamInfo(
+                max_block, bits, packed & ((1 << 36) - 1), bytes(buf[body + 18 : body + 34]), min_frame
+            )
         pos += 4 + length
         if head & 0x80:
             break
@@ -72,7 +82,9 @@ def walk(buf) -> Walk:
         return out
     out.audio_start = pos
     if pos >= size and out.info.total:
-        out.findings.append(bad(R.TRUNCATED, f"no audio frames after the metadata, STREAMINFO promises {out.info.total} samples"))
+        out.findings.append(
+            bad(R.TRUNCATED, f"no audio frames after the metadata, STREAMINFO promises {out.info.total} samples")
+        )
     return out
 
 
@@ -114,9 +126,15 @@ def tail_finding(buf, start: int, info: StreamInfo) -> Finding | None:
             break
     first, blocksize = frame
     if first + blocksize < total:
-        return bad(R.TRUNCATED, f"the last frame in the file holds samples {first}..{first + blocksize}, STREAMINFO promises {total}")
+        return bad(
+            R.TRUNCATED,
+            f"the last frame in the file holds samples {first}..{first + blocksize}, STREAMINFO promises {total}",
+        )
     if first + blocksize == total and crc16(bytes(buf[hi : end - 2])) != struct.unpack_from(">H", buf, end - 2)[0]:
-        return bad(R.TRUNCATED, f"the last frame (offset {hi}, samples {first}..{total}) fails its CRC-16: the file ends inside it")
+        return bad(
+            R.TRUNCATED,
+            f"the last frame (offset {hi}, samples {first}..{total}) fails its CRC-16: the file ends inside it",
+        )
     return None
 
 
@@ -134,19 +152,26 @@ def sequence_finding(buf, start: int, info: StreamInfo) -> Finding | None:
     sync = bytes(buf[start : start + 2])
     expected, last, doubled = _follow(buf, sync, start, total, info)
     if doubled is not None:
-        return bad(R.CORRUPT, f"FLAC frame sequence: the frame at byte {doubled} is a copy of the one before it "
-                              f"(byte {last}): a frame is doubled")
+        return bad(
+            R.CORRUPT,
+            f"FLAC frame sequence: the frame at byte {doubled} is a copy of the one before it "
+            f"(byte {last}): a frame is doubled",
+        )
     if expected >= total:
         return None
     nxt = _find_frame(buf, sync, last + 1, end, info, lambda first, _size: first != expected)
     where = f"after the frame at byte {last}, which ends at sample {expected},"
     if nxt is None:
-        return bad(R.CORRUPT, f"FLAC frame sequence: {where} no frame holds sample {expected}, "
-                              f"STREAMINFO promises {total}")
+        return bad(
+            R.CORRUPT, f"FLAC frame sequence: {where} no frame holds sample {expected}, STREAMINFO promises {total}"
+        )
     at, first, _size = nxt
     what = "doubled or out of order" if first < expected else "lost or out of order"
-    return bad(R.CORRUPT, f"FLAC frame sequence: {where} the next frame (byte {at}) starts at sample {first}, "
-                          f"not {expected}: frames {what}")
+    return bad(
+        R.CORRUPT,
+        f"FLAC frame sequence: {where} the next frame (byte {at}) starts at sample {first}, "
+        f"not {expected}: frames {what}",
+    )
 
 
 def _follow(buf, sync: bytes, pos: int, total: int, info: StreamInfo) -> tuple[int, int, int | None]:
@@ -184,18 +209,26 @@ def damaged_frame(buf, start: int, info: StreamInfo, sample: int, look_ahead: in
     C speed; CRC-16s are computed over those few frames only."""
     end = len(buf)
     sync = bytes(buf[start : start + 2]) if start + 2 <= end and buf[start] == 0xFF else b"\xff\xf8"
-    frame = _find_frame(buf, sync, start, end, info, lambda first, size: first <= sample < first + size or first > sample)
+    frame = _find_frame(
+        buf, sync, start, end, info, lambda first, size: first <= sample < first + size or first > sample
+    )
     if frame is None:
-        return bad(R.CORRUPT, f"FLAC: no valid header (CRC-8) for the frame holding sample {sample}: "
-                              "its header is damaged or bytes are lost")
+        return bad(
+            R.CORRUPT,
+            f"FLAC: no valid header (CRC-8) for the frame holding sample {sample}: "
+            "its header is damaged or bytes are lost",
+        )
     first_checked = frame
     for _ in range(look_ahead):
         at, first, size = frame
         what = f"FLAC frame at byte {at} (samples {first}..{first + size})"
         following = _find_frame(buf, sync, at + 1, end, info, lambda f, _s: f >= first + size)
         if following is not None and following[1] != first + size:
-            return bad(R.CORRUPT, f"{what}: the next frame header found (byte {following[0]}) starts at sample "
-                                  f"{following[1]}, not {first + size}: frames are lost or their headers damaged")
+            return bad(
+                R.CORRUPT,
+                f"{what}: the next frame header found (byte {following[0]}) starts at sample "
+                f"{following[1]}, not {first + size}: frames are lost or their headers damaged",
+            )
         if following is None and not (info.total and first + size >= info.total):
             return bad(R.CORRUPT, f"{what}: no frame header follows where it should end (frame sync lost)")
         stop = following[0] if following is not None else end
@@ -205,7 +238,9 @@ def damaged_frame(buf, start: int, info: StreamInfo, sample: int, look_ahead: in
             break
         frame = following
     at, first, size = first_checked
-    return bad(R.CORRUPT, f"FLAC frames from byte {at} (sample {first}) pass their CRC-16, but libFLAC cannot decode them")
+    return bad(
+        R.CORRUPT, f"FLAC frames from byte {at} (sample {first}) pass their CRC-16, but libFLAC cannot decode them"
+    )
 
 
 def _find_frame(buf, sync: bytes, pos: int, end: int, info: StreamInfo, wanted) -> tuple[int, int, int] | None:

@@ -5,6 +5,7 @@ Pillow decodes a GIF cut between two frames without complaint, and a byte-level
 Walking the blocks (extensions and images, each a chain of length-prefixed
 sub-blocks) finds where the GIF really ends.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -43,17 +44,26 @@ def walk(data) -> Walk:
             what = f"frame {out.frames}"
             out.frames += 1
         elif out.frames:
-            out.findings.append(warn(R.NONCONFORMING, f"GIF has an unknown block 0x{block:02x} at byte {pos} after frame "
-                                                      f"{out.frames - 1}, not the trailer: decoders stop there"))
+            out.findings.append(
+                warn(
+                    R.NONCONFORMING,
+                    f"GIF has an unknown block 0x{block:02x} at byte {pos} after frame "
+                    f"{out.frames - 1}, not the trailer: decoders stop there",
+                )
+            )
             return out
         else:
-            out.findings.append(bad(R.CORRUPT, f"GIF has an unknown block 0x{block:02x} at byte {pos} before any frame"))
+            out.findings.append(
+                bad(R.CORRUPT, f"GIF has an unknown block 0x{block:02x} at byte {pos} before any frame")
+            )
             return out
         if end is None:
             out.findings.append(bad(R.TRUNCATED, f"GIF ends at byte {n} inside {what} (started at byte {pos})"))
             return out
         pos = end
-    out.findings.append(bad(R.TRUNCATED, f"GIF trailer (0x3B) missing: the file ends at byte {n} after {out.frames} frames"))
+    out.findings.append(
+        bad(R.TRUNCATED, f"GIF trailer (0x3B) missing: the file ends at byte {n} after {out.frames} frames")
+    )
     return out
 
 

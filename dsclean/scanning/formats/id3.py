@@ -6,6 +6,7 @@ syncsafe size, plus a 10-byte footer when flag 0x10 is set. ID3v1: the last 128
 bytes, starting "TAG". Lyrics3v2: ends "<6-digit size>LYRICS200" before any ID3v1 tag.
 APEv2: a 32-byte footer "APETAGEX" before those.
 """
+
 from __future__ import annotations
 
 import struct

@@ -14,6 +14,7 @@ HEIF by ``pillow-heif`` (libheif), JPEG XL by ``pillow-jxl-plugin`` (libjxl). Th
 ``warn``/``unsupported`` naming the extra to install — never ``ok`` unchecked, never ``bad``
 because a decoder is missing. A damaged container is ``bad`` whatever is installed.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -49,25 +50,39 @@ def boxes(buf, start: int, end: int, where: str, out: Walk) -> list[Box]:
     pos, size = start, len(buf)
     while pos < end and len(found) < MAX_BOXES:
         if end - pos < 8:
-            out.findings.append(_past(pos, end, size, f"{where}: {end - pos} stray bytes at offset {pos}, less than a box header"))
+            out.findings.append(
+                _past(pos, end, size, f"{where}: {end - pos} stray bytes at offset {pos}, less than a box header")
+            )
             return found
         length, kind = struct.unpack_from(">I4s", buf, pos)
         body = pos + 8
         if length == 1:
             if end - pos < 16:
-                out.findings.append(_past(pos, end, size, f"{where}: box {_name(kind)} at offset {pos} is cut inside its 64-bit size"))
+                out.findings.append(
+                    _past(pos, end, size, f"{where}: box {_name(kind)} at offset {pos} is cut inside its 64-bit size")
+                )
                 return found
             (length,) = struct.unpack_from(">Q", buf, pos + 8)
             body = pos + 16
         elif length == 0:
             length = end - pos  # the box runs to the end of its parent (or of the file)
         if length < body - pos:
-            out.findings.append(bad(R.CORRUPT, f"{where}: box {_name(kind)} at offset {pos} declares {length} bytes, "
-                                               f"less than its own header"))
+            out.findings.append(
+                bad(
+                    R.CORRUPT,
+                    f"{where}: box {_name(kind)} at offset {pos} declares {length} bytes, less than its own header",
+                )
+            )
             return found
         if pos + length > end:
-            out.findings.append(_past(pos, end, size, f"{where}: box {_name(kind)} at offset {pos} declares {length} bytes, "
-                                                      f"{end - pos} present"))
+            out.findings.append(
+                _past(
+                    pos,
+                    end,
+                    size,
+                    f"{where}: box {_name(kind)} at offset {pos} declares {length} bytes, {end - pos} present",
+                )
+            )
             return found
         found.append(Box(kind, pos, body, pos + length))
         pos += length
@@ -133,8 +148,11 @@ def _extents(buf, iloc: Box, idat: Box | None) -> Finding | None:
         offset_size, length_size, base_size = sizes >> 12, (sizes >> 8) & 15, (sizes >> 4) & 15
         index_size = sizes & 15 if version else 0
         if any(s not in (0, 4, 8) for s in (offset_size, length_size, base_size, index_size)):
-            return bad(R.CORRUPT, f"'iloc' box field sizes {offset_size}/{length_size}/{base_size}/{index_size} "
-                                  "(each must be 0, 4 or 8 bytes)")
+            return bad(
+                R.CORRUPT,
+                f"'iloc' box field sizes {offset_size}/{length_size}/{base_size}/{index_size} "
+                "(each must be 0, 4 or 8 bytes)",
+            )
         items = take(2 if version < 2 else 4)
         for _ in range(items):  # each item consumes bytes of the box: a hostile count ends at the box's end
             item = take(2 if version < 2 else 4)
@@ -148,12 +166,18 @@ def _extents(buf, iloc: Box, idat: Box | None) -> Finding | None:
                 take(index_size)
                 offset, length = base + take(offset_size), take(length_size)
                 if method == 0 and offset + length > size:
-                    return bad(R.TRUNCATED, f"image item {item}: its data at bytes {offset}..{offset + length} "
-                                            f"lies past the end of the file ({size} bytes)")
+                    return bad(
+                        R.TRUNCATED,
+                        f"image item {item}: its data at bytes {offset}..{offset + length} "
+                        f"lies past the end of the file ({size} bytes)",
+                    )
                 if method == 1 and (idat is None or offset + length > idat.end - idat.body):
                     room = 0 if idat is None else idat.end - idat.body
-                    return bad(R.CORRUPT, f"image item {item}: its data at {offset}..{offset + length} of 'idat' "
-                                          f"lies outside it ({room} bytes)")
+                    return bad(
+                        R.CORRUPT,
+                        f"image item {item}: its data at {offset}..{offset + length} of 'idat' "
+                        f"lies outside it ({room} bytes)",
+                    )
     except _Cut:
         return bad(R.CORRUPT, f"'iloc' box at offset {iloc.start} ends inside its item list")
     return None
@@ -183,8 +207,13 @@ def walk_jxl(buf) -> Walk:
         (index,) = struct.unpack_from(">I", buf, box.body)
         number, last = index & 0x7FFFFFFF, bool(index >> 31)
         if number != expected:
-            out.findings.append(bad(R.CORRUPT, f"'jxlp' box at offset {box.start} is part {number}, not {expected}: "
-                                               "codestream parts lost, doubled or out of order"))
+            out.findings.append(
+                bad(
+                    R.CORRUPT,
+                    f"'jxlp' box at offset {box.start} is part {number}, not {expected}: "
+                    "codestream parts lost, doubled or out of order",
+                )
+            )
             return out
         if last != (box is parts[-1]):
             what = "is flagged last but more follow" if last else "is the last one but not flagged last"
@@ -253,8 +282,10 @@ def check_jxl(data, v: Verdict, opts) -> None:
     _check(walk, data, v, opts, "jxl")
     if v.status == R.BAD and v.reason == R.CORRUPT and not walk.boxes and "Generic Error" in (v.detail or ""):
         # libjxl's only words for a bad codestream; a bare one carries no sizes to tell a cut from damage
-        v.detail = "libjxl cannot decode the codestream (a bare JPEG XL codestream has no sizes to tell a cut " \
-                   "file from a damaged one)"
+        v.detail = (
+            "libjxl cannot decode the codestream (a bare JPEG XL codestream has no sizes to tell a cut "
+            "file from a damaged one)"
+        )
 
 
 CHECKERS = {"avif": check_avif, "heif": check_heif, "jxl": check_jxl}

@@ -6,6 +6,7 @@ primary's header (CIPA DC-007): a TIFF-structured index whose MP Entry tag (0xB0
 gives, for each image, its size and its offset from the start of the MP header. The
 image checker decodes every one of them; this module only finds them.
 """
+
 from __future__ import annotations
 
 import struct
@@ -40,8 +41,16 @@ def mpf_pictures(data) -> tuple[list[Picture], int, list[Finding]]:
     try:
         return _read_index(data, base, end)
     except (struct.error, ValueError) as exc:
-        return [], 1, [warn(R.NONCONFORMING, f"JPEG MPF index at byte {base} cannot be read ({exc}): "
-                                             "decoders show the primary image only")]
+        return (
+            [],
+            1,
+            [
+                warn(
+                    R.NONCONFORMING,
+                    f"JPEG MPF index at byte {base} cannot be read ({exc}): decoders show the primary image only",
+                )
+            ],
+        )
 
 
 def _find_mpf(data) -> tuple[int, int] | None:

@@ -8,14 +8,15 @@ estimate from its first frame's bitrate is not a promise (:attr:`Walk.promised`)
 Zero padding after the last frame is a warning; any other bytes there are damage (bytes
 lost inside the last frames look exactly like that), as before.
 """
+
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
 
 from ... import reasons as R
-from .id3 import id3v2_end, trailing_tags_start
 from ..verdict import Finding, bad, warn
+from .id3 import id3v2_end, trailing_tags_start
 
 #: how far into an MP3 (after its ID3v2 tag) the first frame may start
 SYNC_WINDOW = 1 << 16
@@ -79,7 +80,11 @@ def audio_span(buf) -> tuple[int, int, list[Finding]]:
     size, start = len(buf), 0
     while start + 10 <= size and (tag_end := id3v2_end(buf, start)) is not None:
         if tag_end > size:
-            return start, size, [bad(R.TRUNCATED, f"ID3v2 tag declares {tag_end - start} bytes, {size - start} present")]
+            return (
+                start,
+                size,
+                [bad(R.TRUNCATED, f"ID3v2 tag declares {tag_end - start} bytes, {size - start} present")],
+            )
         start = tag_end
     return start, trailing_tags_start(buf, start), []
 
@@ -131,18 +136,29 @@ def walk(buf) -> Walk:
         frame = mpeg_frame(buf, pos)
         if frame is None or frame.stream != first.stream:
             if not any(buf[pos:end]):  # zero padding after the last frame: decoders skip it
-                out.findings.append(warn(R.NONCONFORMING, f"{end - pos} zero bytes of padding after the last MPEG frame "
-                                                          f"(offset {pos}, after {frames} frames)"))
+                out.findings.append(
+                    warn(
+                        R.NONCONFORMING,
+                        f"{end - pos} zero bytes of padding after the last MPEG frame "
+                        f"(offset {pos}, after {frames} frames)",
+                    )
+                )
                 break
             # Anything else is damage: bytes lost inside the last frames look exactly like junk after them.
-            out.findings.append(bad(R.CORRUPT, f"lost MPEG frame sync at offset {pos} after {frames} frames ({end - pos} bytes left)"))
+            out.findings.append(
+                bad(R.CORRUPT, f"lost MPEG frame sync at offset {pos} after {frames} frames ({end - pos} bytes left)")
+            )
             return out
         if frame.length == 0:
             return out  # free-format stream: frame lengths are not in the headers, nothing more to walk
         if pos + frame.length > end:
-            out.findings.append(bad(R.TRUNCATED, f"frame {frames} at offset {pos} needs {frame.length} bytes, {end - pos} present"))
+            out.findings.append(
+                bad(R.TRUNCATED, f"frame {frames} at offset {pos} needs {frame.length} bytes, {end - pos} present")
+            )
             return out
         frames, pos = frames + 1, pos + frame.length
     if out.promised is not None and frames - 1 < out.promised:
-        out.findings.append(bad(R.TRUNCATED, f"Xing/VBRI header counts {out.promised} frames, only {frames - 1} present"))
+        out.findings.append(
+            bad(R.TRUNCATED, f"Xing/VBRI header counts {out.promised} frames, only {frames - 1} present")
+        )
     return out

@@ -5,6 +5,7 @@ per-stream sequence numbers without gaps, granule positions that never go back (
 which no packet ends carries -1 and is skipped); every stream ends with an end-of-stream page.
 libvorbis notices neither lost pages, nor pages in the wrong order, nor a missing end.
 """
+
 from __future__ import annotations
 
 import struct
@@ -37,21 +38,35 @@ def walk(buf) -> list[Finding]:
         if size - pos < 27:
             return out + [bad(R.TRUNCATED, f"file ends inside the header of Ogg page {page} (offset {pos})")]
         if buf[pos : pos + 4] != b"OggS":
-            return out + [bad(R.CORRUPT, f"no Ogg capture pattern at offset {pos} (page {page}): broken page structure")]
+            return out + [
+                bad(R.CORRUPT, f"no Ogg capture pattern at offset {pos} (page {page}): broken page structure")
+            ]
         version, htype, granule, serial, seq, crc, nseg = struct.unpack_from("<BBqIIIB", buf, pos + 4)
         if pos + 27 + nseg > size:
             return out + [bad(R.TRUNCATED, f"file ends inside the segment table of Ogg page {page} (offset {pos})")]
         end = pos + 27 + nseg + sum(buf[pos + 27 : pos + 27 + nseg])
         if end > size:
-            return out + [bad(R.TRUNCATED, f"Ogg page {page} (offset {pos}) needs {end - pos} bytes, {size - pos} present")]
+            return out + [
+                bad(R.TRUNCATED, f"Ogg page {page} (offset {pos}) needs {end - pos} bytes, {size - pos} present")
+            ]
         if version != 0:
             out.append(bad(R.CORRUPT, f"Ogg page {page} (offset {pos}) has stream structure version {version}"))
         if serial in next_seq and seq != next_seq[serial]:
-            out.append(bad(R.CORRUPT, f"Ogg stream {serial:08x}: page sequence jumps from {next_seq[serial] - 1} to {seq} at offset {pos} (pages lost)"))
+            out.append(
+                bad(
+                    R.CORRUPT,
+                    f"Ogg stream {serial:08x}: page sequence jumps from {next_seq[serial] - 1} to {seq} at offset {pos} (pages lost)",
+                )
+            )
         if granule != -1:
             if granule < granules.get(serial, -1):
-                out.append(bad(R.CORRUPT, f"Ogg stream {serial:08x}: granule position goes back from {granules[serial]} "
-                                          f"to {granule} at page {page} (offset {pos}): pages out of order"))
+                out.append(
+                    bad(
+                        R.CORRUPT,
+                        f"Ogg stream {serial:08x}: granule position goes back from {granules[serial]} "
+                        f"to {granule} at page {page} (offset {pos}): pages out of order",
+                    )
+                )
             granules[serial] = granule
         data = bytes(buf[pos:end])
         if ogg_crc(data[:22] + b"\0\0\0\0" + data[26:]) != crc:
@@ -69,4 +84,7 @@ def first_per_reason(findings: list[Finding]) -> list[Finding]:
     kept: dict[str, list[Finding]] = {}
     for f in findings:
         kept.setdefault(f.reason, []).append(f)
-    return [fs[0]._replace(detail=fs[0].detail + (f" (and {len(fs) - 1} more)" if len(fs) > 1 else "")) for fs in kept.values()]
+    return [
+        fs[0]._replace(detail=fs[0].detail + (f" (and {len(fs) - 1} more)" if len(fs) > 1 else ""))
+        for fs in kept.values()
+    ]

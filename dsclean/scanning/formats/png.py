@@ -18,6 +18,7 @@ here on the raw deflate output, so a failing check value is reported as exactly 
 Deviations every decoder tolerates (data after the zlib stream, more rows than the image
 needs, a stray IDAT after the image is complete) are warnings; see :data:`Finding`.
 """
+
 from __future__ import annotations
 
 import struct
@@ -105,14 +106,20 @@ def read_chunks(data) -> Layout:
             out.findings.append(bad(R.CORRUPT, f"PNG first chunk is {name!r}, not IHDR"))
             return out
         if length > 0x7FFFFFFF or not ctype.isalpha():
-            out.findings.append(bad(R.CORRUPT, f"PNG chunk at byte {pos} is malformed (type {ctype!r}, length {length})"))
+            out.findings.append(
+                bad(R.CORRUPT, f"PNG chunk at byte {pos} is malformed (type {ctype!r}, length {length})")
+            )
             return out
         if ctype[0] < 0x61 and ctype not in CRITICAL:  # upper-case first letter: critical
-            out.findings.append(bad(R.UNSUPPORTED, f"PNG has a critical chunk {name!r} no PNG decoder knows (PNG spec: reject it)"))
+            out.findings.append(
+                bad(R.UNSUPPORTED, f"PNG has a critical chunk {name!r} no PNG decoder knows (PNG spec: reject it)")
+            )
             return out
         end = pos + 12 + length
         if end > n:
-            out.findings.append(bad(R.TRUNCATED, f"PNG chunk {name} at byte {pos} needs {length} bytes; file ends at {n}"))
+            out.findings.append(
+                bad(R.TRUNCATED, f"PNG chunk {name} at byte {pos} needs {length} bytes; file ends at {n}")
+            )
             return out
         (stored,) = struct.unpack_from(">I", data, end - 4)
         if isal_zlib.crc32(view[pos + 4 : end - 4]) != stored:
@@ -156,20 +163,34 @@ class _Walk:
         elif ctype == b"PLTE":
             if length % 3 or not 0 < length <= 768:
                 if out.header.colour_type == 3:
-                    return self.fail(R.CORRUPT, f"PNG palette (PLTE at byte {pos}) is {length} bytes, not 1-256 RGB entries")
-                out.findings.append(warn(R.NONCONFORMING, f"PNG PLTE chunk at byte {pos} is {length} bytes, not 1-256 RGB entries (decoders ignore it in a non-palette image)"))
+                    return self.fail(
+                        R.CORRUPT, f"PNG palette (PLTE at byte {pos}) is {length} bytes, not 1-256 RGB entries"
+                    )
+                out.findings.append(
+                    warn(
+                        R.NONCONFORMING,
+                        f"PNG PLTE chunk at byte {pos} is {length} bytes, not 1-256 RGB entries (decoders ignore it in a non-palette image)",
+                    )
+                )
             self.palette = True
         elif ctype == b"IDAT":
             self.idat(pos, length)
         elif ctype == b"acTL" and length >= 8:
             if self.still is not None:
-                out.findings.append(warn(R.NONCONFORMING, f"APNG acTL chunk at byte {pos} comes after the image data: decoders show the still image"))
+                out.findings.append(
+                    warn(
+                        R.NONCONFORMING,
+                        f"APNG acTL chunk at byte {pos} comes after the image data: decoders show the still image",
+                    )
+                )
             elif self.frames_declared is None:
                 (frames,) = struct.unpack_from(">I", data, body)
                 if 0 < frames <= 0x80000000:
                     self.frames_declared = frames
                 else:
-                    out.findings.append(warn(R.NONCONFORMING, f"APNG acTL declares {frames} frames: decoders show the still image"))
+                    out.findings.append(
+                        warn(R.NONCONFORMING, f"APNG acTL declares {frames} frames: decoders show the still image")
+                    )
         elif ctype == b"fcTL" and self.frames_declared is not None:
             self.fctl(data, pos, length)
         elif ctype == b"fdAT" and self.frames_declared is not None:
@@ -187,10 +208,15 @@ class _Walk:
         width, height, depth, colour, compression, filtering, interlace = struct.unpack_from(">IIBBBBB", data, pos + 8)
         allowed = COLOUR_TYPES.get(colour, ((), 0))[0]
         if depth not in allowed:
-            return self.fail(R.CORRUPT, f"PNG IHDR: bit depth {depth} with colour type {colour} is not a PNG pixel format")
+            return self.fail(
+                R.CORRUPT, f"PNG IHDR: bit depth {depth} with colour type {colour} is not a PNG pixel format"
+            )
         if compression or filtering or interlace > 1:
-            return self.fail(R.CORRUPT, f"PNG IHDR: unknown compression method {compression}, filter method "
-                                        f"{filtering} or interlace method {interlace} (all must be 0; interlace 0 or 1)")
+            return self.fail(
+                R.CORRUPT,
+                f"PNG IHDR: unknown compression method {compression}, filter method "
+                f"{filtering} or interlace method {interlace} (all must be 0; interlace 0 or 1)",
+            )
         if width > 0x7FFFFFFF or height > 0x7FFFFFFF:
             return self.fail(R.CORRUPT, f"PNG IHDR: {width}x{height} exceeds the 2^31-1 limit")
         self.out.header = Header(width, height, depth, colour, bool(interlace))
@@ -199,9 +225,15 @@ class _Walk:
         out = self.out
         if self.still is None:
             if out.header.colour_type == 3 and not self.palette:
-                return self.fail(R.CORRUPT, f"PNG palette image has no PLTE chunk before its image data (IDAT at byte {pos})")
+                return self.fail(
+                    R.CORRUPT, f"PNG palette image has no PLTE chunk before its image data (IDAT at byte {pos})"
+                )
             h = out.header
-            name = "APNG frame 0" if self.fctl_before_idat else ("APNG default image" if self.frames_declared else "PNG image data")
+            name = (
+                "APNG frame 0"
+                if self.fctl_before_idat
+                else ("APNG default image" if self.frames_declared else "PNG image data")
+            )
             self.still = Image(name, h.width, h.height, start=pos)
             out.images.insert(0, self.still)
             self.frame = None  # fdAT chunks after this belong to the next fcTL
@@ -219,14 +251,22 @@ class _Walk:
             return
         h, k = self.out.header, self.fctl_frames
         if (self.frame is not None and not self.frame.pieces) or (self.still is None and k):
-            return self.fail(R.CORRUPT, f"APNG frame {k - 1} has no image data (the fcTL at byte {pos} follows its fcTL)")
+            return self.fail(
+                R.CORRUPT, f"APNG frame {k - 1} has no image data (the fcTL at byte {pos} follows its fcTL)"
+            )
         if width == 0 or height == 0 or x + width > h.width or y + height > h.height:
-            return self.fail(R.CORRUPT, f"APNG frame {k}: region {width}x{height} at ({x}, {y}) is not inside the {h.width}x{h.height} canvas")
+            return self.fail(
+                R.CORRUPT,
+                f"APNG frame {k}: region {width}x{height} at ({x}, {y}) is not inside the {h.width}x{h.height} canvas",
+            )
         self.fctl_frames += 1
         if self.still is None:  # the still image is the animation's first frame: it must fill the canvas
             if (width, height, x, y) != (h.width, h.height, 0, 0):
-                return self.fail(R.CORRUPT, f"APNG frame {k}: the fcTL before the image data must cover the whole "
-                                            f"{h.width}x{h.height} image, not {width}x{height} at ({x}, {y})")
+                return self.fail(
+                    R.CORRUPT,
+                    f"APNG frame {k}: the fcTL before the image data must cover the whole "
+                    f"{h.width}x{h.height} image, not {width}x{height} at ({x}, {y})",
+                )
             self.fctl_before_idat = True
             self.frame = None
             return
@@ -240,12 +280,17 @@ class _Walk:
         if not self.sequence(seq, pos, "fdAT"):
             return
         if self.frame is None:
-            return self.fail(R.CORRUPT, f"APNG fdAT chunk at byte {pos} belongs to no frame (no fcTL after the image data before it)")
+            return self.fail(
+                R.CORRUPT, f"APNG fdAT chunk at byte {pos} belongs to no frame (no fcTL after the image data before it)"
+            )
         self.frame.pieces.append((pos + 12, pos + 8 + length))
 
     def sequence(self, seq: int, pos: int, name: str) -> bool:
         if seq != self.seq:
-            self.fail(R.CORRUPT, f"APNG {name} at byte {pos} has sequence number {seq}, expected {self.seq} (frames lost or reordered)")
+            self.fail(
+                R.CORRUPT,
+                f"APNG {name} at byte {pos} has sequence number {seq}, expected {self.seq} (frames lost or reordered)",
+            )
             return False
         self.seq += 1
         return True
@@ -260,12 +305,19 @@ class _Walk:
         if self.frames_declared is None:
             return
         if self.frame is not None and not self.frame.pieces:
-            return self.fail(R.CORRUPT, f"APNG frame {self.fctl_frames - 1} has no image data (IEND at byte {pos} follows its fcTL)")
+            return self.fail(
+                R.CORRUPT, f"APNG frame {self.fctl_frames - 1} has no image data (IEND at byte {pos} follows its fcTL)"
+            )
         if self.fctl_frames < self.frames_declared:
             self.fail(R.CORRUPT, f"APNG acTL declares {self.frames_declared} frames; the file holds {self.fctl_frames}")
         elif self.fctl_frames > self.frames_declared:
-            out.findings.append(warn(R.NONCONFORMING, f"APNG acTL declares {self.frames_declared} frames; the file holds "
-                                                       f"{self.fctl_frames} (decoders show the first {self.frames_declared})"))
+            out.findings.append(
+                warn(
+                    R.NONCONFORMING,
+                    f"APNG acTL declares {self.frames_declared} frames; the file holds "
+                    f"{self.fctl_frames} (decoders show the first {self.frames_declared})",
+                )
+            )
 
 
 # --------------------------------------------------------------------------- image data
@@ -302,11 +354,21 @@ def _check_image(view, header: Header, image: Image) -> list[Finding]:
     compressed = _Pieces(view, image.pieces)
     zhead = compressed.take(2)
     if len(zhead) < 2:
-        return [bad(R.TRUNCATED, f"{name}: {len(zhead)} bytes of zlib data, no room for its header (IDAT at byte {image.start})")]
+        return [
+            bad(
+                R.TRUNCATED,
+                f"{name}: {len(zhead)} bytes of zlib data, no room for its header (IDAT at byte {image.start})",
+            )
+        ]
     cmf, flg = zhead[0], zhead[1]
     if cmf & 15 != 8 or cmf >> 4 > 7 or (cmf << 8 | flg) % 31 or flg & 0x20:
-        return [bad(R.CORRUPT, f"{name}: zlib header {bytes(zhead).hex()} is invalid (deflate, window <= 32 KiB, "
-                               f"check bits, no preset dictionary)")]
+        return [
+            bad(
+                R.CORRUPT,
+                f"{name}: zlib header {bytes(zhead).hex()} is invalid (deflate, window <= 32 KiB, "
+                f"check bits, no preset dictionary)",
+            )
+        ]
     inflater = isal_zlib.decompressobj(wbits=-15)
     adler, got = 1, 0  # Adler-32 so far, bytes inflated
     try:
@@ -321,8 +383,13 @@ def _check_image(view, header: Header, image: Image) -> list[Finding]:
                     adler = isal_zlib.adler32(out, adler)
                     got += len(out)
                     if got > need + _EXCESS_CAP:
-                        return [warn(R.NONCONFORMING, f"{name}: inflates to more than {got:,} bytes, its rows need {need:,} "
-                                                       "(decoders ignore the rest; Adler-32 not checked)")]
+                        return [
+                            warn(
+                                R.NONCONFORMING,
+                                f"{name}: inflates to more than {got:,} bytes, its rows need {need:,} "
+                                "(decoders ignore the rest; Adler-32 not checked)",
+                            )
+                        ]
                 if inflater.eof:
                     break
                 piece = inflater.unconsumed_tail
@@ -334,26 +401,57 @@ def _check_image(view, header: Header, image: Image) -> list[Finding]:
         return [bad(R.CORRUPT, f"{name}: deflate data invalid after {got:,} inflated bytes ({exc})")]
     found: list[Finding] = []
     if got < need:
-        detail = f"{name}: image data inflates to {got:,} of the {need:,} bytes its rows need ({_rows_text(header, image)})"
+        detail = (
+            f"{name}: image data inflates to {got:,} of the {need:,} bytes its rows need ({_rows_text(header, image)})"
+        )
         if not inflater.eof and image.split_at is not None:
             at, before = image.split_at
-            return [bad(R.CORRUPT, f"{detail}; its IDAT chunks are not consecutive: more at byte {at}, after a {before} chunk")]
+            return [
+                bad(
+                    R.CORRUPT,
+                    f"{detail}; its IDAT chunks are not consecutive: more at byte {at}, after a {before} chunk",
+                )
+            ]
         return [bad(R.TRUNCATED, detail + ("" if inflater.eof else ": the zlib stream stops without its end"))]
     if not inflater.eof:
-        return [warn(R.NONCONFORMING, f"{name}: zlib stream has no end (all rows present, its Adler-32 check value is missing)")]
+        return [
+            warn(
+                R.NONCONFORMING,
+                f"{name}: zlib stream has no end (all rows present, its Adler-32 check value is missing)",
+            )
+        ]
     tail = inflater.unused_data + compressed.rest()
     if len(tail) < 4:
-        return [warn(R.NONCONFORMING, f"{name}: zlib stream ends without its 4-byte Adler-32 check value (all rows present)")]
+        return [
+            warn(
+                R.NONCONFORMING, f"{name}: zlib stream ends without its 4-byte Adler-32 check value (all rows present)"
+            )
+        ]
     if int.from_bytes(tail[:4], "big") != adler:
         return [bad(R.CORRUPT, f"{name}: zlib data check failed (Adler-32)")]
     if got > need:
-        found.append(warn(R.NONCONFORMING, f"{name}: image data inflates to {got:,} bytes, {got - need:,} more than its rows need (decoders ignore them)"))
+        found.append(
+            warn(
+                R.NONCONFORMING,
+                f"{name}: image data inflates to {got:,} bytes, {got - need:,} more than its rows need (decoders ignore them)",
+            )
+        )
     if len(tail) > 4:
-        found.append(warn(R.NONCONFORMING, f"{name}: {len(tail) - 4:,} bytes after the end of its zlib stream (decoders ignore them)"))
+        found.append(
+            warn(
+                R.NONCONFORMING,
+                f"{name}: {len(tail) - 4:,} bytes after the end of its zlib stream (decoders ignore them)",
+            )
+        )
     if image.split_at is not None:
         at, before = image.split_at
-        found.append(warn(R.NONCONFORMING, f"{name}: an IDAT chunk at byte {at} comes after a {before} chunk, "
-                                           "after the image data ended (decoders ignore it)"))
+        found.append(
+            warn(
+                R.NONCONFORMING,
+                f"{name}: an IDAT chunk at byte {at} comes after a {before} chunk, "
+                "after the image data ended (decoders ignore it)",
+            )
+        )
     return found
 
 

@@ -5,6 +5,7 @@ cut short. Pillow parses the header (P1-P6, width, height, maxval) and its decod
 fails on missing pixel bytes ("image file is truncated"), so a full ``load()`` is
 the check. The pixel limit (``--max-pixels``) is applied from the header, before decoding.
 """
+
 from __future__ import annotations
 
 import io

@@ -7,6 +7,7 @@ every directory of the chain (every page) and checks that each strip or tile
 carry a PageNumber tag (297: page number, total pages or 0 if unknown), no number is below
 the total's range or given to two pages (a doubled directory).
 """
+
 from __future__ import annotations
 
 import struct
@@ -52,13 +53,17 @@ def walk(data) -> Walk:
     while ifd and out.pages < MAX_PAGES:
         page = out.pages
         if ifd in seen:
-            out.findings.append(bad(R.CORRUPT, f"TIFF directory chain loops: page {page} points back to the directory at byte {ifd}"))
+            out.findings.append(
+                bad(R.CORRUPT, f"TIFF directory chain loops: page {page} points back to the directory at byte {ifd}")
+            )
             return out
         seen.add(ifd)
         entries = fmt.directory(data, ifd)
         if entries is None:
             where = "first directory" if page == 0 else f"directory of page {page}"
-            out.findings.append(bad(R.TRUNCATED, f"TIFF {where} at byte {ifd} lies past the end of the file ({n} bytes)"))
+            out.findings.append(
+                bad(R.TRUNCATED, f"TIFF {where} at byte {ifd} lies past the end of the file ({n} bytes)")
+            )
             return out
         out.pages += 1
         finding = _check_data(data, fmt, entries, page) or _page_number(data, fmt, entries, page, numbered)
@@ -121,8 +126,11 @@ def _page_number(data, fmt: _Format, entries, page: int, numbered: dict[int, int
     if total and number >= total:
         return bad(R.CORRUPT, f"TIFF page {page}: PageNumber says page {number} of {total} (pages are numbered from 0)")
     if number in numbered:
-        return bad(R.CORRUPT, f"TIFF pages {numbered[number]} and {page} both say they are page {number} "
-                              "(PageNumber): a directory is doubled")
+        return bad(
+            R.CORRUPT,
+            f"TIFF pages {numbered[number]} and {page} both say they are page {number} "
+            "(PageNumber): a directory is doubled",
+        )
     numbered[number] = page
     return None
 
@@ -148,5 +156,8 @@ def _check_data(data, fmt: _Format, entries, page: int) -> Finding | None:
         last = max(ends, default=0)
         if last > n:
             i = next(i for i, end in enumerate(ends) if end > n)
-            return bad(R.TRUNCATED, f"TIFF page {page}: {unit} {i} at byte {offsets[i]} needs {counts[i]} bytes; the file ends at {n}")
+            return bad(
+                R.TRUNCATED,
+                f"TIFF page {page}: {unit} {i} at byte {offsets[i]} needs {counts[i]} bytes; the file ends at {n}",
+            )
     return None

@@ -5,6 +5,7 @@ whole sample frames, a codec libsndfile decodes, and chunks after the audio (LIS
 id3, ...) complete. A RIFF size that says the file is complete while a chunk runs past
 the end means a broken size field (corrupt), not a cut (truncated).
 """
+
 from __future__ import annotations
 
 import struct
@@ -50,7 +51,9 @@ def walk(buf) -> Walk:
             tag = _u16(buf, body, e)
             if tag not in CODECS:
                 # a decoder's limit, not damage: the walk goes on (the chunks after it are still checked)
-                out.findings.append(bad(R.UNSUPPORTED, f"WAV codec 0x{tag:04x} (format tag) is not one libsndfile decodes"))
+                out.findings.append(
+                    bad(R.UNSUPPORTED, f"WAV codec 0x{tag:04x} (format tag) is not one libsndfile decodes")
+                )
                 out.codec, block_align = tag, None  # its block layout is the codec's, not one this walk knows
         elif cid == b"data":
             out.data_start = body
@@ -64,7 +67,11 @@ def walk(buf) -> Walk:
             out.findings.append(bad(R.CORRUPT, f"invalid chunk id {cid!r} at offset {pos}"))
             return out
         if body + csize > size:
-            out.findings.append(_overrun(total, size, f"{cid.decode()!r} chunk at offset {pos} declares {csize} bytes, {size - body} present"))
+            out.findings.append(
+                _overrun(
+                    total, size, f"{cid.decode()!r} chunk at offset {pos} declares {csize} bytes, {size - body} present"
+                )
+            )
             return out
         pos = body + csize + (csize & 1)
     where = "inside a chunk header" if pos < size else "before any 'data' chunk"
@@ -80,10 +87,21 @@ def _trailing_findings(buf, pos: int, total: int | None, e: str = "<") -> list[F
         if not _is_chunk_id(cid):
             return []  # padding or junk after the last chunk: libsndfile ignores it, and so do we
         if pos + 8 + csize > size:
-            return [_overrun(total, size, f"{cid.decode()!r} chunk after the audio (offset {pos}) declares {csize} bytes, {size - pos - 8} present")]
+            return [
+                _overrun(
+                    total,
+                    size,
+                    f"{cid.decode()!r} chunk after the audio (offset {pos}) declares {csize} bytes, {size - pos - 8} present",
+                )
+            ]
         pos += 8 + csize + (csize & 1)
     if pos < size and _riff_promises_more(total, size):
-        return [bad(R.TRUNCATED, f"file ends inside a chunk header after the audio (offset {pos}); RIFF header declares {total} bytes")]
+        return [
+            bad(
+                R.TRUNCATED,
+                f"file ends inside a chunk header after the audio (offset {pos}); RIFF header declares {total} bytes",
+            )
+        ]
     return []
 
 

@@ -12,6 +12,7 @@ journal (:func:`fold_journal`) gives each intent its outcome; an intent without 
 killed run left half-done (:mod:`.recovery`). Entries are not trusted: their paths are checked
 (:func:`endpoints`) before anything follows them.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -149,10 +150,14 @@ class JournalState:
 
 def in_quarantine(state: JournalState) -> list[tuple[str, dict]]:
     """``(id, move entry)`` of every file the journal says is in the quarantine now (moved, not restored)."""
-    restored = {str(e.get("of")) for i, e in state.intents.items()
-                if e["op"] == "restore" and state.outcome.get(i) == "done"}
-    return [(i, e) for i, e in state.intents.items()
-            if e["op"] == "move" and state.outcome.get(i) == "done" and i not in restored]
+    restored = {
+        str(e.get("of")) for i, e in state.intents.items() if e["op"] == "restore" and state.outcome.get(i) == "done"
+    }
+    return [
+        (i, e)
+        for i, e in state.intents.items()
+        if e["op"] == "move" and state.outcome.get(i) == "done" and i not in restored
+    ]
 
 
 def fold_journal(path: str, report: RecoveryReport) -> JournalState:
@@ -178,8 +183,11 @@ def journal_tags(qdir: str) -> list[str]:
     """Tags of the manifests in a quarantine folder ('' for a whole scan's, one per part)."""
     qdir = os.path.abspath(qdir)
     stem, ext = os.path.splitext(locations.MANIFEST_FILE)
-    tags = sorted(name[len(stem) : -len(ext)] for name in os.listdir(qdir) if name.startswith(stem) and name.endswith(ext)) \
-        if os.path.isdir(qdir) else []
+    tags = (
+        sorted(name[len(stem) : -len(ext)] for name in os.listdir(qdir) if name.startswith(stem) and name.endswith(ext))
+        if os.path.isdir(qdir)
+        else []
+    )
     if not tags:
         raise UserError(f"{qdir} is not a dsclean quarantine folder (no {locations.MANIFEST_FILE})")
     return tags
@@ -187,7 +195,7 @@ def journal_tags(qdir: str) -> list[str]:
 
 def fold_journals(qdir: str, tags: Iterable[str] | None, report: RecoveryReport) -> Iterator[JournalState]:
     """The state of each journal of ``qdir`` (``tags``, or every part's), read without the lock."""
-    for tag in (tags if tags is not None else journal_tags(qdir)):
+    for tag in tags if tags is not None else journal_tags(qdir):
         path = manifest_path(qdir, tag)
         if os.path.exists(path):
             yield fold_journal(path, report)

@@ -9,6 +9,7 @@ that moved it first) removes its own copy again: the file stays in one place and
 compared with what was checked: a file replaced since is not moved (:class:`ChangedError`).
 A quarantine folder is bound to one root (``quarantine.json``); restore refuses entries naming another root.
 """
+
 from __future__ import annotations
 
 import errno
@@ -42,8 +43,12 @@ class OutsideRootError(OSError):
     """A file reached through a symlinked folder lies outside the root: dsclean never moves it."""
 
     def __init__(self, path: str, real_folder: str) -> None:
-        super().__init__(errno.EXDEV, f"its folder resolves to {real_folder}, outside ROOT through a symlink "
-                         "(dsclean moves links, never files outside ROOT)", path)
+        super().__init__(
+            errno.EXDEV,
+            f"its folder resolves to {real_folder}, outside ROOT through a symlink "
+            "(dsclean moves links, never files outside ROOT)",
+            path,
+        )
 
 
 def inside(path: str, base: str) -> bool:
@@ -205,13 +210,25 @@ class Quarantine:
             os.close(self._lock_fd)  # release the lock: this process is not using the folder after all
             raise
         # Reports default to this folder; a killed scan leaves their temp files behind.
-        remove_stale_temps(self.qdir, tuple(locations.tagged(name, tag) for name in
-                                            (locations.RESULTS_FILE, locations.PROBLEMS_FILE, locations.SUMMARY_FILE)))
+        remove_stale_temps(
+            self.qdir,
+            tuple(
+                locations.tagged(name, tag)
+                for name in (locations.RESULTS_FILE, locations.PROBLEMS_FILE, locations.SUMMARY_FILE)
+            ),
+        )
         self.moved = 0
         self.moved_ids: set[str] = set()  # journal ids of the moves done through this object
 
-    def move(self, rel: str, reason: str | None = None, *, detail: str | None = None, kind: str | None = None,
-             expect: Identity | None = None) -> str:
+    def move(
+        self,
+        rel: str,
+        reason: str | None = None,
+        *,
+        detail: str | None = None,
+        kind: str | None = None,
+        expect: Identity | None = None,
+    ) -> str:
         """Move ``root/rel`` into the quarantine; returns its path relative to the quarantine.
 
         If another process takes the chosen name first (parts share the folder),
@@ -281,8 +298,10 @@ def bound_root(qdir: str) -> str | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError, AttributeError) as exc:
-        raise UserError(f"{os.path.join(qdir, BINDING_FILE)} is damaged ({exc}); it names the root this "
-                        "quarantine's files came from") from None
+        raise UserError(
+            f"{os.path.join(qdir, BINDING_FILE)} is damaged ({exc}); it names the root this "
+            "quarantine's files came from"
+        ) from None
     if not isinstance(root, str) or not os.path.isabs(root):
         raise UserError(f"{os.path.join(qdir, BINDING_FILE)} names no absolute root")
     return root
@@ -312,6 +331,8 @@ def bind_root(qdir: str, root: str) -> None:
                     json.dump({"root": root}, f)
             return
     if not same_root(bound, root):
-        raise UserError(f"quarantine folder {qdir} holds files of {bound}, not {root}: one quarantine folder per "
-                        f"root (e.g. {os.path.join(qdir, os.path.basename(root) or 'root')}), so restore can "
-                        "tell where each file belongs")
+        raise UserError(
+            f"quarantine folder {qdir} holds files of {bound}, not {root}: one quarantine folder per "
+            f"root (e.g. {os.path.join(qdir, os.path.basename(root) or 'root')}), so restore can "
+            "tell where each file belongs"
+        )

@@ -6,6 +6,7 @@ in place plus a partial copy or a full copy. For each move without an outcome th
 decides: original only -> "abort" (the journaled temp copy goes); copy only -> "done";
 both, byte-identical -> remove the original, "done". Anything else is refused and left as is.
 """
+
 from __future__ import annotations
 
 import filecmp

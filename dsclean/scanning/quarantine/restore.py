@@ -5,6 +5,7 @@ refusing entries that would land outside their root. Before anything moves, the 
 the roots they go back to get tombstones (a file put back is checked again by the next scan);
 after, the problems files and summaries that listed them are rewritten without them.
 """
+
 from __future__ import annotations
 
 import glob
@@ -18,8 +19,19 @@ from ... import locations
 from ...atomic import atomic_output
 from ...errors import UserError
 from ..cache import forget_before_restore
-from .journal import (Journal, RecoveryReport, endpoints, fold_journal, fold_journals, in_quarantine, journal_tags,
-                      locked_journal, manifest_path, safe_rel, temp_name)
+from .journal import (
+    Journal,
+    RecoveryReport,
+    endpoints,
+    fold_journal,
+    fold_journals,
+    in_quarantine,
+    journal_tags,
+    locked_journal,
+    manifest_path,
+    safe_rel,
+    temp_name,
+)
 from .moves import BINDING_FILE, bound_root, inside, move_file, same_root
 from .recovery import recover_open
 from .status import QuarantineState, quarantine_state
@@ -52,11 +64,15 @@ def _move_back(qdir: str, root: str | None) -> RecoveryReport:
     for tag in journal_tags(qdir):
         with locked_journal(qdir, tag) as journal:
             report = recover_open(qdir, journal)
-            state = fold_journal(journal.path, RecoveryReport())  # again, with recovery's outcomes; bad lines already reported
+            state = fold_journal(
+                journal.path, RecoveryReport()
+            )  # again, with recovery's outcomes; bad lines already reported
             for ident, entry in in_quarantine(state):
                 if bound is not None and not (isinstance(entry.get("root"), str) and same_root(entry["root"], bound)):
-                    report.refused.append(f"entry {ident}: its root {entry.get('root')!r} is not this quarantine's "
-                                          f"root {bound} ({BINDING_FILE}); not restored")
+                    report.refused.append(
+                        f"entry {ident}: its root {entry.get('root')!r} is not this quarantine's "
+                        f"root {bound} ({BINDING_FILE}); not restored"
+                    )
                     continue
                 try:
                     _restore_one(ident, entry, qdir, journal, report, root)
@@ -73,8 +89,11 @@ def _restore_root(qdir: str, root: str | None, bound: str | None = None) -> str 
     for tag in journal_tags(qdir):
         state = fold_journal(manifest_path(qdir, tag), RecoveryReport())
         for _, e in in_quarantine(state):
-            if isinstance(e.get("root"), str) and os.path.isabs(e["root"]) \
-                    and (bound is None or same_root(e["root"], bound)):  # others are refused per entry
+            if (
+                isinstance(e.get("root"), str)
+                and os.path.isabs(e["root"])
+                and (bound is None or same_root(e["root"], bound))
+            ):  # others are refused per entry
                 recorded.add(e["root"])
                 src = safe_rel(e.get("src"))
                 if src is not None:
@@ -83,28 +102,40 @@ def _restore_root(qdir: str, root: str | None, bound: str | None = None) -> str 
         if not os.path.isdir(root):
             raise UserError(f"--root {root}: no such folder")
         if len(recorded) > 1:
-            raise UserError(f"{qdir} holds files of {len(recorded)} roots ({', '.join(sorted(recorded))}); "
-                            "--root can only stand for one")
+            raise UserError(
+                f"{qdir} holds files of {len(recorded)} roots ({', '.join(sorted(recorded))}); "
+                "--root can only stand for one"
+            )
         old = next(iter(recorded), None)
         # --root is for the same tree at a new place: while the recorded root is still there, NEW must look like
         # it (a folder the files came from exists in NEW), or another dataset would get this one's files
-        if old is not None and os.path.isdir(old) and not same_root(old, root) and folders \
-                and not any(os.path.isdir(os.path.join(root, f)) for f in folders):
+        if (
+            old is not None
+            and os.path.isdir(old)
+            and not same_root(old, root)
+            and folders
+            and not any(os.path.isdir(os.path.join(root, f)) for f in folders)
+        ):
             example = sorted(folders)[0] or "."
-            raise UserError(f"--root {root}: the files in {qdir} came from {old}, which still exists, and {root} "
-                            f"has none of their folders (e.g. {example}): it looks like another dataset. Restore "
-                            f"without --root to put them back into {old}")
+            raise UserError(
+                f"--root {root}: the files in {qdir} came from {old}, which still exists, and {root} "
+                f"has none of their folders (e.g. {example}): it looks like another dataset. Restore "
+                f"without --root to put them back into {old}"
+            )
         return os.path.abspath(root)
     missing = sorted(r for r in recorded if not os.path.isdir(r))
     if missing:
-        raise UserError(f"the dataset root recorded in {qdir}, {missing[0]}, no longer exists (moved or not "
-                        "mounted?); restoring would recreate it: pass --root NEW_LOCATION to restore into "
-                        "the moved tree")
+        raise UserError(
+            f"the dataset root recorded in {qdir}, {missing[0]}, no longer exists (moved or not "
+            "mounted?); restoring would recreate it: pass --root NEW_LOCATION to restore into "
+            "the moved tree"
+        )
     return None
 
 
-def _restore_one(ident: str, entry: dict, qdir: str, journal: Journal, report: RecoveryReport,
-                 root: str | None = None) -> None:
+def _restore_one(
+    ident: str, entry: dict, qdir: str, journal: Journal, report: RecoveryReport, root: str | None = None
+) -> None:
     ends = endpoints(entry, qdir, root)
     if ends is None:
         report.refused.append(f"entry {ident}: path is absolute or contains '..'; not restored")
@@ -150,17 +181,23 @@ def _tombstones_before_restore(qdir: str, root: str | None, state_dir: str | Non
             if isinstance(e.get("root"), str) and isinstance(e.get("src"), str):
                 by_root.setdefault(os.path.abspath(root) if root else e["root"], []).append(e["src"])
     for where, rels in by_root.items():
-        caches = [c for base, _ in locations.state_bases(state_dir)
-                  for c in glob.glob(os.path.join(glob.escape(locations.root_state_dir(where, base)),
-                                                  locations.CACHE_FILE + "*"))]
+        caches = [
+            c
+            for base, _ in locations.state_bases(state_dir)
+            for c in glob.glob(
+                os.path.join(glob.escape(locations.root_state_dir(where, base)), locations.CACHE_FILE + "*")
+            )
+        ]
         try:
             forget_before_restore(caches, rels)
             locations.note_restore(where, qdir, state_dir)  # and no previous result row of them is reused
         except OSError as exc:
-            raise UserError(f"could not mark the {len(rels):,} files to restore as unchecked in the scan cache of "
-                            f"{where} ({exc.strerror or exc}; {exc.filename}): the next scan could reuse an old "
-                            "verdict for them. Nothing was restored; free space or fix permissions there, or delete "
-                            "that scan cache (it only saves time)") from exc
+            raise UserError(
+                f"could not mark the {len(rels):,} files to restore as unchecked in the scan cache of "
+                f"{where} ({exc.strerror or exc}; {exc.filename}): the next scan could reuse an old "
+                "verdict for them. Nothing was restored; free space or fix permissions there, or delete "
+                "that scan cache (it only saves time)"
+            ) from exc
 
 
 def _report_dirs(qdir: str, state_dir: str | None) -> list[str]:

@@ -6,6 +6,7 @@ repeated run) is listed with its reason, and a file that was restored leaves the
 list. Both come from folding the journal(s) of the quarantine folder (:mod:`.journal`).
 ``dsclean status`` (:func:`status`) reports a quarantine folder, or a root's last scan and its quarantine.
 """
+
 from __future__ import annotations
 
 import json
@@ -53,7 +54,9 @@ def quarantine_state(qdir: str, tags: Iterable[str] | None = None) -> Quarantine
         st.moved += len(here)
         reasons.update(str(e.get("reason") or "?") for _, e in here)
         roots |= {e["root"] for e in state.intents.values() if isinstance(e.get("root"), str)}
-        st.restored += sum(1 for i, e in state.intents.items() if e["op"] == "restore" and state.outcome.get(i) == "done")
+        st.restored += sum(
+            1 for i, e in state.intents.items() if e["op"] == "restore" and state.outcome.get(i) == "done"
+        )
         st.pending += sum(1 for i in state.intents if i not in state.outcome)
         failed = {}
         for i, error in state.errors.items():
@@ -70,18 +73,24 @@ def quarantine_state(qdir: str, tags: Iterable[str] | None = None) -> Quarantine
     return st
 
 
-def quarantined_records(qdir: str, root: str, tags: Iterable[str] | None = None,
-                        skip_ids: set[str] | frozenset = frozenset()) -> Iterator[dict]:
+def quarantined_records(
+    qdir: str, root: str, tags: Iterable[str] | None = None, skip_ids: set[str] | frozenset = frozenset()
+) -> Iterator[dict]:
     """A problems-file line for every file of ``root`` in the quarantine now (except ``skip_ids``)."""
     qdir = os.path.abspath(qdir)
     for state in fold_journals(qdir, tags, RecoveryReport()):
         for ident, e in in_quarantine(state):
             if ident in skip_ids or e.get("root") != root:
                 continue
-            line = {**path_fields(e["src"]), "kind": e.get("kind"), "reason": e.get("reason"),
-                    # moved for a quality flag (--quarantine-flags), its integrity was fine: ok, not bad
-                    "status": R.OK if e.get("reason") == R.FLAGGED else R.BAD,
-                    "detail": e.get("detail") or "quarantined by an earlier run", "quarantined_as": e.get("dst")}
+            line = {
+                **path_fields(e["src"]),
+                "kind": e.get("kind"),
+                "reason": e.get("reason"),
+                # moved for a quality flag (--quarantine-flags), its integrity was fine: ok, not bad
+                "status": R.OK if e.get("reason") == R.FLAGGED else R.BAD,
+                "detail": e.get("detail") or "quarantined by an earlier run",
+                "quarantined_as": e.get("dst"),
+            }
             yield {k: v for k, v in line.items() if v is not None}
 
 
@@ -92,8 +101,13 @@ def restored_since(qdir: str, root: str, since_ns: int) -> list[bytes]:
     out = []
     for state in fold_journals(os.path.abspath(qdir), None, RecoveryReport()):
         for i, e in state.intents.items():
-            if (e["op"] == "restore" and state.outcome.get(i) == "done" and e.get("root") == root
-                    and isinstance(e.get("src"), str) and int(e.get("t") or since_ns) >= since_ns):
+            if (
+                e["op"] == "restore"
+                and state.outcome.get(i) == "done"
+                and e.get("root") == root
+                and isinstance(e.get("src"), str)
+                and int(e.get("t") or since_ns) >= since_ns
+            ):
                 out.append(os.fsencode(e["src"]))
     return out
 
@@ -143,17 +157,30 @@ def status(path: str, state_dir: str | None = None) -> Status:
 
 def _array_json(array: locations.JobArray) -> dict:
     """A job array's parts for ``status`` (and its --json): done, missing, the commands to run, ignored pointers."""
-    return {"parts": array.n, "done": sorted(array.done), "missing": array.missing,
-            "finished": max((p.get("finished", "") for p in array.done.values()), default=None),
-            "run": array.commands(), "ignored": array.ignored}
+    return {
+        "parts": array.n,
+        "done": sorted(array.done),
+        "missing": array.missing,
+        "finished": max((p.get("finished", "") for p in array.done.values()), default=None),
+        "run": array.commands(),
+        "ignored": array.ignored,
+    }
 
 
 def _summed(paths: list[str]) -> dict | None:
     """The counts of a scan's summaries, added up over the parts of a job array (one file for a whole scan).
 
     None when a summary cannot be read: a part's counts alone would pass for the whole scan's."""
-    total: dict = {"files": 0, "bad": 0, "quarantined": 0, "move_failures": 0, "bad_reasons": {}, "warn_reasons": {},
-                   "interrupted": False, "dry_run": False}
+    total: dict = {
+        "files": 0,
+        "bad": 0,
+        "quarantined": 0,
+        "move_failures": 0,
+        "bad_reasons": {},
+        "warn_reasons": {},
+        "interrupted": False,
+        "dry_run": False,
+    }
     for path in paths:
         try:
             with open(path, encoding="utf-8") as f:
@@ -187,8 +214,10 @@ def format_status(st: Status) -> str:
         a = st.array
         if a:
             files = f" ({st.summary['files']:,} files)" if st.summary else ""
-            lines.append(f"  INCOMPLETE: job array of {a['parts']} parts: {_parts('part', a['done'], a['parts'])} "
-                         f"done{files}, {_parts('part', a['missing'], a['parts'])} missing — run:")
+            lines.append(
+                f"  INCOMPLETE: job array of {a['parts']} parts: {_parts('part', a['done'], a['parts'])} "
+                f"done{files}, {_parts('part', a['missing'], a['parts'])} missing — run:"
+            )
             lines += [f"    {command}" for command in a["run"]]
             lines.append("  the files of the missing parts were never scanned: nothing below covers them")
         lines.append(f"  results{' (parts done)' if a else ''}: {', '.join(st.results) or 'none'}")
@@ -199,16 +228,21 @@ def format_status(st: Status) -> str:
             lines.append(f"  last scan finished {st.last_scan.get('finished')}")
         if st.newer_array:
             n = st.newer_array
-            lines.append(f"  a newer job array of {n['parts']} parts is unfinished ({_parts('part', n['done'], n['parts'])}"
-                         f" done, {_parts('part', n['missing'], n['parts'])} missing); the results above are used "
-                         "until every part has run:")
+            lines.append(
+                f"  a newer job array of {n['parts']} parts is unfinished ({_parts('part', n['done'], n['parts'])}"
+                f" done, {_parts('part', n['missing'], n['parts'])} missing); the results above are used "
+                "until every part has run:"
+            )
             lines += [f"    {command}" for command in n["run"]]
         if st.summary:
             s = st.summary
             reasons = ", ".join(f"{r} {n:,}" for r, n in (s.get("bad_reasons") or {}).items())
-            lines.append(f"  {'in the parts done: ' if a else ''}{s.get('files') or 0:,} files, {s.get('bad') or 0:,} bad"
-                         + (f" ({reasons})" if reasons else "")
-                         + (" (dry run)" if s.get("dry_run") else "") + (" INTERRUPTED" if s.get("interrupted") else ""))
+            lines.append(
+                f"  {'in the parts done: ' if a else ''}{s.get('files') or 0:,} files, {s.get('bad') or 0:,} bad"
+                + (f" ({reasons})" if reasons else "")
+                + (" (dry run)" if s.get("dry_run") else "")
+                + (" INTERRUPTED" if s.get("interrupted") else "")
+            )
             if s.get("move_failures"):
                 lines.append(f"  {s['move_failures']:,} moves failed in that scan (see its problems file)")
             warned = ", ".join(f"{r} {n:,}" for r, n in (s.get("warn_reasons") or {}).items())
