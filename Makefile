@@ -1,19 +1,29 @@
 # Quick start:  make demo   (set up, then scan + index + pack + report on a copy of sample_data)
 #               make test   (set up, then run the test suite)
 VENV ?= .venv
+# A second venv for what needs torchvision: the torchvision loader profile, Mosaic MDS and litdata (both
+# import torchvision). PyPI's torchvision is not built for the CPU torch 2.13.0 above; torch 2.14.1 with
+# torchvision 0.29.1 is a matching pair these machines have on disk (a CUDA build that runs on the CPU).
+TVENV ?= .venv-torchvision
 PY := $(VENV)/bin/python
 DSCLEAN := $(VENV)/bin/dsclean
 
 .PHONY: setup demo test lint docs bench clean
 
-setup: $(VENV)/.installed
+setup: $(VENV)/.installed $(TVENV)/.installed
 
 # torch first, pinned: 2.13.0 is a CPU build these machines have on disk, while an
 # unpinned torch pulls a multi-GB CUDA build. The package itself asks for torch>=2.1.
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[test,plot,dask,heif,jxl,opencv,av,tiff,stateful,docs,lint]'
+	$(PY) -m pip install --quiet -e '.[test,plot,dask,heif,jxl,opencv,av,tiff,stateful,docs,lint,s3]'
+	touch $@
+
+$(TVENV)/.installed: pyproject.toml
+	python3 -m venv $(TVENV)
+	$(TVENV)/bin/python -m pip install --quiet torch==2.14.1 torchvision==0.29.1
+	$(TVENV)/bin/python -m pip install --quiet -e '.[test,s3,mds,litdata]'
 	touch $@
 
 # The demo works on a copy: the repo's own sample_data is never moved, and dsclean's own
@@ -33,8 +43,11 @@ demo: setup
 	$(PY) -c "from dsclean import IndexedDataset; ds = IndexedDataset('demo/images.arrow'); \
 	img, label = ds[0]; print(f'IndexedDataset: {len(ds)} samples, classes {ds.classes}; sample 0: {ds.path(0)} {img.size} label {label}')"
 
+# Two runs: the suite in the main venv, then the tests that need torchvision (the torchvision loader profile,
+# Mosaic MDS, litdata) in the second venv
 test: setup
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q --ignore=tests/with_torchvision
+	$(TVENV)/bin/pytest -q tests/with_torchvision
 
 # ruff (lint + format) and mypy as configured in pyproject.toml (rules deferred there are listed with their counts)
 lint: setup
@@ -51,4 +64,4 @@ bench: setup
 	$(PY) scripts/bench_report.py
 
 clean:
-	rm -rf demo site $(VENV)
+	rm -rf demo site $(VENV) $(TVENV)
