@@ -544,3 +544,21 @@ def test_the_command_keeps_pandas_out_but_main_leaves_callers_alone(tmp_path):
         print(pandas.DataFrame({{"a": [1]}}).shape)
     """)
     assert out.split() == ["(1,", "1)"]
+
+
+def test_keeping_pandas_out_answers_a_probe_and_refuses_the_import():
+    """torch._dynamo (imported by torchvision's ops) probes modules with importlib.util.find_spec: the probe gets an
+    answer, while `import pandas` still raises ModuleNotFoundError (what pyarrow catches)."""
+    out = _run("""
+        import importlib.util, sys
+        from dsclean.cli import no_pandas
+        no_pandas()
+        print(importlib.util.find_spec("pandas") is not None)
+        try:
+            import pandas
+        except ModuleNotFoundError as exc:
+            print("refused", exc.name)
+        import pyarrow as pa
+        print(len(pa.array([1, 2, 3])), "pandas" in sys.modules)
+    """)
+    assert out.split() == ["True", "refused", "pandas", "3", "False"]

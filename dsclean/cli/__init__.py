@@ -13,6 +13,7 @@ flushing what was decided.
 from __future__ import annotations
 
 import argparse
+import importlib.machinery
 import logging
 import os
 import signal
@@ -116,12 +117,23 @@ def no_pandas() -> None:
 
 
 class _NoPandas:
-    """An import finder that refuses pandas (see :func:`no_pandas`)."""
+    """An import finder that refuses pandas (see :func:`no_pandas`).
+
+    It answers ``find_spec`` with a spec whose loader refuses: ``import pandas`` raises ModuleNotFoundError
+    (what pyarrow catches), while a probe with ``importlib.util.find_spec`` (torch._dynamo, imported by
+    torchvision, probes a list of modules with it) gets an answer instead of an exception.
+    """
 
     def find_spec(self, name: str, path=None, target=None):
         if name == "pandas" or name.startswith("pandas."):
-            raise ModuleNotFoundError("the dsclean command does not load pandas", name=name)
+            return importlib.machinery.ModuleSpec(name, self)
         return None
+
+    def create_module(self, spec):
+        raise ModuleNotFoundError("the dsclean command does not load pandas", name=spec.name)
+
+    def exec_module(self, module) -> None:  # never reached: create_module refuses
+        raise ModuleNotFoundError("the dsclean command does not load pandas", name=module.__name__)
 
 
 def exit_now(code: int) -> None:

@@ -164,6 +164,11 @@ def _new_verdict(name: str) -> Verdict:
     return Verdict(path=name, kind=kind_of(claimed) if claimed else "unknown")
 
 
+# Warnings about a library's API, not about the bytes (torchvision 0.29 warns that its decoders are deprecated on
+# every decode_image call): never part of a file's verdict
+_NOT_ABOUT_THE_FILE = (DeprecationWarning, PendingDeprecationWarning, FutureWarning, ImportWarning)
+
+
 @contextlib.contextmanager
 def _decoder_messages(v: Verdict, capture_stderr: bool) -> Iterator[None]:
     """Keep what decoders said (Python warnings and C-level stderr) in the verdict's detail."""
@@ -177,7 +182,8 @@ def _decoder_messages(v: Verdict, capture_stderr: bool) -> Iterator[None]:
         with capture_c_stderr() as captured, warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             yield
-    said = [f"{w.category.__name__}: {w.message}" for w in caught[:5]]
+    said = [f"{w.category.__name__}: {w.message}" for w in caught if not issubclass(w.category, _NOT_ABOUT_THE_FILE)]
+    said = said[:5]
     text = " | ".join(filter(None, [*said, captured.text()]))
     if text:
         v.detail = f"{v.detail}; decoder said: {text}" if v.detail else f"decoder said: {text}"
@@ -296,7 +302,10 @@ def _check_data(data: Data, name: str, v: Verdict, options: CheckOptions) -> Non
         _checker(real)(data, v, options)
         if options.loaders and v.status != R.BAD:
             from ..loaders.check import check_loaders  # only a scan with --loader loads the profiles
+            from ..loaders.profiles import require
 
+            with importguard.guarded():  # torch, torchvision, cv2, av load outside the file's ceiling and timeout
+                require(options.loaders)
             check_loaders(data, v, options.loaders, real)
         if real != claimed and v.status == R.OK:
             v.mark(
