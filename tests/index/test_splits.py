@@ -1,0 +1,204 @@
+"""Issue 28, splits: a split root (DATA/train, DATA/val) scanned once, its splits indexed without a second decode."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+from support import synth
+from support.files import write
+from support.treegen import make_tree
+
+import dsclean.index.checking as checking
+from dsclean import locations
+from dsclean.cli import main
+from dsclean.index.store import open_index
+from dsclean.splits import split_folders
+
+
+@pytest.fixture
+def decodes(monkeypatch):
+    """The files each index build sent to the checker (the real one runs): ``decodes["files"]`` lists them."""
+    seen: dict[str, list[str]] = {"files": []}
+    real = checking.run_checks
+
+    def spy(root, chunks, opts, workers, backend="loky", scheduler=None):
+        chunks = [list(c) for c in chunks]
+        seen["files"] += [os.path.join(os.path.basename(root), rel) for c in chunks for rel in c]
+        return real(root, chunks, opts, workers, backend, scheduler)
+
+    monkeypatch.setattr(checking, "run_checks", spy)
+    return seen
+
+
+def _split_root(tmp_path):
+    """DATA/train and DATA/val, each with cats/ and dogs/, good and bad files (unique bytes)."""
+    data = tmp_path / "DATA"
+    expected = {
+        "train": make_tree(data / "train", n_good=6, n_bad=3, seed=0),
+        "val": make_tree(data / "val", n_good=4, n_bad=3, seed=500),
+    }
+    return data, expected
+
+
+def _scan(data, tmp_path, *more):
+    assert main(["scan", str(data), "--quarantine", str(tmp_path / "bad"), "--jobs", "1", "-q", *map(str, more)]) in (
+        0,
+        1,
+    )
+
+
+def _paths(index) -> list[str]:
+    idx = open_index(str(index))
+    return sorted(os.fsdecode(idx.path_bytes(i)) for i in range(len(idx)))
+
+
+def _good(expected: dict[str, str]) -> list[str]:
+    return sorted(p for p, st in expected.items() if st == "ok")
+
+
+def test_scan_once_then_index_each_split_without_a_second_decode(tmp_path, decodes, capsys):
+    data, expected = _split_root(tmp_path)
+    _scan(data, tmp_path)
+    capsys.readouterr()
+    for split in ("train", "val"):
+        out = tmp_path / f"{split}.arrow"
+        assert main(["index", str(data / split), "-o", str(out), "--jobs", "1"]) == 0
+        printed = capsys.readouterr()
+        assert _paths(out) == _good(expected[split])
+        assert f"the last scan of {os.path.realpath(data)} (parent)" in printed.err
+        assert "never scanned" not in printed.err + printed.out
+        assert open_index(str(out)).meta["classes"] == ["cats", "dogs"]
+    assert decodes["files"] == []  # every verdict came from the scan of DATA: nothing decoded again
+
+
+def test_a_changed_or_new_file_under_a_split_is_checked_again(tmp_path, decodes):
+    data, expected = _split_root(tmp_path)
+    _scan(data, tmp_path)
+    changed = next(p for p, st in expected["train"].items() if st == "ok" and p.endswith(".jpg"))
+    write(data / "train", changed, synth.HTML_PAGE)  # a good JPEG replaced by an error page since the scan
+    write(data / "train", "cats/new.png", synth.png(12, 12, seed=77))
+    assert main(["index", str(data / "train"), "-o", str(tmp_path / "t.arrow"), "--jobs", "1", "-q"]) == 0
+    assert sorted(decodes["files"]) == sorted([f"train/{changed}", "train/cats/new.png"])
+    assert _paths(tmp_path / "t.arrow") == sorted(
+        [p for p in _good(expected["train"]) if p != changed] + ["cats/new.png"]
+    )
+
+
+def test_a_val_file_named_like_a_train_file_gets_its_own_verdict(tmp_path, decodes):
+    """The parent's rows are restricted to the subtree: val/cats/x.jpg's verdict is not train/cats/x.jpg's."""
+    data = tmp_path / "DATA"
+    write(data / "train", "cats/x.jpg", synth.jpeg(24, 16, seed=1))
+    write(data / "val", "cats/x.jpg", synth.HTML_PAGE)
+    write(data / "val", "cats/y.jpg", synth.jpeg(24, 16, seed=2))
+    assert main(["scan", str(data), "--jobs", "1", "-q"]) == 0  # found the bad one, moved nothing
+    assert main(["index", str(data / "val"), "-o", str(tmp_path / "v.arrow"), "-q"]) == 0
+    assert _paths(tmp_path / "v.arrow") == ["cats/y.jpg"]
+    assert decodes["files"] == []
+
+
+def test_from_folder_of_a_split_reuses_the_parent_scan(tmp_path, decodes):
+    from dsclean import IndexedDataset
+
+    data, expected = _split_root(tmp_path)
+    _scan(data, tmp_path)
+    ds = IndexedDataset.from_folder(str(data / "train"))
+    assert len(ds) == len(_good(expected["train"])) and ds.class_to_idx == {"cats": 0, "dogs": 1}
+    assert decodes["files"] == []
+
+
+def test_scan_results_of_the_parent_given_by_hand_are_restricted(tmp_path, decodes):
+    data, expected = _split_root(tmp_path)
+    _scan(data, tmp_path)
+    found = locations.find_scan(str(data))
+    found_val = locations.find_scan(str(data / "val"))
+    assert found_val.paths == found.paths and found_val.subdir == "val" and found_val.prefix == b"val/"
+    args = ["index", str(data / "val"), "-o", str(tmp_path / "v.arrow"), "-q", "--scan-results", *found.paths]
+    assert main(args) == 0
+    assert _paths(tmp_path / "v.arrow") == _good(expected["val"]) and decodes["files"] == []
+    # find_results keeps its contract (paths relative to the root): no parent's rows from it
+    assert locations.find_results(str(data / "val"))[0] == []
+
+
+def test_index_of_a_split_root_is_refused_naming_the_splits(tmp_path, capsys):
+    data, _ = _split_root(tmp_path)
+    assert main(["index", str(data), "-o", str(tmp_path / "all.arrow")]) == 2
+    err = capsys.readouterr().err
+    assert "split root" in err and "train, val" in err and "--splits" in err and os.path.join(str(data), "train") in err
+    assert not (tmp_path / "all.arrow").exists()
+    # a class that happens to be called "train" among other classes is a class (CIFAR-100 has one)
+    cifar = tmp_path / "cifar"
+    write(cifar, "train/a.png", synth.png(8, 8, seed=1))
+    write(cifar, "tractor/b.png", synth.png(8, 8, seed=2))
+    assert split_folders(str(cifar)) == []
+    assert main(["index", str(cifar), "-o", str(tmp_path / "c.arrow"), "-q"]) == 0
+    assert open_index(str(tmp_path / "c.arrow")).meta["classes"] == ["tractor", "train"]
+    # --split-names: other names make other split roots
+    hold = tmp_path / "hold"
+    write(hold, "train/cats/a.png", synth.png(8, 8, seed=3))
+    write(hold, "holdout/cats/b.png", synth.png(8, 8, seed=4))
+    assert split_folders(str(hold)) == []
+    assert main(["index", str(hold), "-o", str(tmp_path / "h.arrow"), "--split-names", "train,holdout"]) == 2
+    assert "holdout" in capsys.readouterr().err
+
+
+def test_splits_writes_one_index_per_split_with_the_same_classes(tmp_path, decodes):
+    data, expected = _split_root(tmp_path)
+    write(data / "train", "birds/b0.png", synth.png(10, 10, seed=900))
+    write(data / "val", "birds/b1.png", synth.png(10, 10, seed=901))
+    _scan(data, tmp_path)
+    out = tmp_path / "idx"
+    assert main(["index", str(data), "--splits", "-o", str(out), "-q"]) == 0
+    assert sorted(os.listdir(out)) == ["train.arrow", "val.arrow"]
+    metas = {s: open_index(str(out / f"{s}.arrow")).meta for s in ("train", "val")}
+    assert metas["train"]["classes"] == metas["val"]["classes"] == ["birds", "cats", "dogs"]
+    assert _paths(out / "val.arrow") == sorted(_good(expected["val"]) + ["birds/b1.png"])
+    assert decodes["files"] == []
+    val = open_index(str(out / "val.arrow"))
+    labels = {os.fsdecode(val.path_bytes(i)).split("/")[0]: int(val.labels[i]) for i in range(len(val))}
+    assert labels == {"birds": 0, "cats": 1, "dogs": 2}
+
+
+def test_splits_refuses_a_class_mismatch_unless_told(tmp_path, capsys):
+    data, _ = _split_root(tmp_path)
+    write(data / "train", "birds/b0.png", synth.png(10, 10, seed=900))  # val has no birds
+    write(data / "val", "frogs/f0.png", synth.png(10, 10, seed=901))  # and train no frogs
+    out = tmp_path / "idx"
+    assert main(["index", str(data), "--splits", "-o", str(out), "--jobs", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "lacks 1 of train's classes (birds)" in err and "frogs" in err and "--allow-class-mismatch" in err
+    assert not out.exists() or os.listdir(out) == []
+    assert main(["index", str(data), "--splits", "-o", str(out), "--allow-class-mismatch", "-q", "--jobs", "1"]) == 0
+    for split in ("train", "val"):
+        assert open_index(str(out / f"{split}.arrow")).meta["classes"] == ["birds", "cats", "dogs", "frogs"]
+    assert main(["index", str(data / "train"), "-o", str(tmp_path / "t.arrow"), "--allow-class-mismatch"]) == 2
+
+
+def test_scan_summary_counts_each_split(tmp_path):
+    data, expected = _split_root(tmp_path)
+    report = tmp_path / "r"
+    assert main(["scan", str(data), "--jobs", "1", "-q", "--report", str(report)]) == 0
+    with open(report / locations.SUMMARY_FILE, encoding="utf-8") as f:
+        splits = json.load(f)["splits"]
+    assert splits == {
+        s: {"files": len(e), "bad": sum(st == "bad" for st in e.values()), "warn": 0} for s, e in expected.items()
+    }
+
+
+def test_dups_on_a_split_root_checks_leakage_across_its_splits(tmp_path, capsys):
+    data, expected = _split_root(tmp_path)
+    leaked = _good(expected["train"])[0]
+    shutil.copyfile(data / "train" / leaked, data / "val" / "cats" / "leaked_copy.jpg")
+    _scan(data, tmp_path)
+    capsys.readouterr()
+    groups = tmp_path / "groups.jsonl"
+    assert main(["dups", str(data), "--near", "0", "--jobs", "1", "--check", "-o", str(groups)]) == 1
+    printed = capsys.readouterr()
+    assert "train" in printed.out and "val" in printed.out and "split root" in printed.err
+    with open(groups, encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f]
+    spanning = [g for g in rows if len({m["root"] for m in g["files"]}) > 1]
+    assert len(spanning) == 1
+    assert sorted(os.path.basename(m["root"]) for m in spanning[0]["files"]) == ["train", "val"]
