@@ -196,9 +196,55 @@ def test_dups_on_a_split_root_checks_leakage_across_its_splits(tmp_path, capsys)
     groups = tmp_path / "groups.jsonl"
     assert main(["dups", str(data), "--near", "0", "--jobs", "1", "--check", "-o", str(groups)]) == 1
     printed = capsys.readouterr()
-    assert "train" in printed.out and "val" in printed.out and "split root" in printed.err
+    assert "split root: comparing its splits train, val" in printed.err
+    assert "1 groups span splits" in printed.out
+    assert (
+        f"facts: {len(_good(expected['train'])) + len(_good(expected['val'])) + 1} from scan results, 0 computed"
+        in (printed.out)
+    )  # the scan of DATA answered for both splits
     with open(groups, encoding="utf-8") as f:
         rows = [json.loads(line) for line in f]
-    spanning = [g for g in rows if len({m["root"] for m in g["files"]}) > 1]
+    spanning = [g for g in rows if len(g["splits"]) > 1]
     assert len(spanning) == 1
-    assert sorted(os.path.basename(m["root"]) for m in spanning[0]["files"]) == ["train", "val"]
+    assert sorted((os.path.basename(m["root"]), m["path"]) for m in spanning[0]["members"]) == [
+        ("train", leaked),
+        ("val", "cats/leaked_copy.jpg"),
+    ]
+    # --no-splits: DATA as one root, nothing spans roots
+    assert main(["dups", str(data), "--near", "0", "--jobs", "1", "--check", "--no-splits", "-q"]) == 0
+
+
+def test_pack_of_a_split_index_reuses_the_parent_scans_hashes(tmp_path):
+    from dsclean.pack.packer import PackOptions, pack_shards
+
+    data, expected = _split_root(tmp_path)
+    _scan(data, tmp_path)
+    index = tmp_path / "train.arrow"
+    assert main(["index", str(data / "train"), "-o", str(index), "-q"]) == 0
+    s = pack_shards(str(index), str(tmp_path / "shards"), PackOptions(samples_per_shard=3))
+    assert s.complete and s.hashed == 0 and s.scan_hashes == len(_good(expected["train"]))
+    assert "(parent)" in s.scan_results
+
+
+def test_status_and_report_of_a_split_name_the_parent_scan(tmp_path, capsys):
+    data, expected = _split_root(tmp_path)
+    _scan(data, tmp_path)
+    capsys.readouterr()
+    assert main(["status", str(data / "val"), "--json"]) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert st["scanned_root"] == os.path.realpath(data) and st["subdir"] == "val"
+    assert st["summary"]["splits"]["val"]["files"] == len(expected["val"])
+    assert main(["status", str(data / "val")]) == 0
+    out = capsys.readouterr().out
+    bad = sum(st == "bad" for st in expected["val"].values())
+    assert f"this folder (val/ of {os.path.realpath(data)}): {len(expected['val'])} files, {bad} bad" in out
+    assert main(["status", str(data)]) == 0
+    assert f"splits: train {len(expected['train'])} files" in capsys.readouterr().out
+    # the report of a split is the parent's scan, read under the parent's root (its files found where they are)
+    html = tmp_path / "r.html"
+    assert main(["report", str(data / "train"), "-o", str(html), "-q"]) == 0
+    assert html.stat().st_size > 0
+    from dsclean.report.source import open_source
+
+    src = open_source(str(data / "train"))
+    assert src.root == os.path.realpath(data) and "(parent)" in src.results_source
