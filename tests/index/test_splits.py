@@ -248,3 +248,26 @@ def test_status_and_report_of_a_split_name_the_parent_scan(tmp_path, capsys):
 
     src = open_source(str(data / "train"))
     assert src.root == os.path.realpath(data) and "(parent)" in src.results_source
+
+
+def test_build_split_indexes_from_python_and_its_refusals(tmp_path):
+    import dsclean
+    from dsclean.errors import UserError
+
+    data, expected = _split_root(tmp_path)
+    write(data, "holdout/cats/h.png", synth.png(9, 9, seed=4))
+    with pytest.raises(UserError, match="not a split root"):  # holdout/ is no split by default
+        dsclean.build_split_indexes(str(data), str(tmp_path / "none"))
+    names = ("train", "holdout", "val")
+    with pytest.raises(UserError, match="holdout lacks 1 of train's classes"):
+        dsclean.build_split_indexes(str(data), str(tmp_path / "npy"), split_names=names)
+    out = dsclean.build_split_indexes(
+        str(data), str(tmp_path / "npy"), split_names=names, format="npy", allow_class_mismatch=True
+    )
+    assert list(out) == ["train", "holdout", "val"]  # in --split-names order
+    assert sorted(os.listdir(tmp_path / "npy")) == ["holdout.npy", "train.npy", "val.npy"]
+    assert out["holdout"].rows == 1 and out["holdout"].classes == out["train"].classes == 2  # dogs is empty there
+    with pytest.raises(UserError, match="--labels"):
+        dsclean.build_split_indexes(str(data), str(tmp_path / "x"), split_names=names, labels_csv="l.csv")
+    with pytest.raises(SystemExit):  # argparse: a usage error, exit 2
+        main(["index", str(data), "--splits", "-o", str(tmp_path / "y"), "--split-names", " , "])
