@@ -544,16 +544,17 @@ def find_scan(
     if scan_results:
         paths = [scan_results] if isinstance(scan_results, str) else list(scan_results)
         if not root_moved:
-            for path in paths:
-                other = _other_root(path, root)
-                subdir = _subdir_of(root, other) if other and parents else None
-                if subdir:
-                    return Found(
-                        paths,
-                        "--scan-results " + " ".join(paths) + f" (a scan of {other}, parent: its rows under {subdir}/)",
-                        scanned_root=other,
-                        subdir=subdir,
-                    )
+            recorded = [_other_root(path, root) for path in paths]
+            parent = recorded[0] if parents and len(set(recorded)) == 1 else None
+            subdir = _subdir_of(root, parent) if parent else None
+            if parent and subdir:  # every file records one scanned parent of root: its rows under root count
+                return Found(
+                    paths,
+                    "--scan-results " + " ".join(paths) + f" (a scan of {parent}, parent: its rows under {subdir}/)",
+                    scanned_root=parent,
+                    subdir=subdir,
+                )
+            for path, other in zip(paths, recorded):
                 if other:
                     from .errors import UserError
 
