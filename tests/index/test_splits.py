@@ -176,7 +176,7 @@ def test_splits_refuses_a_class_mismatch_unless_told(tmp_path, capsys):
     assert main(["index", str(data / "train"), "-o", str(tmp_path / "t.arrow"), "--allow-class-mismatch"]) == 2
 
 
-def test_scan_summary_counts_each_split(tmp_path):
+def test_scan_summary_counts_each_split(tmp_path, capsys):
     data, expected = _split_root(tmp_path)
     report = tmp_path / "r"
     assert main(["scan", str(data), "--jobs", "1", "-q", "--report", str(report)]) == 0
@@ -185,6 +185,15 @@ def test_scan_summary_counts_each_split(tmp_path):
     assert splits == {
         s: {"files": len(e), "bad": sum(st == "bad" for st in e.values()), "warn": 0} for s, e in expected.items()
     }
+    capsys.readouterr()
+    assert main(["scan", str(data), "--jobs", "1", "--report", str(report)]) == 0
+    assert f"Splits: train {len(expected['train'])} files (3 bad, 0 warn); val {len(expected['val'])} files" in (
+        capsys.readouterr().out
+    )
+    # another root: no splits recorded
+    assert main(["scan", str(data / "train"), "--jobs", "1", "-q", "--report", str(tmp_path / "r2")]) == 0
+    with open(tmp_path / "r2" / locations.SUMMARY_FILE, encoding="utf-8") as f:
+        assert json.load(f)["splits"] == {}
 
 
 def test_dups_on_a_split_root_checks_leakage_across_its_splits(tmp_path, capsys):
@@ -243,7 +252,11 @@ def test_status_and_report_of_a_split_name_the_parent_scan(tmp_path, capsys):
     # the report of a split is the parent's scan, read under the parent's root (its files found where they are)
     html = tmp_path / "r.html"
     assert main(["report", str(data / "train"), "-o", str(html), "-q"]) == 0
-    assert html.stat().st_size > 0
+    page = html.read_text(encoding="utf-8")
+    assert (
+        f"A split root: train {len(expected['train'])} files ({sum(st == 'bad' for st in expected['train'].values())} bad"
+        in (page)
+    )
     from dsclean.report.source import open_source
 
     src = open_source(str(data / "train"))
