@@ -15,6 +15,8 @@ from typing import Iterable
 SPLIT_NAMES = ("train", "val", "valid", "validation", "test")
 #: the split whose class layout the others must match (``index --splits``), when present
 REFERENCE_SPLIT = "train"
+#: top-level entries looked at, at most: a split root holds a few folders (and maybe a README), not a flat set
+MAX_TOP_ENTRIES = 65_536
 
 
 def parse_split_names(text: str) -> tuple[str, ...]:
@@ -36,13 +38,16 @@ def split_folders(root: str, names: Iterable[str] = SPLIT_NAMES) -> list[str]:
 
     A split root's folders (hidden ones aside) are all named like splits, and there is at least one:
     a class that happens to be called ``train`` (CIFAR-100 has one) sits among other classes and does
-    not make its root a split root. One ``scandir`` of the top level, stopped at the first other folder.
+    not make its root a split root. One ``scandir`` of the top level, stopped at the first other folder
+    (or past :data:`MAX_TOP_ENTRIES` entries: a flat folder of many files is no split root).
     """
     order = {n.lower(): i for i, n in enumerate(names)}
     found: list[tuple[int, str]] = []
     try:
         with os.scandir(root) as it:
-            for entry in it:
+            for seen, entry in enumerate(it):
+                if seen >= MAX_TOP_ENTRIES:
+                    return []
                 if entry.name.startswith("."):
                     continue
                 try:
@@ -58,6 +63,15 @@ def split_folders(root: str, names: Iterable[str] = SPLIT_NAMES) -> list[str]:
     except OSError:
         return []
     return [name for _, name in sorted(found)]
+
+
+def split_roots(roots: list[str], names: Iterable[str] = SPLIT_NAMES) -> list[str]:
+    """The roots ``dsclean dups`` compares: one split root's splits (``DATA`` -> ``DATA/train``, ``DATA/val``),
+    so that leakage across them is found; otherwise ``roots`` as given."""
+    if len(roots) != 1:
+        return list(roots)
+    splits = split_folders(roots[0], names)
+    return [os.path.join(roots[0], s) for s in splits] if splits else list(roots)
 
 
 def reference_split(splits: list[str]) -> str:

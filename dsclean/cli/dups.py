@@ -170,21 +170,17 @@ def cmd_dups(args: argparse.Namespace) -> int:
 def _split_roots(args: argparse.Namespace) -> list[str]:
     """One split root (``DATA`` with ``DATA/train``, ``DATA/val``): its splits, so that leakage across them is
     found (said on stderr); otherwise the roots as given."""
-    from ..splits import split_folders
+    from ..splits import split_roots
 
-    if len(args.roots) != 1 or args.no_splits:
-        return list(args.roots)
-    root = args.roots[0]
-    splits = split_folders(root, args.split_names)
-    if not splits:
-        return [root]
-    if not (args.quiet or args.json):
+    roots = list(args.roots) if args.no_splits else split_roots(list(args.roots), args.split_names)
+    if roots != list(args.roots) and not (args.quiet or args.json):
         print(
-            f"dsclean dups: {root} is a split root: comparing its splits {', '.join(splits)} (groups spanning "
-            "them are leakage; --no-splits compares it as one root)",
+            f"dsclean dups: {args.roots[0]} is a split root: comparing its splits "
+            f"{', '.join(os.path.basename(r) for r in roots)} (groups spanning them are leakage; --no-splits "
+            "compares it as one root)",
             file=sys.stderr,
         )
-    return [os.path.join(root, s) for s in splits]
+    return roots
 
 
 def _progress_bar():

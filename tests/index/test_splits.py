@@ -284,3 +284,17 @@ def test_build_split_indexes_from_python_and_its_refusals(tmp_path):
         dsclean.build_split_indexes(str(data), str(tmp_path / "x"), split_names=names, labels_csv="l.csv")
     with pytest.raises(SystemExit):  # argparse: a usage error, exit 2
         main(["index", str(data), "--splits", "-o", str(tmp_path / "y"), "--split-names", " , "])
+
+
+def test_split_roots_and_a_flat_folder(tmp_path, monkeypatch):
+    from dsclean import splits
+
+    data, _ = _split_root(tmp_path)
+    assert splits.split_roots([str(data)]) == [str(data / "train"), str(data / "val")]
+    assert splits.split_roots([str(data / "train"), str(data / "val")]) == [str(data / "train"), str(data / "val")]
+    assert splits.split_roots([str(data / "train")]) == [str(data / "train")]
+    for i in range(5):  # loose files beside the splits do not matter ...
+        write(data, f"notes{i}.txt", b"x")
+    assert splits.split_folders(str(data)) == ["train", "val"]
+    monkeypatch.setattr(splits, "MAX_TOP_ENTRIES", 4)  # ... until there are too many to be a split root's
+    assert splits.split_folders(str(data)) == []
