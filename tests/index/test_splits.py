@@ -190,6 +190,12 @@ def test_scan_summary_counts_each_split(tmp_path, capsys):
     assert f"Splits: train {len(expected['train'])} files (3 bad, 0 warn); val {len(expected['val'])} files" in (
         capsys.readouterr().out
     )
+    # --split-names: a holdout split is counted too
+    write(data, "holdout/cats/h.png", synth.png(9, 9, seed=4))
+    names = ["--split-names", "train,val,holdout"]
+    assert main(["scan", str(data), "--jobs", "1", "-q", "--report", str(tmp_path / "r3"), *names]) == 0
+    with open(tmp_path / "r3" / locations.SUMMARY_FILE, encoding="utf-8") as f:
+        assert json.load(f)["splits"]["holdout"] == {"files": 1, "bad": 0, "warn": 0}
     # another root: no splits recorded
     assert main(["scan", str(data / "train"), "--jobs", "1", "-q", "--report", str(tmp_path / "r2")]) == 0
     with open(tmp_path / "r2" / locations.SUMMARY_FILE, encoding="utf-8") as f:
