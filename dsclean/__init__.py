@@ -28,6 +28,7 @@ _EXPORTS = {
     "iter_media": "scanning.discover",
     "UserError": "errors",
     "build_index": "index.build",
+    "build_split_indexes": "index.splitset",
     "IndexOptions": "index.options",
     "index_info": "index.store",
     "IndexedDataset": "data.dataset",
@@ -106,6 +107,7 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time the names load
     from .fromlog.recheck import FromLogOptions, FromLogSummary, quarantine_from_log
     from .index.build import build_index
     from .index.options import IndexOptions
+    from .index.splitset import build_split_indexes
     from .index.store import index_info
     from .locations import find_results
     from .pack.packer import PackOptions, PackSummary, finish_pack, pack_shards

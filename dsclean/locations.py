@@ -484,6 +484,13 @@ class Found:
     source: str  # one line for the user: where the results came from
     partial: JobArray | None = None  # set when ``paths`` are only the finished parts of a job array
     newer: JobArray | None = None  # an unfinished job array newer than the results used (not used)
+    scanned_root: str | None = None  # the scanned ancestor whose results these are; None: the root's own
+    subdir: str = ""  # the root's path under ``scanned_root`` ("train"): only the results' rows below it count
+
+    @property
+    def prefix(self) -> bytes:
+        """The results' path prefix of the root's files (``b"train/"``); ``b""`` for the root's own results."""
+        return subtree_prefix(self.subdir)
 
 
 # --------------------------------------------------------------------------- the lookup rule
@@ -497,15 +504,21 @@ def find_results(
     Only results that cover the whole tree: when just some parts of a job array ran,
     ``([], "none: ...")`` naming the parts done and missing. Commands that can use the
     parts that did run call :func:`find_scan` and say what the missing parts leave out.
+    Only the root's own results (their paths are relative to ``root``): a scanned ancestor's
+    results (step 5 of :func:`find_scan`) need their rows restricted, which only ``Found`` says how.
     """
-    found = find_scan(root, scan_results, state_dir, root_moved)
+    found = find_scan(root, scan_results, state_dir, root_moved, parents=False)
     if found.partial is not None:
         return [], f"none: no complete scan of {root}: {found.source}"
     return found.paths, found.source
 
 
 def find_scan(
-    root: str, scan_results: list[str] | str | None = None, state_dir: str | None = None, root_moved: bool = False
+    root: str,
+    scan_results: list[str] | str | None = None,
+    state_dir: str | None = None,
+    root_moved: bool = False,
+    parents: bool = True,
 ) -> Found:
     """The scan results of ``root`` and which source was used. THE rule of every command.
 
@@ -513,9 +526,13 @@ def find_scan(
     2. ``state_dir`` (``--state-dir``) or ``$DSCLEAN_STATE_DIR``: the pointer in that state folder;
     3. the pointer in the per-user state folder;
     4. a legacy ``ROOT/.dsclean`` left by dsclean 0.1 (read only: dsclean never writes or deletes it);
-    5. the finished parts of the newest job array whose other parts never ran (:func:`job_array`;
+    5. (``parents``) the last scan of the nearest scanned ancestor (``dsclean scan DATA``, then
+       ``index DATA/train``): ``Found.scanned_root`` and ``Found.subdir`` say whose results and which
+       rows count (:func:`subtree_rows` keeps those, their paths made relative to ``root``);
+       ``--scan-results`` of an ancestor are taken the same way;
+    6. the finished parts of the newest job array whose other parts never ran (:func:`job_array`;
        ``Found.partial`` says which parts are missing: the caller must say what that leaves out);
-    6. none: ``Found([], "none ...")``.
+    7. none: ``Found([], "none ...")``.
 
     A pointer whose results files are gone is skipped (and said so). Several paths
     mean the parts of one job array. The description is one line for the user.
@@ -527,8 +544,17 @@ def find_scan(
     if scan_results:
         paths = [scan_results] if isinstance(scan_results, str) else list(scan_results)
         if not root_moved:
-            for path in paths:
-                other = _other_root(path, root)
+            recorded = [_other_root(path, root) for path in paths]
+            parent = recorded[0] if parents and len(set(recorded)) == 1 else None
+            subdir = _subdir_of(root, parent) if parent else None
+            if parent and subdir:  # every file records one scanned parent of root: its rows under root count
+                return Found(
+                    paths,
+                    "--scan-results " + " ".join(paths) + f" (a scan of {parent}, parent: its rows under {subdir}/)",
+                    scanned_root=parent,
+                    subdir=subdir,
+                )
+            for path, other in zip(paths, recorded):
                 if other:
                     from .errors import UserError
 
@@ -539,18 +565,7 @@ def find_scan(
                     )
         return Found(paths, "--scan-results " + " ".join(paths) + (" (--root-moved)" if root_moved else ""))
     skipped: list[str] = []
-    for base, source in state_bases(state_dir):
-        pointer, where = last_scan(root, base)
-        if pointer is None:
-            continue
-        missing = [p for p in pointer["results"] if not os.path.exists(p)]
-        if missing:
-            skipped.append(f"{where} names results that no longer exist ({missing[0]})")
-            continue
-        others = [o for o in map(lambda p: _other_root(p, root), pointer["results"]) if o]
-        if others:
-            skipped.append(f"{where} names results that were overwritten by a scan of {others[0]}")
-            continue
+    for base, source, pointer, where in _pointers(root, state_dir, skipped):
         newer = job_array(root, base)
         if newer is None or newer.complete or newer.finished_ns <= pointer.get("finished_ns", 0):
             newer = None
@@ -576,12 +591,95 @@ def find_scan(
                 f"writes there; you may delete {legacy_state_dir(root)})" + _also(skipped)
             ),
         )
+    if parents:
+        parent = _ancestor_scan(root, state_dir)
+        if parent is not None:
+            parent.source += _also(skipped)
+            return parent
     array = job_array(root, state_dir)
     if array is not None and array.done:
         return Found(array.results, array.describe() + _also(skipped), partial=array)
     if array is not None:
         skipped += array.ignored
     return Found([], f"none: no recorded scan of {root}" + _also(skipped))
+
+
+def _pointers(root: str, state_dir: str | None, skipped: list[str]) -> Iterator[tuple[str, str, dict, str]]:
+    """``(state base, its source, pointer, pointer file)`` of each usable last-scan pointer of ``root``, in
+    lookup order; a pointer whose results are gone or were overwritten by another root's scan is named in
+    ``skipped`` instead."""
+    for base, source in state_bases(state_dir):
+        pointer, where = last_scan(root, base)
+        if pointer is None:
+            continue
+        missing = [p for p in pointer["results"] if not os.path.exists(p)]
+        if missing:
+            skipped.append(f"{where} names results that no longer exist ({missing[0]})")
+            continue
+        others = [o for o in map(lambda p: _other_root(p, root), pointer["results"]) if o]
+        if others:
+            skipped.append(f"{where} names results that were overwritten by a scan of {others[0]}")
+            continue
+        yield base, source, pointer, where
+
+
+def _ancestor_scan(root: str, state_dir: str | None) -> Found | None:
+    """The last scan of the nearest ancestor of ``root`` that has one (step 5 of :func:`find_scan`), or None.
+
+    One state-folder lookup per ancestor: a handful of stats, whatever the size of the tree."""
+    real = os.path.realpath(root)
+    here = os.path.dirname(real)
+    while True:
+        for _, source, pointer, where in _pointers(here, state_dir, []):
+            if pointer.get("part"):  # one part of a job array: only the whole scan (or every part) covers a subtree
+                continue
+            subdir = _subdir_of(real, here) or ""
+            return Found(
+                pointer["results"],
+                f"the last scan of {here} (parent), recorded in {where} ({source}); its rows under {subdir}/",
+                scanned_root=here,
+                subdir=subdir,
+            )
+        up = os.path.dirname(here)
+        if up == here:
+            return None
+        here = up
+
+
+def _subdir_of(root: str, ancestor: str) -> str | None:
+    """``root``'s path below ``ancestor`` with ``/`` separators (as results paths are), or None if not below it."""
+    real, top = os.path.realpath(root), os.path.realpath(ancestor)
+    if real == top or not real.startswith(top.rstrip(os.sep) + os.sep):
+        return None
+    return os.path.relpath(real, top).replace(os.sep, "/")
+
+
+def subtree_prefix(subdir: str) -> bytes:
+    """The results' path prefix of a subfolder's files: ``"train"`` -> ``b"train/"``; ``""`` -> ``b""``."""
+    return os.fsencode(subdir.strip("/")) + b"/" if subdir.strip("/") else b""
+
+
+def subtree_rows(batch, prefix: bytes):
+    """The rows of a results batch/table under ``prefix`` (:attr:`Found.prefix`), their ``path`` made relative
+    to the subfolder; ``batch`` itself for an empty prefix. Vectorized (no Python object per row)."""
+    if not prefix:
+        return batch
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    i = batch.schema.get_field_index("path")
+    paths = batch.column(i)
+    binary = (
+        pa.large_binary()
+        if pa.types.is_large_binary(paths.type) or pa.types.is_large_string(paths.type)
+        else pa.binary()
+    )
+    raw = paths.cast(binary)
+    keep = pc.fill_null(pc.starts_with(raw, pattern=prefix), False)
+    batch = batch.filter(keep)
+    # an explicit stop: pyarrow 26's binary_slice without one fails ("Negative buffer resize") on most inputs
+    stripped = pc.binary_slice(raw.filter(keep), start=len(prefix), stop=2**31 - 1).cast(paths.type)
+    return batch.set_column(i, batch.schema.field(i), stripped)
 
 
 #: key of a results file's Parquet schema metadata: {"root", "shard", "options"} (dsclean.scanning.results)

@@ -47,6 +47,7 @@ COMMON = {
     "schema",
     "interrupts",
     "inflight",
+    "splits",
 }  # stop on SIGINT/SIGTERM, bounded task submission: the scan's, dups' and pack's
 #: the floor: modules every stage may derive from, importing nothing of the package but these names
 FLOOR = {"dsclean.schema": {"dsclean.hashing"}}  # the results and facts columns, defined once

@@ -9,6 +9,7 @@ import sys
 
 from .. import argtypes
 from .exit_codes import EXIT_FOUND_BAD, EXIT_INCOMPLETE, EXIT_OK
+from .scan import add_split_names_option
 
 _SHOWN = 10  # groups spanning splits printed in the summary
 
@@ -34,7 +35,19 @@ def add_parsers(sub) -> None:
         "recompressed, slightly cropped, brightened or re-encoded) over one or more roots; "
         "each root is a split (train/ val/ test/): groups that span splits are leakage and come first.",
     )
-    p.add_argument("roots", nargs="+", metavar="ROOT", help="folders to compare; each one is a split")
+    p.add_argument(
+        "roots",
+        nargs="+",
+        metavar="ROOT",
+        help="folders to compare; each one is a split (one split root, DATA with DATA/train and DATA/val: its splits)",
+    )
+    p.add_argument(
+        "--no-splits",
+        action="store_true",
+        help="compare a split root as one root (default: a single ROOT whose folders are all named like splits "
+        "is its splits, compared for leakage)",
+    )
+    add_split_names_option(p)
     p.add_argument("-o", "--output", metavar="FILE", help="write the groups as JSON lines (groups.jsonl)")
     p.add_argument(
         "--near",
@@ -102,6 +115,7 @@ def cmd_dups(args: argparse.Namespace) -> int:
 
     if (args.drop_from or args.keep != "first" or args.dry_run) and not args.quarantine:
         raise UserError("--keep, --drop-from and --dry-run go with --quarantine DIR")
+    args.roots = _split_roots(args)
     if args.drop_from:
         resolve_split(list(args.roots), args.drop_from)  # a typo fails before any work
     # The outputs are checked before the work (which takes hours at scale), not after it.
@@ -151,6 +165,22 @@ def cmd_dups(args: argparse.Namespace) -> int:
     if args.check and s.leaking_groups:
         return EXIT_FOUND_BAD
     return EXIT_OK
+
+
+def _split_roots(args: argparse.Namespace) -> list[str]:
+    """One split root (``DATA`` with ``DATA/train``, ``DATA/val``): its splits, so that leakage across them is
+    found (said on stderr); otherwise the roots as given."""
+    from ..splits import split_roots
+
+    roots = list(args.roots) if args.no_splits else split_roots(list(args.roots), args.split_names)
+    if roots != list(args.roots) and not (args.quiet or args.json):
+        print(
+            f"dsclean dups: {args.roots[0]} is a split root: comparing its splits "
+            f"{', '.join(os.path.basename(r) for r in roots)} (groups spanning them are leakage; --no-splits "
+            "compares it as one root)",
+            file=sys.stderr,
+        )
+    return roots
 
 
 def _progress_bar():

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from .. import argtypes
 from ..errors import UserError
 from .exit_codes import EXIT_OK
-from .scan import add_location_options, add_symlink_options
+from .scan import add_location_options, add_split_names_option, add_symlink_options
 
 if TYPE_CHECKING:  # the index stage (pyarrow, numpy) is imported when an index command runs, not by the parser
     from ..index.summary import IndexSummary
@@ -30,7 +30,26 @@ def add_parsers(sub) -> None:
         "into an Arrow file or an npy folder that IndexedDataset memory-maps.",
     )
     p.add_argument("root", metavar="ROOT", help="the dataset's root folder")
-    p.add_argument("-o", "--output", required=True, help="index to write: NAME.arrow (file) or NAME.npy (folder)")
+    p.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help="index to write: NAME.arrow (file) or NAME.npy (folder); with --splits, the folder to write "
+        "SPLIT.arrow into",
+    )
+    p.add_argument(
+        "--splits",
+        action="store_true",
+        help="ROOT is a split root (ROOT/train, ROOT/val, ...): write one index per split into the -o folder, "
+        "every one with the same classes and class_to_idx (docs/guides/splits.md)",
+    )
+    p.add_argument(
+        "--allow-class-mismatch",
+        action="store_true",
+        help="with --splits: accept splits whose class folders differ from train's (every split then gets the "
+        "union of the classes; a class a split lacks is empty there); refused by default",
+    )
+    add_split_names_option(p)
     p.add_argument(
         "--format", choices=("arrow", "npy"), help="index format (default: from the output name, else arrow)"
     )
@@ -126,7 +145,11 @@ def add_parsers(sub) -> None:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
+    if args.allow_class_mismatch and not args.splits:
+        raise UserError("--allow-class-mismatch goes with --splits (one index per split of a split root)")
     try:
+        if args.splits:
+            return _report_splits(args, _build(args))
         summary = _build(args)  # its notes are logged: dsclean.cli.main prints them (-q: errors only)
     except OSError as exc:  # a full disk while writing: the temp output is gone, an earlier index untouched
         from ..atomic import describe_write_error
@@ -161,8 +184,25 @@ def _build(args: argparse.Namespace):
         include_warn=tuple(args.include_warn),
         exclude_warn=tuple(args.exclude_warn),
         loaders=tuple(args.loader or ("pillow",)),
+        split_names=args.split_names,
     )
+    if args.splits:
+        from ..index.splitset import build_split_indexes
+
+        return build_split_indexes(args.root, args.output, options, allow_class_mismatch=args.allow_class_mismatch)
     return build_index(args.root, args.output, options)
+
+
+def _report_splits(args: argparse.Namespace, summaries: dict) -> int:
+    """``--splits``: each split's summary (JSON: ``{split: summary}``), then the class list they share."""
+    if args.json:
+        print(json.dumps({split: s.to_json() for split, s in summaries.items()}, indent=2, default=str))
+    elif not args.quiet:
+        for split, s in summaries.items():
+            print(f"[{split}] " + format_summary(s))
+        first = next(iter(summaries.values()))
+        print(f"{len(summaries)} split indexes in {args.output}, each with the same {first.classes} classes")
+    return EXIT_OK
 
 
 def _report(args: argparse.Namespace, summary: IndexSummary) -> int:

@@ -43,6 +43,31 @@ def add_location_options(p: argparse._ActionsContainer) -> None:
     )
 
 
+def split_names_arg(text: str) -> tuple[str, ...]:
+    """``--split-names train,val,holdout`` (argparse type; :func:`dsclean.splits.parse_split_names`)."""
+    from ..errors import UserError
+    from ..splits import parse_split_names
+
+    try:
+        return parse_split_names(text)
+    except UserError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_split_names_option(p: argparse._ActionsContainer) -> None:
+    """``--split-names``, shared by the commands that tell a split root (``DATA/train``, ``DATA/val``) apart."""
+    from ..splits import SPLIT_NAMES
+
+    p.add_argument(
+        "--split-names",
+        type=split_names_arg,
+        default=SPLIT_NAMES,
+        metavar="NAME[,NAME]",
+        help=f"what split folders are called (default {','.join(SPLIT_NAMES)}): a root whose folders all have "
+        "such names is a split root (docs/guides/splits.md)",
+    )
+
+
 def add_symlink_options(p: argparse._ActionsContainer) -> None:
     """``--symlinks none|inside|all`` and its older spelling ``--follow-symlinks`` (= inside)."""
     g = p.add_mutually_exclusive_group()
@@ -168,6 +193,7 @@ def add_scan_arguments(p: argparse.ArgumentParser) -> None:
         p.add_argument_group("Facts and quality flags", "what is recorded of each file besides its verdict")
     )
     out = p.add_argument_group("Results and output", "where the results go, what is printed, the exit code")
+    add_split_names_option(out)
     out.add_argument(
         "--report",
         metavar="DIR",
@@ -351,6 +377,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
         shard=args.shard,
         rescan=args.rescan,
         from_logs=tuple(args.from_logs),
+        split_names=args.split_names,
         quarantine=args.quarantine,
         report_dir=args.report,
         dry_run=args.dry_run,

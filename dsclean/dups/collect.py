@@ -235,6 +235,8 @@ def collect(
                 source += ": the files of the missing parts are hashed and decoded here (nothing is left out)"
         results_files.append(paths)
         results = _read_results(paths) if paths else None
+        if results is not None and found.prefix:  # a scanned parent's results: this root's rows, paths made relative
+            results = locations.subtree_rows(results, found.prefix)
         if results is not None and not _with_facts(paths[0]):
             source += " (scanned with --facts none: no hashes to reuse, every file is hashed here)"
         sources.append(source)

@@ -37,6 +37,7 @@ from ..scanning.cache import options_key
 from ..scanning.check import CheckOptions
 from ..scanning.discover import symlink_mode
 from ..scanning.results import SCHEMA as RESULTS_SCHEMA
+from ..splits import split_folders
 from .judge import (
     apply_results,
     check_exclude_warn,
@@ -139,6 +140,8 @@ def build_index(root: str, output: str, options: IndexOptions = IndexOptions(), 
         include_warn=include_warn,
         exclude_warn=exclude_warn,
     )
+    if mode == "folder" and options.classes is None:
+        _refuse_split_root(root, options.split_names)
     csv_labels = read_labels_csv(options.labels_csv) if options.labels_csv is not None else None  # fail before the walk
 
     found = locations.find_scan(root, options.scan_results, options.state_dir, options.root_moved)
@@ -150,11 +153,12 @@ def build_index(root: str, output: str, options: IndexOptions = IndexOptions(), 
         )
     note(summary, f"scan results: {summary.results_source}", options.progress)
     if results_paths and options.scan_results is None:  # the last scan, found through the state folder
-        for _, judged in locations.interrupted_scans(root, options.state_dir):
+        scanned = found.scanned_root or root
+        for _, judged in locations.interrupted_scans(scanned, options.state_dir):
             note(
                 summary,
-                f"the last scan of {root} was interrupted after {judged:,} files: the files it did not "
-                f"reach are checked here; run dsclean scan {root} to finish it (it reuses what it judged)",
+                f"the last scan of {scanned} was interrupted after {judged:,} files: the files it did not "
+                f"reach are checked here; run dsclean scan {scanned} to finish it (it reuses what it judged)",
                 options.progress,
             )
     results_columns, check_options = results_info(results_paths, partial) if results_paths else ([], CheckOptions())
@@ -189,6 +193,8 @@ def build_index(root: str, output: str, options: IndexOptions = IndexOptions(), 
 
     exclude = (*exclude, output)  # an npy index written inside the root is not a class folder
     classes = folder_classes(root, exclude, include_hidden=options.files == "imagefolder") if mode == "folder" else []
+    if mode == "folder" and options.classes is not None:  # a split set's classes: the same list in every split
+        classes = list(options.classes)
     if csv_labels is not None:
         classes = csv_labels.classes
     spill, spill_lock = make_spill_folder(os.path.dirname(os.path.abspath(output)))
@@ -209,9 +215,12 @@ def build_index(root: str, output: str, options: IndexOptions = IndexOptions(), 
             jobs=options.jobs,
             state_dir=options.state_dir,
             progress=options.progress,
+            prefix=found.prefix,
         )
         if csv_labels is not None:
-            _check_unlisted_csv_paths(root, csv_labels, rows.csv_seen, results_paths, summary, options.progress)
+            _check_unlisted_csv_paths(
+                root, csv_labels, rows.csv_seen, results_paths, summary, options.progress, found.prefix
+            )
             if len(csv_labels.paths) and not rows.csv_seen.any():
                 example = os.fsdecode(csv_labels.paths[0].as_py())
                 raise UserError(
@@ -239,7 +248,7 @@ def build_index(root: str, output: str, options: IndexOptions = IndexOptions(), 
             loaders=list(profiles),
         )
         if options.dedup:  # in memory (16 bytes of hash a row and the table): --dedup is not a default option
-            table = drop_exact_duplicates(root, sorted_table(rows, schema), results_paths, summary)
+            table = drop_exact_duplicates(root, sorted_table(rows, schema), results_paths, summary, found.prefix)
             counts = write_table(output, fmt, table, meta, summary, len(classes))
         else:
             counts = write_streamed(output, fmt, rows, schema, meta, summary, len(classes))
@@ -276,8 +285,11 @@ def _collect(
     jobs: int,
     state_dir: str | None,
     progress: bool,
+    prefix: bytes = b"",
 ) -> dict:
-    """Walk, join with the scan results window by window, check what they do not cover; rows go to ``rows``."""
+    """Walk, join with the scan results window by window, check what they do not cover; rows go to ``rows``.
+
+    ``prefix``: the results are a scanned ancestor's; only their rows below it count (paths made relative)."""
     prints = Fingerprint()
     walked = walk(
         root,
@@ -316,7 +328,7 @@ def _collect(
     for batch in walked:
         files.add(batch)
     results = Sorter(spill, "results", "path")
-    for batch in results_batches(results_paths, results_columns):
+    for batch in results_batches(results_paths, results_columns, prefix):
         results.add(batch)
     stale = Sorter(spill, "stale", "path")
     empty = None
@@ -387,7 +399,13 @@ def _refuse_overlap(res: pa.Table, last: list) -> None:
 
 
 def _check_unlisted_csv_paths(
-    root: str, labels: CsvLabels, seen: np.ndarray, results_paths: list[str], summary: IndexSummary, progress: bool
+    root: str,
+    labels: CsvLabels,
+    seen: np.ndarray,
+    results_paths: list[str],
+    summary: IndexSummary,
+    progress: bool,
+    prefix: bytes = b"",
 ) -> None:
     """Every CSV path must name a file under the root, or one its scan found bad (quarantined since:
     a labels CSV made before the scan lists those too); only paths matching no indexed file are looked at."""
@@ -401,7 +419,7 @@ def _check_unlisted_csv_paths(
     wanted = labels.paths.take(pa.array(missing, pa.int64()))
     found_bad = np.zeros(len(missing), bool)
     if results_paths:
-        for batch in results_batches(results_paths, ["path", "status"]):
+        for batch in results_batches(results_paths, ["path", "status"], prefix):
             hit = pc.is_in(wanted, value_set=batch.column(0).filter(pc.equal(batch.column(1), reasons.BAD)))
             found_bad |= hit.to_numpy(zero_copy_only=False)
     for row, bad in zip(missing, found_bad):
@@ -417,6 +435,19 @@ def _check_unlisted_csv_paths(
         f"removed since), e.g. {os.fsdecode(wanted[0].as_py())!r}: left out",
         progress,
     )
+
+
+def _refuse_split_root(root: str, names) -> None:
+    """Folder labels on a split root would make classes named ``train`` and ``val``: refused, saying what to do."""
+    splits = split_folders(root, names)
+    if splits:
+        first = os.path.join(root, splits[0])
+        raise UserError(
+            f"{root} is a split root: its folders {', '.join(splits)} are splits, not classes. Index one "
+            f"split (dsclean index {first} -o {splits[0]}.arrow; IndexedDataset.from_folder({first!r})), or "
+            f"every split at once with --splits -o DIR (one index per split, the same classes in each); "
+            "--split-names says what splits are called"
+        )
 
 
 def _check_root(root: str) -> None:

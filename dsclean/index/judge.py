@@ -64,8 +64,11 @@ def results_info(paths: list[str], partial: bool = False) -> tuple[list[str], Ch
     return needed + [n for n in FACTS if n in have], options_from_key(meta.get("options"))
 
 
-def results_batches(paths: list[str], columns: list[str]) -> Iterator[pa.RecordBatch]:
-    """The results' rows, a record batch at a time (never the whole table), typed as the results schema."""
+def results_batches(paths: list[str], columns: list[str], prefix: bytes = b"") -> Iterator[pa.RecordBatch]:
+    """The results' rows, a record batch at a time (never the whole table), typed as the results schema.
+
+    ``prefix`` (:attr:`dsclean.locations.Found.prefix`, results of a scanned ancestor): only the rows
+    below it, their paths made relative to the subfolder being indexed."""
     import pyarrow.parquet as pq
 
     types = {n: (FACTS[n] if n in FACTS else RESULTS_SCHEMA.field(n).type) for n in columns}
@@ -75,6 +78,7 @@ def results_batches(paths: list[str], columns: list[str]) -> Iterator[pa.RecordB
             path = os.path.join(path, locations.RESULTS_FILE)
         try:
             for batch in pq.ParquetFile(path).iter_batches(batch_size=CHUNK_ROWS, columns=columns):
+                batch = locations.subtree_rows(batch, prefix)
                 yield pa.Table.from_batches([batch]).cast(schema).to_batches()[0] if batch.num_rows else batch
         except (pa.ArrowException, OSError) as exc:
             raise UserError(f"{path}: cannot read scan results ({exc})") from exc
@@ -338,7 +342,9 @@ def _sniff_rows(
     return pa.array(keep_np), pa.array(kinds, pa.int8())
 
 
-def drop_exact_duplicates(root: str, table: pa.Table, results_paths: list[str], summary: IndexSummary) -> pa.Table:
+def drop_exact_duplicates(
+    root: str, table: pa.Table, results_paths: list[str], summary: IndexSummary, prefix: bytes = b""
+) -> pa.Table:
     """Keep the first row (index order) of each content hash: from the scan results where current, else hashed here."""
     from ..hashing import DIGEST_SIZE, content_hash_file
     from ..scanning.results import read_results
@@ -348,7 +354,9 @@ def drop_exact_duplicates(root: str, table: pa.Table, results_paths: list[str], 
     known = np.zeros(n, dtype=bool)
     for path in results_paths:
         try:
-            res = read_results(path, columns=["path", "size", "mtime_ns", "content_hash"])
+            res = locations.subtree_rows(
+                read_results(path, columns=["path", "size", "mtime_ns", "content_hash"]), prefix
+            )
         except (KeyError, pa.ArrowInvalid):  # results written before content hashes were recorded
             continue
         where = pc.index_in(table.column("path").cast(pa.binary()), value_set=one_chunk(res.column("path")))

@@ -10,6 +10,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from ..splits import SPLIT_NAMES
+
 #: the file rules of ``--files``: dsclean's (media it can check; hidden and AppleDouble files skipped)
 #: or torchvision ImageFolder's (IMG_EXTENSIONS, hidden files included, symlinks followed)
 FILE_RULES = ("dsclean", "imagefolder")
@@ -42,6 +44,8 @@ class IndexOptions:
     include_warn: Sequence[str] = ()  # reasons of warnings left out by default, to ship anyway
     exclude_warn: Sequence[str] = ()  # reasons of warnings shipped by default, to leave out
     loaders: Sequence[str] = ()  # loader profiles training will use; empty: pillow (from_folder: its loader_profile)
+    split_names: Sequence[str] = SPLIT_NAMES  # a root whose folders all have such names is refused (dsclean.splits)
+    classes: Sequence[str] | None = None  # the class list (sorted names), e.g. a split set's; None: ROOT's folders
 
 
 #: the names of :class:`IndexOptions`' fields (the keyword arguments that stand for them)

@@ -90,6 +90,7 @@ def scan_checksums(idx: MappedIndex) -> tuple[np.ndarray, np.ndarray, str]:
             if "content_hash" not in pf.schema_arrow.names:  # results of a dsclean that did not hash
                 continue
             for batch in pf.iter_batches(batch_size=_BATCH, columns=_COLUMNS):
+                batch = locations.subtree_rows(batch, found.prefix)  # a scanned parent's: this subtree's rows
                 _match(batch, index_paths, sorted_keys, by_key, sizes, mtimes, sums, known)
         except (OSError, pa.ArrowException) as exc:
             return sums, known, f"{path}: unreadable ({exc}); every file is hashed"

@@ -141,6 +141,17 @@ def _describe(data, src, scrub: Scrubber, options: ReportOptions) -> None:
         data.quarantined, data.restored = state.moved, state.restored
     if summary.get("interrupted"):
         data.notes.append("The scan was interrupted: these results cover only the files checked before it stopped.")
+    splits = summary.get("splits")
+    if isinstance(splits, dict) and splits:  # a split root's files per split (dsclean.splits), from the scan's summary
+        data.notes.append(
+            "A split root: "
+            + "; ".join(
+                f"{display(str(name))} {c.get('files', 0):,} files ({c.get('bad', 0):,} bad, {c.get('warn', 0):,} warn)"
+                for name, c in splits.items()
+                if isinstance(c, dict)
+            )
+            + "."
+        )
     raw = src.meta.get("options")
     try:
         opts = json.loads(raw) if isinstance(raw, str) else raw

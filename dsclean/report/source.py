@@ -89,6 +89,9 @@ def open_source(target: str, state_dir: str | None = None) -> Source:
             root_given = os.path.abspath(target)
             scan = locations.find_scan(target, state_dir=state_dir)
             paths, found = scan.paths, scan.source
+            if scan.scanned_root:  # a scanned parent's results: its whole scan is reported, paths under its root
+                root_given = scan.scanned_root
+                found += f" (the report covers all of {scan.scanned_root}; {scan.subdir}/ is one of its folders)"
             ignored = scan.partial.ignored if scan.partial is not None else []
             if not paths:
                 raise UserError(

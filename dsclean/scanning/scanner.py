@@ -27,6 +27,7 @@ from ..atomic import atomic_output
 from ..errors import UserError
 from ..interrupts import StopRequest, stop_on_signals
 from ..quality.flags import FLAGS, FlagOptions
+from ..splits import SPLIT_NAMES, split_counts, split_folders
 from . import facts as facts_of
 from .cache import ScanCache, options_key, row_to_verdict
 from .check import CheckOptions
@@ -75,6 +76,7 @@ class ScanOptions:
     # norm (`--minority`; dsclean.scanning.norm); 0: no inferred norm (distributions are still shown)
     minority: float = 0.01
     from_logs: tuple[str, ...] = ()  # training failure logs: their files under ROOT are checked again (not cached)
+    split_names: tuple[str, ...] = SPLIT_NAMES  # what a split folder is called (--split-names; dsclean.splits)
 
 
 @dataclass
@@ -122,6 +124,8 @@ class ScanSummary:
     #: files that failed in training (quarantine --from-log's record, scan --from-log) checked again, and the bad ones
     training_rechecked: int = 0
     training_bad: int = 0
+    #: a split root's splits (dsclean.splits): split -> {"files", "bad", "warn"} as in the results; {} otherwise
+    splits: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def bad(self) -> int:
@@ -332,6 +336,7 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
         rechecked.mark_scanned(root, options.state_dir)  # done: the next scan trusts its cache for them again
     summary.results_path, summary.problems_path = writer.results_path, writer.problems_path
     _apply_norm(summary, options)
+    _count_splits(summary, root, options)
     if moving:
         summary.quarantine_state = quarantine_state(quarantine_dir, [tag] if tag else None).to_json()
     summary.emptied_folders = _emptied(root, sink.moved_from) if moving else []
@@ -357,6 +362,13 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
     summary.notes += [note] if note else []
     summary.notes += _link_notes(summary.discovery)
     return summary
+
+
+def _count_splits(summary: ScanSummary, root: str, options: ScanOptions) -> None:
+    """A split root's files per split (one pass over two columns of the written results; other roots: nothing)."""
+    splits = split_folders(root, options.split_names)
+    if splits and os.path.exists(summary.results_path):
+        summary.splits = split_counts([summary.results_path], splits)
 
 
 def _apply_norm(summary: ScanSummary, options: ScanOptions) -> None:
@@ -1023,6 +1035,14 @@ def format_summary(s: ScanSummary) -> str:
     for kind in sorted(s.counts):
         c = s.counts[kind]
         lines.append(f"  {kind:<6} " + ", ".join(f"{c.get(st, 0):,} {st}" for st in R.STATUSES))
+    if s.splits:
+        lines.append(
+            "Splits: "
+            + "; ".join(
+                f"{name} {c['files']:,} files ({c['bad']:,} bad, {c['warn']:,} warn)" for name, c in s.splits.items()
+            )
+            + f" (index them with dsclean index {s.root}/{next(iter(s.splits))} or dsclean index {s.root} --splits)"
+        )
     for title, table in (("Bad files by reason", s.bad_reasons), ("Warnings by reason", s.warn_reasons)):
         if table:
             lines.append(f"{title}:")

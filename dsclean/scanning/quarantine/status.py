@@ -125,6 +125,8 @@ class Status:
     quarantine: QuarantineState | None = None
     array: dict | None = None  # an unfinished job array whose done parts are ``results`` (:func:`_array_json`)
     newer_array: dict | None = None  # an unfinished job array newer than ``results`` (not used by other commands)
+    scanned_root: str | None = None  # the scanned ancestor whose results answer for this folder (None: its own)
+    subdir: str = ""  # this folder's path under ``scanned_root``
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -140,13 +142,14 @@ def status(path: str, state_dir: str | None = None) -> Status:
         return Status(path, "quarantine", quarantine=quarantine_state(path))
     found = locations.find_scan(path, state_dir=state_dir)
     st = Status(path, "root", results=found.paths, source=found.source)
+    st.scanned_root, st.subdir = found.scanned_root, found.subdir
     if found.partial is not None:  # only some parts of a job array ran: what they found, and what is missing
         pointers = [found.partial.done[i] for i in sorted(found.partial.done)]
         st.array = _array_json(found.partial)
         st.summary = _summed([p for pointer in pointers for p in pointer.get("summary", [])])
         q = next((p["quarantine"] for p in pointers if p.get("quarantine")), None)
     else:
-        st.last_scan = locations.pointer_for(path, found.paths, state_dir)
+        st.last_scan = locations.pointer_for(found.scanned_root or path, found.paths, state_dir)
         st.newer_array = _array_json(found.newer) if found.newer is not None else None
         st.summary = _summed(st.last_scan.get("summary", [])) if st.last_scan else None
         q = st.last_scan.get("quarantine") if st.last_scan else None
@@ -197,6 +200,7 @@ def _summed(paths: list[str]) -> dict | None:
         if len(paths) == 1:  # the set's distributions and inferred norm: a whole scan's only (dsclean.scanning.norm)
             total["distributions"] = full.get("distributions") or {}
             total["norm_flagged"] = full.get("norm_flagged") or {}
+            total["splits"] = full.get("splits") or {}  # a split root's files per split (dsclean.splits)
         total["interrupted"] |= bool(full.get("interrupted"))
         total["dry_run"] |= bool(full.get("dry_run"))
     return total if paths else None
@@ -236,9 +240,27 @@ def format_status(st: Status) -> str:
             lines += [f"    {command}" for command in n["run"]]
         if st.summary:
             s = st.summary
+            splits = s.get("splits") or {}
+            mine = splits.get(st.subdir) if st.scanned_root else None
+            if isinstance(mine, dict):
+                lines.append(
+                    f"  this folder ({st.subdir}/ of {st.scanned_root}): {mine.get('files', 0):,} files, "
+                    f"{mine.get('bad', 0):,} bad, {mine.get('warn', 0):,} warn"
+                )
+            elif splits and not st.scanned_root:
+                lines.append(
+                    "  splits: "
+                    + "; ".join(
+                        f"{name} {c.get('files', 0):,} files ({c.get('bad', 0):,} bad)"
+                        for name, c in splits.items()
+                        if isinstance(c, dict)
+                    )
+                )
             reasons = ", ".join(f"{r} {n:,}" for r, n in (s.get("bad_reasons") or {}).items())
             lines.append(
-                f"  {'in the parts done: ' if a else ''}{s.get('files') or 0:,} files, {s.get('bad') or 0:,} bad"
+                f"  {'in the parts done: ' if a else ''}"
+                + (f"in the scan of {st.scanned_root}: " if st.scanned_root else "")
+                + f"{s.get('files') or 0:,} files, {s.get('bad') or 0:,} bad"
                 + (f" ({reasons})" if reasons else "")
                 + (" (dry run)" if s.get("dry_run") else "")
                 + (" INTERRUPTED" if s.get("interrupted") else "")
