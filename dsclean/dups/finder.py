@@ -186,15 +186,20 @@ def _second_hasher(inv: Inventory, limits: Limits, workers: int):
         ok = np.zeros(len(files), dtype=bool)
         for r, root in enumerate(inv.roots):
             at = np.flatnonzero(inv.root[files] == r)
-            rels = [os.fsdecode(inv.rel(int(files[k]))) for k in at]
-            position = dict(zip(rels, at.tolist()))  # names are unique within a root
-            chunks = [rels[k : k + 32] for k in range(0, len(rels), 32)]
+            pending: dict[str, np.ndarray] = {}  # the chunks in flight: first name -> positions in files
+
+            def chunks(at: np.ndarray = at):
+                for k in range(0, len(at), 32):
+                    chunk = [os.fsdecode(inv.rel(int(files[j]))) for j in at[k : k + 32]]
+                    pending[chunk[0]] = at[k : k + 32]  # names are unique within a root
+                    yield chunk
+
             for chunk, answers in run_chunks(
-                second_hashes_chunk, os.path.abspath(root), chunks, limits, workers, lambda rel: None
+                second_hashes_chunk, os.path.abspath(root), chunks(), limits, workers, lambda rel: None
             ):
-                for rel, h in zip(chunk, answers):
+                for j, h in zip(pending.pop(chunk[0]).tolist(), answers):
                     if h is not None:
-                        hashes[position[rel]], ok[position[rel]] = h, True
+                        hashes[j], ok[j] = h, True
         return hashes, ok
 
     return second

@@ -6,7 +6,7 @@ gravel) keeps almost all of its energy at fine scales and next to none at the lo
 frequencies the hash reads; the box filter folds (aliases) some fine-scale energy
 into those low frequencies, and how much depends on the scale the picture is stored
 at. So a 60%-resized copy of a brick wall, whose thumbnail correlates 0.99 with the
-original's, can differ from it in 11-20 of the 64 bits: the search never proposes it.
+original's, can differ from it in up to 20 of the 64 bits: the search never proposes it.
 
 1. *Unstable* pictures are told from facts the scan already stores (no decode): the
    sharpness (variance of the thumbnail's Laplacian) against the luma variance. A photo
@@ -14,7 +14,7 @@ original's, can differ from it in 11-20 of the 64 bits: the search never propose
 2. For those, the *anti-aliased hash* is the same 64-bit hash taken of a thumbnail made
    with a Lanczos filter instead of the box: what the filter removes no longer folds
    into the low frequencies, and a resized copy of a brick wall lands within 0-3 bits
-   of its original (area-averaged: 8-20).
+   of its original (area-averaged: up to 20).
 3. A crop moves a texture's fine detail under the hash as a resize does not; a few
    percent is enough to flip 10-16 bits. So the anti-aliased hash is also taken of
    :data:`WINDOWS` of the picture: 7% off each side in turn, 3.5% off every side. A copy

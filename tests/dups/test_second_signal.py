@@ -68,11 +68,39 @@ def test_only_unstable_pictures_are_decoded_again(tmp_path):
 
 
 @photos
+def test_textures_are_told_from_the_scans_stored_facts(tmp_path):
+    """Roots scanned first: dups reads sharpness and contrast from the results and decodes only the textures."""
+    from dsclean.scanning.scanner import ScanOptions, scan
+
+    truth = realphotos.write_wide_set(tmp_path, edits=("resize_60", "crop_4"), only=("brick.png", "coffee.png"))
+    state = str(tmp_path / "state")
+    for split in ("train", "val"):
+        scan(str(tmp_path / split), ScanOptions(report_dir=str(tmp_path / "rep" / split), state_dir=state, jobs=1))
+    result = find_duplicates([str(tmp_path / "train"), str(tmp_path / "val")], DupsOptions(jobs=2, state_dir=state))
+    groups = [[(m["root"], m["path"]) for m in rec["members"]] for rec in result.records()]
+    s = realphotos.score(groups, truth)
+    assert result.summary.from_results == len(truth) == 15 and result.summary.computed == 0
+    assert result.summary.near_stats["unstable"] == 12  # the brick tiles and their copies
+    assert s["found"] == s["copies"] and s["false_groups"] == 0, s
+
+
+@photos
 def test_second_signal_off_searches_no_second_hash(tmp_path):
     truth = realphotos.write_wide_set(tmp_path, edits=("resize_60",), only=("brick.png",))
     result, _ = _run(tmp_path, truth, second_signal=False)
     ns = result.summary.near_stats
     assert ns["unstable"] == ns["second_hashed"] == ns["second_candidates"] == 0
+
+
+@photos
+def test_cli_summary_counts_the_second_signal(tmp_path, capsys):
+    from dsclean.cli import main
+
+    realphotos.write_wide_set(tmp_path, edits=("resize_60",), only=("brick.png",))
+    assert main(["dups", str(tmp_path / "train"), str(tmp_path / "val"), "-j", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "second signal: 8 textures (unstable hash) searched again on anti-aliased hashes" in out
+    assert "4 groups span splits" in out
 
 
 @photos
