@@ -230,10 +230,32 @@ def bench_accuracy(radius: int) -> None:
         )
 
 
-def bench_second_signal(radius: int, max_side: int | None) -> None:
+def _before_after(tmp: str, truth: dict, radius: int, name: str) -> None:
+    """One table row each for the pipeline without and with the second signal, on one written set."""
     from support import realphotos
 
     from dsclean.dups.finder import DupsOptions, find_duplicates
+
+    for label, on in (("before (perceptual hash only)", False), ("after (+ second signal)", True)):
+        t = time.perf_counter()
+        result = find_duplicates(
+            [os.path.join(tmp, "train"), os.path.join(tmp, "val")], DupsOptions(near=radius, jobs=2, second_signal=on)
+        )
+        elapsed = time.perf_counter() - t
+        groups = [[(m["root"], m["path"]) for m in rec["members"]] for rec in result.records()]
+        s = realphotos.score(groups, truth)
+        ns = result.summary.near_stats
+        print(
+            f"| {name}, {label} | {s['found']}/{s['copies']} = {s['recall']:.1%} | {s['false_groups']} of "
+            f"{s['groups']} | {s['missed_by_edit']} | {ns['unstable']} / {ns['second_hashed']} | {ns['candidates']} "
+            f"({ns['second_candidates']} from the second signal; {ns['rejected']} rejected) | "
+            f"{elapsed / len(truth) * 1000:.1f} ms |"
+        )
+
+
+def bench_second_signal(radius: int, max_side: int | None) -> None:
+    from support import realphotos
+
     from dsclean.quality.image import image_facts_from_path
     from dsclean.quality.phash import hamming
     from dsclean.quality.texture import antialiased_hashes_from_path, is_unstable
@@ -251,22 +273,9 @@ def bench_second_signal(radius: int, max_side: int | None) -> None:
         )
         print("| | recall | false groups | missed by edit | unstable / decoded again | candidates | time per image |")
         print("|---|---|---|---|---|---|---|")
-        for label, on in (("before (perceptual hash only)", False), ("after (+ second signal)", True)):
-            t = time.perf_counter()
-            result = find_duplicates(
-                [os.path.join(tmp, "train"), os.path.join(tmp, "val")],
-                DupsOptions(near=radius, jobs=2, second_signal=on),
-            )
-            elapsed = time.perf_counter() - t
-            groups = [[(m["root"], m["path"]) for m in rec["members"]] for rec in result.records()]
-            s = realphotos.score(groups, truth)
-            ns = result.summary.near_stats
-            print(
-                f"| {label} | {s['found']}/{s['copies']} = {s['recall']:.1%} | {s['false_groups']} of {s['groups']} | "
-                f"{s['missed_by_edit']} | {ns['unstable']} / {ns['second_hashed']} | {ns['candidates']} "
-                f"({ns['second_candidates']} from the second signal; {ns['rejected']} rejected) | "
-                f"{elapsed / len(truth) * 1000:.1f} ms |"
-            )
+        _before_after(tmp, truth, radius, "wider edits")
+        with tempfile.TemporaryDirectory() as std:  # the eight edits of the accuracy test, as tests/dups runs them
+            _before_after(std, realphotos.write_set(std, max_side=max_side), radius, "eight edits")
         t_facts = t_second = 0.0
         unstable, ratios = 0, {}
         phashes, second = {}, {}

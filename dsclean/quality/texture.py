@@ -39,8 +39,8 @@ from .phash import phash
 
 #: sharpness / luma variance (0..255 units) at or above which a picture's perceptual hash is unstable
 UNSTABLE_RATIO = 2.5
-#: the Lanczos resize starts from an integer box reduction to at least this many times the thumbnail
-_REDUCING_GAP = 4.0
+#: a large picture is first box-reduced by an integer factor to at least this many times the thumbnail
+_REDUCE_TO = 4
 #: how much of the picture each window of the second signal leaves out, per side (fraction)
 WINDOW_CROP = 0.07
 #: the windows hashed, as (left, top, right, bottom) fractions: the whole picture (a copy's hash), then
@@ -73,14 +73,17 @@ def antialiased_thumbnails(im: Image.Image) -> np.ndarray:
     grey = thumbnail.to_uint8(im)
     if grey.mode != "L":
         grey = grey.convert("L")
+    factor = min(grey.width, grey.height) // (_REDUCE_TO * thumbnail.SIZE)
+    if factor >= 2:  # one integer box reduction for all windows; the Lanczos filter does the rest
+        grey = grey.reduce(factor)
     w, h = grey.size
     size = (thumbnail.SIZE, thumbnail.SIZE)
     # upsampled (under 64 px): nothing to alias; the canonical thumbnail's filter
     kind = Image.Resampling.LANCZOS if min(w, h) >= thumbnail.SIZE else Image.Resampling.BILINEAR
     out = np.empty((len(WINDOWS), *size))
     for k, (x0, y0, x1, y1) in enumerate(WINDOWS):
-        box = (x0 * w, y0 * h, x1 * w, y1 * h)
-        out[k] = np.asarray(grey.resize(size, kind, box=box, reducing_gap=_REDUCING_GAP), dtype=np.float64)
+        small = grey.resize(size, kind, box=(x0 * w, y0 * h, x1 * w, y1 * h))
+        out[k] = np.asarray(small, dtype=np.float64)
     return out
 
 

@@ -7,6 +7,8 @@ copies the perceptual hash alone misses, the tiles of one texture that must stay
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -82,6 +84,69 @@ def test_textures_are_told_from_the_scans_stored_facts(tmp_path):
     assert result.summary.from_results == len(truth) == 15 and result.summary.computed == 0
     assert result.summary.near_stats["unstable"] == 12  # the brick tiles and their copies
     assert s["found"] == s["copies"] and s["false_groups"] == 0, s
+
+
+@photos
+def test_a_file_that_kills_its_worker_in_the_second_pass_is_left_out_of_it(tmp_path):
+    """Facts from (hand-written) scan results, so the first decode of the crashing file is the second pass."""
+    import json
+    import subprocess
+    import sys
+
+    import pyarrow.parquet as pq
+
+    from dsclean.quality.files import facts_from_path
+
+    realphotos.write_wide_set(tmp_path, edits=("resize_60",), only=("brick.png",))
+    val = tmp_path / "val"
+    os.rename(val / "resize_60/brick_png_tile0.jpg", val / "resize_60/brick_png_tile0__segfault__.jpg")
+    rows = []
+    for path in sorted(val.rglob("*.jpg")):
+        st, ff = path.stat(), facts_from_path(str(path))
+        rows.append(
+            {
+                "path": str(path.relative_to(val)).encode(),
+                "status": "ok",
+                "size": st.st_size,
+                "mtime_ns": st.st_mtime_ns,
+                "width": ff.width,
+                "height": ff.height,
+                "content_hash": ff.facts.content_hash,
+                "phash": ff.facts.phash,
+                "flags": ff.facts.flags,
+                "sharpness": ff.facts.sharpness,
+                "contrast": ff.facts.contrast,
+            }
+        )
+    os.makedirs(val / ".dsclean")  # the results location of older scans, inside the root
+    schema = pa.schema(
+        [
+            ("path", pa.binary()),
+            ("status", pa.string()),
+            ("size", pa.int64()),
+            ("mtime_ns", pa.int64()),
+            ("width", pa.int32()),
+            ("height", pa.int32()),
+            ("content_hash", pa.binary(16)),
+            ("phash", pa.uint64()),
+            ("flags", pa.list_(pa.string())),
+            ("sharpness", pa.float32()),
+            ("contrast", pa.float32()),
+        ]
+    )
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), val / ".dsclean" / "scan_results.parquet")
+    proc = subprocess.run(
+        [sys.executable, "-m", "dsclean", "dups", str(tmp_path / "train"), str(val), "-j", "2", "--json"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DSCLEAN_TEST_FAULTS": "1"},
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    s = json.loads(proc.stdout)
+    assert s["from_results"] == 4 and s["failed"] == []
+    assert s["near_stats"]["unstable"] == 8 and s["near_stats"]["second_hashed"] == 7
+    assert s["leaking_groups"] >= 3  # the three other tiles' copies are still found
 
 
 @photos
