@@ -7,7 +7,9 @@
    pairs it found. Two distributions: uniform hashes with 1,000 planted copies at
    distance 0..K, and a clustered set (N/10 centres, 10 hashes each, half of them
    identical to the centre and half within 12 bits: a duplicate-heavy dataset,
-   crowded buckets). The baseline, in the same run: a
+   crowded buckets); and the second signal's (``windows``): N/6 textures, each a
+   whole-picture hash and five window hashes 8-16 bits from it, pairs found counting
+   those between one picture's own hashes (dropped after the search). The baseline, in the same run: a
    numpy brute-force all-pairs pass over a 20,000-hash sample, extrapolated to
    N by N^2.
 
@@ -81,6 +83,15 @@ if kind == "uniform":
     src = rng.choice(n // 2, m, replace=False)
     h[n - m:] = flip(h[src], rng.integers(0, radius + 1, m))
     planted = set(zip(src.tolist(), range(n - m, n)))
+elif kind == "windows":  # the second signal: n/6 textures, each a whole-picture hash and 5 window hashes 8-16 bits off
+    m = n // 6
+    whole = rng.integers(0, 2**63, m, dtype=np.int64).astype(np.uint64) << np.uint64(1) | rng.integers(0, 2, m).astype(np.uint64)
+    h = np.repeat(whole, 6)
+    powers = np.left_shift(np.uint64(1), np.arange(64, dtype=np.uint64))
+    for w in range(1, 6):  # exactly 8..16 distinct bits flipped per window: the ranks of 64 random numbers
+        chosen = rng.random((m, 64)).argsort(axis=1).argsort(axis=1) < rng.integers(8, 17, m)[:, None]
+        h[w::6] = whole ^ np.bitwise_or.reduce(np.where(chosen, powers, np.uint64(0)), axis=1)
+    planted = None
 else:  # clustered: n/10 centres, each with 10 hashes within 12 bits of it (every picture has 9 near copies)
     centres = rng.integers(0, 2**63, n // 10, dtype=np.int64).astype(np.uint64)
     member = np.repeat(np.arange(n // 10), 10)
@@ -107,7 +118,7 @@ print(json.dumps({"n": n, "kind": kind, "radius": radius, "seconds": round(elaps
 """
 
 
-def bench_search(n: int, radius: int) -> None:
+def bench_search(n: int, radius: int, kinds: list[str]) -> None:
     from dsclean.quality.phash import popcount64
 
     print(f"## search: {n:,} hashes, K={radius}")
@@ -122,7 +133,7 @@ def bench_search(n: int, radius: int) -> None:
     print(
         f"baseline brute force: 20,000 hashes in {brute:.1f} s -> {n:,} extrapolated: {brute * (n / 20_000) ** 2 / 3600:.1f} h"
     )
-    for kind in ("uniform", "clustered"):
+    for kind in kinds:
         out = subprocess.run(
             [sys.executable, "-c", CHILD, os.path.join(HERE, ".."), str(n), str(radius), kind],
             capture_output=True,
@@ -330,6 +341,11 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--near", type=int, default=DEFAULT_NEAR)
     ap.add_argument("--skip-search", action="store_true")
+    ap.add_argument(
+        "--search-kinds",
+        default="uniform,clustered,windows",
+        help="hash distributions of the search benchmark (windows: the second signal's, six hashes per texture)",
+    )
     ap.add_argument("--skip-accuracy", action="store_true")
     ap.add_argument("--skip-second", action="store_true")
     ap.add_argument("--max-side", type=int, default=None, help="shrink the real photos of the second-signal set")
@@ -340,7 +356,7 @@ def main() -> None:
         f"load average {os.getloadavg()[0]:.1f}"
     )
     if not args.skip_search:
-        bench_search(args.n, args.near)
+        bench_search(args.n, args.near, args.search_kinds.split(","))
     if not args.skip_accuracy:
         bench_accuracy(args.near)
     if not args.skip_second:
