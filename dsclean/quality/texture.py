@@ -13,7 +13,7 @@ original's, can differ from it in up to 20 of the 64 bits: the search never prop
    keeps that ratio below about 2; textures measure 3 to 9 (``scripts/bench_dups.py``).
 2. For those, the *anti-aliased hash* is the same 64-bit hash taken of a thumbnail made
    with a Lanczos filter instead of the box: what the filter removes no longer folds
-   into the low frequencies, and a resized copy of a brick wall lands within 0-3 bits
+   into the low frequencies, and a resized copy of a brick wall lands within 0-2 bits
    of its original (area-averaged: up to 20).
 3. A crop moves a texture's fine detail under the hash as a resize does not; a few
    percent is enough to flip 10-16 bits. So the anti-aliased hash is also taken of
