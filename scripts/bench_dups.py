@@ -7,7 +7,9 @@
    pairs it found. Two distributions: uniform hashes with 1,000 planted copies at
    distance 0..K, and a clustered set (N/10 centres, 10 hashes each, half of them
    identical to the centre and half within 12 bits: a duplicate-heavy dataset,
-   crowded buckets). The baseline, in the same run: a
+   crowded buckets); and the second signal's (``windows``): N/6 textures, each a
+   whole-picture hash and five window hashes 8-16 bits from it, pairs found counting
+   those between one picture's own hashes (dropped after the search). The baseline, in the same run: a
    numpy brute-force all-pairs pass over a 20,000-hash sample, extrapolated to
    N by N^2.
 
@@ -21,7 +23,16 @@
      centred groups): recall of copies grouped with their original, groups
      holding two different pictures.
 
-    python scripts/bench_dups.py [--n 1000000] [--near K] [--skip-search] [--skip-accuracy]
+3. Second signal (textures, dsclean.quality.texture). The same real photos, every one with
+   twelve wider edits in ``val`` (resized 40/60/75/90%, cropped 2/4/7/10% split between
+   sides, 4/7/10% off one side, JPEG quality 50: ``realphotos.WIDE_EDITS``), through the
+   whole pipeline with the second signal off (before) and on (after): recall, groups holding
+   two different pictures (the tiles of one texture are the negative set: different walls,
+   same statistics), time per image; and what the second signal costs per unstable picture
+   against computing its facts.
+
+    python scripts/bench_dups.py [--n 1000000] [--near K] [--skip-search] [--skip-accuracy] [--skip-second]
+                                 [--max-side PX]
 """
 
 from __future__ import annotations
@@ -72,6 +83,15 @@ if kind == "uniform":
     src = rng.choice(n // 2, m, replace=False)
     h[n - m:] = flip(h[src], rng.integers(0, radius + 1, m))
     planted = set(zip(src.tolist(), range(n - m, n)))
+elif kind == "windows":  # the second signal: n/6 textures, each a whole-picture hash and 5 window hashes 8-16 bits off
+    m = n // 6
+    whole = rng.integers(0, 2**63, m, dtype=np.int64).astype(np.uint64) << np.uint64(1) | rng.integers(0, 2, m).astype(np.uint64)
+    h = np.repeat(whole, 6)
+    powers = np.left_shift(np.uint64(1), np.arange(64, dtype=np.uint64))
+    for w in range(1, 6):  # exactly 8..16 distinct bits flipped per window: the ranks of 64 random numbers
+        chosen = rng.random((m, 64)).argsort(axis=1).argsort(axis=1) < rng.integers(8, 17, m)[:, None]
+        h[w::6] = whole ^ np.bitwise_or.reduce(np.where(chosen, powers, np.uint64(0)), axis=1)
+    planted = None
 else:  # clustered: n/10 centres, each with 10 hashes within 12 bits of it (every picture has 9 near copies)
     centres = rng.integers(0, 2**63, n // 10, dtype=np.int64).astype(np.uint64)
     member = np.repeat(np.arange(n // 10), 10)
@@ -98,7 +118,7 @@ print(json.dumps({"n": n, "kind": kind, "radius": radius, "seconds": round(elaps
 """
 
 
-def bench_search(n: int, radius: int) -> None:
+def bench_search(n: int, radius: int, kinds: list[str]) -> None:
     from dsclean.quality.phash import popcount64
 
     print(f"## search: {n:,} hashes, K={radius}")
@@ -113,7 +133,7 @@ def bench_search(n: int, radius: int) -> None:
     print(
         f"baseline brute force: 20,000 hashes in {brute:.1f} s -> {n:,} extrapolated: {brute * (n / 20_000) ** 2 / 3600:.1f} h"
     )
-    for kind in ("uniform", "clustered"):
+    for kind in kinds:
         out = subprocess.run(
             [sys.executable, "-c", CHILD, os.path.join(HERE, ".."), str(n), str(radius), kind],
             capture_output=True,
@@ -221,12 +241,114 @@ def bench_accuracy(radius: int) -> None:
         )
 
 
+def _before_after(tmp: str, truth: dict, radius: int, name: str) -> None:
+    """One table row each for the pipeline without and with the second signal, on one written set."""
+    from support import realphotos
+
+    from dsclean.dups.finder import DupsOptions, find_duplicates
+
+    for label, on in (("before (perceptual hash only)", False), ("after (+ second signal)", True)):
+        t = time.perf_counter()
+        result = find_duplicates(
+            [os.path.join(tmp, "train"), os.path.join(tmp, "val")], DupsOptions(near=radius, jobs=2, second_signal=on)
+        )
+        elapsed = time.perf_counter() - t
+        groups = [[(m["root"], m["path"]) for m in rec["members"]] for rec in result.records()]
+        s = realphotos.score(groups, truth)
+        ns = result.summary.near_stats
+        print(
+            f"| {name}, {label} | {s['found']}/{s['copies']} = {s['recall']:.1%} | {s['false_groups']} of "
+            f"{s['groups']} | {s['missed_by_edit']} | {ns['unstable']} / {ns['second_hashed']} | {ns['candidates']} "
+            f"({ns['second_candidates']} from the second signal; {ns['rejected']} rejected) | "
+            f"{elapsed / len(truth) * 1000:.1f} ms |"
+        )
+
+
+def bench_second_signal(radius: int, max_side: int | None) -> None:
+    from support import realphotos
+
+    from dsclean.quality.image import image_facts_from_path
+    from dsclean.quality.phash import hamming
+    from dsclean.quality.texture import antialiased_hashes_from_path, is_unstable
+
+    if not realphotos.available():
+        print("second signal: scikit-image is not installed; skipped")
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        truth = realphotos.write_wide_set(tmp, max_side=max_side)
+        n_src = sum(k[1].startswith("orig/") for k in truth)
+        textures = sum(src.startswith(realphotos.TEXTURES) for src in truth.values())
+        print(
+            f"\n## second signal: {len(truth)} files, {n_src} distinct pictures (max side {max_side or 'full'}), "
+            f"{textures} of them brick/grass/gravel tiles or their copies; K={radius}, 2 jobs"
+        )
+        print("| | recall | false groups | missed by edit | unstable / decoded again | candidates | time per image |")
+        print("|---|---|---|---|---|---|---|")
+        _before_after(tmp, truth, radius, "wider edits")
+        with tempfile.TemporaryDirectory() as std:  # the eight edits of the accuracy test, as tests/dups runs them
+            _before_after(std, realphotos.write_set(std, max_side=max_side), radius, "eight edits")
+        t_facts = t_second = 0.0
+        unstable, ratios = 0, {}
+        phashes, second = {}, {}
+        for key, src in truth.items():
+            path = os.path.join(*key)
+            t = time.perf_counter()
+            facts = image_facts_from_path(path)
+            t_facts += time.perf_counter() - t
+            phashes[key] = facts.phash
+            if key[1].startswith("orig/"):
+                ratios[src] = facts.sharpness / max((255 * facts.contrast) ** 2, 1e-9)
+            if is_unstable(facts.sharpness, facts.contrast):
+                unstable += 1
+                t = time.perf_counter()
+                second[key] = antialiased_hashes_from_path(path)
+                t_second += time.perf_counter() - t
+        print(
+            f"\ncost, one process: facts (decode + thumbnail + hash) {t_facts / len(truth) * 1000:.2f} ms per picture; "
+            f"second signal (decode again + 6 Lanczos windows + 6 hashes) {t_second / max(unstable, 1) * 1000:.2f} ms "
+            f"per unstable picture = {t_second / max(unstable, 1) / (t_facts / len(truth)):.1f}x the facts; "
+            f"{unstable} of {len(truth)} pictures unstable"
+        )
+        tex = sorted(r for src, r in ratios.items() if src.startswith(realphotos.TEXTURES))
+        other = sorted(r for src, r in ratios.items() if not src.startswith(realphotos.TEXTURES))
+        print(
+            f"sharpness / luma variance of the originals: texture tiles {tex[0]:.1f}..{tex[-1]:.1f}; "
+            f"the others {other[0]:.2f}..{other[-1]:.2f} (above 2.5: {[s for s, r in ratios.items() if r >= 2.5 and not s.startswith(realphotos.TEXTURES)]})"
+        )
+        origin = {src: key for key, src in truth.items() if key[1].startswith("orig/")}
+        pairs = [(origin[src], key) for key, src in truth.items() if key in second and origin[src] in second]
+        pairs = [(o, c) for o, c in pairs if o != c and truth[c].startswith(realphotos.TEXTURES)]
+        first = sum(hamming(phashes[o], phashes[c]) <= radius for o, c in pairs)
+        best = sum(
+            min(min(hamming(w, second[c][0]) for w in second[o]), min(hamming(w, second[o][0]) for w in second[c]))
+            <= radius
+            for o, c in pairs
+        )
+        both = sum(
+            hamming(phashes[o], phashes[c]) <= radius
+            or min(min(hamming(w, second[c][0]) for w in second[o]), min(hamming(w, second[o][0]) for w in second[c]))
+            <= radius
+            for o, c in pairs
+        )
+        print(
+            f"hash alone, {len(pairs)} (original, copy) pairs of texture tiles within K={radius}: perceptual hash "
+            f"{first}, second signal (whole picture or a window) {best}, either {both}"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--near", type=int, default=DEFAULT_NEAR)
     ap.add_argument("--skip-search", action="store_true")
+    ap.add_argument(
+        "--search-kinds",
+        default="uniform,clustered,windows",
+        help="hash distributions of the search benchmark (windows: the second signal's, six hashes per texture)",
+    )
     ap.add_argument("--skip-accuracy", action="store_true")
+    ap.add_argument("--skip-second", action="store_true")
+    ap.add_argument("--max-side", type=int, default=None, help="shrink the real photos of the second-signal set")
     args = ap.parse_args()
     print(
         f"# bench_dups {time.strftime('%Y-%m-%d %H:%M')} on {platform.node()}: {platform.processor() or platform.machine()}, "
@@ -234,9 +356,11 @@ def main() -> None:
         f"load average {os.getloadavg()[0]:.1f}"
     )
     if not args.skip_search:
-        bench_search(args.n, args.near)
+        bench_search(args.n, args.near, args.search_kinds.split(","))
     if not args.skip_accuracy:
         bench_accuracy(args.near)
+    if not args.skip_second:
+        bench_second_signal(args.near, args.max_side)
 
 
 if __name__ == "__main__":

@@ -213,6 +213,11 @@ def format_summary(result, report=None, dry_run: bool = False) -> str:
         )
         if ns["low_information"]:
             lines.append(f"  {ns['low_information']} near-constant pictures (low_information) left out of near search")
+        if ns.get("unstable"):
+            lines.append(
+                f"  second signal: {ns['unstable']} textures (unstable hash) searched again on anti-aliased hashes, "
+                f"{ns['second_candidates']} more candidate pairs"
+            )
     for root, source in zip(s.roots, s.results_sources):
         lines.append(f"  scan results of {root}: {source}")
     lines.append(

@@ -2,7 +2,8 @@
 
 :mod:`.collect` gathers each file's content hash and perceptual hash (from scan
 results, else computed in :mod:`.worker` processes run by :mod:`.pool`);
-:mod:`.search` finds hash pairs within K bits without comparing all pairs;
+:mod:`.search` finds hash pairs within K bits without comparing all pairs (textures,
+whose perceptual hash is unstable, also on anti-aliased hashes: :mod:`dsclean.quality.texture`);
 :mod:`.grouping` confirms them with the fine check and forms groups;
 :mod:`.finder` is the API; :mod:`.moves` quarantines extra copies.
 """

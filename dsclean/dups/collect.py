@@ -23,6 +23,7 @@ from ..errors import UserError
 from ..formats import IMAGE, format_of_name, kind_of
 from ..hashing import DIGEST_SIZE
 from ..quality import flags as F
+from ..quality.texture import is_unstable
 from ..scanning.discover import DiscoverStats, iter_media
 from ..scanning.verdict import encode_path
 from .pool import run_chunks
@@ -31,7 +32,18 @@ from .worker import KIND_CODES, Limits, facts_chunk
 BATCH = 65_536
 CHUNK = 32  # files per worker task
 
-_DEAD = (None, None, -1, None, None, None, None, False, "checking this file killed its worker (crash or --timeout)")
+_DEAD = (
+    None,
+    None,
+    -1,
+    None,
+    None,
+    None,
+    None,
+    False,
+    False,
+    "checking this file killed its worker (crash or --timeout)",
+)
 
 
 @dataclass
@@ -52,6 +64,7 @@ class Inventory:
     low_information: np.ndarray  # bool
     dev: np.ndarray | None = None  # uint64 st_dev, with ino: which file on disk (0, 0: unknown)
     ino: np.ndarray | None = None  # uint64 st_ino
+    unstable: np.ndarray | None = None  # bool: a texture, whose perceptual hash is unstable (quality.texture)
     alias_of: np.ndarray | None = None  # int64: an earlier file (root, path order) that is the same file, or -1
     excluded_bad: int = 0  # marked bad by the scan: not compared
     from_results: int = 0  # facts taken from scan results
@@ -84,6 +97,7 @@ class _Columns:
         "phash",
         "has_phash",
         "low_information",
+        "unstable",
         "dev",
         "ino",
     )
@@ -104,6 +118,7 @@ class _Columns:
         chash,
         phash,
         low,
+        shaky: bool = False,
         file_id: tuple[int, int] | None = None,
     ) -> None:
         r = self.rows
@@ -118,6 +133,7 @@ class _Columns:
         r["phash"].append(0 if phash is None else phash)
         r["has_phash"].append(phash is not None)
         r["low_information"].append(bool(low))
+        r["unstable"].append(bool(shaky))
         r["dev"].append(file_id[0] if file_id else 0)
         r["ino"].append(file_id[1] if file_id else 0)
         if len(r["root"]) >= BATCH:
@@ -138,6 +154,7 @@ class _Columns:
             ("has_hash", bool),
             ("has_phash", bool),
             ("low_information", bool),
+            ("unstable", bool),
         ):
             p[name].append(np.array(r[name], typ))
         p["content_hash"].append(np.frombuffer(b"".join(r["content_hash"]), np.uint8).reshape(-1, DIGEST_SIZE))
@@ -161,6 +178,7 @@ class _Columns:
                     ("phash", np.uint64),
                     ("has_phash", bool),
                     ("low_information", bool),
+                    ("unstable", bool),
                     ("dev", np.uint64),
                     ("ino", np.uint64),
                 )
@@ -243,14 +261,16 @@ def collect(
         todo = _from_results(index, root, results, cols, stats, exclude)
         for rels, rows in run_chunks(facts_chunk, root, _chunks(todo, CHUNK), limits, workers, lambda rel: _DEAD):
             for rel, row in zip(rels, rows):
-                size, mtime, kind, w, h, chash, phash, low, error = row
+                size, mtime, kind, w, h, chash, phash, low, shaky, error = row
                 if chash is None:
                     failed.append(f"{os.path.join(given, rel)}: {error}")
                     continue
                 stats["computed"] += 1
                 if kind == KIND_CODES["image"] and phash is None:
                     stats["undecodable"] += 1
-                cols.add(index, encode_path(rel), size, mtime, kind, w, h, chash, phash, low, _file_id(root, rel))
+                cols.add(
+                    index, encode_path(rel), size, mtime, kind, w, h, chash, phash, low, shaky, _file_id(root, rel)
+                )
                 if progress:
                     progress(1)
     inv = cols.inventory(list(roots))
@@ -304,7 +324,19 @@ def mark_same_files(inv: Inventory) -> None:
             first = order[k]
 
 
-_RESULT_COLUMNS = ("path", "status", "size", "mtime_ns", "width", "height", "content_hash", "phash", "flags")
+_RESULT_COLUMNS = (
+    "path",
+    "status",
+    "size",
+    "mtime_ns",
+    "width",
+    "height",
+    "content_hash",
+    "phash",
+    "flags",
+    "sharpness",
+    "contrast",
+)
 
 
 def _read_results(paths: list[str]) -> pa.Table | None:
@@ -421,6 +453,7 @@ def _match_batch(
             py["content_hash"][i],
             py["phash"][i],
             F.LOW_INFORMATION in flags,
+            image and is_unstable(py["sharpness"][i], py["contrast"][i]),
             (st.st_dev, st.st_ino),
         )
 

@@ -20,11 +20,12 @@ from ..errors import UserError
 from ..jsonpaths import path_fields
 from ..quality.compare import DEFAULT_MIN_CORRELATION, similarity
 from ..quality.flags import FlagOptions
+from ..quality.texture import WINDOWS
 from . import DEFAULT_NEAR
 from .collect import Inventory, check_outside_roots, collect
 from .grouping import Group, NearStats, group
 from .pool import run_chunks
-from .worker import Limits, thumbs_chunk
+from .worker import Limits, second_hashes_chunk, thumbs_chunk
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class DupsOptions:
     near: int = DEFAULT_NEAR  # max Hamming distance of near duplicates; 0 = exact only
     min_similarity: float = DEFAULT_MIN_CORRELATION  # the fine check's threshold; 0 would skip nothing
     verify: bool = True  # run the fine check on candidate pairs (off: the hash alone decides)
+    second_signal: bool = True  # also search textures on their anti-aliased hash (dsclean.quality.texture)
     jobs: int = 0  # worker processes; 0 = usable cores
     timeout: float = 60.0  # seconds per file in a worker; 0 = none
     max_memory: int = 0  # bytes one file's decode may add in a worker; 0 = none
@@ -143,7 +145,8 @@ def find_duplicates(
         state_dir=options.state_dir,
     )
     verify = _verifier(inv, limits, workers, options.min_similarity) if options.verify else None
-    groups, near_stats = group(inv, options.near, verify)
+    second = _second_hasher(inv, limits, workers) if options.second_signal else None
+    groups, near_stats = group(inv, options.near, verify, second)
     s = DupsSummary(roots=list(roots), near=options.near, near_stats=asdict(near_stats))
     s.files, s.images = len(inv), int((inv.kind == 0).sum())
     s.exact_groups = sum(g.kind == "exact" for g in groups)
@@ -172,6 +175,34 @@ def _verifier(inv: Inventory, limits: Limits, workers: int, threshold: float):
         return out
 
     return verify
+
+
+def _second_hasher(inv: Inventory, limits: Limits, workers: int):
+    """The second signal: the anti-aliased hashes of the files asked for (textures only), one per window of
+    :data:`dsclean.quality.texture.WINDOWS`, decoded again in the worker pool."""
+
+    def second(files: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        hashes = np.zeros((len(files), len(WINDOWS)), dtype=np.uint64)
+        ok = np.zeros(len(files), dtype=bool)
+        for r, root in enumerate(inv.roots):
+            at = np.flatnonzero(inv.root[files] == r)
+            pending: dict[str, np.ndarray] = {}  # the chunks in flight: first name -> positions in files
+
+            def chunks(at: np.ndarray = at):
+                for k in range(0, len(at), 32):
+                    chunk = [os.fsdecode(inv.rel(int(files[j]))) for j in at[k : k + 32]]
+                    pending[chunk[0]] = at[k : k + 32]  # names are unique within a root
+                    yield chunk
+
+            for chunk, answers in run_chunks(
+                second_hashes_chunk, os.path.abspath(root), chunks(), limits, workers, lambda rel: None
+            ):
+                for j, h in zip(pending.pop(chunk[0]).tolist(), answers):
+                    if h is not None:
+                        hashes[j], ok[j] = h, True
+        return hashes, ok
+
+    return second
 
 
 def _thumbnails(inv: Inventory, files: np.ndarray, limits: Limits, workers: int) -> dict[int, np.ndarray]:

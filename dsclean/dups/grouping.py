@@ -2,7 +2,9 @@
 
 Exact groups are runs of equal content hashes. Near grouping runs on one
 representative per exact group (and on files without an exact twin): the LSH
-search (:mod:`.search`) proposes pairs within K bits, the fine check
+search (:mod:`.search`) proposes pairs within K bits (for textures, whose
+perceptual hash is unstable, also pairs within K on the anti-aliased hash:
+:mod:`dsclean.quality.texture`), the fine check
 (:func:`dsclean.quality.compare.similarity`) confirms them, and groups are
 *centred*: taking representatives by most confirmed neighbours first (then in
 (root, path) order), each one not yet grouped gathers its confirmed neighbours
@@ -41,7 +43,10 @@ class Group:
 class NearStats:
     searched: int = 0  # representatives in the near search
     low_information: int = 0  # left out: near-constant pictures
-    candidates: int = 0  # pairs within K bits
+    unstable: int = 0  # searched also on the second signal: textures (dsclean.quality.texture)
+    second_hashed: int = 0  # of those, decoded for their anti-aliased hash
+    second_candidates: int = 0  # candidate pairs only the second signal proposed
+    candidates: int = 0  # pairs within K bits (on either signal)
     confirmed: int = 0  # pairs the fine check confirmed
     rejected: int = 0  # pairs the fine check rejected
     unverifiable: int = 0  # pairs with a picture that could not be decoded again
@@ -73,10 +78,17 @@ def _aliases(inv: Inventory) -> np.ndarray:
 
 
 Verifier = Callable[[np.ndarray, np.ndarray], np.ndarray]
+#: files -> (their anti-aliased hashes, (files, windows) uint64 with the whole picture first; whether computed)
+SecondHasher = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
-def group(inv: Inventory, radius: int, verify: Verifier | None) -> tuple[list[Group], NearStats]:
-    """Exact and near groups of the inventory, in output order (see :func:`ordered`)."""
+def group(
+    inv: Inventory, radius: int, verify: Verifier | None, second: SecondHasher | None = None
+) -> tuple[list[Group], NearStats]:
+    """Exact and near groups of the inventory, in output order (see :func:`ordered`).
+
+    ``second``: the second signal; when given, unstable pictures are also searched on it.
+    """
     rank = path_rank(inv)
     exact, rep = exact_runs(inv, rank)
     stats = NearStats()
@@ -90,6 +102,8 @@ def group(inv: Inventory, radius: int, verify: Verifier | None) -> tuple[list[Gr
         cand = cand[np.argsort(rank[cand], kind="stable")]  # position p = the p-th representative in path order
         stats.searched = len(cand)
         a, b, d = near_pairs(inv.phash[cand], radius)
+        if second is not None:
+            a, b, d = _with_second_signal(inv, cand, radius, second, (a, b, d), stats)
         stats.candidates = len(a)
         if len(a) and verify is not None:
             ok = verify(cand[a], cand[b])
@@ -111,6 +125,49 @@ def group(inv: Inventory, radius: int, verify: Verifier | None) -> tuple[list[Gr
             g.members, g.distance = full, dist
     groups = [Group(EXACT, [int(i) for i in g], [0] * len(g)) for g in exact if not absorbed[g[0]]] + near
     return ordered(groups, inv, rank), stats
+
+
+def _with_second_signal(
+    inv: Inventory,
+    cand: np.ndarray,
+    radius: int,
+    second: SecondHasher,
+    pairs: tuple[np.ndarray, np.ndarray, np.ndarray],
+    stats: NearStats,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The perceptual-hash pairs plus the pairs of unstable pictures the second signal proposes.
+
+    Each unstable picture has one anti-aliased hash per window (the whole picture first): a pair is
+    proposed when one picture's whole-picture hash lies within ``radius`` of any hash of the other
+    (a copy cropped by a few percent matches its original's window). All the hashes go through one
+    LSH search. Positions are into ``cand``; a pair proposed twice keeps the smaller distance.
+    """
+    if inv.unstable is None:
+        return pairs
+    shaky = np.flatnonzero(inv.unstable[cand])
+    stats.unstable = len(shaky)
+    if len(shaky) < 2:
+        return pairs
+    hashes, ok = second(cand[shaky])
+    stats.second_hashed = int(ok.sum())
+    where = shaky[ok]
+    windows = hashes.shape[1] if hashes.ndim == 2 else 1
+    flat = np.ascontiguousarray(np.asarray(hashes, np.uint64)[ok]).reshape(-1)
+    owner = np.repeat(where, windows)
+    whole = np.tile(np.arange(windows) == 0, len(where))
+    x, y, d2 = near_pairs(flat, radius)
+    keep = (owner[x] != owner[y]) & (whole[x] | whole[y])
+    i2, j2, d2 = owner[x][keep], owner[y][keep], d2[keep]
+    a, b, d = pairs
+    n = np.int64(len(cand))
+    codes = np.concatenate((a * n + b, np.minimum(i2, j2) * n + np.maximum(i2, j2)))
+    dist = np.concatenate((d, d2))
+    order = np.lexsort((dist, codes))  # by pair, smallest distance first
+    codes, dist = codes[order], dist[order]
+    first = np.concatenate(([True], codes[1:] != codes[:-1])) if len(codes) else np.zeros(0, bool)
+    codes, dist = codes[first], dist[first]
+    stats.second_candidates = len(codes) - len(a)  # near_pairs gives each pair once
+    return codes // n, codes % n, dist
 
 
 def _centred(cand: np.ndarray, a: np.ndarray, b: np.ndarray, d: np.ndarray) -> list[Group]:

@@ -1,4 +1,4 @@
-"""What runs in dups' worker processes: facts or thumbnails of a chunk of files, under a time limit.
+"""What runs in dups' worker processes: facts, thumbnails or anti-aliased hashes of a chunk of files, under a time limit.
 
 Each task gets (root, relative paths, limits) and returns plain tuples, so a
 chunk's answer is small to send back. The time limit and memory ceiling are the
@@ -19,6 +19,7 @@ from ..quality import flags as F
 from ..quality.files import facts_from_path
 from ..quality.flags import FlagOptions
 from ..quality.image import thumbnail_from_path
+from ..quality.texture import antialiased_hashes_from_path, is_unstable
 from ..scanning.worker import FAULT_ENV, inject_fault, set_memory_ceiling, time_limit
 
 KIND_CODES = {None: -1, formats.IMAGE: 0, formats.AUDIO: 1}
@@ -33,7 +34,7 @@ class Limits:
     flag_options: FlagOptions = FlagOptions()
 
 
-#: one file's answer: (size, mtime_ns, kind code, width, height, content_hash, phash, low_information, error)
+#: one file's answer: (size, mtime_ns, kind code, width, height, content_hash, phash, low_information, unstable, error)
 Row = tuple
 
 
@@ -64,11 +65,12 @@ def facts_row(path: str, options: FlagOptions = FlagOptions()) -> Row:
     try:
         ff = facts_from_path(path, options, decode=(formats.IMAGE,))
     except OSError as exc:
-        return (None, None, -1, None, None, None, None, False, f"cannot read: {exc.strerror or exc}")
+        return (None, None, -1, None, None, None, None, False, False, f"cannot read: {exc.strerror or exc}")
     except MemoryError:
-        return (None, None, -1, None, None, None, None, False, "out of memory")
+        return (None, None, -1, None, None, None, None, False, False, "out of memory")
     facts = ff.facts
     low = bool(facts and F.LOW_INFORMATION in facts.flags)
+    shaky = bool(facts and is_unstable(facts.sharpness, facts.contrast))
     return (
         ff.size,
         ff.mtime_ns,
@@ -78,6 +80,7 @@ def facts_row(path: str, options: FlagOptions = FlagOptions()) -> Row:
         facts.content_hash if facts else None,
         facts.phash if facts else None,
         low,
+        shaky,
         ff.error,
     )
 
@@ -92,5 +95,19 @@ def thumbs_chunk(root: str, rels: list[str], limits: Limits) -> list[np.ndarray 
             try:
                 out.append(thumbnail_from_path(os.path.join(root, rel)))
             except (Exception, MemoryError):  # undecodable now (changed since?): the pair is not confirmed
+                out.append(None)
+    return out
+
+
+def second_hashes_chunk(root: str, rels: list[str], limits: Limits) -> list[list[int] | None]:
+    """The anti-aliased hashes of each image, one per window (:mod:`dsclean.quality.texture`; None if undecodable)."""
+    _enter(limits)
+    out: list[list[int] | None] = []
+    for rel in rels:
+        with time_limit(limits.timeout):
+            _fault(os.path.join(root, rel))
+            try:
+                out.append(antialiased_hashes_from_path(os.path.join(root, rel)))
+            except (Exception, MemoryError):  # undecodable now (changed since?): no second signal for it
                 out.append(None)
     return out

@@ -22,5 +22,5 @@ def test_edited_copies_are_found_and_distinct_scenes_never_grouped(tmp_path):
     s = realphotos.score(groups, truth)
     assert s["sources"] >= 30 and s["copies"] >= 240
     assert s["false_groups"] == 0, s
-    assert s["recall"] >= 0.95, s
+    assert s["recall"] >= 0.99, s  # without the second signal 97.3%: resize_odd and crop_side copies missed
     assert result.summary.leaking_groups >= s["sources"] - 2  # crop and brighten copies sit in val

@@ -197,3 +197,68 @@ def score(groups: list[list[tuple[str, str]]], truth: dict[tuple[str, str], str]
         "sources": len(originals),
         "missed_by_edit": missed,
     }
+
+
+#: textures: pictures whose perceptual hash is unstable (dups' second signal, dsclean.quality.texture)
+TEXTURES = ("brick.png", "grass.png", "gravel.png")
+#: the wider edits of dups' second-signal benchmark: resized 40-90%, cropped 2-10%, recompressed
+WIDE_EDITS = (
+    "resize_40",
+    "resize_60",
+    "resize_75",
+    "resize_90",
+    "crop_2",
+    "crop_4",
+    "crop_7",
+    "crop_10",
+    "crop_side_4",
+    "crop_side_7",
+    "crop_side_10",
+    "jpeg_50",
+)
+
+
+def wide_edit(im: Image.Image, how: str, seed: int = 0) -> tuple[Image.Image, str]:
+    """One copy of ``im`` for :data:`WIDE_EDITS` and the format to store it in.
+
+    ``resize_P``: P% of each side (Lanczos, stored JPEG); ``crop_P``: P% of the width and of the
+    height taken off, split between the two sides at random; ``crop_side_P``: P% off one random side.
+    """
+    rng = np.random.default_rng(seed)
+    w, h = im.size
+    kind, _, amount = how.rpartition("_")
+    p = int(amount) / 100
+    if kind == "resize":
+        return im.resize((max(1, round(w * p)), max(1, round(h * p))), Image.Resampling.LANCZOS), "JPEG"
+    if kind == "crop":
+        fx, fy = rng.uniform(0.2, 0.8, 2)
+        dx, dy = p * w, p * h
+        return im.crop((round(dx * fx), round(dy * fy), w - round(dx * (1 - fx)), h - round(dy * (1 - fy)))), "PNG"
+    if kind == "crop_side":
+        cut = round(p * (w, h, w, h)[int(rng.integers(4))])
+        side = int(rng.integers(4))
+        return im.crop([(cut, 0, w, h), (0, cut, w, h), (0, 0, w - cut, h), (0, 0, w, h - cut)][side]), "PNG"
+    if kind == "jpeg":
+        return im, "JPEG50"
+    raise ValueError(how)
+
+
+def write_wide_set(
+    folder, edits: tuple[str, ...] = WIDE_EDITS, only: tuple[str, ...] | None = None, max_side: int | None = None
+) -> dict[tuple[str, str], str]:
+    """Like :func:`write_set` with :data:`WIDE_EDITS` (or ``edits``), every copy in ``val`` (each one leaks).
+
+    ``only``: the source names starting with one of these (e.g. :data:`TEXTURES`: their tiles).
+    """
+    truth: dict[tuple[str, str], str] = {}
+    for i, (name, im) in enumerate(sources(max_side).items()):
+        if only and not name.startswith(only):
+            continue
+        stem = name.replace(".", "_")
+        data, ext = file_bytes(im, "PNG")
+        truth[_put(folder, "train", f"orig/{stem}{ext}", data)] = name
+        for k, how in enumerate(edits):
+            copy, fmt = wide_edit(im, how, seed=i * 100 + k)
+            data, ext = file_bytes(copy, fmt)
+            truth[_put(folder, "val", f"{how}/{stem}{ext}", data)] = name
+    return truth
