@@ -41,7 +41,8 @@ from .verdict import Verdict
 #: dsclean.scanning.traits) and ``--expect``.
 #: also: a decoder's limit on a structurally whole file is the warning `unsupported`, decided after the format's next
 #: decoder tried it (dsclean.scanning.fallback); the loader profiles of scan --loader, dsclean.loaders.
-CHECKER_VERSION = 4
+#: 5: M4A and ADTS AAC (dsclean.scanning.formats.m4a), the MPF index's order, Ogg's last granule position.
+CHECKER_VERSION = 5
 
 #: Pillow's own default for MAX_IMAGE_PIXELS (about 89.5 Mpx): above it an image is a decompression bomb.
 DEFAULT_MAX_PIXELS = 89_478_485

@@ -1,0 +1,168 @@
+"""M4A (AAC in ISOBMFF) and ADTS AAC: the container rules, the decode through PyAV, and what a missing
+PyAV gives (warn/unsupported naming the extra, never ok unchecked, never bad)."""
+
+from __future__ import annotations
+
+import struct
+import sys
+
+import pytest
+from support import audiogen
+
+from dsclean import formats
+from dsclean import reasons as R
+from dsclean.scanning.check import CheckOptions, check_bytes
+from dsclean.scanning.formats import m4a
+
+pytest.importorskip("av")
+
+
+@pytest.fixture(scope="module")
+def m4a_file() -> bytes:
+    return audiogen.aac("ipod", seconds=1.0)
+
+
+@pytest.fixture(scope="module")
+def adts_file() -> bytes:
+    return audiogen.aac("adts", seconds=1.0)
+
+
+def check(data: bytes, name: str):
+    return check_bytes(data, name, CheckOptions())
+
+
+def test_whole_files_are_ok_with_their_facts(m4a_file, adts_file):
+    for data, name in ((m4a_file, "a.m4a"), (adts_file, "a.aac")):
+        v = check(data, name)
+        assert (v.status, v.reason, v.format) == (R.OK, None, name[2:])
+        assert v.sample_rate == 16000 and v.channels == 1
+        assert 16000 <= v.frames <= 16000 + 3 * 1024  # encoder priming and padding: whole AAC frames
+        assert v.rms is not None and 0.2 < v.rms < 0.35  # level facts from the decoded samples (noise of rms 0.29)
+
+
+def test_stereo_and_index_first_files_are_ok():
+    stereo = audiogen.aac("ipod", channels=2, sr=44100)
+    assert check(stereo, "s.m4a").status == R.OK and check(stereo, "s.m4a").channels == 2
+    faststart = audiogen.aac("ipod", movflags="faststart")
+    boxes = audiogen.mp4_boxes(faststart)
+    assert boxes[b"moov"] < boxes[b"mdat"]
+    assert check(faststart, "f.m4a").status == R.OK
+
+
+def test_sniff_names_the_content():
+    assert formats.sniff(audiogen.aac("ipod")[:32]) == "m4a"
+    assert formats.sniff(audiogen.aac("adts")[:32]) == "aac"
+    assert formats.format_of_name("x.M4A") == "m4a" and formats.format_of_name("x.aac") == "aac"
+
+
+@pytest.mark.parametrize("keep", [0.3, 0.95])
+def test_a_cut_m4a_is_truncated(m4a_file, keep):
+    v = check(m4a_file[: int(len(m4a_file) * keep)], "a.m4a")
+    assert (v.status, v.reason) == (R.BAD, R.TRUNCATED)
+    assert "declares" in v.detail and "present" in v.detail
+
+
+def test_a_cut_index_first_m4a_is_truncated():
+    data = audiogen.aac("ipod", seconds=1.0, movflags="faststart")
+    v = check(data[: len(data) - 700], "f.m4a")
+    assert (v.status, v.reason) == (R.BAD, R.TRUNCATED) and "'mdat'" in v.detail
+
+
+def test_a_zeroed_middle_is_a_decode_error(m4a_file):
+    mdat = audiogen.mp4_boxes(m4a_file)[b"mdat"]
+    data = bytearray(m4a_file)
+    data[mdat + 2000 : mdat + 3000] = bytes(1000)
+    v = check(bytes(data), "a.m4a")
+    assert (v.status, v.reason) == (R.BAD, R.CORRUPT) and "decoder error" in v.detail and "PyAV" in v.detail
+
+
+def test_a_chunk_offset_past_the_end_is_truncated(m4a_file):
+    stco = audiogen.mp4_boxes(m4a_file)[b"stco"]
+    data = bytearray(m4a_file)
+    struct.pack_into(">I", data, stco + 16, len(data) - 100)  # the first chunk's offset
+    v = check(bytes(data), "a.m4a")
+    assert (v.status, v.reason) == (R.BAD, R.TRUNCATED)
+    assert "chunk 0" in v.detail and "past the end of the file" in v.detail
+
+
+def test_a_chunk_outside_mdat_is_corrupt(m4a_file):
+    stco = audiogen.mp4_boxes(m4a_file)[b"stco"]
+    data = bytearray(m4a_file)
+    struct.pack_into(">I", data, stco + 16, 0)  # inside the file, but over ftyp: not sample data
+    v = check(bytes(data), "a.m4a")
+    assert (v.status, v.reason) == (R.BAD, R.CORRUPT) and "not inside an 'mdat'" in v.detail
+
+
+def test_a_sample_count_the_chunks_do_not_hold_is_corrupt(m4a_file):
+    stsz = audiogen.mp4_boxes(m4a_file)[b"stsz"]
+    data = bytearray(m4a_file)
+    (count,) = struct.unpack_from(">I", data, stsz + 16)
+    struct.pack_into(">I", data, stsz + 16, count - 1)
+    v = check(bytes(data), "a.m4a")
+    assert (v.status, v.reason) == (R.BAD, R.CORRUPT) and "'stsz' sizes" in v.detail
+
+
+def test_a_hostile_entry_count_sizes_nothing(m4a_file):
+    stco = audiogen.mp4_boxes(m4a_file)[b"stco"]
+    data = bytearray(m4a_file)
+    struct.pack_into(">I", data, stco + 12, 0xFFFFFFFF)
+    v = check(bytes(data), "a.m4a")
+    assert (v.status, v.reason) == (R.BAD, R.CORRUPT) and "declares 4294967295 entries" in v.detail
+
+
+def test_a_wrong_box_size_is_found(m4a_file):
+    stsz = audiogen.mp4_boxes(m4a_file)[b"stsz"]
+    data = bytearray(m4a_file)
+    struct.pack_into(">I", data, stsz, 5000)  # past its parent 'stbl'
+    v = check(bytes(data), "a.m4a")
+    assert (v.status, v.reason) == (R.BAD, R.CORRUPT) and "box 'stsz'" in v.detail
+    data = bytearray(m4a_file)
+    struct.pack_into(">I", data, audiogen.mp4_boxes(m4a_file)[b"mdat"], 4)  # smaller than its own header
+    v = check(bytes(data), "a.m4a")
+    assert (v.status, v.reason) == (R.BAD, R.CORRUPT) and "less than its own header" in v.detail
+
+
+def test_no_moov_is_truncated(m4a_file):
+    moov = audiogen.mp4_boxes(m4a_file)[b"moov"]
+    assert moov > audiogen.mp4_boxes(m4a_file)[b"mdat"]  # PyAV's ipod muxer writes the index last
+    v = check(m4a_file[:moov], "a.m4a")
+    assert (v.status, v.reason) == (R.BAD, R.TRUNCATED) and "no 'moov'" in v.detail
+
+
+def test_a_cut_adts_stream_is_truncated(adts_file):
+    v = check(adts_file[: len(adts_file) - 50], "a.aac")
+    assert (v.status, v.reason) == (R.BAD, R.TRUNCATED) and "bytes left" in v.detail
+
+
+def test_a_broken_adts_chain_is_corrupt(adts_file):
+    data = bytearray(adts_file)
+    data[len(data) // 2 : len(data) // 2 + 600] = bytes(600)
+    v = check(bytes(data), "a.aac")
+    assert (v.status, v.reason) == (R.BAD, R.CORRUPT) and "no sync word" in v.detail
+
+
+def test_garbage_inside_an_adts_frame_is_a_decode_error(adts_file):
+    # inside the 6th frame's payload: the chain of frame lengths holds, the decoder must notice
+    pos = 0
+    for _ in range(5):
+        pos += (adts_file[pos + 3] & 3) << 11 | adts_file[pos + 4] << 3 | adts_file[pos + 5] >> 5
+    length = (adts_file[pos + 3] & 3) << 11 | adts_file[pos + 4] << 3 | adts_file[pos + 5] >> 5
+    data = bytearray(adts_file)
+    data[pos + 7 : pos + length] = bytes(length - 7)
+    v = check(bytes(data), "a.aac")
+    assert (v.status, v.reason) == (R.BAD, R.CORRUPT) and "decoder error" in v.detail
+
+
+def test_id3_tags_around_an_adts_stream_are_skipped(adts_file):
+    tail = b"TAG" + bytes(125)
+    assert m4a.walk_adts(adts_file + tail)[0] == []
+    assert m4a.walk_adts(adts_file + b"junk")[0][0].reason == R.TRUNCATED
+
+
+def test_without_pyav_a_whole_file_is_unsupported_naming_the_extra(m4a_file, adts_file, monkeypatch):
+    monkeypatch.setitem(sys.modules, "av", None)  # import av raises ImportError
+    for data, name in ((m4a_file, "a.m4a"), (adts_file, "a.aac")):
+        v = check(data, name)
+        assert (v.status, v.reason) == (R.WARN, R.UNSUPPORTED) and "dsclean[av]" in v.detail
+    v = check(m4a_file[:1000], "a.m4a")  # damage found by the container rules is still bad
+    assert (v.status, v.reason) == (R.BAD, R.TRUNCATED)
