@@ -2,7 +2,7 @@
 
 Each module here reads one format's structure from its bytes — :mod:`.jpeg`, :mod:`.png`, :mod:`.gif`,
 :mod:`.bmp`, :mod:`.tiff`, :mod:`.isobmff` (AVIF, HEIF, JPEG XL), :mod:`.pnm` (PPM/PGM), :mod:`.wav`,
-:mod:`.flac`, :mod:`.ogg`, :mod:`.mp3`, :mod:`.m4a` (M4A and ADTS AAC; and :mod:`.id3`, the tags MP3 and FLAC files carry) — and says what
+:mod:`.flac`, :mod:`.ogg` (and :mod:`.oggpackets`), :mod:`.mp3`, :mod:`.m4a` (M4A and ADTS AAC; and :mod:`.id3`, the tags MP3 and FLAC files carry) — and says what
 is wrong with it as findings; the checks of :mod:`dsclean.scanning.check_image` and
 :mod:`dsclean.scanning.check_audio` combine those with a real decode, and a module with a check of its own
 (:mod:`.pnm`, :mod:`.isobmff`, :mod:`.m4a`) holds it.
