@@ -166,3 +166,11 @@ def test_without_pyav_a_whole_file_is_unsupported_naming_the_extra(m4a_file, adt
         assert (v.status, v.reason) == (R.WARN, R.UNSUPPORTED) and "dsclean[av]" in v.detail
     v = check(m4a_file[:1000], "a.m4a")  # damage found by the container rules is still bad
     assert (v.status, v.reason) == (R.BAD, R.TRUNCATED)
+
+
+def test_an_adts_stream_behind_an_id3_tag_is_aac(adts_file):
+    tag = b"ID3\x04\x00\x00\x00\x00\x00\x0a" + b"TIT2" + bytes(6)  # ID3v2.4, 10 bytes of frames
+    v = check(tag + adts_file, "a.aac")
+    assert (v.status, v.format) == (R.OK, "aac"), v.detail
+    v = check(tag + adts_file[:-50], "a.aac")
+    assert (v.status, v.reason, v.format) == (R.BAD, R.TRUNCATED, "aac") and "ADTS frame" in v.detail

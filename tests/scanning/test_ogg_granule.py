@@ -160,3 +160,10 @@ def test_a_damaged_setup_header_leaves_the_rule_out_without_failing():
         ogg.walk(bytes(out))  # the CRC fails; the accounting meets garbage headers and must not raise
         modes = oggpackets._vorbis_modes(bytes(out[pos : pos + length]))
         assert modes is None or (1 <= len(modes) <= 64 and set(modes) <= {0, 1})
+
+
+def test_a_negative_granule_position_is_corrupt_not_a_crash():
+    data = encode("VORBIS")
+    damaged = set_granule(data, 2, -5)  # -1 means "no packet ends here"; -5 means nothing (was a KeyError)
+    [finding] = ogg.walk(damaged)
+    assert finding.reason == R.CORRUPT and "granule position -5 at page 2" in finding.detail

@@ -61,7 +61,11 @@ def walk(buf) -> list[Finding]:
                     f"Ogg stream {serial:08x}: page sequence jumps from {next_seq[serial] - 1} to {seq} at offset {pos} (pages lost)",
                 )
             )
-        if granule != -1:
+        if granule < -1:  # -1 is "no packet ends here"; any other negative value is no position
+            out.append(
+                bad(R.CORRUPT, f"Ogg stream {serial:08x}: granule position {granule} at page {page} (offset {pos})")
+            )
+        elif granule != -1:
             if granule < granules.get(serial, -1):
                 out.append(
                     bad(
