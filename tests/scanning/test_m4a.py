@@ -174,3 +174,54 @@ def test_an_adts_stream_behind_an_id3_tag_is_aac(adts_file):
     assert (v.status, v.format) == (R.OK, "aac"), v.detail
     v = check(tag + adts_file[:-50], "a.aac")
     assert (v.status, v.reason, v.format) == (R.BAD, R.TRUNCATED, "aac") and "ADTS frame" in v.detail
+
+
+def split_chunks(data: bytes, first: int) -> bytes:
+    """The file with its single chunk split in two: ``first`` samples, then the rest (stco gets a second
+    offset, stsc a second run; the boxes above them grow). The index must come after the samples."""
+    b = audiogen.mp4_boxes(data)
+    assert b[b"moov"] > b[b"mdat"]  # growing the index then moves no sample
+    (count,) = struct.unpack_from(">I", data, b[b"stsz"] + 16)
+    sizes = struct.unpack_from(f">{count}I", data, b[b"stsz"] + 20)
+    (offset,) = struct.unpack_from(">I", data, b[b"stco"] + 16)
+    (runs,) = struct.unpack_from(">I", data, b[b"stsc"] + 12)
+    assert runs == 1 and struct.unpack_from(">I", data, b[b"stco"] + 12)[0] == 1
+    stco = struct.pack(">I4sIIII", 24, b"stco", 0, 2, offset, offset + sum(sizes[:first]))
+    stsc = (
+        struct.pack(">I4sII", 40, b"stsc", 0, 2)
+        + struct.pack(">III", 1, first, 1)
+        + struct.pack(">III", 2, count - first, 1)
+    )
+    out = bytearray(data)
+    for kind, new in sorted(((b"stco", stco), (b"stsc", stsc)), key=lambda kv: -b[kv[0]]):  # back to front
+        (old,) = struct.unpack_from(">I", out, b[kind])
+        out[b[kind] : b[kind] + old] = new
+    grow = len(out) - len(data)
+    for parent in (b"moov", b"trak", b"mdia", b"minf", b"stbl"):
+        (size,) = struct.unpack_from(">I", out, b[parent])
+        struct.pack_into(">I", out, b[parent], size + grow)
+    return bytes(out)
+
+
+def test_a_sample_table_of_several_chunks(m4a_file):
+    data = split_chunks(m4a_file, 5)
+    v = check(data, "a.m4a")
+    assert (v.status, v.reason) == (R.OK, None), v.detail  # the same samples, indexed in two chunks
+    stco = audiogen.mp4_boxes(data)[b"stco"]
+    (second,) = struct.unpack_from(">I", data, stco + 20)
+    past = bytearray(data)
+    struct.pack_into(">I", past, stco + 20, second + len(data))  # only the second chunk lies past the end
+    v = check(bytes(past), "a.m4a")
+    assert (v.status, v.reason) == (R.BAD, R.TRUNCATED) and "chunk 1 at bytes" in v.detail
+    moved = bytearray(data)
+    struct.pack_into(">I", moved, stco + 20, second + 3)  # inside mdat, its last bytes over the moov box
+    v = check(bytes(moved), "a.m4a")
+    assert (v.status, v.reason) == (R.BAD, R.CORRUPT) and "chunk 1 at bytes" in v.detail and "'mdat'" in v.detail
+
+
+def test_a_fragmented_m4a_is_ok():
+    data = audiogen.aac("ipod", seconds=1.0, movflags="frag_keyframe+empty_moov")
+    assert b"mvex" in data and b"moof" in data
+    assert check(data, "f.m4a").status == R.OK
+    v = check(data[:-100], "f.m4a")
+    assert (v.status, v.reason) == (R.BAD, R.TRUNCATED)
