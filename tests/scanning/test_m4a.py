@@ -225,3 +225,26 @@ def test_a_fragmented_m4a_is_ok():
     assert check(data, "f.m4a").status == R.OK
     v = check(data[:-100], "f.m4a")
     assert (v.status, v.reason) == (R.BAD, R.TRUNCATED)
+
+
+def test_the_default_audio_loader_reads_what_the_check_passed(m4a_file, adts_file, tmp_path):
+    """An ok verdict means the index's default loader reads the file: libsndfile has no AAC decoder, so the
+    default audio loader takes AAC (by content) through PyAV; the soundfile profile alone still refuses it."""
+    import io
+
+    import soundfile as sf
+
+    from dsclean.data.loaders import audio_loader
+    from dsclean.loaders.profiles import load_soundfile
+
+    for data, name in ((m4a_file, "a.m4a"), (adts_file, "a.aac")):
+        v = check(data, name)
+        (tmp_path / name).write_bytes(data)
+        for source in (str(tmp_path / name), io.BytesIO(data)):
+            samples, rate = audio_loader(source)
+            assert rate == v.sample_rate and tuple(samples.shape) == (v.channels, v.frames)
+        with pytest.raises(sf.LibsndfileError):
+            load_soundfile(data)
+    wav = io.BytesIO()
+    sf.write(wav, audiogen.signal(1, 0.1, 8000), 8000, format="WAV")
+    assert audio_loader(io.BytesIO(wav.getvalue()))[0].shape == (1, 800)  # everything else: soundfile, as before
