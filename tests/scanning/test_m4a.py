@@ -248,3 +248,12 @@ def test_the_default_audio_loader_reads_what_the_check_passed(m4a_file, adts_fil
     wav = io.BytesIO()
     sf.write(wav, audiogen.signal(1, 0.1, 8000), 8000, format="WAV")
     assert audio_loader(io.BytesIO(wav.getvalue()))[0].shape == (1, 800)  # everything else: soundfile, as before
+
+
+def test_decoding_times_for_another_sample_count_are_corrupt(m4a_file):
+    stts = audiogen.mp4_boxes(m4a_file)[b"stts"]
+    data = bytearray(m4a_file)
+    (first,) = struct.unpack_from(">I", data, stts + 16)  # the first run's sample count
+    struct.pack_into(">I", data, stts + 16, first + 1)
+    v = check(bytes(data), "a.m4a")
+    assert (v.status, v.reason) == (R.BAD, R.CORRUPT) and "'stts' times" in v.detail

@@ -3,7 +3,7 @@
 M4A: every top-level box whole (the box walk of :mod:`.isobmff`), ``ftyp`` first, a ``moov`` (the
 index) and an ``mdat`` (the samples); in every track's sample table (``moov/trak/mdia/minf/stbl``)
 each chunk (``stco``/``co64`` offset, its bytes from ``stsc`` samples-per-chunk and ``stsz`` sizes)
-lies inside the file and inside an ``mdat``. A file fragmented for streaming (``mvex`` in ``moov``)
+lies inside the file and inside an ``mdat``, and ``stsc``, ``stsz`` and ``stts`` count the same samples. A file fragmented for streaming (``mvex`` in ``moov``)
 keeps its samples in ``moof``/``mdat`` pairs: their boxes are walked, its empty sample table is not.
 
 ADTS: every frame starts with the 12-bit sync word and layer 0, its 13-bit frame length at least its
@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import io
 import struct
+import sys
 
 import numpy as np
 
 from ... import reasons as R
 from ...quality.audio import AudioStats
 from .. import facts as facts_of
+from .. import importguard
 from ..verdict import Finding, Verdict, bad
 from . import id3, isobmff
 
@@ -115,6 +117,13 @@ def _chunks(buf, stbl: isobmff.Box, mdats: list[isobmff.Box], out: isobmff.Walk)
             f"M4A sample table: 'stsc' puts {int(per_chunk.sum())} samples in {len(offsets)} chunks, "
             f"'stsz' sizes {len(sizes)}",
         )
+    if b"stts" in kids:  # the decoding times: one per sample
+        times = _table(buf, kids[b"stts"], ">u4", 2)
+        if isinstance(times, str):
+            return bad(R.CORRUPT, f"M4A sample table: 'stts' {times}")
+        timed = int(times[:, 0].sum(dtype=np.int64))
+        if timed != len(sizes):
+            return bad(R.CORRUPT, f"M4A sample table: 'stts' times {timed} samples, 'stsz' sizes {len(sizes)}")
     if not len(offsets):
         return None
     cum = np.concatenate(([0], np.cumsum(sizes, dtype=np.int64)))  # bytes before each sample
@@ -228,7 +237,11 @@ def _decode(data, v: Verdict, facts: bool) -> Finding | None:
     """Decode every packet of the first audio stream through PyAV; fill the audio facts. A finding when
     the decode fails (``corrupt``), finds nothing (``empty``) or PyAV is missing (``unsupported``, warn)."""
     try:
-        import av
+        if "av" in sys.modules:
+            import av
+        else:
+            with importguard.guarded():  # a library loading is not the file's doing: outside its ceiling
+                import av
     except ImportError:
         return Finding(
             R.WARN,
