@@ -257,3 +257,14 @@ def test_decoding_times_for_another_sample_count_are_corrupt(m4a_file):
     struct.pack_into(">I", data, stts + 16, first + 1)
     v = check(bytes(data), "a.m4a")
     assert (v.status, v.reason) == (R.BAD, R.CORRUPT) and "'stts' times" in v.detail
+
+
+def test_one_size_for_every_sample_is_held_against_the_file(m4a_file):
+    stsz = audiogen.mp4_boxes(m4a_file)[b"stsz"]
+    data = bytearray(m4a_file)
+    struct.pack_into(">I", data, stsz + 12, 0x10000000)  # "every sample is 256 MiB" (the table is then unused)
+    v = check(bytes(data), "a.m4a")
+    assert (v.status, v.reason) == (R.BAD, R.TRUNCATED) and "samples of 268435456 bytes" in v.detail
+    struct.pack_into(">I", data, stsz + 12, 2)  # 2 bytes each: inside the file, and not what the decoder gets
+    v = check(bytes(data), "a.m4a")
+    assert v.status == R.BAD

@@ -102,33 +102,43 @@ def _chunks(buf, stbl: isobmff.Box, mdats: list[isobmff.Box], out: isobmff.Walk)
     wide = offsets_box.type == b"co64"
     offsets = _table(buf, offsets_box, ">u8" if wide else ">u4", 1)
     runs = _table(buf, kids[b"stsc"], ">u4", 3)
-    sizes = _sizes(buf, kids[b"stsz"])
-    for name, table in (("stco/co64", offsets), ("stsc", runs), ("stsz", sizes)):
+    stsz = _sizes(buf, kids[b"stsz"])
+    for name, table in (("stco/co64", offsets), ("stsc", runs), ("stsz", stsz)):
         if isinstance(table, str):
             return bad(R.CORRUPT, f"M4A sample table: '{name}' {table}")
-    assert not isinstance(offsets, str) and not isinstance(runs, str) and not isinstance(sizes, str)
+    assert not isinstance(offsets, str) and not isinstance(runs, str) and not isinstance(stsz, str)
+    samples, sizes = stsz
     offsets = offsets.reshape(-1).astype(np.int64)
     per_chunk = _samples_per_chunk(runs, len(offsets))
     if isinstance(per_chunk, str):
         return bad(R.CORRUPT, f"M4A sample table: 'stsc' {per_chunk}")
-    if int(per_chunk.sum()) != len(sizes):
+    if int(per_chunk.sum()) != samples:
         return bad(
             R.CORRUPT,
             f"M4A sample table: 'stsc' puts {int(per_chunk.sum())} samples in {len(offsets)} chunks, "
-            f"'stsz' sizes {len(sizes)}",
+            f"'stsz' sizes {samples}",
         )
     if b"stts" in kids:  # the decoding times: one per sample
         times = _table(buf, kids[b"stts"], ">u4", 2)
         if isinstance(times, str):
             return bad(R.CORRUPT, f"M4A sample table: 'stts' {times}")
         timed = int(times[:, 0].sum(dtype=np.int64))
-        if timed != len(sizes):
-            return bad(R.CORRUPT, f"M4A sample table: 'stts' times {timed} samples, 'stsz' sizes {len(sizes)}")
+        if timed != samples:
+            return bad(R.CORRUPT, f"M4A sample table: 'stts' times {timed} samples, 'stsz' sizes {samples}")
     if not len(offsets):
         return None
-    cum = np.concatenate(([0], np.cumsum(sizes, dtype=np.int64)))  # bytes before each sample
-    first = np.concatenate(([0], np.cumsum(per_chunk)))  # index of each chunk's first sample
-    chunk_bytes = cum[first[1:]] - cum[first[:-1]]
+    if isinstance(sizes, int):  # one size for every sample (PCM has a sample per frame: never materialised)
+        if samples * sizes > len(buf):
+            return bad(
+                R.TRUNCATED,
+                f"M4A sample table: 'stsz' says {samples} samples of {sizes} bytes, more than the file holds "
+                f"({len(buf)} bytes)",
+            )
+        chunk_bytes = per_chunk * sizes
+    else:
+        cum = np.concatenate(([0], np.cumsum(sizes, dtype=np.int64)))  # bytes before each sample
+        first = np.concatenate(([0], np.cumsum(per_chunk)))  # index of each chunk's first sample
+        chunk_bytes = cum[first[1:]] - cum[first[:-1]]
     chunk_ends = offsets + chunk_bytes
     size = len(buf)
     past = np.flatnonzero(chunk_ends > size)
@@ -164,18 +174,16 @@ def _table(buf, box: isobmff.Box, dtype: str, fields: int) -> np.ndarray | str:
     return np.frombuffer(buf, dtype=dtype, count=count * fields, offset=box.body + 8).reshape(count, fields)
 
 
-def _sizes(buf, box: isobmff.Box) -> np.ndarray | str:
-    """``stsz``: every sample's size (one size for all, or a table)."""
+def _sizes(buf, box: isobmff.Box) -> tuple[int, int | np.ndarray] | str:
+    """``stsz``: (sample count, the one size of every sample or a table of sizes), or why it cannot be read."""
     if box.end - box.body < 12:
         return "is shorter than its header"
     uniform, count = struct.unpack_from(">II", buf, box.body + 4)
     if uniform:
-        if count * uniform > len(buf):  # checked before it sizes an array: the samples lie in the file
-            return f"declares {count} samples of {uniform} bytes"
-        return np.full(count, uniform, dtype=np.int64)
-    if count * 4 > box.end - box.body - 12:
+        return count, uniform
+    if count * 4 > box.end - box.body - 12:  # checked before it sizes an array
         return f"declares {count} sizes, its box holds {(box.end - box.body - 12) // 4}"
-    return np.frombuffer(buf, dtype=">u4", count=count, offset=box.body + 12).astype(np.int64)
+    return count, np.frombuffer(buf, dtype=">u4", count=count, offset=box.body + 12).astype(np.int64)
 
 
 def _samples_per_chunk(runs: np.ndarray, chunks: int) -> np.ndarray | str:
