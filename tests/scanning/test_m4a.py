@@ -268,3 +268,24 @@ def test_one_size_for_every_sample_is_held_against_the_file(m4a_file):
     struct.pack_into(">I", data, stsz + 12, 2)  # 2 bytes each: inside the file, and not what the decoder gets
     v = check(bytes(data), "a.m4a")
     assert v.status == R.BAD
+
+
+def test_apple_lossless_in_an_m4a_is_checked_the_same_way(tmp_path):
+    import av
+    import numpy as np
+
+    path = str(tmp_path / "alac.m4a")
+    with av.open(path, "w", format="ipod") as out:
+        stream = out.add_stream("alac", rate=44100, layout="mono")
+        pcm = np.ascontiguousarray((audiogen.signal(1, 1.0, 44100).T * 20000).astype(np.int16))
+        frame = av.AudioFrame.from_ndarray(pcm, format="s16p", layout="mono")
+        frame.sample_rate = 44100
+        for packet in [*stream.encode(frame), *stream.encode(None)]:
+            out.mux(packet)
+    data = (tmp_path / "alac.m4a").read_bytes()
+    v = check(data, "alac.m4a")
+    assert (v.status, v.subtype, v.frames) == (R.OK, "ALAC", 44100)
+    stco = audiogen.mp4_boxes(data)[b"stco"]
+    past = bytearray(data)
+    struct.pack_into(">I", past, stco + 16, len(data))
+    assert check(bytes(past), "alac.m4a").reason == R.TRUNCATED
