@@ -25,6 +25,10 @@ FORMATS: dict[str, tuple[str, tuple[str, ...]]] = {
     "flac": (AUDIO, (".flac",)),
     "ogg": (AUDIO, (".ogg", ".opus", ".oga")),  # Ogg Vorbis, Ogg Opus (.opus), Ogg audio (.oga)
     "mp3": (AUDIO, (".mp3",)),
+    # AAC: in an MPEG-4 audio file (ISOBMFF) or a raw ADTS stream. Not .mp4: a video container, its audio track
+    # alone is not what a dataset of .mp4 files is about (docs/reference/formats.md)
+    "m4a": (AUDIO, (".m4a",)),
+    "aac": (AUDIO, (".aac",)),  # ADTS frames
 }
 
 EXT_TO_FORMAT: dict[str, str] = {ext: fmt for fmt, (_, exts) in FORMATS.items() for ext in exts}
@@ -42,6 +46,8 @@ _AVIF_BRANDS = frozenset({b"avif", b"avis"})
 _HEIF_BRANDS = frozenset(
     {b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm", b"hevs", b"mif1", b"msf1", b"miaf"}
 )
+#: ftyp brands of MPEG-4 files holding audio (a HEIF/AVIF brand among the compatible ones wins: an image)
+_M4A_BRANDS = frozenset({b"M4A ", b"M4B ", b"M4P ", b"mp41", b"mp42", b"isom", b"iso2", b"dash"})
 _JXL_CODESTREAM, _JXL_CONTAINER = b"\xff\x0a", b"\x00\x00\x00\x0cJXL \r\n\x87\n"
 
 # Fixed magic prefixes, used both to sniff and to recognise a file truncated inside its magic.
@@ -101,18 +107,22 @@ def sniff(head: bytes) -> str | None:
         return "jxl"
     if _is_mp3_frame_sync(head):
         return "mp3"
+    if len(head) >= 7 and head[0] == 0xFF and head[1] & 0xF6 == 0xF0:
+        return "aac"  # ADTS: 12 sync bits, then MPEG version, layer 0 (MP3's layers are 1-3)
     if head[:1] == b"P" and head[1:2] in (b"1", b"2", b"3", b"4", b"5", b"6") and head[2:3].isspace():
         return "ppm"  # Netpbm magic: P1-P6 and whitespace
     return None
 
 
 def _heif_brand(head: bytes) -> str | None:
-    """``avif`` or ``heif`` from the ftyp box's major brand and the compatible brands ``head`` holds."""
+    """``avif``, ``heif`` or ``m4a`` from the ftyp box's major brand and the compatible brands ``head`` holds."""
     size = int.from_bytes(head[:4], "big")
     brands = [head[8:12]] + [head[i : i + 4] for i in range(16, min(size, len(head)) - 3, 4)]
     if any(b in _AVIF_BRANDS for b in brands):
         return "avif"
-    return "heif" if any(b in _HEIF_BRANDS for b in brands) else None
+    if any(b in _HEIF_BRANDS for b in brands):
+        return "heif"
+    return "m4a" if any(b in _M4A_BRANDS for b in brands) else None
 
 
 def is_prefix_of_magic(head: bytes, fmt: str) -> bool:

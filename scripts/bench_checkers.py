@@ -14,6 +14,8 @@ flagged), then times, interleaved, best of --repeats, every contender as a whole
 - WAV (2,000 short WAVs):      a bare ``soundfile.read`` loop;
 - JPEG (3,000 photo JPEGs):    ``jpeginfo -c``, and a loop of libjpeg-turbo's own decode as the
                                checker does it (header + strict 1/8-scale grey decode: the floor);
+- M4A (500 short AAC .m4a):    ``ffmpeg -v error -i f -f null -`` per file (when ffmpeg is installed), and a
+                               loop of PyAV decoding every packet (the same FFmpeg decoder the checker uses: the floor);
 
 against, for each format:
 
@@ -38,7 +40,7 @@ workers included: "per core", and steady on a shared machine) and per wall-clock
 format: hashing the files' bytes alone against the ``--facts none`` checker's time for the same files
 (what ``--facts all`` adds on top of that, besides the quality facts: ``scripts/bench_facts.py``).
 
-    python scripts/bench_checkers.py [--png 600] [--flac 2000] [--wav 2000] [--jpeg 3000] [--repeats 3]
+    python scripts/bench_checkers.py [--png 600] [--flac 2000] [--wav 2000] [--jpeg 3000] [--m4a 500] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -88,6 +90,23 @@ for p in sys.argv[1:]:
         bad += 1
 print(bad, 0)
 """
+
+PYAV_LOOP = """
+import sys, av
+bad = 0
+for p in sys.argv[1:]:
+    try:
+        with av.open(p) as c:
+            s = c.streams.audio[0]
+            for packet in c.demux(s):
+                s.decode(packet)
+    except Exception:
+        bad += 1
+print(bad, 0)
+"""
+
+# one ffmpeg process per file (it checks one input at a time); a failing file prints BAD
+FFMPEG_LOOP = 'for f; do ffmpeg -nostdin -v error -i "$f" -f null - 2>/dev/null || echo BAD; done'
 
 JPEG_FLOOR = """
 import sys, simplejpeg
@@ -164,6 +183,15 @@ def make_audio(folder: str, n: int, fmt: str, seed: int = 0) -> None:
         _write(folder, f"a{i:05d}.{fmt}", buf.getvalue())
 
 
+def make_m4a(folder: str, n: int, seed: int = 0) -> None:
+    """Short stereo 44.1 kHz AAC clips of 0.5-1.5 s in .m4a, encoded by FFmpeg's AAC encoder through PyAV."""
+    from support import audiogen
+
+    rng = np.random.default_rng(seed)
+    for i in range(n):
+        _write(folder, f"a{i:05d}.m4a", audiogen.aac("ipod", float(rng.uniform(0.5, 1.5)), 44100, channels=2))
+
+
 def _children_cpu() -> float:
     """User + system CPU seconds of every finished child process so far (their children included once reaped)."""
     import resource
@@ -228,6 +256,8 @@ def _tool_failures(tool: str, out: subprocess.CompletedProcess) -> int:
         return sum(1 for line in out.stdout.splitlines() if line.strip())
     if name == "flac":
         return out.stderr.count("ERROR")
+    if name == "sh":  # FFMPEG_LOOP
+        return out.stdout.count("BAD")
     return 0
 
 
@@ -283,7 +313,7 @@ def dsclean_scan(folder: str, files: list[str], *options: str, src: str | None =
 
 def contenders(fmt: str, folder: str, files: list[str]) -> list[tuple[str, object]]:
     """(name, fn) for one format; fn() -> (bad, warn), or None when the tool is not installed. The first is the reference."""
-    tool = {"png": "pngcheck", "flac": "flac", "jpeg": "jpeginfo"}.get(fmt)
+    tool = {"png": "pngcheck", "flac": "flac", "jpeg": "jpeginfo", "m4a": "ffmpeg"}.get(fmt)
     exe = shutil.which(tool) if tool else None
     refs = {
         "png": [("pngcheck -q", lambda: _batches([exe, "-q"], files, folder) if exe else None)],
@@ -292,6 +322,13 @@ def contenders(fmt: str, folder: str, files: list[str]) -> list[tuple[str, objec
             ("soundfile.read loop", lambda: _batches([PY, "-c", SF_LOOP], files, folder)),
         ],
         "wav": [("soundfile.read loop", lambda: _batches([PY, "-c", SF_LOOP], files, folder))],
+        "m4a": [
+            (
+                "ffmpeg -v error -i f -f null - (a process per file)",
+                lambda: _batches(["sh", "-c", FFMPEG_LOOP, "sh"], files, folder) if exe else None,
+            ),
+            ("PyAV decode loop (every packet: the floor)", lambda: _batches([PY, "-c", PYAV_LOOP], files, folder)),
+        ],
         "jpeg": [
             ("jpeginfo -c", lambda: _batches([exe, "-c"], files, folder) if exe else None),
             (
@@ -334,7 +371,7 @@ def bench_format(fmt: str, n: int, repeats: int, base_dir: str) -> list[str]:
     folder = os.path.join(base_dir, fmt)
     os.makedirs(folder)
     t0 = time.perf_counter()
-    {"png": make_pngs, "jpeg": make_jpegs}.get(fmt, lambda f, k: make_audio(f, k, fmt))(folder, n)
+    {"png": make_pngs, "jpeg": make_jpegs, "m4a": make_m4a}.get(fmt, lambda f, k: make_audio(f, k, fmt))(folder, n)
     files = sorted(os.listdir(folder))
     mb = sum(os.path.getsize(os.path.join(folder, f)) for f in files) / 1e6
     for f in files:  # warm the page cache
@@ -361,7 +398,7 @@ def bench_format(fmt: str, n: int, repeats: int, base_dir: str) -> list[str]:
     ]
     for name, _ in entries:
         if flagged[name] is None:
-            lines.append(f"| {name} | not installed (apt-get install -y jpeginfo pngcheck flac) | | | | |")
+            lines.append(f"| {name} | not installed (apt-get install -y jpeginfo pngcheck flac ffmpeg) | | | | |")
             continue
         cpu, wall = min(cpus[name]), min(walls[name])
         lines.append(
@@ -388,8 +425,11 @@ def main() -> None:
     ap.add_argument("--flac", type=int, default=2000)
     ap.add_argument("--wav", type=int, default=2000)
     ap.add_argument("--jpeg", type=int, default=3000)
+    ap.add_argument("--m4a", type=int, default=500)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--only", choices=["png", "flac", "wav", "jpeg"], action="append", help="run only these formats")
+    ap.add_argument(
+        "--only", choices=["png", "flac", "wav", "jpeg", "m4a"], action="append", help="run only these formats"
+    )
     ap.add_argument(
         "--no-compile",
         action="store_true",
@@ -435,7 +475,7 @@ def main() -> None:
     load_before = os.getloadavg()
     out = []
     try:
-        for fmt in args.only or ["png", "flac", "wav", "jpeg"]:
+        for fmt in args.only or ["png", "flac", "wav", "jpeg", "m4a"]:
             out += bench_format(fmt, getattr(args, fmt), args.repeats, base)
     finally:
         shutil.rmtree(base)

@@ -138,16 +138,68 @@ def _lenient(path, *, exif: bool):
         return img
 
 
+#: audio formats libsndfile has no decoder for: the default audio loader reads them through PyAV (FFmpeg,
+#: ``dsclean[av]``), the decoder the scan checked them with
+PYAV_FORMATS = frozenset({"m4a", "aac"})
+
+
 def audio_loader(path: str | BinaryIO) -> tuple[torch.Tensor, int]:
-    """``(float32 tensor shaped (channels, frames), sample_rate)`` via soundfile."""
+    """``(float32 tensor shaped (channels, frames), sample_rate)`` via soundfile; AAC (``.m4a``, ADTS ``.aac``),
+    which libsndfile cannot decode, via PyAV (by content, not by name)."""
+    if isinstance(path, (str, bytes, os.PathLike)):
+        with open_regular_file(path) as f:  # (libsndfile's own open would block on a FIFO)
+            return _pyav_audio(f) if _needs_pyav(f) else soundfile_loader(f)
+    return _pyav_audio(path) if _needs_pyav(path) else soundfile_loader(path)
+
+
+def soundfile_loader(path: str | BinaryIO) -> tuple[torch.Tensor, int]:
+    """``soundfile.read(f, dtype="float32", always_2d=True)`` as ``(tensor (channels, frames), rate)``."""
     import soundfile
 
     if isinstance(path, (str, bytes, os.PathLike)):
-        with open_regular_file(path) as f:  # (libsndfile's own open would block on a FIFO)
+        with open_regular_file(path) as f:
             data, rate = soundfile.read(f, dtype="float32", always_2d=True)
     else:
         data, rate = soundfile.read(path, dtype="float32", always_2d=True)
     return torch.from_numpy(np.ascontiguousarray(data.T)), int(rate)
+
+
+def _needs_pyav(f: BinaryIO) -> bool:
+    """The file's first bytes are a format in :data:`PYAV_FORMATS` (the position is left where it was)."""
+    from ..formats import SNIFF_BYTES, sniff
+
+    if not f.seekable():
+        return False
+    at = f.tell()
+    head = f.read(SNIFF_BYTES)
+    f.seek(at)
+    return sniff(head) in PYAV_FORMATS
+
+
+def _pyav_audio(f: BinaryIO) -> tuple[torch.Tensor, int]:
+    out = pyav_loader(f)
+    if out is None:
+        raise ValueError("no audio frames")
+    return out
+
+
+def pyav_loader(f: BinaryIO):
+    """FFmpeg through PyAV: every frame of the first audio stream as float32, ``(tensor (channels, frames), rate)``,
+    or None when it decodes to nothing."""
+    import av
+
+    with av.open(f, "r") as container:
+        stream = container.streams.audio[0]
+        resampler = av.AudioResampler(format="fltp")  # planar float: (channels, samples) per frame
+        parts, rate = [], stream.codec_context.sample_rate
+        for frame in container.decode(stream):
+            for out in resampler.resample(frame):
+                parts.append(out.to_ndarray())
+        for out in resampler.resample(None):
+            parts.append(out.to_ndarray())
+    if not parts:
+        return None
+    return torch.from_numpy(np.ascontiguousarray(np.concatenate(parts, axis=1), dtype=np.float32)), int(rate)
 
 
 DEFAULT_LOADERS = {"image": pil_loader, "audio": audio_loader}

@@ -79,10 +79,11 @@ def load_opencv(source):
 
 
 def load_soundfile(source):
-    """dsclean's default audio loader: ``soundfile.read(f, dtype="float32", always_2d=True)`` as (tensor, rate)."""
-    from ..data.loaders import audio_loader
+    """dsclean's default audio loader: ``soundfile.read(f, dtype="float32", always_2d=True)`` as (tensor, rate)
+    (soundfile alone: the default loader reads AAC through PyAV, a profile of its own)."""
+    from ..data.loaders import soundfile_loader
 
-    return audio_loader(_file(source))
+    return soundfile_loader(_file(source))
 
 
 def load_torchaudio(source):
@@ -94,22 +95,9 @@ def load_torchaudio(source):
 
 def load_pyav(source):
     """FFmpeg through PyAV: every frame of the first audio stream as float32, ``(tensor (channels, frames), rate)``."""
-    import av
-    import numpy as np
-    import torch
+    from ..data.loaders import pyav_loader
 
-    with av.open(_file(source), "r") as container:
-        stream = container.streams.audio[0]
-        resampler = av.AudioResampler(format="fltp")  # planar float: (channels, samples) per frame
-        parts, rate = [], stream.codec_context.sample_rate
-        for frame in container.decode(stream):
-            for out in resampler.resample(frame):
-                parts.append(out.to_ndarray())
-        for out in resampler.resample(None):
-            parts.append(out.to_ndarray())
-    if not parts:
-        return None
-    return torch.from_numpy(np.ascontiguousarray(np.concatenate(parts, axis=1), dtype=np.float32)), int(rate)
+    return pyav_loader(_file(source))
 
 
 #: every profile, by the name ``--loader`` takes

@@ -41,7 +41,8 @@ from .verdict import Verdict
 #: dsclean.scanning.traits) and ``--expect``.
 #: also: a decoder's limit on a structurally whole file is the warning `unsupported`, decided after the format's next
 #: decoder tried it (dsclean.scanning.fallback); the loader profiles of scan --loader, dsclean.loaders.
-CHECKER_VERSION = 4
+#: 5: M4A and ADTS AAC (dsclean.scanning.formats.m4a), the MPF index's order, Ogg's last granule position.
+CHECKER_VERSION = 5
 
 #: Pillow's own default for MAX_IMAGE_PIXELS (about 89.5 Mpx): above it an image is a decompression bomb.
 DEFAULT_MAX_PIXELS = 89_478_485
@@ -352,7 +353,8 @@ def _too_large(v: Verdict, options: CheckOptions, what: str) -> None:
 
 def _sniff(data: Data, head: bytes) -> str | None:
     """The real format from the magic bytes, looking past an ID3v2 tag for a FLAC stream
-    (libFLAC skips such a tag; the FLAC spec does not allow it: the FLAC checker warns)."""
+    (libFLAC skips such a tag; the FLAC spec does not allow it: the FLAC checker warns) or an ADTS
+    AAC stream (HLS segments and some encoders put one there; the AAC checker skips it)."""
     real = sniff(head)
     if real == "mp3" and head[:3] == b"ID3":
         from .formats.id3 import id3v2_end
@@ -360,6 +362,8 @@ def _sniff(data: Data, head: bytes) -> str | None:
         end = id3v2_end(data, 0)
         if end is not None and data[end : end + 4] == b"fLaC":
             return "flac"
+        if end is not None and sniff(bytes(data[end : end + SNIFF_BYTES])) == "aac":
+            return "aac"
     return real
 
 

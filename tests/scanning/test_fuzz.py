@@ -11,7 +11,7 @@ import functools
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import synth
+from support import audiogen, synth
 
 from dsclean import REASONS
 from dsclean.reasons import STATUSES
@@ -32,6 +32,9 @@ def seeds() -> dict[str, bytes]:
         "flac": synth.encode_audio(tone, 8000, "FLAC"),
         "ogg": synth.encode_audio(tone, 8000, "OGG"),
         "mp3": synth.encode_audio(tone, 8000, "MP3"),
+        "opus": synth.encode_audio(tone, 8000, "OGG", "OPUS"),
+        "m4a": audiogen.aac("ipod", seconds=0.1, sr=8000),
+        "aac": audiogen.aac("adts", seconds=0.1, sr=8000),
     }
 
 
@@ -85,3 +88,33 @@ def test_random_bytes_always_get_a_verdict(tmp_path, ext, data):
 def test_magic_plus_garbage_always_gets_a_verdict(tmp_path, ext, tail):
     """Valid signatures followed by garbage reach the deepest parsers."""
     _assert_verdict(tmp_path, ext, seeds()[ext][:48] + tail)
+
+
+@functools.cache
+def walk_seeds() -> dict[str, bytes]:
+    tone = synth.tone(0.3, 8000, channels=1)
+    return {
+        "m4a": seeds()["m4a"],
+        "aac": seeds()["aac"],
+        "opus": seeds()["opus"],
+        "vorbis": synth.encode_audio(tone, 8000, "OGG"),
+    }
+
+
+@settings(max_examples=400, deadline=5000)
+@given(
+    kind=st.sampled_from(["m4a", "aac", "opus", "vorbis"]),
+    edits=st.lists(st.tuples(st.floats(0, 1), st.binary(min_size=1, max_size=8)), min_size=1, max_size=4),
+)
+def test_the_m4a_adts_and_ogg_packet_walks_never_raise(kind, edits):
+    """check_file turns a walker's exception into `corrupt`: the walks themselves must not raise (a crash
+    inside them would hide a rule behind an exception's name)."""
+    from dsclean.scanning.formats import m4a, ogg
+
+    data = bytearray(walk_seeds()[kind])
+    for at, chunk in edits:
+        pos = int(at * (len(data) - 1))
+        data[pos : pos + len(chunk)] = chunk
+    walk = {"m4a": m4a.walk_m4a, "aac": lambda d: m4a.walk_adts(d)[0]}.get(kind, ogg.walk)
+    for finding in walk(bytes(data)):
+        assert finding.reason in REASONS and finding.detail

@@ -98,3 +98,39 @@ def wav_data_offset(data: bytes) -> int:
 def garbage(n: int, seed: int = 0) -> bytes:
     """Deterministic random bytes."""
     return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).tobytes()
+
+
+def aac(container: str = "ipod", seconds: float = SECONDS, sr: int = 16000, channels: int = 1, **options: str) -> bytes:
+    """AAC encoded by FFmpeg's own encoder through PyAV: ``ipod`` (an .m4a file) or ``adts`` (a raw .aac
+    stream); ``options`` go to the muxer (e.g. ``movflags="faststart"``: the index before the samples)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:  # faststart re-reads the file it wrote: a path, not a BytesIO
+        path = f"{tmp}/out"
+        _encode_aac(path, container, seconds, sr, channels, options)
+        return Path(path).read_bytes()
+
+
+def _encode_aac(path: str, container: str, seconds: float, sr: int, channels: int, options: dict) -> None:
+    import av
+
+    with av.open(path, "w", format=container, options=options) as out:
+        stream = out.add_stream("aac", rate=sr, layout="mono" if channels == 1 else "stereo")
+        planar = np.ascontiguousarray(signal(channels, seconds, sr).T.astype(np.float32))
+        frame = av.AudioFrame.from_ndarray(planar, format="fltp", layout=stream.layout.name)
+        frame.sample_rate = sr
+        for packet in [*stream.encode(frame), *stream.encode(None)]:
+            out.mux(packet)
+
+
+def mp4_boxes(data: bytes, start: int = 0, end: int | None = None) -> dict[bytes, int]:
+    """Offset of the first box of each type, walking into moov/trak/mdia/minf/stbl (independent of dsclean)."""
+    found: dict[bytes, int] = {}
+    pos, end = start, len(data) if end is None else end
+    while pos + 8 <= end:
+        size, kind = struct.unpack_from(">I4s", data, pos)
+        found.setdefault(kind, pos)
+        if kind in (b"moov", b"trak", b"mdia", b"minf", b"stbl"):
+            found.update({k: v for k, v in mp4_boxes(data, pos + 8, pos + size).items() if k not in found})
+        pos += size
+    return found

@@ -2,10 +2,10 @@
 
 Each module here reads one format's structure from its bytes — :mod:`.jpeg`, :mod:`.png`, :mod:`.gif`,
 :mod:`.bmp`, :mod:`.tiff`, :mod:`.isobmff` (AVIF, HEIF, JPEG XL), :mod:`.pnm` (PPM/PGM), :mod:`.wav`,
-:mod:`.flac`, :mod:`.ogg`, :mod:`.mp3` (and :mod:`.id3`, the tags MP3 and FLAC files carry) — and says what
+:mod:`.flac`, :mod:`.ogg` (and :mod:`.oggpackets`), :mod:`.mp3`, :mod:`.m4a` (M4A and ADTS AAC; and :mod:`.id3`, the tags MP3 and FLAC files carry) — and says what
 is wrong with it as findings; the checks of :mod:`dsclean.scanning.check_image` and
 :mod:`dsclean.scanning.check_audio` combine those with a real decode, and a module with a check of its own
-(:mod:`.pnm`, :mod:`.isobmff`) holds it.
+(:mod:`.pnm`, :mod:`.isobmff`, :mod:`.m4a`) holds it.
 
 :data:`REGISTRY` is the table :mod:`dsclean.scanning.check` dispatches on: format name -> where its check
 function lives. The check modules are imported on the first file of their formats, by the loader functions
@@ -63,10 +63,17 @@ def _isobmff() -> Mapping[str, Checker]:
     return isobmff.CHECKERS
 
 
+def _m4a() -> Mapping[str, Checker]:
+    from . import m4a
+
+    return m4a.CHECKERS
+
+
 IMAGE = CheckModule("dsclean.scanning.check_image", _check_image)
 AUDIO = CheckModule("dsclean.scanning.check_audio", _check_audio)
 PNM = CheckModule("dsclean.scanning.formats.pnm", _pnm)
 ISOBMFF = CheckModule("dsclean.scanning.formats.isobmff", _isobmff)
+M4A = CheckModule("dsclean.scanning.formats.m4a", _m4a)
 
 #: format name (a key of dsclean.formats.FORMATS) -> its row; tests/scanning/test_registry.py checks that
 #: every format has one and that each row's module name is the module its check function is in
@@ -85,6 +92,8 @@ REGISTRY: dict[str, Row] = {
     "flac": Row(AUDIO),
     "ogg": Row(AUDIO),
     "mp3": Row(AUDIO),
+    "m4a": Row(M4A),  # PyAV (FFmpeg), not libsndfile
+    "aac": Row(M4A),
 }
 
 #: what check_image imports on its first file checked through Pillow (check_image._load_pillow)

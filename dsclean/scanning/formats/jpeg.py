@@ -4,7 +4,8 @@ A multi-picture JPEG (MPO: stereo cameras, phones' depth or gain maps, large pre
 is a primary JPEG followed by more JPEGs, listed in an APP2 "MPF" segment of the
 primary's header (CIPA DC-007): a TIFF-structured index whose MP Entry tag (0xB002)
 gives, for each image, its size and its offset from the start of the MP header. The
-image checker decodes every one of them; this module only finds them.
+image checker decodes every one of them; this module finds them and holds the index's order rule
+(:func:`order_finding`: each image inside the file, starting with an SOI, after the one before it).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import struct
 from dataclasses import dataclass
 
 from ... import reasons as R
-from ..verdict import Finding, warn
+from ..verdict import Finding, bad, warn
 
 _MP_ENTRY = 0xB002
 _STANDALONE = frozenset({0x01, *range(0xD0, 0xD9)})  # markers without a length: TEM, RSTn, SOI
@@ -129,9 +130,31 @@ def _read_index(data, base: int, end: int) -> tuple[list[Picture], int, list[Fin
     at = base + value
     if at + n > end:
         raise ValueError(f"MP Entry list at byte {at} runs past its APP2 segment")
-    pictures = []
-    for k in range(n // 16):
-        _attr, size, offset = struct.unpack_from(e + "III", data, at + 16 * k)
-        if k:  # entry 0 is the primary image itself (offset 0)
-            pictures.append(Picture(k, base + offset, size))
+    entries = [struct.unpack_from(e + "III", data, at + 16 * k)[1:] for k in range(n // 16)]
+    pictures = [Picture(k, base + offset, size) for k, (size, offset) in enumerate(entries) if k]
+    # entry 0 is the primary image itself (offset 0: the start of the file)
+    finding = order_finding(data, [Picture(0, 0, entries[0][0]), *pictures])
+    if finding is not None:
+        return [], n // 16, [finding]  # a broken index: the listed images are not decoded one by one
     return pictures, n // 16, []
+
+
+def order_finding(data, pictures: list[Picture]) -> Finding | None:
+    """The MPF image order rule (CIPA DC-007 5.2.3.3.3: the individual images follow one another): every
+    entry starts inside the file, with an SOI, after the previous one ends. An entry's size running past
+    the end of the file is left to the decode (Pillow's MPO writer records wrong sizes; the image may be whole)."""
+    size = len(data)
+    for prev, pic in zip([None, *pictures], pictures):
+        where = f"MPF index rule (images in order, not overlapping, each an SOI inside the file): image {pic.number}"
+        if pic.start >= size:
+            return bad(R.TRUNCATED, f"{where} starts at byte {pic.start}, past the end of the file ({size} bytes)")
+        if prev is not None and pic.start < prev.start + prev.size:
+            what = "before" if pic.start <= prev.start else "inside"
+            return bad(
+                R.CORRUPT,
+                f"{where} starts at byte {pic.start}, {what} image {prev.number} "
+                f"(bytes {prev.start}..{prev.start + prev.size})",
+            )
+        if data[pic.start : pic.start + 2] != b"\xff\xd8":
+            return bad(R.CORRUPT, f"{where} has no JPEG start-of-image marker at its offset (byte {pic.start})")
+    return None

@@ -2,7 +2,8 @@
 
 Every page: the capture pattern, the structure version, its bytes present, its CRC-32,
 per-stream sequence numbers without gaps, granule positions that never go back (a page on
-which no packet ends carries -1 and is skipped); every stream ends with an end-of-stream page.
+which no packet ends carries -1 and is skipped); every stream ends with an end-of-stream page, whose
+granule position the Vorbis and Opus packets hold (:mod:`.oggpackets`: the last granule position rule).
 libvorbis notices neither lost pages, nor pages in the wrong order, nor a missing end.
 """
 
@@ -13,6 +14,7 @@ import zlib
 
 from ... import reasons as R
 from ..verdict import Finding, bad
+from . import oggpackets
 
 _BITREV = bytes(int(f"{i:08b}"[::-1], 2) for i in range(256))
 
@@ -34,6 +36,7 @@ def walk(buf) -> list[Finding]:
     next_seq: dict[int, int] = {}
     ended: dict[int, bool] = {}
     granules: dict[int, int] = {}
+    streams: dict[int, oggpackets.Stream] = {}
     while pos < size:
         if size - pos < 27:
             return out + [bad(R.TRUNCATED, f"file ends inside the header of Ogg page {page} (offset {pos})")]
@@ -58,7 +61,11 @@ def walk(buf) -> list[Finding]:
                     f"Ogg stream {serial:08x}: page sequence jumps from {next_seq[serial] - 1} to {seq} at offset {pos} (pages lost)",
                 )
             )
-        if granule != -1:
+        if granule < -1:  # -1 is "no packet ends here"; any other negative value is no position
+            out.append(
+                bad(R.CORRUPT, f"Ogg stream {serial:08x}: granule position {granule} at page {page} (offset {pos})")
+            )
+        elif granule != -1:
             if granule < granules.get(serial, -1):
                 out.append(
                     bad(
@@ -72,10 +79,20 @@ def walk(buf) -> list[Finding]:
         if ogg_crc(data[:22] + b"\0\0\0\0" + data[26:]) != crc:
             out.append(bad(R.CORRUPT, f"Ogg page {page} (offset {pos}) fails its CRC-32"))
         next_seq[serial], ended[serial] = seq + 1, bool(htype & 4)
+        lacing = bytes(buf[pos + 27 : pos + 27 + nseg])
+        oggpackets.page(streams.setdefault(serial, oggpackets.Stream()), buf, pos + 27 + nseg, lacing, granule)
         pos, page = end, page + 1
     open_streams = [s for s, eos in ended.items() if not eos]
     if open_streams:
-        out.append(bad(R.TRUNCATED, f"last Ogg page of stream {open_streams[0]:08x} lacks the end-of-stream flag"))
+        out.append(
+            bad(
+                R.TRUNCATED,
+                f"last Ogg page of stream {open_streams[0]:08x} lacks the end-of-stream flag "
+                "(the stream was cut at a page boundary)",
+            )
+        )
+    if not out:  # pages lost, out of order or failing their CRC already say why the length is off
+        out = oggpackets.findings(streams, ended)
     return first_per_reason(out)
 
 
