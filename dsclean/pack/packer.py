@@ -19,7 +19,7 @@ import secrets
 import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -117,10 +117,9 @@ class _Context:
 
 
 def _prepare(index: str, output: str, options: PackOptions, *, writing: bool = True) -> _Context:
-    if options.shuffle != RANDOM:
-        make_layout(options.shard_size, options.samples_per_shard, options.shuffle, options.name)  # the errors first
-    if options.ext_policy is not None and options.ext_policy not in extnames.POLICIES:
-        raise UserError(f"--ext-policy must be one of {', '.join(extnames.POLICIES)}, not {options.ext_policy!r}")
+    # the options' own errors first, before any file is read
+    _order_and_names(replace(options, shuffle=None if options.shuffle == RANDOM else options.shuffle), {}, output)
+    make_layout(options.shard_size, options.samples_per_shard, None, options.name)
     if options.jobs < 1:
         raise UserError(f"--jobs must be 1 or more, not {options.jobs}")
     if options.scheduler is not None and options.backend != "dask":  # as dsclean scan: never silently local
@@ -146,13 +145,8 @@ def _prepare(index: str, output: str, options: PackOptions, *, writing: bool = T
     idx = open_index(index)
     denied = _denied_keys(options.denylist)
     identity = _identity(index)
-    recorded = state.recorded_layout(out, identity) or {}
-    seed, chosen = options.shuffle, False
-    if seed == RANDOM:
-        seed = recorded["shuffle"] if "shuffle" in recorded else secrets.randbelow(1 << 32)
-        chosen = "shuffle" not in recorded
-    policy = options.ext_policy or recorded.get("ext_policy", extnames.DEFAULT)
-    layout = make_layout(options.shard_size, options.samples_per_shard, seed, options.name, policy)  # type: ignore[arg-type]
+    seed, policy, chosen = _order_and_names(options, state.recorded_layout(out, identity) or {}, out)
+    layout = make_layout(options.shard_size, options.samples_per_shard, seed, options.name, policy)
     plan = make_plan(idx, layout, denied)
     layout_json = (
         layout.to_json()
@@ -170,6 +164,32 @@ def _prepare(index: str, output: str, options: PackOptions, *, writing: bool = T
         if known.any():
             ctx.checksums, ctx.known = sums, known
     return ctx
+
+
+def _order_and_names(options: PackOptions, recorded: dict, out: str) -> tuple[int | None, str, bool]:
+    """This pack's seed (None: index order) and ``--ext-policy``, and whether the seed was chosen here.
+
+    What the options leave open is what the folder's ``pack.json`` records for this index (a resume, a
+    later ``--part``, ``--finish``: the order and the names never change), else a random seed and by-kind.
+    """
+    seed: object = options.shuffle
+    chosen = False
+    if seed == RANDOM:
+        if "shuffle" in recorded:
+            seed = recorded["shuffle"]
+            if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+                raise UserError(
+                    f"{os.path.join(out, locations.PACK_STATE_FILE)}: records the seed {seed!r}, not a whole "
+                    "number: not a pack dsclean wrote; use an empty folder"
+                )
+        else:
+            seed, chosen = secrets.randbelow(1 << 32), True
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise UserError(f"--shuffle SEED must be a whole number 0 or more, not {seed!r}")
+    policy = options.ext_policy or recorded.get("ext_policy", extnames.DEFAULT)
+    if policy not in extnames.POLICIES:
+        raise UserError(f"--ext-policy must be one of {', '.join(extnames.POLICIES)}, not {policy!r}")
+    return seed, str(policy), chosen
 
 
 def _denied_keys(path: str | None) -> set[str] | None:

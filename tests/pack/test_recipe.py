@@ -23,8 +23,10 @@ from support.packing import folder_digests, make_indexed
 
 from dsclean.cli import main
 from dsclean.data.shards import open_packed_index
+from dsclean.errors import UserError
 from dsclean.index.build import build_index
 from dsclean.index.store import open_index
+from dsclean.pack.names import brace_pattern, cached
 from dsclean.pack.packer import PackOptions, pack_shards
 from dsclean.pack.verify import verify_shards
 
@@ -190,3 +192,38 @@ def test_verify_warns_about_a_set_in_class_blocks_and_not_about_a_shuffled_one(t
     assert report.ok and report.warnings == []
     assert main(["verify", str(mixed), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["warnings"] == []
+
+
+@pytest.mark.parametrize("template", ["data-{:06d}.tar", "{}.tar", "part{0:03d}-x.tar", "s{:2d}.tar", "a{{b}}{}.tar"])
+@pytest.mark.parametrize("shards", [1, 12, 1001])
+def test_the_recipes_urls_expand_to_the_shard_names_or_are_left_out(template, shards):
+    braceexpand = pytest.importorskip("braceexpand").braceexpand
+    pattern = brace_pattern(template, shards)
+    names = [cached(template).name(k) for k in range(shards)]
+    if pattern is None:  # space padding, literal braces, or numbers wider than the zero padding
+        # (a name with a space or a brace, or numbers wider than the padding: their lengths differ)
+        assert any(c in "".join(names) for c in " {}") or len({len(n) for n in names}) > 1
+    else:
+        assert list(braceexpand(pattern)) == names
+
+
+def test_a_pack_json_older_than_ext_policy_resumes_as_keep_and_bad_options_are_refused(tmp_path, capsys):
+    _, index = make_indexed(tmp_path, n_audio=0)
+    out = tmp_path / "old"
+    pack_shards(index, str(out), PackOptions(samples_per_shard=5, shuffle=2, ext_policy="keep"))
+    state = json.loads((out / "pack.json").read_text())
+    del state["layout"]["ext_policy"], state["recipe"]  # as packs before --ext-policy wrote it
+    (out / "pack.json").write_text(json.dumps(state))
+    again = pack_shards(index, str(out), PackOptions(samples_per_shard=5))  # no options: the recorded ones
+    assert again.complete and again.written == 0 and again.shuffle == 2 and again.ext_policy == "keep"
+    assert main(["pack", index, "-o", str(out), "--samples-per-shard", "5", "--ext-policy", "by-kind"]) == 2
+    assert "ext_policy 'keep' (asked: 'by-kind')" in capsys.readouterr().err
+    with pytest.raises(UserError, match="--ext-policy must be one of by-kind, keep"):
+        pack_shards(index, str(tmp_path / "x"), PackOptions(ext_policy="jpg"))
+    with pytest.raises(UserError, match="--shuffle SEED must be a whole number"):
+        pack_shards(index, str(tmp_path / "x"), PackOptions(shuffle="sometimes"))
+    assert not (tmp_path / "x").exists()
+    with pytest.raises(SystemExit) as exit_:
+        main(["pack", index, "-o", str(tmp_path / "y"), "--shuffle", "3", "--no-shuffle"])
+    assert exit_.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
