@@ -45,24 +45,25 @@ def member_ext(real: str, policy: str) -> str:
     return real if policy == KEEP else KIND_EXT[kind_of_ext(real)]
 
 
-def recipe(exts: Iterable[str], labelled: bool, urls: str | None) -> dict:
+def recipe(exts: Iterable[str], labelled: str, urls: str | None) -> dict:
     """The webdataset pipeline that reads a set whose media members have these extensions.
 
+    ``labelled``: ``all``, ``some`` or ``none`` of the samples have a label (a ``.cls`` member).
     ``urls``: the shards as a brace pattern relative to the folder (:func:`.names.brace_pattern`),
     None when the names cannot be one (then ``shardindex.json`` lists them). ``python`` reads
     ``urls`` (the pattern joined to the folder) and yields ``(media, label)`` tuples (``(media,)``
-    unlabelled): a PIL image, or ``(samples, rate)`` from soundfile for audio.
+    unlabelled; the label None for a sample without one when only some have one): a PIL image, or
+    ``(samples, rate)`` from soundfile for audio.
     """
     present = sorted(set(exts))
     images = [e for e in present if kind_of_ext(e) == IMAGE]
     audio = [e for e in present if kind_of_ext(e) == AUDIO]
-    keys = [";".join(images + audio)] + (["cls"] if labelled else [])
+    keys = [";".join(images + audio)] + (["cls"] if labelled != "none" else [])
     handlers = (['"pil"'] if images else []) + ([AUDIO_DECODER.format(exts=" ".join(audio))] if audio else [])
     decode = f"decode({', '.join(handlers)})"
     imports = ["webdataset"] + (["io", "soundfile"] if audio else [])
-    python = (
-        f"webdataset.WebDataset(urls, shardshuffle=False).{decode}.to_tuple({', '.join(json.dumps(k) for k in keys)})"
-    )
+    args = [json.dumps(k) for k in keys] + (["missing_is_error=False"] if labelled == "some" else [])
+    python = f"webdataset.WebDataset(urls, shardshuffle=False).{decode}.to_tuple({', '.join(args)})"
     return {"urls": urls, "keys": keys, "decode": decode, "imports": imports, "python": python}
 
 

@@ -526,7 +526,8 @@ def _finish(ctx: _Context, results: dict[int, ShardResult], summary: PackSummary
     if warning:
         summary.warnings.append(warning)
     if exts:
-        labelled = bool((np.asarray(open_index(ctx.index).labels) >= 0).any())  # then every sample has a .cls
+        has = np.asarray(open_index(ctx.index).labels)[np.concatenate([r.rows for r in results.values()])] >= 0
+        labelled = "all" if has.all() else "some" if has.any() else "none"  # samples with a .cls member
         summary.recipe = extnames.recipe(exts, labelled, names.brace_pattern(layout.name, ctx.plan.shards))
         try:
             state.write_recipe(ctx.output, summary.recipe, fsync=fsync)

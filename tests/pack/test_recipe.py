@@ -8,6 +8,7 @@ pack records says which); the seed of the default shuffle is recorded and kept.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -227,3 +228,21 @@ def test_a_pack_json_older_than_ext_policy_resumes_as_keep_and_bad_options_are_r
         main(["pack", index, "-o", str(tmp_path / "y"), "--shuffle", "3", "--no-shuffle"])
     assert exit_.value.code == 2
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_the_recipe_of_a_set_where_only_some_samples_have_a_label_reads_them_all(tmp_path):
+    from dsclean.pack.extnames import recipe
+
+    shard = tmp_path / "s-0.tar"
+    with tarfile.open(shard, "w") as tar:
+        for key, members in (("a" * 16, {"cls": b"3", "jpg": synth.png(8, 8)}), ("b" * 16, {"jpg": synth.jpeg(8, 8)})):
+            for ext, data in sorted(members.items()):
+                info = tarfile.TarInfo(f"{key}.{ext}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    some = recipe(["jpg"], "some", "s-0.tar")
+    got = list(eval(some["python"], {"webdataset": webdataset, "urls": str(shard)}))
+    assert [(img.size, y) for img, y in got] == [((8, 8), 3), ((8, 8), None)]
+    with pytest.raises(ValueError, match="didn't find"):  # what the keys of a fully labelled set would do
+        list(eval(recipe(["jpg"], "all", "s-0.tar")["python"], {"webdataset": webdataset, "urls": str(shard)}))
+    assert recipe(["jpg"], "none", None)["keys"] == ["jpg"]
