@@ -271,7 +271,7 @@ def pack_shards(index: str, output: str, options: PackOptions = PackOptions()) -
     try:
         resumed = state.prepare_output(ctx.output, ctx.record, fsync=options.fsync)
     except UserError:
-        if not ctx.chosen:
+        if not ctx.chosen or state.recorded_layout(ctx.output, ctx.identity) is None:
             raise
         # another task of the job array created pack.json first, with its own random seed: take that one
         ctx = _prepare(index, output, options)
