@@ -320,6 +320,9 @@ def pack_shards(index: str, output: str, options: PackOptions = PackOptions()) -
             summary.skipped = _not_in_the_shards(ctx) if summary.samples != len(ctx.plan.order) else []
             summary.notes.append("every shard was already there: nothing to do")
             summary.recipe = (state.read_state(ctx.output) or {}).get("recipe")
+            if isinstance(summary.recipe, dict) and isinstance(summary.recipe.get("keys"), list):  # said again
+                warning = extnames.mixed_warning(str(summary.recipe["keys"][0]).split(";"), ctx.plan.layout.ext_policy)
+                summary.warnings += [warning] if warning else []
             _note_left_out(ctx, summary)
             return _done(summary, t0)
         if not _read_back_all(ctx, [k for k in range(ctx.plan.shards) if k not in results], options, results, summary):

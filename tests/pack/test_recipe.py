@@ -246,3 +246,18 @@ def test_the_recipe_of_a_set_where_only_some_samples_have_a_label_reads_them_all
     with pytest.raises(ValueError, match="didn't find"):  # what the keys of a fully labelled set would do
         list(eval(recipe(["jpg"], "all", "s-0.tar")["python"], {"webdataset": webdataset, "urls": str(shard)}))
     assert recipe(["jpg"], "none", None)["keys"] == ["jpg"]
+
+
+def test_a_resume_refuses_a_shard_whose_members_are_named_by_another_policy(tmp_path):
+    _, index = make_indexed(tmp_path)
+    kept, by_kind = tmp_path / "keep", tmp_path / "by-kind"
+    pack_shards(index, str(kept), PackOptions(samples_per_shard=5, shuffle=1, ext_policy="keep"))
+    pack_shards(index, str(by_kind), PackOptions(samples_per_shard=5, shuffle=1))
+    named = {t.name: {m.name.partition(".")[2] for m in tarfile.open(t)} for t in sorted(kept.glob("*.tar"))}
+    victim = next(n for n, exts in named.items() if exts - {"jpg", "flac", "cls", "json"})  # a .png or .wav in it
+    (by_kind / victim).write_bytes((kept / victim).read_bytes())  # the same samples, named by format
+    (by_kind / "index.arrow").unlink()
+    with pytest.raises(UserError, match=f"{victim}: sample .* is not named as this pack .--ext-policy by-kind"):
+        pack_shards(index, str(by_kind), PackOptions(samples_per_shard=5))
+    again = pack_shards(index, str(kept), PackOptions(samples_per_shard=5))  # nothing to do: the warning again
+    assert again.written == 0 and again.warnings and ".png" in again.warnings[0]
