@@ -104,12 +104,13 @@ def bench_throughput(
     if before:
         packers["before: "] = _Packer(before)
 
-    def pack(who: str, jobs: int, rehash: bool, fsync: bool = True) -> tuple[float, float]:
+    def pack(who: str, jobs: int, rehash: bool, fsync: bool = True, more: dict | None = None) -> tuple[float, float]:
         out = os.path.join(work, "shards-bench")
         shutil.rmtree(out, ignore_errors=True)
         if cold:
             _drop_caches()
         opts = {"shard_size": 16 << 20, "jobs": jobs, "rehash": rehash, **({} if fsync else {"fsync": False})}
+        opts.update(more or {})
         r = packers[who].run(index, out, opts)
         shutil.rmtree(out)
         return r["wall"], r["cpu"]
@@ -121,6 +122,10 @@ def bench_throughput(
         if not who:
             for jobs in (1, 2):
                 runs[f"dsclean pack --jobs {jobs} --no-fsync"] = lambda jobs=jobs: pack("", jobs, False, False)
+            # the former default (index order, members named by format): what shuffling and by-kind names cost
+            runs["dsclean pack --jobs 1 --no-shuffle --ext-policy keep"] = lambda: pack(
+                "", 1, False, more={"shuffle": None, "ext_policy": "keep"}
+            )
         if rehash:
             for jobs in (1, 2):
                 runs[f"{who}dsclean pack --jobs {jobs} --rehash"] = lambda who=who, jobs=jobs: pack(who, jobs, True)

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from .. import argtypes
+from ..pack.extnames import POLICIES
+from ..pack.options import RANDOM
 from .exit_codes import EXIT_FOUND_BAD, EXIT_INCOMPLETE, EXIT_OK
 
 _MAX_LISTED = 20
@@ -38,11 +41,30 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "that; a single sample bigger than SIZE gets a shard of its own)",
     )
     size.add_argument("--samples-per-shard", type=argtypes.positive, metavar="N", help="N samples per shard")
-    p.add_argument(
+    order = p.add_mutually_exclusive_group()
+    order.add_argument(
         "--shuffle",
         type=argtypes.count,
         metavar="SEED",
-        help="write the samples in a deterministic permutation (seeded) instead of index order",
+        help="the seed of the samples' order (a deterministic permutation); by default the samples are "
+        "shuffled with a seed chosen at random, recorded in pack.json and printed (a resumed pack, a later "
+        "--part and --finish keep the recorded one): streaming readers shuffle only within a buffer, so "
+        "shards in index order (one class after another) train badly",
+    )
+    order.add_argument(
+        "--no-shuffle",
+        action="store_true",
+        help="write the samples in index order (e.g. to compare with the index row by row)",
+    )
+    p.add_argument(
+        "--ext-policy",
+        choices=POLICIES,
+        default=None,
+        help="how each sample's media member is named: by-kind (default) every image <key>.jpg and every "
+        "sound <key>.flac whatever the real format, the bytes unchanged (webdataset decodes by content, so "
+        'decode("pil").to_tuple("jpg", "cls") reads every sample); keep: the real format\'s extension (a PNG '
+        "named .jpg is .png), which needs every extension in the reader's keys (the recipe printed says "
+        "which). A resumed pack keeps the policy its pack.json records",
     )
     p.add_argument("--name", metavar="FORMAT", help="shard file name format (default data-{:06d}.tar)")
     p.add_argument(
@@ -126,7 +148,8 @@ def cmd_pack(args: argparse.Namespace) -> int:
     options = PackOptions(
         shard_size=args.shard_size,
         samples_per_shard=args.samples_per_shard,
-        shuffle=args.shuffle,
+        shuffle=None if args.no_shuffle else RANDOM if args.shuffle is None else args.shuffle,
+        ext_policy=args.ext_policy,
         name=args.name,
         jobs=args.jobs,
         backend=args.backend,
@@ -149,6 +172,8 @@ def cmd_pack(args: argparse.Namespace) -> int:
         print(json.dumps(summary.to_json(), indent=2))
     elif not args.quiet:
         print(format_pack(summary))
+    for warning in summary.warnings:
+        print(f"dsclean pack: warning: {warning}", file=sys.stderr)
     for failure in summary.failures:
         print(f"dsclean pack: error: {failure}", file=sys.stderr)
     if summary.signal:
@@ -188,7 +213,28 @@ def format_pack(s) -> str:
         if len(s.skipped) > _MAX_LISTED:
             lines.append(f"    ... and {len(s.skipped) - _MAX_LISTED} more (--json lists all)")
     lines += [f"  note: {n}" for n in s.notes]
+    if s.complete or s.part is not None:
+        lines.append(
+            f"  order: shuffled, seed {s.shuffle} (recorded in pack.json; --shuffle {s.shuffle} repeats it)"
+            if s.shuffle is not None
+            else "  order: index order (--no-shuffle; streaming readers shuffle only within a buffer)"
+        )
+    if s.recipe:
+        lines += format_recipe(s.recipe, s.output)
     return "\n".join(lines)
+
+
+def format_recipe(recipe: dict, folder: str) -> list[str]:
+    """The lines that show how to read the set with webdataset (the recipe pack.json records)."""
+    urls = (
+        os.path.join(folder, recipe["urls"]) if recipe.get("urls") else f"<the shards {folder}/shardindex.json lists>"
+    )
+    return [
+        f"  read it with webdataset (media members named by --ext-policy; keys {', '.join(recipe['keys'])}):",
+        f"    import {', '.join(recipe['imports'])}",
+        f"    urls = {json.dumps(urls)}",
+        f"    dataset = {recipe['python']}",
+    ]
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -219,4 +265,5 @@ def format_verify(r) -> str:
     if len(bad) > _MAX_LISTED:
         lines.append(f"  ... and {len(bad) - _MAX_LISTED} more shards with problems (--json lists all)")
     lines += [f"  note: {n}" for n in r.notes]
+    lines += [f"  warning: {w}" for w in r.warnings]
     return "\n".join(lines)

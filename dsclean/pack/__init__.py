@@ -9,7 +9,10 @@ once, with numpy), :mod:`.runner` (the pool), :mod:`.state` (``pack.json``, part
 :mod:`.publish` (packed index and ``shardindex.json``), :mod:`.scanhashes` (the scan's
 content hashes of unchanged files, reused as checksums), :mod:`.packer` (the
 ``pack_shards`` and ``finish_pack`` functions), :mod:`.verify` (``dsclean verify``),
-:mod:`.decode` (``verify --decode``: the scan's checks on each sample's bytes, in the scan's isolated pool).
+:mod:`.decode` (``verify --decode``: the scan's checks on each sample's bytes, in the scan's isolated pool),
+:mod:`.extnames` (``--ext-policy``: how media members are named, and the webdataset recipe that reads a set),
+:mod:`.mixing` (``verify``'s warning about shards in class blocks), :mod:`.options` (option values the CLI
+shares with the packer).
 
 Nothing imports this package but the CLI (and ``dsclean``'s lazy exports).
 """

@@ -124,3 +124,18 @@ def _could_give(names: ShardNames, target: str) -> bool:
 def cached(template: str) -> ShardNames:
     """:func:`parse`, remembered (a plan names every shard from the same template)."""
     return parse(template)
+
+
+def brace_pattern(template: str, shards: int) -> str | None:
+    """Shards ``0..shards-1`` as one brace pattern webdataset expands (``data-{000000..000011}.tar``), or None
+    when the names cannot be one (space padding, a brace in the literal parts)."""
+    names = cached(template)
+    if shards < 1 or "{" in names.prefix + names.suffix or "}" in names.prefix + names.suffix:
+        return None
+    if shards == 1:
+        return names.name(0)
+    last = names.name(shards - 1)[len(names.prefix) : len(names.name(shards - 1)) - len(names.suffix)]
+    if names.width and (not names.zero or len(last) > names.width):
+        return None  # braceexpand pads both ends to one width: only zero padding that never overflows
+    first = names.name(0)[len(names.prefix) : len(names.name(0)) - len(names.suffix)]
+    return f"{names.prefix}{{{first}..{last}}}{names.suffix}"

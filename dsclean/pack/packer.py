@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -30,7 +31,8 @@ from ..hashing import content_hash, content_hash_file
 from ..index.store import open_index, read_meta, read_table
 from ..interrupts import stop_on_signals
 from ..jsonpaths import path_fields
-from . import state
+from . import extnames, names, state
+from .options import RANDOM
 from .plan import Layout, Plan, make_layout, make_plan
 from .publish import publish
 from .readback import left_out_earlier, read_back
@@ -51,7 +53,12 @@ class PackOptions:
 
     shard_size: int | None = None  # bytes per shard (default 1 GiB when samples_per_shard is None)
     samples_per_shard: int | None = None
-    shuffle: int | None = None  # seed of the permutation; None = index order
+    #: seed of the permutation; None = index order (--no-shuffle); RANDOM = the seed the folder's pack.json
+    #: records for this index (resuming, a later part, --finish), else one chosen at random and recorded
+    shuffle: int | str | None = RANDOM
+    #: how media members are named (:mod:`.extnames`: by-kind, keep); None = as the folder's pack.json
+    #: records for this index, else by-kind
+    ext_policy: str | None = None
     name: str | None = None  # shard file name format (default data-{:06d}.tar)
     jobs: int = 1  # shards written at once (loky processes)
     backend: str = "loky"  # loky | dask
@@ -86,6 +93,10 @@ class PackSummary:
     signal: int = 0  # SIGINT/SIGTERM that stopped the run
     elapsed: float = 0.0
     notes: list[str] = field(default_factory=list)
+    shuffle: int | None = None  # the seed of the order (recorded in pack.json); None: index order
+    ext_policy: str = extnames.DEFAULT
+    recipe: dict | None = None  # the webdataset pipeline that reads the set (extnames.recipe), once published
+    warnings: list[str] = field(default_factory=list)  # e.g. a set of mixed extensions under --ext-policy keep
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -102,10 +113,13 @@ class _Context:
     checksums: np.ndarray | None = None  # (rows, 16): the scan's content_hash where current
     known: np.ndarray | None = None  # bool per row
     checksum_source: str = ""
+    chosen: bool = False  # the seed was chosen at random here (not given, nor recorded in the folder)
 
 
 def _prepare(index: str, output: str, options: PackOptions, *, writing: bool = True) -> _Context:
-    layout = make_layout(options.shard_size, options.samples_per_shard, options.shuffle, options.name)
+    # the options' own errors first, before any file is read
+    _order_and_names(replace(options, shuffle=None if options.shuffle == RANDOM else options.shuffle), {}, output)
+    make_layout(options.shard_size, options.samples_per_shard, None, options.name)
     if options.jobs < 1:
         raise UserError(f"--jobs must be 1 or more, not {options.jobs}")
     if options.scheduler is not None and options.backend != "dask":  # as dsclean scan: never silently local
@@ -130,15 +144,17 @@ def _prepare(index: str, output: str, options: PackOptions, *, writing: bool = T
         raise UserError(f"{index}: its root {root} is not a folder (moved?); the files to pack must be there")
     idx = open_index(index)
     denied = _denied_keys(options.denylist)
-    plan = make_plan(idx, layout, denied)
     identity = _identity(index)
+    seed, policy, chosen = _order_and_names(options, state.recorded_layout(out, identity) or {}, out)
+    layout = make_layout(options.shard_size, options.samples_per_shard, seed, options.name, policy)
+    plan = make_plan(idx, layout, denied)
     layout_json = (
         layout.to_json()
         if not denied
         else {**layout.to_json(), "denylist": content_hash("\n".join(sorted(denied)).encode()).hex()}
     )  # another deny-list is another pack: never resumed into this one
     rec = state.record(index=index, identity=identity, rows=len(idx), root=root, layout=layout_json, shards=plan.shards)
-    ctx = _Context(index, out, meta, plan, identity, rec)
+    ctx = _Context(index, out, meta, plan, identity, rec, chosen=chosen)
     if not writing:
         return ctx
     if options.rehash:
@@ -148,6 +164,32 @@ def _prepare(index: str, output: str, options: PackOptions, *, writing: bool = T
         if known.any():
             ctx.checksums, ctx.known = sums, known
     return ctx
+
+
+def _order_and_names(options: PackOptions, recorded: dict, out: str) -> tuple[int | None, str, bool]:
+    """This pack's seed (None: index order) and ``--ext-policy``, and whether the seed was chosen here.
+
+    What the options leave open is what the folder's ``pack.json`` records for this index (a resume, a
+    later ``--part``, ``--finish``: the order and the names never change), else a random seed and by-kind.
+    """
+    seed: object = options.shuffle
+    chosen = False
+    if seed == RANDOM:
+        if "shuffle" in recorded:
+            seed = recorded["shuffle"]
+            if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+                raise UserError(
+                    f"{os.path.join(out, locations.PACK_STATE_FILE)}: records the seed {seed!r}, not a whole "
+                    "number: not a pack dsclean wrote; use an empty folder"
+                )
+        else:
+            seed, chosen = secrets.randbelow(1 << 32), True
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise UserError(f"--shuffle SEED must be a whole number 0 or more, not {seed!r}")
+    policy = options.ext_policy or recorded.get("ext_policy", extnames.DEFAULT)
+    if policy not in extnames.POLICIES:
+        raise UserError(f"--ext-policy must be one of {', '.join(extnames.POLICIES)}, not {policy!r}")
+    return seed, str(policy), chosen
 
 
 def _denied_keys(path: str | None) -> set[str] | None:
@@ -195,6 +237,7 @@ def _job(ctx: _Context, k: int, options: PackOptions) -> ShardJob:
         one_at_a_time=options.jobs <= 1 and options.backend == "loky",
         fsync=options.fsync,
         deferred=options.jobs > 1 and options.backend == "loky",
+        ext_policy=ctx.plan.layout.ext_policy,
     )
 
 
@@ -225,19 +268,29 @@ def pack_shards(index: str, output: str, options: PackOptions = PackOptions()) -
     """
     t0 = time.monotonic()
     ctx = _prepare(index, output, options)
+    try:
+        resumed = state.prepare_output(ctx.output, ctx.record, fsync=options.fsync)
+    except UserError:
+        if not ctx.chosen or state.recorded_layout(ctx.output, ctx.identity) is None:
+            raise
+        # another task of the job array created pack.json first, with its own random seed: take that one
+        ctx = _prepare(index, output, options)
+        resumed = state.prepare_output(ctx.output, ctx.record, fsync=options.fsync)
     summary = PackSummary(
         output=ctx.output,
         shards=ctx.plan.shards,
         part=options.part,
         scan_hashes=0 if ctx.known is None else int(ctx.known.sum()),
         scan_results=ctx.checksum_source,
+        resumed=resumed,
+        shuffle=ctx.plan.layout.shuffle,
+        ext_policy=ctx.plan.layout.ext_policy,
     )
     if options.denylist:
         summary.notes.append(
             f"{ctx.record['source']['rows'] - len(ctx.plan.order):,} samples left out: on the deny-list "
             f"{options.denylist}"
         )
-    summary.resumed = state.prepare_output(ctx.output, ctx.record, fsync=options.fsync)
     with state.locked(ctx.output, options.part):
         if options.part is None:
             remove_stale_temps(ctx.output, _OWN_FILES)
@@ -266,6 +319,10 @@ def pack_shards(index: str, output: str, options: PackOptions = PackOptions()) -
             summary.samples = int(read_meta(os.path.join(ctx.output, locations.PACKED_INDEX_FILE))["rows"])
             summary.skipped = _not_in_the_shards(ctx) if summary.samples != len(ctx.plan.order) else []
             summary.notes.append("every shard was already there: nothing to do")
+            summary.recipe = (state.read_state(ctx.output) or {}).get("recipe")
+            if isinstance(summary.recipe, dict) and isinstance(summary.recipe.get("keys"), list):  # said again
+                warning = extnames.mixed_warning(str(summary.recipe["keys"][0]).split(";"), ctx.plan.layout.ext_policy)
+                summary.warnings += [warning] if warning else []
             _note_left_out(ctx, summary)
             return _done(summary, t0)
         if not _read_back_all(ctx, [k for k in range(ctx.plan.shards) if k not in results], options, results, summary):
@@ -308,7 +365,13 @@ def finish_pack(index: str, output: str, options: PackOptions = PackOptions()) -
     if options.part is not None:
         raise UserError("--finish and --part cannot be used together: finish runs once, after every part")
     ctx = _prepare(index, output, options, writing=False)
-    summary = PackSummary(output=ctx.output, shards=ctx.plan.shards, resumed=True)
+    summary = PackSummary(
+        output=ctx.output,
+        shards=ctx.plan.shards,
+        resumed=True,
+        shuffle=ctx.plan.layout.shuffle,
+        ext_policy=ctx.plan.layout.ext_policy,
+    )
     existing = state.read_state(ctx.output)
     if existing is None:
         raise UserError(f"{output}: no {locations.PACK_STATE_FILE}: nothing was packed there yet")
@@ -460,6 +523,19 @@ def _finish(ctx: _Context, results: dict[int, ShardResult], summary: PackSummary
         summary.failures.append(f"{ctx.output}: cannot write the packed index or shard list: {exc.strerror or exc}")
         return
     summary.complete = True
+    exts = {e for r in results.values() for e in r.exts}
+    layout = ctx.plan.layout
+    warning = extnames.mixed_warning(exts, layout.ext_policy)
+    if warning:
+        summary.warnings.append(warning)
+    if exts:
+        has = np.asarray(open_index(ctx.index).labels)[np.concatenate([r.rows for r in results.values()])] >= 0
+        labelled = "all" if has.all() else "some" if has.any() else "none"  # samples with a .cls member
+        summary.recipe = extnames.recipe(exts, labelled, names.brace_pattern(layout.name, ctx.plan.shards))
+        try:
+            state.write_recipe(ctx.output, summary.recipe, fsync=fsync)
+        except OSError as exc:
+            summary.failures.append(f"{ctx.output}: cannot record the recipe in pack.json: {exc.strerror or exc}")
 
 
 def _published(output: str) -> bool:

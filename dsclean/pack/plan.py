@@ -4,9 +4,11 @@ Because the plan depends on nothing else, any shard can be (re)built alone:
 by a resumed pack, by one task of a job array, or by a Dask worker, and the
 bytes are the same.
 
-- Order: the index's row order, or with ``--shuffle SEED`` a permutation
-  defined here (rows sorted by splitmix64 of their key mixed with the seed),
-  so it never changes with a numpy version.
+- Order: a permutation defined here (rows sorted by splitmix64 of their key
+  mixed with the seed, so it never changes with a numpy version): the seed of
+  ``--shuffle SEED``, or one chosen at random and recorded in ``pack.json``
+  (:mod:`.packer` resolves it before the plan is made); the index's row order
+  with ``--no-shuffle`` (seed None).
 - Shards: ``--samples-per-shard N`` cuts every N samples; ``--shard-size SIZE``
   closes a shard before the sample that would take its file past SIZE: a tar
   file is whole 10,240-byte records (the end-of-archive blocks, then zeros to
@@ -28,7 +30,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..index.store import KINDS, MappedIndex
-from . import names
+from . import extnames, names
 from .bulk import FACT_NAMES
 from .samples import KEY_RE, int_facts_record, key_numbers
 from .tarformat import BLOCK, RECORD
@@ -61,8 +63,9 @@ class Layout:
 
     shard_size: int | None = None  # None with samples_per_shard; else the target bytes per shard
     samples_per_shard: int | None = None
-    shuffle: int | None = None  # the seed
+    shuffle: int | None = None  # the seed (None: index order)
     name: str = DEFAULT_NAME
+    ext_policy: str = extnames.KEEP  # how media members are named (:mod:`.extnames`)
 
     def to_json(self) -> dict:
         return {
@@ -70,10 +73,17 @@ class Layout:
             "samples_per_shard": self.samples_per_shard,
             "shuffle": self.shuffle,
             "name": self.name,
+            "ext_policy": self.ext_policy,
         }
 
 
-def make_layout(shard_size: int | None, samples_per_shard: int | None, shuffle: int | None, name: str | None) -> Layout:
+def make_layout(
+    shard_size: int | None,
+    samples_per_shard: int | None,
+    shuffle: int | None,
+    name: str | None,
+    ext_policy: str = extnames.KEEP,
+) -> Layout:
     """Check the options (clear errors) and fill in the defaults."""
     if shard_size is not None and samples_per_shard is not None:
         raise UserError("--shard-size and --samples-per-shard cannot be used together: pick one")
@@ -83,9 +93,13 @@ def make_layout(shard_size: int | None, samples_per_shard: int | None, shuffle: 
         raise UserError(f"--shard-size must be more than 0 bytes, not {shard_size}")
     if samples_per_shard is None and shard_size is None:
         shard_size = DEFAULT_SHARD_SIZE
+    if shuffle is not None and (isinstance(shuffle, bool) or not isinstance(shuffle, int) or shuffle < 0):
+        raise UserError(f"--shuffle SEED must be a whole number 0 or more, not {shuffle!r}")
+    if ext_policy not in extnames.POLICIES:
+        raise UserError(f"--ext-policy must be one of {', '.join(extnames.POLICIES)}, not {ext_policy!r}")
     name = DEFAULT_NAME if name is None else name
     check_name(name)
-    return Layout(shard_size, samples_per_shard, shuffle, name)
+    return Layout(shard_size, samples_per_shard, shuffle, name, ext_policy)
 
 
 def check_name(name: str) -> None:

@@ -19,12 +19,18 @@ from ..hashing import DIGEST_SIZE, content_hash
 from ..index.store import read_table
 from ..jsonpaths import path_fields
 from ..openfile import NotRegularFile, open_regular_file
+from .bulk import EXTS
+from .extnames import POLICIES, member_ext
 from .samples import KEY_RE, sample_key
 from .shardjob import ShardJob, ShardResult
 from .tarformat import BLOCK, TarError, end_of_archive, iter_members, sidecar_bytes
 
 #: reading a shard back, the pages behind are unmapped every this many bytes
 _RELEASE_EVERY = 64 << 20
+
+
+#: the media member extensions each ``--ext-policy`` writes
+_NAMES = {policy: frozenset(member_ext(e, policy) for e in EXTS) for policy in POLICIES}
 
 
 def left_out_earlier(shard: str) -> str:
@@ -49,6 +55,7 @@ def read_back(job: ShardJob) -> ShardResult:
     labels = table.column("label").to_pylist()
     planned = [sample_key(p) for p in paths]
     rows, offsets, sums = [], [], bytearray()
+    exts: set[str] = set()
     p = end = 0  # end: of the last member read, padding included
     try:
         f = open_regular_file(job.path)
@@ -83,6 +90,11 @@ def read_back(job: ShardJob) -> ShardResult:
                 if len(checksum) != DIGEST_SIZE:
                     raise TarError(f"{job.path}: sample {key} has a bad checksum in its json")
                 m = media[0]
+                if m.name.partition(".")[2] not in _NAMES[job.ext_policy]:
+                    raise TarError(
+                        f"{job.path}: sample {key}: its media member {m.name} is not named as this pack "
+                        f"(--ext-policy {job.ext_policy}) names them: not a shard of this pack"
+                    )
                 if content_hash(memoryview(mm)[m.offset : m.offset + m.size]) != checksum:
                     raise TarError(
                         f"{job.path}: sample {key}: its media bytes ({m.name}) do not hash to the "
@@ -97,6 +109,7 @@ def read_back(job: ShardJob) -> ShardResult:
                         f"{labels[p]}: not a shard pack finished"
                     )
                 rows.append(int(job.rows[p]))
+                exts.add(m.name.partition(".")[2])
                 offsets.append(media[0].offset)
                 sums += checksum
                 p += 1
@@ -114,6 +127,7 @@ def read_back(job: ShardJob) -> ShardResult:
     result.offsets = np.asarray(offsets, np.int64)
     result.checksums = bytes(sums)
     result.filesize = size
+    result.exts = tuple(sorted(exts))
     return result
 
 

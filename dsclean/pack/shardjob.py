@@ -41,6 +41,8 @@ class ShardJob:
     #: leave the finished shard in its temp file (``ShardResult.temp``) for the caller to fsync and rename
     #: (:func:`finish_shard`): a loky worker goes on to its next shard while the parent waits for the disk
     deferred: bool = False
+    #: how media members are named (:mod:`.extnames`): ``keep`` the real format's extension, ``by-kind`` one per kind
+    ext_policy: str = "keep"
 
     @property
     def path(self) -> str:
@@ -62,3 +64,4 @@ class ShardResult:
     written: bool = False  # written by this run (False: read back from an earlier one)
     hashed: int = 0  # samples whose bytes were hashed here (the others' checksum came from the scan)
     temp: str | None = None  # with ``ShardJob.deferred``: the complete shard, not yet fsynced nor renamed
+    exts: tuple[str, ...] = ()  # the media members' extensions in the shard (sorted, distinct)

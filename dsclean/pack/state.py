@@ -24,6 +24,7 @@ from .. import locations
 from ..atomic import fsync_dir, temp_next_to
 from ..errors import UserError
 from ..openfile import open_regular_file
+from .extnames import KEEP
 from .write import make_readable, output_file
 
 FORMAT = "dsclean-pack"
@@ -51,11 +52,8 @@ def _same_pack(a: dict, b: dict) -> str | None:
             f"it packs another index ({a.get('source', {}).get('index')}, content hash "
             f"{a.get('source', {}).get('identity')}), not this one"
         )
-    diffs = [
-        f"{k} {a.get('layout', {}).get(k)!r} (asked: {v!r})"
-        for k, v in b["layout"].items()
-        if a.get("layout", {}).get(k) != v
-    ]
+    had = {"ext_policy": KEEP, **a.get("layout", {})}  # a pack.json older than --ext-policy: named as keep
+    diffs = [f"{k} {had.get(k)!r} (asked: {v!r})" for k, v in b["layout"].items() if had.get(k) != v]
     if diffs:
         return "it was packed with other options: " + ", ".join(diffs)
     return None
@@ -115,6 +113,31 @@ def prepare_output(output: str, rec: dict, *, fsync: bool = True) -> bool:
             "Use an empty folder, or the same index and options"
         )
     return True
+
+
+def recorded_layout(output: str, identity: str) -> dict | None:
+    """The layout options ``output``'s ``pack.json`` records for the index of this identity (None: no such
+    pack there): what a resume, a later part or ``--finish`` keeps when not told otherwise."""
+    existing = read_state(output) if os.path.isdir(output) else None
+    if existing is None or existing.get("source", {}).get("identity") != identity:
+        return None
+    layout = existing.get("layout")
+    return {"ext_policy": KEEP, **layout} if isinstance(layout, dict) else None
+
+
+def write_recipe(output: str, recipe: dict, *, fsync: bool = True) -> None:
+    """Add the reading recipe (:func:`.extnames.recipe`) to ``pack.json`` once the set is published
+    (temp + rename; the rest of the record unchanged, so resuming still compares it)."""
+    rec = read_state(output)
+    if rec is None:
+        return
+    if rec.get("recipe") == recipe:
+        return
+    with output_file(os.path.join(output, locations.PACK_STATE_FILE), fsync=fsync) as tmp:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump({**rec, "recipe": recipe}, f, indent=1, sort_keys=True)
+            f.write("\n")
+        make_readable(tmp)
 
 
 def _unwritable(output: str, exc: OSError) -> UserError:

@@ -11,7 +11,7 @@ and checksum (:func:`dsclean.hashing.content_hash` of its bytes) and every field
 of the ``.json`` (the record pack writes for that row). Across the set: the
 shard list against the packed index (names, counts, file sizes), missing
 shards, extra ``.tar`` files in the folder, sample keys unique. A killed pack's
-temp files are notes.
+temp files are notes. A set in class blocks (:mod:`.mixing`) is a warning, not a problem.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from ..jsonpaths import path_bytes
 from ..openfile import open_regular_file
 from . import names as templates
 from .bulk import FACT_NAMES, json_members
+from .mixing import class_blocks
 from .runner import run_tasks
 from .samples import KEY_RE, sample_key
 from .tarformat import BLOCK, TarError, iter_members, sidecar_bytes
@@ -80,6 +81,7 @@ class VerifyReport:
     shards: list[ShardReport] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # about the set: index, shard list, keys
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # not problems (the exit code ignores them): class blocks
     denylist: dict | None = None  # the deny-list beside the shards (dsclean.denylist.report), if any
 
     def to_json(self) -> dict:
@@ -145,6 +147,10 @@ def verify_shards(folder: str, *, jobs: int = 1, decode=None) -> VerifyReport:
     if idx is not None and report.samples != len(idx) and not any(not s.ok for s in report.shards):
         report.problems.append(f"the shards hold {report.samples} samples, the packed index {len(idx)}")
     _unique_keys(report, keys)
+    if idx is not None and bounds is not None:
+        blocks = class_blocks(idx.labels, bounds)
+        if blocks:
+            report.warnings.append(blocks)
     _other_files(report, set(names))
     report.denylist = denylist.report(folder, held, report.notes)
     report.bytes = sum(

@@ -28,7 +28,8 @@ from ..formats import FORMATS
 from ..hashing import DIGEST_SIZE, content_hash, new_hasher
 from ..index.store import KINDS, read_table
 from ..jsonpaths import path_fields
-from .bulk import CLS, EXT_CODE, JSON, MEDIA, Layout, headers, json_members, layout, place, split_lines
+from .bulk import CLS, EXT_CODE, EXTS, JSON, MEDIA, Layout, headers, json_members, layout, place, split_lines
+from .extnames import POLICIES, member_ext
 from .runner import ABANDONED
 from .samples import int_facts_record, member_order, sample_key
 from .shardjob import ShardJob, ShardResult
@@ -159,6 +160,7 @@ class _Bulk:
     media_at: np.ndarray  # per row, the media data's offset from the batch's start
     checksums: np.ndarray  # (rows, 16) uint8
     hashed: int
+    exts: frozenset[str]  # the media members' extensions
 
 
 def _bulk_batch(job: ShardJob, cols: ShardColumns, lo: int, hi: int, buf: _Buffer, classes: list[str]) -> _Bulk | None:
@@ -180,7 +182,8 @@ def _bulk_batch(job: ShardJob, cols: ShardColumns, lo: int, hi: int, buf: _Buffe
     sizes = np.zeros((n, 3), np.int64)
     sizes[:, MEDIA], sizes[:, JSON] = size, lengths
     sizes[labelled, CLS] = cls_lengths if labelled.any() else 0
-    ext = np.array([_BY_NAME.get(p.rpartition(b".")[2].lower(), 0) for p in paths], np.int64)  # a guess
+    named = _NAMED[job.ext_policy]  # the real format's extension code -> the member's (--ext-policy)
+    ext = named[np.array([_BY_NAME.get(p.rpartition(b".")[2].lower(), 0) for p in paths], np.int64)]  # a guess
     lay = layout(ext, labelled, sizes)
     buf.fit(lay.total + BLOCK)  # a block more: the one-byte-longer read of the last file may land there
     blocks = buf.array[: lay.total // BLOCK * BLOCK].reshape(-1, BLOCK)
@@ -195,7 +198,7 @@ def _bulk_batch(job: ShardJob, cols: ShardColumns, lo: int, hi: int, buf: _Buffe
         lay.data_at[:, MEDIA].tolist(),
     ):
         return None
-    real = sniffed_exts(buf.array, lay.data_at[:, MEDIA], size, paths)
+    real = named[sniffed_exts(buf.array, lay.data_at[:, MEDIA], size, paths)]
     if (real != ext).any():  # a name that does not say the format: the members' order may differ
         lay = _relayout(buf, lay, ext, real, labelled, sizes)
         ext = real
@@ -209,11 +212,15 @@ def _bulk_batch(job: ShardJob, cols: ShardColumns, lo: int, hi: int, buf: _Buffe
     place(buf.view, lay.data_at[labelled, CLS], cls_text, cls_starts, cls_lengths)
     place(buf.view, lay.data_at[:, JSON], text, starts, lengths)
     blocks[lay.header_at // BLOCK] = headers(cols.stems[lo:hi], lay, ext)
-    return _Bulk(lay.total, lay.data_at[:, MEDIA], sums, int(hashed.size))
+    return _Bulk(
+        lay.total, lay.data_at[:, MEDIA], sums, int(hashed.size), frozenset(EXTS[c] for c in set(ext.tolist()))
+    )
 
 
 #: canonical extension code by a file name's extension (lower case, bytes), to guess the layout before reading
 _BY_NAME = {e[1:].encode("ascii"): EXT_CODE[exts[0][1:]] for _, exts in FORMATS.values() for e in exts}
+#: per ``--ext-policy``, the member's extension code by the real format's extension code
+_NAMED = {policy: np.array([EXT_CODE[member_ext(e, policy)] for e in EXTS], np.int64) for policy in POLICIES}
 
 
 def _relayout(
@@ -346,6 +353,7 @@ def write_shard(job: ShardJob) -> ShardResult:
     kept, offsets, sums = [], [], []  # per batch: positions in job.rows, media offsets, checksums
     classes = list(job.classes)
     in_hand: list = []
+    exts: set[str] = set()
     try:
         with (
             output_file(job.path, fsync=job.fsync, sync_dir=False, keep=job.deferred) as tmp,
@@ -366,6 +374,7 @@ def write_shard(job: ShardJob) -> ShardResult:
                             offsets.append(out.pos + done.media_at)
                             sums.append(done.checksums.tobytes())
                             result.hashed += done.hashed
+                            exts |= done.exts
                             out.write(buf.view[: done.size])
                             buf, other = other, buf  # (out.write waits for ``other``'s write first)
                             continue
@@ -383,8 +392,10 @@ def write_shard(job: ShardJob) -> ShardResult:
                                     {**path_fields(batch.path[j]), "why": f"{src}; it belongs in {job.name}"}
                                 )
                                 continue
+                            named = member_ext(src.ext, job.ext_policy)
+                            exts.add(named)
                             try:
-                                media_at = _write_sample(out, batch, j, src, classes)
+                                media_at = _write_sample(out, batch, j, src, classes, named)
                             finally:
                                 if src.fd is not None:
                                     os.close(src.fd)
@@ -414,6 +425,7 @@ def write_shard(job: ShardJob) -> ShardResult:
     result.rows = np.asarray(job.rows, np.int64)[np.concatenate([np.zeros(0, np.int64), *kept]).astype(np.int64)]
     result.offsets = np.concatenate([np.zeros(0, np.int64), *offsets]).astype(np.int64)
     result.checksums = b"".join(sums)
+    result.exts = tuple(sorted(exts))
     if job.deferred:
         result.temp = tmp
     result.filesize = os.path.getsize(result.temp or job.path)
@@ -438,15 +450,16 @@ def finish_shard(result: ShardResult, output: str, fsync: bool) -> str | None:
         return f"{os.path.join(output, result.name)}: cannot write the shard: {exc.strerror or exc}"
 
 
-def _write_sample(out: _Out, batch: BatchRows, j: int, src: Source, classes: list[str]) -> int:
-    """Gather one sample's members in name order; returns the media data's offset in the shard."""
+def _write_sample(out: _Out, batch: BatchRows, j: int, src: Source, classes: list[str], named: str) -> int:
+    """Gather one sample's members in name order (the media member ``<key>.<named>``); returns the media
+    data's offset in the shard."""
     rel = batch.path[j]
     key = sample_key(rel)
     label = batch.label[j]
     media_at = -1
     parts, pos = out.parts, out.pos
-    for ext in _member_order(src.ext, label >= 0):
-        if ext == src.ext:
+    for ext in _member_order(named, label >= 0):
+        if ext == named:
             if src.data is None:  # a big file: streamed straight into the shard
                 out.pos = pos
                 out.add(header(f"{key}.{ext}", src.size))

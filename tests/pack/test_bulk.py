@@ -107,8 +107,9 @@ def test_json_members_are_the_one_at_a_time_records():
 # --------------------------------------------------------------------------- whole shards against tarfile
 
 
-def _reference_shard(index: str, rows: list[int], root, classes: list[str]) -> bytes:
-    """What a shard of these source rows must hold, written with the standard library only."""
+def _reference_shard(index: str, rows: list[int], root, classes: list[str], policy: str = "by-kind") -> bytes:
+    """What a shard of these source rows must hold, written with the standard library only
+    (``policy``: by-kind names every image member .jpg and every sound .flac; keep, the real format's)."""
     idx, table = open_index(index), read_table(index)
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
@@ -129,8 +130,9 @@ def _reference_shard(index: str, rows: list[int], root, classes: list[str]) -> b
             for k in FACTS:
                 if k in table.column_names and table.column(k)[row].is_valid:
                     rec[k] = table.column(k)[row].as_py()
+            named = FORMATS[fmt][1][0][1:] if policy == "keep" else {"image": "jpg", "audio": "flac"}[FORMATS[fmt][0]]
             members = {
-                FORMATS[fmt][1][0][1:]: data,
+                named: data,
                 "json": json.dumps(rec, sort_keys=True, separators=(",", ":")).encode(),
             }
             if label >= 0:
@@ -151,7 +153,7 @@ def _reference_shard(index: str, rows: list[int], root, classes: list[str]) -> b
     return out.getvalue()
 
 
-@pytest.mark.parametrize("variant", ["labelled", "unlabelled", "facts", "streamed", "changed"])
+@pytest.mark.parametrize("variant", ["labelled", "unlabelled", "facts", "streamed", "changed", "keep"])
 def test_shards_are_what_tarfile_writes(tmp_path, variant):
     root = tmp_path / "data"
     make_media(root, n_images=14, n_audio=5)
@@ -164,7 +166,7 @@ def test_shards_are_what_tarfile_writes(tmp_path, variant):
         build_index(str(root), index, no_labels=variant == "unlabelled")
     idx = open_index(index)
     rows = list(range(len(idx)))
-    options = {"samples_per_shard": 7}
+    options = {"samples_per_shard": 7, "shuffle": None, "ext_policy": "keep" if variant == "keep" else "by-kind"}
     if variant == "streamed":  # files over the limit stream between batches laid out in bulk
         options["inline_limit"] = int(np.median(np.asarray(idx.sizes)))
     if variant == "changed":  # a file touched since the index: its batch goes sample by sample, without it
@@ -179,7 +181,7 @@ def test_shards_are_what_tarfile_writes(tmp_path, variant):
     planned = [list(range(len(idx)))[k : k + 7] for k in range(0, len(idx), 7)]
     assert len(shards) == len(planned)
     for name, plan in zip(shards, planned):
-        want = _reference_shard(index, [r for r in plan if r in rows], root, classes)
+        want = _reference_shard(index, [r for r in plan if r in rows], root, classes, options["ext_policy"])
         assert (tmp_path / "s" / name).read_bytes() == want, name
 
 
@@ -188,9 +190,13 @@ def test_a_misnamed_file_moves_its_media_member_where_its_real_format_puts_it(tm
     make_media(root, n_images=4, n_audio=0)  # includes a PNG named .jpg: .png sorts after .json
     index = str(tmp_path / "i.arrow")
     build_index(str(root), index)
-    assert pack_shards(index, str(tmp_path / "s"), PackOptions()).complete
+    assert pack_shards(index, str(tmp_path / "s"), PackOptions(ext_policy="keep")).complete
     with tarfile.open(tmp_path / "s" / "data-000000.tar") as t:
         names = t.getnames()
     key = sample_key(b"dogs/really_a_png.jpg")
     assert [n for n in names if n.startswith(key)] == [f"{key}.cls", f"{key}.json", f"{key}.png"]
+    assert pack_shards(index, str(tmp_path / "k"), PackOptions()).complete  # by-kind: an image is .jpg
+    with tarfile.open(tmp_path / "k" / "data-000000.tar") as t:
+        names = t.getnames()
+    assert [n for n in names if n.startswith(key)] == [f"{key}.cls", f"{key}.jpg", f"{key}.json"]
     assert MEDIA == 0 and JSON == 2

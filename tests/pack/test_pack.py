@@ -40,7 +40,9 @@ def _pack(index, out, **kw):
 
 def test_members_keys_json_and_the_packed_index(tmp_path):
     root, index = make_indexed(tmp_path)
-    s = _pack(index, tmp_path / "shards", samples_per_shard=5)
+    s = _pack(
+        index, tmp_path / "shards", samples_per_shard=5, shuffle=None, ext_policy="keep"
+    )  # index order, by format
     src = open_index(index)
     assert s.complete and s.samples == len(src) == 18 and s.shards == 4 and s.written == 4
     names = sum((_members(tmp_path / "shards" / f"data-{k:06d}.tar") for k in range(4)), [])
@@ -228,7 +230,7 @@ def test_changed_and_missing_sources_stop_the_pack_or_are_skipped(tmp_path, caps
     victim = root / "dogs" / "img001.jpg"
     victim.write_bytes(victim.read_bytes() + b"\0")  # changed since indexing
     os.unlink(root / "speech" / "tone000.wav")  # gone since indexing
-    assert main(["pack", index, "-o", str(tmp_path / "s"), "--samples-per-shard", "4"]) == 3
+    assert main(["pack", index, "-o", str(tmp_path / "s"), "--samples-per-shard", "4", "--no-shuffle"]) == 3
     err = capsys.readouterr().err
     assert f"{victim}: changed since it was indexed (size" in err and "--skip-changed" in err
     assert not (tmp_path / "s" / "index.arrow").exists()
@@ -339,8 +341,8 @@ def test_skip_changed_with_every_file_changed_is_refused_and_leaves_no_empty_sha
 
 def test_big_files_are_streamed_and_checked_twice(tmp_path):
     root, index = make_indexed(tmp_path)
-    a = _pack(index, tmp_path / "inline", samples_per_shard=6)
-    b = pack_shards(index, str(tmp_path / "streamed"), PackOptions(samples_per_shard=6, inline_limit=512))
+    a = _pack(index, tmp_path / "inline", samples_per_shard=6, shuffle=5)
+    b = pack_shards(index, str(tmp_path / "streamed"), PackOptions(samples_per_shard=6, shuffle=5, inline_limit=512))
     assert a.complete and b.complete
     assert folder_digests(tmp_path / "inline") == folder_digests(tmp_path / "streamed")
 
@@ -348,8 +350,8 @@ def test_big_files_are_streamed_and_checked_twice(tmp_path):
 def test_npy_source_index_packs_the_same(tmp_path):
     root, index = make_indexed(tmp_path)
     build_index(str(root), str(tmp_path / "data.npy"))
-    _pack(index, tmp_path / "a", samples_per_shard=6)
-    _pack(str(tmp_path / "data.npy"), tmp_path / "b", samples_per_shard=6)
+    _pack(index, tmp_path / "a", samples_per_shard=6, shuffle=5)
+    _pack(str(tmp_path / "data.npy"), tmp_path / "b", samples_per_shard=6, shuffle=5)
     da, db = folder_digests(tmp_path / "a"), folder_digests(tmp_path / "b")
     assert {k: v for k, v in da.items() if k.endswith(".tar")} == {k: v for k, v in db.items() if k.endswith(".tar")}
 
@@ -388,7 +390,7 @@ def test_kill_9_mid_pack_then_rerun_finishes_only_the_missing_shards(tmp_path, d
         write(root, f"c{i % 3}/{i:04d}.jpg", synth.jpeg(64, 64, seed=i))
     index = str(tmp_path / "i.arrow")
     build_index(str(root), index)
-    cmd = [PY, "-m", "dsclean", "pack", index, "--samples-per-shard", "1", "-q", "-o"]  # 300 shards
+    cmd = [PY, "-m", "dsclean", "pack", index, "--samples-per-shard", "1", "--shuffle", "9", "-q", "-o"]  # 300 shards
     subprocess.run(cmd + [str(tmp_path / "ref")], check=True)  # the reference: fsynced, uninterrupted
     out = tmp_path / "killed"
     cmd[-1:-1] = durability  # (before -o) a killed process's written pages survive it, fsynced or not
@@ -418,10 +420,28 @@ def test_no_fsync_writes_the_same_files_without_a_single_fsync(tmp_path, monkeyp
         real = getattr(os, name)
         monkeypatch.setattr(os, name, lambda fd, real=real, name=name: (calls.append(name), real(fd))[1])
     # jobs 1: the shards are written on threads of this process, so every fsync passes through os here
-    assert main(["pack", index, "-o", str(tmp_path / "synced"), "--samples-per-shard", "5", "-q"]) == 0
+    assert (
+        main(["pack", index, "-o", str(tmp_path / "synced"), "--samples-per-shard", "5", "--shuffle", "1", "-q"]) == 0
+    )
     assert calls.count("fsync") >= 4  # by default every shard is fsynced before its rename
     calls.clear()
-    assert main(["pack", index, "-o", str(tmp_path / "fast"), "--samples-per-shard", "5", "-q", "--no-fsync"]) == 0
+    assert (
+        main(
+            [
+                "pack",
+                index,
+                "-o",
+                str(tmp_path / "fast"),
+                "--samples-per-shard",
+                "5",
+                "--shuffle",
+                "1",
+                "-q",
+                "--no-fsync",
+            ]
+        )
+        == 0
+    )
     assert calls == []
     assert folder_digests(tmp_path / "fast") == folder_digests(tmp_path / "synced")
     assert not [n for n in os.listdir(tmp_path / "fast") if n.endswith(".tmp")]
@@ -551,7 +571,11 @@ def test_a_full_disk_leaves_no_partial_shard_named_as_a_shard(tmp_path, small_tm
     subprocess.run(["cp", "-a", str(out), str(moved)], check=True)
     assert main(["pack", index, "-o", str(moved), "--samples-per-shard", "4", "-q"]) == 0
     assert main(["verify", str(moved)]) == 0
-    assert main(["pack", index, "-o", str(tmp_path / "ref"), "--samples-per-shard", "4", "-q"]) == 0
+    seed = json.loads((moved / "pack.json").read_text())["layout"]["shuffle"]  # (the resume kept it)
+    assert (
+        main(["pack", index, "-o", str(tmp_path / "ref"), "--samples-per-shard", "4", "--shuffle", str(seed), "-q"])
+        == 0
+    )
     assert folder_digests(moved) == folder_digests(tmp_path / "ref")
 
 

@@ -35,7 +35,7 @@ def scanned(tmp_path):
 
 
 def _pack(index, out, **kw):
-    s = pack_shards(index, str(out), PackOptions(samples_per_shard=5, **kw))
+    s = pack_shards(index, str(out), PackOptions(samples_per_shard=5, **{"shuffle": 3, **kw}))  # packs compared
     assert s.complete, s.failures
     return s
 
@@ -84,7 +84,12 @@ def test_the_trust_is_size_and_mtime_and_verify_catches_a_rewrite_that_kept_both
     by_ext = {p["member"].split(".")[1]: p["problem"] for p in problems}  # one sample: media and its json
     assert set(by_ext) == {"jpg", "json"} and "checksum mismatch" in by_ext["jpg"]
     _pack(index, tmp_path / "rehashed", rehash=True)
-    assert main(["pack", index, "-o", str(tmp_path / "cli"), "--samples-per-shard", "5", "--rehash", "-q"]) == 0
+    assert (
+        main(
+            ["pack", index, "-o", str(tmp_path / "cli"), "--samples-per-shard", "5", "--shuffle", "3", "--rehash", "-q"]
+        )
+        == 0
+    )
     assert main(["verify", str(tmp_path / "rehashed")]) == 0 and main(["verify", str(tmp_path / "cli")]) == 0
     packed = open_index(str(tmp_path / "rehashed" / "index.arrow"), extra={"checksum": pa.binary(16)})
     row = next(r for r in range(len(packed)) if packed.path_bytes(r) == b"cats/img000.jpg")

@@ -20,7 +20,7 @@ from dsclean.pack.verify import verify_shards
 def packed(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("verify")
     _, index = make_indexed(tmp)
-    pack_shards(index, str(tmp / "shards"), PackOptions(samples_per_shard=5))
+    pack_shards(index, str(tmp / "shards"), PackOptions(samples_per_shard=5, shuffle=None, ext_policy="keep"))
     return tmp / "shards"
 
 
@@ -158,7 +158,7 @@ def test_decode_runs_the_scans_checks_on_every_sample(tmp_path, capsys):
     write(root, "c0/cut.jpg", synth.truncate(synth.jpeg(64, 64, seed=9), 0.6))
     write(root, "c1/bad.png", synth.png_break_crc(synth.png(16, 16, seed=3)))
     build_index(str(root), str(tmp_path / "i.arrow"), check=False)  # magic bytes only: the bad files get packed
-    pack_shards(str(tmp_path / "i.arrow"), str(tmp_path / "s"), PackOptions(samples_per_shard=3))
+    pack_shards(str(tmp_path / "i.arrow"), str(tmp_path / "s"), PackOptions(samples_per_shard=3, ext_policy="keep"))
     assert main(["verify", str(tmp_path / "s")]) == 0  # the bytes are what was packed
     capsys.readouterr()
     assert main(["verify", str(tmp_path / "s"), "--decode", "--json", "--jobs", "2"]) == 1

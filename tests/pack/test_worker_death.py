@@ -49,7 +49,8 @@ def _shards(folder) -> int:
 def _pack(index, out, kill_after: int, kills: int, deadline: float) -> tuple[subprocess.Popen, int, str]:
     # no -q: the retry is a note (-q prints errors only), and the note is what the first test reads
     proc = subprocess.Popen(
-        [PY, "-m", "dsclean", "pack", index, "--samples-per-shard", "1", "--jobs", "2", "--no-fsync", "-o", str(out)],
+        [PY, "-m", "dsclean", "pack", index, "--samples-per-shard", "1", "--shuffle", "4", "--jobs", "2", "--no-fsync"]
+        + ["-o", str(out)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -80,6 +81,8 @@ def test_a_killed_worker_s_shards_are_written_again_and_the_set_is_byte_identica
             index,
             "--samples-per-shard",
             "1",
+            "--shuffle",
+            "4",
             "--jobs",
             "2",
             "--no-fsync",
