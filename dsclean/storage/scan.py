@@ -1,0 +1,298 @@
+"""``dsclean scan s3://bucket/prefix``: the scan of a bucket prefix, streamed end to end.
+
+The listing (or ``--manifest``) streams objects; they are cut into chunks; each chunk is checked by a
+worker (a process per job, ``--jobs 1``: this process) that reads its objects on a bounded thread pool
+(:mod:`.workers`); verdicts are written to the results and problems files (local: the prefix's state
+folder, or ``--report``) as chunks finish, and bad objects are quarantined in the bucket
+(:mod:`.quarantine`) or listed in a deny-list. At most ``jobs * 2`` chunks are in flight: memory is
+flat in the number of objects. Objects are named by key relative to the prefix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import multiprocessing
+import os
+import time
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import asdict, dataclass, field
+from typing import Iterable, Iterator
+
+from .. import locations
+from .. import reasons as R
+from ..atomic import atomic_output
+from ..errors import UserError
+from ..inflight import InFlight
+from ..interrupts import stop_on_signals
+from ..scanning.check import CheckOptions
+from ..scanning.results import ResultsWriter
+from ..scanning.scanner import ScanSummary, usable_cores
+from .fs import Store
+from .listing import ListingStats, Obj, iter_objects
+from .manifest import ManifestStats, iter_manifest
+from .quarantine import BucketQuarantine, MoveError
+from .reads import DEFAULT_READ_THREADS, ReadPolicy, classify, describe, quiet_store_retries, retried
+from .urls import is_url, scrub
+from .workers import ChunkResult, check_objects, run_chunk
+
+log = logging.getLogger("dsclean.storage.scan")
+
+CHUNK_OBJECTS = 64  # objects per task: a task's bytes are at most this many objects in flight
+
+
+@dataclass(frozen=True)
+class BucketScanOptions:
+    """What a bucket scan can be told beyond :class:`~dsclean.scanning.check.CheckOptions`."""
+
+    storage_options: dict = field(default_factory=dict, repr=False)  # may hold secrets: never shown
+    check: CheckOptions = CheckOptions()
+    jobs: int = 0  # worker processes (0: all usable cores; 1: in this process)
+    read_threads: int = DEFAULT_READ_THREADS  # reads in flight per worker
+    policy: ReadPolicy = ReadPolicy()
+    manifest: str | None = None
+    quarantine: str | None = None  # a URL (same storage)
+    denylist: bool = False  # list bad objects in <report>/denylist.jsonl instead of moving them
+    dry_run: bool = False
+    report_dir: str | None = None
+    state_dir: str | None = None
+    include_hidden: bool = False
+    chunk_objects: int = CHUNK_OBJECTS
+    command: tuple[str, ...] = ()  # already redacted (urls.redact_argv)
+
+
+@dataclass
+class BucketStats:
+    """What the bucket scan adds to the summary (in ``ScanSummary.discovery``'s place)."""
+
+    listed: int = 0
+    skipped_other: int = 0
+    skipped_hidden: int = 0
+    outside_prefix: int = 0
+    bad_manifest_rows: int = 0
+    pages: int = 0
+    retries: int = 0
+    read_bytes: int = 0
+
+
+def scan_bucket(url: str, options: BucketScanOptions = BucketScanOptions()) -> ScanSummary:
+    """Check every media object under the prefix ``url``; write results locally; quarantine bad objects."""
+    store = Store(url, dict(options.storage_options))
+    if options.quarantine and not is_url(options.quarantine):
+        raise UserError(f"--quarantine {options.quarantine}: a bucket scan quarantines in the bucket: give a URL")
+    if options.quarantine and options.denylist:
+        raise UserError("--quarantine and --denylist are two answers to the same question: give one")
+    qstore = Store(options.quarantine, store.options) if options.quarantine else None
+    if qstore is not None and (qstore.url == store.url or store.url.startswith(qstore.url + "/")):
+        raise UserError(f"--quarantine {qstore.url} holds the scanned prefix {store.url}: choose another prefix")
+    exclude = (qstore.url[len(store.url) + 1 :],) if qstore and qstore.url.startswith(store.url + "/") else ()
+    jobs = options.jobs or usable_cores()
+    state = locations.url_state_dir(store.url, options.state_dir)
+    report_dir = os.path.abspath(options.report_dir or state)
+    if is_url(report_dir):
+        raise UserError("--report is a local folder (results are never written into the bucket)")
+    _probe(store, options.policy)
+    summary = ScanSummary(root=store.url, jobs=jobs, quarantine=qstore.url if qstore else None, state_dir=state)
+    summary.dry_run = options.dry_run
+    summary.command = list(options.command)
+    stats = BucketStats()
+    writer = ResultsWriter(report_dir, meta={"root": store.url, "shard": None, "options": None, "storage": True})
+    start = time.perf_counter()
+    deny = os.path.join(report_dir, locations.DENYLIST_FILE) if options.denylist else None
+    with contextlib.ExitStack() as stack:
+        stack.push(lambda et, e, tb: writer.discard() if et else writer.close())
+        quarantine = None
+        if qstore is not None and not options.dry_run:
+            quarantine = stack.enter_context(BucketQuarantine(store, qstore, options.state_dir, options.policy))
+            summary.recovered = {"completed": quarantine.recovery.completed, "reverted": quarantine.recovery.reverted}
+            summary.notes += quarantine.recovery.refused
+        objects = _objects(store, options, stats, exclude)
+        chunks = _chunks(objects, options.chunk_objects)
+        with stop_on_signals() as stop:
+            for result in _run(store, chunks, options, jobs, stop):
+                _take(result, summary, stats, writer, quarantine, options, deny)
+                if stop.signum:
+                    break
+        summary.signal = stop.signum
+        summary.interrupted = bool(stop.signum)
+    summary.elapsed = time.perf_counter() - start
+    summary.results_path, summary.problems_path = writer.results_path, writer.problems_path
+    summary.notes += _notes(stats, options)
+    _write_summary(report_dir, summary, stats)
+    return summary
+
+
+def _probe(store: Store, policy: ReadPolicy) -> None:
+    """The prefix can be listed: else a clear error naming it (403, no such bucket, bad endpoint)."""
+    quiet_store_retries(store.fs, store.scheme)
+    try:
+        retried(lambda: store.fs.ls(store.root, detail=False) if store.scheme != "file" else None, store.url, policy)
+    except FileNotFoundError:
+        if store.scheme == "file":
+            raise UserError(f"scan root {store.url} does not exist") from None
+        return  # an empty or absent prefix lists nothing (S3 has no folders): the scan finds 0 objects
+    except Exception as exc:
+        err = classify(store.url, exc)
+        raise UserError(f"cannot list {store.url}: {scrub(err.detail, store.options)}") from None
+    if store.scheme == "file" and not os.path.isdir(store.root):
+        raise UserError(f"scan root {store.url} is not a folder")
+
+
+def _objects(store: Store, options: BucketScanOptions, stats: BucketStats, exclude: tuple[str, ...]) -> Iterator[Obj]:
+    if options.manifest:
+        mstats = ManifestStats()
+        yield from iter_manifest(options.manifest, store, include_hidden=options.include_hidden, stats=mstats)
+        stats.outside_prefix, stats.bad_manifest_rows = mstats.outside, mstats.bad_rows
+        ls: ListingStats = mstats
+    else:
+        ls = ListingStats()
+        try:
+            yield from iter_objects(store, include_hidden=options.include_hidden, stats=ls, exclude=exclude)
+        except Exception as exc:
+            if isinstance(exc, UserError):
+                raise
+            raise UserError(f"listing {store.url} failed: {scrub(describe(exc), store.options)}") from None
+    stats.listed, stats.skipped_other, stats.skipped_hidden, stats.pages = (
+        ls.objects,
+        ls.skipped_other,
+        ls.skipped_hidden,
+        ls.pages,
+    )
+
+
+def _chunks(objects: Iterable[Obj], size: int) -> Iterator[list[Obj]]:
+    chunk: list[Obj] = []
+    for obj in objects:
+        chunk.append(obj)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _run(
+    store: Store, chunks: Iterator[list[Obj]], options: BucketScanOptions, jobs: int, stop
+) -> Iterator[ChunkResult]:
+    """Chunk results in completion order; ``jobs`` 1: in this process, else a process pool, a bounded few ahead."""
+    if jobs == 1:
+        for chunk in chunks:
+            yield check_objects(store, chunk, options.check, options.policy, options.read_threads)
+            if stop.signum:
+                return
+        return
+    ctx = multiprocessing.get_context("forkserver")
+    flight: InFlight[list[Obj]] = InFlight(chunks)
+    pool = ProcessPoolExecutor(jobs, mp_context=ctx)
+
+    def submit(chunk: list[Obj]) -> Future:
+        return pool.submit(run_chunk, (store, chunk, options.check, options.policy, options.read_threads))
+
+    def broken(exc: BaseException) -> bool:
+        return isinstance(exc, BrokenProcessPool)
+
+    try:
+        while True:
+            dead = flight.fill(submit, jobs * 2, stop=lambda: stop.signum, broken=broken)
+            if not flight.futures and dead is None:
+                return
+            lost: list[list[Obj]] = []
+            for chunk, result, was_lost in flight.completed(broken):
+                if was_lost:
+                    lost.append(chunk)
+                else:
+                    yield result
+            if dead is not None or lost:  # a worker died (a decoder crashed it): a new pool, the lost chunks again
+                pool.shutdown(wait=False, cancel_futures=True)
+                lost += flight.drop()
+                pool = ProcessPoolExecutor(jobs, mp_context=ctx)
+                for chunk in lost:
+                    if len(chunk) > 1:
+                        flight.again.extend([obj] for obj in chunk)  # one object a task: find the one that kills
+                    else:
+                        yield _crashed(chunk[0])
+            if stop.signum:
+                return
+    finally:
+        flight.cancel()
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _crashed(obj: Obj) -> ChunkResult:
+    """The verdict of an object whose check killed its worker process (alone in its task)."""
+    from ..formats import format_of_name, kind_of
+    from ..scanning.verdict import Verdict
+
+    fmt = format_of_name(obj.rel)
+    v = Verdict(path=obj.rel, kind=kind_of(fmt) if fmt else "unknown", size=obj.size, mtime_ns=obj.mtime_ns)
+    v.mark(R.BAD, R.DECODER_CRASH, "the check of this object killed its worker process")
+    return ChunkResult(verdicts=[v], etags=[obj.etag])
+
+
+def _take(
+    result: ChunkResult,
+    summary: ScanSummary,
+    stats: BucketStats,
+    writer: ResultsWriter,
+    quarantine: BucketQuarantine | None,
+    options: BucketScanOptions,
+    deny: str | None,
+) -> None:
+    stats.retries += result.retries
+    stats.read_bytes += result.read_bytes
+    denied: list[dict] = []
+    for v, etag in zip(result.verdicts, result.etags):
+        summary.files += 1
+        summary.bytes += v.size or 0
+        summary.checked_bytes += v.size or 0
+        counts = summary.counts.setdefault(v.kind, {})
+        counts[v.status] = counts.get(v.status, 0) + 1
+        extra: dict | None = None
+        if v.status == R.BAD:
+            summary.bad_reasons[v.reason or "?"] = summary.bad_reasons.get(v.reason or "?", 0) + 1
+            if quarantine is not None and v.reason != R.VANISHED:
+                try:
+                    extra = {"quarantined_to": quarantine.move(v.path, v.size, etag)}
+                    summary.quarantined += 1
+                except MoveError as exc:
+                    summary.move_failures += 1
+                    why = str(exc).rsplit(": ", 1)[-1]
+                    summary.move_failure_reasons[why] = summary.move_failure_reasons.get(why, 0) + 1
+                    if len(summary.move_errors) < 1000:
+                        summary.move_errors.append(str(exc))
+                    extra = {"move_error": str(exc)}
+            elif options.quarantine or deny:
+                summary.would_quarantine += 1
+            if deny is not None and v.reason != R.VANISHED:
+                denied.append({"path": v.path, "reason": v.reason, "source": "scan", "detail": v.detail})
+        elif v.status == R.WARN:
+            summary.warn_reasons[v.reason or "?"] = summary.warn_reasons.get(v.reason or "?", 0) + 1
+        writer.add(v, extra)
+    if denied and deny is not None:
+        from ..denylist import append
+
+        append(deny, denied)
+
+
+def _notes(stats: BucketStats, options: BucketScanOptions) -> list[str]:
+    notes = []
+    if stats.retries:
+        notes.append(f"{stats.retries:,} reads were retried after throttling or a server error (backoff)")
+    if stats.outside_prefix:
+        notes.append(f"{stats.outside_prefix:,} manifest keys are not under the scanned prefix: not checked")
+    if stats.bad_manifest_rows:
+        notes.append(f"{stats.bad_manifest_rows:,} manifest rows hold no usable key (empty or over 1,024 bytes)")
+    if stats.skipped_other:
+        notes.append(f"{stats.skipped_other:,} objects are not media by their name's extension: not checked")
+    return notes
+
+
+def _write_summary(report_dir: str, summary: ScanSummary, stats: BucketStats) -> str:
+    path = os.path.join(report_dir, locations.SUMMARY_FILE)
+    data = summary.to_json()
+    data["discovery"] = asdict(stats)
+    with atomic_output(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2)
+    return path
