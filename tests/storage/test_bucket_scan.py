@@ -156,3 +156,50 @@ def test_bucket_options_on_a_local_root_are_refused(tmp_path, capsys):
     code = main(["scan", str(tmp_path), "--manifest", str(tmp_path / "m.txt")])
     err = capsys.readouterr().err
     assert code == 2 and "--manifest" in err and "storage URL" in err
+
+
+def test_worker_processes_give_the_verdicts_of_one_process(bucket, s3fs_direct, s3_endpoint, tmp_path):
+    fill(s3fs_direct, bucket)
+    for i in range(6):
+        s3fs_direct.pipe_file(f"{bucket}/data/more/{i}.png", synth.png(16, 16, seed=20 + i))
+    got = {}
+    for jobs in (1, 2):
+        options = BucketScanOptions(
+            storage_options={"endpoint_url": s3_endpoint},
+            jobs=jobs,
+            chunk_objects=2,
+            report_dir=str(tmp_path / str(jobs)),
+        )
+        table = read_results(scan_bucket(f"s3://{bucket}/data", options).results_path).to_pydict()
+        got[jobs] = sorted(zip((os.fsdecode(p) for p in table["path"]), table["status"], table["content_hash"]))
+    assert got[1] == got[2] and len(got[1]) == 9
+
+
+def test_objects_past_the_memory_threshold_are_checked_from_a_temp_file_then_removed(
+    bucket, s3fs_direct, s3_endpoint, tmp_path, monkeypatch
+):
+    import tempfile
+
+    from dsclean.storage import workers
+    from dsclean.storage.reads import ReadPolicy
+
+    fill(s3fs_direct, bucket)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    seen = []
+    real = workers.check_file
+
+    def spy(root, rel, *a, **k):
+        seen.append((os.path.getsize(os.path.join(root, rel)), rel))
+        return real(root, rel, *a, **k)
+
+    monkeypatch.setattr(workers, "check_file", spy)
+    small = {o.rel: o.size for o in iter_objects(Store(f"s3://{bucket}/data", {"endpoint_url": s3_endpoint}))}
+    threshold = sorted(small.values())[1]  # the largest object goes through a temp file, the others not
+    summary = scan_bucket(
+        f"s3://{bucket}/data",
+        opts(s3_endpoint, report_dir=str(tmp_path / "r"), policy=ReadPolicy(max_in_memory=threshold)),
+    )
+    assert [size for size, _ in seen] == [max(small.values())]
+    assert summary.files == 3 and summary.bad == 1
+    assert os.listdir(tmp_path / "tmp") == []  # the temp copy and its folder removed
