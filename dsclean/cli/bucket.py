@@ -106,6 +106,7 @@ def cmd_scan_bucket(args: argparse.Namespace, check) -> int:
         report_dir=args.report,
         state_dir=args.state_dir,
         include_hidden=args.include_hidden,
+        rescan=args.rescan,
         command=tuple(redact_argv(["dsclean", *getattr(args, "argv", ())])),
     )
     unsupported = [

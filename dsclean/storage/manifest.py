@@ -3,7 +3,8 @@
 A text file (one key a line), a CSV with a header naming a ``key`` column (``size``, ``etag``,
 ``last_modified`` columns used when present), or a Parquet file with a ``key`` column (S3 Inventory's
 Parquet). Read streaming: a line, a CSV row or a Parquet batch at a time. A key is a key of the bucket
-(as S3 Inventory writes them, ``prefix/...``) or a full URL; keys outside the scanned prefix are counted,
+(as S3 Inventory writes them, ``prefix/...``) or a full URL (for ``file://``: a path relative to the
+root, or an absolute one under it); keys outside the scanned prefix are counted,
 not checked (the summary says how many).
 """
 
@@ -43,8 +44,11 @@ def iter_manifest(path: str, store: Store, *, include_hidden: bool = False, stat
     """The media objects a manifest names under ``store``'s prefix, as :class:`Obj` (size etc. if given)."""
     kind = manifest_kind(path)
     rows = _parquet_rows(path) if kind == "parquet" else _csv_rows(path) if kind == "csv" else _text_rows(path)
-    bucket, _, key = store.root.partition("/")
-    prefix = f"{key}/" if key else ""
+    if store.scheme == "file":  # local paths: absolute under the root, or relative to it
+        prefix = store.root + "/"
+    else:
+        key = store.root.partition("/")[2]
+        prefix = f"{key}/" if key else ""
     url_prefix = store.url + "/"
     for raw, size, etag, mtime in rows:
         if not raw or len(raw) > MAX_KEY:
@@ -57,6 +61,8 @@ def iter_manifest(path: str, store: Store, *, include_hidden: bool = False, stat
             continue
         elif raw.startswith(prefix):
             rel = raw[len(prefix) :]
+        elif store.scheme == "file" and not raw.startswith("/"):
+            rel = raw
         else:
             stats.outside += 1
             continue

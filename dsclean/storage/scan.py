@@ -27,6 +27,7 @@ from ..atomic import atomic_output
 from ..errors import UserError
 from ..inflight import InFlight
 from ..interrupts import stop_on_signals
+from ..scanning.cache import options_key
 from ..scanning.check import CheckOptions
 from ..scanning.results import ResultsWriter
 from ..scanning.scanner import ScanSummary, usable_cores
@@ -35,6 +36,7 @@ from .listing import ListingStats, Obj, iter_objects
 from .manifest import ManifestStats, iter_manifest
 from .quarantine import BucketQuarantine, MoveError
 from .reads import DEFAULT_READ_THREADS, ReadPolicy, classify, describe, quiet_store_retries, retried
+from .reuse import IdsWriter, Previous, identity, write_record
 from .urls import is_url, scrub
 from .workers import ChunkResult, check_objects, run_chunk
 
@@ -60,6 +62,8 @@ class BucketScanOptions:
     state_dir: str | None = None
     include_hidden: bool = False
     chunk_objects: int = CHUNK_OBJECTS
+    use_cache: bool = True  # reuse ok verdicts of objects unchanged since the last scan (ETag, size, time)
+    rescan: bool = False  # check every object again
     command: tuple[str, ...] = ()  # already redacted (urls.redact_argv)
 
 
@@ -98,11 +102,15 @@ def scan_bucket(url: str, options: BucketScanOptions = BucketScanOptions()) -> S
     summary.dry_run = options.dry_run
     summary.command = list(options.command)
     stats = BucketStats()
-    writer = ResultsWriter(report_dir, meta={"root": store.url, "shard": None, "options": None, "storage": True})
+    os.makedirs(state, exist_ok=True)
+    key = options_key(options.check)
+    previous = Previous.open(state, key, store.url) if options.use_cache and not options.rescan else None
+    writer = ResultsWriter(report_dir, meta={"root": store.url, "shard": None, "options": key, "storage": True})
+    ids = IdsWriter(state)
     start = time.perf_counter()
     deny = os.path.join(report_dir, locations.DENYLIST_FILE) if options.denylist else None
     with contextlib.ExitStack() as stack:
-        stack.push(lambda et, e, tb: writer.discard() if et else writer.close())
+        stack.push(_finish(writer, ids, state, store, key))
         quarantine = None
         if qstore is not None and not options.dry_run:
             quarantine = stack.enter_context(BucketQuarantine(store, qstore, options.state_dir, options.policy))
@@ -110,18 +118,53 @@ def scan_bucket(url: str, options: BucketScanOptions = BucketScanOptions()) -> S
             summary.notes += quarantine.recovery.refused
         objects = _objects(store, options, stats, exclude)
         chunks = _chunks(objects, options.chunk_objects)
+        if previous is not None:
+            chunks = (fresh for chunk in chunks if (fresh := previous.unchanged(chunk)[0]))
         with stop_on_signals() as stop:
             for result in _run(store, chunks, options, jobs, stop):
-                _take(result, summary, stats, writer, quarantine, options, deny)
+                _take(result, summary, stats, writer, ids, quarantine, options, deny)
                 if stop.signum:
                     break
         summary.signal = stop.signum
         summary.interrupted = bool(stop.signum)
+        if previous is not None:
+            _add_reused(previous, summary, writer, ids)
     summary.elapsed = time.perf_counter() - start
     summary.results_path, summary.problems_path = writer.results_path, writer.problems_path
     summary.notes += _notes(stats, options)
     _write_summary(report_dir, summary, stats)
     return summary
+
+
+def _finish(writer: ResultsWriter, ids: IdsWriter, state: str, store: Store, key: str):
+    """The exit callback: on an error drop the temp files (the previous results stay), else publish the
+    results, then the identities of their rows, then the record naming both (a re-scan's reuse)."""
+
+    def finish(exc_type, exc, tb) -> None:  # returns None: the error (if any) goes on
+        if exc_type is not None:
+            writer.discard()
+            ids.discard()
+            return
+        writer.close()
+        ids.close()
+        write_record(state, store.url, writer.results_path, key)
+
+    return finish
+
+
+def _add_reused(previous: Previous, summary: ScanSummary, writer: ResultsWriter, ids: IdsWriter) -> None:
+    """The rows of the objects found unchanged, from the previous results (ok rows, in Arrow)."""
+    import pyarrow.compute as pc
+
+    for batch, idents in previous.reused_rows():
+        writer.add_table(batch)
+        ids.add_array(idents)
+        summary.files += batch.num_rows
+        summary.cached += batch.num_rows
+        summary.bytes += int(pc.sum(batch.column("size")).as_py() or 0)
+        for kind, n in zip(*pc.value_counts(batch.column("kind")).flatten()):
+            counts = summary.counts.setdefault(kind.as_py(), {})
+            counts[R.OK] = counts.get(R.OK, 0) + n.as_py()
 
 
 def _probe(store: Store, policy: ReadPolicy) -> None:
@@ -236,6 +279,7 @@ def _take(
     summary: ScanSummary,
     stats: BucketStats,
     writer: ResultsWriter,
+    ids: IdsWriter,
     quarantine: BucketQuarantine | None,
     options: BucketScanOptions,
     deny: str | None,
@@ -270,6 +314,7 @@ def _take(
         elif v.status == R.WARN:
             summary.warn_reasons[v.reason or "?"] = summary.warn_reasons.get(v.reason or "?", 0) + 1
         writer.add(v, extra)
+        ids.add(identity(Obj(v.path, v.size, etag, v.mtime_ns)) if v.status == R.OK else 0)
     if denied and deny is not None:
         from ..denylist import append
 

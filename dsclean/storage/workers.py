@@ -9,6 +9,8 @@ with :func:`~dsclean.scanning.check.check_file` on a temp file for an object pas
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import tempfile
 from collections import deque
@@ -79,30 +81,60 @@ def check_objects(
     """Verdicts of ``objs`` (named by key relative to the prefix), reading ``threads`` at a time."""
     quiet_store_retries(store.fs, store.scheme)
     out, retries = ChunkResult(), _Counter()
-    tmpdir = tempfile.mkdtemp(prefix="dsclean-objects-")
+    pool, tmpdir = _pool(threads), _tmpdir()
+    pending: deque[Future[Fetched]] = deque()
+    items = iter(objs)
     try:
-        with ThreadPoolExecutor(max(1, threads), thread_name_prefix="dsclean-read") as pool:
-            pending: deque[Future[Fetched]] = deque()
-            items = iter(objs)
-            while True:
-                while len(pending) < max(1, threads) * 2:  # reads a little ahead of the checks, bounded
-                    obj = next(items, None)
-                    if obj is None:
-                        break
-                    pending.append(pool.submit(fetch, store, obj, policy, tmpdir, retries))
-                if not pending:
+        while True:
+            while len(pending) < max(1, threads) * 2:  # reads a little ahead of the checks, bounded
+                obj = next(items, None)
+                if obj is None:
                     break
-                got = pending.popleft().result()
-                out.verdicts.append(_verdict(got, check, capture_stderr))
-                out.etags.append(got.etag)
-                out.read_bytes += len(got.data) if got.data is not None else (got.obj.size or 0) if got.temp else 0
+                pending.append(pool.submit(fetch, store, obj, policy, tmpdir, retries))
+            if not pending:
+                break
+            got = pending.popleft().result()
+            out.verdicts.append(_verdict(got, check, capture_stderr))
+            out.etags.append(got.etag)
+            out.read_bytes += len(got.data) if got.data is not None else (got.obj.size or 0) if got.temp else 0
     finally:
-        with_leftovers = os.listdir(tmpdir)
-        for name in with_leftovers:  # our own temp copies of objects (the originals are in the store)
-            os.unlink(os.path.join(tmpdir, name))
-        os.rmdir(tmpdir)
+        for fut in pending:  # an error mid-chunk: the reads already started finish, their temp files go
+            got = fut.result()
+            if got.temp is not None:
+                os.unlink(got.temp)
     out.retries = retries.n
     return out
+
+
+_POOL: tuple[int, ThreadPoolExecutor] | None = None
+_TMPDIR: str | None = None
+
+
+def _pool(threads: int) -> ThreadPoolExecutor:
+    """This process's reader threads (kept between chunks: starting threads per chunk costs more than
+    reading small objects)."""
+    global _POOL
+    threads = max(1, threads)
+    if _POOL is None or _POOL[0] != threads:
+        if _POOL is not None:
+            _POOL[1].shutdown(wait=True)
+        _POOL = (threads, ThreadPoolExecutor(threads, thread_name_prefix="dsclean-read"))
+    return _POOL[1]
+
+
+def _tmpdir() -> str:
+    """This process's folder for objects past the in-memory threshold (each removed after its check;
+    the empty folder at exit)."""
+    global _TMPDIR
+    if _TMPDIR is None or not os.path.isdir(_TMPDIR):
+        _TMPDIR = tempfile.mkdtemp(prefix="dsclean-objects-")
+        atexit.register(_rmdir, _TMPDIR)
+    return _TMPDIR
+
+
+def _rmdir(path: str) -> None:
+    with contextlib.suppress(OSError):  # not empty: a temp copy of a check killed mid-way stays for a look
+        os.rmdir(path)
 
 
 def _verdict(got: Fetched, check: CheckOptions, capture_stderr: bool) -> Verdict:

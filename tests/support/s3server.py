@@ -28,8 +28,11 @@ def free_port() -> int:
 
 def start_moto() -> tuple[object, str]:
     """A moto S3 server on a free port: (server, endpoint URL). Stop it with ``server.stop()``."""
+    import logging
+
     from moto.server import ThreadedMotoServer
 
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # not a line per request
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
@@ -47,6 +50,7 @@ class FaultProxy:
         self.injected = 0
         self.requests = 0
         self.attempts: dict[str, int] = {}
+        self.gets: dict[str, int] = {}  # object GETs by path (every one, injected or not)
         self._lock = threading.Lock()
         proxy = self
 
@@ -65,6 +69,8 @@ class FaultProxy:
                 is_object = self.command == "GET" and path.count("/") >= 2 and "?" not in self.path
                 with proxy._lock:
                     proxy.requests += 1
+                    if is_object:
+                        proxy.gets[path] = proxy.gets.get(path, 0) + 1
                     inject = False
                     if is_object and proxy.failures and proxy.match in path:
                         n = proxy.attempts.get(path, 0)
