@@ -107,6 +107,8 @@ def cmd_scan_bucket(args: argparse.Namespace, check) -> int:
         state_dir=args.state_dir,
         include_hidden=args.include_hidden,
         rescan=args.rescan,
+        backend=args.backend,
+        scheduler=args.scheduler,
         command=tuple(redact_argv(["dsclean", *getattr(args, "argv", ())])),
     )
     unsupported = [
@@ -115,7 +117,7 @@ def cmd_scan_bucket(args: argparse.Namespace, check) -> int:
             ("--shard", args.shard is not None),
             ("--from-log", bool(args.from_logs)),
             ("--html", bool(args.html)),
-            ("--backend", args.backend != "processes"),
+            ("--backend", args.backend not in ("processes", "dask")),
             ("--quarantine-flags", bool(args.quarantine_flags)),
         )
         if on
