@@ -78,8 +78,15 @@ def _open(path: str):
 
 
 def _text_rows(path: str) -> Iterator[tuple]:
+    """Lines read at most :data:`MAX_KEY` + 2 characters at a time: a line past that (no key is) is
+    skipped to its end and yielded empty (counted as a bad row), never held whole."""
     with _open(path) as f, io.TextIOWrapper(f, encoding="utf-8", errors="surrogateescape") as text:
-        for line in text:
+        while line := text.readline(MAX_KEY + 2):
+            if not line.endswith("\n") and len(line) == MAX_KEY + 2:
+                while (rest := text.readline(1 << 16)) and not rest.endswith("\n"):
+                    pass
+                yield "", None, None, None
+                continue
             yield line.rstrip("\r\n"), None, None, None
 
 
@@ -104,7 +111,7 @@ def _csv_rows(path: str) -> Iterator[tuple]:
                 raise UserError(f"manifest {path}: a CSV manifest needs a header row with a 'key' column")
             k = header.index("key")
             s, e, m = (header.index(c) if c in header else None for c in ("size", "etag", "last_modified"))
-            for row in reader:
+            for row in _csv_checked(reader, path):
                 if len(row) <= k:
                     yield "", None, None, None
                     continue
@@ -117,6 +124,18 @@ def _csv_rows(path: str) -> Iterator[tuple]:
                     clean_etag(row[e]) if e is not None and e < len(row) else None,
                     None if m is None or m >= len(row) else _iso_ns(row[m]),
                 )
+
+
+def _csv_checked(reader, path: str) -> Iterator[list[str]]:
+    """The CSV rows; a malformed one (a field over the csv module's limit, a NUL) is an error naming the line."""
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise UserError(f"manifest {path}: line {reader.line_num}: {exc}") from None
+        yield row
 
 
 def _iso_ns(text: str) -> int | None:

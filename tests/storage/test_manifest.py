@@ -86,3 +86,11 @@ def test_manifest_naming_a_missing_object_gives_vanished(objects, s3_endpoint, t
 def test_a_directory_as_manifest_is_refused(objects, s3_endpoint, tmp_path):
     with pytest.raises(UserError, match="manifest"):
         _scan(objects, s3_endpoint, tmp_path, tmp_path)
+
+
+def test_an_overlong_line_is_a_bad_row_and_the_next_lines_are_read(objects, s3_endpoint, tmp_path):
+    m = tmp_path / "keys.txt"
+    m.write_text("set/a.png\n" + "x" * 200_000 + "\nset/b.png\n")
+    summary, got = _scan(objects, s3_endpoint, m, tmp_path)
+    assert got == {"a.png": "ok", "b.png": "bad"}  # the lines after it still read
+    assert any("1 manifest rows hold no usable key" in n for n in summary.notes)
