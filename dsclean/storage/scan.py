@@ -38,7 +38,7 @@ from .quarantine import BucketQuarantine, MoveError
 from .reads import DEFAULT_READ_THREADS, ReadPolicy, classify, describe, quiet_store_retries, retried
 from .reuse import IdsWriter, Previous, identity, write_record
 from .urls import is_url, scrub
-from .workers import ChunkResult, check_objects, run_chunk
+from .workers import ChunkResult, check_objects, init_worker, run_chunk, run_chunk_isolated
 
 log = logging.getLogger("dsclean.storage.scan")
 
@@ -236,12 +236,15 @@ def _run(
             if stop.signum:
                 return
         return
+    from ..scanning.worker import FAULT_ENV  # the fault switch as this process has it
+
     ctx = multiprocessing.get_context("forkserver")
+    faults = os.environ.get(FAULT_ENV)
     flight: InFlight[list[Obj]] = InFlight(chunks)
-    pool = ProcessPoolExecutor(jobs, mp_context=ctx)
+    pool = ProcessPoolExecutor(jobs, mp_context=ctx, initializer=init_worker, initargs=(faults, options.check.facts))
 
     def submit(chunk: list[Obj]) -> Future:
-        return pool.submit(run_chunk, (store, chunk, options.check, options.policy, options.read_threads))
+        return pool.submit(run_chunk_isolated, (store, chunk, options.check, options.policy, options.read_threads))
 
     def broken(exc: BaseException) -> bool:
         return isinstance(exc, BrokenProcessPool)
@@ -257,15 +260,22 @@ def _run(
                     lost.append(chunk)
                 else:
                     yield result
-            if dead is not None or lost:  # a worker died (a decoder crashed it): a new pool, the lost chunks again
+            if dead is not None or lost:  # a worker died (a decoder crashed it, or a check overran): a new pool
                 pool.shutdown(wait=False, cancel_futures=True)
                 lost += flight.drop()
-                pool = ProcessPoolExecutor(jobs, mp_context=ctx)
-                for chunk in lost:
-                    if len(chunk) > 1:
-                        flight.again.extend([obj] for obj in chunk)  # one object a task: find the one that kills
-                    else:
-                        yield _crashed(chunk[0])
+                pool = ProcessPoolExecutor(
+                    jobs, mp_context=ctx, initializer=init_worker, initargs=(faults, options.check.facts)
+                )
+                # every object of the lost tasks again, alone and one at a time: one that ends its process is certain
+                for obj in (obj for chunk in lost for obj in chunk):
+                    try:
+                        yield submit([obj]).result()
+                    except BrokenProcessPool:
+                        pool.shutdown(wait=False, cancel_futures=True)
+                        pool = ProcessPoolExecutor(
+                            jobs, mp_context=ctx, initializer=init_worker, initargs=(faults, options.check.facts)
+                        )
+                        yield _crashed(obj)
             if stop.signum:
                 return
     finally:
@@ -306,7 +316,11 @@ def _crashed(obj: Obj) -> ChunkResult:
 
     fmt = format_of_name(obj.rel)
     v = Verdict(path=obj.rel, kind=kind_of(fmt) if fmt else "unknown", size=obj.size, mtime_ns=obj.mtime_ns)
-    v.mark(R.BAD, R.DECODER_CRASH, "the check of this object killed its worker process")
+    v.mark(
+        R.BAD,
+        R.DECODER_CRASH,
+        "the check of this object ended its worker process (a decoder crash, or a check past --timeout)",
+    )
     return ChunkResult(verdicts=[v], etags=[obj.etag])
 
 

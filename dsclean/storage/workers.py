@@ -20,6 +20,7 @@ from typing import Any
 
 from ..scanning.check import CheckOptions, check_bytes, check_file
 from ..scanning.verdict import Verdict
+from ..scanning.worker import time_limit
 from .fs import Store
 from .listing import Obj
 from .reads import ObjectError, ReadPolicy, classify, quiet_store_retries, retried
@@ -76,9 +77,22 @@ def fetch(store: Store, obj: Obj, policy: ReadPolicy, tmpdir: str, retries: _Cou
 
 
 def check_objects(
-    store: Store, objs: list[Obj], check: CheckOptions, policy: ReadPolicy, threads: int, capture_stderr: bool = True
+    store: Store,
+    objs: list[Obj],
+    check: CheckOptions,
+    policy: ReadPolicy,
+    threads: int,
+    capture_stderr: bool = True,
+    isolated: bool = False,
 ) -> ChunkResult:
-    """Verdicts of ``objs`` (named by key relative to the prefix), reading ``threads`` at a time."""
+    """Verdicts of ``objs`` (named by key relative to the prefix), reading ``threads`` at a time.
+
+    ``isolated``: this is a worker process of the scan's own pool, whose main thread runs the checks:
+    each check runs under ``--timeout`` (past it SIGALRM ends the process; the scan finds the object
+    that did it, see :func:`dsclean.storage.scan._run`).
+    """
+    if isolated:
+        _arm_faults()
     quiet_store_retries(store.fs, store.scheme)
     out, retries = ChunkResult(), _Counter()
     pool, tmpdir = _pool(threads), _tmpdir()
@@ -94,7 +108,8 @@ def check_objects(
             if not pending:
                 break
             got = pending.popleft().result()
-            out.verdicts.append(_verdict(got, check, capture_stderr))
+            with time_limit(check.timeout if isolated else 0):
+                out.verdicts.append(_verdict(got, check, capture_stderr))
             out.etags.append(got.etag)
             out.read_bytes += len(got.data) if got.data is not None else (got.obj.size or 0) if got.temp else 0
     finally:
@@ -163,5 +178,36 @@ def _kind(rel: str) -> str:
 
 
 def run_chunk(args: tuple[Store, list[Obj], CheckOptions, ReadPolicy, int]) -> Any:
-    """The task a worker process runs (one picklable argument)."""
+    """The task a Dask worker runs (one picklable argument; tasks run in threads there: no time limit)."""
     return check_objects(*args)
+
+
+def run_chunk_isolated(args: tuple[Store, list[Obj], CheckOptions, ReadPolicy, int]) -> Any:
+    """The task a worker process of the scan's own pool runs: each check under ``--timeout``."""
+    return check_objects(*args, isolated=True)
+
+
+def init_worker(faults: str | None, facts: bool) -> None:
+    """Initializer of the scan's worker processes: the local scan's (fault switch, end with the scan's
+    process), then every checker imported now, outside any check's time limit (a first check that
+    imports its decoder under a loaded machine must not be mistaken for a hang)."""
+    import importlib
+
+    from ..scanning.executors import preload_modules
+    from ..scanning.worker import start_worker
+
+    start_worker(faults)
+    for name in preload_modules(None, facts):
+        importlib.import_module(name)
+    from PIL import Image
+
+    Image.init()  # Pillow's format plugins, registered on the first open otherwise
+
+
+def _arm_faults() -> None:
+    """dsclean's own tests' fault switch (DSCLEAN_TEST_FAULTS=1: objects named __hang__, __segfault__, ...
+    really hang or crash their check), as the local scan's workers arm it; inert otherwise."""
+    from ..scanning import check as check_module
+    from ..scanning.worker import FAULT_ENV, inject_fault
+
+    check_module.fault_hook = inject_fault if os.environ.get(FAULT_ENV) == "1" else None

@@ -203,3 +203,26 @@ def test_objects_past_the_memory_threshold_are_checked_from_a_temp_file_then_rem
     assert [size for size, _ in seen] == [max(small.values())]
     assert summary.files == 3 and summary.bad == 1
     assert os.listdir(tmp_path / "tmp") == []  # the temp copy and its folder removed
+
+
+def test_a_hanging_or_crashing_check_costs_its_object_only(bucket, s3fs_direct, s3_endpoint, tmp_path, monkeypatch):
+    monkeypatch.setenv("DSCLEAN_TEST_FAULTS", "1")  # objects named __hang__ / __segfault__ really hang / crash
+    for i in range(5):
+        s3fs_direct.pipe_file(f"{bucket}/f/ok{i}.png", synth.png(16, 16, seed=i))
+    s3fs_direct.pipe_file(f"{bucket}/f/x__hang__.png", synth.png(16, 16, seed=7))
+    s3fs_direct.pipe_file(f"{bucket}/f/y__segfault__.png", synth.png(16, 16, seed=8))
+    from dsclean.scanning.check import CheckOptions
+
+    options = BucketScanOptions(
+        storage_options={"endpoint_url": s3_endpoint},
+        jobs=2,
+        chunk_objects=3,
+        check=CheckOptions(timeout=1),
+        report_dir=str(tmp_path / "r"),
+    )
+    summary = scan_bucket(f"s3://{bucket}/f", options)
+    table = read_results(summary.results_path).to_pydict()
+    got = dict(zip((os.fsdecode(p) for p in table["path"]), zip(table["status"], table["reason"])))
+    assert got.pop("x__hang__.png") == ("bad", "decoder_crash")
+    assert got.pop("y__segfault__.png") == ("bad", "decoder_crash")
+    assert got == {f"ok{i}.png": ("ok", None) for i in range(5)}
