@@ -158,3 +158,23 @@ def test_recovery_reverts_a_move_killed_before_its_copy(bucket, s3fs_direct, s3_
     report = recover(f"s3://{bucket}/q", {"endpoint_url": s3_endpoint}, state)
     assert (report.reverted, report.completed) == (1, 0)
     assert keys(s3fs_direct, bucket, "ds") == ["bad0.png"] and keys(s3fs_direct, bucket, "q") == []
+
+
+def test_an_object_changed_since_its_check_is_not_moved(bucket, s3fs_direct, s3_endpoint, tmp_path):
+    import pytest
+
+    from dsclean.storage.fs import Store
+    from dsclean.storage.quarantine import BucketQuarantine, MoveError
+
+    put_set(s3fs_direct, bucket, bad=1, good=0)
+    info = s3fs_direct.info(f"{bucket}/ds/bad0.png")
+    src = Store(f"s3://{bucket}/ds", {"endpoint_url": s3_endpoint})
+    q = Store(f"s3://{bucket}/q", {"endpoint_url": s3_endpoint})
+    with BucketQuarantine(src, q, str(tmp_path)) as bq:
+        with pytest.raises(MoveError, match="changed since it was checked"):
+            bq.move("bad0.png", info["size"], "0" * 32)  # the ETag the check saw is not the object's now
+        with pytest.raises(MoveError, match="not a key below"):
+            bq.move("../escape.png", 1, None)
+    assert keys(s3fs_direct, bucket, "ds") == ["bad0.png"] and keys(s3fs_direct, bucket, "q") == []
+    lines = [json.loads(line) for line in open(os.path.join(journal_dir(q.url, str(tmp_path)), "manifest.jsonl"))]
+    assert [e["op"] for e in lines] == ["move", "abort"]  # the refused move is journaled with its outcome

@@ -226,3 +226,16 @@ def test_a_hanging_or_crashing_check_costs_its_object_only(bucket, s3fs_direct, 
     assert got.pop("x__hang__.png") == ("bad", "decoder_crash")
     assert got.pop("y__segfault__.png") == ("bad", "decoder_crash")
     assert got == {f"ok{i}.png": ("ok", None) for i in range(5)}
+
+
+def test_access_denied_is_not_retried_and_names_the_key(bucket, s3fs_direct, s3_endpoint, tmp_path):
+    fill(s3fs_direct, bucket)
+    with FaultProxy(s3_endpoint, failures=100, status=403, match="/cats/a.jpg") as proxy:
+        summary = scan_bucket(f"s3://{bucket}/data", opts(proxy.url, report_dir=str(tmp_path / "r")))
+    assert proxy.injected == 1  # a 403 is an answer, not a hiccup: no retry
+    problems = {p["path"]: p for p in read_problems(summary.problems_path)}
+    assert problems["cats/a.jpg"]["reason"] == "unreadable"
+    assert (
+        "access denied (403)" in problems["cats/a.jpg"]["detail"] and "cats/a.jpg" in problems["cats/a.jpg"]["detail"]
+    )
+    assert summary.files == 3

@@ -17,6 +17,9 @@ INTERNAL = (
     b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InternalError</Code>'
     b"<Message>We encountered an internal error. Please try again.</Message></Error>"
 )
+ACCESS_DENIED = (
+    b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>'
+)
 _HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection"}
 
 
@@ -78,7 +81,7 @@ class FaultProxy:
                         inject = n < proxy.failures
                         proxy.injected += inject
                 if inject:
-                    payload = SLOW_DOWN if proxy.status == 503 else INTERNAL
+                    payload = {503: SLOW_DOWN, 403: ACCESS_DENIED}.get(proxy.status, INTERNAL)
                     self.send_response(proxy.status)
                     self.send_header("Content-Type", "application/xml")
                     self.send_header("Content-Length", str(len(payload)))
