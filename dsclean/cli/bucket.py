@@ -155,3 +155,14 @@ def bucket_report(args: argparse.Namespace, verb: str):
             raise UserError("--root: a bucket quarantine restores to the recorded URLs")
         return bq.restore(args.quarantine, options, args.state_dir)
     return bq.recover(args.quarantine, options, getattr(args, "state_dir", None))
+
+
+def bucket_results(url: str, state_dir: str | None) -> str:
+    """The results file of the last scan of a storage URL (``dsclean report s3://...``), or a UserError."""
+    from ..storage.reuse import last_results
+    from ..storage.urls import normalize
+
+    found = last_results(normalize(url), state_dir)
+    if found is None:
+        raise UserError(f"no scan of {url} is recorded here (dsclean scan {url} first; --state-dir?)")
+    return found

@@ -160,3 +160,15 @@ def write_record(folder: str, url: str, results: str, options_key: str) -> None:
 
 def reusable(status: str) -> bool:
     return status == R.OK
+
+
+def last_results(url: str, state_dir: str | None = None) -> str | None:
+    """The results file of the last scan of ``url`` recorded in its state folder, if it still exists."""
+    from .. import locations
+
+    try:
+        with open(os.path.join(locations.url_state_dir(url, state_dir), RECORD_FILE), encoding="utf-8") as f:
+            results = json.load(f).get("results")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return results if isinstance(results, str) and os.path.isfile(results) else None

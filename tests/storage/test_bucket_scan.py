@@ -239,3 +239,17 @@ def test_access_denied_is_not_retried_and_names_the_key(bucket, s3fs_direct, s3_
         "access denied (403)" in problems["cats/a.jpg"]["detail"] and "cats/a.jpg" in problems["cats/a.jpg"]["detail"]
     )
     assert summary.files == 3
+
+
+def test_report_of_a_scanned_url_uses_its_last_results(bucket, s3fs_direct, s3_endpoint, tmp_path, capsys):
+    fill(s3fs_direct, bucket)
+    state = str(tmp_path / "state")
+    url = f"s3://{bucket}/data"
+    assert main(["report", url, "--state-dir", state, "-o", str(tmp_path / "none.html")]) == 2
+    assert "no scan of" in capsys.readouterr().err
+    scan_bucket(url, opts(s3_endpoint, state_dir=state, report_dir=str(tmp_path / "elsewhere")))
+    assert main(["report", url + "/", "--state-dir", state, "-o", str(tmp_path / "r.html"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["files"] == 3 and out["problems"] == 1 and out["thumbnails"] == 0
+    assert "elsewhere" in out["results_source"]  # the results the scan wrote, wherever --report put them
+    assert "dogs/c.jpg" in (tmp_path / "r.html").read_text()
