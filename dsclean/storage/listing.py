@@ -79,6 +79,19 @@ def iter_objects(
             yield obj
 
 
+def probe(store: Store) -> None:
+    """One cheap request that fails as listing would (no such bucket, access denied, a wrong endpoint):
+    S3, one key of one page (``ls`` of a flat prefix would page through every key); else ``info``."""
+    if store.scheme in ("s3", "s3a"):
+        from fsspec.asyn import sync
+
+        bucket, _, key = store.root.partition("/")
+        fs = store.fs
+        sync(fs.loop, fs._call_s3, "list_objects_v2", Bucket=bucket, Prefix=f"{key}/" if key else "", MaxKeys=1)
+    elif store.scheme != "file":
+        store.fs.info(store.root)
+
+
 def _s3_pages(store: Store, stats: ListingStats) -> Iterator[Obj]:
     from fsspec.asyn import sync
 

@@ -32,7 +32,7 @@ from ..scanning.check import CheckOptions
 from ..scanning.results import ResultsWriter
 from ..scanning.scanner import ScanSummary, usable_cores
 from .fs import Store
-from .listing import ListingStats, Obj, iter_objects
+from .listing import ListingStats, Obj, iter_objects, probe
 from .manifest import ManifestStats, iter_manifest
 from .quarantine import BucketQuarantine, MoveError
 from .reads import DEFAULT_READ_THREADS, ReadPolicy, classify, describe, quiet_store_retries, retried
@@ -177,14 +177,18 @@ def _probe(store: Store, policy: ReadPolicy) -> None:
     """The prefix can be listed: else a clear error naming it (403, no such bucket, bad endpoint)."""
     quiet_store_retries(store.fs, store.scheme)
     try:
-        retried(lambda: store.fs.ls(store.root, detail=False) if store.scheme != "file" else None, store.url, policy)
+        retried(lambda: probe(store), store.url, policy)
     except FileNotFoundError:
+        if store.scheme in ("s3", "s3a"):
+            raise UserError(f"cannot list {store.url}: no such bucket") from None
         if store.scheme == "file":
             raise UserError(f"scan root {store.url} does not exist") from None
-        return  # an empty or absent prefix lists nothing (S3 has no folders): the scan finds 0 objects
+        return  # a prefix without objects: the scan finds 0 objects
     except Exception as exc:
         err = classify(store.url, exc)
         raise UserError(f"cannot list {store.url}: {scrub(err.detail, store.options)}") from None
+    if store.scheme == "file" and not os.path.exists(store.root):
+        raise UserError(f"scan root {store.url} does not exist")
     if store.scheme == "file" and not os.path.isdir(store.root):
         raise UserError(f"scan root {store.url} is not a folder")
 

@@ -253,3 +253,30 @@ def test_report_of_a_scanned_url_uses_its_last_results(bucket, s3fs_direct, s3_e
     assert out["files"] == 3 and out["problems"] == 1 and out["thumbnails"] == 0
     assert "elsewhere" in out["results_source"]  # the results the scan wrote, wherever --report put them
     assert "dogs/c.jpg" in (tmp_path / "r.html").read_text()
+
+
+def test_endpoint_from_aws_endpoint_url_and_dry_run_moves_nothing(
+    bucket, s3fs_direct, s3_endpoint, tmp_path, monkeypatch
+):
+    fill(s3fs_direct, bucket)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)  # the standard variable, no --storage-option
+    summary = scan_bucket(
+        f"s3://{bucket}/data",
+        BucketScanOptions(jobs=1, quarantine=f"s3://{bucket}/q", dry_run=True, report_dir=str(tmp_path / "r")),
+    )
+    assert summary.files == 3 and summary.would_quarantine == 1 and summary.quarantined == 0
+    s3fs_direct.invalidate_cache()
+    assert s3fs_direct.exists(f"{bucket}/data/dogs/c.jpg") and not s3fs_direct.exists(f"{bucket}/q/dogs/c.jpg")
+
+
+def test_a_scan_lists_each_page_once_and_probes_with_one_key(bucket, s3fs_direct, s3_endpoint, tmp_path, monkeypatch):
+    from dsclean.storage import listing
+
+    for i in range(25):
+        s3fs_direct.pipe_file(f"{bucket}/flat/{i:03d}.bin", b"x")  # not media: listed and counted, never read
+    monkeypatch.setattr(listing, "PAGE_KEYS", 10)
+    with FaultProxy(s3_endpoint) as proxy:
+        summary = scan_bucket(f"s3://{bucket}/flat", opts(proxy.url, report_dir=str(tmp_path / "r")))
+    assert summary.files == 0
+    assert proxy.requests == 1 + 3  # the probe (one key) and three pages; no listing of the whole prefix first
+    assert any("25 objects are not media" in n for n in summary.notes)
