@@ -108,6 +108,7 @@ class BucketQuarantine:
         self._stack = contextlib.ExitStack()
         self.journal: Journal | None = None
         self.recovery = RecoveryReport()
+        self.moved_ids: set[str] = set()  # moves of this run (the problems file lists earlier ones apart)
 
     def __enter__(self) -> "BucketQuarantine":
         os.makedirs(self.dir, exist_ok=True)
@@ -121,7 +122,7 @@ class BucketQuarantine:
     def _store_of(self, url: str) -> Store:
         return self.source if url == self.source.url else Store(url, self.source.options)
 
-    def move(self, rel: str, size: int | None, etag: str | None) -> str:
+    def move(self, rel: str, size: int | None, etag: str | None, **why: str | None) -> str:
         """Move object ``rel`` (checked with this size and ETag) to the quarantine; returns its new URL.
         Raises :class:`MoveError` (journaled as abort) when it did not move."""
         assert self.journal is not None
@@ -138,6 +139,7 @@ class BucketQuarantine:
                 "dst": rel,
                 "size": size,
                 "etag": etag,
+                **{k: v for k, v in why.items() if k in ("kind", "reason", "detail") and v},
             }
         )
         try:
@@ -146,6 +148,7 @@ class BucketQuarantine:
             self.journal.append({"op": "abort", "id": ident, "error": str(exc)})
             raise
         self.journal.append({"op": "done", "id": ident})
+        self.moved_ids.add(ident)
         return self.q.url_of(rel)
 
 

@@ -116,10 +116,11 @@ def scan_bucket(url: str, options: BucketScanOptions = BucketScanOptions()) -> S
     start = time.perf_counter()
     deny = os.path.join(report_dir, locations.DENYLIST_FILE) if options.denylist else None
     with contextlib.ExitStack() as stack:
-        stack.push(_finish(writer, ids, state, store, key))
-        quarantine = None
+        quarantine: BucketQuarantine | None = None
+        stack.push(_finish(writer, ids, state, store, key, lambda: _earlier(quarantine, store)))
         if qstore is not None and not options.dry_run:
             quarantine = stack.enter_context(BucketQuarantine(store, qstore, options.state_dir, options.policy))
+            summary.quarantine = qstore.url
             summary.recovered = {"completed": quarantine.recovery.completed, "reverted": quarantine.recovery.reverted}
             summary.notes += quarantine.recovery.refused
         objects = _objects(store, options, stats, exclude)
@@ -138,11 +139,24 @@ def scan_bucket(url: str, options: BucketScanOptions = BucketScanOptions()) -> S
     summary.elapsed = time.perf_counter() - start
     summary.results_path, summary.problems_path = writer.results_path, writer.problems_path
     summary.notes += _notes(stats, options)
+    if quarantine is not None:  # what the bucket quarantine holds now, by its journal (all runs)
+        from ..scanning.quarantine.status import quarantine_state
+
+        summary.quarantine_state = {**quarantine_state(quarantine.dir).to_json(), "quarantine": quarantine.q.url}
     _write_summary(report_dir, summary, stats)
     return summary
 
 
-def _finish(writer: ResultsWriter, ids: IdsWriter, state: str, store: Store, key: str):
+def _earlier(quarantine: BucketQuarantine | None, store: Store) -> Iterable[dict]:
+    """Problems-file lines of the objects of this prefix that earlier runs moved to the quarantine."""
+    if quarantine is None:
+        return ()
+    from ..scanning.quarantine.status import quarantined_records
+
+    return quarantined_records(quarantine.dir, store.url, None, quarantine.moved_ids)
+
+
+def _finish(writer: ResultsWriter, ids: IdsWriter, state: str, store: Store, key: str, earlier):
     """The exit callback: on an error drop the temp files (the previous results stay), else publish the
     results, then the identities of their rows, then the record naming both (a re-scan's reuse)."""
 
@@ -151,7 +165,7 @@ def _finish(writer: ResultsWriter, ids: IdsWriter, state: str, store: Store, key
             writer.discard()
             ids.discard()
             return
-        writer.close()
+        writer.close(earlier())
         ids.close()
         write_record(state, store.url, writer.results_path, key)
 
@@ -352,7 +366,8 @@ def _take(
             summary.bad_reasons[v.reason or "?"] = summary.bad_reasons.get(v.reason or "?", 0) + 1
             if quarantine is not None and v.reason != R.VANISHED:
                 try:
-                    extra = {"quarantined_to": quarantine.move(v.path, v.size, etag)}
+                    moved = quarantine.move(v.path, v.size, etag, kind=v.kind, reason=v.reason, detail=v.detail[:500])
+                    extra = {"quarantined_to": moved}
                     summary.quarantined += 1
                 except MoveError as exc:
                     summary.move_failures += 1

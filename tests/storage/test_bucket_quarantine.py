@@ -49,6 +49,12 @@ def test_bad_objects_move_to_the_quarantine_prefix_and_restore_puts_them_back(
     # a second scan finds nothing more (the quarantine prefix is outside the scanned one)
     again = scan_bucket(f"s3://{bucket}/ds", opts)
     assert again.files == 2 and again.quarantined == 0
+    # ... and says what the quarantine holds, all runs: the problems file lists the earlier moves
+    assert again.quarantine_state["moved"] == 3 and again.quarantine_state["by_reason"] == {"truncated": 3}
+    earlier = [json.loads(line) for line in open(again.problems_path)]
+    assert sorted((p["path"], p["reason"], p["quarantined_as"]) for p in earlier) == [
+        (f"bad{i}.png", "truncated", f"bad{i}.png") for i in range(3)
+    ]
 
     code = main(
         ["restore", f"s3://{bucket}/q", "--storage-option", f"endpoint_url={s3_endpoint}", "--state-dir", state]
