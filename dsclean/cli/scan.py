@@ -548,7 +548,9 @@ def add_status_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "status", help="what a quarantine holds (moved, restored, failed, by reason), or a root's last scan"
     )
-    p.add_argument("path", metavar="DIR|ROOT", help="a quarantine folder, or a dataset root")
+    p.add_argument(
+        "path", metavar="DIR|ROOT", help="a quarantine folder (or a bucket quarantine's URL), or a dataset root"
+    )
     add_output_options(p, quiet="print nothing (the exit code still says it ran)", json_help="print the status as JSON")
     p.add_argument("--state-dir", metavar="DIR", help="state folder base to look in for a root's last scan")
     p.set_defaults(func=cmd_status)
@@ -556,8 +558,14 @@ def add_status_parser(sub: argparse._SubParsersAction) -> None:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from ..scanning.quarantine.status import format_status, status
+    from ..storage.urls import is_url
 
-    st = status(args.path, args.state_dir)
+    if is_url(args.path):  # a bucket quarantine (dsclean.storage): its journal is local
+        from ..storage.quarantine import status as bucket_status
+
+        st = bucket_status(args.path, args.state_dir)
+    else:
+        st = status(args.path, args.state_dir)
     if args.json:
         print(json.dumps(st.to_json(), indent=2))
     elif not args.quiet:

@@ -284,3 +284,14 @@ def held(qurl: str, state_dir: str | None = None) -> Iterator[dict]:
     state = fold_journal(manifest_path(folder, ""), RecoveryReport())
     for _ident, entry in in_quarantine(state):
         yield entry
+
+
+def status(qurl: str, state_dir: str | None = None):
+    """``dsclean status s3://...``: what a bucket quarantine holds, by its local journal."""
+    from ..scanning.quarantine.status import Status, quarantine_state
+    from .urls import normalize
+
+    url = normalize(qurl)
+    st = quarantine_state(_existing(url, state_dir))
+    st.quarantine = url
+    return Status(url, "quarantine", quarantine=st)

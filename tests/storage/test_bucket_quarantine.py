@@ -56,6 +56,9 @@ def test_bad_objects_move_to_the_quarantine_prefix_and_restore_puts_them_back(
         (f"bad{i}.png", "truncated", f"bad{i}.png") for i in range(3)
     ]
 
+    assert main(["status", f"s3://{bucket}/q/", "--state-dir", state, "--json"]) == 0
+    held = json.loads(capsys.readouterr().out)["quarantine"]
+    assert held["moved"] == 3 and held["roots"] == [f"s3://{bucket}/ds"] and held["quarantine"] == f"s3://{bucket}/q"
     code = main(
         ["restore", f"s3://{bucket}/q", "--storage-option", f"endpoint_url={s3_endpoint}", "--state-dir", state]
     )
