@@ -100,15 +100,48 @@ def scan_bucket(url: str, options: BucketScanOptions = BucketScanOptions()) -> S
     if (options.backend == "dask") != bool(options.scheduler):
         raise UserError("--backend dask goes with --scheduler tcp://HOST:PORT or a scheduler file (and only it)")
     state = locations.url_state_dir(store.url, options.state_dir)
-    report_dir = os.path.abspath(options.report_dir or state)
-    if is_url(report_dir):
+    if options.report_dir and is_url(options.report_dir):
         raise UserError("--report is a local folder (results are never written into the bucket)")
+    report_dir = os.path.abspath(options.report_dir or state)
     _probe(store, options.policy)
+    os.makedirs(state, exist_ok=True)
+    lock = _lock(state, store.url)
+    try:
+        return _scan_locked(store, qstore, options, state, report_dir, jobs, exclude)
+    finally:
+        os.close(lock)
+
+
+def _lock(state: str, url: str) -> int:
+    """One scan of a prefix at a time (they would share the state folder's identities and record)."""
+    import fcntl
+
+    fd = os.open(os.path.join(state, locations.LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+        os.close(fd)
+        raise UserError(f"another dsclean process (pid {holder}) is scanning {url}; wait for it to finish") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd
+
+
+def _scan_locked(
+    store: Store,
+    qstore: Store | None,
+    options: BucketScanOptions,
+    state: str,
+    report_dir: str,
+    jobs: int,
+    exclude: tuple[str, ...],
+) -> ScanSummary:
+    """:func:`scan_bucket` once its lock is held."""
     summary = ScanSummary(root=store.url, jobs=jobs, quarantine=qstore.url if qstore else None, state_dir=state)
     summary.dry_run = options.dry_run
     summary.command = list(options.command)
     stats = BucketStats()
-    os.makedirs(state, exist_ok=True)
     key = options_key(options.check)
     previous = Previous.open(state, key, store.url) if options.use_cache and not options.rescan else None
     writer = ResultsWriter(report_dir, meta={"root": store.url, "shard": None, "options": key, "storage": True})

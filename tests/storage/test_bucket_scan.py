@@ -280,3 +280,22 @@ def test_a_scan_lists_each_page_once_and_probes_with_one_key(bucket, s3fs_direct
     assert summary.files == 0
     assert proxy.requests == 1 + 3  # the probe (one key) and three pages; no listing of the whole prefix first
     assert any("25 objects are not media" in n for n in summary.notes)
+
+
+def test_one_scan_of_a_prefix_at_a_time_and_results_stay_local(bucket, s3fs_direct, s3_endpoint, tmp_path):
+    import fcntl
+
+    from dsclean import locations
+    from dsclean.errors import UserError
+
+    fill(s3fs_direct, bucket)
+    url = f"s3://{bucket}/data"
+    state = locations.url_state_dir(url, str(tmp_path))
+    os.makedirs(state)
+    with open(os.path.join(state, locations.LOCK_FILE), "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(UserError, match="is scanning s3://"):
+            scan_bucket(url, opts(s3_endpoint, state_dir=str(tmp_path)))
+    assert scan_bucket(url, opts(s3_endpoint, state_dir=str(tmp_path))).files == 3  # released: it runs
+    with pytest.raises(UserError, match="--report is a local folder"):
+        scan_bucket(url, opts(s3_endpoint, report_dir=f"s3://{bucket}/reports"))
