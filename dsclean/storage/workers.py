@@ -178,8 +178,9 @@ def _kind(rel: str) -> str:
 
 
 def run_chunk(args: tuple[Store, list[Obj], CheckOptions, ReadPolicy, int]) -> Any:
-    """The task a Dask worker runs (one picklable argument; tasks run in threads there: no time limit)."""
-    return check_objects(*args)
+    """The task a Dask worker runs (one picklable argument). Tasks run in the Dask worker's threads, side by
+    side: no time limit, and fd 2 left alone (redirecting it is process-wide)."""
+    return check_objects(*args, capture_stderr=False)
 
 
 def run_chunk_isolated(args: tuple[Store, list[Obj], CheckOptions, ReadPolicy, int]) -> Any:
