@@ -45,6 +45,8 @@ _EXPORTS = {
     "ScanOptions": "scanning.scanner",
     "ScanSummary": "scanning.scanner",
     "scan": "scanning.scanner",
+    "BucketScanOptions": "storage.scan",
+    "scan_bucket": "storage.scan",
     "Verdict": "scanning.verdict",
     "recommended_loader_kwargs": "diagnose.loader_kwargs",
     "Recommendation": "diagnose.loader_kwargs",
@@ -127,6 +129,7 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time the names load
     from .scanning.results import iter_verdicts, read_problems, read_results
     from .scanning.scanner import ScanOptions, ScanSummary, scan
     from .scanning.verdict import Verdict
+    from .storage.scan import BucketScanOptions, scan_bucket
     from .training.dataloader import DataLoader
     from .training.errors import WorkerDied
     from .training.stateful import StatefulDataLoader

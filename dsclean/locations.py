@@ -94,6 +94,17 @@ def root_state_dir(root: str, state_dir: str | None = None) -> str:
     return os.path.join(state_base(state_dir)[0], "roots", root_key(root))
 
 
+def url_key(url: str) -> str:
+    """A stable name for an object-storage prefix (``s3://bucket/prefix``): 24 hex digits of SHA-256 of the URL."""
+    return hashlib.sha256(url.rstrip("/").encode("utf-8", "surrogateescape")).hexdigest()[:24]
+
+
+def url_state_dir(url: str, state_dir: str | None = None) -> str:
+    """``<base>/urls/<hash of the URL>``: dsclean's memory of a bucket prefix (results, the bucket
+    quarantine's journal); local, never in the bucket. Not created here."""
+    return os.path.join(state_base(state_dir)[0], "urls", url_key(url))
+
+
 def make_root_state_dir(root: str, state_dir: str | None = None) -> str:
     """Create the root's state folder (and its ``root.json``) if needed; returns it. Raises OSError."""
     folder = root_state_dir(root, state_dir)

@@ -27,8 +27,23 @@ ALLOWED = {
     "dups": {"scanning", "index", "quality"},
     "report": {"scanning", "dups"},  # reads scan results, the quarantine journal, the worker guards, dups' moves
     "fromlog": {"scanning", "index", "data", "pack"},  # quarantine --from-log: re-checks files and shard samples
-    "training": {"data", "diagnose"},  # wraps any dataset (names IndexedDataset samples), explains worker deaths
-    "cli": {"scanning", "index", "data", "diagnose", "pack", "quality", "dups", "report", "fromlog", "loaders"},
+    "training": {"data", "diagnose"},
+    "storage": {
+        "scanning"
+    },  # object storage: bucket listing, reads, quarantine; checks with the scan's checker  # wraps any dataset (names IndexedDataset samples), explains worker deaths
+    "cli": {
+        "scanning",
+        "index",
+        "data",
+        "diagnose",
+        "pack",
+        "quality",
+        "dups",
+        "report",
+        "fromlog",
+        "loaders",
+        "storage",
+    },
 }
 COMMON = {
     "reasons",

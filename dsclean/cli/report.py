@@ -17,7 +17,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "target",
         metavar="ROOT|RESULTS_DIR",
-        help="a scanned dataset root (its last scan's results are used) or a results folder/file",
+        help="a scanned dataset root (its last scan's results are used), a results folder/file, or a scanned "
+        "storage URL (s3://...: its last scan's results, without thumbnails)",
     )
     p.add_argument(
         "-o", "--output", default="report.html", metavar="FILE", help="the HTML file to write (default ./report.html)"
@@ -70,10 +71,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def cmd_report(args: argparse.Namespace) -> int:
     from ..report.build import ReportOptions, write_report
     from ..report.collect import Caps
+    from ..storage.urls import is_url
 
+    target, thumbnails = args.target, not args.no_thumbnails
+    if is_url(target):  # a bucket scan's results (dsclean.storage): the objects are not read for thumbnails
+        from .bucket import bucket_results
+
+        target, thumbnails = bucket_results(target, args.state_dir), False
     options = ReportOptions(
         dups=args.dups,
-        thumbnails=not args.no_thumbnails,
+        thumbnails=thumbnails,
         absolute_paths=args.absolute_paths,
         jobs=args.jobs,
         caps=Caps(per_reason=args.max_thumbnails),
@@ -81,7 +88,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         state_dir=args.state_dir,
         failures=tuple(args.failures),
     )
-    s = write_report(args.target, args.output, options)
+    s = write_report(target, args.output, options)
     if args.json:
         import dataclasses
         import json

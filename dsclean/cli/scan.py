@@ -16,6 +16,7 @@ import sys
 from .. import argtypes
 from .. import reasons as R
 from ..errors import UserError
+from .bucket import add_storage_option
 from .exit_codes import EXIT_FOUND_BAD, EXIT_INCOMPLETE, EXIT_OK
 from .parser import add_output_options, print_json
 
@@ -92,7 +93,9 @@ def add_scan_arguments(p: argparse.ArgumentParser) -> None:
     """Every argument and option of ``dsclean scan``, in groups by what they are for (``--help``, the reference page)."""
     from ..scanning.check import DEFAULT_MAX_FRAMES, DEFAULT_MAX_PIXELS, DEFAULT_TIMEOUT
 
-    p.add_argument("root", metavar="ROOT", help="folder to scan")
+    p.add_argument(
+        "root", metavar="ROOT", help="folder to scan, or a storage URL (s3://BUCKET/PREFIX, docs/guides/buckets.md)"
+    )
     q = p.add_argument_group("Quarantine", "what happens to the bad files")
     q.add_argument("--quarantine", metavar="DIR", help="move bad files to DIR/<path relative to ROOT> (journaled)")
     q.add_argument("--dry-run", action="store_true", help="decide and report, move nothing")
@@ -225,6 +228,9 @@ def add_scan_arguments(p: argparse.ArgumentParser) -> None:
         metavar="ADDRESS",
         help="with --backend dask: the scheduler's tcp://HOST:PORT, or a scheduler file",
     )
+    from .bucket import add_bucket_arguments  # object storage (ROOT a URL): dsclean.storage
+
+    add_bucket_arguments(p)
 
 
 #: flag threshold option -> (FlagOptions field, type, what it means)
@@ -344,31 +350,41 @@ def _expect(args: argparse.Namespace) -> str:
     return canonical_expect(args.expect)
 
 
+def check_options(args: argparse.Namespace):
+    """The CheckOptions of ``dsclean scan``'s checking options (a folder's scan or a bucket's)."""
+    from ..scanning.check import CheckOptions
+
+    return CheckOptions(
+        lenient=args.lenient,
+        max_pixels=args.max_pixels,
+        max_frames=max(1, args.max_frames),
+        timeout=args.timeout,
+        max_memory=args.max_memory,
+        facts=args.facts == "all",
+        flac_md5=args.flac_md5,
+        expect=_expect(args),
+        strict_expect=args.strict_expect,
+        exif=args.exif,
+        loaders=check_loaders_of(loader_profiles(args)),
+    )
+
+
 def cmd_scan(args: argparse.Namespace) -> int:
     # the workers' forkserver, when the scan needs one, was started by dsclean.cli.main (parse_early)
-    from ..scanning.check import CheckOptions
     from ..scanning.scanner import ScanOptions, format_summary, move_failure_line, scan
+    from ..storage.urls import is_url
+    from .bucket import cmd_scan_bucket, refuse_bucket_options
 
+    if is_url(args.root):  # object storage: dsclean.storage
+        return cmd_scan_bucket(args, check_options(args))
+    refuse_bucket_options(args)
     if args.html:
         from ..report.source import check_output
 
         check_output(args.html, args.root)  # refuse a report inside the dataset before anything changes
-    loaders = check_loaders_of(loader_profiles(args))
     options = ScanOptions(
         jobs=args.jobs,
-        check=CheckOptions(
-            lenient=args.lenient,
-            max_pixels=args.max_pixels,
-            max_frames=max(1, args.max_frames),
-            timeout=args.timeout,
-            max_memory=args.max_memory,
-            facts=args.facts == "all",
-            flac_md5=args.flac_md5,
-            expect=_expect(args),
-            strict_expect=args.strict_expect,
-            exif=args.exif,
-            loaders=loaders,
-        ),
+        check=check_options(args),
         minority=args.minority,
         flags=flag_options(args),
         quarantine_flags=tuple(args.quarantine_flags),
@@ -490,7 +506,9 @@ def _write_html(args: argparse.Namespace, summary) -> None:
 
 def add_restore_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("restore", help="move quarantined files back to where they came from")
-    p.add_argument("quarantine", metavar="DIR", help="a quarantine folder written by dsclean scan")
+    p.add_argument(
+        "quarantine", metavar="DIR", help="a quarantine folder written by dsclean scan, or its URL (s3://...)"
+    )
     p.add_argument(
         "--root",
         metavar="NEW",
@@ -498,10 +516,13 @@ def add_restore_parser(sub: argparse._SubParsersAction) -> None:
         "refused if it no longer exists)",
     )
     p.add_argument("--state-dir", metavar="DIR", help="state folder base, to update the last scan's records")
+    add_storage_option(p)
     add_output_options(p, quiet="print nothing but refusals and failures")
     p.set_defaults(func=cmd_restore)
     p = sub.add_parser("recover", help="finish or revert moves left half-done by a killed scan (scan does this too)")
-    p.add_argument("quarantine", metavar="DIR", help="a quarantine folder written by dsclean scan")
+    p.add_argument("quarantine", metavar="DIR", help="a quarantine folder written by dsclean scan, or its URL")
+    p.add_argument("--state-dir", metavar="DIR", help="state folder base holding a bucket quarantine's journal")
+    add_storage_option(p)
     add_output_options(p, quiet="print nothing but refusals and failures")
     p.set_defaults(func=cmd_recover)
 
@@ -528,12 +549,24 @@ def _print_report(report, verb: str, args: argparse.Namespace) -> int:
 
 def cmd_restore(args: argparse.Namespace) -> int:
     from ..scanning.quarantine.restore import restore
+    from ..storage.urls import is_url
+
+    if is_url(args.quarantine):
+        from .bucket import bucket_report
+
+        return _print_report(bucket_report(args, "restore"), "restore", args)
 
     return _print_report(restore(args.quarantine, args.root, args.state_dir), "restore", args)
 
 
 def cmd_recover(args: argparse.Namespace) -> int:
     from ..scanning.quarantine.recovery import recover
+    from ..storage.urls import is_url
+
+    if is_url(args.quarantine):
+        from .bucket import bucket_report
+
+        return _print_report(bucket_report(args, "recover"), "recover", args)
 
     return _print_report(recover(args.quarantine), "recover", args)
 
@@ -542,7 +575,9 @@ def add_status_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "status", help="what a quarantine holds (moved, restored, failed, by reason), or a root's last scan"
     )
-    p.add_argument("path", metavar="DIR|ROOT", help="a quarantine folder, or a dataset root")
+    p.add_argument(
+        "path", metavar="DIR|ROOT", help="a quarantine folder (or a bucket quarantine's URL), or a dataset root"
+    )
     add_output_options(p, quiet="print nothing (the exit code still says it ran)", json_help="print the status as JSON")
     p.add_argument("--state-dir", metavar="DIR", help="state folder base to look in for a root's last scan")
     p.set_defaults(func=cmd_status)
@@ -550,8 +585,14 @@ def add_status_parser(sub: argparse._SubParsersAction) -> None:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from ..scanning.quarantine.status import format_status, status
+    from ..storage.urls import is_url
 
-    st = status(args.path, args.state_dir)
+    if is_url(args.path):  # a bucket quarantine (dsclean.storage): its journal is local
+        from ..storage.quarantine import status as bucket_status
+
+        st = bucket_status(args.path, args.state_dir)
+    else:
+        st = status(args.path, args.state_dir)
     if args.json:
         print(json.dumps(st.to_json(), indent=2))
     elif not args.quiet:

@@ -1,0 +1,297 @@
+"""Quarantine in a bucket: copy to the quarantine prefix, verify the copy, delete the original; journaled.
+
+The write-ahead journal is the local quarantine's (:mod:`dsclean.scanning.quarantine.journal`), kept in
+the state folder of the quarantine URL (``<state>/urls/<hash>/manifest.jsonl``; never in the bucket)::
+
+    1. append {"op": "move", "id", "root": URL, "src": key, "qroot": URL, "dst": key, "size", "etag"}, fsync
+    2. copy src -> dst (server side), check the copy's size (and ETag, when single-part) against what was checked
+    3. delete src
+    4. append {"op": "done", "id"} (or {"op": "abort", "id", "error"})
+
+A kill -9 between any two steps leaves an intent without outcome; :func:`recover` (run by every bucket
+scan and restore first, and by ``dsclean recover URL``) finishes it (the copy is whole: delete the
+original) or reverts it (no whole copy: delete the partial copy, the original stays), so every object
+ends in exactly one place. A restore is the same four steps the other way (op ``"restore"``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import uuid
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from .. import locations
+from ..errors import UserError
+from ..scanning.quarantine.journal import (
+    Journal,
+    JournalState,
+    RecoveryReport,
+    fold_journal,
+    in_quarantine,
+    locked_journal,
+    manifest_path,
+    safe_rel,
+)
+from .fs import Store
+from .reads import ReadPolicy, describe, retried
+
+log = logging.getLogger("dsclean.storage.quarantine")
+
+
+def journal_dir(qurl: str, state_dir: str | None = None) -> str:
+    """The local folder of a bucket quarantine's journal."""
+    return locations.url_state_dir(qurl, state_dir)
+
+
+def _fault(step: str) -> None:
+    """Test-only kill points (inert unless DSCLEAN_TEST_FAULTS=1): ``DSCLEAN_TEST_KILL_AT=copied:N`` kills
+    this process with SIGKILL right after the N-th verified copy (the crash-consistency test)."""
+    if os.environ.get("DSCLEAN_TEST_FAULTS") != "1":
+        return
+    at = os.environ.get("DSCLEAN_TEST_KILL_AT", "")
+    name, _, count = at.partition(":")
+    if name == step:
+        _fault_counts[step] = _fault_counts.get(step, 0) + 1
+        if str(_fault_counts[step]) == count:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+_fault_counts: dict[str, int] = {}
+
+
+class MoveError(Exception):
+    """A move that did not happen (the original stays); the journal says abort with this message."""
+
+
+@dataclass
+class ObjInfo:
+    size: int | None
+    etag: str | None
+
+
+def _info(store: Store, rel: str, policy: ReadPolicy) -> ObjInfo | None:
+    fs = store.fs
+    try:
+        info = retried(lambda: fs.info(store.path(rel)), rel, policy)
+    except FileNotFoundError:
+        return None
+    if info.get("type") not in (None, "file"):
+        return None
+    etag = info.get("ETag") or info.get("etag")
+    return ObjInfo(info.get("size"), etag.strip('"') if isinstance(etag, str) else None)
+
+
+def same_object(a: ObjInfo | None, size: Any, etag: Any) -> bool:
+    """Whether ``a`` is the journaled object: same size, and same ETag unless either is multipart
+    (a multipart ETag depends on the part size: a copy may get another one)."""
+    if a is None or a.size != size:
+        return False
+    if isinstance(etag, str) and a.etag and "-" not in etag and "-" not in a.etag:
+        return a.etag == etag
+    return True
+
+
+class BucketQuarantine:
+    """Journaled moves from a scanned prefix to a quarantine prefix; open it as a context manager."""
+
+    def __init__(
+        self, source: Store, quarantine: Store, state_dir: str | None = None, policy: ReadPolicy = ReadPolicy()
+    ) -> None:
+        if source.scheme != quarantine.scheme:
+            raise UserError(f"--quarantine {quarantine.url}: must be on the same storage as {source.url}")
+        self.source, self.q, self.policy = source, quarantine, policy
+        self.dir = journal_dir(quarantine.url, state_dir)
+        self._stack = contextlib.ExitStack()
+        self.journal: Journal | None = None
+        self.recovery = RecoveryReport()
+        self.moved_ids: set[str] = set()  # moves of this run (the problems file lists earlier ones apart)
+
+    def __enter__(self) -> "BucketQuarantine":
+        os.makedirs(self.dir, exist_ok=True)
+        self.journal = self._stack.enter_context(locked_journal(self.dir, ""))
+        self.recovery = recover_locked(self.journal, self.dir, self.q, self.policy, self._store_of)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def _store_of(self, url: str) -> Store:
+        return self.source if url == self.source.url else Store(url, self.source.options)
+
+    def move(self, rel: str, size: int | None, etag: str | None, **why: str | None) -> str:
+        """Move object ``rel`` (checked with this size and ETag) to the quarantine; returns its new URL.
+        Raises :class:`MoveError` (journaled as abort) when it did not move."""
+        assert self.journal is not None
+        if safe_rel(rel) is None:
+            raise MoveError(f"{rel!r} is not a key below the prefix")
+        ident = uuid.uuid4().hex
+        self.journal.append(
+            {
+                "op": "move",
+                "id": ident,
+                "root": self.source.url,
+                "src": rel,
+                "qroot": self.q.url,
+                "dst": rel,
+                "size": size,
+                "etag": etag,
+                **{k: v for k, v in why.items() if k in ("kind", "reason", "detail") and v},
+            }
+        )
+        try:
+            _transfer(self.source, rel, self.q, rel, size, etag, self.policy)
+        except MoveError as exc:
+            self.journal.append({"op": "abort", "id": ident, "error": str(exc)})
+            raise
+        self.journal.append({"op": "done", "id": ident})
+        self.moved_ids.add(ident)
+        return self.q.url_of(rel)
+
+
+def _transfer(src: Store, srel: str, dst: Store, drel: str, size: Any, etag: Any, policy: ReadPolicy) -> None:
+    """copy, verify, delete: the object ends at ``dst`` only if the copy there is the checked object."""
+    now = _info(src, srel, policy)
+    if now is None:
+        raise MoveError(f"{src.url_of(srel)} is gone: nothing to move")
+    if size is not None and not same_object(now, size, etag):
+        raise MoveError(f"{src.url_of(srel)} changed since it was checked (size or ETag differ): not moved")
+    if _info(dst, drel, policy) is not None:
+        raise MoveError(f"{dst.url_of(drel)} already exists: not overwritten, {src.url_of(srel)} not moved")
+    fs = src.fs
+    try:
+        retried(lambda: fs.copy(src.path(srel), dst.path(drel)), srel, policy)
+    except Exception as exc:
+        raise MoveError(f"copy of {src.url_of(srel)} to {dst.url_of(drel)} failed: {describe(exc)}") from exc
+    copied = _info(dst, drel, policy)
+    if not same_object(copied, now.size, now.etag):
+        _remove(dst, drel, policy)  # our own copy, not whole: the original is still there
+        raise MoveError(f"the copy at {dst.url_of(drel)} does not match {src.url_of(srel)}: not moved")
+    _fault("copied")
+    try:
+        retried(lambda: fs.rm_file(src.path(srel)), srel, policy)
+    except Exception as exc:
+        _remove(dst, drel, policy)
+        raise MoveError(f"could not delete {src.url_of(srel)} after copying it: {describe(exc)}") from exc
+
+
+def _remove(store: Store, rel: str, policy: ReadPolicy) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        retried(lambda: store.fs.rm_file(store.path(rel)), rel, policy)
+
+
+def _endpoints(entry: dict, qstore: Store, store_of: Any) -> tuple[Store, str, Store, str] | None:
+    """(from store, key, to store, key) of a journaled move or restore, or None if the entry is unsafe."""
+    root, qroot = entry.get("root"), entry.get("qroot")
+    src, dst = safe_rel(entry.get("src")), safe_rel(entry.get("dst"))
+    if not isinstance(root, str) or qroot != qstore.url or src is None or dst is None:
+        return None
+    original = store_of(root)
+    return (original, src, qstore, dst) if entry["op"] == "move" else (qstore, dst, original, src)
+
+
+def recover_locked(journal: Journal, folder: str, qstore: Store, policy: ReadPolicy, store_of: Any) -> RecoveryReport:
+    """Finish or revert every intent of the journal without an outcome (a killed run's)."""
+    report = RecoveryReport()
+    state = fold_journal(manifest_path(folder, ""), report)
+    for ident, entry in state.intents.items():
+        if ident in state.outcome:
+            continue
+        ends = _endpoints(entry, qstore, store_of)
+        if ends is None:
+            report.refused.append(f"journal entry {ident}: unsafe or foreign paths, not followed")
+            continue
+        frm, frel, to, trel = ends
+        size, etag = entry.get("size"), entry.get("etag")
+        if entry["op"] == "restore":
+            moved = state.intents.get(str(entry.get("of")), {})
+            size, etag = moved.get("size"), moved.get("etag")
+        at_from, at_to = _info(frm, frel, policy), _info(to, trel, policy)
+        whole_copy = at_to is not None and (same_object(at_to, size, etag) if size is not None else True)
+        if whole_copy:
+            if at_from is not None:
+                _remove(frm, frel, policy)  # the copy is whole: the original goes, as the move intended
+            journal.append({"op": "done", "id": ident, "recovered": True})
+            report.completed += 1
+        elif at_from is not None:
+            if at_to is not None:
+                _remove(to, trel, policy)  # a partial copy of ours; the original stays
+            journal.append({"op": "abort", "id": ident, "error": "interrupted before the copy was whole; reverted"})
+            report.reverted += 1
+        else:
+            report.refused.append(f"journal entry {ident}: {frm.url_of(frel)} and {to.url_of(trel)} both missing")
+    return report
+
+
+def recover(
+    qurl: str, options: dict, state_dir: str | None = None, policy: ReadPolicy = ReadPolicy()
+) -> RecoveryReport:
+    """``dsclean recover s3://...``: finish or revert the moves a killed run left half-done."""
+    q = Store(qurl, options)
+    folder = _existing(q.url, state_dir)
+    with locked_journal(folder, "") as journal:
+        return recover_locked(journal, folder, q, policy, lambda url: Store(url, options))
+
+
+def _existing(qurl: str, state_dir: str | None) -> str:
+    folder = journal_dir(qurl, state_dir)
+    if not os.path.exists(manifest_path(folder, "")):
+        raise UserError(f"{qurl} is not a dsclean bucket quarantine known here (no journal in {folder}; --state-dir?)")
+    return folder
+
+
+def restore(
+    qurl: str, options: dict, state_dir: str | None = None, policy: ReadPolicy = ReadPolicy()
+) -> RecoveryReport:
+    """``dsclean restore s3://...``: move every quarantined object back to its key (journaled as restores)."""
+    q = Store(qurl, options)
+    folder = _existing(q.url, state_dir)
+    stores: dict[str, Store] = {}
+
+    def store_of(url: str) -> Store:
+        return stores.setdefault(url, Store(url, options))
+
+    with locked_journal(folder, "") as journal:
+        report = recover_locked(journal, folder, q, policy, store_of)
+        state: JournalState = fold_journal(manifest_path(folder, ""), report)
+        for ident, entry in in_quarantine(state):
+            ends = _endpoints(entry, q, store_of)
+            if ends is None:
+                report.refused.append(f"journal entry {ident}: unsafe or foreign paths, not restored")
+                continue
+            original, src, qstore, dst = ends
+            rid = uuid.uuid4().hex
+            journal.append(
+                {"op": "restore", "id": rid, "of": ident, "root": original.url, "src": src, "qroot": q.url, "dst": dst}
+            )
+            try:
+                _transfer(qstore, dst, original, src, entry.get("size"), entry.get("etag"), policy)
+            except MoveError as exc:
+                journal.append({"op": "abort", "id": rid, "error": str(exc)})
+                report.failed.append(str(exc))
+                continue
+            journal.append({"op": "done", "id": rid})
+            report.restored += 1
+    return report
+
+
+def held(qurl: str, state_dir: str | None = None) -> Iterator[dict]:
+    """The journal's move entries of the objects the quarantine holds now."""
+    folder = journal_dir(qurl, state_dir)
+    state = fold_journal(manifest_path(folder, ""), RecoveryReport())
+    for _ident, entry in in_quarantine(state):
+        yield entry
+
+
+def status(qurl: str, state_dir: str | None = None):
+    """``dsclean status s3://...``: what a bucket quarantine holds, by its local journal."""
+    from ..scanning.quarantine.status import Status, quarantine_state
+    from .urls import normalize
+
+    url = normalize(qurl)
+    st = quarantine_state(_existing(url, state_dir))
+    st.quarantine = url
+    return Status(url, "quarantine", quarantine=st)

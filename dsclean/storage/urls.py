@@ -1,0 +1,126 @@
+"""Storage URLs and ``--storage-option KEY=VALUE``: parsing, and keeping secrets out of every output."""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+from ..errors import UserError
+
+#: URL schemes routed to object storage (fsspec implementations: s3fs, gcsfs, adlfs; file:// is local)
+SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "file")
+_URL = re.compile(r"^([a-z][a-z0-9+.-]*)://", re.IGNORECASE)
+#: storage option keys whose values are secrets (never printed, logged or stored)
+_SECRET = re.compile(r"secret|token|password|passwd|credential|key|sas|signature|auth|session", re.IGNORECASE)
+#: keys that match the pattern above but are not secrets
+_NOT_SECRET = {"endpoint_url", "key_prefix", "use_listings_cache"}
+REDACTED = "***"
+
+
+def is_url(text: str) -> bool:
+    """True for ``scheme://...`` with a scheme dsclean sends to object storage."""
+    m = _URL.match(text)
+    return bool(m) and m.group(1).lower() in SCHEMES
+
+
+def scheme_of(url: str) -> str:
+    m = _URL.match(url)
+    return m.group(1).lower() if m else ""
+
+
+def normalize(url: str) -> str:
+    """The URL without trailing slashes (``s3://b/p/`` and ``s3://b/p`` are the same prefix)."""
+    scheme = scheme_of(url)
+    rest = url[len(scheme) + 3 :].rstrip("/")
+    if not rest and scheme != "file":
+        raise UserError(f"{url}: no bucket in the URL (e.g. s3://BUCKET/PREFIX)")
+    return f"{scheme}://{rest}"
+
+
+def parse_value(text: str) -> object:
+    """A storage option's value: true/false, an int, a float, JSON-ish none, else the string."""
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("none", "null"):
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_storage_options(items: Iterable[str]) -> dict[str, object]:
+    """``["KEY=VALUE", ...]`` as fsspec keyword arguments; a dotted key nests (``client_kwargs.region_name=x``)."""
+    out: dict[str, object] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UserError(f"--storage-option {redact_item(item)!r}: give KEY=VALUE (e.g. endpoint_url=http://...)")
+        parts = key.split(".")
+        target = out
+        for p in parts[:-1]:
+            nested = target.setdefault(p, {})
+            if not isinstance(nested, dict):
+                raise UserError(f"--storage-option {key}: {p} is already set to a value, not a group")
+            target = nested
+        target[parts[-1]] = parse_value(value)
+    return out
+
+
+def is_secret(key: str) -> bool:
+    """Whether a storage option's value must never appear in output."""
+    last = key.rsplit(".", 1)[-1]
+    return last not in _NOT_SECRET and bool(_SECRET.search(last))
+
+
+def redact_item(item: str) -> str:
+    """``KEY=VALUE`` with a secret's value replaced by ``***``."""
+    key, sep, _ = item.partition("=")
+    return f"{key}={REDACTED}" if sep and is_secret(key.strip()) else item
+
+
+def redact_options(options: dict) -> dict:
+    """A copy of storage options safe to show: secret values replaced by ``***``."""
+    return {
+        k: redact_options(v) if isinstance(v, dict) else (REDACTED if is_secret(k) else v) for k, v in options.items()
+    }
+
+
+def redact_argv(argv: Iterable[str]) -> list[str]:
+    """A command line safe to record: every ``--storage-option`` secret value replaced by ``***``."""
+    out: list[str] = []
+    after_flag = False
+    for arg in argv:
+        if after_flag:
+            out.append(redact_item(arg))
+            after_flag = False
+        elif arg == "--storage-option":
+            out.append(arg)
+            after_flag = True
+        elif arg.startswith("--storage-option="):
+            out.append("--storage-option=" + redact_item(arg.partition("=")[2]))
+        else:
+            out.append(arg)
+    return out
+
+
+def secret_values(options: dict) -> list[str]:
+    """Every secret value of ``options`` (for scrubbing an error message that might quote one)."""
+    found: list[str] = []
+    for k, v in options.items():
+        if isinstance(v, dict):
+            found += secret_values(v)
+        elif is_secret(k) and v is not None and str(v):
+            found.append(str(v))
+    return found
+
+
+def scrub(text: str, options: dict) -> str:
+    """``text`` with any secret value of ``options`` replaced by ``***``."""
+    for secret in secret_values(options):
+        text = text.replace(secret, REDACTED)
+    return text

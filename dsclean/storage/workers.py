@@ -1,0 +1,214 @@
+"""The checks of a chunk of objects: a bounded pool of reader threads per worker, checks as bytes arrive.
+
+Runs in a worker process (or in the scanning process with ``--jobs 1``): each worker opens the store
+itself (the options travel with the task, never to disk), keeps at most ``threads`` reads in flight,
+checks each object with the scan's own :func:`~dsclean.scanning.check.check_bytes` from memory, or
+with :func:`~dsclean.scanning.check.check_file` on a temp file for an object past
+``policy.max_in_memory`` (removed after the check).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import tempfile
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..scanning.check import CheckOptions, check_bytes, check_file
+from ..scanning.verdict import Verdict
+from ..scanning.worker import time_limit
+from .fs import Store
+from .listing import Obj
+from .reads import ObjectError, ReadPolicy, classify, quiet_store_retries, retried
+
+
+@dataclass
+class ChunkResult:
+    verdicts: list[Verdict] = field(default_factory=list)
+    etags: list[str | None] = field(default_factory=list)  # per verdict: the ETag of the bytes checked
+    retries: int = 0
+    read_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Fetched:
+    obj: Obj
+    data: bytes | None = None
+    temp: str | None = None  # a temp file holding the object (past the in-memory threshold)
+    etag: str | None = None
+    error: ObjectError | None = None
+
+
+class _Counter:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def __call__(self) -> None:
+        self.n += 1
+
+
+def fetch(store: Store, obj: Obj, policy: ReadPolicy, tmpdir: str, retries: _Counter) -> Fetched:
+    """One object's bytes (or a temp file of them), or the :class:`ObjectError` saying why not."""
+    fs, path = store.fs, store.path(obj.rel)
+    try:
+        size, etag = obj.size, obj.etag
+        if size is None:  # from a manifest without sizes: ask (one HEAD)
+            info = retried(lambda: fs.info(path), obj.rel, policy, retries)
+            size, etag = info.get("size"), (info.get("ETag") or "").strip('"') or None
+        if size is not None and size > policy.max_in_memory:
+            fd, temp = tempfile.mkstemp(dir=tmpdir, suffix=os.path.splitext(obj.rel)[1])
+            os.close(fd)
+            try:
+                retried(lambda: fs.get_file(path, temp), obj.rel, policy, retries)
+            except BaseException:
+                os.unlink(temp)
+                raise
+            return Fetched(obj, temp=temp, etag=etag)
+        # one GET per object (s3fs would first HEAD it to split a large one into concurrent ranges)
+        extra = {"max_concurrency": 1} if store.scheme in ("s3", "s3a") else {}
+        data = retried(lambda: fs.cat_file(path, **extra), obj.rel, policy, retries)
+        return Fetched(obj, data=data, etag=etag)
+    except Exception as exc:
+        return Fetched(obj, error=classify(obj.rel, exc))
+
+
+def check_objects(
+    store: Store,
+    objs: list[Obj],
+    check: CheckOptions,
+    policy: ReadPolicy,
+    threads: int,
+    capture_stderr: bool = True,
+    isolated: bool = False,
+) -> ChunkResult:
+    """Verdicts of ``objs`` (named by key relative to the prefix), reading ``threads`` at a time.
+
+    ``isolated``: this is a worker process of the scan's own pool, whose main thread runs the checks:
+    each check runs under ``--timeout`` (past it SIGALRM ends the process; the scan finds the object
+    that did it, see :func:`dsclean.storage.scan._run`).
+    """
+    if isolated:
+        _arm_faults()
+    quiet_store_retries(store.fs, store.scheme)
+    out, retries = ChunkResult(), _Counter()
+    pool, tmpdir = _pool(threads), _tmpdir()
+    pending: deque[Future[Fetched]] = deque()
+    items = iter(objs)
+    try:
+        while True:
+            while len(pending) < max(1, threads) * 2:  # reads a little ahead of the checks, bounded
+                obj = next(items, None)
+                if obj is None:
+                    break
+                pending.append(pool.submit(fetch, store, obj, policy, tmpdir, retries))
+            if not pending:
+                break
+            got = pending.popleft().result()
+            with time_limit(check.timeout if isolated else 0):
+                out.verdicts.append(_verdict(got, check, capture_stderr))
+            out.etags.append(got.etag)
+            out.read_bytes += len(got.data) if got.data is not None else (got.obj.size or 0) if got.temp else 0
+    finally:
+        for fut in pending:  # an error mid-chunk: the reads already started finish, their temp files go
+            got = fut.result()
+            if got.temp is not None:
+                os.unlink(got.temp)
+    out.retries = retries.n
+    return out
+
+
+_POOL: tuple[int, ThreadPoolExecutor] | None = None
+_TMPDIR: str | None = None
+
+
+def _pool(threads: int) -> ThreadPoolExecutor:
+    """This process's reader threads (kept between chunks: starting threads per chunk costs more than
+    reading small objects)."""
+    global _POOL
+    threads = max(1, threads)
+    if _POOL is None or _POOL[0] != threads:
+        if _POOL is not None:
+            _POOL[1].shutdown(wait=True)
+        _POOL = (threads, ThreadPoolExecutor(threads, thread_name_prefix="dsclean-read"))
+    return _POOL[1]
+
+
+def _tmpdir() -> str:
+    """This process's folder for objects past the in-memory threshold (each removed after its check;
+    the empty folder at exit)."""
+    global _TMPDIR
+    if _TMPDIR is None or not os.path.isdir(_TMPDIR):
+        _TMPDIR = tempfile.mkdtemp(prefix="dsclean-objects-")
+        atexit.register(_rmdir, _TMPDIR)
+    return _TMPDIR
+
+
+def _rmdir(path: str) -> None:
+    with contextlib.suppress(OSError):  # not empty: a temp copy of a check killed mid-way stays for a look
+        os.rmdir(path)
+
+
+def _verdict(got: Fetched, check: CheckOptions, capture_stderr: bool) -> Verdict:
+    obj = got.obj
+    if got.error is not None:
+        v = Verdict(path=obj.rel, kind=_kind(obj.rel), size=obj.size, mtime_ns=obj.mtime_ns)
+        return v.mark("bad", got.error.reason, got.error.detail)
+    if got.temp is not None:
+        try:
+            v = check_file(os.path.dirname(got.temp), os.path.basename(got.temp), check, capture_stderr=capture_stderr)
+        finally:
+            os.unlink(got.temp)
+        v.path = obj.rel
+    else:
+        assert got.data is not None
+        v = check_bytes(got.data, obj.rel, check, capture_stderr=capture_stderr)
+    v.mtime_ns = obj.mtime_ns
+    return v
+
+
+def _kind(rel: str) -> str:
+    from ..formats import format_of_name, kind_of
+
+    fmt = format_of_name(rel)
+    return kind_of(fmt) if fmt else "unknown"
+
+
+def run_chunk(args: tuple[Store, list[Obj], CheckOptions, ReadPolicy, int]) -> Any:
+    """The task a Dask worker runs (one picklable argument). Tasks run in the Dask worker's threads, side by
+    side: no time limit, and fd 2 left alone (redirecting it is process-wide)."""
+    return check_objects(*args, capture_stderr=False)
+
+
+def run_chunk_isolated(args: tuple[Store, list[Obj], CheckOptions, ReadPolicy, int]) -> Any:
+    """The task a worker process of the scan's own pool runs: each check under ``--timeout``."""
+    return check_objects(*args, isolated=True)
+
+
+def init_worker(faults: str | None, facts: bool) -> None:
+    """Initializer of the scan's worker processes: the local scan's (fault switch, end with the scan's
+    process), then every checker imported now, outside any check's time limit (a first check that
+    imports its decoder under a loaded machine must not be mistaken for a hang)."""
+    import importlib
+
+    from ..scanning.executors import preload_modules
+    from ..scanning.worker import start_worker
+
+    start_worker(faults)
+    for name in preload_modules(None, facts):
+        importlib.import_module(name)
+    from PIL import Image
+
+    Image.init()  # Pillow's format plugins, registered on the first open otherwise
+
+
+def _arm_faults() -> None:
+    """dsclean's own tests' fault switch (DSCLEAN_TEST_FAULTS=1: objects named __hang__, __segfault__, ...
+    really hang or crash their check), as the local scan's workers arm it; inert otherwise."""
+    from ..scanning import check as check_module
+    from ..scanning.worker import FAULT_ENV, inject_fault
+
+    check_module.fault_hook = inject_fault if os.environ.get(FAULT_ENV) == "1" else None
