@@ -28,7 +28,20 @@ ALLOWED = {
     "report": {"scanning", "dups"},  # reads scan results, the quarantine journal, the worker guards, dups' moves
     "fromlog": {"scanning", "index", "data", "pack"},  # quarantine --from-log: re-checks files and shard samples
     "training": {"data", "diagnose"},  # wraps any dataset (names IndexedDataset samples), explains worker deaths
-    "cli": {"scanning", "index", "data", "diagnose", "pack", "quality", "dups", "report", "fromlog", "loaders"},
+    "shardsets": {"scanning", "pack"},  # other tools' shards: the scan's checker; pack's tar layout (tarformat)
+    "cli": {
+        "scanning",
+        "index",
+        "data",
+        "diagnose",
+        "pack",
+        "quality",
+        "dups",
+        "report",
+        "fromlog",
+        "loaders",
+        "shardsets",
+    },
 }
 COMMON = {
     "reasons",

@@ -104,7 +104,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         description="Check the shard set in DIR (written by dsclean pack) against its packed index "
         "and shard list. Reads only.",
     )
-    p.add_argument("folder", metavar="DIR", help="the shard folder")
+    p.add_argument(
+        "folder",
+        metavar="DIR",
+        nargs="+",
+        help="the shard folder; or a shard set written by another tool: a folder of WebDataset tars, MDS or "
+        "litdata shards, Parquet files, shard paths, a brace pattern (every sample is then checked)",
+    )
     p.add_argument(
         "--jobs", "-j", type=argtypes.positive, default=1, metavar="N", help="shards checked at once (default 1)"
     )
@@ -113,6 +119,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="also run the scan's checks on every sample's bytes, in the scan's isolated worker pool",
     )
+    # -- shard sets written by other tools (dsclean.shardsets) --
+    from .shardsets import add_options as add_shard_set_options
+
+    add_shard_set_options(p, scan=False)
+    # --
     p.add_argument("--json", action="store_true", help="print the report as JSON (per shard: shard, ok, problems)")
     p.add_argument(
         "--quiet", "-q", action="store_true", help="print nothing: the exit code says whether the set is whole"
@@ -193,6 +204,14 @@ def format_pack(s) -> str:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from ..pack.verify import verify_shards
+
+    # -- shard sets written by other tools (dsclean.shardsets); else args.folder becomes the one folder --
+    from .shardsets import route_verify
+
+    code = route_verify(args)
+    if code is not None:
+        return code
+    # --
 
     # --decode: judged with the check options the packed index recorded (verdicts only)
     report = verify_shards(args.folder, jobs=args.jobs, decode=True if args.decode else None)

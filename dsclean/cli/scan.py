@@ -67,7 +67,13 @@ def add_scan_arguments(p: argparse.ArgumentParser) -> None:
     """Every argument and option of ``dsclean scan``, in groups by what they are for (``--help``, the reference page)."""
     from ..scanning.check import DEFAULT_MAX_FRAMES, DEFAULT_MAX_PIXELS, DEFAULT_TIMEOUT
 
-    p.add_argument("root", metavar="ROOT", help="folder to scan")
+    p.add_argument(
+        "root",
+        metavar="ROOT",
+        nargs="+",
+        help="folder to scan; or a shard set written by another tool: a folder of WebDataset tars, MDS or "
+        "litdata shards (index.json) or Parquet files, shard paths, a brace pattern (shards-{000..009}.tar)",
+    )
     q = p.add_argument_group("Quarantine", "what happens to the bad files")
     q.add_argument("--quarantine", metavar="DIR", help="move bad files to DIR/<path relative to ROOT> (journaled)")
     q.add_argument("--dry-run", action="store_true", help="decide and report, move nothing")
@@ -164,6 +170,11 @@ def add_scan_arguments(p: argparse.ArgumentParser) -> None:
         help="without --expect: warn about files whose mode, sample rate or channel count is under this "
         "share of their class folder (default 0.01 = 1%%; 0 turns the inferred norm off)",
     )
+    # -- shard sets written by other tools (dsclean.shardsets) --
+    from .shardsets import add_options as add_shard_set_options
+
+    add_shard_set_options(p.add_argument_group("Shard sets", "another tool's shards: how they are read"), scan=True)
+    # --
     add_facts_options(
         p.add_argument_group("Facts and quality flags", "what is recorded of each file besides its verdict")
     )
@@ -318,31 +329,43 @@ def _expect(args: argparse.Namespace) -> str:
     return canonical_expect(args.expect)
 
 
+def check_options(args: argparse.Namespace):
+    """The CheckOptions of a scan's options."""
+    from ..scanning.check import CheckOptions
+
+    return CheckOptions(
+        lenient=args.lenient,
+        max_pixels=args.max_pixels,
+        max_frames=max(1, args.max_frames),
+        timeout=args.timeout,
+        max_memory=args.max_memory,
+        facts=args.facts == "all",
+        flac_md5=args.flac_md5,
+        expect=_expect(args),
+        strict_expect=args.strict_expect,
+        exif=args.exif,
+        loaders=check_loaders_of(loader_profiles(args)),
+    )
+
+
 def cmd_scan(args: argparse.Namespace) -> int:
     # the workers' forkserver, when the scan needs one, was started by dsclean.cli.main (parse_early)
-    from ..scanning.check import CheckOptions
     from ..scanning.scanner import ScanOptions, format_summary, move_failure_line, scan
 
+    # -- shard sets written by other tools (dsclean.shardsets); else args.root becomes the one folder --
+    from .shardsets import route_scan
+
+    code = route_scan(args, check_options)
+    if code is not None:
+        return code
+    # --
     if args.html:
         from ..report.source import check_output
 
         check_output(args.html, args.root)  # refuse a report inside the dataset before anything changes
-    loaders = check_loaders_of(loader_profiles(args))
     options = ScanOptions(
         jobs=args.jobs,
-        check=CheckOptions(
-            lenient=args.lenient,
-            max_pixels=args.max_pixels,
-            max_frames=max(1, args.max_frames),
-            timeout=args.timeout,
-            max_memory=args.max_memory,
-            facts=args.facts == "all",
-            flac_md5=args.flac_md5,
-            expect=_expect(args),
-            strict_expect=args.strict_expect,
-            exif=args.exif,
-            loaders=loaders,
-        ),
+        check=check_options(args),
         minority=args.minority,
         flags=flag_options(args),
         quarantine_flags=tuple(args.quarantine_flags),
@@ -436,19 +459,21 @@ def _start_workers_early(args: argparse.Namespace) -> None:
     ``--rescan``: a re-scan of a tree with earlier results may check nothing, and then starts
     no process at all (the scan starts the workers itself when a file needs checking).
     """
-    if args.backend != "processes" or not os.path.isdir(args.root):
+    roots = args.root if isinstance(args.root, list) else [args.root]
+    if args.backend != "processes" or len(roots) != 1 or not os.path.isdir(roots[0]):
         return  # no workers to start, or a root the scan will refuse at once (without waiting for a forkserver)
+    root = roots[0]
     if not args.rescan:
         from ..locations import LAST_SCAN_FILE, root_state_dir
 
-        if os.path.exists(os.path.join(root_state_dir(args.root, args.state_dir), LAST_SCAN_FILE)):
+        if os.path.exists(os.path.join(root_state_dir(root, args.state_dir), LAST_SCAN_FILE)):
             return
     from ..scanning.discover import peek_formats
     from ..scanning.executors import start_local_workers
 
     # preload the checkers of the formats the tree seems to hold; the forkserver and the resource tracker are
     # forks of this process, still small and single-threaded here (no fresh interpreters to start)
-    start_local_workers(peek_formats(args.root), getattr(args, "facts", "all") == "all", fork_here=True)
+    start_local_workers(peek_formats(root), getattr(args, "facts", "all") == "all", fork_here=True)
 
 
 def _write_html(args: argparse.Namespace, summary) -> None:

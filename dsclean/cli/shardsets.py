@@ -1,0 +1,182 @@
+"""``dsclean scan SHARDS`` / ``dsclean verify SHARDS`` for shard sets written by other tools: routing and output.
+
+:func:`add_options` adds ``--as``, ``--column`` and ``--denylist`` to a parser; :func:`route_scan` and
+:func:`route_verify` send a shard set to :mod:`dsclean.shardsets` (None: not a shard set, the
+command goes on as before).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .. import locations
+from ..errors import UserError
+from .exit_codes import EXIT_FOUND_BAD, EXIT_OK
+
+KINDS = ("files", "webdataset", "mds", "litdata", "parquet")
+
+
+def add_options(p: argparse._ActionsContainer, scan: bool) -> None:
+    """``--as``, ``--column``, ``--denylist`` of ``scan`` and ``verify``."""
+    p.add_argument(
+        "--as",
+        dest="as_kind",
+        choices=KINDS,
+        help="read the input as this (default: recognised: a folder of .tar/.tar.gz, an MDS or litdata "
+        "index.json, .parquet files, else a folder of files)",
+    )
+    p.add_argument(
+        "--column",
+        metavar="NAME",
+        help="Parquet/Arrow: the column holding the media bytes (default: every column of Hugging Face "
+        "Image/Audio features, a struct of bytes and path)",
+    )
+    p.add_argument(
+        "--denylist",
+        metavar="FILE",
+        help="shard sets: the deny-list "
+        + ("the bad samples are appended to" if scan else "to check against the set")
+        + " (default: denylist.jsonl beside the shards; shards are never rewritten)",
+    )
+
+
+def _options(args: argparse.Namespace, check):
+    from ..shardsets.run import ShardScanOptions
+
+    return ShardScanOptions(
+        check=check,
+        jobs=getattr(args, "jobs", 0) or 0,
+        backend=getattr(args, "backend", "processes")
+        if getattr(args, "backend", "") in ("processes", "loky", "threads")
+        else "processes",
+        as_kind=args.as_kind,
+        column=args.column,
+        denylist=args.denylist,
+        report_dir=getattr(args, "report", None),
+        state_dir=getattr(args, "state_dir", None),
+        dry_run=getattr(args, "dry_run", False),
+    )
+
+
+def _shard_set(specs: list[str], as_kind: str | None):
+    from ..shardsets.detect import detect
+
+    return detect(specs, as_kind)
+
+
+def route_scan(args: argparse.Namespace, check_options) -> int | None:
+    """Scan a shard set (an exit code), or None: ``args.root`` is then the one folder to scan as files."""
+    specs = list(args.root)
+    ss = _shard_set(specs, args.as_kind)
+    if ss is None:
+        if len(specs) > 1:
+            raise UserError(f"{specs[1]}: give one folder to scan files (several paths are a shard set's shards)")
+        if args.column or args.denylist:
+            raise UserError(f"{specs[0]}: --column and --denylist are for shard sets; this is a folder of files")
+        args.root = specs[0]
+        return None
+    for option, given in (("--quarantine", args.quarantine), ("--shard", args.shard), ("--from-log", args.from_logs)):
+        if given:
+            raise UserError(
+                f"{option} is for folders of files; a shard set's bad samples go to its deny-list (--denylist)"
+            )
+    if args.backend == "dask":
+        raise UserError("--backend dask: a shard set is checked on this machine (processes, loky or threads)")
+    from ..shardsets.run import scan_shard_set
+
+    summary = scan_shard_set(specs, _options(args, check_options(args)))
+    if args.backend == "processes":
+        from ..scanning.executors import stop_local_workers
+
+        stop_local_workers()
+    if args.json:
+        print(json.dumps(summary.to_json(), indent=2))
+    elif not args.quiet:
+        print(format_scan(summary))
+    if args.html:
+        from ..report.build import ReportOptions, write_report
+        from .report import format_report_summary
+
+        report = write_report(summary.results_path, args.html, ReportOptions(jobs=args.jobs))
+        if not (args.quiet or args.json):
+            print(format_report_summary(report))
+    if summary.signal:
+        print("dsclean scan: interrupted; results so far were saved", file=sys.stderr)
+        return 128 + summary.signal
+    return EXIT_FOUND_BAD if args.check and not summary.ok else EXIT_OK
+
+
+def _lines(summary) -> list[str]:
+    out = []
+    for p in summary.listed:
+        where = p["member"] or (f"row {p['row']}" if p["row"] is not None else p["key"]) or ""
+        out.append(f"  {p['shard']}{': ' + where if where else ''}: {p['reason']}: {p['detail']}")
+    return out
+
+
+def format_scan(s) -> str:
+    c = s.counts
+    lines = [
+        f"{s.kind} shard set {s.folder}: {s.shards} shards, {s.samples:,} samples, {s.checked:,} media checked: "
+        f"{c.get('ok', 0):,} ok, {c.get('warn', 0):,} warn, {c.get('bad', 0):,} bad ({s.elapsed:.1f} s)"
+    ]
+    if s.problems:
+        lines.append("  structure problems: " + ", ".join(f"{k} {v}" for k, v in sorted(s.problems.items())))
+    lines += _lines(s)
+    if s.denied_added or s.denied_already:
+        lines.append(
+            f"Deny-list: {s.denylist_path}: {s.denied_added} samples added"
+            + (f", {s.denied_already} already there" if s.denied_already else "")
+        )
+    if s.results_path:
+        lines.append(f"Results: {s.results_path}\nProblems (bad, warn, structure): {s.problems_path}")
+    return "\n".join(lines)
+
+
+def is_dsclean_pack(specs: list[str]) -> bool:
+    """One folder written by ``dsclean pack`` (its packed index or shard list is there)."""
+    if len(specs) != 1 or not os.path.isdir(specs[0]):
+        return False
+    return any(
+        os.path.lexists(os.path.join(specs[0], n)) for n in (locations.PACKED_INDEX_FILE, locations.SHARD_LIST_FILE)
+    )
+
+
+def route_verify(args: argparse.Namespace) -> int | None:
+    """Verify a shard set written by another tool (an exit code), or None: a dsclean pack, verified as before."""
+    specs = list(args.folder)
+    if args.as_kind is None and is_dsclean_pack(specs) and not (args.column or args.denylist):
+        args.folder = specs[0]
+        return None
+    if args.as_kind == "files":
+        raise UserError("verify --as files: verify checks shard sets; scan checks a folder of files")
+    from ..scanning.check import CheckOptions
+    from ..shardsets.run import verify_shard_set
+
+    summary = verify_shard_set(specs, _options(args, CheckOptions(facts=False)))
+    if args.json:
+        print(json.dumps(summary.to_json(), indent=2))
+    elif not args.quiet:
+        print(format_verify(summary))
+    if summary.signal:
+        return 128 + summary.signal
+    return EXIT_OK if summary.ok else EXIT_FOUND_BAD
+
+
+def format_verify(s) -> str:
+    bad = sum(1 for e in s.per_shard.values() if e["problems"] or e["more_problems"])
+    lines = [
+        f"{'ok' if s.ok else 'PROBLEMS'}: {s.kind} shard set {s.folder}: {s.shards - bad} of {s.shards} shards "
+        f"pass, {s.samples:,} samples, {s.checked:,} media checked ({s.counts.get('bad', 0):,} bad)"
+    ]
+    lines += _lines(s)
+    d = s.denylist_report
+    if d:
+        lines.append(
+            f"  deny-list {d['path']}: {d['samples']} samples denied ({s.denied_bad} bad samples of this run among them)"
+        )
+        lines += [f"  deny-list entry not in this shard set: {e['shard']} key {e['key']}" for e in d["not_in_set"]]
+    return "\n".join(lines)
