@@ -120,7 +120,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="also run the scan's checks on every sample's bytes, in the scan's isolated worker pool",
     )
     # -- shard sets written by other tools (dsclean.shardsets) --
-    from .shardsets import add_options as add_shard_set_options
+    from .parser import add_shard_set_options
 
     add_shard_set_options(p, scan=False)
     # --

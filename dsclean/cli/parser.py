@@ -104,3 +104,29 @@ def add_output_options(
 def print_json(value) -> None:
     """One JSON document on standard output (what ``--json`` prints)."""
     print(json.dumps(value, indent=2, default=str))
+
+
+def add_shard_set_options(p: argparse._ActionsContainer, scan: bool) -> None:
+    """``--as``, ``--column``, ``--denylist`` of ``scan`` and ``verify`` (shard sets, :mod:`dsclean.shardsets`)."""
+    from ..shardsets.detect import KINDS
+
+    p.add_argument(
+        "--as",
+        dest="as_kind",
+        choices=KINDS,
+        help="read the input as this (default: recognised: a folder of .tar/.tar.gz, an MDS or litdata "
+        "index.json, .parquet files, else a folder of files)",
+    )
+    p.add_argument(
+        "--column",
+        metavar="NAME",
+        help="Parquet/Arrow: the column holding the media bytes (default: every column of Hugging Face "
+        "Image/Audio features, a struct of bytes and path)",
+    )
+    p.add_argument(
+        "--denylist",
+        metavar="FILE",
+        help="shard sets: the deny-list "
+        + ("the bad samples are appended to" if scan else "to check against the set")
+        + " (default: denylist.jsonl beside the shards; shards are never rewritten)",
+    )

@@ -17,7 +17,7 @@ from .. import argtypes
 from .. import reasons as R
 from ..errors import UserError
 from .exit_codes import EXIT_FOUND_BAD, EXIT_INCOMPLETE, EXIT_OK
-from .parser import add_output_options, print_json
+from .parser import add_output_options, add_shard_set_options, print_json
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -171,8 +171,6 @@ def add_scan_arguments(p: argparse.ArgumentParser) -> None:
         "share of their class folder (default 0.01 = 1%%; 0 turns the inferred norm off)",
     )
     # -- shard sets written by other tools (dsclean.shardsets) --
-    from .shardsets import add_options as add_shard_set_options
-
     add_shard_set_options(p.add_argument_group("Shard sets", "another tool's shards: how they are read"), scan=True)
     # --
     add_facts_options(
@@ -348,16 +346,33 @@ def check_options(args: argparse.Namespace):
     )
 
 
+def _names_shard_set(args: argparse.Namespace) -> bool:
+    """True when ``dsclean scan``'s ROOT arguments name a shard set; else ``args.root`` becomes the one folder.
+
+    Imports no other ``dsclean.cli`` module (a scan of files builds and imports only its own parser).
+    """
+    from ..shardsets.detect import detect
+
+    specs = list(args.root)
+    if detect(specs, args.as_kind) is not None:
+        return True
+    if len(specs) > 1:
+        raise UserError(f"{specs[1]}: give one folder to scan files (several paths are a shard set's shards)")
+    if args.column or args.denylist:
+        raise UserError(f"{specs[0]}: --column and --denylist are for shard sets; this is a folder of files")
+    args.root = specs[0]
+    return False
+
+
 def cmd_scan(args: argparse.Namespace) -> int:
     # the workers' forkserver, when the scan needs one, was started by dsclean.cli.main (parse_early)
     from ..scanning.scanner import ScanOptions, format_summary, move_failure_line, scan
 
     # -- shard sets written by other tools (dsclean.shardsets); else args.root becomes the one folder --
-    from .shardsets import route_scan
+    if _names_shard_set(args):
+        from .shardsets import route_scan
 
-    code = route_scan(args, check_options)
-    if code is not None:
-        return code
+        return route_scan(args, check_options)
     # --
     if args.html:
         from ..report.source import check_output

@@ -1,8 +1,8 @@
 """``dsclean scan SHARDS`` / ``dsclean verify SHARDS`` for shard sets written by other tools: routing and output.
 
-:func:`add_options` adds ``--as``, ``--column`` and ``--denylist`` to a parser; :func:`route_scan` and
-:func:`route_verify` send a shard set to :mod:`dsclean.shardsets` (None: not a shard set, the
-command goes on as before).
+Their options (``--as``, ``--column``, ``--denylist``) are :func:`dsclean.cli.parser.add_shard_set_options`;
+:func:`route_scan` and :func:`route_verify` send a shard set to :mod:`dsclean.shardsets` (None: not a
+shard set, the command goes on as before).
 """
 
 from __future__ import annotations
@@ -15,32 +15,6 @@ import sys
 from .. import locations
 from ..errors import UserError
 from .exit_codes import EXIT_FOUND_BAD, EXIT_OK
-
-KINDS = ("files", "webdataset", "mds", "litdata", "parquet")
-
-
-def add_options(p: argparse._ActionsContainer, scan: bool) -> None:
-    """``--as``, ``--column``, ``--denylist`` of ``scan`` and ``verify``."""
-    p.add_argument(
-        "--as",
-        dest="as_kind",
-        choices=KINDS,
-        help="read the input as this (default: recognised: a folder of .tar/.tar.gz, an MDS or litdata "
-        "index.json, .parquet files, else a folder of files)",
-    )
-    p.add_argument(
-        "--column",
-        metavar="NAME",
-        help="Parquet/Arrow: the column holding the media bytes (default: every column of Hugging Face "
-        "Image/Audio features, a struct of bytes and path)",
-    )
-    p.add_argument(
-        "--denylist",
-        metavar="FILE",
-        help="shard sets: the deny-list "
-        + ("the bad samples are appended to" if scan else "to check against the set")
-        + " (default: denylist.jsonl beside the shards; shards are never rewritten)",
-    )
 
 
 def _options(args: argparse.Namespace, check):
@@ -61,23 +35,9 @@ def _options(args: argparse.Namespace, check):
     )
 
 
-def _shard_set(specs: list[str], as_kind: str | None):
-    from ..shardsets.detect import detect
-
-    return detect(specs, as_kind)
-
-
-def route_scan(args: argparse.Namespace, check_options) -> int | None:
-    """Scan a shard set (an exit code), or None: ``args.root`` is then the one folder to scan as files."""
+def route_scan(args: argparse.Namespace, check_options) -> int:
+    """Scan the shard set ``args.root`` names; the exit code."""
     specs = list(args.root)
-    ss = _shard_set(specs, args.as_kind)
-    if ss is None:
-        if len(specs) > 1:
-            raise UserError(f"{specs[1]}: give one folder to scan files (several paths are a shard set's shards)")
-        if args.column or args.denylist:
-            raise UserError(f"{specs[0]}: --column and --denylist are for shard sets; this is a folder of files")
-        args.root = specs[0]
-        return None
     for option, given in (("--quarantine", args.quarantine), ("--shard", args.shard), ("--from-log", args.from_logs)):
         if given:
             raise UserError(

@@ -131,6 +131,8 @@ def _folder(path: str, forced: str | None) -> ShardSet | None:
                     shards[kind].append(entry.name)
                 elif format_of_name(entry.name):
                     media += 1
+                    if forced is None:
+                        return None  # media files here: a folder of files (stop listing a 10M-file folder now)
     except OSError as exc:
         raise UserError(f"{path}: cannot list the folder: {exc.strerror or exc}") from None
     for kind in ("webdataset", "parquet"):
