@@ -234,3 +234,27 @@ def test_cli_scan_and_verify(tmp_path):
     assert r.returncode == 2 and "deny-list" in r.stderr and "Traceback" not in r.stderr
     r = run_cli("scan", tmp_path / "nothing-{0..2}.tar")
     assert r.returncode == 2 and "none of the 3 shards" in r.stderr
+
+
+@pytest.mark.parametrize("fmt", [tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT])
+def test_member_names_and_sizes_as_tarfile_reads_them(tmp_path, fmt):
+    """The direct header read agrees with tarfile's parser: long names (ustar prefix, GNU long name, PAX
+    path), non-ASCII names, folders skipped, sizes."""
+    from dsclean.shardsets.webdataset import iter_members
+
+    names = ["a.jpg", "d/" * 40 + "long.jpg", "caf\u00e9.json", "x" * 120 + ".txt"]
+    if fmt == tarfile.USTAR_FORMAT:
+        names = names[:2]  # ustar: ASCII names that fit prefix + name
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=fmt, encoding="utf-8") as tf:
+        folder = tarfile.TarInfo("d")
+        folder.type = tarfile.DIRTYPE
+        tf.addfile(folder)
+        for i, name in enumerate(names):
+            info = tarfile.TarInfo(name)
+            info.size = 700 * i
+            tf.addfile(info, io.BytesIO(bytes(info.size)))
+    got = [(n, len(d)) for n, _, d, _ in iter_members(io.BytesIO(out.getvalue()))]
+    with tarfile.open(fileobj=io.BytesIO(out.getvalue()), encoding="utf-8") as tf:
+        theirs = [(m.name, m.size) for m in tf.getmembers() if m.isfile()]
+    assert got == theirs and len(got) == len(names)
