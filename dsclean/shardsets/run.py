@@ -108,7 +108,7 @@ def iter_events(ss: ShardSet, column: str | None = None) -> Iterator[Sample | Pr
             from .mds import read_set
         else:
             from .litdata import read_set  # type: ignore[no-redef]
-        yield from read_set(ss)
+        yield from read_set(ss, column)
         return
     if ss.kind == "webdataset":
         from .webdataset import read_shard
