@@ -96,7 +96,7 @@ def _header(block: bytes) -> tuple[str, int, bytes] | None:
         stored = int(block[148:156].split(b"\0", 1)[0].strip() or b"-1", 8)
     except ValueError:
         return None
-    if stored != 256 + sum(block[:148]) + sum(block[156:]):
+    if stored != sum(block) - sum(block[148:156]) + 256:  # the checksum field counts as 8 spaces
         return None
     kind = block[156:157]
     name = block[:100].split(b"\0", 1)[0]
