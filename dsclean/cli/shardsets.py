@@ -47,6 +47,12 @@ def route_scan(args: argparse.Namespace, check_options) -> int:
         raise UserError("--backend dask: a shard set is checked on this machine (processes, loky or threads)")
     from ..shardsets.run import scan_shard_set
 
+    if args.html:
+        from ..report.source import check_output
+        from ..shardsets.detect import detect
+
+        shard_set = detect(specs, args.as_kind)
+        check_output(args.html, shard_set.folder if shard_set else specs[0])  # never a report among the shards
     summary = scan_shard_set(specs, _options(args, check_options(args)))
     if args.backend == "processes":
         from ..scanning.executors import stop_local_workers

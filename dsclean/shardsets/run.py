@@ -265,6 +265,12 @@ def scan_shard_set(specs: list[str], options: ShardScanOptions = ShardScanOption
             deny.flush()
     writer.close()
     summary.results_path, summary.problems_path = writer.results_path, writer.problems_path
+    # `dsclean report SHARDS_FOLDER` (and the other readers of a root's last scan) find these results
+    note = locations.write_pointer(
+        ss.folder, [summary.results_path], problems=[summary.problems_path], state_dir=options.state_dir
+    )
+    if note:
+        summary.notes.append(note)
     summary.elapsed = time.monotonic() - start
     return summary
 

@@ -258,3 +258,19 @@ def test_member_names_and_sizes_as_tarfile_reads_them(tmp_path, fmt):
     with tarfile.open(fileobj=io.BytesIO(out.getvalue()), encoding="utf-8") as tf:
         theirs = [(m.name, m.size) for m in tf.getmembers() if m.isfile()]
     assert got == theirs and len(got) == len(names)
+
+
+def test_report_of_a_shard_set_scan(tmp_path):
+    """dsclean report reads a shard set's results, by its folder (the last-scan pointer) or results folder."""
+    from dsclean.report.build import ReportOptions, write_report
+
+    folder = tmp_path / "wds"
+    writer_shards(folder)
+    s = scan_shard_set([str(folder)], ShardScanOptions(**FAST))
+    for target in (str(folder), os.path.dirname(s.results_path)):
+        out = tmp_path / "report.html"
+        r = write_report(target, str(out), ReportOptions(jobs=1))
+        assert (r.files, r.problems) == (18, 1)
+        assert "shard-000001.tar/s1_0002.jpg" in out.read_text()
+    r = run_cli("scan", folder, "--html", folder / "r.html")
+    assert r.returncode == 2 and "Traceback" not in r.stderr and not (folder / "r.html").exists()
