@@ -274,3 +274,26 @@ def test_report_of_a_shard_set_scan(tmp_path):
         assert "shard-000001.tar/s1_0002.jpg" in out.read_text()
     r = run_cli("scan", folder, "--html", folder / "r.html")
     assert r.returncode == 2 and "Traceback" not in r.stderr and not (folder / "r.html").exists()
+
+
+def test_a_sample_that_kills_its_decoder_is_named_and_denied(tmp_path):
+    """The scan's isolated pool: a segfault or a hang inside one sample's check is that sample's verdict."""
+    folder = tmp_path / "wds"
+    folder.mkdir()
+    members = [(f"k{i}.jpg", synth.jpeg(16, 16, seed=i)) for i in range(6)]
+    members[2] = ("k2__segfault__.jpg", synth.jpeg(16, 16))
+    members[4] = ("k4__hang__.jpg", synth.jpeg(16, 16))
+    (folder / "a.tar").write_bytes(tar_bytes(members))
+    env = {**os.environ, "DSCLEAN_TEST_FAULTS": "1"}
+    r = subprocess.run(
+        [sys.executable, "-m", "dsclean", "scan", str(folder), "--jobs", "2", "--timeout", "2", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert s["checked"] == 6 and s["bad_reasons"] == {"decoder_crash": 1, "timeout": 1}
+    denied = {(e["key"], e["reason"]) for e in denylist.read_denylist(folder / "denylist.jsonl").entries}
+    assert denied == {("k2__segfault__", "decoder_crash"), ("k4__hang__", "timeout")}
