@@ -86,3 +86,16 @@ def test_a_damaged_parquet_file_is_a_broken_shard(tmp_path):
     path.write_bytes(path.read_bytes()[:-100])  # the footer gone
     v = verify_shard_set([str(folder)], ShardScanOptions(**FAST))
     assert v.problems == {"broken_shard": 1} and v.listed[0]["shard"] == path.name
+
+
+def test_audio_struct_column_as_hf_audio_stores_it(tmp_path):
+    """An Audio feature's storage (struct of bytes and path; datasets needs torchcodec to write one, so the
+    table is written with pyarrow in that layout): each clip checked by the audio checker."""
+    wav = synth.encode_audio(synth.tone(0.2), 16_000, "wav")
+    flac = synth.encode_audio(synth.tone(0.2, seed=1), 16_000, "flac")
+    clips = [{"bytes": wav, "path": "a.wav"}, {"bytes": wav[:200], "path": "b.wav"}, {"bytes": flac, "path": None}]
+    kind = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    pq.write_table(pa.table({"audio": pa.array(clips, kind)}), tmp_path / "clips.parquet")
+    v = verify_shard_set([str(tmp_path / "clips.parquet")], ShardScanOptions(**FAST))
+    assert v.checked == 3 and v.bad_reasons == {"truncated": 1}
+    assert v.per_shard["clips.parquet"]["problems"][0]["row"] == 1
