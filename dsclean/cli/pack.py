@@ -24,7 +24,19 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "with a packed index (index.arrow) and a wids shard list (shardindex.json). DIR must be empty, or hold "
         "a pack of the same index with the same options: then it resumes.",
     )
-    p.add_argument("index", metavar="INDEX", help="the index to pack (Arrow file or npy folder)")
+    p.add_argument(
+        "index", metavar="INDEX", nargs="?", help="the index to pack (Arrow file or npy folder); or --from SHARDS"
+    )
+    # -- a clean copy of another tool's shards (dsclean.shardsets) --
+    p.add_argument(
+        "--from",
+        dest="from_shards",
+        nargs="+",
+        metavar="SHARDS",
+        help="instead of INDEX: copy these WebDataset tars (a folder, paths, a brace pattern) into DIR, "
+        "leaving out the samples of the deny-list (--denylist, default denylist.jsonl beside them)",
+    )
+    # --
     p.add_argument(
         "-o", "--output", required=True, metavar="DIR", help="the shard folder (empty, new, or a pack to resume)"
     )
@@ -134,6 +146,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def cmd_pack(args: argparse.Namespace) -> int:
     from ..pack.packer import PackOptions, finish_pack, pack_shards
 
+    # -- a clean copy of another tool's shards (dsclean.shardsets) --
+    if args.from_shards or args.index is None:
+        from .shardsets import route_pack
+
+        return route_pack(args)
+    # --
     options = PackOptions(
         shard_size=args.shard_size,
         samples_per_shard=args.samples_per_shard,

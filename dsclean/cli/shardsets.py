@@ -146,3 +146,36 @@ def format_verify(s) -> str:
         )
         lines += [f"  deny-list entry not in this shard set: {e['shard']} key {e['key']}" for e in d["not_in_set"]]
     return "\n".join(lines)
+
+
+def route_pack(args: argparse.Namespace) -> int:
+    """``dsclean pack --from SHARDS -o OUT``: a clean copy of another tool's tars; the exit code."""
+    if args.index is not None and args.from_shards:
+        raise UserError(f"{args.index}: give INDEX or --from SHARDS, not both")
+    if not args.from_shards:
+        raise UserError("dsclean pack: give the INDEX to pack, or --from SHARDS (another tool's WebDataset tars)")
+    for option, given in (
+        ("--shard-size", args.shard_size),
+        ("--samples-per-shard", args.samples_per_shard),
+        ("--shuffle", args.shuffle is not None),
+        ("--name", args.name),
+        ("--part", args.part),
+        ("--finish", args.finish),
+        ("--skip-changed", args.skip_changed),
+        ("--rehash", args.rehash),
+    ):
+        if given:
+            raise UserError(f"{option} is for packing an index; --from copies each shard as it is, without the denied")
+    from ..shardsets.repack import repack_shard_set
+
+    s = repack_shard_set(list(args.from_shards), args.output, args.denylist)
+    if args.json:
+        print(json.dumps(s.to_json(), indent=2))
+    elif not args.quiet:
+        print(
+            f"copied {s.shards} shards, {s.members:,} members -> {s.output}; left out {s.left_out:,} members of "
+            f"{s.denied_samples:,} denied samples ({s.denylist or 'no deny-list'})"
+        )
+        for note in s.notes[:20]:
+            print(f"  note: {note}")
+    return EXIT_OK

@@ -297,3 +297,27 @@ def test_a_sample_that_kills_its_decoder_is_named_and_denied(tmp_path):
     assert s["checked"] == 6 and s["bad_reasons"] == {"decoder_crash": 1, "timeout": 1}
     denied = {(e["key"], e["reason"]) for e in denylist.read_denylist(folder / "denylist.jsonl").entries}
     assert denied == {("k2__segfault__", "decoder_crash"), ("k4__hang__", "timeout")}
+
+
+def test_pack_from_shards_writes_a_clean_copy(tmp_path):
+    """The stretch goal: dsclean pack --from SHARDS -o OUT copies the tars without the denied samples."""
+    folder = tmp_path / "wds"
+    writer_shards(folder, bad=((0, 1), (2, 5)))
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    scan_shard_set([str(folder)], ShardScanOptions(report_dir=str(tmp_path / "r"), **FAST))
+    r = run_cli("pack", "--from", folder, "-o", tmp_path / "clean")
+    assert r.returncode == 0, r.stderr
+    assert "left out 6 members of 2 denied samples" in r.stdout  # .jpg, .json, .txt of each
+    assert all((folder / n).read_bytes() == data for n, data in before.items())  # the source untouched
+    out = tmp_path / "clean"
+    assert sorted(os.listdir(out)) == [f"shard-{i:06d}.tar" for i in range(3)]
+    keys = [s["__key__"] for s in wds.WebDataset(sorted(str(p) for p in out.iterdir()), shardshuffle=False)]
+    assert len(keys) == 16 and "s0_0001" not in keys and "s2_0005" not in keys
+    v = verify_shard_set([str(out)], ShardScanOptions(**FAST))
+    assert v.ok and v.bad == 0 and v.samples == 16
+    r = run_cli("pack", "--from", folder, "-o", tmp_path / "clean")
+    assert r.returncode == 2 and "new or empty folder" in r.stderr
+    r = run_cli("pack", "--from", folder, "-o", folder / "sub")
+    assert r.returncode == 2 and "inside the source" in r.stderr
+    r = run_cli("pack", "-o", tmp_path / "x")
+    assert r.returncode == 2 and "--from SHARDS" in r.stderr
