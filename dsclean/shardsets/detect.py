@@ -1,7 +1,8 @@
 """What a command line names: a folder of shards, a list of shard paths, a brace pattern, or plain files.
 
 A folder is recognised without a flag: an MDS or litdata ``index.json``, ``.tar``/``.tar.gz``/``.tgz``
-files, ``.parquet`` files (and no media files beside them). ``--as KIND`` forces the reading.
+files, ``.parquet`` files (and no media files or subfolders beside them: an ImageFolder with a stray
+``backup.tar`` stays a folder of files). ``--as KIND`` forces the reading.
 """
 
 from __future__ import annotations
@@ -120,7 +121,6 @@ def _folder(path: str, forced: str | None) -> ShardSet | None:
     if forced in ("mds", "litdata"):
         raise UserError(f"{path}: no index.json: not a {forced} shard set")
     shards: dict[str, list[str]] = {"webdataset": [], "parquet": []}
-    media = 0
     try:
         with os.scandir(path) as it:
             for entry in itertools.islice(it, MAX_ENTRIES):
@@ -129,14 +129,14 @@ def _folder(path: str, forced: str | None) -> ShardSet | None:
                 kind = _kind_of_file(entry.name)
                 if kind and entry.is_file():
                     shards[kind].append(entry.name)
-                elif format_of_name(entry.name):
-                    media += 1
-                    if forced is None:
-                        return None  # media files here: a folder of files (stop listing a 10M-file folder now)
+                elif forced is None and (format_of_name(entry.name) or entry.is_dir()):
+                    # media files or class folders here (an ImageFolder with a stray backup.tar is still a
+                    # folder of files): stop listing a 10M-file folder now
+                    return None
     except OSError as exc:
         raise UserError(f"{path}: cannot list the folder: {exc.strerror or exc}") from None
     for kind in ("webdataset", "parquet"):
-        if forced == kind or (forced is None and shards[kind] and not media and not shards[_other(kind)]):
+        if forced == kind or (forced is None and shards[kind] and not shards[_other(kind)]):
             if not shards[kind]:
                 raise UserError(f"{path}: no {' / '.join(_suffixes(kind))} files: not a {kind} shard set")
             names = sorted(shards[kind])

@@ -26,6 +26,9 @@ from .events import Problem, Sample, ShardDone
 
 #: a media member larger than this is not read into memory (reported too_large)
 MAX_SAMPLE = 1 << 30
+#: keys of one shard remembered to find a split sample (beyond them the check stops, with a note): bounded memory
+#: whatever a hostile shard holds; real shards have thousands
+MAX_KEYS = 1_000_000
 #: a PAX extended header or GNU long name larger than this is broken (real ones are a few hundred bytes)
 MAX_EXTENDED = 1 << 20
 _SKIP_PIECE = 1 << 20
@@ -207,7 +210,7 @@ def read_shard(f: IO[bytes], shard: str, max_sample: int = MAX_SAMPLE) -> Iterat
     """Every media member of the tar shard ``f`` (named ``shard``) as a Sample, and what is wrong with it."""
     current: str | None = None
     suffixes: set[str] = set()
-    ended: dict[str, str] = {}  # key -> its first member, for keys whose sample has ended (one shard's keys)
+    ended: set[str] = set()  # keys whose sample has ended (one shard's, at most MAX_KEYS)
     samples = 0
     stream = open_stream(f, shard)
     members = iter_members(stream, max_sample)
@@ -232,8 +235,11 @@ def read_shard(f: IO[bytes], shard: str, max_sample: int = MAX_SAMPLE) -> Iterat
             continue  # webdataset skips a member without an extension; so does the check
         suffix = suffix.lower()
         if key != current:
-            if current is not None:
-                ended.setdefault(current, name)
+            if current is not None and len(ended) < MAX_KEYS:
+                ended.add(current)
+                if len(ended) == MAX_KEYS:
+                    why = f"more than {MAX_KEYS:,} samples: split samples are not looked for past this one"
+                    yield Problem(shard, current, name, None, R.BROKEN_SHARD, why)
             if key in ended:
                 yield Problem(
                     shard,

@@ -202,6 +202,12 @@ def test_a_folder_of_media_is_still_files_and_as_forces(tmp_path):
     assert detect([str(tmp_path / "imgs")]) is None
     ss = detect([str(tmp_path / "imgs")], "webdataset")
     assert ss is not None and ss.names == ["x.tar"]
+    # an ImageFolder (class folders) with a stray backup tar at the top: still a folder of files
+    (tmp_path / "tree" / "cats").mkdir(parents=True)
+    (tmp_path / "tree" / "cats" / "a.jpg").write_bytes(synth.jpeg(16, 16))
+    (tmp_path / "tree" / "backup.tar").write_bytes(tar_bytes([("k.jpg", synth.jpeg(16, 16))]))
+    assert detect([str(tmp_path / "tree")]) is None
+    assert detect([str(tmp_path / "tree")], "webdataset").names == ["backup.tar"]
 
 
 def test_denylist_with_webdataset_select_leaves_out_the_bad_samples(tmp_path):
