@@ -182,8 +182,8 @@ def detect(specs: list[str], forced: str | None = None) -> ShardSet | None:
             return _folder(path, forced)
         if os.path.basename(path) == "index.json" and os.path.isfile(path):
             return _folder(os.path.dirname(path) or ".", forced)
-        if not os.path.lexists(path):
-            return None  # the ordinary scan says the root does not exist
+        if not os.path.lexists(path) or (forced is None and _kind_of_file(path) is None):
+            return None  # the ordinary scan says the root does not exist, or is a file and not a folder
     paths: list[str] = []
     for spec in specs:
         paths.extend(expand_braces(spec) if "{" in spec else [spec])
