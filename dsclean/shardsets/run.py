@@ -28,6 +28,7 @@ from ..scanning.executors import run_checks
 from ..scanning.verdict import Verdict
 from ..scanning.worker import SampleBytes
 from .detect import ShardSet, detect
+from .dupkeys import KeyTracker
 from .events import Problem, Sample, ShardDone
 
 #: samples per check task
@@ -236,6 +237,15 @@ def scan_shard_set(specs: list[str], options: ShardScanOptions = ShardScanOption
     deny = None if options.dry_run else _DenyWriter(summary.denylist_path, summary)
     meta = {"root": ss.folder, "shard_set": ss.kind, "shard": None, "options": None}
     writer = ShardResultsWriter(report_dir, meta)
+    keys = KeyTracker(ss) if ss.kind == "webdataset" else None
+
+    def problem(event: Problem) -> None:
+        summary.problems[event.reason] = summary.problems.get(event.reason, 0) + 1
+        _listed(summary, event.shard, event.key, event.member, event.row, event.reason, event.detail)
+        writer.add_problem(event)
+        if event.deny and deny is not None and event.key is not None:
+            deny.add(event.shard, event.key, event.row, event.reason, event.detail)
+
     try:
         with stop_on_signals() as stop:
             for event in check_events(ss, options, stop):
@@ -243,19 +253,20 @@ def scan_shard_set(specs: list[str], options: ShardScanOptions = ShardScanOption
                     summary.shards += 1
                     summary.samples += event.samples
                 elif isinstance(event, Problem):
-                    summary.problems[event.reason] = summary.problems.get(event.reason, 0) + 1
-                    _listed(summary, event.shard, event.key, event.member, event.row, event.reason, event.detail)
-                    writer.add_problem(event)
-                    if event.deny and deny is not None and event.key is not None:
-                        deny.add(event.shard, event.key, event.row, event.reason, event.detail)
+                    problem(event)
                 else:
                     sample, v = event
+                    if keys is not None:
+                        keys.add(sample)
                     _count(summary, v)
                     writer.add(v, sample.shard, sample.member, sample.key, sample.row)
                     if v.status != R.OK:
                         _listed(summary, sample.shard, sample.key, sample.member, sample.row, v.reason, v.detail)
                     if v.status == R.BAD and deny is not None:
                         deny.add(sample.shard, sample.key, sample.row, v.reason or R.CORRUPT, v.detail)
+            if keys is not None and not stop:
+                for found in keys.problems():
+                    problem(found)
             summary.signal = stop.signum
     except BaseException:
         writer.discard()
@@ -300,6 +311,15 @@ def verify_shard_set(specs: list[str], options: ShardScanOptions = ShardScanOpti
             entry["more_problems"] += 1
         _listed(summary, shard, key, member, row, reason, detail)
 
+    keys = KeyTracker(ss) if ss.kind == "webdataset" else None
+
+    def problem(event: Problem) -> None:
+        summary.problems[event.reason] = summary.problems.get(event.reason, 0) + 1
+        if event.deny and (event.shard, event.key) in denied:
+            summary.denied_bad += 1
+        else:
+            note(event.shard, event.key, event.member, event.row, event.reason, event.detail)
+
     with stop_on_signals() as stop:
         for event in check_events(ss, options, stop):
             if isinstance(event, ShardDone):
@@ -307,18 +327,19 @@ def verify_shard_set(specs: list[str], options: ShardScanOptions = ShardScanOpti
                 summary.samples += event.samples
                 shard_entry(event.shard)["samples"] = event.samples
             elif isinstance(event, Problem):
-                summary.problems[event.reason] = summary.problems.get(event.reason, 0) + 1
-                if event.deny and (event.shard, event.key) in denied:
-                    summary.denied_bad += 1
-                else:
-                    note(event.shard, event.key, event.member, event.row, event.reason, event.detail)
+                problem(event)
             else:
                 sample, v = event
+                if keys is not None:
+                    keys.add(sample)
                 _count(summary, v)
                 if v.status == R.BAD and (sample.shard, sample.key) in denied:
                     summary.denied_bad += 1
                 elif v.status == R.BAD:
                     note(sample.shard, sample.key, sample.member, sample.row, v.reason, v.detail)
+        if keys is not None and not stop:
+            for found in keys.problems():
+                problem(found)
         summary.signal = stop.signum
     if dl is not None:
         names = set(ss.names) | set(summary.per_shard)

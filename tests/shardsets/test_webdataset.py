@@ -327,3 +327,17 @@ def test_pack_from_shards_writes_a_clean_copy(tmp_path):
     assert r.returncode == 2 and "inside the source" in r.stderr
     r = run_cli("pack", "-o", tmp_path / "x")
     assert r.returncode == 2 and "--from SHARDS" in r.stderr
+
+
+def test_a_key_in_two_shards_is_named_with_both(tmp_path):
+    folder = tmp_path / "wds"
+    folder.mkdir()
+    jpg = synth.jpeg(16, 16)
+    (folder / "a-0.tar").write_bytes(tar_bytes([("k1.jpg", jpg), ("k2.jpg", jpg), ("k2.json", b"{}")]))
+    (folder / "a-1.tar").write_bytes(tar_bytes([("k3.jpg", jpg), ("k2.jpg", jpg)]))
+    v = verify_shard_set([str(folder)], ShardScanOptions(**FAST))
+    assert v.problems == {"duplicate_key": 1} and not v.ok
+    (p,) = v.listed
+    assert p["key"] == "k2" and p["detail"] == "sample key k2 is in 2 shards: a-0.tar, a-1.tar"
+    os.unlink(folder / "a-1.tar")
+    assert verify_shard_set([str(folder)], ShardScanOptions(**FAST)).ok
