@@ -28,7 +28,11 @@ ALLOWED = {
     "report": {"scanning", "dups"},  # reads scan results, the quarantine journal, the worker guards, dups' moves
     "fromlog": {"scanning", "index", "data", "pack"},  # quarantine --from-log: re-checks files and shard samples
     "training": {"data", "diagnose"},  # wraps any dataset (names IndexedDataset samples), explains worker deaths
-    "shardsets": {"scanning", "pack"},  # other tools' shards: the scan's checker; pack's tar layout (tarformat)
+    "shardsets": {
+        "scanning",
+        "pack",
+        "quality",
+    },  # other tools' shards: the scan's checker and flags; pack's tar layout
     "cli": {
         "scanning",
         "index",

@@ -372,7 +372,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
     if _names_shard_set(args):
         from .shardsets import route_scan
 
-        return route_scan(args, check_options)
+        return route_scan(args, check_options, flag_options)
     # --
     if args.html:
         from ..report.source import check_output

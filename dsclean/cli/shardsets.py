@@ -35,8 +35,9 @@ def _options(args: argparse.Namespace, check):
     )
 
 
-def route_scan(args: argparse.Namespace, check_options) -> int:
-    """Scan the shard set ``args.root`` names; the exit code."""
+def route_scan(args: argparse.Namespace, check_options, flag_options) -> int:
+    """Scan the shard set ``args.root`` names; the exit code (``check_options``, ``flag_options``: cli.scan's,
+    passed in: this module does not import it back)."""
     specs = list(args.root)
     for option, given in (("--quarantine", args.quarantine), ("--shard", args.shard), ("--from-log", args.from_logs)):
         if given:
@@ -53,7 +54,9 @@ def route_scan(args: argparse.Namespace, check_options) -> int:
 
         shard_set = detect(specs, args.as_kind)
         check_output(args.html, shard_set.folder if shard_set else specs[0])  # never a report among the shards
-    summary = scan_shard_set(specs, _options(args, check_options(args)))
+    options = _options(args, check_options(args))
+    options.flags = flag_options(args)
+    summary = scan_shard_set(specs, options)
     if args.backend == "processes":
         from ..scanning.executors import stop_local_workers
 
@@ -89,6 +92,8 @@ def format_scan(s) -> str:
         f"{s.kind} shard set {s.folder}: {s.shards} shards, {s.samples:,} samples, {s.checked:,} media checked: "
         f"{c.get('ok', 0):,} ok, {c.get('warn', 0):,} warn, {c.get('bad', 0):,} bad ({s.elapsed:.1f} s)"
     ]
+    if s.flags:
+        lines.append("  quality flags: " + ", ".join(f"{k} {v}" for k, v in sorted(s.flags.items())))
     if s.problems:
         lines.append("  structure problems: " + ", ".join(f"{k} {v}" for k, v in sorted(s.problems.items())))
     lines += _lines(s)

@@ -23,6 +23,7 @@ from .. import reasons as R
 from ..errors import UserError
 from ..interrupts import stop_on_signals
 from ..openfile import open_regular_file
+from ..quality.flags import FlagOptions
 from ..scanning.check import CHECKER_VERSION, CheckOptions
 from ..scanning.executors import run_checks
 from ..scanning.verdict import Verdict
@@ -52,6 +53,7 @@ class ShardScanOptions:
     report_dir: str | None = None
     state_dir: str | None = None
     dry_run: bool = False  # no deny-list entries written
+    flags: FlagOptions = FlagOptions()  # quality flag thresholds (flags need check.facts)
 
 
 @dataclass
@@ -67,6 +69,7 @@ class ShardScanSummary:
     bad_reasons: dict[str, int] = field(default_factory=dict)
     warn_reasons: dict[str, int] = field(default_factory=dict)
     problems: dict[str, int] = field(default_factory=dict)  # structure problem reason -> n
+    flags: dict[str, int] = field(default_factory=dict)  # quality flag -> samples carrying it (scan, facts on)
     listed: list[dict] = field(default_factory=list)  # the first problems and bad/warn samples
     per_shard: dict[str, dict] = field(default_factory=dict)  # verify: shard -> {samples, problems, more}
     denylist_path: str = ""
@@ -225,6 +228,7 @@ class _DenyWriter:
 
 def scan_shard_set(specs: list[str], options: ShardScanOptions = ShardScanOptions()) -> ShardScanSummary:
     """Check every sample of the shard set ``specs`` names; write its results; deny-list its bad samples."""
+    from ..scanning.facts import flags_of
     from .results import ShardResultsWriter
 
     start = time.monotonic()
@@ -258,6 +262,10 @@ def scan_shard_set(specs: list[str], options: ShardScanOptions = ShardScanOption
                     sample, v = event
                     if keys is not None:
                         keys.add(sample)
+                    if options.check.facts:  # the scan's quality flags, from the facts the check computed
+                        v.flags = flags_of(v, options.flags)
+                        for flag in v.flags or ():
+                            summary.flags[flag] = summary.flags.get(flag, 0) + 1
                     _count(summary, v)
                     writer.add(v, sample.shard, sample.member, sample.key, sample.row)
                     if v.status != R.OK:

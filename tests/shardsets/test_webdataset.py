@@ -17,6 +17,7 @@ import webdataset as wds
 from support import synth
 
 from dsclean import denylist
+from dsclean.scanning.check import CheckOptions
 from dsclean.shardsets.detect import detect, expand_braces
 from dsclean.shardsets.run import ShardScanOptions, scan_shard_set, verify_shard_set
 from dsclean.shardsets.webdataset import base_plus_ext
@@ -341,3 +342,19 @@ def test_a_key_in_two_shards_is_named_with_both(tmp_path):
     assert p["key"] == "k2" and p["detail"] == "sample key k2 is in 2 shards: a-0.tar, a-1.tar"
     os.unlink(folder / "a-1.tar")
     assert verify_shard_set([str(folder)], ShardScanOptions(**FAST)).ok
+
+
+def test_quality_flags_of_samples_as_the_scan_records_them(tmp_path):
+    from PIL import Image
+
+    black = io.BytesIO()
+    Image.new("RGB", (64, 64)).save(black, "JPEG")
+    (tmp_path / "a.tar").write_bytes(tar_bytes([("dark.jpg", black.getvalue()), ("fine.jpg", synth.jpeg(64, 64))]))
+    s = scan_shard_set([str(tmp_path / "a.tar")], ShardScanOptions(report_dir=str(tmp_path / "out"), **FAST))
+    flags = dict(zip(*pq.read_table(s.results_path, columns=["key", "flags"]).to_pydict().values()))
+    assert "dark" in flags["dark"] and "dark" not in flags["fine"] and s.flags["dark"] == 1
+    s = scan_shard_set(
+        [str(tmp_path / "a.tar")],
+        ShardScanOptions(report_dir=str(tmp_path / "out"), check=CheckOptions(facts=False), **FAST),
+    )
+    assert pq.read_table(s.results_path).column("flags").to_pylist() == [None, None] and not s.flags
