@@ -32,8 +32,10 @@ from .detect import ShardSet, detect
 from .dupkeys import KeyTracker
 from .events import Problem, Sample, ShardDone
 
-#: samples per check task
-CHUNK = 32
+#: samples per check task at most, and the bytes after which a task is sent anyway: many small samples per
+#: task keep the per-task cost (futures, pipes, wake-ups) off each sample, as the scan's tasks do
+CHUNK = 1024
+CHUNK_BYTES = 4 << 20
 #: problems kept per shard in a verify report (the count says how many more)
 MAX_PROBLEMS = 50
 #: problems kept in a scan summary (all are in problems.jsonl)
@@ -142,15 +144,17 @@ def check_events(
 
     def chunks() -> Iterator[list[tuple[str, bytes]]]:
         chunk: list[tuple[str, bytes]] = []
+        held = 0
         for event in iter_events(ss, options.column):
             if stop:
                 break
             if isinstance(event, Sample):
                 pending.setdefault(event.name, collections.deque()).append(event._replace(data=b""))
                 chunk.append((event.name, event.data))
-                if len(chunk) >= CHUNK:
+                held += len(event.data)
+                if len(chunk) >= CHUNK or held >= CHUNK_BYTES:
                     yield chunk
-                    chunk = []
+                    chunk, held = [], 0
             else:
                 side.append(event)
         if chunk:
