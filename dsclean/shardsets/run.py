@@ -160,7 +160,9 @@ def check_events(
         if chunk:
             yield chunk
 
-    jobs = options.jobs or max(1, len(os.sched_getaffinity(0)))
+    from ..scanning.scanner import usable_cores  # affinity and cgroup quota aware, as the scan counts them
+
+    jobs = options.jobs or usable_cores()
     for verdicts in run_checks(SampleBytes(ss.folder), chunks(), options.check, jobs, backend=options.backend):
         while side:
             yield side.popleft()
