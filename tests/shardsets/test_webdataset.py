@@ -358,3 +358,17 @@ def test_quality_flags_of_samples_as_the_scan_records_them(tmp_path):
         ShardScanOptions(report_dir=str(tmp_path / "out"), check=CheckOptions(facts=False), **FAST),
     )
     assert pq.read_table(s.results_path).column("flags").to_pylist() == [None, None] and not s.flags
+
+
+def test_damaged_and_cut_gzip_shards_are_broken(tmp_path):
+    members = [(f"k{i}.jpg", synth.jpeg(64, 64, seed=i)) for i in range(4)]
+    whole = gzip.compress(tar_bytes(members))
+    (tmp_path / "cut.tar.gz").write_bytes(whole[: len(whole) * 2 // 3])
+    damaged = bytearray(whole)
+    damaged[len(whole) // 2 : len(whole) // 2 + 64] = bytes(64)
+    (tmp_path / "bad.tgz").write_bytes(bytes(damaged))
+    v = verify_shard_set([str(tmp_path / "cut.tar.gz"), str(tmp_path / "bad.tgz")], ShardScanOptions(**FAST))
+    assert not v.ok and v.checked < 8
+    broken = {p["shard"]: p["detail"] for p in v.listed if p["reason"] == "broken_shard"}
+    assert broken["cut.tar.gz"].startswith("cannot decompress: Compressed file ended")
+    assert broken["bad.tgz"].startswith("bad header at byte")
