@@ -62,6 +62,9 @@ _EXPORTS = {
     "PackOptions": "pack.packer",
     "PackSummary": "pack.packer",
     "verify_shards": "pack.verify",
+    "scan_shard_set": "shardsets.run",
+    "verify_shard_set": "shardsets.run",
+    "ShardScanOptions": "shardsets.run",
     "quarantine_from_log": "fromlog.recheck",
     "FromLogOptions": "fromlog.recheck",
     "FromLogSummary": "fromlog.recheck",
@@ -129,6 +132,7 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time the names load
     from .scanning.results import iter_verdicts, read_problems, read_results
     from .scanning.scanner import ScanOptions, ScanSummary, scan
     from .scanning.verdict import Verdict
+    from .shardsets.run import ShardScanOptions, scan_shard_set, verify_shard_set
     from .storage.scan import BucketScanOptions, scan_bucket
     from .training.dataloader import DataLoader
     from .training.errors import WorkerDied

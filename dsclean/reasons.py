@@ -49,6 +49,12 @@ TOO_SHORT = "too_short"
 DUPLICATE = "duplicate"
 FLAGGED = "flagged"
 
+# a shard set written by another tool (dsclean.shardsets): what breaks the readers that stream it
+BROKEN_SHARD = "broken_shard"
+DUPLICATE_KEY = "duplicate_key"
+SPLIT_SAMPLE = "split_sample"
+MISSING_SHARD = "missing_shard"
+
 #: reason code -> what it means (shown by ``dsclean reasons`` and in docs/reference/reasons.md)
 REASONS: dict[str, str] = {
     TRUNCATED: "the file ends early: missing end marker, fewer bytes or frames than its header promises",
@@ -96,6 +102,13 @@ REASONS: dict[str, str] = {
     "min-duration; a warning",
     DUPLICATE: "an extra copy of a file kept elsewhere (exact or near duplicate); moved only by dsclean dups --quarantine",
     FLAGGED: "a whole file with a quality flag named in scan --quarantine-flags (the flag is in the detail); moved only when asked",
+    BROKEN_SHARD: "a shard whose container cannot be read to its end (a broken tar header, a damaged gzip stream, "
+    "a hash that does not match its index, a non-file member): readers stop or fail there",
+    DUPLICATE_KEY: "a sample key (or one member name within a sample) that appears twice: webdataset raises "
+    "ValueError, readers keyed by sample see one of them",
+    SPLIT_SAMPLE: "members of one sample key that are not adjacent in the tar: a streaming reader (webdataset) "
+    "yields them as two incomplete samples",
+    MISSING_SHARD: "a shard the set names (brace pattern, numbering, index.json) that is not there",
 }
 
 #: reasons whose verdict is no judgement of the file's bytes: the check could not finish (the machine, the

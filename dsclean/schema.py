@@ -91,6 +91,21 @@ FACTS: tuple[Column, ...] = (
 
 #: the results table's columns, in order (``scan_results.parquet``; a Verdict's fields)
 RESULTS: tuple[Column, ...] = RECORD + FACTS
+#: the columns a shard set's results add (dsclean.shardsets: samples inside another tool's shards); ``path``
+#: then holds ``<shard>/<member>``, the name the checker saw
+SHARD_COLUMNS: tuple[Column, ...] = (
+    Column("shard", "string", "the shard holding the sample (relative to the shard set's folder)"),
+    Column("member", "string", "the member inside the shard: a tar member, `row N` of a Parquet/MDS/litdata shard"),
+    Column("key", "string", "the sample's key (WebDataset `__key__`; the row number for row-based formats)"),
+    Column(
+        "row",
+        "int64",
+        "the sample's row: in its shard (Parquet), in the whole set as StreamingDataset numbers it (MDS, "
+        "litdata); null for a tar",
+    ),
+)
+SHARD_NAMES: tuple[str, ...] = tuple(c.name for c in SHARD_COLUMNS)
+
 #: column name -> Column
 COLUMNS: dict[str, Column] = {c.name: c for c in RESULTS}
 

@@ -25,7 +25,7 @@ def _usage_error(capsys, argv: list[str]) -> list[str]:
 def test_a_misspelt_option_is_blamed_on_the_command_with_a_suggestion(capsys, tmp_path):
     lines = _usage_error(capsys, ["scan", str(tmp_path), "--qurantine", "x"])
     assert lines == [
-        "usage: dsclean scan [options] ROOT",
+        "usage: dsclean scan [options] ROOT [ROOT ...]",
         "dsclean scan: error: unrecognized arguments: --qurantine x; did you mean --quarantine?",
         "see 'dsclean scan --help'",
     ]

@@ -27,10 +27,13 @@ ALLOWED = {
     "dups": {"scanning", "index", "quality"},
     "report": {"scanning", "dups"},  # reads scan results, the quarantine journal, the worker guards, dups' moves
     "fromlog": {"scanning", "index", "data", "pack"},  # quarantine --from-log: re-checks files and shard samples
-    "training": {"data", "diagnose"},
-    "storage": {
-        "scanning"
-    },  # object storage: bucket listing, reads, quarantine; checks with the scan's checker  # wraps any dataset (names IndexedDataset samples), explains worker deaths
+    "training": {"data", "diagnose"},  # wraps any dataset (names IndexedDataset samples), explains worker deaths
+    "storage": {"scanning"},  # object storage: bucket listing, reads, quarantine; checks with the scan's checker
+    "shardsets": {
+        "scanning",
+        "pack",
+        "quality",
+    },  # other tools' shards: the scan's checker and flags; pack's tar layout
     "cli": {
         "scanning",
         "index",
@@ -43,6 +46,7 @@ ALLOWED = {
         "fromlog",
         "loaders",
         "storage",
+        "shardsets",
     },
 }
 COMMON = {

@@ -19,7 +19,6 @@ BUCKET_ONLY = {
     "read_threads": None,
     "max_in_memory": None,
     "retries": None,
-    "denylist": False,
 }
 
 
@@ -67,11 +66,6 @@ def add_bucket_arguments(p: argparse.ArgumentParser) -> None:
         help=f"retries of a read after throttling (503 SlowDown, 429) or a server error, with backoff "
         f"(default {DEFAULT_RETRIES})",
     )
-    g.add_argument(
-        "--denylist",
-        action="store_true",
-        help="list bad objects in denylist.jsonl beside the results instead of moving them (no --quarantine)",
-    )
 
 
 def refuse_bucket_options(args: argparse.Namespace) -> None:
@@ -79,7 +73,8 @@ def refuse_bucket_options(args: argparse.Namespace) -> None:
     given = [k for k, default in BUCKET_ONLY.items() if getattr(args, k, default) not in (default, None, [])]
     if given:
         names = ", ".join("--" + k.replace("_", "-").removesuffix("s" if k == "storage_options" else "") for k in given)
-        raise UserError(f"{names}: only for a storage URL (s3://...), and {args.root} is a local folder")
+        where = " ".join(args.root) if isinstance(args.root, list) else args.root
+        raise UserError(f"{names}: only for a storage URL (s3://...), and {where} is local")
 
 
 def cmd_scan_bucket(args: argparse.Namespace, check) -> int:
@@ -101,7 +96,8 @@ def cmd_scan_bucket(args: argparse.Namespace, check) -> int:
         ),
         manifest=args.manifest,
         quarantine=args.quarantine,
-        denylist=args.denylist,
+        denylist=args.denylist is not None,  # --denylist [FILE], an option of shard sets and buckets (cli.parser)
+        denylist_file=args.denylist or None,
         dry_run=args.dry_run,
         report_dir=args.report,
         state_dir=args.state_dir,

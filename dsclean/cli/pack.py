@@ -27,7 +27,19 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "with a packed index (index.arrow) and a wids shard list (shardindex.json). DIR must be empty, or hold "
         "a pack of the same index with the same options: then it resumes.",
     )
-    p.add_argument("index", metavar="INDEX", help="the index to pack (Arrow file or npy folder)")
+    p.add_argument(
+        "index", metavar="INDEX", nargs="?", help="the index to pack (Arrow file or npy folder); or --from SHARDS"
+    )
+    # -- a clean copy of another tool's shards (dsclean.shardsets) --
+    p.add_argument(
+        "--from",
+        dest="from_shards",
+        nargs="+",
+        metavar="SHARDS",
+        help="instead of INDEX: copy these WebDataset tars (a folder, paths, a brace pattern) into DIR, "
+        "leaving out the samples of the deny-list (--denylist, default denylist.jsonl beside them)",
+    )
+    # --
     p.add_argument(
         "-o", "--output", required=True, metavar="DIR", help="the shard folder (empty, new, or a pack to resume)"
     )
@@ -126,7 +138,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         description="Check the shard set in DIR (written by dsclean pack) against its packed index "
         "and shard list. Reads only.",
     )
-    p.add_argument("folder", metavar="DIR", help="the shard folder")
+    p.add_argument(
+        "folder",
+        metavar="DIR",
+        nargs="+",
+        help="the shard folder; or a shard set written by another tool: a folder of WebDataset tars, MDS or "
+        "litdata shards, Parquet files, shard paths, a brace pattern (every sample is then checked)",
+    )
     p.add_argument(
         "--jobs", "-j", type=argtypes.positive, default=1, metavar="N", help="shards checked at once (default 1)"
     )
@@ -135,6 +153,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="also run the scan's checks on every sample's bytes, in the scan's isolated worker pool",
     )
+    # -- shard sets written by other tools (dsclean.shardsets) --
+    from .parser import add_shard_set_options
+
+    add_shard_set_options(p, scan=False)
+    # --
     p.add_argument("--json", action="store_true", help="print the report as JSON (per shard: shard, ok, problems)")
     p.add_argument(
         "--quiet", "-q", action="store_true", help="print nothing: the exit code says whether the set is whole"
@@ -145,6 +168,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def cmd_pack(args: argparse.Namespace) -> int:
     from ..pack.packer import PackOptions, finish_pack, pack_shards
 
+    # -- a clean copy of another tool's shards (dsclean.shardsets) --
+    if args.from_shards or args.index is None:
+        from .shardsets import route_pack
+
+        return route_pack(args)
+    # --
     options = PackOptions(
         shard_size=args.shard_size,
         samples_per_shard=args.samples_per_shard,
@@ -239,6 +268,14 @@ def format_recipe(recipe: dict, folder: str) -> list[str]:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from ..pack.verify import verify_shards
+
+    # -- shard sets written by other tools (dsclean.shardsets); else args.folder becomes the one folder --
+    from .shardsets import route_verify
+
+    code = route_verify(args)
+    if code is not None:
+        return code
+    # --
 
     # --decode: judged with the check options the packed index recorded (verdicts only)
     report = verify_shards(args.folder, jobs=args.jobs, decode=True if args.decode else None)

@@ -104,3 +104,38 @@ def add_output_options(
 def print_json(value) -> None:
     """One JSON document on standard output (what ``--json`` prints)."""
     print(json.dumps(value, indent=2, default=str))
+
+
+def add_shard_set_options(p: argparse._ActionsContainer, scan: bool) -> None:
+    """``--as``, ``--column``, ``--denylist`` of ``scan`` and ``verify`` (shard sets, :mod:`dsclean.shardsets`)."""
+    from ..shardsets.detect import KINDS
+
+    p.add_argument(
+        "--as",
+        dest="as_kind",
+        choices=KINDS,
+        help="read the input as this (default: recognised: a folder of .tar/.tar.gz, an MDS or litdata "
+        "index.json, .parquet files, else a folder of files)",
+    )
+    p.add_argument(
+        "--column",
+        metavar="NAME",
+        help="Parquet/Arrow: the column holding the media bytes (default: every column of Hugging Face "
+        "Image/Audio features, a struct of bytes and path)",
+    )
+    if scan:
+        p.add_argument(
+            "--denylist",
+            metavar="FILE",
+            nargs="?",
+            const="",
+            help="shard sets: the deny-list the bad samples are appended to (default, also without --denylist: "
+            "denylist.jsonl beside the shards; shards are never rewritten); storage URLs: list the bad objects in "
+            "a deny-list instead of moving them (default FILE: denylist.jsonl beside the results)",
+        )
+    else:
+        p.add_argument(
+            "--denylist",
+            metavar="FILE",
+            help="shard sets: the deny-list to check against the set (default: denylist.jsonl beside the shards)",
+        )

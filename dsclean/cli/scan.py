@@ -18,7 +18,7 @@ from .. import reasons as R
 from ..errors import UserError
 from .bucket import add_storage_option
 from .exit_codes import EXIT_FOUND_BAD, EXIT_INCOMPLETE, EXIT_OK
-from .parser import add_output_options, print_json
+from .parser import add_output_options, add_shard_set_options, print_json
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -94,7 +94,12 @@ def add_scan_arguments(p: argparse.ArgumentParser) -> None:
     from ..scanning.check import DEFAULT_MAX_FRAMES, DEFAULT_MAX_PIXELS, DEFAULT_TIMEOUT
 
     p.add_argument(
-        "root", metavar="ROOT", help="folder to scan, or a storage URL (s3://BUCKET/PREFIX, docs/guides/buckets.md)"
+        "root",
+        metavar="ROOT",
+        nargs="+",
+        help="folder to scan; or a storage URL (s3://BUCKET/PREFIX, docs/guides/buckets.md); or a shard set written "
+        "by another tool: a folder of WebDataset tars, MDS or litdata shards (index.json) or Parquet files, shard "
+        "paths, a brace pattern (shards-{000..009}.tar)",
     )
     q = p.add_argument_group("Quarantine", "what happens to the bad files")
     q.add_argument("--quarantine", metavar="DIR", help="move bad files to DIR/<path relative to ROOT> (journaled)")
@@ -192,6 +197,9 @@ def add_scan_arguments(p: argparse.ArgumentParser) -> None:
         help="without --expect: warn about files whose mode, sample rate or channel count is under this "
         "share of their class folder (default 0.01 = 1%%; 0 turns the inferred norm off)",
     )
+    # -- shard sets written by other tools (dsclean.shardsets) --
+    add_shard_set_options(p.add_argument_group("Shard sets", "another tool's shards: how they are read"), scan=True)
+    # --
     add_facts_options(
         p.add_argument_group("Facts and quality flags", "what is recorded of each file besides its verdict")
     )
@@ -351,7 +359,7 @@ def _expect(args: argparse.Namespace) -> str:
 
 
 def check_options(args: argparse.Namespace):
-    """The CheckOptions of ``dsclean scan``'s checking options (a folder's scan or a bucket's)."""
+    """The CheckOptions of ``dsclean scan``'s checking options (a folder's, a bucket's or a shard set's scan)."""
     from ..scanning.check import CheckOptions
 
     return CheckOptions(
@@ -369,15 +377,45 @@ def check_options(args: argparse.Namespace):
     )
 
 
+def _names_shard_set(args: argparse.Namespace) -> bool:
+    """True when ``dsclean scan``'s ROOT arguments name a shard set; else ``args.root`` becomes the one folder.
+
+    Imports no other ``dsclean.cli`` module (a scan of files builds and imports only its own parser).
+    """
+    from ..shardsets.detect import detect
+
+    specs = list(args.root)
+    if detect(specs, args.as_kind) is not None:
+        return True
+    if len(specs) > 1:
+        raise UserError(f"{specs[1]}: give one folder to scan files (several paths are a shard set's shards)")
+    if args.column or args.denylist is not None:
+        raise UserError(f"{specs[0]}: --column and --denylist are for shard sets; this is a folder of files")
+    args.root = specs[0]
+    return False
+
+
 def cmd_scan(args: argparse.Namespace) -> int:
     # the workers' forkserver, when the scan needs one, was started by dsclean.cli.main (parse_early)
     from ..scanning.scanner import ScanOptions, format_summary, move_failure_line, scan
     from ..storage.urls import is_url
     from .bucket import cmd_scan_bucket, refuse_bucket_options
 
-    if is_url(args.root):  # object storage: dsclean.storage
+    if any(is_url(r) for r in args.root):  # object storage: dsclean.storage
+        if len(args.root) > 1 or args.as_kind is not None or args.column:
+            raise UserError(
+                f"{args.root[0]}: a storage URL is scanned as objects, one prefix at a time; shard sets in a "
+                "bucket (--as, --column, several URLs) are not read yet: copy the shards locally"
+            )
+        args.root = args.root[0]
         return cmd_scan_bucket(args, check_options(args))
     refuse_bucket_options(args)
+    # -- shard sets written by other tools (dsclean.shardsets); else args.root becomes the one folder --
+    if _names_shard_set(args):
+        from .shardsets import route_scan
+
+        return route_scan(args, check_options, flag_options)
+    # --
     if args.html:
         from ..report.source import check_output
 
@@ -479,19 +517,21 @@ def _start_workers_early(args: argparse.Namespace) -> None:
     ``--rescan``: a re-scan of a tree with earlier results may check nothing, and then starts
     no process at all (the scan starts the workers itself when a file needs checking).
     """
-    if args.backend != "processes" or not os.path.isdir(args.root):
+    roots = args.root if isinstance(args.root, list) else [args.root]
+    if args.backend != "processes" or len(roots) != 1 or not os.path.isdir(roots[0]):
         return  # no workers to start, or a root the scan will refuse at once (without waiting for a forkserver)
+    root = roots[0]
     if not args.rescan:
         from ..locations import LAST_SCAN_FILE, root_state_dir
 
-        if os.path.exists(os.path.join(root_state_dir(args.root, args.state_dir), LAST_SCAN_FILE)):
+        if os.path.exists(os.path.join(root_state_dir(root, args.state_dir), LAST_SCAN_FILE)):
             return
     from ..scanning.discover import peek_formats
     from ..scanning.executors import start_local_workers
 
     # preload the checkers of the formats the tree seems to hold; the forkserver and the resource tracker are
     # forks of this process, still small and single-threaded here (no fresh interpreters to start)
-    start_local_workers(peek_formats(args.root), getattr(args, "facts", "all") == "all", fork_here=True)
+    start_local_workers(peek_formats(root), getattr(args, "facts", "all") == "all", fork_here=True)
 
 
 def _write_html(args: argparse.Namespace, summary) -> None:

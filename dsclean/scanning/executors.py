@@ -59,6 +59,7 @@ from .verdict import Verdict
 from .worker import (
     FAULT_ENV,
     FileSlices,
+    SampleBytes,
     as_batch,
     check_chunk,
     check_chunk_in_thread,
@@ -582,6 +583,8 @@ def _failure(root: str, rel: str, options: CheckOptions, exitcode: int | None, o
     v = Verdict(path=name, kind=kind_of(fmt) if fmt else "unknown")
     if isinstance(root, FileSlices):
         v.size = rel[3]
+    elif isinstance(root, SampleBytes):
+        v.size = len(rel[1])
     else:
         try:
             st = os.stat(os.path.join(root, rel))

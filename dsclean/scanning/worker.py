@@ -49,8 +49,22 @@ class FileSlices:
     folder: str
 
 
+@dataclass(frozen=True)
+class SampleBytes:
+    """A check source whose items carry their bytes: ``(name, data)`` (e.g. samples read from another tool's
+    shards through a file object: a tar streamed, a Parquet row, an MDS sample).
+
+    Pass it where the scan passes its root folder: :func:`check_bytes` runs on ``data`` in the same pool,
+    under the same time limit, memory ceiling and crash isolation. The verdict's ``path`` is ``name``.
+    """
+
+    label: str = ""
+
+
 def check_item(source, item, options: CheckOptions, *, capture_stderr: bool = True) -> Verdict:
-    """One check, whatever the source: a file under a root folder, or a byte range of a file."""
+    """One check, whatever the source: a file under a root folder, a byte range of a file, bytes in hand."""
+    if isinstance(source, SampleBytes):
+        return check_bytes(item[1], item[0], options, capture_stderr=capture_stderr)
     if isinstance(source, FileSlices):
         file, name, offset, size = item
         with open(os.path.join(source.folder, file), "rb") as f:
@@ -61,6 +75,8 @@ def check_item(source, item, options: CheckOptions, *, capture_stderr: bool = Tr
 
 def item_name(source, item) -> str:
     """The verdict path an item gets (also when its check never returned)."""
+    if isinstance(source, SampleBytes):
+        return item[0]
     return f"{item[0]}/{item[1]}" if isinstance(source, FileSlices) else item
 
 

@@ -56,7 +56,8 @@ class BucketScanOptions:
     policy: ReadPolicy = ReadPolicy()
     manifest: str | None = None
     quarantine: str | None = None  # a URL (same storage)
-    denylist: bool = False  # list bad objects in <report>/denylist.jsonl instead of moving them
+    denylist: bool = False  # list bad objects in a deny-list instead of moving them
+    denylist_file: str | None = None  # that deny-list (default: <report>/denylist.jsonl)
     dry_run: bool = False
     report_dir: str | None = None
     state_dir: str | None = None
@@ -147,7 +148,11 @@ def _scan_locked(
     writer = ResultsWriter(report_dir, meta={"root": store.url, "shard": None, "options": key, "storage": True})
     ids = IdsWriter(state)
     start = time.perf_counter()
-    deny = os.path.join(report_dir, locations.DENYLIST_FILE) if options.denylist else None
+    deny = (
+        os.path.abspath(options.denylist_file or os.path.join(report_dir, locations.DENYLIST_FILE))
+        if options.denylist
+        else None
+    )
     with contextlib.ExitStack() as stack:
         quarantine: BucketQuarantine | None = None
         stack.push(_finish(writer, ids, state, store, key, lambda: _earlier(quarantine, store)))

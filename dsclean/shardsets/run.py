@@ -1,0 +1,370 @@
+"""``scan_shard_set`` and ``verify_shard_set``: every sample of another tool's shards, checked and named.
+
+The shards are read one after the other in this process through plain file objects (a reader per
+format yields :mod:`.events`); the samples' bytes go, a chunk at a time and a bounded few chunks
+ahead, to the scan's isolated pool (:func:`dsclean.scanning.executors.run_checks` with a
+:class:`~dsclean.scanning.worker.SampleBytes` source): the same checker, time limit, memory ceiling
+and crash isolation as files on disk. A scan writes the results table and problems list (outside the
+shards: the state folder, or ``--report``) and appends the bad samples to the deny-list beside the
+shards (never rewriting a shard); a verify writes nothing.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from .. import denylist, locations
+from .. import reasons as R
+from ..errors import UserError
+from ..interrupts import stop_on_signals
+from ..openfile import open_regular_file
+from ..quality.flags import FlagOptions
+from ..scanning.check import CHECKER_VERSION, CheckOptions
+from ..scanning.executors import run_checks
+from ..scanning.verdict import Verdict
+from ..scanning.worker import SampleBytes
+from .detect import ShardSet, detect
+from .dupkeys import KeyTracker
+from .events import Problem, Sample, ShardDone
+
+#: samples per check task at most, and the bytes after which a task is sent anyway: many small samples per
+#: task keep the per-task cost (futures, pipes, wake-ups) off each sample, as the scan's tasks do
+CHUNK = 1024
+CHUNK_BYTES = 4 << 20
+#: problems kept per shard in a verify report (the count says how many more)
+MAX_PROBLEMS = 50
+#: problems kept in a scan summary (all are in problems.jsonl)
+MAX_LISTED = 20
+
+
+@dataclass
+class ShardScanOptions:
+    """What a shard-set scan or verify can be told (``as_kind``: ``--as``; ``column``: ``--column``)."""
+
+    check: CheckOptions = CheckOptions()
+    jobs: int = 0
+    backend: str = "processes"
+    as_kind: str | None = None
+    column: str | None = None
+    denylist: str | None = None  # default: denylist.jsonl beside the shards
+    report_dir: str | None = None
+    state_dir: str | None = None
+    dry_run: bool = False  # no deny-list entries written
+    flags: FlagOptions = FlagOptions()  # quality flag thresholds (flags need check.facts)
+
+
+@dataclass
+class ShardScanSummary:
+    """Counts and locations of one shard-set scan or verify."""
+
+    kind: str
+    folder: str
+    shards: int = 0
+    samples: int = 0  # samples (keys, rows) the shards hold
+    checked: int = 0  # media members / values checked
+    counts: dict[str, int] = field(default_factory=dict)  # status -> checked
+    bad_reasons: dict[str, int] = field(default_factory=dict)
+    warn_reasons: dict[str, int] = field(default_factory=dict)
+    problems: dict[str, int] = field(default_factory=dict)  # structure problem reason -> n
+    flags: dict[str, int] = field(default_factory=dict)  # quality flag -> samples carrying it (scan, facts on)
+    listed: list[dict] = field(default_factory=list)  # the first problems and bad/warn samples
+    per_shard: dict[str, dict] = field(default_factory=dict)  # verify: shard -> {samples, problems, more}
+    denylist_path: str = ""
+    denied_added: int = 0
+    denied_already: int = 0
+    denied_bad: int = 0  # verify: bad samples (or cut members) the deny-list already names: handled, not a failure
+    denylist_report: dict | None = None
+    results_path: str = ""
+    problems_path: str = ""
+    elapsed: float = 0.0
+    signal: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def bad(self) -> int:
+        return sum(self.bad_reasons.values())
+
+    @property
+    def ok(self) -> bool:
+        unhandled = sum(self.problems.values()) + self.bad - self.denied_bad
+        return unhandled == 0 and not self.signal
+
+    def to_json(self) -> dict:
+        return {**dataclasses.asdict(self), "bad": self.bad, "ok": self.ok}
+
+
+def _resolve(specs: list[str], options: ShardScanOptions) -> ShardSet:
+    ss = detect(specs, options.as_kind)
+    if ss is None:
+        raise UserError(f"{specs[0]}: not a shard set (give --as webdataset|mds|litdata|parquet to say which)")
+    return ss
+
+
+def iter_events(ss: ShardSet, column: str | None = None) -> Iterator[Sample | Problem | ShardDone]:
+    """Every event of every shard of ``ss``, shard by shard (a missing shard is a problem)."""
+    for name in ss.missing:
+        yield Problem(name, None, None, None, R.MISSING_SHARD, f"{name}: named by the set but not there")
+    if ss.kind in ("mds", "litdata"):
+        if ss.kind == "mds":
+            from .mds import read_set
+        else:
+            from .litdata import read_set  # type: ignore[no-redef]
+        yield from read_set(ss, column)
+        return
+    if ss.kind == "webdataset":
+        from .webdataset import read_shard
+    else:
+        from .parquet import read_shard as read_parquet
+
+    for name in ss.names:
+        try:
+            f = open_regular_file(ss.path(name))
+        except OSError as exc:
+            yield Problem(name, None, None, None, R.BROKEN_SHARD, f"cannot open: {exc.strerror or exc}")
+            yield ShardDone(name, 0)
+            continue
+        with f:
+            if ss.kind == "webdataset":
+                yield from read_shard(f, name)
+            else:
+                yield from read_parquet(f, name, column)
+
+
+def check_events(
+    ss: ShardSet, options: ShardScanOptions, stop=None
+) -> Iterator[tuple[Sample, Verdict] | Problem | ShardDone]:
+    """The events of :func:`iter_events`, each Sample replaced by ``(sample without its bytes, verdict)``."""
+    side: collections.deque = collections.deque()  # problems and shard ends met while filling chunks
+    pending: dict[str, collections.deque] = {}  # a chunk's sample names -> the samples (bytes dropped)
+
+    def chunks() -> Iterator[list[tuple[str, bytes]]]:
+        chunk: list[tuple[str, bytes]] = []
+        held = 0
+        for event in iter_events(ss, options.column):
+            if stop:
+                break
+            if isinstance(event, Sample):
+                pending.setdefault(event.name, collections.deque()).append(event._replace(data=b""))
+                chunk.append((event.name, event.data))
+                held += len(event.data)
+                if len(chunk) >= CHUNK or held >= CHUNK_BYTES:
+                    yield chunk
+                    chunk, held = [], 0
+            else:
+                side.append(event)
+        if chunk:
+            yield chunk
+
+    from ..scanning.scanner import usable_cores  # affinity and cgroup quota aware, as the scan counts them
+
+    jobs = options.jobs or usable_cores()
+    for verdicts in run_checks(SampleBytes(ss.folder), chunks(), options.check, jobs, backend=options.backend):
+        while side:
+            yield side.popleft()
+        for v in verdicts:
+            queue = pending[v.path]
+            sample = queue.popleft()
+            if not queue:
+                del pending[v.path]
+            yield sample, v
+    while side:
+        yield side.popleft()
+
+
+def _count(summary: ShardScanSummary, v: Verdict) -> None:
+    summary.checked += 1
+    summary.counts[v.status] = summary.counts.get(v.status, 0) + 1
+    if v.status == R.BAD and v.reason:
+        summary.bad_reasons[v.reason] = summary.bad_reasons.get(v.reason, 0) + 1
+    elif v.status == R.WARN and v.reason:
+        summary.warn_reasons[v.reason] = summary.warn_reasons.get(v.reason, 0) + 1
+
+
+def _listed(summary: ShardScanSummary, shard: str, key, member, row, reason, detail: str) -> None:
+    if len(summary.listed) < MAX_LISTED:
+        summary.listed.append(
+            {"shard": shard, "key": key, "member": member, "row": row, "reason": reason, "detail": detail[:500]}
+        )
+
+
+class _DenyWriter:
+    """Appends the bad samples to the deny-list (not twice: entries already there are skipped), in batches."""
+
+    def __init__(self, path: str, summary: ShardScanSummary) -> None:
+        self.path = path
+        self.summary = summary
+        existing = denylist.read_denylist(path)
+        if existing.refused:
+            raise UserError(f"{path}: cannot read the deny-list: {existing.refused}")
+        self.known = existing.keys()
+        self.batch: list[dict] = []
+
+    def add(self, shard: str, key: str, row: int | None, reason: str, detail: str) -> None:
+        if (shard, key) in self.known:
+            self.summary.denied_already += 1
+            return
+        self.known.add((shard, key))
+        self.batch.append(
+            {
+                "shard": shard,
+                "key": key,
+                "row": row,
+                "reason": reason,
+                "detail": detail,
+                "checker": CHECKER_VERSION,
+                "source": "scan",
+            }
+        )
+        if len(self.batch) >= 1000:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.batch:
+            try:
+                self.summary.denied_added += denylist.append(self.path, self.batch)
+            except OSError as exc:
+                raise UserError(f"{self.path}: cannot write the deny-list: {exc.strerror or exc}") from None
+            self.batch = []
+
+
+def scan_shard_set(specs: list[str], options: ShardScanOptions = ShardScanOptions()) -> ShardScanSummary:
+    """Check every sample of the shard set ``specs`` names; write its results; deny-list its bad samples."""
+    from ..scanning.facts import flags_of
+    from .results import ShardResultsWriter
+
+    start = time.monotonic()
+    ss = _resolve(specs, options)
+    summary = ShardScanSummary(ss.kind, ss.folder)
+    summary.denylist_path = os.path.abspath(options.denylist or denylist.denylist_path(ss.folder))
+    report_dir = options.report_dir or locations.make_root_state_dir(ss.folder, options.state_dir)
+    if locations.is_inside(os.path.abspath(report_dir), ss.folder) and not options.report_dir:
+        raise UserError(f"{report_dir}: the results would go inside the shard set {ss.folder}")
+    deny = None if options.dry_run else _DenyWriter(summary.denylist_path, summary)
+    meta = {"root": ss.folder, "shard_set": ss.kind, "shard": None, "options": None}
+    writer = ShardResultsWriter(report_dir, meta)
+    keys = KeyTracker(ss) if ss.kind == "webdataset" else None
+
+    def problem(event: Problem) -> None:
+        summary.problems[event.reason] = summary.problems.get(event.reason, 0) + 1
+        _listed(summary, event.shard, event.key, event.member, event.row, event.reason, event.detail)
+        writer.add_problem(event)
+        if event.deny and deny is not None and event.key is not None:
+            deny.add(event.shard, event.key, event.row, event.reason, event.detail)
+
+    try:
+        with stop_on_signals() as stop:
+            for event in check_events(ss, options, stop):
+                if isinstance(event, ShardDone):
+                    summary.shards += 1
+                    summary.samples += event.samples
+                elif isinstance(event, Problem):
+                    problem(event)
+                else:
+                    sample, v = event
+                    if keys is not None:
+                        keys.add(sample)
+                    if options.check.facts:  # the scan's quality flags, from the facts the check computed
+                        v.flags = flags_of(v, options.flags)
+                        for flag in v.flags or ():
+                            summary.flags[flag] = summary.flags.get(flag, 0) + 1
+                    _count(summary, v)
+                    writer.add(v, sample.shard, sample.member, sample.key, sample.row)
+                    if v.status != R.OK:
+                        _listed(summary, sample.shard, sample.key, sample.member, sample.row, v.reason, v.detail)
+                    if v.status == R.BAD and deny is not None:
+                        deny.add(sample.shard, sample.key, sample.row, v.reason or R.CORRUPT, v.detail)
+            if keys is not None and not stop:
+                for found in keys.problems():
+                    problem(found)
+            summary.signal = stop.signum
+    except BaseException:
+        writer.discard()
+        raise
+    finally:
+        if deny is not None:
+            deny.flush()
+    writer.close()
+    summary.results_path, summary.problems_path = writer.results_path, writer.problems_path
+    # `dsclean report SHARDS_FOLDER` (and the other readers of a root's last scan) find these results
+    note = locations.write_pointer(
+        ss.folder, [summary.results_path], problems=[summary.problems_path], state_dir=options.state_dir
+    )
+    if note:
+        summary.notes.append(note)
+    summary.elapsed = time.monotonic() - start
+    return summary
+
+
+def verify_shard_set(specs: list[str], options: ShardScanOptions = ShardScanOptions()) -> ShardScanSummary:
+    """Check every sample and the structure of the shard set ``specs`` names; reads only, writes nothing.
+
+    Per shard: its samples and problems (the first :data:`MAX_PROBLEMS`); and the deny-list beside the
+    shards (``options.denylist``), its entries that name no shard of the set.
+    """
+    start = time.monotonic()
+    ss = _resolve(specs, options)
+    summary = ShardScanSummary(ss.kind, ss.folder)
+    path = os.path.abspath(options.denylist or denylist.denylist_path(ss.folder))
+    summary.denylist_path = path
+    dl = denylist.read_denylist(path) if os.path.lexists(path) else None
+    denied = dl.keys() if dl is not None else set()
+
+    def shard_entry(shard: str) -> dict:
+        return summary.per_shard.setdefault(shard, {"samples": 0, "problems": [], "more_problems": 0})
+
+    def note(shard: str, key, member, row, reason, detail) -> None:
+        entry = shard_entry(shard)
+        if len(entry["problems"]) < MAX_PROBLEMS:
+            entry["problems"].append({"key": key, "member": member, "row": row, "reason": reason, "problem": detail})
+        else:
+            entry["more_problems"] += 1
+        _listed(summary, shard, key, member, row, reason, detail)
+
+    keys = KeyTracker(ss) if ss.kind == "webdataset" else None
+
+    def problem(event: Problem) -> None:
+        summary.problems[event.reason] = summary.problems.get(event.reason, 0) + 1
+        if event.deny and (event.shard, event.key) in denied:
+            summary.denied_bad += 1
+        else:
+            note(event.shard, event.key, event.member, event.row, event.reason, event.detail)
+
+    with stop_on_signals() as stop:
+        for event in check_events(ss, options, stop):
+            if isinstance(event, ShardDone):
+                summary.shards += 1
+                summary.samples += event.samples
+                shard_entry(event.shard)["samples"] = event.samples
+            elif isinstance(event, Problem):
+                problem(event)
+            else:
+                sample, v = event
+                if keys is not None:
+                    keys.add(sample)
+                _count(summary, v)
+                if v.status == R.BAD and (sample.shard, sample.key) in denied:
+                    summary.denied_bad += 1
+                elif v.status == R.BAD:
+                    note(sample.shard, sample.key, sample.member, sample.row, v.reason, v.detail)
+        if keys is not None and not stop:
+            for found in keys.problems():
+                problem(found)
+        summary.signal = stop.signum
+    if dl is not None:
+        names = set(ss.names) | set(summary.per_shard)
+        unknown = denylist.unknown_entries(dl, names)
+        summary.denylist_report = {
+            "path": path,
+            "samples": len(dl.keys()),
+            "damaged_lines": dl.damaged_lines,
+            "refused": dl.refused,
+            "not_in_set": [{"shard": e["shard"], "key": e["key"]} for e in unknown[:MAX_LISTED]],
+            "not_in_set_count": len(unknown),
+        }
+    summary.elapsed = time.monotonic() - start
+    return summary

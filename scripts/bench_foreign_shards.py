@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Benchmark checking samples inside other tools' WebDataset tars against the same samples as files on disk.
+
+    python scripts/bench_foreign_shards.py [--n 1500] [--size 192] [--per-shard 250] [--repeats 3] [--jobs 1]
+
+The same JPEGs are written as files (a folder, what ``dsclean scan ROOT`` checks) and as WebDataset tars
+written by ``webdataset.TarWriter`` (a .jpg, .json and .txt per sample, img2dataset's layout). Both are
+checked through the API in this process with the same checker and options (``--jobs`` worker processes,
+the scan's isolated pool; facts on, the default): ``dsclean.scan`` with ``rescan`` (no cache) against
+``dsclean.scan_shard_set``. Interleaved, best of ``--repeats``; the figure is samples per second per
+worker and the ratio shards / files (the target: >= 0.9).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))  # tests/support: media synthesis
+
+
+def make(root: str, n: int, size: int, per_shard: int) -> tuple[str, str]:
+    import webdataset as wds
+    from support import synth
+
+    files, shards = os.path.join(root, "files"), os.path.join(root, "shards")
+    os.makedirs(files)
+    os.makedirs(shards)
+    writer = None
+    for i in range(n):
+        data = synth.jpeg(size, size, seed=i, quality=88)
+        with open(os.path.join(files, f"{i:07d}.jpg"), "wb") as f:
+            f.write(data)
+        if i % per_shard == 0:
+            if writer is not None:
+                writer.close()
+            writer = wds.TarWriter(os.path.join(shards, f"shard-{i // per_shard:06d}.tar"))
+        writer.write({"__key__": f"{i:07d}", "jpg": data, "json": {"i": i}, "txt": "a caption"})
+    if writer is not None:
+        writer.close()
+    return files, shards
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=1500)
+    ap.add_argument("--size", type=int, default=192)
+    ap.add_argument("--per-shard", type=int, default=250)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--jobs", type=int, default=1)
+    args = ap.parse_args()
+
+    from dsclean import ScanOptions, ShardScanOptions, scan, scan_shard_set
+    from dsclean.scanning.executors import stop_local_workers
+
+    tmp = tempfile.mkdtemp(prefix="bench-foreign-")
+    try:
+        files, shards = make(tmp, args.n, args.size, args.per_shard)
+        best = {"files": float("inf"), "shards": float("inf")}
+        for r in range(args.repeats):
+            out = os.path.join(tmp, f"out{r}")
+            t = time.perf_counter()
+            s = scan(files, ScanOptions(jobs=args.jobs, rescan=True, report_dir=out + "f", state_dir=out + "s"))
+            best["files"] = min(best["files"], time.perf_counter() - t)
+            assert s.files == args.n and s.bad == 0
+            os.unlink(os.path.join(shards, "denylist.jsonl")) if os.path.exists(
+                os.path.join(shards, "denylist.jsonl")
+            ) else None
+            t = time.perf_counter()
+            ss = scan_shard_set([shards], ShardScanOptions(jobs=args.jobs, report_dir=out + "w"))
+            best["shards"] = min(best["shards"], time.perf_counter() - t)
+            assert ss.checked == args.n and ss.bad == 0
+        stop_local_workers()
+        per = {k: args.n / v / args.jobs for k, v in best.items()}
+        print(f"{args.n} JPEGs {args.size}x{args.size}, {args.jobs} worker(s), best of {args.repeats}")
+        print(f"  files on disk   : {best['files']:.2f} s  {per['files']:.0f} samples/s per worker")
+        print(f"  webdataset tars : {best['shards']:.2f} s  {per['shards']:.0f} samples/s per worker")
+        print(f"  ratio shards / files: {per['shards'] / per['files']:.2f}x")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
