@@ -165,7 +165,7 @@ def slopes(base: str, n: int, rounds: int, formats: list[str], old: str | None) 
     lines = [
         f"\n## Marginal cost per file: slope between {n:,} and {4 * n:,} files (median of {rounds} interleaved rounds)\n",
         "| format | peer | peer CPU ms/file | scan CPU ms/file | **ratio, CPU** | ratio, wall | bar |"
-        + (" old tree's scan CPU ms/file | this / old, CPU |" if old else ""),
+        + (" before's scan CPU ms/file | this / before, speed |" if old else ""),
         "|---|---|---:|---:|---:|---:|---|" + ("---:|---:|" if old else ""),
     ]
     for fmt in formats:
@@ -208,28 +208,35 @@ def slopes(base: str, n: int, rounds: int, formats: list[str], old: str | None) 
     return lines
 
 
-def startup(base: str, rounds: int) -> list[str]:
+def startup(base: str, rounds: int, before: str | None) -> list[str]:
     folder = os.path.join(base, "one")
     os.makedirs(folder)
     bc.make_jpegs(folder, 1)
     bare = [PY, "-c", "import numpy, simplejpeg"]
-    walls: dict[str, list[float]] = {"bare": [], "scan": []}
-    cpus: dict[str, list[float]] = {"bare": [], "scan": []}
+    who = {"bare": lambda: run(bare)[:2], "scan": lambda: run_scan(folder)}
+    if before:
+        who["before"] = lambda: run_scan(folder, src=before)
+    walls: dict[str, list[float]] = {w: [] for w in who}
+    cpus: dict[str, list[float]] = {w: [] for w in who}
     for _ in range(rounds):
-        w, c, _ = run(bare)
-        walls["bare"].append(w)
-        cpus["bare"].append(c)
-        w, c = run_scan(folder)
-        walls["scan"].append(w)
-        cpus["scan"].append(c)
-    bw, bcpu, sw, scpu = _med(walls["bare"]), _med(cpus["bare"]), _med(walls["scan"]), _med(cpus["scan"])
+        for w, fn in who.items():
+            wall, cpu = fn()
+            walls[w].append(wall)
+            cpus[w].append(cpu)
+    bw, bcpu = _med(walls["bare"]), _med(cpus["bare"])
+    rows = [("scan", "dsclean scan --jobs 1 --facts none, one JPEG")]
+    if before:
+        rows.append(("before", f"the same, the dsclean of {before}"))
     return [
         f'\n## Start-up: a whole one-file scan against `python -c "import numpy, simplejpeg"` (median of {rounds})\n',
-        "| process | wall s | CPU s |",
-        "|---|---:|---:|",
-        f"| python -c 'import numpy, simplejpeg' | {bw:.3f} | {bcpu:.3f} |",
-        f"| dsclean scan --jobs 1 --facts none, one JPEG | {sw:.3f} | {scpu:.3f} |",
-        f"| **ratio** (bar <= 2x) | **{sw / bw:.2f}x** | **{scpu / bcpu:.2f}x** |",
+        "| process | wall s | CPU s | ratio, wall (bar <= 2x) | ratio, CPU |",
+        "|---|---:|---:|---:|---:|",
+        f"| python -c 'import numpy, simplejpeg' | {bw:.3f} | {bcpu:.3f} | 1.00x | 1.00x |",
+        *(
+            f"| {label} | {_med(walls[w]):.3f} | {_med(cpus[w]):.3f} | **{_med(walls[w]) / bw:.2f}x** | "
+            f"**{_med(cpus[w]) / bcpu:.2f}x** |"
+            for w, label in rows
+        ),
     ]
 
 
@@ -312,17 +319,19 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=200, help="N of the slopes (N and 4N files per format)")
     ap.add_argument("--jobs2-files", type=int, default=1500, help="JPEGs of the --jobs 2 section")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--before", metavar="DIR", help="a baseline dsclean tree: rows in the start-up and slopes tables")
     ap.add_argument("--old", metavar="DIR", help="another dsclean source tree (issue 27's 'before'); byte-compiled")
     args = ap.parse_args()
     sections = args.only or ["slopes", "startup", "jobs2"] + (["old"] if args.old else [])
     formats = [f for f in args.formats.split(",") if f]
     old = os.path.abspath(args.old) if args.old else None
+    before = os.path.abspath(args.before) if args.before else None
     if "old" in sections and old is None:
         ap.error("--only old needs --old DIR")
     bc._subreaper()
     import compileall
 
-    for tree in [REPO] + ([old] if old else []):
+    for tree in [REPO] + [t for t in (old, before) if t]:
         compileall.compile_dir(os.path.join(tree, "dsclean"), quiet=1)
     missing = [tool for tool in PEERS.values() if shutil.which(tool) is None]
     load = os.getloadavg()
@@ -331,9 +340,9 @@ def main() -> None:
     out: list[str] = []
     try:
         if "slopes" in sections:
-            out += slopes(base, args.n, args.rounds, formats, old)
+            out += slopes(base, args.n, args.rounds, formats, before)
         if "startup" in sections:
-            out += startup(base, args.rounds)
+            out += startup(base, args.rounds, before)
         if "jobs2" in sections:
             out += jobs2(base, args.jobs2_files, args.rounds)
         if "old" in sections:

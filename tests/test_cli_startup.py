@@ -33,6 +33,45 @@ def test_the_parser_loads_no_index_stage():
     assert out.strip() == "[]"
 
 
+def test_a_first_scan_imports_no_pyarrow_compute_nor_acero(tmp_path):
+    """The scan's own process writes a first scan's results, cache and the set's norm (issue 27's pass) with Arrow's
+    kernels called by name: it never imports ``pyarrow.compute`` (~0.1 CPU-s: it wraps ~290 kernels), Acero or
+    ``pyarrow.dataset``."""
+    root = tmp_path / "data"
+    for i in range(3):
+        write(root / "cats", f"{i}.jpg", synth.jpeg(16, 16, seed=i))
+    write(root / "dogs", "a.wav", synth.encode_audio(synth.tone(), 16_000, "WAV"))
+    out = _run(f"""
+        import sys
+        from dsclean.cli import main, no_pandas
+        no_pandas()  # as the command does
+        code = main(["scan", {str(root)!r}, "--dry-run", "--quiet", "--state-dir", {str(tmp_path / "s")!r},
+                     "--report", {str(tmp_path / "r")!r}])
+        print(code, "pyarrow.parquet" in sys.modules, "dsclean.scanning.norm" in sys.modules,
+              sorted(m for m in sys.modules if m in ("pyarrow.compute", "pyarrow.acero", "pyarrow.dataset")))
+    """)
+    assert out.split("\n")[-2] == "0 True True []"
+
+
+def test_the_forkserver_inherits_numpy_from_a_single_threaded_process(tmp_path):
+    """A first scan imports numpy before forking its workers' forkserver (which then does not import it again),
+    and only while it keeps the process single-threaded (one BLAS thread)."""
+    write(tmp_path / "data", "a.jpg", synth.jpeg(16, 16))
+    code = f"""
+        import os, sys
+        from multiprocessing import forkserver
+        from dsclean.cli import one_blas_thread
+        from dsclean.cli.scan import parse_early
+        one_blas_thread()
+        parse_early([{str(tmp_path / "data")!r}, "--state-dir", {str(tmp_path / "s")!r}])
+        started = forkserver._forkserver._forkserver_pid is not None
+        print(started, "numpy" in sys.modules, len(os.listdir("/proc/self/task")))
+    """
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    assert _run(code, env).split() == ["True", "True", "1"]
+    assert _run(code, {**env, "OPENBLAS_NUM_THREADS": "2"}).split()[:2] == ["True", "False"]
+
+
 def test_one_blas_thread_unless_the_user_chose():
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     code = """

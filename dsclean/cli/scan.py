@@ -446,6 +446,12 @@ def _start_workers_early(args: argparse.Namespace) -> None:
     from ..scanning.discover import peek_formats
     from ..scanning.executors import start_local_workers
 
+    # numpy first, in this process: the scan imports it anyway, and the forkserver (a fork) then inherits it rather
+    # than importing it again (~0.1 CPU-s of every scan's start). Only with one BLAS thread (cli.main's default): the
+    # process stays single-threaded, unlike after pyarrow, whose import starts a thread (the forkserver imports that).
+    if os.environ.get("OPENBLAS_NUM_THREADS") == "1":
+        import numpy  # noqa: F401
+
     # preload the checkers of the formats the tree seems to hold; the forkserver and the resource tracker are
     # forks of this process, still small and single-threaded here (no fresh interpreters to start)
     start_local_workers(peek_formats(args.root), getattr(args, "facts", "all") == "all", fork_here=True)
