@@ -446,11 +446,16 @@ def _start_workers_early(args: argparse.Namespace) -> None:
     from ..scanning.discover import peek_formats
     from ..scanning.executors import start_local_workers
 
-    # numpy first, in this process: the scan imports it anyway, and the forkserver (a fork) then inherits it rather
-    # than importing it again (~0.1 CPU-s of every scan's start). Only with one BLAS thread (cli.main's default): the
-    # process stays single-threaded, unlike after pyarrow, whose import starts a thread (the forkserver imports that).
+    # numpy and pyarrow first, in this process: the scan imports them anyway, and the forkserver (a fork) then
+    # inherits them rather than importing them again (~0.15 CPU-s of every scan's start). Only while the process stays
+    # single-threaded: one BLAS thread, and pyarrow's allocator without its background thread (cli.main's defaults).
+    from . import ARROW_MALLOC_ENV, NO_ALLOCATOR_THREAD
+
     if os.environ.get("OPENBLAS_NUM_THREADS") == "1":
         import numpy  # noqa: F401
+
+        if os.environ.get(ARROW_MALLOC_ENV) == NO_ALLOCATOR_THREAD:
+            from ..scanning import schema  # noqa: F401  (pyarrow: the workers' Arrow batches, the results)
 
     # preload the checkers of the formats the tree seems to hold; the forkserver and the resource tracker are
     # forks of this process, still small and single-threaded here (no fresh interpreters to start)
