@@ -430,9 +430,9 @@ def parse_early(argv: list[str]) -> argparse.Namespace | None:
 def _start_workers_early(args: argparse.Namespace) -> None:
     """A scan that will check files starts its workers' forkserver before this process imports the scan.
 
-    The forkserver imports the decoders (numpy, Pillow, simplejpeg, ...) while this process
-    imports its own (pyarrow, the results, the cache): on two cores the two start-ups overlap
-    instead of following each other (docs/benchmarks-history.md "The scan pipeline"). Only for a first scan or
+    This process imports numpy and pyarrow first (both need them; the fork inherits them), then the forkserver
+    imports the checkers' decoders (Pillow, simplejpeg, ...) while this process imports the rest of the scan
+    (the results, the cache): on two cores the two overlap (BENCHMARKS.md, issue 29). Only for a first scan or
     ``--rescan``: a re-scan of a tree with earlier results may check nothing, and then starts
     no process at all (the scan starts the workers itself when a file needs checking).
     """
