@@ -27,6 +27,7 @@ import hashlib
 import io
 import mmap
 import re
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -306,7 +307,7 @@ def _decode_blocks(f: sf.SoundFile, dec: Decoded, dtype: str | None, md5, bits: 
     subtype = f.subtype
     scan = subtype in FLOAT_SUBTYPES
     dtype = dtype or ("float64" if subtype == "DOUBLE" else "float32")
-    buf = np.empty((BLOCK_FRAMES, f.channels), dtype=dtype)
+    buf = _block_buffer(dtype, f.channels)
     try:
         while limit is None or dec.frames < limit:
             room = buf if limit is None else buf[: min(BLOCK_FRAMES, limit - dec.frames)]
@@ -322,6 +323,26 @@ def _decode_blocks(f: sf.SoundFile, dec: Decoded, dtype: str | None, md5, bits: 
                 md5.update(flac.pcm_bytes(block, bits))
     except sf.LibsndfileError as exc:
         dec.error = exc.error_string
+
+
+#: channel counts up to which a decoding thread keeps its block buffer between files (<= 4 MB each)
+_KEPT_CHANNELS = 8
+_kept = threading.local()
+
+
+def _block_buffer(dtype: str, channels: int) -> np.ndarray:
+    """The decode's block buffer. For the usual channel counts one is kept per thread, dtype and channel count:
+    a fresh array this large per file is mapped and unmapped by the allocator each time, and its pages fault in
+    again as libsndfile fills them (a few % of a short FLAC's check). Nothing holds a block past its read."""
+    if channels > _KEPT_CHANNELS:
+        return np.empty((BLOCK_FRAMES, channels), dtype=dtype)
+    kept = getattr(_kept, "buffers", None)
+    if kept is None:
+        kept = _kept.buffers = {}
+    buf = kept.get((dtype, channels))
+    if buf is None:
+        buf = kept[(dtype, channels)] = np.empty((BLOCK_FRAMES, channels), dtype=dtype)
+    return buf
 
 
 def _scan_values(block: np.ndarray, dec: Decoded) -> None:

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .. import reasons as R
 from ..atomic import publish, temp_next_to
+from .schema import CastOptions, MatchSubstringOptions, SetLookupOptions, SplitPatternOptions, call_function
 from .verdict import Verdict, decode_path
 
 log = logging.getLogger("dsclean.scanning.norm")
@@ -75,29 +75,72 @@ class NormResult:
     examples: dict[str, list[str]] = field(default_factory=dict)  # reason -> first paths
 
 
+def _k(name: str, *args, options=None):
+    """An Arrow compute kernel called by name: the pass never imports ``pyarrow.compute`` (nor Acero), ~0.1 s of a
+    first scan's start-up, nor calls the array methods that import it (``filter``, ``take``, ``group_by``)."""
+    return call_function(name, list(args), options)
+
+
+def _is_in(values, members) -> pa.Array:
+    return _k("is_in", values, options=SetLookupOptions(pa.array(members)))
+
+
+def _mask(m: pa.Array) -> np.ndarray:
+    """A boolean array as a numpy mask, null as False."""
+    return np.asarray(_k("coalesce", m, pa.scalar(False)).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _valid(values: pa.Array, rows: pa.Array) -> pa.Array:
+    """The non-null ``values`` of the selected ``rows``."""
+    return _k("filter", values, _k("and", rows, _k("is_valid", values)))
+
+
+def _pair_counts(group: pa.Array, values: pa.Array):
+    """(group, value) -> number of rows, for arrays without nulls: a group-by count in numpy over the two
+    columns' dictionary codes (the same pairs and counts as Arrow's ``group_by(...).aggregate(count_all)``)."""
+    if not len(group):
+        return
+    g, v = _k("dictionary_encode", group), _k("dictionary_encode", values)
+    width = len(v.dictionary)
+    code = g.indices.to_numpy(zero_copy_only=False).astype(np.int64) * width + v.indices.to_numpy(
+        zero_copy_only=False
+    ).astype(np.int64)
+    seen, counts = np.unique(code, return_counts=True)
+    gs, vs = g.dictionary.to_pylist(), v.dictionary.to_pylist()
+    for c, n in zip(seen.tolist(), counts.tolist()):
+        yield (gs[c // width], vs[c % width]), n
+
+
 def _groups(path: pa.Array) -> pa.Array:
-    parts = pc.split_pattern(path, b"/", max_splits=1)
-    return pc.if_else(
-        pc.greater(pc.list_value_length(parts), 1), pc.list_element(parts, 0), pa.scalar(b"", pa.binary())
+    parts = _k("split_pattern", path, options=SplitPatternOptions(b"/", max_splits=1))
+    return _k(
+        "if_else",
+        _k("greater", _k("list_value_length", parts), pa.scalar(1)),
+        _k("list_element", parts, pa.scalar(0)),
+        pa.scalar(b"", pa.binary()),
     )
 
 
 def _reset_mask(batch: pa.RecordBatch) -> np.ndarray:
     """Rows warned by an earlier inferred-norm pass."""
-    m = pc.and_(
-        pc.is_in(batch.column("reason"), value_set=pa.array(NORM_REASONS)),
-        pc.starts_with(pc.fill_null(batch.column("detail"), ""), PREFIX),
+    m = _k(
+        "and",
+        _is_in(batch.column("reason"), NORM_REASONS),
+        _k("starts_with", _k("coalesce", batch.column("detail"), pa.scalar("")), options=MatchSubstringOptions(PREFIX)),
     )
-    return np.asarray(pc.fill_null(m, False).to_numpy(zero_copy_only=False), dtype=bool)
+    return _mask(m)
 
 
 def _judged(batch: pa.RecordBatch, reset: np.ndarray) -> np.ndarray:
     """Rows that count for the norm: not bad."""
-    return (np.asarray(pc.not_equal(batch.column("status"), R.BAD).to_numpy(zero_copy_only=False), dtype=bool)) | reset
+    return (
+        np.asarray(_k("not_equal", batch.column("status"), pa.scalar(R.BAD)).to_numpy(zero_copy_only=False), dtype=bool)
+    ) | reset
 
 
 def _as_key(group: pa.Array, values: pa.Array) -> pa.Array:
-    return pc.binary_join_element_wise(group, pc.cast(pc.cast(values, pa.string()), pa.binary()), pa.scalar(b"\0"))
+    text = _k("cast", _k("cast", values, options=CastOptions.safe(pa.string())), options=CastOptions.safe(pa.binary()))
+    return _k("binary_join_element_wise", group, text, pa.scalar(b"\0"))
 
 
 class _Counts:
@@ -111,45 +154,42 @@ class _Counts:
     def add(self, batch: pa.RecordBatch) -> None:
         reset = _reset_mask(batch)
         keep = pa.array(_judged(batch, reset))
-        b = batch.filter(keep)
+        b = _k("filter", batch, keep)
         if not b.num_rows:
             return
         group = _groups(b.column("path"))
         kind = b.column("kind")
-        images = pc.equal(kind, "image")
-        audio = pc.equal(kind, "audio")
+        images = _k("equal", kind, pa.scalar("image"))
+        audio = _k("equal", kind, pa.scalar("audio"))
         mode = b.column("mode")
         cols = {
             "mode": mode,
-            "alpha": pc.is_in(mode, value_set=pa.array(_ALPHA)),
-            "grey": pc.is_in(mode, value_set=pa.array(_GREY)),
+            "alpha": _is_in(mode, _ALPHA),
+            "grey": _is_in(mode, _GREY),
             "sample_rate": b.column("sample_rate"),
             "channels": b.column("channels"),
         }
         for name, values in cols.items():
             sel = images if name in ("mode", "alpha", "grey") else audio
-            sel = pc.and_(sel, pc.is_valid(values))
-            t = pa.table({"g": group, "v": values}).filter(sel)
-            if not t.num_rows:
-                continue
-            for row in t.group_by(["g", "v"]).aggregate([([], "count_all")]).to_pylist():
-                self.c[name][(row["g"], row["v"])] += row["count_all"]
+            sel = _k("and", sel, _k("is_valid", values))
+            for key, n in _pair_counts(_k("filter", group, sel), _k("filter", values, sel)):
+                self.c[name][key] += n
         # distributions (whole set): modes, sides, aspects, rates, channels, durations
-        self._tally("mode", mode.filter(pc.and_(images, pc.is_valid(mode))))
-        self._tally("sample_rate", b.column("sample_rate").filter(pc.and_(audio, pc.is_valid(b.column("sample_rate")))))
-        self._tally("channels", b.column("channels").filter(pc.and_(audio, pc.is_valid(b.column("channels")))))
-        w = b.column("width").filter(images).to_numpy(zero_copy_only=False).astype(float)
-        h = b.column("height").filter(images).to_numpy(zero_copy_only=False).astype(float)
+        self._tally("mode", _k("filter", mode, _k("and", images, _k("is_valid", mode))))
+        self._tally("sample_rate", _valid(b.column("sample_rate"), audio))
+        self._tally("channels", _valid(b.column("channels"), audio))
+        w = _k("filter", b.column("width"), images).to_numpy(zero_copy_only=False).astype(float)
+        h = _k("filter", b.column("height"), images).to_numpy(zero_copy_only=False).astype(float)
         ok = np.isfinite(w) & np.isfinite(h) & (w > 0) & (h > 0)
         w, h = w[ok], h[ok]
         short, long = np.minimum(w, h), np.maximum(w, h)
         self._buckets("shorter_side", short, SIDE_EDGES, "px")
         self._buckets("aspect_ratio", long / np.maximum(short, 1), ASPECT_EDGES, "")
-        d_arr = b.column("duration").filter(audio)
+        d_arr = _k("filter", b.column("duration"), audio)
         d = d_arr.to_numpy(zero_copy_only=False).astype(float)
         valid = np.isfinite(d) & (d > 0)
         self._buckets("duration", d[valid], DURATION_EDGES, "s")
-        g_audio = group.filter(audio).to_numpy(zero_copy_only=False)[valid]
+        g_audio = _k("filter", group, audio).to_numpy(zero_copy_only=False)[valid]
         bins = _bins(d[valid])
         if len(bins):
             codes, inverse = np.unique(g_audio.astype(object), return_inverse=True)
@@ -159,7 +199,7 @@ class _Counts:
 
     def _tally(self, name: str, values: pa.Array) -> None:
         if len(values):
-            for row in pc.value_counts(values).to_pylist():
+            for row in _k("value_counts", values).to_pylist():
                 self.dist[name][str(row["values"])] += row["counts"]
 
     def _buckets(self, name: str, values: np.ndarray, edges: tuple, unit: str) -> None:
@@ -305,17 +345,21 @@ def _flag_batch(
             continue
         col = batch.column("mode") if rule.column in ("mode", "alpha", "grey") else batch.column(rule.column)
         if rule.column == "alpha":
-            col = pc.is_in(col, value_set=pa.array(_ALPHA))
+            col = _is_in(col, _ALPHA)
         elif rule.column == "grey":
-            col = pc.is_in(col, value_set=pa.array(_GREY))
+            col = _is_in(col, _GREY)
         kind = "image" if rule.column in ("mode", "alpha", "grey") else "audio"
         key_set = pa.array(
             [g + b"\0" + str(v if not isinstance(v, bool) else str(v).lower()).encode() for g, v in rule.keys],
             pa.binary(),
         )
         keys = _as_key(group, col)
-        hit = pc.and_(pc.is_in(keys, value_set=key_set), pc.equal(batch.column("kind"), kind))
-        hit = np.asarray(pc.fill_null(hit, False).to_numpy(zero_copy_only=False), dtype=bool) & free & (chosen < 0)
+        hit = _k(
+            "and",
+            _k("is_in", keys, options=SetLookupOptions(key_set)),
+            _k("equal", batch.column("kind"), pa.scalar(kind)),
+        )
+        hit = _mask(hit) & free & (chosen < 0)
         chosen[hit] = k
         values[k] = col
     short_hit = np.zeros(len(status), bool)
@@ -324,14 +368,14 @@ def _flag_batch(
         limit = np.zeros(len(d))
         audio_rows = np.flatnonzero(free & (kinds == "audio"))
         if len(audio_rows):
-            g_np = group.take(pa.array(audio_rows, pa.int64())).to_pylist()
+            g_np = _k("take", group, pa.array(audio_rows, pa.int64())).to_pylist()
             limit[audio_rows] = [shorts.get(g, 0.0) for g in g_np]
         short_hit = free & (chosen < 0) & np.isfinite(d) & (d < limit) & (kinds == "audio")
     rows = np.flatnonzero((chosen >= 0) | short_hit)
     if not len(rows):
         if not reset.any():
             return batch
-    g_py = group.take(pa.array(rows, pa.int64())).to_pylist() if len(rows) else []
+    g_py = _k("take", group, pa.array(rows, pa.int64())).to_pylist() if len(rows) else []
     mode = batch.column("mode")
     for j, i in enumerate(rows):
         g = g_py[j]
@@ -359,7 +403,7 @@ def _flag_batch(
         arrays[names.index(name)] = pa.array(list(col), batch.schema.field(name).type)
     new = pa.RecordBatch.from_arrays(arrays, schema=batch.schema)
     if len(rows):
-        for row in new.take(pa.array(rows, pa.int64())).to_pylist():
+        for row in _k("take", new, pa.array(rows, pa.int64())).to_pylist():
             row["path"] = decode_path(row["path"])
             lines.append(Verdict(**row).to_json())
     return new

@@ -17,9 +17,21 @@ import pyarrow as pa
 
 try:  # compute kernels called by name: `import pyarrow.compute` costs ~75 ms of CPU (it wraps ~290 kernels
     # in Python functions), on the critical path of every scan's start (BENCHMARKS.md "Scan scaling")
-    from pyarrow._compute import SetLookupOptions, call_function
-except ImportError:  # a pyarrow laid out otherwise: the public module has both
-    from pyarrow.compute import SetLookupOptions, call_function
+    from pyarrow._compute import (
+        CastOptions,
+        MatchSubstringOptions,
+        SetLookupOptions,
+        SplitPatternOptions,
+        call_function,
+    )
+except ImportError:  # a pyarrow laid out otherwise: the public module has them all
+    from pyarrow.compute import (
+        CastOptions,
+        MatchSubstringOptions,
+        SetLookupOptions,
+        SplitPatternOptions,
+        call_function,
+    )
 
 from .. import reasons
 from ..schema import RESULTS, arrow_fields

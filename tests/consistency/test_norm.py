@@ -186,3 +186,25 @@ def test_status_and_report_show_the_distributions(tmp_path, capsys):
     page = open(html, encoding="utf-8").read()
     assert 'id="consistency"' in page and "Image modes" in page and "grayscale 1" in page
     assert page.count('<svg class="chart"') >= 3
+
+
+def test_the_pass_counts_pairs_as_arrow_group_by_does():
+    """The first pass counts (group, value) pairs without Acero (numpy over dictionary codes): the same pairs and
+    counts as Arrow's group-by, for strings, integers and booleans."""
+    import numpy as np
+    import pyarrow as pa
+
+    from dsclean.scanning.norm import _pair_counts
+
+    rng = np.random.default_rng(3)
+    groups = pa.array([b"cats", b"dogs", b""], pa.binary()).take(pa.array(rng.integers(0, 3, 5000)))
+    for values in (
+        pa.array(["RGB", "L", "RGBA", "CMYK"]).take(pa.array(rng.integers(0, 4, 5000))),
+        pa.array(rng.choice([8000, 16000, 44100], 5000), pa.int32()),
+        pa.array(rng.random(5000) < 0.02),
+    ):
+        mine = dict(_pair_counts(groups, values))
+        arrow = pa.table({"g": groups, "v": values}).group_by(["g", "v"]).aggregate([([], "count_all")]).to_pylist()
+        assert mine == {(r["g"], r["v"]): r["count_all"] for r in arrow}
+        assert sum(mine.values()) == 5000 and len(mine) > 3
+    assert dict(_pair_counts(pa.array([], pa.binary()), pa.array([], pa.string()))) == {}

@@ -393,3 +393,32 @@ def test_wav_with_a_codec_libsndfile_does_not_decode_is_unsupported(tmp_path):
         v.reason in ("unsupported", "corrupt") and "0x0161" in v.detail and "decoders: libsndfile refused" in v.detail
     )
     assert v.status == ("warn" if v.reason == "unsupported" else "bad"), v.detail
+
+
+def test_the_decode_keeps_its_block_buffer_per_thread_and_the_verdicts_do_not_see_it():
+    """The block buffer is kept between files (one per thread, dtype and channel count; a file of many channels
+    gets a fresh one), and files checked after others through it get their own verdicts and frame counts."""
+    import threading
+
+    from support import synth
+
+    from dsclean.scanning import check_audio
+    from dsclean.scanning.check import CheckOptions, check_bytes
+
+    mine = check_audio._block_buffer("int16", 2)
+    assert check_audio._block_buffer("int16", 2) is mine
+    assert check_audio._block_buffer("int32", 2) is not mine and check_audio._block_buffer("int16", 1) is not mine
+    assert check_audio._block_buffer("int16", 9) is not check_audio._block_buffer("int16", 9)
+    other: list = []
+    t = threading.Thread(target=lambda: other.append(check_audio._block_buffer("int16", 2)))
+    t.start()
+    t.join()
+    assert other[0] is not mine and other[0].shape == mine.shape
+    long = synth.encode_audio(synth.tone(3.0, 44_100, 2, seed=1), 44_100, "FLAC")  # more than one block
+    short = synth.encode_audio(synth.tone(0.5, 44_100, 2, seed=2), 44_100, "FLAC")
+    options = CheckOptions(facts=True)
+    runs = [check_bytes(d, n, options) for d, n in ((long, "a.flac"), (synth.truncate(long, 0.6), "b.flac"))]
+    runs += [check_bytes(short, "c.flac", options), check_bytes(long, "a.flac", options)]
+    assert [(v.status, v.reason) for v in runs] == [("ok", None), ("bad", "truncated"), ("ok", None), ("ok", None)]
+    assert [runs[0].frames, runs[2].frames, runs[3].frames] == [3 * 44_100, 44_100 // 2, 3 * 44_100]
+    assert runs[0].rms is not None and (runs[3].rms, runs[3].peak) == (runs[0].rms, runs[0].peak)
