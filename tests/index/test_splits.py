@@ -310,3 +310,17 @@ def test_split_roots_and_a_flat_folder(tmp_path, monkeypatch):
     assert splits.split_folders(str(data)) == ["train", "val"]
     monkeypatch.setattr(splits, "MAX_TOP_ENTRIES", 4)  # ... until there are too many to be a split root's
     assert splits.split_folders(str(data)) == []
+
+
+def test_dups_of_one_split_skips_the_files_the_parents_scan_found_bad(tmp_path):
+    """Bad files left in place (no quarantine): ``dups DATA/train`` takes the parent's verdicts, so they are
+    left out, and the good ones' facts come from the parent's results (nothing hashed again)."""
+    from dsclean.dups.collect import collect
+
+    data, expected = _split_root(tmp_path)
+    assert main(["scan", str(data), "--jobs", "1", "-q"]) == 0  # no quarantine: the bad files stay in place
+    inv = collect([str(data / "train")])
+    assert inv.excluded_bad == sum(st == "bad" for st in expected["train"].values())
+    assert (inv.from_results, inv.computed) == (len(_good(expected["train"])), 0)
+    assert sorted(os.fsdecode(p) for p in inv.path.to_pylist()) == _good(expected["train"])
+    assert "(parent)" in inv.results_sources[0]
