@@ -657,6 +657,12 @@ def _ancestor_scan(root: str, state_dir: str | None) -> Found | None:
         here = up
 
 
+def scanned_parent(root: str, state_dir: str | None = None) -> tuple[str, str] | None:
+    """``(nearest scanned ancestor, root's path below it)`` (step 5 of :func:`find_scan`), or None."""
+    found = _ancestor_scan(root, state_dir)
+    return (found.scanned_root, found.subdir) if found is not None and found.scanned_root else None
+
+
 def _subdir_of(root: str, ancestor: str) -> str | None:
     """``root``'s path below ``ancestor`` with ``/`` separators (as results paths are), or None if not below it."""
     real, top = os.path.realpath(root), os.path.realpath(ancestor)

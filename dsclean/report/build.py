@@ -66,7 +66,7 @@ def write_report(target: str, output: str = DEFAULT_OUTPUT, options: ReportOptio
     if src.quarantine:
         named[src.quarantine] = "QUARANTINE"
     scrub = Scrubber(named, keep=options.absolute_paths)
-    data = collect(src.results_paths, src.columns, scrub, options.caps)
+    data = collect(src.results_paths, src.columns, scrub, options.caps, src.prefix)
     _describe(data, src, scrub, options)
     from .training import collect_training
 
@@ -76,7 +76,7 @@ def write_report(target: str, output: str = DEFAULT_OUTPUT, options: ReportOptio
         data.duplicates = read_groups(options.dups, scrub, state_dir=options.state_dir)
     elif "content_hash" in src.columns:
         data.duplicates = exact_duplicates(
-            src.results_paths, data.files, scrub, moved=moved_by_dups(dups_bins, src.root)
+            src.results_paths, data.files, scrub, moved=moved_by_dups(dups_bins, src.root), prefix=src.prefix
         )
     stats = {"made": 0, "placeholders": 0, "failed": 0}
     if options.thumbnails:
@@ -130,12 +130,20 @@ def _describe(data, src, scrub: Scrubber, options: ReportOptions) -> None:
     summary = src.summary or {}
     if isinstance(summary.get("command"), list):
         data.scan_command = display(scrub.command([str(a) for a in summary["command"]]))
+    if src.prefix:  # a split (or other folder) of a scanned parent: the parent's whole-set figures are not its own
+        under = display(scrub(src.scanned_root or ""))
+        data.notes.append(
+            f"This report covers {data.title} only: the rows under {display(os.fsdecode(src.prefix))} of the scan "
+            f"of {under} (its counts, problems, thumbnails and distributions); the scan's own figures for the "
+            "whole set (its norm, per-split counts, quarantine totals) are left out."
+        )
+        summary = {k: v for k, v in summary.items() if k not in ("distributions", "splits", "quarantine")}
     if isinstance(summary.get("distributions"), dict):  # the set's norm (scan; dsclean.scanning.norm)
         data.distributions = summary["distributions"]
         data.norm_flagged = summary.get("norm_flagged") or {}
     if isinstance(summary.get("elapsed"), (int, float)):
         data.elapsed = float(summary["elapsed"])
-    if src.quarantine and (summary.get("quarantine") or not summary):
+    if src.quarantine and not src.prefix and (summary.get("quarantine") or not summary):
         # The journal, not the scan's summary: a later `dsclean restore` puts files back (as `status` counts).
         state = quarantine_state(src.quarantine)
         data.quarantined, data.restored = state.moved, state.restored

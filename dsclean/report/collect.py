@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from .. import locations
 from .. import reasons as R
 from ..errors import UserError
 from ..schema import FACT_NAMES
@@ -88,11 +89,19 @@ class Caps:
 TABLE_COLUMNS = ["path", "status", "reason", "kind", "format", "size", "dims", "detail"]
 
 
-def iter_batches(results: str | list[str], columns: list[str]):
-    """Record batches of ``columns`` from a results file, or from each of several (a job array's parts) in turn."""
+def iter_batches(results: str | list[str], columns: list[str], prefix: bytes = b""):
+    """Record batches of ``columns`` from a results file, or from each of several (a job array's parts) in turn.
+
+    ``prefix`` (a scanned parent's results, :attr:`.source.Source.prefix`): only the rows under it, their
+    paths made relative to that folder (:func:`dsclean.locations.subtree_rows`)."""
+    read = columns if not prefix or "path" in columns else [*columns, "path"]
     for path in [results] if isinstance(results, str) else results:
         try:
-            yield from pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS, columns=columns)
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS, columns=read):
+                if prefix:
+                    batch = locations.subtree_rows(batch, prefix)
+                    batch = batch.select(columns) if read is not columns else batch
+                yield batch
         except (OSError, pa.ArrowException) as exc:  # damaged (or not Parquet): name the file, no traceback
             raise UserError(
                 f"{path}: cannot read scan results ({' '.join(str(exc).split())}); scan the root again (--rescan) "
@@ -100,9 +109,11 @@ def iter_batches(results: str | list[str], columns: list[str]):
             ) from exc
 
 
-def collect(results_path: str | list[str], columns: list[str], scrub: Scrubber, caps: Caps = Caps()) -> ReportData:
-    """One pass over the results table (one file, or every part's); returns a :class:`ReportData`
-    without thumbnails or duplicates."""
+def collect(
+    results_path: str | list[str], columns: list[str], scrub: Scrubber, caps: Caps = Caps(), prefix: bytes = b""
+) -> ReportData:
+    """One pass over the results table (one file, or every part's; ``prefix``: only the rows under it, as
+    :func:`iter_batches`); returns a :class:`ReportData` without thumbnails or duplicates."""
     present = set(columns)
     data = ReportData(title="", root="", results="", generated="", version="")
     data.facts = [c for c in FACT_COLUMNS if c in present]
@@ -121,7 +132,7 @@ def collect(results_path: str | list[str], columns: list[str], scrub: Scrubber, 
     fact_counts: Counter = Counter()
     wanted = [c for c in (*CARD_COLUMNS, "channels", *data.facts) if c in present and c != "content_hash"]
     clean = _Cleaner(scrub)
-    for batch in iter_batches(results_path, wanted):
+    for batch in iter_batches(results_path, wanted, prefix):
         t = pa.Table.from_batches([batch])
         data.files += t.num_rows
         data.bytes += int(pc.sum(t["size"]).as_py() or 0) if "size" in present else 0

@@ -50,6 +50,7 @@ def exact_duplicates(
     max_groups: int = 50,
     max_members: int = 8,
     moved: list[bytes] = (),
+    prefix: bytes = b"",
 ) -> Duplicates | None:
     """Groups of files (not marked bad) with the same ``content_hash``; None when nothing was hashed.
     ``results_path``: a results file, or every part's of a job array. ``moved``: paths no longer in the
@@ -62,7 +63,7 @@ def exact_duplicates(
     hashed = 0
     for p in range(parts):
         chunks = []
-        for batch in iter_batches(paths, ["content_hash", "status", "path"]):
+        for batch in iter_batches(paths, ["content_hash", "status", "path"], prefix):
             hashes = _kept_hashes(batch, gone)
             hashed += len(hashes) if p == 0 else 0
             if parts > 1 and len(hashes):
@@ -96,7 +97,7 @@ def exact_duplicates(
     dup_set = pa.array(list(dup_counts), pa.binary(16))
     seen: set[bytes] = set()
     columns = ["content_hash", *[c for c in CARD_COLUMNS if c in names]]
-    for batch in iter_batches(paths, columns):
+    for batch in iter_batches(paths, columns, prefix):
         t = pa.Table.from_batches([batch])
         keep = pc.and_(pc.not_equal(t["status"], R.BAD), pc.is_in(t["content_hash"].cast(pa.binary(16)), dup_set))
         if gone is not None:

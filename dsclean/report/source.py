@@ -32,6 +32,8 @@ class Source:
     results_paths: list[str] = field(default_factory=list)  # every results file (all parts of a job array)
     results_source: str = ""  # where the results came from (dsclean.locations.find_scan), for the user
     incomplete: str | None = None  # the results are some parts of a job array only: which files they leave out
+    prefix: bytes = b""  # a scanned parent's results: only the rows under this prefix are the report's (b"train/")
+    scanned_root: str | None = None  # that parent (``root`` is then the folder reported on, one of its folders)
 
     @property
     def results_dir(self) -> str:
@@ -80,6 +82,7 @@ def open_source(target: str, state_dir: str | None = None) -> Source:
 
     root_given = None
     ignored: list[str] = []
+    prefix, parent = b"", None
     if os.path.isfile(target):
         paths, found = [target], f"the results file {target}"
     elif os.path.isdir(target):
@@ -89,9 +92,9 @@ def open_source(target: str, state_dir: str | None = None) -> Source:
             root_given = os.path.abspath(target)
             scan = locations.find_scan(target, state_dir=state_dir)
             paths, found = scan.paths, scan.source
-            if scan.scanned_root:  # a scanned parent's results: its whole scan is reported, paths under its root
-                root_given = scan.scanned_root
-                found += f" (the report covers all of {scan.scanned_root}; {scan.subdir}/ is one of its folders)"
+            if scan.scanned_root:  # a scanned parent's results: only its rows under target are reported
+                prefix, parent = scan.prefix, scan.scanned_root
+                found += f" (the report covers only {target}: the rows under {scan.subdir}/)"
             ignored = scan.partial.ignored if scan.partial is not None else []
             if not paths:
                 raise UserError(
@@ -125,6 +128,8 @@ def open_source(target: str, state_dir: str | None = None) -> Source:
         paths,
         found,
         incomplete_note(root, metas, ignored, of_root=root_given is not None),
+        prefix,
+        parent,
     )
 
 
@@ -218,7 +223,10 @@ def locate(source: Source, rels: set[str]) -> dict[str, str]:
             found[rel] = prefix + rel
     missing = rels - found.keys()
     if missing and source.quarantine and source.root:
-        found.update(quarantined_locations(source.quarantine, source.meta.get("root") or source.root, missing))
+        under = os.fsdecode(source.prefix)  # a split's rels are the parent scan's under its folder
+        asked = {under + rel: rel for rel in missing}
+        moved = quarantined_locations(source.quarantine, source.meta.get("root") or source.root, set(asked))
+        found.update((asked[key], where) for key, where in moved.items() if key in asked)
     return found
 
 

@@ -220,6 +220,13 @@ class ScanCache:
         self.damaged: set[str] = set()  # segments that could not be read: dropped by the next compaction
         self.failed = False  # a write failed (a full or read-only state folder): the rest of the run is not cached
 
+    @classmethod
+    def existing(cls, path: str, options: CheckOptions) -> "ScanCache | None":
+        """The cache at ``path`` for these options if it holds verdicts, else None (nothing is created: another
+        root's cache, read by :mod:`.related`, is not written to)."""
+        folder = os.path.join(path, "verdicts_" + hashlib.sha256(options_key(options).encode()).hexdigest()[:16])
+        return cls(path, options) if _segments(folder) else None
+
     # ---- reading ------------------------------------------------------------------------------
 
     def _load(self) -> tuple[np.ndarray, np.ndarray]:

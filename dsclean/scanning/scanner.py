@@ -36,6 +36,7 @@ from .executors import BACKENDS, run_checks
 from .fastfork import WorkersUnavailable
 from .quarantine.moves import ChangedError, Quarantine
 from .quarantine.status import quarantine_state, quarantined_records
+from .related import RelatedCache, open_related
 from .results import SCHEMA, ResultsWriter
 from .reuse import PreviousResults
 from .schema import Chunk, call_function
@@ -269,6 +270,13 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
             previous = None  # the cache could not open: the note says every file is checked again
         if previous is not None:
             stack.callback(lambda: (previous.close(), summary.notes.extend(previous.notes)))
+        # after its own cache: a scanned parent's verdicts, a split's (dsclean.scanning.related)
+        related = (
+            open_related(root, options.state_dir, options.check, options.split_names)
+            if cache is not None and not options.rescan
+            else []
+        )
+        stack.callback(lambda: summary.notes.extend(r.note() for r in related if r.hits))
         sink = _Sink(
             summary,
             writer,
@@ -308,6 +316,7 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
                     identities,
                     previous,
                     force,
+                    related,
                 )
                 checks = run_checks(
                     root,
@@ -586,6 +595,8 @@ def _stat_if_cached(
             except OSError:
                 continue  # vanished since listing: checked (-> vanished)
             st = (s.st_size, s.st_mtime_ns, s.st_ino, s.st_dev)
+            if stats is not None:
+                stats[rel] = st  # a later lookup in this batch (a related cache) does not stat it again
         if identities is not None:
             identities[encode_path(rel)] = st[2:]
         row = rows.get(rel)
@@ -605,11 +616,13 @@ def _skip_cached(
     identities: dict[bytes, tuple[int, int]] | None = None,
     previous: PreviousResults | None = None,
     force: frozenset[str] = frozenset(),
+    related: list[RelatedCache] | None = None,
 ) -> Iterator[list[str]]:
     """Chunks of files to check: verdicts still valid are handled right here instead.
 
     First the ``ok`` rows of the previous results (``previous``, matched in Arrow), then the scan
-    cache for the rest (bad and warn verdicts, files the previous results lack).
+    cache for the rest (bad and warn verdicts, files the previous results lack), then the ``related``
+    caches (a scanned parent's, a split's: :mod:`.related`) for what is still left.
     Stops at a signal too: a long run of cached files yields no chunk to check.
     """
     prefix = root.rstrip(os.sep) + os.sep
@@ -643,6 +656,13 @@ def _skip_cached(
             cache.hits += len(hits)
         sink.handle_cached(hits)
         todo = [rel for rel in rest if rel not in hits] if hits else rest
+        for other in related or ():
+            found = other.rows_of(todo) if todo else {}
+            more = _stat_if_cached(root, todo, found, None, stats) if found else {}
+            if more:
+                other.hits += len(more)
+                sink.handle_cached(more)
+                todo = [rel for rel in todo if rel not in more]
         if forced:
             todo = forced + todo
         at = 0

@@ -255,18 +255,24 @@ def test_status_and_report_of_a_split_name_the_parent_scan(tmp_path, capsys):
     assert f"this folder (val/ of {os.path.realpath(data)}): {len(expected['val'])} files, {bad} bad" in out
     assert main(["status", str(data)]) == 0
     assert f"splits: train {len(expected['train'])} files" in capsys.readouterr().out
-    # the report of a split is the parent's scan, read under the parent's root (its files found where they are)
+    # the report of a split is the parent's scan restricted to the split's rows (paths relative to the split)
+    from dsclean.report.build import ReportOptions, write_report
+    from dsclean.report.source import open_source
+
     html = tmp_path / "r.html"
     assert main(["report", str(data / "train"), "-o", str(html), "-q"]) == 0
     page = html.read_text(encoding="utf-8")
-    assert (
-        f"A split root: train {len(expected['train'])} files ({sum(st == 'bad' for st in expected['train'].values())} bad"
-        in (page)
-    )
-    from dsclean.report.source import open_source
-
+    assert "This report covers train only: the rows under train/ of the scan of" in page
+    assert "A split root:" not in page  # the parent's per-split counts are not this report's
     src = open_source(str(data / "train"))
-    assert src.root == os.path.realpath(data) and "(parent)" in src.results_source
+    assert src.root == os.path.abspath(data / "train") and src.prefix == b"train/" and "(parent)" in src.results_source
+    for split in ("train", "val"):
+        got = write_report(str(data / split), str(tmp_path / f"{split}.html"), ReportOptions(jobs=1))
+        assert got.files == len(expected[split])  # not the 16 files of DATA
+        assert got.problems == sum(st == "bad" for st in expected[split].values())
+        assert got.thumbnails == sum(st == "ok" for st in expected[split].values())  # found under the split
+    whole = write_report(str(data), str(tmp_path / "all.html"), ReportOptions(jobs=1))
+    assert whole.files == len(expected["train"]) + len(expected["val"])
 
 
 def test_build_split_indexes_from_python_and_its_refusals(tmp_path):
@@ -304,3 +310,17 @@ def test_split_roots_and_a_flat_folder(tmp_path, monkeypatch):
     assert splits.split_folders(str(data)) == ["train", "val"]
     monkeypatch.setattr(splits, "MAX_TOP_ENTRIES", 4)  # ... until there are too many to be a split root's
     assert splits.split_folders(str(data)) == []
+
+
+def test_dups_of_one_split_skips_the_files_the_parents_scan_found_bad(tmp_path):
+    """Bad files left in place (no quarantine): ``dups DATA/train`` takes the parent's verdicts, so they are
+    left out, and the good ones' facts come from the parent's results (nothing hashed again)."""
+    from dsclean.dups.collect import collect
+
+    data, expected = _split_root(tmp_path)
+    assert main(["scan", str(data), "--jobs", "1", "-q"]) == 0  # no quarantine: the bad files stay in place
+    inv = collect([str(data / "train")])
+    assert inv.excluded_bad == sum(st == "bad" for st in expected["train"].values())
+    assert (inv.from_results, inv.computed) == (len(_good(expected["train"])), 0)
+    assert sorted(os.fsdecode(p) for p in inv.path.to_pylist()) == _good(expected["train"])
+    assert "(parent)" in inv.results_sources[0]
