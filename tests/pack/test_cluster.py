@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from support.packing import folder_digests, make_indexed
+from support.packing import folder_digests
 
 from dsclean.cli import main
 from dsclean.errors import UserError
@@ -18,9 +18,9 @@ PY = sys.executable
 
 
 @pytest.fixture(scope="module")
-def source(tmp_path_factory):
+def source(media_index, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cluster")
-    _, index = make_indexed(tmp)
+    _, index = media_index
     pack_shards(index, str(tmp / "local"), PackOptions(samples_per_shard=3, shuffle=5))
     return index, tmp / "local"
 

@@ -9,8 +9,9 @@ import tarfile
 
 import pytest
 from support import synth
-from support.failurelogs import log_failures, run_cli
+from support.failurelogs import log_failures
 from support.files import write
+from support.fixtures.cli import run_cli
 
 from dsclean.data.dataset import IndexedDataset
 from dsclean.denylist import append, read_denylist

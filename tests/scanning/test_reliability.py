@@ -15,6 +15,7 @@ import time
 import pytest
 from support import synth
 from support.files import write
+from support.fixtures.cli import DSCLEAN
 from support.mounts import read_only_bind, tmpfs
 from support.treegen import contents, make_tree, tree_state
 
@@ -30,8 +31,6 @@ from dsclean.scanning.quarantine.recovery import recover
 from dsclean.scanning.quarantine.restore import restore
 from dsclean.scanning.results import read_problems
 from dsclean.scanning.scanner import ScanOptions, scan
-
-DSCLEAN = [sys.executable, "-m", "dsclean"]
 
 
 def _journal(qdir, tag=""):
