@@ -26,6 +26,7 @@ def rel_paths(index: str) -> list[str]:
     return [os.fsdecode(idx.path_bytes(i)) for i in range(len(idx))]
 
 
+@pytest.mark.slow  # fault injection: a check allocating until MemoryError, four CLI runs
 def test_a_file_the_scan_could_not_judge_is_not_indexed_unless_asked(tmp_path):
     """scan && index must not ship a file whose check hit the default memory ceiling (warn/too_large, "not
     judged"): the index checks it again, still cannot judge it, leaves it out and says why and what to do."""

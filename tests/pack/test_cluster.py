@@ -79,6 +79,7 @@ def test_finish_refuses_a_missing_shard_of_a_finished_part(source, tmp_path):
 distributed = pytest.importorskip("distributed")
 
 
+@pytest.mark.slow  # a dask LocalCluster of worker processes
 def test_dask_local_cluster_packs_byte_identical(source, tmp_path):
     index, local = source
     with distributed.LocalCluster(

@@ -244,6 +244,7 @@ def _size(img):
     return torch.tensor(img.size)
 
 
+@pytest.mark.slow  # real DataLoader workers
 def test_denied_samples_are_absent_from_a_real_dataloader_with_workers(packed, tmp_path):
     import torch
 
