@@ -567,6 +567,7 @@ def _scan_json(root, *args, env=None):
     return summary, {p["path"]: p for p in read_problems(summary["problems_path"])}
 
 
+@pytest.mark.slow  # fault injection: checks allocating until MemoryError
 def test_memory_exhaustion_is_too_large_never_corrupt_never_cached(tmp_path, huge_canvas_gif):
     root, qdir = tmp_path / "root", tmp_path / "q"
     write(root, "a/big.gif", huge_canvas_gif)
