@@ -43,10 +43,13 @@ demo: setup
 	$(PY) -c "from dsclean import IndexedDataset; ds = IndexedDataset('demo/images.arrow'); \
 	img, label = ds[0]; print(f'IndexedDataset: {len(ds)} samples, classes {ds.classes}; sample 0: {ds.path(0)} {img.size} label {label}')"
 
-# Two runs: the suite in the main venv, then the tests that need torchvision (the torchvision loader profile,
-# Mosaic MDS, litdata) in the second venv
+# Two runs: the suite in the main venv, every test (the ones marked slow too: `pytest -m "not slow"` is the
+# developer's fast loop, CONTRIBUTING.md; one run, not two, to collect the suite once), then the tests that need
+# torchvision (the torchvision loader profile, Mosaic MDS, litdata) in the second venv.
+# PYTEST_ARGS passes options to the first run (`make test PYTEST_ARGS="-n 2"` where pytest-xdist is installed).
+PYTEST_ARGS ?=
 test: setup
-	$(VENV)/bin/pytest -q --ignore=tests/with_torchvision
+	$(VENV)/bin/pytest -q --ignore=tests/with_torchvision $(PYTEST_ARGS)
 	$(TVENV)/bin/pytest -q tests/with_torchvision
 
 # ruff (lint + format) and mypy as configured in pyproject.toml (rules deferred there are listed with their counts)

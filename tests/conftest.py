@@ -1,11 +1,11 @@
-"""Shared fixtures: tiny media files written into pytest's tmp_path."""
+"""The suite's conftest: each test's private state folder; the shared fixtures (trees, media, CLI runners) are
+the plugins of tests/support/fixtures/."""
 
 from __future__ import annotations
 
 import pytest
-from support.files import write
 
-from dsclean.scanning.check import CheckOptions, check_file
+pytest_plugins = ["support.fixtures.cli", "support.fixtures.trees", "support.fixtures.media"]
 
 
 @pytest.fixture(autouse=True)
@@ -14,14 +14,3 @@ def private_state(tmp_path_factory, monkeypatch):
     sees another's, and none touches the real ~/.cache. Subprocesses inherit the variables."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
     monkeypatch.delenv("DSCLEAN_STATE_DIR", raising=False)
-
-
-@pytest.fixture
-def check(tmp_path):
-    """check(name, data, **options) -> Verdict for a file written under tmp_path."""
-
-    def _check(name: str, data: bytes, **options):
-        write(tmp_path, name, data)
-        return check_file(str(tmp_path), name, CheckOptions(**options))
-
-    return _check

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 from support import synth
 from support.files import write
+from support.fixtures.cli import run_cli
 
 from dsclean.atomic import atomic_output, output_target
 from dsclean.errors import UserError
-
-DSCLEAN = [sys.executable, "-m", "dsclean"]
 
 
 def _tree(root) -> None:
@@ -23,8 +20,7 @@ def _tree(root) -> None:
 
 
 def _run(*args, tmp_path):
-    env = dict(os.environ, DSCLEAN_STATE_DIR=str(tmp_path / "state"))
-    return subprocess.run([*DSCLEAN, *map(str, args)], capture_output=True, text=True, env=env, timeout=300)
+    return run_cli(*args, env={"DSCLEAN_STATE_DIR": str(tmp_path / "state")})
 
 
 def test_a_fifo_is_refused_and_left_alone(tmp_path):

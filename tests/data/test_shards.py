@@ -21,9 +21,9 @@ from dsclean.pack.packer import PackOptions, pack_shards
 
 
 @pytest.fixture(scope="module")
-def sets(tmp_path_factory):
+def sets(media_index, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("shards")
-    root, index = make_indexed(tmp)
+    _, index = media_index
     pack_shards(index, str(tmp / "shards"), PackOptions(samples_per_shard=4, shuffle=3))
     return index, str(tmp / "shards")
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
@@ -41,19 +40,6 @@ def big_index(tmp_path):
 # 4 workers x 2 prefetch x 32 batch x 3 MB = 768 MB in flight
 LOADER = dict(batch_size=32, num_workers=4, prefetch_factor=2)
 IN_FLIGHT = 4 * 2 * 32 * 3_000_000
-
-
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dsclean")
-    cli_doctor.add_parsers(p.add_subparsers(dest="command"))
-    return p
-
-
-def run_cli(argv, capsys):
-    args = parser().parse_args(argv)
-    code = args.func(args)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 # ----------------------------------------------------------------------------- probes: memory
@@ -454,10 +440,10 @@ def test_estimate_from_scan_facts(tmp_path):
     assert report.estimate.method == "index facts" and report.estimate.mean == 40 * 30 * 3
 
 
-def test_cli_json_and_exit_codes(tmp_path, big_index, monkeypatch, capsys):
+def test_cli_json_and_exit_codes(tmp_path, big_index, monkeypatch, cli):
     bad = make_sys(tmp_path / "bad", shm=(64 * MiB, 64 * MiB))
     monkeypatch.setattr(cli_doctor, "system_paths", lambda: bad)
-    code, out, _ = run_cli(
+    code, out, _ = cli(
         [
             "doctor",
             "--index",
@@ -470,7 +456,7 @@ def test_cli_json_and_exit_codes(tmp_path, big_index, monkeypatch, capsys):
             "2",
             "--json",
         ],
-        capsys,
+        direct=True,
     )
     data = json.loads(out)
     assert code == 1 and data["status"] == FAIL
@@ -485,16 +471,16 @@ def test_cli_json_and_exit_codes(tmp_path, big_index, monkeypatch, capsys):
 
     good = make_sys(tmp_path / "good")
     monkeypatch.setattr(cli_doctor, "system_paths", lambda: good)
-    code, out, _ = run_cli(["doctor"], capsys)
+    code, out, _ = cli(["doctor"], direct=True)
     assert code == 0 and out.startswith("dsclean doctor: ok")
 
 
-def test_cli_missing_index_is_a_user_error(tmp_path, monkeypatch, capsys):
+def test_cli_missing_index_is_a_user_error(tmp_path, monkeypatch, cli):
     from dsclean.errors import UserError
 
     monkeypatch.setattr(cli_doctor, "system_paths", lambda: make_sys(tmp_path / "s"))
     with pytest.raises(UserError, match="index not found"):
-        run_cli(["doctor", "--index", str(tmp_path / "nope.arrow")], capsys)
+        cli(["doctor", "--index", str(tmp_path / "nope.arrow")], direct=True)
 
 
 def test_real_system_runs(capsys):

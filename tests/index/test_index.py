@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import os
@@ -14,8 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 import soundfile as sf
 from PIL import Image
+from support.fixtures.cli import call_command
 
-from dsclean.cli.index import add_parsers
 from dsclean.errors import UserError
 from dsclean.index.build import build_index
 from dsclean.index.store import index_info, open_index
@@ -66,16 +65,6 @@ def tree(tmp_path):
     write_wav(root, "birds/song.wav")
     write(root, "loose.png")
     return str(root)
-
-
-def run_cli(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="dsclean")
-    add_parsers(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(argv)
-    from dsclean.cli.notes import notes_at
-
-    with notes_at():  # as dsclean.cli.main: the build's logged notes printed on stderr
-        return args.func(args)
 
 
 def rel_paths(index_path: str) -> list[str]:
@@ -425,7 +414,7 @@ def test_legacy_results_inside_the_root_are_read_and_unscanned_files_checked(tre
 
 def test_never_scanned_root_is_fully_checked_and_says_so(tree, tmp_path, capsys):
     out = str(tmp_path / "i.arrow")
-    assert run_cli(["index", tree, "-o", out]) == 0
+    assert call_command(["index", tree, "-o", out]) == 0
     captured = capsys.readouterr()
     assert f"scan results: none: no recorded scan of {tree}" in captured.err
     assert f"{tree} was never scanned: checking every file (5)" in captured.err
@@ -436,7 +425,7 @@ def test_never_scanned_root_is_fully_checked_and_says_so(tree, tmp_path, capsys)
 
 def test_no_results_and_no_check_sniffs_magic_bytes(tree, tmp_path, capsys):
     out = str(tmp_path / "i.arrow")
-    assert run_cli(["index", tree, "-o", out, "--no-check"]) == 0
+    assert call_command(["index", tree, "-o", out, "--no-check"]) == 0
     captured = capsys.readouterr()
     assert "--no-check: indexing by extension/magic bytes only (no decoding)" in captured.err
     assert "dogs/fake.jpg" not in rel_paths(out)
@@ -539,7 +528,7 @@ def test_compressed_arrow_refused(tree, tmp_path):
     with pytest.raises(UserError, match=r"zstd.arrow.*compressed.*dsclean index"):
         open_index(bad)
     with pytest.raises(UserError, match="compressed"):
-        run_cli(["info", bad])
+        call_command(["info", bad])
 
 
 def test_corrupt_and_foreign_index_files(tmp_path):
@@ -561,12 +550,12 @@ def test_corrupt_and_foreign_index_files(tmp_path):
 
 def test_cli_info_human_and_json(tree, tmp_path, capsys):
     out = str(tmp_path / "i.arrow")
-    assert run_cli(["index", tree, "-o", out, "--quiet"]) == 0
+    assert call_command(["index", tree, "-o", out, "--quiet"]) == 0
     assert capsys.readouterr().out == ""
-    assert run_cli(["info", out]) == 0
+    assert call_command(["info", out]) == 0
     text = capsys.readouterr().out
     assert "rows:      4" in text and "cats" in text and "image 3, audio 1" in text
-    assert run_cli(["info", out, "--json"]) == 0
+    assert call_command(["info", out, "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["rows"] == 4
     assert [(c["name"], c["count"]) for c in info["classes"]] == [("birds", 1), ("cats", 2), ("dogs", 1)]
@@ -591,11 +580,11 @@ def test_cli_info_human_and_json(tree, tmp_path, capsys):
 def test_cli_user_errors(tree, tmp_path, argv, match):
     argv = [a.format(tmp=tmp_path, tree=tree) for a in argv]
     with pytest.raises(UserError, match=match):
-        run_cli(argv)
+        call_command(argv)
 
 
 def test_cli_format_from_flag_and_name(tree, tmp_path):
-    assert run_cli(["index", tree, "-o", str(tmp_path / "plain"), "--format", "npy", "-q"]) == 0
+    assert call_command(["index", tree, "-o", str(tmp_path / "plain"), "--format", "npy", "-q"]) == 0
     assert os.path.isdir(tmp_path / "plain")
-    assert run_cli(["index", tree, "-o", str(tmp_path / "noext"), "-q"]) == 0
+    assert call_command(["index", tree, "-o", str(tmp_path / "noext"), "-q"]) == 0
     assert os.path.isfile(tmp_path / "noext")  # arrow by default

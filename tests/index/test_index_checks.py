@@ -7,6 +7,7 @@ import os
 import pytest
 from support import synth
 from support.files import write
+from support.fixtures.cli import run_cli
 from support.treegen import make_tree
 
 import dsclean
@@ -72,21 +73,12 @@ def test_cli_index_errors_are_clear(tmp_path):
 
     root = tmp_path / "data"
     w(root, "c/x.jpg", synth.HTML_PAGE)
-    proc = _cli("index", root, "-o", tmp_path / "i.arrow")
+    proc = run_cli("index", root, "-o", tmp_path / "i.arrow")
     assert proc.returncode == 2 and "the index would be empty" in proc.stderr and "1 bad" in proc.stderr
-    proc = _cli("index", root, "-o", tmp_path / "x.txt")
+    proc = run_cli("index", root, "-o", tmp_path / "x.txt")
     assert proc.returncode == 2 and "not .txt" in proc.stderr and "--format" in proc.stderr
     w(root, "c/ok.jpg", synth.jpeg(8, 8))
-    assert _cli("index", root, "-o", tmp_path / "x.txt", "--format", "arrow", "-q").returncode == 0
-
-
-def _cli(*args):
-    import subprocess
-    import sys
-
-    return subprocess.run(
-        [sys.executable, "-m", "dsclean", *map(str, args)], capture_output=True, text=True, timeout=300
-    )
+    assert run_cli("index", root, "-o", tmp_path / "x.txt", "--format", "arrow", "-q").returncode == 0
 
 
 # ----------------------------------------------------------------------------- the ImageFolder file rule

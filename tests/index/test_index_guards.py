@@ -11,13 +11,12 @@ import sys
 import pytest
 from support import synth
 from support.files import write
+from support.fixtures.cli import DSCLEAN
 
 import dsclean
 from dsclean.errors import UserError
 from dsclean.index.build import build_index
 from dsclean.index.store import open_index
-
-DSCLEAN = [sys.executable, "-m", "dsclean"]
 
 
 def _tree(root):

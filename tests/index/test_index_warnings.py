@@ -4,14 +4,13 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
 from support import synth
 from support.files import write
+from support.fixtures.cli import run_cli
 from torch.utils.data import DataLoader
 
 import dsclean
@@ -21,20 +20,13 @@ from dsclean.index.store import open_index
 from dsclean.scanning.check import CheckOptions
 from dsclean.scanning.scanner import ScanOptions, scan
 
-DSCLEAN = [sys.executable, "-m", "dsclean"]
-
 
 def rel_paths(index: str) -> list[str]:
     idx = open_index(index)
     return [os.fsdecode(idx.path_bytes(i)) for i in range(len(idx))]
 
 
-def _run(*args, env):
-    proc = subprocess.run([*DSCLEAN, *map(str, args)], capture_output=True, text=True, timeout=300, env=env)
-    assert proc.returncode == 0, proc.stderr
-    return proc
-
-
+@pytest.mark.slow  # fault injection: a check allocating until MemoryError, four CLI runs
 def test_a_file_the_scan_could_not_judge_is_not_indexed_unless_asked(tmp_path):
     """scan && index must not ship a file whose check hit the default memory ceiling (warn/too_large, "not
     judged"): the index checks it again, still cannot judge it, leaves it out and says why and what to do."""
@@ -48,19 +40,21 @@ def test_a_file_the_scan_could_not_judge_is_not_indexed_unless_asked(tmp_path):
         "DSCLEAN_DEFAULT_MAX_MEMORY": str(256 << 20),
         "DSCLEAN_STATE_DIR": str(state),
     }
-    _run("scan", root, "--dry-run", "-q", "--jobs", "1", env=env)
+    run_cli("scan", root, "--dry-run", "-q", "--jobs", "1", env=env, ok=True)
     (w,) = [v for v in _verdicts(state, root) if v.status != "ok"]
     assert (w.path, w.status, w.reason) == ("c/w__oom__.jpg", "warn", "too_large")
 
-    out = _run("index", root, "-o", tmp_path / "i.arrow", "--jobs", "1", env=env).stdout
+    out = run_cli("index", root, "-o", tmp_path / "i.arrow", "--jobs", "1", env=env, ok=True).stdout
     assert rel_paths(str(tmp_path / "i.arrow")) == ["c/ok0.jpg", "c/ok1.jpg", "c/ok2.jpg"]
     assert "left out, warn/too_large 1" in out and "--max-memory" in out and "--include-warn too_large" in out
     assert "c/w__oom__.jpg" in out and "changed since the scan" not in out  # it did not change
     # --no-check: the scan's verdict alone, the same rule
-    _run("index", root, "-o", tmp_path / "n.arrow", "--no-check", "-q", env=env)
+    run_cli("index", root, "-o", tmp_path / "n.arrow", "--no-check", "-q", env=env, ok=True)
     assert "c/w__oom__.jpg" not in rel_paths(str(tmp_path / "n.arrow"))
     # asked for explicitly: indexed
-    _run("index", root, "-o", tmp_path / "k.arrow", "--include-warn", "too_large", "-q", "--jobs", "1", env=env)
+    run_cli(
+        "index", root, "-o", tmp_path / "k.arrow", "--include-warn", "too_large", "-q", "--jobs", "1", env=env, ok=True
+    )
     assert "c/w__oom__.jpg" in rel_paths(str(tmp_path / "k.arrow"))
 
 

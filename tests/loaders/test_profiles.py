@@ -5,11 +5,10 @@ from __future__ import annotations
 import importlib.util
 import io
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from support.fixtures.cli import run_cli
 from support.loadermedia import jpeg, jpeg_with_orientation, picture, png16, pyav_audio
 
 from dsclean import reasons as R
@@ -22,16 +21,6 @@ av = pytest.importorskip("av")
 
 OPENCV = CheckOptions(loaders=("opencv",))
 PYAV = CheckOptions(loaders=("pyav",))
-
-
-def run_cli(*args, env=None):
-    return subprocess.run(
-        [sys.executable, "-m", "dsclean", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env={**os.environ, **(env or {})},
-    )
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from support.packing import folder_digests, make_indexed
+from support.packing import folder_digests
 
 from dsclean.cli import main
 from dsclean.errors import UserError
@@ -18,9 +18,9 @@ PY = sys.executable
 
 
 @pytest.fixture(scope="module")
-def source(tmp_path_factory):
+def source(media_index, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cluster")
-    _, index = make_indexed(tmp)
+    _, index = media_index
     pack_shards(index, str(tmp / "local"), PackOptions(samples_per_shard=3, shuffle=5))
     return index, tmp / "local"
 
@@ -79,6 +79,7 @@ def test_finish_refuses_a_missing_shard_of_a_finished_part(source, tmp_path):
 distributed = pytest.importorskip("distributed")
 
 
+@pytest.mark.slow  # a dask LocalCluster of worker processes
 def test_dask_local_cluster_packs_byte_identical(source, tmp_path):
     index, local = source
     with distributed.LocalCluster(

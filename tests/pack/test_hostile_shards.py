@@ -14,31 +14,23 @@ import sys
 import tarfile
 
 import pytest
-from support.packing import make_indexed
+from support.fixtures import cli as support_cli
 
 from dsclean.errors import UserError
-from dsclean.pack.packer import PackOptions, pack_shards
 from dsclean.pack.tarformat import TarError, iter_members
 
 TIMEOUT = 120
 
 
 def run_cli(*args, timeout=TIMEOUT):
-    return subprocess.run(
-        [sys.executable, "-m", "dsclean", *map(str, args)],
-        capture_output=True,
-        text=True,
-        errors="replace",
-        timeout=timeout,
-    )
+    """Output that may not decode is replaced; a run past the timeout fails the test (a hostile shard hangs it)."""
+    return support_cli.run_cli(*args, timeout=timeout, errors="replace")
 
 
-@pytest.fixture(scope="module")
-def packed(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("hostile")
-    _, index = make_indexed(tmp)
-    pack_shards(index, str(tmp / "shards"), PackOptions(samples_per_shard=5))
-    return tmp / "shards", index
+@pytest.fixture
+def packed(media_shards):
+    """(shards, index): the session's (tests/support/fixtures/media.py), read only: damage goes to a ``copy``."""
+    return media_shards
 
 
 @pytest.fixture

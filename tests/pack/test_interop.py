@@ -8,7 +8,6 @@ import subprocess
 import tarfile
 
 import pytest
-from support.packing import make_indexed
 
 from dsclean import IndexedDataset
 from dsclean.pack.packer import PackOptions, pack_shards
@@ -18,10 +17,9 @@ wids = pytest.importorskip("wids")
 
 
 @pytest.fixture(scope="module")
-def packed(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("interop")
-    _, index = make_indexed(tmp)
-    out = tmp / "shards"
+def packed(media_index, tmp_path_factory):
+    _, index = media_index
+    out = tmp_path_factory.mktemp("interop") / "shards"
     s = pack_shards(index, str(out), PackOptions(samples_per_shard=5, shuffle=11))
     return out, s.shards
 

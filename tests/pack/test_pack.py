@@ -383,6 +383,7 @@ def test_shard_temp_files_left_by_an_interrupted_pack_are_removed_by_the_next(tm
     assert folder_digests(tmp_path / "s") == before
 
 
+@pytest.mark.slow  # kill -9 mid-pack: 300 shards packed three times
 @pytest.mark.parametrize("durability", [[], ["--no-fsync"]], ids=["fsync", "no-fsync"])
 def test_kill_9_mid_pack_then_rerun_finishes_only_the_missing_shards(tmp_path, durability):
     root = tmp_path / "data"

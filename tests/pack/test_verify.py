@@ -8,7 +8,7 @@ import shutil
 import tarfile
 
 import pytest
-from support.packing import folder_digests, make_indexed
+from support.packing import folder_digests
 
 from dsclean.cli import main
 from dsclean.errors import UserError
@@ -16,12 +16,10 @@ from dsclean.pack.packer import PackOptions, pack_shards
 from dsclean.pack.verify import verify_shards
 
 
-@pytest.fixture(scope="module")
-def packed(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("verify")
-    _, index = make_indexed(tmp)
-    pack_shards(index, str(tmp / "shards"), PackOptions(samples_per_shard=5, shuffle=None, ext_policy="keep"))
-    return tmp / "shards"
+@pytest.fixture
+def packed(media_shards):
+    """The session's shards (tests/support/fixtures/media.py), read only: damage goes to a ``copy``."""
+    return media_shards[0]
 
 
 @pytest.fixture

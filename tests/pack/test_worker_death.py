@@ -11,6 +11,7 @@ import sys
 import time
 
 import psutil
+import pytest
 from support import synth
 from support.files import write
 from support.packing import folder_digests
@@ -18,6 +19,8 @@ from support.packing import folder_digests
 from dsclean.index.build import build_index
 
 PY = sys.executable
+
+pytestmark = pytest.mark.slow  # pack workers killed mid-pack: 240 shards packed two or three times
 
 
 def _index(tmp_path, n=240):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import os
 
-from support.failurelogs import log_failures, run_cli
+from support.failurelogs import log_failures
+from support.fixtures.cli import run_cli
 
 from dsclean import rechecked
 from dsclean.fromlog import FromLogOptions, quarantine_from_log

@@ -7,7 +7,8 @@ import html
 
 import pytest
 from support.browser import chromium, unavailable
-from support.failurelogs import log_failures, run_cli
+from support.failurelogs import log_failures
+from support.fixtures.cli import run_cli
 
 from dsclean.fromlog import FromLogOptions, quarantine_from_log
 from dsclean.report.build import ReportOptions, write_report

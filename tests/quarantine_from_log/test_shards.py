@@ -9,8 +9,9 @@ import tarfile
 
 import pytest
 from support import synth
-from support.failurelogs import log_failures, run_cli
+from support.failurelogs import log_failures
 from support.files import write
+from support.fixtures.cli import run_cli
 
 from dsclean.data.dataset import IndexedDataset
 from dsclean.denylist import append, read_denylist
@@ -243,6 +244,7 @@ def _size(img):
     return torch.tensor(img.size)
 
 
+@pytest.mark.slow  # real DataLoader workers
 def test_denied_samples_are_absent_from_a_real_dataloader_with_workers(packed, tmp_path):
     import torch
 

@@ -12,18 +12,13 @@ import numpy as np
 import pytest
 from support import synth
 from support.files import write
+from support.fixtures.cli import run_cli
 from support.reportpage import by_path, cards, sections
 from support.reporttree import HOSTILE_JPG, HOSTILE_PNG, facts_results
 
 from dsclean.report.build import ReportOptions, write_report
 from dsclean.report.collect import Caps
 from dsclean.report.safe import display
-
-
-def run_cli(*args, env=None, timeout=300):
-    return subprocess.run(
-        [sys.executable, "-m", "dsclean", *map(str, args)], capture_output=True, text=True, env=env, timeout=timeout
-    )
 
 
 def tree_state(root) -> dict[str, bytes]:

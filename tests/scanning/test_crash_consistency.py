@@ -7,11 +7,14 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 SCRIPT = os.path.join(
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "scripts", "crash_test.py"
 )
 
 
+@pytest.mark.slow  # fault injection: thirty scans killed mid-way
 def test_thirty_kills_lose_nothing():
     proc = subprocess.run(
         [sys.executable, SCRIPT, "--runs", "30", "--files", "400", "--json"],

@@ -77,6 +77,7 @@ def test_dask_scan_quarantines_like_a_local_scan(cluster, tmp_path):
     assert dsclean.restore(str(tmp_path / "q")).restored == 6
 
 
+@pytest.mark.slow  # fault injection: a crashing check on a dask cluster
 def test_a_crashing_file_does_not_take_a_dask_worker_down(tmp_path):
     root = tmp_path / "data"
     make_tree(root, n_good=8, n_bad=0)
@@ -102,6 +103,7 @@ def test_a_crashing_file_does_not_take_a_dask_worker_down(tmp_path):
     assert s.files == 9 and s.bad == 1
 
 
+@pytest.mark.slow  # fault injection: a dask worker killed mid-scan
 def test_a_worker_killed_mid_scan_costs_only_its_chunk(cluster, tmp_path):
     root = tmp_path / "data"
     good = synth.jpeg(384, 384)

@@ -6,12 +6,11 @@ import json
 import os
 import shutil
 import stat
-import subprocess
-import sys
 
 import pytest
 from support import synth
 from support.files import write
+from support.fixtures.cli import run_cli
 from support.mounts import make_read_only, tmpfs
 from support.treegen import make_tree, tree_state
 
@@ -19,12 +18,6 @@ import dsclean
 from dsclean import locations
 from dsclean.errors import UserError
 from dsclean.scanning.scanner import ScanOptions, format_summary, scan
-
-
-def run_cli(*args, **kw):
-    return subprocess.run(
-        [sys.executable, "-m", "dsclean", *map(str, args)], capture_output=True, text=True, timeout=300, **kw
-    )
 
 
 def listing(root) -> set[str]:
@@ -43,9 +36,9 @@ def imagefolder_classes(root) -> list[str]:
 
 
 @pytest.fixture
-def tree(tmp_path):
-    root = tmp_path / "data"
-    expected = make_tree(root)
+def tree(tree):
+    """The shared tree, plus names that are not media."""
+    root, expected = tree
     write(root, ".git/config", b"[core]")  # hidden folder and files: untouched, still a "class" to ImageFolder
     write(root, "cats/.hidden.jpg", synth.HTML_PAGE)
     write(root, "notes.txt", b"not media")

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from support import synth
 from support.files import write
 
@@ -263,6 +264,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow  # fault injection: a scan killed during isolation
 def test_a_scan_killed_during_isolation_resumes_and_leaves_no_process(tmp_path):
     """kill -9 of the scan while it isolates a hanging file's chunk: its processes end on their own (their timer,
     their parent's end), and the scan run again gives every file one verdict, the culprit its timeout."""

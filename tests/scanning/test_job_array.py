@@ -20,11 +20,13 @@ from dsclean.scanning.scanner import ScanOptions, in_part, scan
 N = 3
 
 
+pytestmark = pytest.mark.tree(n_good=30, n_bad=12)
+
+
 @pytest.fixture
-def tree(tmp_path):
-    root = tmp_path / "data"
-    make_tree(root, n_good=30, n_bad=12)
-    return root
+def tree(tree):
+    """The shared tree's root (30 good, 12 bad files)."""
+    return tree[0]
 
 
 def _part_scans(root, report, **kw):

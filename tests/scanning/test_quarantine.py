@@ -134,6 +134,7 @@ CRASH_DRIVER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # fault injection: a kill at every step of the moves
 @pytest.mark.parametrize("cross_device", [False, True], ids=["rename", "copy"])
 def test_kill_at_every_step_loses_nothing(tmp_path, cross_device):
     """SIGKILL the mover at each instrumented instruction; recovery + restore must give the tree back."""

@@ -15,6 +15,7 @@ import time
 import pytest
 from support import synth
 from support.files import write
+from support.fixtures.cli import DSCLEAN
 from support.mounts import read_only_bind, tmpfs
 from support.treegen import contents, make_tree, tree_state
 
@@ -30,8 +31,6 @@ from dsclean.scanning.quarantine.recovery import recover
 from dsclean.scanning.quarantine.restore import restore
 from dsclean.scanning.results import read_problems
 from dsclean.scanning.scanner import ScanOptions, scan
-
-DSCLEAN = [sys.executable, "-m", "dsclean"]
 
 
 def _journal(qdir, tag=""):
@@ -568,6 +567,7 @@ def _scan_json(root, *args, env=None):
     return summary, {p["path"]: p for p in read_problems(summary["problems_path"])}
 
 
+@pytest.mark.slow  # fault injection: checks allocating until MemoryError
 def test_memory_exhaustion_is_too_large_never_corrupt_never_cached(tmp_path, huge_canvas_gif):
     root, qdir = tmp_path / "root", tmp_path / "q"
     write(root, "a/big.gif", huge_canvas_gif)

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from PIL import Image
 from support import synth
 from support.files import write
@@ -135,6 +136,7 @@ def test_reused_row_with_a_quarantine_flag_is_moved(tmp_path):
     assert len(list((tmp_path / "q").rglob("dim.png"))) == 1
 
 
+@pytest.mark.slow  # fault injection: kill -9 mid-rescan
 def test_kill_9_mid_rescan_then_resume(tmp_path):
     """Every file touched after a full scan; the re-scan checking them is killed: the previous results
     stay whole, and the resumed scan reuses what the killed one committed to the cache."""

@@ -13,22 +13,11 @@ import pyarrow.parquet as pq
 import pytest
 from support import synth
 from support.files import write
-from support.treegen import contents, make_tree, tree_state
+from support.fixtures.cli import run_cli
+from support.treegen import contents, tree_state
 
 import dsclean
 from dsclean.scanning.scanner import ScanOptions, format_summary, scan
-
-
-def run_cli(*args, cwd=None, timeout=120):
-    return subprocess.run(
-        [sys.executable, "-m", "dsclean", *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=timeout
-    )
-
-
-@pytest.fixture
-def tree(tmp_path):
-    root = tmp_path / "data"
-    return root, make_tree(root)
 
 
 def test_scan_quarantines_exactly_the_bad_files(tree, tmp_path):

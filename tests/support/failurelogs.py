@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from dsclean.failures import FailureWriter, process_log_path
 from support import synth
 from support.files import write
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def dataset(root: Path) -> dict[str, bytes]:
@@ -34,11 +29,3 @@ def log_failures(log: Path, lines: list[tuple[int | None, dict]], rank: int = 0)
         w.write(**fields)
     for w in writers.values():
         w.close()
-
-
-def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    e = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    e.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "dsclean", *args], check=False, capture_output=True, text=True, env=e, timeout=300
-    )

@@ -150,6 +150,7 @@ def _check_files(log: Path) -> tuple[int, int]:
     return lines, torn
 
 
+@pytest.mark.slow  # fault injection: logging workers killed
 @pytest.mark.parametrize("workers", [0, 2])
 def test_sigkill_while_logging_loses_at_most_the_last_line_of_each_file(tmp_path, workers):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
