@@ -108,12 +108,12 @@ def format_scan(s) -> str:
 
 
 def is_dsclean_pack(specs: list[str]) -> bool:
-    """One folder written by ``dsclean pack`` (its packed index or shard list is there)."""
+    """One folder written by ``dsclean pack``: its packed index or shard list is there, or its ``pack.json`` (an
+    unfinished pack, which verify names as such instead of reading its tars as another tool's)."""
     if len(specs) != 1 or not os.path.isdir(specs[0]):
         return False
-    return any(
-        os.path.lexists(os.path.join(specs[0], n)) for n in (locations.PACKED_INDEX_FILE, locations.SHARD_LIST_FILE)
-    )
+    names = (locations.PACKED_INDEX_FILE, locations.SHARD_LIST_FILE, locations.PACK_STATE_FILE)
+    return any(os.path.lexists(os.path.join(specs[0], n)) for n in names)
 
 
 def route_verify(args: argparse.Namespace) -> int | None:
