@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
-import sys
 
 from .. import argtypes
 from ..errors import UserError
-from .exit_codes import EXIT_FOUND_BAD, EXIT_INCOMPLETE, EXIT_OK
 
 #: the scan options that only mean something for a URL: dest -> its default
 BUCKET_ONLY = {
@@ -125,19 +122,9 @@ def cmd_scan_bucket(args: argparse.Namespace, check) -> int:
         print(json.dumps(summary.to_json(), indent=2))
     elif not args.quiet:
         print(format_summary(summary))
-    if summary.interrupted:
-        print(
-            f"dsclean scan: interrupted by {signal.Signals(summary.signal).name}; results so far were saved",
-            file=sys.stderr,
-        )
-        return 128 + summary.signal
-    if summary.move_failures:
-        print(
-            f"dsclean scan: incomplete: {summary.move_failures} moves failed; each is in {summary.problems_path}",
-            file=sys.stderr,
-        )
-        return EXIT_INCOMPLETE
-    return EXIT_FOUND_BAD if args.check and summary.bad else EXIT_OK
+    from .scan import scan_exit
+
+    return scan_exit(args, summary)
 
 
 def bucket_report(args: argparse.Namespace, verb: str):

@@ -397,7 +397,7 @@ def _names_shard_set(args: argparse.Namespace) -> bool:
 
 def cmd_scan(args: argparse.Namespace) -> int:
     # the workers' forkserver, when the scan needs one, was started by dsclean.cli.main (parse_early)
-    from ..scanning.scanner import ScanOptions, format_summary, move_failure_line, scan
+    from ..scanning.scanner import ScanOptions, format_summary, scan
     from ..storage.urls import is_url
     from .bucket import cmd_scan_bucket, refuse_bucket_options
 
@@ -456,6 +456,13 @@ def cmd_scan(args: argparse.Namespace) -> int:
         print(f"dsclean: {msg}", file=sys.stderr)
     if args.html:
         _write_html(args, summary)
+    return scan_exit(args, summary)
+
+
+def scan_exit(args: argparse.Namespace, summary) -> int:
+    """The exit code of a finished scan (a folder's or a bucket's), saying why when it was cut short."""
+    from ..scanning.scanner import move_failure_line
+
     if summary.interrupted:
         print(
             f"dsclean scan: interrupted by {signal.Signals(summary.signal).name}; results so far were saved",

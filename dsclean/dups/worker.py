@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 from dataclasses import dataclass
+from typing import Callable, TypeVar
 
 import numpy as np
 
@@ -85,29 +86,29 @@ def facts_row(path: str, options: FlagOptions = FlagOptions()) -> Row:
     )
 
 
-def thumbs_chunk(root: str, rels: list[str], limits: Limits) -> list[np.ndarray | None]:
-    """The canonical 64x64 grey thumbnail of each image (None if it cannot be decoded)."""
+T = TypeVar("T")
+
+
+def _each_image(root: str, rels: list[str], limits: Limits, decode: Callable[[str], T]) -> list[T | None]:
+    """``decode`` of each image under the limits; None for one that cannot be decoded now (changed since?)."""
     _enter(limits)
-    out = []
+    out: list[T | None] = []
     for rel in rels:
+        path = os.path.join(root, rel)
         with time_limit(limits.timeout):
-            _fault(os.path.join(root, rel))
+            _fault(path)
             try:
-                out.append(thumbnail_from_path(os.path.join(root, rel)))
-            except (Exception, MemoryError):  # undecodable now (changed since?): the pair is not confirmed
+                out.append(decode(path))
+            except (Exception, MemoryError):  # undecodable now: the pair is not confirmed / no second signal for it
                 out.append(None)
     return out
+
+
+def thumbs_chunk(root: str, rels: list[str], limits: Limits) -> list[np.ndarray | None]:
+    """The canonical 64x64 grey thumbnail of each image (None if it cannot be decoded)."""
+    return _each_image(root, rels, limits, thumbnail_from_path)
 
 
 def second_hashes_chunk(root: str, rels: list[str], limits: Limits) -> list[list[int] | None]:
     """The anti-aliased hashes of each image, one per window (:mod:`dsclean.quality.texture`; None if undecodable)."""
-    _enter(limits)
-    out: list[list[int] | None] = []
-    for rel in rels:
-        with time_limit(limits.timeout):
-            _fault(os.path.join(root, rel))
-            try:
-                out.append(antialiased_hashes_from_path(os.path.join(root, rel)))
-            except (Exception, MemoryError):  # undecodable now (changed since?): no second signal for it
-                out.append(None)
-    return out
+    return _each_image(root, rels, limits, antialiased_hashes_from_path)
