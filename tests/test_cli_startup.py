@@ -236,7 +236,7 @@ def test_a_scan_is_parsed_alone_as_the_full_parser_would(tmp_path):
     """)
     assert (
         out.split("\n")[-2]
-        == "2 ['dsclean.cli.bucket', 'dsclean.cli.exit_codes', 'dsclean.cli.notes', 'dsclean.cli.parser', 'dsclean.cli.scan']"
+        == "2 ['dsclean.cli.bucket', 'dsclean.cli.exit_codes', 'dsclean.cli.notes', 'dsclean.cli.parser', 'dsclean.cli.scan', 'dsclean.cli.scanend']"
     )
 
 

@@ -122,7 +122,7 @@ def cmd_scan_bucket(args: argparse.Namespace, check) -> int:
         print(json.dumps(summary.to_json(), indent=2))
     elif not args.quiet:
         print(format_summary(summary))
-    from .scan import scan_exit
+    from .scanend import scan_exit
 
     return scan_exit(args, summary)
 

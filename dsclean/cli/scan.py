@@ -10,7 +10,6 @@ import argparse
 import dataclasses
 import json
 import os
-import signal
 import sys
 
 from .. import argtypes
@@ -19,6 +18,7 @@ from ..errors import UserError
 from .bucket import add_storage_option
 from .exit_codes import EXIT_FOUND_BAD, EXIT_INCOMPLETE, EXIT_OK
 from .parser import add_output_options, add_shard_set_options, print_json
+from .scanend import scan_exit
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -457,28 +457,6 @@ def cmd_scan(args: argparse.Namespace) -> int:
     if args.html:
         _write_html(args, summary)
     return scan_exit(args, summary)
-
-
-def scan_exit(args: argparse.Namespace, summary) -> int:
-    """The exit code of a finished scan (a folder's or a bucket's), saying why when it was cut short."""
-    from ..scanning.scanner import move_failure_line
-
-    if summary.interrupted:
-        print(
-            f"dsclean scan: interrupted by {signal.Signals(summary.signal).name}; results so far were saved",
-            file=sys.stderr,
-        )
-        return 128 + summary.signal
-    if summary.stopped:
-        print(f"dsclean scan: incomplete: {summary.stopped} ({summary.results_path})", file=sys.stderr)
-    if summary.move_failures:
-        print(
-            f"dsclean scan: incomplete: {move_failure_line(summary)}; every failed path is in {summary.problems_path}",
-            file=sys.stderr,
-        )
-    if summary.incomplete:
-        return EXIT_INCOMPLETE
-    return EXIT_FOUND_BAD if args.check and summary.bad else EXIT_OK
 
 
 class _NotNow(Exception):

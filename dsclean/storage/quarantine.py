@@ -152,8 +152,8 @@ class BucketQuarantine:
         return self.q.url_of(rel)
 
 
-def _transfer(src: Store, srel: str, dst: Store, drel: str, size: Any, etag: Any, policy: ReadPolicy) -> None:
-    """copy, verify, delete: the object ends at ``dst`` only if the copy there is the checked object."""
+def _precheck(src: Store, srel: str, dst: Store, drel: str, size: Any, etag: Any, policy: ReadPolicy):
+    """The source is the checked object and the destination is free (else MoveError); the source's info."""
     now = _info(src, srel, policy)
     if now is None:
         raise MoveError(f"{src.url_of(srel)} is gone: nothing to move")
@@ -161,6 +161,12 @@ def _transfer(src: Store, srel: str, dst: Store, drel: str, size: Any, etag: Any
         raise MoveError(f"{src.url_of(srel)} changed since it was checked (size or ETag differ): not moved")
     if _info(dst, drel, policy) is not None:
         raise MoveError(f"{dst.url_of(drel)} already exists: not overwritten, {src.url_of(srel)} not moved")
+    return now
+
+
+def _transfer(src: Store, srel: str, dst: Store, drel: str, size: Any, etag: Any, policy: ReadPolicy) -> None:
+    """copy, verify, delete: the object ends at ``dst`` only if the copy there is the checked object."""
+    now = _precheck(src, srel, dst, drel, size, etag, policy)
     fs = src.fs
     try:
         retried(lambda: fs.copy(src.path(srel), dst.path(drel)), srel, policy)
@@ -174,7 +180,9 @@ def _transfer(src: Store, srel: str, dst: Store, drel: str, size: Any, etag: Any
     try:
         retried(lambda: fs.rm_file(src.path(srel)), srel, policy)
     except Exception as exc:
-        _remove(dst, drel, policy)
+        if _info(src, srel, policy) is None:  # the delete went through and only its answer was lost: moved
+            return
+        _remove(dst, drel, policy)  # the original is still there: our copy goes
         raise MoveError(f"could not delete {src.url_of(srel)} after copying it: {describe(exc)}") from exc
 
 

@@ -34,6 +34,11 @@ def normalize(url: str) -> str:
     rest = url[len(scheme) + 3 :].rstrip("/")
     if not rest and scheme != "file":
         raise UserError(f"{url}: no bucket in the URL (e.g. s3://BUCKET/PREFIX)")
+    if "@" in rest.split("/", 1)[0]:  # s3://KEY:SECRET@bucket/...: never kept in a journal, a path or a message
+        raise UserError(
+            f"{scheme}://…@{rest.split('@', 1)[1]}: credentials in the URL are not accepted: give them through the "
+            "environment (AWS_ACCESS_KEY_ID, ...), a profile or --storage-option"
+        )
     return f"{scheme}://{rest}"
 
 
