@@ -36,7 +36,14 @@ def sample(i: int) -> dict:
     return {"image": Image.open(path), "raw": raw, "label": i}
 
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
 def write_set(tmp_path, monkeypatch):
+    # litdata's workers unpickle `sample` by its module's name (tests.with_torchvision.test_litdata under pytest's
+    # importlib mode): the repository root must be importable there, as it is not by default
+    monkeypatch.syspath_prepend(REPO)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
     src = tmp_path / "src"
     src.mkdir()
     monkeypatch.setenv("LITDATA_TEST_SRC", str(src))
