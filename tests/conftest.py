@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-pytest_plugins = ["support.fixtures.cli", "support.fixtures.trees", "support.fixtures.media"]
+pytest_plugins = ["support.fixtures.cli", "support.fixtures.trees", "support.fixtures.media", "support.fixtures.s3"]
 
 
 @pytest.fixture(autouse=True)
