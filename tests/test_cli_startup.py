@@ -36,7 +36,7 @@ def test_the_parser_loads_no_index_stage():
 def test_a_first_scan_imports_no_pyarrow_compute_nor_acero(tmp_path):
     """The scan's own process writes a first scan's results, cache and the set's norm (issue 27's pass) with Arrow's
     kernels called by name: it never imports ``pyarrow.compute`` (~0.1 CPU-s: it wraps ~290 kernels), Acero or
-    ``pyarrow.dataset``."""
+    ``pyarrow.dataset``; nor ``numpy.ma``, which ``pa.array`` of a numpy array imports (~25 ms, issue 29)."""
     root = tmp_path / "data"
     for i in range(3):
         write(root / "cats", f"{i}.jpg", synth.jpeg(16, 16, seed=i))
@@ -48,9 +48,55 @@ def test_a_first_scan_imports_no_pyarrow_compute_nor_acero(tmp_path):
         code = main(["scan", {str(root)!r}, "--dry-run", "--quiet", "--state-dir", {str(tmp_path / "s")!r},
                      "--report", {str(tmp_path / "r")!r}])
         print(code, "pyarrow.parquet" in sys.modules, "dsclean.scanning.norm" in sys.modules,
-              sorted(m for m in sys.modules if m in ("pyarrow.compute", "pyarrow.acero", "pyarrow.dataset")))
+              sorted(m for m in sys.modules if m in ("pyarrow.compute", "pyarrow.acero", "pyarrow.dataset", "numpy.ma")))
     """)
     assert out.split("\n")[-2] == "0 True True []"
+
+
+def test_the_forkserver_inherits_numpy_and_pyarrow_from_a_single_threaded_process(tmp_path):
+    """A first scan imports numpy and pyarrow before forking its workers' forkserver (which then does not import
+    them again): pyarrow's allocator thread is off by default, so the process is still single-threaded and the
+    forkserver a fork of it. A user's own BLAS threads or allocator options keep them out of it (and then any
+    thread at all makes the forkserver a fresh interpreter, never a fork of a threaded process)."""
+    write(tmp_path / "data", "a.jpg", synth.jpeg(16, 16))
+    code = f"""
+        import os, sys
+        from multiprocessing import forkserver
+        from dsclean.cli import main
+        from dsclean.scanning import executors
+        forked = executors._fork_helpers
+        executors._fork_helpers = lambda preload: (print("FORKED", flush=True), forked(preload))[1]
+        import dsclean.cli.scan as scan
+        def stop(args):  # the command line parsed and the workers started: what was imported by then
+            print(forkserver._forkserver._forkserver_pid is not None, "numpy" in sys.modules, "pyarrow" in sys.modules)
+            print(len(os.listdir("/proc/self/task")))
+            return 0
+        scan.cmd_scan = stop
+        main(["scan", {str(tmp_path / "data")!r}, "--state-dir", {str(tmp_path / "s")!r}])
+    """
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "JE_ARROW_MALLOC_CONF")}
+    assert _run(code, env).split() == ["FORKED", "True", "True", "True", "1"]
+    assert _run(code, {**env, "OPENBLAS_NUM_THREADS": "2"}).split()[:4] == ["FORKED", "True", "False", "False"]
+    other = _run(code, {**env, "JE_ARROW_MALLOC_CONF": "narenas:1"}).split()
+    assert other[:4] == ["FORKED", "True", "True", "False"]
+
+
+def test_a_process_with_a_native_thread_starts_its_forkserver_as_a_fresh_interpreter():
+    """The forkserver is forked only from a single-threaded process, native threads counted (pyarrow's allocator
+    thread, when a user turns it on): else it starts as multiprocessing starts it."""
+    out = _run("""
+        import os, sys
+        os.environ["JE_ARROW_MALLOC_CONF"] = "background_thread:true"
+        import pyarrow  # a native thread, no Python one
+        import threading
+        from dsclean.scanning import executors
+        executors._fork_helpers = lambda preload: print("FORKED")
+        print(threading.active_count(), len(os.listdir("/proc/self/task")) > 1)
+        executors.start_local_workers({"jpeg"}, False, fork_here=True)
+        from multiprocessing import forkserver
+        print("STARTED" if forkserver._forkserver._forkserver_pid is not None else "NOT")
+    """)
+    assert out.split() == ["1", "True", "STARTED"]
 
 
 def test_one_blas_thread_unless_the_user_chose():
@@ -491,8 +537,15 @@ def test_a_process_with_threads_starts_fresh_interpreters(tmp_path):
         t = threading.Thread(target=stop.wait)
         t.start()
         executors.start_local_workers(["jpeg"], facts=False, fork_here=True)
-        with open(f"/proc/{forkserver._forkserver._forkserver_pid}/cmdline", "rb") as f:
-            print(b"multiprocessing.forkserver" in f.read())
+        import time
+        deadline = time.monotonic() + 30  # the fresh interpreter's command line shows once its exec is done
+        while True:
+            with open(f"/proc/{forkserver._forkserver._forkserver_pid}/cmdline", "rb") as f:
+                fresh = b"multiprocessing.forkserver" in f.read()
+            if fresh or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        print(fresh)
         stop.set()
         t.join()
         executors.stop_local_workers()

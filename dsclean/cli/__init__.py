@@ -50,6 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: the environment variable pyarrow's jemalloc reads its options from, and the option that keeps it from starting a thread
+ARROW_MALLOC_ENV, NO_ALLOCATOR_THREAD = "JE_ARROW_MALLOC_CONF", "background_thread:false"
+
+
 def one_blas_thread() -> None:
     """One OpenBLAS thread per dsclean process (unless the environment already says otherwise).
 
@@ -60,6 +64,10 @@ def one_blas_thread() -> None:
     is imported.
     """
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    # pyarrow's bundled jemalloc starts a background thread at import (its memory pool here is mimalloc: the thread
+    # purges pages nothing allocated); without it a scan's process stays single-threaded after importing pyarrow,
+    # so its workers' forkserver can be forked after that import and inherit it (cli/scan.py, _start_workers_early)
+    os.environ.setdefault(ARROW_MALLOC_ENV, NO_ALLOCATOR_THREAD)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -496,9 +496,9 @@ def parse_early(argv: list[str]) -> argparse.Namespace | None:
 def _start_workers_early(args: argparse.Namespace) -> None:
     """A scan that will check files starts its workers' forkserver before this process imports the scan.
 
-    The forkserver imports the decoders (numpy, Pillow, simplejpeg, ...) while this process
-    imports its own (pyarrow, the results, the cache): on two cores the two start-ups overlap
-    instead of following each other (docs/benchmarks-history.md "The scan pipeline"). Only for a first scan or
+    This process imports numpy and pyarrow first (both need them; the fork inherits them), then the forkserver
+    imports the checkers' decoders (Pillow, simplejpeg, ...) while this process imports the rest of the scan
+    (the results, the cache): on two cores the two overlap (BENCHMARKS.md, issue 29). Only for a first scan or
     ``--rescan``: a re-scan of a tree with earlier results may check nothing, and then starts
     no process at all (the scan starts the workers itself when a file needs checking).
     """
@@ -513,6 +513,17 @@ def _start_workers_early(args: argparse.Namespace) -> None:
             return
     from ..scanning.discover import peek_formats
     from ..scanning.executors import start_local_workers
+
+    # numpy and pyarrow first, in this process: the scan imports them anyway, and the forkserver (a fork) then
+    # inherits them rather than importing them again (~0.15 CPU-s of every scan's start). Only while the process stays
+    # single-threaded: one BLAS thread, and pyarrow's allocator without its background thread (cli.main's defaults).
+    from . import ARROW_MALLOC_ENV, NO_ALLOCATOR_THREAD
+
+    if os.environ.get("OPENBLAS_NUM_THREADS") == "1":
+        import numpy  # noqa: F401
+
+        if os.environ.get(ARROW_MALLOC_ENV) == NO_ALLOCATOR_THREAD:
+            from ..scanning import schema  # noqa: F401  (pyarrow: the workers' Arrow batches, the results)
 
     # preload the checkers of the formats the tree seems to hold; the forkserver and the resource tracker are
     # forks of this process, still small and single-threaded here (no fresh interpreters to start)

@@ -364,7 +364,7 @@ def _fresh_process_context(formats: Iterable[str] | None = None, facts: bool = T
             fast = fastfork.SUPPORTED
             context = fastfork.WorkerContext() if fast else multiprocessing.get_context("forkserver")
             context.set_forkserver_preload(preload_modules(formats, facts))
-            if fast and fork_here and threading.active_count() == 1 and not fastfork.server_running():
+            if fast and fork_here and _single_threaded() and not fastfork.server_running():
                 _fork_helpers(preload_modules(formats, facts))
             else:
                 os.environ[_SERVER_ENV] = "1"  # seen by the server alone: it inherits this environment, then drops it
@@ -374,6 +374,15 @@ def _fresh_process_context(formats: Iterable[str] | None = None, facts: bool = T
                     os.environ.pop(_SERVER_ENV, None)
             _context = context
     return _context
+
+
+def _single_threaded() -> bool:
+    """Whether this process runs one thread, native ones included (a library's background thread too), where
+    ``/proc`` says; else Python's threads alone."""
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        return threading.active_count() == 1
 
 
 def _fork_helpers(preload: list[str]) -> None:
