@@ -81,6 +81,33 @@ def test_the_forkserver_inherits_numpy_and_pyarrow_from_a_single_threaded_proces
     assert other[:4] == ["FORKED", "True", "True", "False"]
 
 
+def test_the_forkserver_inherits_pyarrows_first_conversion_when_pandas_is_refused(tmp_path):
+    """pyarrow's first conversion of Python values imports dateutil (~6 ms): the command (pandas refused) makes it
+    before forking the forkserver, so no worker pays it on its first chunk. Called from Python without the refusal,
+    it is left alone (it would import pandas: ~0.35 s), and the process still forks single-threaded."""
+    write(tmp_path / "data", "a.jpg", synth.jpeg(16, 16))
+    code = f"""
+        import os, sys
+        from multiprocessing import forkserver
+        from dsclean.cli import main, no_pandas
+        if sys.argv[1:] == ["refuse"]:
+            no_pandas()
+        import dsclean.cli.scan as scan
+        def stop(args):
+            print(forkserver._forkserver._forkserver_pid is not None, "dateutil" in sys.modules, "pandas" in sys.modules)
+            print(len(os.listdir("/proc/self/task")))
+            return 0
+        scan.cmd_scan = stop
+        main(["scan", {str(tmp_path / "data")!r}, "--state-dir", {str(tmp_path / "s")!r}])
+    """
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "JE_ARROW_MALLOC_CONF")}
+    run = [sys.executable, "-c", textwrap.dedent(code)]
+    refused = subprocess.run([*run, "refuse"], capture_output=True, text=True, timeout=120, env=env)
+    assert refused.returncode == 0, refused.stderr
+    assert refused.stdout.split() == ["True", "True", "False", "1"]
+    assert _run(code, env).split() == ["True", "False", "False", "1"]
+
+
 def test_a_process_with_a_native_thread_starts_its_forkserver_as_a_fresh_interpreter():
     """The forkserver is forked only from a single-threaded process, native threads counted (pyarrow's allocator
     thread, when a user turns it on): else it starts as multiprocessing starts it."""

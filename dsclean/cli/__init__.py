@@ -120,8 +120,13 @@ def no_pandas() -> None:
     refuses ``pandas`` (pyarrow then takes pandas to be absent). Only the command's own process:
     :func:`main`, called from Python, leaves the caller's imports alone.
     """
-    if "pandas" not in sys.modules and not any(isinstance(f, _NoPandas) for f in sys.meta_path):
+    if "pandas" not in sys.modules and not pandas_refused():
         sys.meta_path.insert(0, _NoPandas())
+
+
+def pandas_refused() -> bool:
+    """Whether this process refuses pandas (:func:`no_pandas` ran)."""
+    return any(isinstance(f, _NoPandas) for f in sys.meta_path)
 
 
 class _NoPandas:

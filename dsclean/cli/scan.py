@@ -517,13 +517,16 @@ def _start_workers_early(args: argparse.Namespace) -> None:
     # numpy and pyarrow first, in this process: the scan imports them anyway, and the forkserver (a fork) then
     # inherits them rather than importing them again (~0.15 CPU-s of every scan's start). Only while the process stays
     # single-threaded: one BLAS thread, and pyarrow's allocator without its background thread (cli.main's defaults).
-    from . import ARROW_MALLOC_ENV, NO_ALLOCATOR_THREAD
+    from . import ARROW_MALLOC_ENV, NO_ALLOCATOR_THREAD, pandas_refused
 
     if os.environ.get("OPENBLAS_NUM_THREADS") == "1":
         import numpy  # noqa: F401
 
         if os.environ.get(ARROW_MALLOC_ENV) == NO_ALLOCATOR_THREAD:
-            from ..scanning import schema  # noqa: F401  (pyarrow: the workers' Arrow batches, the results)
+            from ..scanning import schema  # pyarrow: the workers' Arrow batches, the results
+
+            if pandas_refused():  # else the first conversion would import pandas (~0.35 s) into every process
+                schema.warm_conversions()
 
     # preload the checkers of the formats the tree seems to hold; the forkserver and the resource tracker are
     # forks of this process, still small and single-threaded here (no fresh interpreters to start)

@@ -54,6 +54,14 @@ def verdicts_batch(verdicts: list[Verdict]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=SCHEMA)
 
 
+def warm_conversions() -> None:
+    """Convert one Python value to Arrow now: pyarrow's first conversion imports what it tests values against
+    (``dateutil``: ~6 ms of CPU; pandas too, where it is installed and not refused as the ``dsclean`` command
+    refuses it). Done once in the scan's process before its workers' forkserver is forked, every worker inherits
+    it instead of paying it on its first chunk (issue 29)."""
+    pa.array([0])
+
+
 class Chunk(NamedTuple):
     """A checked chunk as the scan's main process gets it: the verdicts as a batch, and what the main
     process must know at once without looking at each row (counted by the worker that checked it)."""
