@@ -26,6 +26,10 @@ Every measured process is run interleaved with its rivals (A, B, A, B, ...) ``--
 medians. dsclean's modules are byte-compiled first, in both trees, as an installed package is.
 
     python scripts/bench_speed29.py [--only slopes|startup|jobs2|old] [--n 200] [--rounds 5] [--old /tmp/old27]
+    python scripts/bench_speed29.py --quick --before /tmp/base   # every ratio of issue 29, in about 6 minutes
+
+``--before DIR`` (a baseline dsclean tree, e.g. ``git archive main | tar -x -C /tmp/base``) adds its rows, measured
+interleaved in the same run, to the slopes, start-up and ``--jobs 2`` tables.
 """
 
 from __future__ import annotations
@@ -237,10 +241,13 @@ def startup(base: str, rounds: int, before: str | None) -> list[str]:
             f"**{_med(cpus[w]) / bcpu:.2f}x** |"
             for w, label in rows
         ),
+        "",
+        f"start-up, this tree: {_med(walls['scan']) / bw:.2f}x wall, {_med(cpus['scan']) / bcpu:.2f}x CPU the bare imports "
+        f"(bar <= 2x: {'met' if _med(walls['scan']) / bw <= 2 else 'NOT met'})",
     ]
 
 
-def jobs2(base: str, n: int, rounds: int) -> list[str]:
+def jobs2(base: str, n: int, rounds: int, before: str | None = None) -> list[str]:
     folder = os.path.join(base, "jobs2")
     os.makedirs(folder)
     bc.make_jpegs(folder, n)
@@ -256,6 +263,9 @@ def jobs2(base: str, n: int, rounds: int) -> list[str]:
         "scan1": lambda: run_scan(folder, 1),
         "scan2": lambda: run_scan(folder, 2),
     }
+    if before:
+        who["scan1b"] = lambda: run_scan(folder, 1, src=before)
+        who["scan2b"] = lambda: run_scan(folder, 2, src=before)
     walls: dict[str, list[float]] = {w: [] for w in who}
     cpus: dict[str, list[float]] = {w: [] for w in who}
     for _ in range(rounds):
@@ -266,22 +276,28 @@ def jobs2(base: str, n: int, rounds: int) -> list[str]:
     m = {w: _med(walls[w]) for w in who}
     ideal, real = m["loop1"] / m["loop2"], m["scan1"] / m["scan2"]
     share = real / ideal
+    labels = [
+        ("loop1", "decode loop, 1 process"),
+        ("loop2", "decode loop, 2 processes (half each)"),
+        ("scan1", "scan --jobs 1 --facts none"),
+        ("scan2", "scan --jobs 2 --facts none"),
+    ]
+    tail = []
+    if before:
+        labels += [("scan1b", f"scan --jobs 1, the dsclean of {before}"), ("scan2b", f"scan --jobs 2, {before}")]
+        b_real = m["scan1b"] / m["scan2b"]
+        tail = [
+            f"before ({before}), same run: --jobs 2 vs --jobs 1 {b_real:.2f}x: **{b_real / ideal:.1%} of the ideal**"
+        ]
     return [
         f"\n## --jobs 2 against the ideal split: {n:,} JPEGs, whole processes (median of {rounds} interleaved)\n",
         "| process | wall s | CPU s |",
         "|---|---:|---:|",
-        *(
-            f"| {label} | {m[w]:.2f} | {_med(cpus[w]):.2f} |"
-            for w, label in (
-                ("loop1", "decode loop, 1 process"),
-                ("loop2", "decode loop, 2 processes (half each)"),
-                ("scan1", "scan --jobs 1 --facts none"),
-                ("scan2", "scan --jobs 2 --facts none"),
-            )
-        ),
+        *(f"| {label} | {m[w]:.2f} | {_med(cpus[w]):.2f} |" for w, label in labels),
         "",
         f"ideal split (loop, 2 processes vs 1): {ideal:.2f}x; scan --jobs 2 vs --jobs 1: {real:.2f}x; "
         f"**{share:.1%} of the ideal** (bar >= 97%: {'met' if share >= 0.97 else 'NOT met'})",
+        *tail,
     ]
 
 
@@ -316,12 +332,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", choices=["slopes", "startup", "jobs2", "old"], action="append", help="run these only")
     ap.add_argument("--formats", default=",".join(FORMATS), help="comma-separated subset of jpeg,png,flac,wav")
-    ap.add_argument("--n", type=int, default=200, help="N of the slopes (N and 4N files per format)")
-    ap.add_argument("--jobs2-files", type=int, default=1500, help="JPEGs of the --jobs 2 section")
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--n", type=int, help="N of the slopes (N and 4N files per format; default 200, --quick 60)")
+    ap.add_argument("--jobs2-files", type=int, help="JPEGs of the --jobs 2 section (default 1500, --quick 900)")
+    ap.add_argument("--rounds", type=int, help="interleaved rounds (default 5, --quick 3)")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="every section of issue 29 in a few minutes: smaller N, fewer files and rounds (each still settable)",
+    )
     ap.add_argument("--before", metavar="DIR", help="a baseline dsclean tree: rows in the start-up and slopes tables")
     ap.add_argument("--old", metavar="DIR", help="another dsclean source tree (issue 27's 'before'); byte-compiled")
     args = ap.parse_args()
+    for name, full, quick in (("n", 200, 60), ("jobs2_files", 1500, 900), ("rounds", 5, 3)):
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
     sections = args.only or ["slopes", "startup", "jobs2"] + (["old"] if args.old else [])
     formats = [f for f in args.formats.split(",") if f]
     old = os.path.abspath(args.old) if args.old else None
@@ -344,7 +368,7 @@ def main() -> None:
         if "startup" in sections:
             out += startup(base, args.rounds, before)
         if "jobs2" in sections:
-            out += jobs2(base, args.jobs2_files, args.rounds)
+            out += jobs2(base, args.jobs2_files, args.rounds, before)
         if "old" in sections:
             out += old_tree(base, args.n, args.rounds, formats, old)  # type: ignore[arg-type]
     finally:
