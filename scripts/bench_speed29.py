@@ -298,6 +298,9 @@ def jobs2(base: str, n: int, rounds: int, before: str | None = None) -> list[str
         f"ideal split (loop, 2 processes vs 1): {ideal:.2f}x; scan --jobs 2 vs --jobs 1: {real:.2f}x; "
         f"**{share:.1%} of the ideal** (bar >= 97%: {'met' if share >= 0.97 else 'NOT met'})",
         *tail,
+        f"CPU of the whole process tree against the ideal split's (steady under load, where wall times are not): "
+        f"scan --jobs 2 {_med(cpus['scan2']) / _med(cpus['loop2']):.2f}x"
+        + (f", before {_med(cpus['scan2b']) / _med(cpus['loop2']):.2f}x" if before else ""),
     ]
 
 
