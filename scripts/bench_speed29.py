@@ -369,7 +369,7 @@ def main() -> None:
         if "slopes" in sections:
             out += slopes(base, args.n, args.rounds, formats, before)
         if "startup" in sections:
-            out += startup(base, args.rounds, before)
+            out += startup(base, 3 * args.rounds if args.quick else args.rounds, before)  # ~1 s a round: 9 for --quick
         if "jobs2" in sections:
             out += jobs2(base, args.jobs2_files, args.rounds, before)
         if "old" in sections:
