@@ -28,7 +28,7 @@ from ..storage.listing import Obj, iter_objects, probe
 from ..storage.reads import ReadPolicy, classify, describe, quiet_store_retries, retried
 from ..storage.reuse import IDS_FILE, RECORD_FILE, identity
 from ..storage.urls import normalize, scrub
-from .columns import BATCH, DEAD_ROW, Columns, chunks, is_image, read_results, take, with_facts
+from .columns import BATCH, DEAD_ROW, RESULT_COLUMNS, Columns, chunks, is_image, read_results, take, with_facts
 from .objects import facts_objects
 from .pool import run_chunks
 from .worker import KIND_CODES, Limits
@@ -207,7 +207,8 @@ def _match_batch(
     where = pc.index_in(pa.array(encoded, pa.binary()), value_set=table.column("path").combine_chunks())
     found = where.is_valid().to_pylist()
     rows = table.take(pc.fill_null(where, 0))
-    py = {n: rows.column(n).to_pylist() if n in rows.column_names else [None] * len(batch) for n in rows.column_names}
+    none = [None] * len(batch)
+    py = {n: rows.column(n).to_pylist() if n in rows.column_names else none for n in (*RESULT_COLUMNS, "_id")}
     for i, (obj, raw) in enumerate(zip(batch, encoded)):
         if not found[i]:
             yield obj
@@ -216,32 +217,30 @@ def _match_batch(
             stats["bad"] += 1
             continue
         ident = identity(obj._replace(rel=ident_prefix + obj.rel))
-        flags = py.get("flags", [None] * len(batch))[i] or []
+        flags = py["flags"][i] or []
         image = is_image(obj.rel)
-        phash, chash = py.get("phash", [None] * len(batch))[i], py.get("content_hash", [None] * len(batch))[i]
         usable = (
             ident != 0
             and py["_id"][i] == ident
-            and chash is not None
-            and (phash is not None or F.LOW_INFORMATION in flags or not image)
+            and py["content_hash"][i] is not None
+            and (py["phash"][i] is not None or F.LOW_INFORMATION in flags or not image)
         )
         if not usable:
             yield obj
             continue
         stats["from_results"] += 1
-        get = py.get
         cols.add(
             index,
             raw,
             obj.size,
             obj.mtime_ns,
             KIND_CODES["image" if image else "audio"],
-            get("width", [None] * len(batch))[i],
-            get("height", [None] * len(batch))[i],
-            chash,
-            phash,
+            py["width"][i],
+            py["height"][i],
+            py["content_hash"][i],
+            py["phash"][i],
             F.LOW_INFORMATION in flags,
-            image and is_unstable(get("sharpness", [None] * len(batch))[i], get("contrast", [None] * len(batch))[i]),
+            image and is_unstable(py["sharpness"][i], py["contrast"][i]),
             None,
             obj.etag,
         )

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 from support import synth
@@ -170,3 +172,34 @@ def test_user_mistakes_are_clear_errors(bucket, s3fs_direct, s3_endpoint, tmp_pa
     for argv, said in cases:
         r = cli(argv)
         assert r.code == 2 and said in r.err and "Traceback" not in r.err, (argv, r.err)
+
+
+def test_objects_that_crash_or_hang_their_decoder_are_named_and_left_out(bucket, s3fs_direct, s3_endpoint):
+    # fresh worker processes with the scan's test-only fault hook on (DSCLEAN_TEST_FAULTS=1)
+    a = synth.jpeg(128, 128, seed=5)
+    _upload(
+        s3fs_direct,
+        bucket,
+        "r",
+        {
+            "a.jpg": a,
+            "a2.jpg": a,
+            "x__segfault__.jpg": synth.jpeg(64, 64, seed=6),
+            "y__hang__.jpg": synth.jpeg(64, 64, seed=7),
+        },
+    )
+    argv = ["dups", f"s3://{bucket}/r", "--storage-option", f"endpoint_url={s3_endpoint}", "--timeout", "2"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "dsclean", *argv, "-j", "2", "--json"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DSCLEAN_TEST_FAULTS": "1"},
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    s = json.loads(proc.stdout)
+    assert (s["exact_groups"], s["duplicate_files"]) == (1, 1)
+    assert sorted(f.split(": ")[0] for f in s["failed"]) == [
+        f"s3://{bucket}/r/x__segfault__.jpg",
+        f"s3://{bucket}/r/y__hang__.jpg",
+    ]
