@@ -203,3 +203,17 @@ def test_objects_that_crash_or_hang_their_decoder_are_named_and_left_out(bucket,
         f"s3://{bucket}/r/x__segfault__.jpg",
         f"s3://{bucket}/r/y__hang__.jpg",
     ]
+
+
+def test_a_folder_and_a_bucket_prefix_compared_for_leakage(bucket, s3fs_direct, s3_endpoint, tmp_path):
+    files = _tree(tmp_path / "data")
+    _upload(s3fs_direct, bucket, "data", {k: v for k, v in files.items() if k.startswith("train/")})
+    local_val, url = str(tmp_path / "data/val"), f"s3://{bucket}/data/train"
+    result = find_duplicates([url, local_val], _opts(s3_endpoint))
+    leaks = [
+        (r["kind"], [(m["root"], m["path"]) for m in r["members"]]) for r in result.records() if len(r["splits"]) == 2
+    ]
+    assert sorted(leaks) == [
+        ("exact", [(url, "cats/a.jpg"), (url, "cats/a_copy.jpg"), (local_val, "cats/a.jpg")]),
+        ("near", [(url, "dogs/b.png"), (local_val, "dogs/b_small.jpg")]),
+    ]
