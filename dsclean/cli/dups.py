@@ -8,7 +8,7 @@ import os
 import sys
 
 from .. import argtypes
-from .bucket import add_storage_option
+from .bucket import BUCKET_ONLY, add_bucket_arguments
 from .exit_codes import EXIT_FOUND_BAD, EXIT_INCOMPLETE, EXIT_OK
 from .scan import add_split_names_option
 
@@ -108,7 +108,7 @@ def add_parsers(sub) -> None:
     )
     p.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    add_storage_option(p)
+    add_bucket_arguments(p)  # --storage-option, --manifest, --read-threads, --max-in-memory, --retries
     p.set_defaults(func=cmd_dups)
 
 
@@ -116,13 +116,23 @@ def cmd_dups(args: argparse.Namespace) -> int:
     from ..dups.finder import DupsOptions, check_groups_output, find_duplicates, write_groups
     from ..dups.moves import check_quarantine, quarantine_duplicates, resolve_split
     from ..errors import UserError
+    from ..storage.reads import DEFAULT_READ_THREADS, ReadPolicy
     from ..storage.urls import is_url, parse_storage_options
 
     if (args.drop_from or args.keep != "first" or args.dry_run) and not args.quarantine:
         raise UserError("--keep, --drop-from and --dry-run go with --quarantine DIR")
-    if args.storage_options and not any(is_url(r) for r in args.roots):
-        raise UserError(f"--storage-option: only for a storage URL (s3://...), and {' '.join(args.roots)} is local")
+    given_bucket = [k for k, default in BUCKET_ONLY.items() if getattr(args, k, default) not in (default, None, [])]
+    if given_bucket and not any(is_url(r) for r in args.roots):
+        names = ", ".join(
+            "--" + k.replace("_", "-").removesuffix("s" if k == "storage_options" else "") for k in given_bucket
+        )
+        raise UserError(f"{names}: only for a storage URL (s3://...), and {' '.join(args.roots)} is local")
     storage_options = parse_storage_options(args.storage_options)
+    policy = ReadPolicy()
+    policy = ReadPolicy(
+        retries=policy.retries if args.retries is None else args.retries,
+        max_in_memory=args.max_in_memory or policy.max_in_memory,
+    )
     given = list(args.roots)
     args.roots = _split_roots(args, storage_options)
     if args.drop_from:
@@ -144,6 +154,9 @@ def cmd_dups(args: argparse.Namespace) -> int:
         use_results=not args.no_results,
         state_dir=args.state_dir,
         storage_options=storage_options,
+        manifest=args.manifest,
+        read_threads=args.read_threads or DEFAULT_READ_THREADS,
+        read_policy=policy,
     )
     bar = None if args.quiet or args.json else _progress_bar()
     try:

@@ -25,6 +25,7 @@ from ..scanning.verdict import encode_path
 from ..splits import MAX_TOP_ENTRIES, SPLIT_NAMES, splits_among
 from ..storage.fs import Store
 from ..storage.listing import Obj, iter_objects, probe
+from ..storage.manifest import ManifestStats, iter_manifest
 from ..storage.reads import ReadPolicy, classify, describe, quiet_store_retries, retried
 from ..storage.reuse import IDS_FILE, RECORD_FILE, identity
 from ..storage.urls import normalize, scrub
@@ -157,13 +158,15 @@ def collect_bucket(
     use_results: bool,
     state_dir: str | None,
     progress: Callable[[int], Any] | None = None,
+    manifest: str | None = None,
 ) -> tuple[list[str], str]:
-    """Add the facts of every media object under ``store`` to ``cols`` (root ``index``); returns (the results
-    files read, where they came from). Objects that cannot be read go to ``failed``, named ``given/key``."""
+    """Add the facts of every media object under ``store`` (listed, or the keys under it that ``manifest``
+    names) to ``cols`` (root ``index``); returns (the results files read, where they came from). Objects that
+    cannot be read go to ``failed``, named ``given/key``."""
     table, paths, source, ident_prefix = (
         _last_scan(store, state_dir) if use_results else (None, [], "not used (--no-results)", "")
     )
-    todo = _from_results(index, store, table, cols, stats, ident_prefix)
+    todo = _from_results(index, store, table, cols, stats, ident_prefix, manifest)
     for objs, rows in run_chunks(facts_objects, store, chunks(todo, CHUNK), limits, workers, lambda obj: DEAD_ROW):
         for obj, row in zip(objs, rows):
             size, mtime, kind, w, h, chash, phash, low, shaky, error = row
@@ -180,11 +183,17 @@ def collect_bucket(
 
 
 def _from_results(
-    index: int, store: Store, table: pa.Table | None, cols: Columns, stats: dict, ident_prefix: str
+    index: int,
+    store: Store,
+    table: pa.Table | None,
+    cols: Columns,
+    stats: dict,
+    ident_prefix: str,
+    manifest: str | None = None,
 ) -> Iterator[Obj]:
     """Add the objects whose facts the results hold (unchanged since); yield the objects that need reading."""
     try:
-        listing = iter_objects(store)
+        listing = iter_manifest(manifest, store, stats=ManifestStats()) if manifest else iter_objects(store)
         while True:
             batch = list(take(listing, BATCH))
             if not batch:

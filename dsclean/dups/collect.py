@@ -89,11 +89,12 @@ def collect(
     progress=None,
     state_dir: str | None = None,
     storage_options: dict | None = None,
+    manifest: str | None = None,
 ) -> Inventory:
     """Facts of every media file under ``roots`` (paths as given), from scan results or computed. A root that
     is a storage URL (``s3://BUCKET/PREFIX``, opened with ``storage_options``) is a bucket prefix: its objects,
     named by key relative to it (:func:`dsclean.dups.bucket.collect_bucket`)."""
-    stores = [open_store(r, storage_options or {}) if is_url(r) else None for r in roots]
+    stores = [open_store(r, storage_options or {}, limits.read_policy) if is_url(r) else None for r in roots]
     local = [r for r, s in zip(roots, stores) if s is None]
     abs_local = [validate_root(r) for r in local]
     check_distinct(local, abs_local)
@@ -117,6 +118,7 @@ def collect(
                 use_results=use_results,
                 state_dir=state_dir,
                 progress=progress,
+                manifest=manifest,
             )
             results_files.append(paths)
             sources.append(source)

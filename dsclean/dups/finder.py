@@ -22,6 +22,7 @@ from ..quality.compare import DEFAULT_MIN_CORRELATION, similarity
 from ..quality.flags import FlagOptions
 from ..quality.texture import WINDOWS
 from ..storage.listing import Obj
+from ..storage.reads import DEFAULT_READ_THREADS, ReadPolicy
 from ..storage.urls import is_url
 from . import DEFAULT_NEAR
 from .collect import Inventory, check_outside_roots, collect
@@ -47,6 +48,9 @@ class DupsOptions:
     exclude: tuple[str, ...] = ()  # folders to leave out (the quarantine is always left out)
     flag_options: FlagOptions = FlagOptions()
     storage_options: dict = field(default_factory=dict, repr=False)  # for URL roots; may hold secrets: never shown
+    manifest: str | None = None  # URL roots: the keys to compare, instead of listing (text, CSV or Parquet)
+    read_threads: int = DEFAULT_READ_THREADS  # URL roots: object reads in flight per worker
+    read_policy: ReadPolicy = ReadPolicy()  # URL roots: retries, and the in-memory size limit of one object
 
 
 @dataclass
@@ -137,7 +141,9 @@ def find_duplicates(
     if quarantine:
         check_outside_roots(quarantine, roots, "the quarantine")
     workers = _workers(options.jobs)
-    limits = Limits(options.timeout, options.max_memory, options.flag_options)
+    limits = Limits(
+        options.timeout, options.max_memory, options.flag_options, options.read_threads, options.read_policy
+    )
     exclude = tuple(options.exclude) + ((os.path.abspath(quarantine),) if quarantine and not is_url(quarantine) else ())
     inv = collect(
         roots,
@@ -148,6 +154,7 @@ def find_duplicates(
         progress=progress,
         state_dir=options.state_dir,
         storage_options=options.storage_options,
+        manifest=options.manifest,
     )
     verify = _verifier(inv, limits, workers, options.min_similarity) if options.verify else None
     second = _second_hasher(inv, limits, workers) if options.second_signal else None

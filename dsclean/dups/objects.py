@@ -33,7 +33,7 @@ def facts_objects(store: Store, objs: list[Obj], limits: Limits) -> list[Row]:
     without facts whose error names the key and why (403, 404, still throttled after the retries)."""
     enter(limits)
     out = []
-    for got in read_ahead(store, objs):
+    for got in read_ahead(store, objs, limits.read_policy, limits.read_threads):
         if got.error is not None:
             out.append(failed_row(got.error.detail))
             continue
@@ -60,7 +60,7 @@ def _each_object(store: Store, objs: list[Obj], limits: Limits, decode: Callable
     or decoded now (changed since, gone, refused)."""
     enter(limits)
     out: list[T | None] = []
-    for got in read_ahead(store, objs):
+    for got in read_ahead(store, objs, limits.read_policy, limits.read_threads):
         if got.error is not None:
             out.append(None)
             continue

@@ -22,17 +22,20 @@ from ..quality.flags import FlagOptions
 from ..quality.image import thumbnail_from_path
 from ..quality.texture import antialiased_hashes_from_path, is_unstable
 from ..scanning.worker import FAULT_ENV, inject_fault, set_memory_ceiling, time_limit
+from ..storage.reads import DEFAULT_READ_THREADS, ReadPolicy
 
 KIND_CODES = {None: -1, formats.IMAGE: 0, formats.AUDIO: 1}
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-file limits in the workers (0 = none), and the flag thresholds."""
+    """Per-file limits in the workers (0 = none), the flag thresholds, and how a bucket's objects are read."""
 
     timeout: float = 60.0
     max_memory: int = 0
     flag_options: FlagOptions = FlagOptions()
+    read_threads: int = DEFAULT_READ_THREADS  # object reads in flight per worker (URL roots)
+    read_policy: ReadPolicy = ReadPolicy()  # retries, and the size past which an object goes through a temp file
 
 
 #: one file's answer: (size, mtime_ns, kind code, width, height, content_hash, phash, low_information, unstable, error)

@@ -167,6 +167,7 @@ def test_user_mistakes_are_clear_errors(bucket, s3fs_direct, s3_endpoint, tmp_pa
         (["dups", url, "--quarantine", f"{url}/q", *opt], "inside the dataset"),
         (["dups", url, "--quarantine", str(tmp_path / "q"), *opt], "a URL quarantine"),
         (["dups", str(tmp_path), *opt], "--storage-option: only for a storage URL"),
+        (["dups", str(tmp_path), "--manifest", str(tmp_path / "m.txt")], "--manifest: only for a storage URL"),
         (["dups", url, f"{url}/train", "--no-splits", *opt], "is inside"),
     ]
     for argv, said in cases:
@@ -217,3 +218,46 @@ def test_a_folder_and_a_bucket_prefix_compared_for_leakage(bucket, s3fs_direct, 
         ("exact", [(url, "cats/a.jpg"), (url, "cats/a_copy.jpg"), (local_val, "cats/a.jpg")]),
         ("near", [(url, "dogs/b.png"), (local_val, "dogs/b_small.jpg")]),
     ]
+
+
+def test_manifest_and_objects_through_temp_files(bucket, s3fs_direct, s3_endpoint, tmp_path, cli):
+    files = _tree(tmp_path / "data")
+    _upload(s3fs_direct, bucket, "data", files)
+    url, opt = f"s3://{bucket}/data/train", ["--storage-option", f"endpoint_url={s3_endpoint}", "-j", "2", "--json"]
+    manifest = tmp_path / "keys.txt"
+    manifest.write_text(
+        "data/train/cats/a.jpg\ndata/train/cats/a_copy.jpg\ndata/train/other/0.jpg\ndata/val/cats/a.jpg\n"
+    )
+    r = cli(["dups", url, "--manifest", manifest, "--no-results", *opt])
+    s = json.loads(r.out)
+    assert r.code == 0 and (s["files"], s["exact_groups"], s["duplicate_files"]) == (3, 1, 1), r.err
+
+
+def test_objects_past_max_in_memory_go_through_a_temp_file_with_the_same_facts(
+    bucket, s3fs_direct, s3_endpoint, tmp_path, monkeypatch
+):
+    import signal
+
+    from dsclean.dups import objects
+    from dsclean.dups.worker import Limits
+    from dsclean.storage.fs import Store
+    from dsclean.storage.listing import Obj
+    from dsclean.storage.reads import ReadPolicy
+
+    files = _tree(tmp_path / "data")
+    _upload(s3fs_direct, bucket, "data", files)
+    store = Store(f"s3://{bucket}/data/train", {"endpoint_url": s3_endpoint})
+    objs = [Obj(k[len("train/") :], len(v)) for k, v in files.items() if k.startswith("train/")]
+    through_files = []
+    real = objects.facts_row
+    monkeypatch.setattr(objects, "facts_row", lambda path, opts: through_files.append(path) or real(path, opts))
+    handler = signal.getsignal(signal.SIGINT)  # enter() ignores Ctrl-C, as a worker process does
+    try:
+        in_memory = objects.facts_objects(store, objs, Limits(timeout=0))
+        assert through_files == []
+        via_temp = objects.facts_objects(store, objs, Limits(timeout=0, read_policy=ReadPolicy(max_in_memory=1024)))
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    assert len(through_files) == len(objs)  # every object is larger than 1 KiB
+    assert not any(os.path.exists(p) for p in through_files)  # each temp file removed after use
+    assert via_temp == in_memory and all(row[5] is not None for row in via_temp)
