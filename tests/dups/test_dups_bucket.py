@@ -4,8 +4,10 @@ same files on local disk, the last bucket scan's facts reused, quarantine in the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -175,6 +177,7 @@ def test_user_mistakes_are_clear_errors(bucket, s3fs_direct, s3_endpoint, tmp_pa
         assert r.code == 2 and said in r.err and "Traceback" not in r.err, (argv, r.err)
 
 
+@pytest.mark.slow  # crashes and hangs worker processes on purpose
 def test_objects_that_crash_or_hang_their_decoder_are_named_and_left_out(bucket, s3fs_direct, s3_endpoint):
     # fresh worker processes with the scan's test-only fault hook on (DSCLEAN_TEST_FAULTS=1)
     a = synth.jpeg(128, 128, seed=5)
@@ -261,3 +264,40 @@ def test_objects_past_max_in_memory_go_through_a_temp_file_with_the_same_facts(
     assert len(through_files) == len(objs)  # every object is larger than 1 KiB
     assert not any(os.path.exists(p) for p in through_files)  # each temp file removed after use
     assert via_temp == in_memory and all(row[5] is not None for row in via_temp)
+
+
+@pytest.mark.slow  # kills a run on purpose
+def test_a_dups_killed_mid_move_loses_nothing(bucket, s3fs_direct, s3_endpoint, tmp_path, cli):
+    files = _tree(tmp_path / "data")
+    _upload(s3fs_direct, bucket, "data", files)
+    state = str(tmp_path / "state")
+    url, q = f"s3://{bucket}/data/train", f"s3://{bucket}/q"
+    opt = ["--storage-option", f"endpoint_url={s3_endpoint}", "--state-dir", state]
+    before = _keys(s3fs_direct, bucket, "data/train")
+    env = {**os.environ, "DSCLEAN_TEST_FAULTS": "1", "DSCLEAN_TEST_KILL_AT": "copied:1"}
+    with open(tmp_path / "stderr", "wb") as err:  # not a pipe: the killed run's workers would hold it open
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dsclean", "dups", url, "--quarantine", q, "-j", "2", "-q", *opt],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,  # its own process group: the killed run's worker processes are ended below
+        )
+        try:
+            code = proc.wait(timeout=300)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+    assert code == -9, (tmp_path / "stderr").read_text()
+    # killed after the first copy was verified, before its original was deleted: one object in two places
+    ds, held = _keys(s3fs_direct, bucket, "data/train"), _keys(s3fs_direct, bucket, "q/train")
+    assert ds == before and len(held) == 1 and held[0] in ds
+    r = cli(["recover", f"{q}/train", *opt])
+    assert r.code == 0, r.err
+    ds, held = _keys(s3fs_direct, bucket, "data/train"), _keys(s3fs_direct, bucket, "q/train")
+    assert not set(ds) & set(held) and sorted(ds + held) == before  # nothing in two places, nothing lost
+    # the next run moves the other copy; restore puts both back
+    r = cli(["dups", url, "--quarantine", q, "--json", "-j", "2", *opt])
+    assert json.loads(r.out)["moved"] == 1 and len(_keys(s3fs_direct, bucket, "q/train")) == 2, r.err
+    assert cli(["restore", f"{q}/train", *opt]).code == 0
+    assert _keys(s3fs_direct, bucket, "data/train") == before
