@@ -128,10 +128,10 @@ def cmd_dups(args: argparse.Namespace) -> int:
         )
         raise UserError(f"{names}: only for a storage URL (s3://...), and {' '.join(args.roots)} is local")
     storage_options = parse_storage_options(args.storage_options)
-    policy = ReadPolicy()
+    defaults = ReadPolicy()
     policy = ReadPolicy(
-        retries=policy.retries if args.retries is None else args.retries,
-        max_in_memory=args.max_in_memory or policy.max_in_memory,
+        retries=defaults.retries if args.retries is None else args.retries,
+        max_in_memory=args.max_in_memory or defaults.max_in_memory,
     )
     given = list(args.roots)
     args.roots = _split_roots(args, storage_options)

@@ -138,6 +138,11 @@ def find_duplicates(
         raise UserError(f"--near {options.near}: must be from 0 (exact duplicates only) to 32 bits")
     if memory_floor_problem(options.max_memory):
         raise UserError(memory_floor_problem(options.max_memory))
+    if options.max_memory and any(is_url(r) for r in roots):
+        raise UserError(
+            "--max-memory: not yet for a storage URL root (a worker's reader threads share the address space "
+            "the ceiling would limit); give --max-in-memory to bound one object's bytes instead"
+        )
     if quarantine:
         check_outside_roots(quarantine, roots, "the quarantine")
     workers = _workers(options.jobs)

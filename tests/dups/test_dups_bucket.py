@@ -171,6 +171,7 @@ def test_user_mistakes_are_clear_errors(bucket, s3fs_direct, s3_endpoint, tmp_pa
         (["dups", str(tmp_path), *opt], "--storage-option: only for a storage URL"),
         (["dups", str(tmp_path), "--manifest", str(tmp_path / "m.txt")], "--manifest: only for a storage URL"),
         (["dups", url, f"{url}/train", "--no-splits", *opt], "is inside"),
+        (["dups", url, "--max-memory", "1G", *opt], "--max-memory: not yet for a storage URL"),
     ]
     for argv, said in cases:
         r = cli(argv)
