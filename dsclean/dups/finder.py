@@ -28,7 +28,7 @@ from . import DEFAULT_NEAR
 from .collect import Inventory, check_outside_roots, collect
 from .grouping import Group, NearStats, group
 from .objects import second_hashes_objects, thumbs_objects
-from .pool import run_chunks
+from .pool import fresh_workers, run_chunks
 from .worker import Limits, second_hashes_chunk, thumbs_chunk
 
 
@@ -146,6 +146,8 @@ def find_duplicates(
     if quarantine:
         check_outside_roots(quarantine, roots, "the quarantine")
     workers = _workers(options.jobs)
+    if any(is_url(r) for r in roots):
+        fresh_workers(workers)  # workers with the environment's credentials as they are now
     limits = Limits(
         options.timeout, options.max_memory, options.flag_options, options.read_threads, options.read_policy
     )

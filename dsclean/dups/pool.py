@@ -45,6 +45,15 @@ def run_chunks(
         flight.cancel()
 
 
+def fresh_workers(workers: int) -> None:
+    """Start the pool's worker processes anew (the idle ones of an earlier run in this process are ended):
+    a bucket's credentials come from the environment (``AWS_*``, profiles), and a reused worker keeps the
+    environment it was started with. The next :func:`run_chunks` reuses these workers."""
+    from joblib.externals.loky import get_reusable_executor
+
+    get_reusable_executor(max_workers=workers, timeout=60, reuse=False)  # make_pool's arguments: reused after
+
+
 def _broken(exc: BaseException) -> bool:
     """A worker died (a decoder crashed, or its time limit killed it): the pool broke."""
     return isinstance(exc, BrokenProcessPool)

@@ -302,3 +302,18 @@ def test_a_dups_killed_mid_move_loses_nothing(bucket, s3fs_direct, s3_endpoint, 
     assert json.loads(r.out)["moved"] == 1 and len(_keys(s3fs_direct, bucket, "q/train")) == 2, r.err
     assert cli(["restore", f"{q}/train", *opt]).code == 0
     assert _keys(s3fs_direct, bucket, "data/train") == before
+
+
+def test_credentials_set_after_an_earlier_run_reach_the_workers(
+    bucket, s3fs_direct, s3_endpoint, tmp_path, monkeypatch
+):
+    # workers started by a local run without credentials in the environment are not reused for the bucket
+    files = _tree(tmp_path / "data")
+    _upload(s3fs_direct, bucket, "data", files)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)
+    local = find_duplicates([str(tmp_path / "data/train")], DupsOptions(jobs=2, timeout=30, use_results=False))
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    remote = find_duplicates([f"s3://{bucket}/data/train"], _opts(s3_endpoint, use_results=False))
+    assert remote.summary.failed == [] and _shape(remote) == _shape(local)
