@@ -41,27 +41,34 @@ def split_folders(root: str, names: Iterable[str] = SPLIT_NAMES) -> list[str]:
     not make its root a split root. One ``scandir`` of the top level, stopped at the first other folder
     (or past :data:`MAX_TOP_ENTRIES` entries: a flat folder of many files is no split root).
     """
-    order = {n.lower(): i for i, n in enumerate(names)}
-    found: list[tuple[int, str]] = []
     try:
         with os.scandir(root) as it:
-            for seen, entry in enumerate(it):
-                if seen >= MAX_TOP_ENTRIES:
-                    return []
-                if entry.name.startswith("."):
-                    continue
-                try:
-                    is_dir = entry.is_dir()  # a split may be a symlink to another disk
-                except OSError:
-                    continue
-                if not is_dir:
-                    continue
-                rank = order.get(entry.name.lower())
-                if rank is None:
-                    return []
-                found.append((rank, entry.name))
+            return splits_among(((e.name, _is_dir(e)) for e in it), names)
     except OSError:
         return []
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()  # a split may be a symlink to another disk
+    except OSError:
+        return False
+
+
+def splits_among(entries: Iterable[tuple[str, bool]], names: Iterable[str] = SPLIT_NAMES) -> list[str]:
+    """The split names among a top level's ``(name, is a folder)`` entries (a folder's, or a bucket prefix's
+    delimited listing), in ``names`` order; ``[]`` at the first other folder or past :data:`MAX_TOP_ENTRIES`."""
+    order = {n.lower(): i for i, n in enumerate(names)}
+    found: list[tuple[int, str]] = []
+    for seen, (name, is_dir) in enumerate(entries):
+        if seen >= MAX_TOP_ENTRIES:
+            return []
+        if name.startswith(".") or not is_dir:
+            continue
+        rank = order.get(name.lower())
+        if rank is None:
+            return []
+        found.append((rank, name))
     return [name for _, name in sorted(found)]
 
 

@@ -24,7 +24,12 @@ ALLOWED = {
     "data": {"index", "loaders"},
     "diagnose": {"index", "data"},
     "pack": {"scanning", "index", "data"},
-    "dups": {"scanning", "index", "quality"},
+    "dups": {
+        "scanning",
+        "index",
+        "quality",
+        "storage",
+    },  # storage: dups over a bucket prefix (reads, listing, quarantine)
     "report": {"scanning", "dups"},  # reads scan results, the quarantine journal, the worker guards, dups' moves
     "fromlog": {"scanning", "index", "data", "pack"},  # quarantine --from-log: re-checks files and shard samples
     "training": {"data", "diagnose"},  # wraps any dataset (names IndexedDataset samples), explains worker deaths

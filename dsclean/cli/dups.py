@@ -8,6 +8,7 @@ import os
 import sys
 
 from .. import argtypes
+from .bucket import BUCKET_ONLY, add_bucket_arguments
 from .exit_codes import EXIT_FOUND_BAD, EXIT_INCOMPLETE, EXIT_OK
 from .scan import add_split_names_option
 
@@ -39,7 +40,8 @@ def add_parsers(sub) -> None:
         "roots",
         nargs="+",
         metavar="ROOT",
-        help="folders to compare; each one is a split (one split root, DATA with DATA/train and DATA/val: its splits)",
+        help="folders to compare; each one is a split (one split root, DATA with DATA/train and DATA/val: its splits); "
+        "or storage URLs, s3://BUCKET/PREFIX (docs/guides/buckets.md)",
     )
     p.add_argument(
         "--no-splits",
@@ -68,7 +70,8 @@ def add_parsers(sub) -> None:
     p.add_argument(
         "--quarantine",
         metavar="DIR",
-        help="move the extra copies to DIR/<root name>/<path> (journaled; restore with dsclean restore)",
+        help="move the extra copies to DIR/<root name>/<path> (journaled; restore with dsclean restore DIR/<root name>); "
+        "for URL roots DIR is a URL in the same bucket storage: copy, verify, delete",
     )
     p.add_argument(
         "--keep",
@@ -105,6 +108,7 @@ def add_parsers(sub) -> None:
     )
     p.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_bucket_arguments(p)  # --storage-option, --manifest, --read-threads, --max-in-memory, --retries
     p.set_defaults(func=cmd_dups)
 
 
@@ -112,10 +116,25 @@ def cmd_dups(args: argparse.Namespace) -> int:
     from ..dups.finder import DupsOptions, check_groups_output, find_duplicates, write_groups
     from ..dups.moves import check_quarantine, quarantine_duplicates, resolve_split
     from ..errors import UserError
+    from ..storage.reads import DEFAULT_READ_THREADS, ReadPolicy
+    from ..storage.urls import is_url, parse_storage_options
 
     if (args.drop_from or args.keep != "first" or args.dry_run) and not args.quarantine:
         raise UserError("--keep, --drop-from and --dry-run go with --quarantine DIR")
-    args.roots = _split_roots(args)
+    given_bucket = [k for k, default in BUCKET_ONLY.items() if getattr(args, k, default) not in (default, None, [])]
+    if given_bucket and not any(is_url(r) for r in args.roots):
+        names = ", ".join(
+            "--" + k.replace("_", "-").removesuffix("s" if k == "storage_options" else "") for k in given_bucket
+        )
+        raise UserError(f"{names}: only for a storage URL (s3://...), and {' '.join(args.roots)} is local")
+    storage_options = parse_storage_options(args.storage_options)
+    defaults = ReadPolicy()
+    policy = ReadPolicy(
+        retries=defaults.retries if args.retries is None else args.retries,
+        max_in_memory=args.max_in_memory or defaults.max_in_memory,
+    )
+    given = list(args.roots)
+    args.roots = _split_roots(args, storage_options)
     if args.drop_from:
         resolve_split(list(args.roots), args.drop_from)  # a typo fails before any work
     # The outputs are checked before the work (which takes hours at scale), not after it.
@@ -123,6 +142,8 @@ def cmd_dups(args: argparse.Namespace) -> int:
         check_groups_output(args.output, list(args.roots))
     if args.quarantine:
         check_quarantine(args.quarantine, list(args.roots), dry_run=args.dry_run)
+        if args.roots != given:  # nor inside the split root given (a new DATA/q would not be one of its splits)
+            check_quarantine(args.quarantine, given, dry_run=True)
     options = DupsOptions(
         near=args.near,
         min_similarity=args.min_similarity,
@@ -132,6 +153,10 @@ def cmd_dups(args: argparse.Namespace) -> int:
         max_memory=args.max_memory,
         use_results=not args.no_results,
         state_dir=args.state_dir,
+        storage_options=storage_options,
+        manifest=args.manifest,
+        read_threads=args.read_threads or DEFAULT_READ_THREADS,
+        read_policy=policy,
     )
     bar = None if args.quiet or args.json else _progress_bar()
     try:
@@ -167,12 +192,19 @@ def cmd_dups(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _split_roots(args: argparse.Namespace) -> list[str]:
-    """One split root (``DATA`` with ``DATA/train``, ``DATA/val``): its splits, so that leakage across them is
-    found (said on stderr); otherwise the roots as given."""
+def _split_roots(args: argparse.Namespace, storage_options: dict) -> list[str]:
+    """One split root (``DATA`` with ``DATA/train``, ``DATA/val``, or such a bucket prefix): its splits, so that
+    leakage across them is found (said on stderr); otherwise the roots as given."""
+    from ..dups.bucket import split_prefixes
     from ..splits import split_roots
+    from ..storage.urls import is_url
 
-    roots = list(args.roots) if args.no_splits else split_roots(list(args.roots), args.split_names)
+    if args.no_splits or len(args.roots) != 1:
+        roots = list(args.roots)
+    elif is_url(args.roots[0]):
+        roots = split_prefixes(args.roots[0], storage_options, args.split_names)
+    else:
+        roots = split_roots(list(args.roots), args.split_names)
     if roots != list(args.roots) and not (args.quiet or args.json):
         print(
             f"dsclean dups: {args.roots[0]} is a split root: comparing its splits "

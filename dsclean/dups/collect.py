@@ -11,7 +11,6 @@ built in batches of ``BATCH`` files.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from typing import Iterator
 
 import numpy as np
@@ -20,175 +19,28 @@ import pyarrow.compute as pc
 
 from .. import locations, reasons
 from ..errors import UserError
-from ..formats import IMAGE, format_of_name, kind_of
-from ..hashing import DIGEST_SIZE
 from ..quality import flags as F
 from ..quality.texture import is_unstable
 from ..scanning.discover import DiscoverStats, iter_media
 from ..scanning.verdict import encode_path
+from ..storage.urls import is_url
+from .bucket import check_distinct_urls, collect_bucket, open_store
+from .columns import (
+    BATCH,
+    DEAD_ROW,
+    RESULT_COLUMNS,
+    Columns,
+    Inventory,
+    chunks,
+    is_image,
+    read_results,
+    take,
+    with_facts,
+)
 from .pool import run_chunks
 from .worker import KIND_CODES, Limits, facts_chunk
 
-BATCH = 65_536
 CHUNK = 32  # files per worker task
-
-_DEAD = (
-    None,
-    None,
-    -1,
-    None,
-    None,
-    None,
-    None,
-    False,
-    False,
-    "checking this file killed its worker (crash or --timeout)",
-)
-
-
-@dataclass
-class Inventory:
-    """Column arrays, one entry per file; ``roots[root[i]]`` and ``path[i]`` name file i."""
-
-    roots: list[str]
-    root: np.ndarray  # int32 index into roots
-    path: pa.Array  # binary: exact name bytes relative to the root
-    size: np.ndarray  # int64
-    mtime_ns: np.ndarray  # int64
-    kind: np.ndarray  # int8: 0 image, 1 audio, -1 not media / unknown
-    pixels: np.ndarray  # int64 width * height, -1 unknown
-    content_hash: np.ndarray  # (N, 16) uint8
-    has_hash: np.ndarray  # bool
-    phash: np.ndarray  # uint64
-    has_phash: np.ndarray  # bool
-    low_information: np.ndarray  # bool
-    dev: np.ndarray | None = None  # uint64 st_dev, with ino: which file on disk (0, 0: unknown)
-    ino: np.ndarray | None = None  # uint64 st_ino
-    unstable: np.ndarray | None = None  # bool: a texture, whose perceptual hash is unstable (quality.texture)
-    alias_of: np.ndarray | None = None  # int64: an earlier file (root, path order) that is the same file, or -1
-    excluded_bad: int = 0  # marked bad by the scan: not compared
-    from_results: int = 0  # facts taken from scan results
-    computed: int = 0  # facts computed here
-    failed: list[str] = field(default_factory=list)  # files that could not be read / killed a worker
-    undecodable: int = 0  # hashed but not decoded (no perceptual hash)
-    results_files: list[list[str]] = field(default_factory=list)  # per root: the results files read
-    results_sources: list[str] = field(default_factory=list)  # per root: where they came from (find_scan)
-    same_file: list[str] = field(default_factory=list)  # "B/x is the same file as A/x": names not compared
-
-    def __len__(self) -> int:
-        return len(self.root)
-
-    def rel(self, i: int) -> bytes:
-        return self.path[i].as_py()
-
-
-class _Columns:
-    """Rows appended one at a time, flushed to numpy arrays every BATCH rows."""
-
-    NAMES = (
-        "root",
-        "path",
-        "size",
-        "mtime_ns",
-        "kind",
-        "pixels",
-        "content_hash",
-        "has_hash",
-        "phash",
-        "has_phash",
-        "low_information",
-        "unstable",
-        "dev",
-        "ino",
-    )
-
-    def __init__(self) -> None:
-        self.parts: dict[str, list] = {n: [] for n in self.NAMES}
-        self.rows: dict[str, list] = {n: [] for n in self.NAMES}
-
-    def add(
-        self,
-        root: int,
-        path: bytes,
-        size,
-        mtime,
-        kind,
-        width,
-        height,
-        chash,
-        phash,
-        low,
-        shaky: bool = False,
-        file_id: tuple[int, int] | None = None,
-    ) -> None:
-        r = self.rows
-        r["root"].append(root)
-        r["path"].append(path)
-        r["size"].append(-1 if size is None else size)
-        r["mtime_ns"].append(-1 if mtime is None else mtime)
-        r["kind"].append(kind)
-        r["pixels"].append(width * height if width and height else -1)
-        r["content_hash"].append(chash if chash else bytes(DIGEST_SIZE))
-        r["has_hash"].append(chash is not None)
-        r["phash"].append(0 if phash is None else phash)
-        r["has_phash"].append(phash is not None)
-        r["low_information"].append(bool(low))
-        r["unstable"].append(bool(shaky))
-        r["dev"].append(file_id[0] if file_id else 0)
-        r["ino"].append(file_id[1] if file_id else 0)
-        if len(r["root"]) >= BATCH:
-            self.flush()
-
-    def flush(self) -> None:
-        r = self.rows
-        if not r["root"]:
-            return
-        p = self.parts
-        p["root"].append(np.array(r["root"], np.int32))
-        p["path"].append(pa.array(r["path"], pa.binary()))
-        for name, typ in (
-            ("size", np.int64),
-            ("mtime_ns", np.int64),
-            ("kind", np.int8),
-            ("pixels", np.int64),
-            ("has_hash", bool),
-            ("has_phash", bool),
-            ("low_information", bool),
-            ("unstable", bool),
-        ):
-            p[name].append(np.array(r[name], typ))
-        p["content_hash"].append(np.frombuffer(b"".join(r["content_hash"]), np.uint8).reshape(-1, DIGEST_SIZE))
-        for name in ("phash", "dev", "ino"):
-            p[name].append(np.array(r[name], np.uint64))
-        self.rows = {n: [] for n in self.NAMES}
-
-    def inventory(self, roots: list[str]) -> Inventory:
-        self.flush()
-        p = self.parts
-        if not p["root"]:
-            empty = {
-                n: np.zeros(0, t)
-                for n, t in (
-                    ("root", np.int32),
-                    ("size", np.int64),
-                    ("mtime_ns", np.int64),
-                    ("kind", np.int8),
-                    ("pixels", np.int64),
-                    ("has_hash", bool),
-                    ("phash", np.uint64),
-                    ("has_phash", bool),
-                    ("low_information", bool),
-                    ("unstable", bool),
-                    ("dev", np.uint64),
-                    ("ino", np.uint64),
-                )
-            }
-            return Inventory(
-                roots=roots, path=pa.array([], pa.binary()), content_hash=np.zeros((0, DIGEST_SIZE), np.uint8), **empty
-            )
-        cols = {n: np.concatenate(p[n]) for n in self.NAMES if n != "path"}
-        path = pa.concat_arrays(p["path"]) if len(p["path"]) > 1 else p["path"][0]
-        return Inventory(roots=roots, path=path, **cols)
 
 
 def validate_root(root: str) -> str:
@@ -236,15 +88,42 @@ def collect(
     use_results: bool = True,
     progress=None,
     state_dir: str | None = None,
+    storage_options: dict | None = None,
+    manifest: str | None = None,
 ) -> Inventory:
-    """Facts of every media file under ``roots`` (paths as given), from scan results or computed."""
-    abs_roots = [validate_root(r) for r in roots]
-    check_distinct(roots, abs_roots)
-    cols = _Columns()
+    """Facts of every media file under ``roots`` (paths as given), from scan results or computed. A root that
+    is a storage URL (``s3://BUCKET/PREFIX``, opened with ``storage_options``) is a bucket prefix: its objects,
+    named by key relative to it (:func:`dsclean.dups.bucket.collect_bucket`)."""
+    stores = [open_store(r, storage_options or {}, limits.read_policy) if is_url(r) else None for r in roots]
+    local = [r for r, s in zip(roots, stores) if s is None]
+    abs_local = [validate_root(r) for r in local]
+    check_distinct(local, abs_local)
+    check_distinct_urls([r for r, s in zip(roots, stores) if s is not None])
+    absolute = dict(zip(local, abs_local))
+    cols = Columns()
     stats = {"bad": 0, "from_results": 0, "computed": 0, "undecodable": 0}
     failed: list[str] = []
     results_files, sources = [], []
-    for index, (given, root) in enumerate(zip(roots, abs_roots)):
+    for index, (given, store) in enumerate(zip(roots, stores)):
+        if store is not None:
+            paths, source = collect_bucket(
+                index,
+                given,
+                store,
+                cols,
+                stats,
+                failed,
+                limits=limits,
+                workers=workers,
+                use_results=use_results,
+                state_dir=state_dir,
+                progress=progress,
+                manifest=manifest,
+            )
+            results_files.append(paths)
+            sources.append(source)
+            continue
+        root = absolute[given]
         paths, source = [], "not used (--no-results)"
         if use_results:
             found = locations.find_scan(root, state_dir=state_dir)
@@ -252,14 +131,14 @@ def collect(
             if found.partial is not None:  # the facts of the parts that ran; the others' files are computed here
                 source += ": the files of the missing parts are hashed and decoded here (nothing is left out)"
         results_files.append(paths)
-        results = _read_results(paths) if paths else None
+        results = read_results(paths) if paths else None
         if results is not None and found.prefix:  # a scanned parent's results: this root's rows, paths made relative
             results = locations.subtree_rows(results, found.prefix)
-        if results is not None and not _with_facts(paths[0]):
+        if results is not None and not with_facts(paths[0]):
             source += " (scanned with --facts none: no hashes to reuse, every file is hashed here)"
         sources.append(source)
         todo = _from_results(index, root, results, cols, stats, exclude)
-        for rels, rows in run_chunks(facts_chunk, root, _chunks(todo, CHUNK), limits, workers, lambda rel: _DEAD):
+        for rels, rows in run_chunks(facts_chunk, root, chunks(todo, CHUNK), limits, workers, lambda rel: DEAD_ROW):
             for rel, row in zip(rels, rows):
                 size, mtime, kind, w, h, chash, phash, low, shaky, error = row
                 if chash is None:
@@ -277,6 +156,7 @@ def collect(
     inv.excluded_bad, inv.from_results, inv.computed = stats["bad"], stats["from_results"], stats["computed"]
     inv.undecodable, inv.failed, inv.results_files = stats["undecodable"], failed, results_files
     inv.results_sources = sources
+    inv.stores = stores
     mark_same_files(inv)
     return inv
 
@@ -324,71 +204,13 @@ def mark_same_files(inv: Inventory) -> None:
             first = order[k]
 
 
-_RESULT_COLUMNS = (
-    "path",
-    "status",
-    "size",
-    "mtime_ns",
-    "width",
-    "height",
-    "content_hash",
-    "phash",
-    "flags",
-    "sharpness",
-    "contrast",
-)
-
-
-def _read_results(paths: list[str]) -> pa.Table | None:
-    """The useful columns of a scan's results files (one, or every part of a job array), as one table.
-
-    Any subset of the fact columns may be missing; a column only some parts have is null in the others.
-    """
-    import pyarrow.parquet as pq
-
-    tables = []
-    for path in paths:
-        try:
-            names = pq.read_schema(path).names
-            if "path" not in names or "status" not in names:
-                raise UserError(f"{path}: not a dsclean scan results file (no path/status columns)")
-            tables.append(pq.read_table(path, columns=[c for c in _RESULT_COLUMNS if c in names]))
-        except (pa.ArrowException, OSError) as exc:
-            raise UserError(f"{path}: cannot read scan results ({exc})") from exc
-    table = pa.concat_tables(tables, promote_options="default").combine_chunks()
-    return table if table.num_rows else None
-
-
-def _with_facts(results_path: str) -> bool:
-    """Whether the scan that wrote these results recorded facts (``scan --facts none`` records none, not even
-    the content hash: every file of such a root is hashed here)."""
-    from ..scanning.cache import options_from_key
-    from ..scanning.results import read_results_meta
-
-    try:
-        return options_from_key(read_results_meta(results_path).get("options")).facts
-    except (pa.ArrowException, OSError, ValueError):
-        return True  # unreadable metadata: the rows themselves say which facts are there
-
-
-def _chunks(items: Iterator[str], size: int) -> Iterator[list[str]]:
-    chunk: list[str] = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) >= size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
 def _from_results(
-    index: int, root: str, results: pa.Table | None, cols: _Columns, stats: dict, exclude: tuple[str, ...]
+    index: int, root: str, results: pa.Table | None, cols: Columns, stats: dict, exclude: tuple[str, ...]
 ) -> Iterator[str]:
     """Add the files whose facts the results hold; yield the relative paths that need computing."""
     media = iter_media(root, exclude=exclude, stats=DiscoverStats())
     while True:
-        batch = [rel for rel, _ in _take(media, BATCH)]
+        batch = [rel for rel, _ in take(media, BATCH)]
         if not batch:
             return
         if results is None:
@@ -397,16 +219,8 @@ def _from_results(
         yield from _match_batch(index, root, batch, results, cols, stats)
 
 
-def _take(it, n):
-    for _ in range(n):
-        nxt = next(it, None)
-        if nxt is None:
-            return
-        yield nxt
-
-
 def _match_batch(
-    index: int, root: str, batch: list[str], results: pa.Table, cols: _Columns, stats: dict
+    index: int, root: str, batch: list[str], results: pa.Table, cols: Columns, stats: dict
 ) -> Iterator[str]:
     """One batch: rows of the results aligned with the batch by one hash lookup, then a stat per file."""
     encoded = [encode_path(rel) for rel in batch]
@@ -415,7 +229,7 @@ def _match_batch(
     rows = results.take(pc.fill_null(where, 0))
     py = {
         n: rows.column(n).to_pylist() if n in rows.column_names else [None] * len(batch)
-        for n in _RESULT_COLUMNS
+        for n in RESULT_COLUMNS
         if n != "path"
     }
     for i, (rel, raw) in enumerate(zip(batch, encoded)):
@@ -431,7 +245,7 @@ def _match_batch(
             yield rel  # the worker reports it
             continue
         flags = py["flags"][i] or []
-        image = _is_image(rel)
+        image = is_image(rel)
         usable = (
             py["size"][i] == st.st_size
             and py["mtime_ns"][i] == st.st_mtime_ns
@@ -456,8 +270,3 @@ def _match_batch(
             image and is_unstable(py["sharpness"][i], py["contrast"][i]),
             (st.st_dev, st.st_ino),
         )
-
-
-def _is_image(rel: str) -> bool:
-    fmt = format_of_name(rel)
-    return fmt is not None and kind_of(fmt) == IMAGE

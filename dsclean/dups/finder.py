@@ -21,10 +21,14 @@ from ..jsonpaths import path_fields
 from ..quality.compare import DEFAULT_MIN_CORRELATION, similarity
 from ..quality.flags import FlagOptions
 from ..quality.texture import WINDOWS
+from ..storage.listing import Obj
+from ..storage.reads import DEFAULT_READ_THREADS, ReadPolicy
+from ..storage.urls import is_url
 from . import DEFAULT_NEAR
 from .collect import Inventory, check_outside_roots, collect
 from .grouping import Group, NearStats, group
-from .pool import run_chunks
+from .objects import second_hashes_objects, thumbs_objects
+from .pool import fresh_workers, run_chunks
 from .worker import Limits, second_hashes_chunk, thumbs_chunk
 
 
@@ -43,6 +47,10 @@ class DupsOptions:
     state_dir: str | None = None  # where the roots' last scans are recorded (default: $DSCLEAN_STATE_DIR, per user)
     exclude: tuple[str, ...] = ()  # folders to leave out (the quarantine is always left out)
     flag_options: FlagOptions = FlagOptions()
+    storage_options: dict = field(default_factory=dict, repr=False)  # for URL roots; may hold secrets: never shown
+    manifest: str | None = None  # URL roots: the keys to compare, instead of listing (text, CSV or Parquet)
+    read_threads: int = DEFAULT_READ_THREADS  # URL roots: object reads in flight per worker
+    read_policy: ReadPolicy = ReadPolicy()  # URL roots: retries, and the in-memory size limit of one object
 
 
 @dataclass
@@ -89,7 +97,7 @@ class DupsResult:
         """Yield each group as the JSON-ready dict written to groups.jsonl."""
         inv = self.inventory
         # A root given relative also gets root_abs: the groups file is read from other folders (report --dups).
-        extra = [{} if os.path.isabs(r) else {"root_abs": os.path.abspath(r)} for r in inv.roots]
+        extra = [{} if os.path.isabs(r) or is_url(r) else {"root_abs": os.path.abspath(r)} for r in inv.roots]
         for n, g in enumerate(self.groups):
             yield {
                 "group": n,
@@ -130,11 +138,20 @@ def find_duplicates(
         raise UserError(f"--near {options.near}: must be from 0 (exact duplicates only) to 32 bits")
     if memory_floor_problem(options.max_memory):
         raise UserError(memory_floor_problem(options.max_memory))
+    if options.max_memory and any(is_url(r) for r in roots):
+        raise UserError(
+            "--max-memory: not yet for a storage URL root (a worker's reader threads share the address space "
+            "the ceiling would limit); give --max-in-memory to bound one object's bytes instead"
+        )
     if quarantine:
         check_outside_roots(quarantine, roots, "the quarantine")
     workers = _workers(options.jobs)
-    limits = Limits(options.timeout, options.max_memory, options.flag_options)
-    exclude = tuple(options.exclude) + ((os.path.abspath(quarantine),) if quarantine else ())
+    if any(is_url(r) for r in roots):
+        fresh_workers(workers)  # workers with the environment's credentials as they are now
+    limits = Limits(
+        options.timeout, options.max_memory, options.flag_options, options.read_threads, options.read_policy
+    )
+    exclude = tuple(options.exclude) + ((os.path.abspath(quarantine),) if quarantine and not is_url(quarantine) else ())
     inv = collect(
         roots,
         limits=limits,
@@ -143,6 +160,8 @@ def find_duplicates(
         use_results=options.use_results,
         progress=progress,
         state_dir=options.state_dir,
+        storage_options=options.storage_options,
+        manifest=options.manifest,
     )
     verify = _verifier(inv, limits, workers, options.min_similarity) if options.verify else None
     second = _second_hasher(inv, limits, workers) if options.second_signal else None
@@ -184,19 +203,18 @@ def _second_hasher(inv: Inventory, limits: Limits, workers: int):
     def second(files: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         hashes = np.zeros((len(files), len(WINDOWS)), dtype=np.uint64)
         ok = np.zeros(len(files), dtype=bool)
-        for r, root in enumerate(inv.roots):
+        for r in range(len(inv.roots)):
             at = np.flatnonzero(inv.root[files] == r)
-            pending: dict[str, np.ndarray] = {}  # the chunks in flight: first name -> positions in files
+            pending: dict = {}  # the chunks in flight: first item -> positions in files
+            task, source, item = _source(inv, r, second_hashes_chunk, second_hashes_objects)
 
-            def chunks(at: np.ndarray = at):
+            def chunks(at: np.ndarray = at, item=item):
                 for k in range(0, len(at), 32):
-                    chunk = [os.fsdecode(inv.rel(int(files[j]))) for j in at[k : k + 32]]
+                    chunk = [item(int(files[j])) for j in at[k : k + 32]]
                     pending[chunk[0]] = at[k : k + 32]  # names are unique within a root
                     yield chunk
 
-            for chunk, answers in run_chunks(
-                second_hashes_chunk, os.path.abspath(root), chunks(), limits, workers, lambda rel: None
-            ):
+            for chunk, answers in run_chunks(task, source, chunks(), limits, workers, lambda rel: None):
                 for j, h in zip(pending.pop(chunk[0]).tolist(), answers):
                     if h is not None:
                         hashes[j], ok[j] = h, True
@@ -208,21 +226,33 @@ def _second_hasher(inv: Inventory, limits: Limits, workers: int):
 def _thumbnails(inv: Inventory, files: np.ndarray, limits: Limits, workers: int) -> dict[int, np.ndarray]:
     """64x64 grey thumbnails of ``files``, decoded again in the worker pool (4 KiB each)."""
     out: dict[int, np.ndarray] = {}
-    for r, root in enumerate(inv.roots):
+    for r in range(len(inv.roots)):
         mine = files[inv.root[files] == r]
-        rels = [os.fsdecode(inv.rel(int(i))) for i in mine]
-        index = {rel: int(i) for rel, i in zip(rels, mine)}
-        chunks = [rels[k : k + 32] for k in range(0, len(rels), 32)]
-        for chunk, thumbs in run_chunks(thumbs_chunk, os.path.abspath(root), chunks, limits, workers, lambda rel: None):
-            for rel, t in zip(chunk, thumbs):
+        task, source, item = _source(inv, r, thumbs_chunk, thumbs_objects)
+        items = [item(int(i)) for i in mine]
+        index = {it: int(i) for it, i in zip(items, mine)}
+        chunks = [items[k : k + 32] for k in range(0, len(items), 32)]
+        for chunk, thumbs in run_chunks(task, source, chunks, limits, workers, lambda rel: None):
+            for it, t in zip(chunk, thumbs):
                 if t is not None:
-                    out[index[rel]] = t
+                    out[index[it]] = t
     return out
+
+
+def _source(inv: Inventory, r: int, local_task, object_task):
+    """How root ``r``'s files are decoded again in the pool: (task, its root argument, file index -> chunk item):
+    a folder's by relative path, a bucket prefix's by object (key and size: one GET, no HEAD)."""
+    store = inv.stores[r] if inv.stores else None
+    if store is None:
+        return local_task, os.path.abspath(inv.roots[r]), lambda i: os.fsdecode(inv.rel(i))
+    return object_task, store, lambda i: Obj(os.fsdecode(inv.rel(i)), int(inv.size[i]))
 
 
 def check_groups_output(output: str, roots: list[str]) -> None:
     """Refuse an ``-o`` that could not be written (no such folder, a folder, not writable, inside a root);
     the CLI calls it before any work, :func:`write_groups` again before writing."""
+    if is_url(output):
+        raise UserError(f"-o {output}: the groups are written to a local file (never into a bucket)")
     parent = os.path.dirname(os.path.abspath(output))
     if not os.path.isdir(parent):
         raise UserError(f"{output}: the folder {parent} does not exist")

@@ -19,6 +19,10 @@ from dataclasses import dataclass, field
 from .. import reasons
 from ..errors import UserError
 from ..scanning.quarantine.moves import Quarantine, bound_root
+from ..storage.fs import Store
+from ..storage.quarantine import BucketQuarantine, MoveError, ObjInfo, same_object
+from ..storage.reads import ReadPolicy, classify, retried
+from ..storage.urls import is_url, normalize, scheme_of
 from .collect import check_outside_roots
 from .finder import DupsResult
 from .quarantines import record_quarantine
@@ -53,6 +57,9 @@ def subfolders(roots: list[str]) -> list[str]:
 def check_quarantine(qdir: str, roots: list[str], dry_run: bool = False) -> None:
     """Refuse a quarantine that could not take the moves: inside a root, a file, not writable, or a root's
     subfolder bound to another root. Creates nothing; the CLI calls it before any work."""
+    if is_url(qdir) or any(is_url(r) for r in roots):
+        check_bucket_quarantine(qdir, roots)
+        return
     check_outside_roots(qdir, roots, "the quarantine")
     if os.path.exists(qdir) and not os.path.isdir(qdir):
         raise UserError(f"the quarantine {qdir} is a file, not a folder")
@@ -133,11 +140,17 @@ def quarantine_duplicates(
     report = MoveReport(planned=len(moves), left_across_splits=left)
     names = subfolders(inv.roots)
     report.destinations = {root: os.path.join(qdir, name) for root, name in zip(inv.roots, names)}
+    if is_url(qdir):
+        report.destinations = {root: f"{normalize(qdir)}/{name}" for root, name in zip(inv.roots, names)}
     if dry_run or not moves:
         return report
     by_root: dict[int, list[int]] = {}
     for m in moves:
         by_root.setdefault(int(inv.root[m]), []).append(m)
+    if is_url(qdir):
+        for r, files in sorted(by_root.items()):
+            _move_objects(inv, r, files, report.destinations[inv.roots[r]], state_dir, report)
+        return report
     for r, files in sorted(by_root.items()):
         root = os.path.abspath(inv.roots[r])
         note = record_quarantine(root, os.path.join(qdir, names[r]), state_dir)
@@ -160,3 +173,54 @@ def quarantine_duplicates(
                 except OSError as exc:
                     report.errors.append(f"{full}: {exc.strerror or exc}")
     return report
+
+
+def check_bucket_quarantine(qdir: str, roots: list[str]) -> None:
+    """Bucket roots quarantine in the bucket: ``qdir`` a URL on the same storage as every root (all URLs),
+    neither inside a root nor holding one (dsclean never writes into a dataset). Creates nothing."""
+    if not is_url(qdir) or not all(is_url(r) for r in roots):
+        raise UserError(
+            f"--quarantine {qdir}: bucket roots quarantine in the bucket and folders in a folder: give URL roots with "
+            "a URL quarantine (s3://BUCKET/PREFIX), or folders with a folder (mixed roots: one --quarantine cannot serve both)"
+        )
+    q = normalize(qdir)
+    for root in roots:
+        url = normalize(root)
+        if scheme_of(url) != scheme_of(q):
+            raise UserError(f"--quarantine {qdir}: must be on the same storage as {root}")
+        if q == url or q.startswith(url + "/"):
+            raise UserError(
+                f"the quarantine {qdir} is inside the dataset {root}; dsclean never writes into a dataset: "
+                "give a prefix outside it"
+            )
+        if url.startswith(q + "/"):
+            raise UserError(f"the quarantine {qdir} holds the dataset {root}: give a prefix outside it")
+
+
+def _move_objects(inv, r: int, files: list[int], qurl: str, state_dir: str | None, report: MoveReport) -> None:
+    """Root ``r``'s extra copies moved into the bucket quarantine ``qurl`` (copy, verify, delete, journaled in
+    its local state folder: ``dsclean restore qurl`` puts them back); an object changed since its facts were
+    taken (size or ETag) is left in place."""
+    source = inv.stores[r]
+    policy = ReadPolicy()
+    with BucketQuarantine(source, Store(qurl, source.options), state_dir, policy) as q:
+        for m in files:
+            rel = os.fsdecode(inv.rel(m))
+            size, etag = int(inv.size[m]), inv.etag[m].as_py() if inv.etag is not None else None
+            try:
+                now = retried(lambda rel=rel: source.fs.info(source.path(rel)), rel, policy)
+            except FileNotFoundError:
+                report.errors.append(f"{source.url_of(rel)}: gone (404)")
+                continue
+            except Exception as exc:
+                report.errors.append(f"{source.url_of(rel)}: {classify(rel, exc).detail}")
+                continue
+            listed = ObjInfo(now.get("size"), (now.get("ETag") or "").strip('"') or None)
+            if not same_object(listed, size, etag):
+                report.changed += 1
+                continue
+            try:
+                q.move(rel, size, etag, kind="image" if inv.kind[m] == 0 else None, reason=reasons.DUPLICATE)
+                report.moved += 1
+            except MoveError as exc:
+                report.errors.append(str(exc))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
+from typing import BinaryIO
 
 import numpy as np
 from PIL import Image
@@ -235,8 +236,9 @@ def image_facts_from_pil(im: Image.Image) -> ImageFacts:
     return image_facts(np.asarray(small), colour_stored=colour, orientation=orientation)
 
 
-def open_reduced(path: str) -> tuple[Image.Image, tuple[int, int]]:
-    """Open an image and decode its first frame as cheaply as Pillow allows (JPEG: DCT-domain 1/2..1/8).
+def open_reduced(path: str | BinaryIO) -> tuple[Image.Image, tuple[int, int]]:
+    """Open an image (a path, or a binary file object: an object read from a bucket) and decode its first frame
+    as cheaply as Pillow allows (JPEG: DCT-domain 1/2..1/8).
 
     Returns the image and its stored (width, height): ``draft`` makes ``im.size`` the reduced size.
     """
@@ -259,8 +261,8 @@ def image_facts_from_path(path: str) -> ImageFacts:
         return image_facts_from_pil(im)
 
 
-def thumbnail_from_path(path: str) -> np.ndarray:
-    """The canonical 64x64 grey thumbnail of an image file, as uint8 (what dups' fine check compares)."""
+def thumbnail_from_path(path: str | BinaryIO) -> np.ndarray:
+    """The canonical 64x64 grey thumbnail of an image file (or file object), as uint8 (what dups' fine check compares)."""
     im, _ = open_reduced(path)
     with im:
         small = thumbnail.to_uint8(im)

@@ -30,6 +30,7 @@ is grouped on a hash alone.
 from __future__ import annotations
 
 import math
+from typing import BinaryIO
 
 import numpy as np
 from PIL import Image
@@ -92,7 +93,7 @@ def antialiased_hashes(im: Image.Image) -> list[int]:
     return [phash(t) for t in antialiased_thumbnails(im)]
 
 
-def antialiased_hashes_from_path(path: str) -> list[int]:
+def antialiased_hashes_from_path(path: str | BinaryIO) -> list[int]:
     """:func:`antialiased_hashes` of an image file's first frame (JPEG: decoded at the smallest scale >= 64 px)."""
     from .image import open_reduced
 

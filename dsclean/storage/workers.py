@@ -16,14 +16,14 @@ import tempfile
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from ..scanning.check import CheckOptions, check_bytes, check_file
 from ..scanning.verdict import Verdict
 from ..scanning.worker import time_limit
 from .fs import Store
 from .listing import Obj
-from .reads import ObjectError, ReadPolicy, classify, quiet_store_retries, retried
+from .reads import DEFAULT_READ_THREADS, ObjectError, ReadPolicy, classify, quiet_store_retries, retried
 
 
 @dataclass
@@ -212,3 +212,31 @@ def _arm_faults() -> None:
     from ..scanning.worker import FAULT_ENV, inject_fault
 
     check_module.fault_hook = inject_fault if os.environ.get(FAULT_ENV) == "1" else None
+
+
+def read_ahead(
+    store: Store, objs: list[Obj], policy: ReadPolicy = ReadPolicy(), threads: int = DEFAULT_READ_THREADS
+) -> Iterator[Fetched]:
+    """Each object of ``objs`` read (:func:`fetch`), in order, at most ``2 * threads`` reads ahead on this
+    process's reader threads (memory: that many objects). For readers other than the scan's checks
+    (``dsclean dups``): the caller removes the temp file of each object it is given; those read ahead and
+    not taken (the caller stopped early) are removed here."""
+    quiet_store_retries(store.fs, store.scheme)
+    pool, tmpdir, retries = _pool(threads), _tmpdir(), _Counter()
+    pending: deque[Future[Fetched]] = deque()
+    items = iter(objs)
+    try:
+        while True:
+            while len(pending) < 2 * max(1, threads):
+                obj = next(items, None)
+                if obj is None:
+                    break
+                pending.append(pool.submit(fetch, store, obj, policy, tmpdir, retries))
+            if not pending:
+                return
+            yield pending.popleft().result()
+    finally:
+        for fut in pending:
+            got = fut.result()
+            if got.temp is not None:
+                os.unlink(got.temp)
