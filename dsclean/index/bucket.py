@@ -1,0 +1,472 @@
+"""``dsclean index s3://BUCKET/PREFIX``: the index of a bucket prefix's good objects, streamed.
+
+The local build's shape (:mod:`.build`) with the listing in the walk's place: the prefix is listed
+(:func:`dsclean.storage.listing.iter_objects`, a page at a time) into record batches of compact columns
+(key relative to the prefix, its first folder, size, last-modified, a 64-bit identity of key + ETag +
+size + time), sorted on disk with the prefix's last scan results (:mod:`.spill`) and joined window by
+window. An object goes in when the scan found it good and it is unchanged since (same size and time,
+and same ETag where the scan recorded one); the objects the scan did not cover (never listed by it,
+changed since, or a verdict about the moment) are read and checked here with the scan's check
+(``--no-check``: a ranged read of their first bytes, sniffed). The index records the prefix's URL as
+its root, never a storage option; :class:`~dsclean.data.dataset.IndexedDataset` reads the objects from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .. import formats, locations, reasons
+from ..errors import UserError
+from ..loaders.profiles import PROFILES
+from ..scanning.cache import options_key
+from ..scanning.check import CheckOptions
+from ..scanning.results import read_results_meta
+from ..storage.fs import Store
+from ..storage.listing import ListingStats, Obj, iter_objects
+from ..storage.reads import DEFAULT_READ_THREADS, ReadPolicy, classify, quiet_store_retries, retried
+from ..storage.reuse import IDS_FILE, RECORD_FILE, identity, last_results
+from ..storage.scan import probe_prefix
+from ..storage.urls import scrub
+from .judge import (
+    check_exclude_warn,
+    check_include_warn,
+    left_out_warnings,
+    loader_list,
+    profile_names,
+    results_batches,
+    results_info,
+)
+from .labels import read_labels_csv, sort_key
+from .options import IndexOptions, with_overrides
+from .spill import Sorter, aligned, make_spill_folder
+from .store import KIND_CODE, LARGE_PATH_BYTES, disk_size, index_schema, make_meta, one_chunk, resolve_format
+from .summary import MAX_LISTED, IndexSummary, empty_class_notes, empty_message, note
+from .walk import CHUNK_ROWS, extensions
+from .write import KeptRows, check_output, write_streamed
+
+log = logging.getLogger("dsclean.index.bucket")
+
+#: the listing's columns (``cls``: the key's first folder, the class with folder labels; ``ident``: reuse.identity)
+LIST_SCHEMA = pa.schema(
+    [
+        ("path", pa.binary()),
+        ("key", pa.binary()),
+        ("cls", pa.binary()),
+        ("kind", pa.int8()),
+        ("size", pa.int64()),
+        ("mtime_ns", pa.int64()),
+        ("ident", pa.uint64()),
+    ]
+)
+#: objects read and checked at once (a chunk's bytes are in memory together, at most this many objects)
+CHECK_OBJECTS = 64
+#: IndexOptions fields a bucket index does not take yet: field -> its default
+_NOT_FOR_URLS = {
+    "exclude": (),
+    "files": "dsclean",
+    "symlinks": None,
+    "dedup": False,
+    "facts": False,
+    "allow_inside_root": False,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class BucketIndexOptions:
+    """What reading the bucket takes beyond :class:`IndexOptions`: the storage options (may hold secrets: never
+    stored or shown), reads in flight, and the read policy (retries, in-memory threshold)."""
+
+    storage_options: dict = dataclasses.field(default_factory=dict, repr=False)
+    read_threads: int = DEFAULT_READ_THREADS
+    policy: ReadPolicy = ReadPolicy()
+
+
+def build_bucket_index(
+    url: str,
+    output: str,
+    options: IndexOptions = IndexOptions(),
+    bucket: BucketIndexOptions = BucketIndexOptions(),
+    **overrides: Any,
+) -> IndexSummary:
+    """Index the good media objects under the prefix ``url`` into ``output`` (Arrow file or npy folder).
+
+    Bad objects are found in the prefix's last bucket scan (its state folder, as ``dsclean report URL``
+    finds them) or ``options.scan_results``; the rest is as :func:`dsclean.index.build.build_index` (labels:
+    the key's first folder, a CSV, or none).
+    """
+    options = with_overrides(options, overrides, "build_bucket_index")
+    t0 = time.monotonic()
+    given = [k for k, default in _NOT_FOR_URLS.items() if getattr(options, k) not in (default, None, ())]
+    if given:
+        raise UserError(f"{', '.join(given)}: not yet for a storage URL (dsclean index {url}); docs/guides/buckets.md")
+    fmt = resolve_format(output, options.format)
+    check_output(output, fmt)
+    if options.labels_csv is not None and options.no_labels:
+        raise UserError("--labels and --no-labels cannot be used together: pick one way to label")
+    store = Store(url, dict(bucket.storage_options))
+    include_warn = check_include_warn(options.include_warn)
+    exclude_warn = check_exclude_warn(options.exclude_warn)
+    mode = "csv" if options.labels_csv is not None else "none" if options.no_labels else "folder"
+    summary = IndexSummary(output=output, format=fmt, labels=mode, include_warn=include_warn, exclude_warn=exclude_warn)
+    csv_labels = read_labels_csv(options.labels_csv) if options.labels_csv is not None else None
+    probe_prefix(store, bucket.policy)
+    results_paths = _scan_results(store, options)
+    summary.results_source = (
+        "--scan-results" if options.scan_results else "the last scan of the prefix" if results_paths else "none"
+    )
+    results_columns, check_options = results_info(results_paths) if results_paths else ([], CheckOptions())
+    results_columns = [c for c in results_columns if c in ("path", "kind", "status", "reason", "size", "mtime_ns")]
+    profiles = profile_names(options.loaders)
+    wanted = tuple(n for n in profiles if not PROFILES[n].reference)
+    if tuple(check_options.loaders) != wanted:
+        if results_paths and options.check:
+            note(
+                summary,
+                f"the scan results were made for the loaders {loader_list(check_options.loaders)}, not "
+                f"{loader_list(wanted)}: every object is checked here",
+                options.progress,
+            )
+            results_paths, results_columns = [], []
+        check_options = dataclasses.replace(check_options, loaders=wanted)
+    summary.scan_results = ", ".join(results_paths) or None
+    exclude = _quarantine_inside(results_paths, store)
+    spill, spill_lock = make_spill_folder(os.path.dirname(os.path.abspath(output)))
+    try:
+        files = Sorter(spill, "objects", "path")
+        names: set[bytes] = set()  # the first folders seen: one entry a class, not an object
+        listing = ListingStats()
+        for batch in _list(store, listing, exclude, options.progress):
+            if mode == "folder":
+                names.update(pc.unique(batch.column("cls")).to_pylist())
+            files.add(batch)
+        summary.discovery.media = listing.objects - listing.skipped_other - listing.skipped_hidden
+        summary.discovery.hidden = listing.skipped_hidden
+        summary.discovery.ignored = listing.skipped_other
+        classes = sorted(os.fsdecode(n) for n in names if n) if mode == "folder" else []
+        if csv_labels is not None:
+            classes = csv_labels.classes
+        if options.classes is not None and mode == "folder":
+            classes = list(options.classes)
+        rows = KeptRows(spill, by_label=mode == "folder", facts=False, csv_labels=csv_labels, classes=len(classes))
+        labeler = _Labeler(mode, classes)
+        if not results_paths:
+            note(
+                summary,
+                f"no scan of {store.url} is recorded here: every object is "
+                + ("sniffed by its first bytes (--no-check)" if not options.check else "read and checked now"),
+                options.progress,
+            )
+        _collect(store, files, results_paths, results_columns, check_options, rows, summary, labeler, options, bucket)
+        if rows.order.rows == 0:
+            raise UserError(empty_message(store.url, summary))
+        summary.large_paths = rows.path_bytes > LARGE_PATH_BYTES
+        schema = index_schema(classes=len(classes), max_size=rows.max_size, large=summary.large_paths, facts=False)
+        meta = make_meta(store.url, classes, mode, rows.order.rows, summary.scan_results)
+        meta.update(
+            root=store.url,  # the prefix's URL: never a storage option (the reader brings its own)
+            storage=True,
+            files="dsclean",
+            extensions=list(extensions("dsclean")),
+            checked=options.check,
+            check_options=options_key(check_options),
+            include_warn=include_warn,
+            exif=getattr(check_options, "exif", "ignore"),
+            loaders=list(profiles),
+        )
+        counts = write_streamed(output, fmt, rows, schema, meta, summary, len(classes))
+    finally:
+        shutil.rmtree(spill, ignore_errors=True)
+        os.close(spill_lock)
+    summary.classes = len(classes)
+    empty_class_notes(summary, counts[1:], classes, mode, options.progress)
+    summary.index_bytes = disk_size(output)
+    summary.elapsed = round(time.monotonic() - t0, 3)
+    return summary
+
+
+class _Labeler:
+    """Labels of a batch: the index of its first folder among the classes (folder), else -1 (CSV, none)."""
+
+    def __init__(self, mode: str, classes: list[str]) -> None:
+        self.mode = mode
+        self.classes = pa.array([os.fsencode(c) for c in classes], pa.binary())
+
+    def __call__(self, table: pa.Table, summary: IndexSummary) -> pa.Table:
+        if self.mode != "folder":
+            return table.append_column("label", pa.array(np.full(table.num_rows, -1, np.int64)))
+        label = pc.index_in(table.column("cls"), value_set=self.classes).cast(pa.int64())
+        known = pc.is_valid(label)
+        summary.unlabeled += int(pc.sum(pc.invert(known)).as_py() or 0)
+        return table.append_column("label", label).filter(known)
+
+
+def _scan_results(store: Store, options: IndexOptions) -> list[str]:
+    """The results files to judge by: ``--scan-results`` (each must be a scan of this prefix, unless
+    ``--root-moved``), else the prefix's last scan recorded in its state folder (none: an empty list)."""
+    given = options.scan_results
+    if given is None:
+        found = last_results(store.url, options.state_dir)
+        return [found] if found else []
+    paths = [given] if isinstance(given, str) else list(given)
+    if len(paths) > 1:
+        raise UserError("--scan-results: a bucket index takes one results file (a bucket scan writes one)")
+    for p in paths:
+        if not os.path.exists(p):
+            raise UserError(f"{p}: scan results not found")
+        try:
+            root = read_results_meta(p).get("root")
+        except Exception as exc:
+            raise UserError(f"{p}: cannot read scan results ({exc})") from None
+        if root != store.url and not options.root_moved:
+            raise UserError(
+                f"{p}: the results of a scan of {root}, not {store.url}; --root-moved accepts them (keys relative to "
+                "the prefix)"
+            )
+    return paths
+
+
+def _quarantine_inside(results_paths: list[str], store: Store) -> tuple[str, ...]:
+    """The scan's quarantine prefix, when inside the indexed one: never listed (its objects are the bad ones)."""
+    for p in results_paths:
+        summary = os.path.join(os.path.dirname(os.path.abspath(p)), locations.SUMMARY_FILE)
+        try:
+            with open(summary, encoding="utf-8") as f:
+                q = json.load(f).get("quarantine")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(q, str) and q.startswith(store.url + "/"):
+            return (q[len(store.url) + 1 :],)
+    return ()
+
+
+def _list(store: Store, stats: ListingStats, exclude: tuple[str, ...], progress: bool) -> Iterator[pa.RecordBatch]:
+    """The prefix's media objects as record batches of :data:`LIST_SCHEMA` (a batch of Python values at most)."""
+    cols: dict[str, list] = {name: [] for name in LIST_SCHEMA.names}
+    seen = 0
+    try:
+        for obj in iter_objects(store, stats=stats, exclude=exclude):
+            fmt = formats.format_of_name(obj.rel)
+            cls, sep, _ = obj.rel.partition("/")
+            cols["path"].append(obj.rel.encode("utf-8", "surrogateescape"))
+            cols["key"].append(sort_key(obj.rel))
+            cols["cls"].append(cls.encode("utf-8", "surrogateescape") if sep else b"")
+            cols["kind"].append(KIND_CODE[formats.kind_of(fmt)] if fmt else KIND_CODE[formats.IMAGE])
+            cols["size"].append(obj.size if obj.size is not None else -1)
+            cols["mtime_ns"].append(obj.mtime_ns if obj.mtime_ns is not None else -1)
+            cols["ident"].append(identity(obj))
+            seen += 1
+            if len(cols["path"]) >= CHUNK_ROWS:
+                yield pa.RecordBatch.from_pydict(cols, schema=LIST_SCHEMA)
+                cols = {name: [] for name in LIST_SCHEMA.names}
+                if progress:
+                    log.info("listed %d objects of %s", seen, store.url)
+    except UserError:
+        raise
+    except Exception as exc:
+        err = classify(store.url, exc)
+        raise UserError(f"listing {store.url} failed: {scrub(err.detail, store.options)}") from None
+    if cols["path"]:
+        yield pa.RecordBatch.from_pydict(cols, schema=LIST_SCHEMA)
+
+
+def _results_with_ids(paths: list[str], columns: list[str], store: Store, state_dir: str | None):
+    """The results' rows with ``ident``: the scan's identity of each ok row (0: none recorded, or not the scan
+    whose identities the state folder holds)."""
+    ids = _ids_for(paths[0], store, state_dir) if len(paths) == 1 else None
+    start = 0
+    for batch in results_batches(paths, columns):
+        n = batch.num_rows
+        part = np.asarray(ids[start : start + n], dtype=np.uint64) if ids is not None else np.zeros(n, np.uint64)
+        start += n
+        yield pa.Table.from_batches([batch]).append_column("ident", pa.array(part, pa.uint64()))
+
+
+def _ids_for(results: str, store: Store, state_dir: str | None):
+    """``object_ids.npy`` of the state folder when it belongs to ``results`` (same file, same row count)."""
+    import pyarrow.parquet as pq
+
+    folder = locations.url_state_dir(store.url, state_dir)
+    try:
+        with open(os.path.join(folder, RECORD_FILE), encoding="utf-8") as f:
+            record = json.load(f)
+        if os.path.abspath(record.get("results", "")) != os.path.abspath(results):
+            return None
+        ids = np.load(os.path.join(folder, IDS_FILE), mmap_mode="r")
+        if pq.ParquetFile(results).metadata.num_rows != len(ids):
+            return None
+        return ids
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+
+
+def _collect(
+    store: Store,
+    files: Sorter,
+    results_paths: list[str],
+    results_columns: list[str],
+    check_options: CheckOptions,
+    rows: KeptRows,
+    summary: IndexSummary,
+    labeler: _Labeler,
+    options: IndexOptions,
+    bucket: BucketIndexOptions,
+) -> None:
+    """Join the listing with the scan results window by window; keep current good rows, check the rest."""
+    checker = _Checker(store, check_options, bucket, summary, check=options.check)
+
+    def keep(table: pa.Table) -> None:
+        table = labeler(table, summary)
+        if table.num_rows:
+            rows.add(table.drop_columns(["cls", "ident"]), summary)
+
+    if not results_paths:
+        for window in files.sorted():
+            keep(checker.judge(window))
+        return
+    results = Sorter(files.folder, "results", "path")
+    for batch in _results_with_ids(results_paths, results_columns, store, options.state_dir):
+        results.add(batch)
+    for here, res in aligned([files.sorted(), results.sorted()], "path"):
+        if here is None or not here.num_rows:
+            continue
+        if res is None or not res.num_rows:
+            summary.unscanned += here.num_rows
+            keep(checker.judge(here))
+            continue
+        where = pc.index_in(here.column("path"), value_set=one_chunk(res.column("path")))
+        scanned = pc.is_valid(where)
+        rid = res.column("ident").take(where)
+        same = pc.fill_null(
+            pc.and_(
+                pc.and_(
+                    pc.equal(res.column("size").take(where), here.column("size")),
+                    pc.equal(res.column("mtime_ns").take(where), here.column("mtime_ns")),
+                ),
+                pc.or_(
+                    pc.equal(rid, pa.scalar(0, pa.uint64())), pc.equal(rid, here.column("ident"))
+                ),  # the ETag, where the scan kept it
+            ),
+            False,
+        )
+        momentary = pc.fill_null(pc.is_in(res.column("reason").take(where), value_set=_NOT_JUDGED), False)
+        current = pc.and_(same, pc.invert(momentary))
+        summary.unscanned += int(pc.sum(pc.invert(scanned)).as_py() or 0)
+        summary.changed_since_scan += int(pc.sum(pc.and_(scanned, pc.invert(same))).as_py() or 0)
+        summary.rechecked += int(pc.sum(pc.and_(same, momentary)).as_py() or 0)
+        fresh = here.filter(current)
+        if fresh.num_rows:
+            fw = where.filter(current)
+            status, reason = res.column("status").take(fw), res.column("reason").take(fw)
+            bad = pc.fill_null(pc.equal(status, reasons.BAD), True)
+            summary.excluded_bad += int(pc.sum(bad).as_py() or 0)
+            warned = left_out_warnings(status, reason, fresh.column("path"), summary)
+            kinds = res.column("kind").take(fw)
+            fresh = _with_kinds(fresh, kinds)
+            keep(fresh.filter(pc.invert(pc.or_(bad, warned))))
+        stale = here.filter(pc.invert(current))
+        if stale.num_rows:
+            keep(checker.judge(stale))
+
+
+_NOT_JUDGED = pa.array(sorted(reasons.NOT_JUDGED), pa.string())
+
+
+def _with_kinds(table: pa.Table, checked: pa.Array) -> pa.Table:
+    """The content's kind where a check named it (a WAV named .jpg is audio), else the extension's."""
+    kinds = table.column("kind")
+    for name in (formats.IMAGE, formats.AUDIO):
+        kinds = pc.if_else(pc.fill_null(pc.equal(checked, name), False), pa.scalar(KIND_CODE[name], pa.int8()), kinds)
+    return table.set_column(table.schema.get_field_index("kind"), "kind", kinds)
+
+
+class _Checker:
+    """The objects the scan did not cover: read and checked with the scan's check (``check``), else sniffed
+    from a ranged read of their first bytes; returns the rows that pass."""
+
+    def __init__(
+        self, store: Store, check_options: CheckOptions, bucket: BucketIndexOptions, summary: IndexSummary, check: bool
+    ) -> None:
+        self.store, self.options, self.bucket, self.summary, self.check = store, check_options, bucket, summary, check
+
+    def judge(self, table: pa.Table) -> pa.Table:
+        keep = np.zeros(table.num_rows, bool)
+        kinds = table.column("kind").to_numpy().copy()
+        for start in range(0, table.num_rows, CHECK_OBJECTS):
+            part = table.slice(start, CHECK_OBJECTS)
+            objs = [
+                Obj(os.fsdecode(p), s if s >= 0 else None, None, m if m >= 0 else None)
+                for p, s, m in zip(
+                    part.column("path").to_pylist(),
+                    part.column("size").to_pylist(),
+                    part.column("mtime_ns").to_pylist(),
+                )
+            ]
+            self.summary.checked += len(objs)
+            verdicts = self._check(objs) if self.check else self._sniff(objs)
+            for i, (ok, kind, reason) in enumerate(verdicts):
+                if ok:
+                    keep[start + i] = True
+                    if kind is not None:
+                        kinds[start + i] = KIND_CODE[kind]
+                    continue
+                if reason == "warned":  # counted as a left-out warning
+                    continue
+                if reason == reasons.VANISHED:
+                    self.summary.unreadable += 1
+                    continue
+                if reason == reasons.NOT_MEDIA and not self.check:  # --no-check's magic bytes: as the local index
+                    self.summary.not_media += 1
+                    continue
+                self.summary.checked_bad += 1
+                self.summary.checked_bad_reasons[reason] = self.summary.checked_bad_reasons.get(reason, 0) + 1
+                if len(self.summary.bad_paths) < MAX_LISTED:
+                    self.summary.bad_paths.append(objs[i].rel)
+        table = table.set_column(table.schema.get_field_index("kind"), "kind", pa.array(kinds, pa.int8()))
+        return table.filter(pa.array(keep))
+
+    def _check(self, objs: list[Obj]) -> list[tuple[bool, str | None, str]]:
+        from ..storage.workers import check_objects
+
+        result = check_objects(self.store, objs, self.options, self.bucket.policy, self.bucket.read_threads)
+        out = []
+        left_out = (set(reasons.LEFT_OUT_WARNINGS) - set(self.summary.include_warn)) | set(self.summary.exclude_warn)
+        for v in result.verdicts:
+            ok = v.status == reasons.OK or (v.status == reasons.WARN and v.reason not in left_out)
+            if v.status == reasons.WARN and not ok:
+                self.summary.warned += 1
+                self.summary.warned_reasons[v.reason or "?"] = self.summary.warned_reasons.get(v.reason or "?", 0) + 1
+                if len(self.summary.warned_paths) < MAX_LISTED:
+                    self.summary.warned_paths.append(v.path)
+                out.append((False, None, "warned"))
+                continue
+            kind = v.kind if v.kind in KIND_CODE else None
+            out.append((ok, kind, v.reason or "unchecked"))
+        return out
+
+    def _sniff(self, objs: list[Obj]) -> list[tuple[bool, str | None, str]]:
+        store, policy = self.store, self.bucket.policy
+        quiet_store_retries(store.fs, store.scheme)
+
+        def head(obj: Obj) -> tuple[bool, str | None, str]:
+            path = store.path(obj.rel)
+            try:
+                data = retried(lambda: store.fs.cat_file(path, start=0, end=formats.SNIFF_BYTES), obj.rel, policy)
+            except Exception as exc:
+                err = classify(obj.rel, exc)
+                return False, None, err.reason
+            real = formats.sniff(data)
+            return (True, formats.kind_of(real), "") if real else (False, None, reasons.NOT_MEDIA)
+
+        with ThreadPoolExecutor(max(1, self.bucket.read_threads)) as pool:
+            return list(pool.map(head, objs))
