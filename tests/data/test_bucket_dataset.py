@@ -94,3 +94,19 @@ def test_storage_options_on_a_local_index_are_refused(media_index):
 def test_from_folder_refuses_a_url():
     with pytest.raises(UserError, match="dsclean index s3://b/p"):
         IndexedDataset.from_folder("s3://b/p")
+
+
+def test_probe_all_over_a_bucket_index_names_a_missing_key(
+    bucket_index, bucket, s3fs_direct, s3_endpoint, cli, monkeypatch
+):
+    import json
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)  # the reader's endpoint from the environment (none stored)
+    ds = IndexedDataset(bucket_index)
+    gone = ds.path(3)
+    s3fs_direct.rm(f"{bucket}/data/{gone}")
+    code, out, err = cli(["probe", bucket_index, "--num-workers", "0", "--all", "--json"])
+    assert "Traceback" not in err
+    got = json.loads(out)
+    assert got["samples"] == 4 and [f["path"] for f in got["failures"]] == [gone]
+    assert "404" in json.dumps(got["failures"])

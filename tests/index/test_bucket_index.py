@@ -131,3 +131,20 @@ def test_index_url_errors_are_clear(bucket, s3fs_direct, s3_endpoint, tmp_path, 
     assert code == 2 and "--storage-option" in err and "local" in err
     code, _, err = cli(["index", f"s3://{bucket}/d", "-o", tmp_path / "s", "--splits"])
     assert code == 2 and "--splits" in err and "not yet" in err and "Traceback" not in err
+
+
+def test_the_scans_quarantine_inside_the_prefix_is_not_listed(bucket, s3fs_direct, s3_endpoint, tmp_path):
+    from dsclean.index.bucket import BucketIndexOptions, build_bucket_index
+
+    s3fs_direct.pipe_file(f"{bucket}/set/cats/a.jpg", synth.jpeg(32, 32, seed=1))
+    s3fs_direct.pipe_file(f"{bucket}/set/dogs/b.jpg", synth.truncate(synth.jpeg(32, 32, seed=2), 0.5))
+    options = {"endpoint_url": s3_endpoint}
+    scan_bucket(
+        f"s3://{bucket}/set",
+        BucketScanOptions(storage_options=options, jobs=1, quarantine=f"s3://{bucket}/set/_quarantine"),
+    )
+    assert s3fs_direct.exists(f"{bucket}/set/_quarantine/dogs/b.jpg")  # the bad object moved inside the prefix
+    out = str(tmp_path / "i.arrow")
+    summary = build_bucket_index(f"s3://{bucket}/set", out, bucket=BucketIndexOptions(storage_options=options))
+    assert read_meta(out)["classes"] == ["cats"] and rows(out) == {"cats/a.jpg": 0}
+    assert summary.checked == 0  # nothing read: the quarantine is not data
