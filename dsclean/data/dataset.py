@@ -185,7 +185,11 @@ class IndexedDataset(Dataset):
       :mod:`dsclean.loaders.profiles`); without ``loader=`` its load function is the loader. An index built
       for other profiles (``dsclean index --loader``) is refused, naming them, unless ``allow_loader_mismatch``.
     - ``root``: where the files are; defaults to the root recorded at build time
-      (pass it for a moved dataset).
+      (pass it for a moved dataset). A URL root (an index of a bucket prefix, ``dsclean index s3://...``, or
+      ``root="s3://..."``) reads each sample's object through fsspec: one GET into memory, retried with
+      backoff, a 404/403 a :class:`SampleError` naming the key; each process (a forked worker too) opens
+      its own filesystem. ``storage_options``: the store's fsspec options (default: the environment's
+      credentials and endpoint); only for a URL root, never stored.
     - ``on_error="raise"`` raises :class:`SampleError`; ``"skip"`` and ``"replace"`` are
       :func:`dsclean.guard`'s policies, run by a guard this dataset keeps (one implementation):
       ``"skip"`` returns ``None`` for a sample that cannot be loaded or transformed (a warning on

@@ -20,7 +20,7 @@ import os
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -32,6 +32,7 @@ from ..loaders.profiles import PROFILES
 from ..scanning.cache import options_key
 from ..scanning.check import CheckOptions
 from ..scanning.results import read_results_meta
+from ..scanning.scanner import usable_cores
 from ..storage.fs import Store
 from ..storage.listing import ListingStats, Obj, iter_objects
 from ..storage.reads import DEFAULT_READ_THREADS, ReadPolicy, classify, quiet_store_retries, retried
@@ -323,7 +324,7 @@ def _collect(
     bucket: BucketIndexOptions,
 ) -> None:
     """Join the listing with the scan results window by window; keep current good rows, check the rest."""
-    checker = _Checker(store, check_options, bucket, summary, check=options.check)
+    checker = _Checker(store, check_options, bucket, summary, check=options.check, jobs=options.jobs)
 
     def keep(table: pa.Table) -> None:
         table = labeler(table, summary)
@@ -331,18 +332,19 @@ def _collect(
             rows.add(table.drop_columns(["cls", "ident"]), summary)
 
     if not results_paths:
-        for window in files.sorted():
-            keep(checker.judge(window))
+        for table in checker.kept(files.sorted()):
+            keep(table)
         return
     results = Sorter(files.folder, "results", "path")
     for batch in _results_with_ids(results_paths, results_columns, store, options.state_dir):
         results.add(batch)
+    stale = Sorter(files.folder, "stale", "path", schema=LIST_SCHEMA)  # checked after the join, in one pool
     for here, res in aligned([files.sorted(), results.sorted()], "path"):
         if here is None or not here.num_rows:
             continue
         if res is None or not res.num_rows:
             summary.unscanned += here.num_rows
-            keep(checker.judge(here))
+            stale.add(here)
             continue
         where = pc.index_in(here.column("path"), value_set=one_chunk(res.column("path")))
         scanned = pc.is_valid(where)
@@ -353,9 +355,8 @@ def _collect(
                     pc.equal(res.column("size").take(where), here.column("size")),
                     pc.equal(res.column("mtime_ns").take(where), here.column("mtime_ns")),
                 ),
-                pc.or_(
-                    pc.equal(rid, pa.scalar(0, pa.uint64())), pc.equal(rid, here.column("ident"))
-                ),  # the ETag, where the scan kept it
+                # the ETag too, where the scan recorded an identity (its ok rows)
+                pc.or_(pc.equal(rid, pa.scalar(0, pa.uint64())), pc.equal(rid, here.column("ident"))),
             ),
             False,
         )
@@ -371,12 +372,11 @@ def _collect(
             bad = pc.fill_null(pc.equal(status, reasons.BAD), True)
             summary.excluded_bad += int(pc.sum(bad).as_py() or 0)
             warned = left_out_warnings(status, reason, fresh.column("path"), summary)
-            kinds = res.column("kind").take(fw)
-            fresh = _with_kinds(fresh, kinds)
+            fresh = _with_kinds(fresh, res.column("kind").take(fw))
             keep(fresh.filter(pc.invert(pc.or_(bad, warned))))
-        stale = here.filter(pc.invert(current))
-        if stale.num_rows:
-            keep(checker.judge(stale))
+        stale.add(here.filter(pc.invert(current)))
+    for table in checker.kept(stale.sorted()):
+        keep(table)
 
 
 _NOT_JUDGED = pa.array(sorted(reasons.NOT_JUDGED), pa.string())
@@ -391,82 +391,121 @@ def _with_kinds(table: pa.Table, checked: pa.Array) -> pa.Table:
 
 
 class _Checker:
-    """The objects the scan did not cover: read and checked with the scan's check (``check``), else sniffed
-    from a ranged read of their first bytes; returns the rows that pass."""
+    """The objects the scan did not cover: read and checked with the scan's check on ``jobs`` worker processes
+    (as the bucket scan checks: a decoder crash costs its object only), or, with ``--no-check``, sniffed from a
+    ranged read of their first bytes; :meth:`kept` gives the rows that pass."""
 
     def __init__(
-        self, store: Store, check_options: CheckOptions, bucket: BucketIndexOptions, summary: IndexSummary, check: bool
+        self,
+        store: Store,
+        check_options: CheckOptions,
+        bucket: BucketIndexOptions,
+        summary: IndexSummary,
+        *,
+        check: bool,
+        jobs: int,
     ) -> None:
-        self.store, self.options, self.bucket, self.summary, self.check = store, check_options, bucket, summary, check
+        self.store, self.options, self.bucket, self.summary = store, check_options, bucket, summary
+        self.check, self.jobs = check, jobs
+        self.left_out = (set(reasons.LEFT_OUT_WARNINGS) - set(summary.include_warn)) | set(summary.exclude_warn)
 
-    def judge(self, table: pa.Table) -> pa.Table:
-        keep = np.zeros(table.num_rows, bool)
-        kinds = table.column("kind").to_numpy().copy()
-        for start in range(0, table.num_rows, CHECK_OBJECTS):
-            part = table.slice(start, CHECK_OBJECTS)
-            objs = [
-                Obj(os.fsdecode(p), s if s >= 0 else None, None, m if m >= 0 else None)
-                for p, s, m in zip(
-                    part.column("path").to_pylist(),
-                    part.column("size").to_pylist(),
-                    part.column("mtime_ns").to_pylist(),
-                )
-            ]
-            self.summary.checked += len(objs)
-            verdicts = self._check(objs) if self.check else self._sniff(objs)
-            for i, (ok, kind, reason) in enumerate(verdicts):
-                if ok:
-                    keep[start + i] = True
-                    if kind is not None:
-                        kinds[start + i] = KIND_CODE[kind]
-                    continue
-                if reason == "warned":  # counted as a left-out warning
-                    continue
-                if reason == reasons.VANISHED:
-                    self.summary.unreadable += 1
-                    continue
-                if reason == reasons.NOT_MEDIA and not self.check:  # --no-check's magic bytes: as the local index
-                    self.summary.not_media += 1
-                    continue
-                self.summary.checked_bad += 1
-                self.summary.checked_bad_reasons[reason] = self.summary.checked_bad_reasons.get(reason, 0) + 1
-                if len(self.summary.bad_paths) < MAX_LISTED:
-                    self.summary.bad_paths.append(objs[i].rel)
-        table = table.set_column(table.schema.get_field_index("kind"), "kind", pa.array(kinds, pa.int8()))
-        return table.filter(pa.array(keep))
+    def kept(self, tables: Iterable[pa.Table]) -> Iterator[pa.Table]:
+        """The rows of ``tables`` (of :data:`LIST_SCHEMA`, streamed) whose objects pass, as tables of that schema."""
+        if not self.check:
+            for table in tables:
+                yield self._sniffed(table)
+            return
+        from ..storage.scan import BucketScanOptions, check_chunks
 
-    def _check(self, objs: list[Obj]) -> list[tuple[bool, str | None, str]]:
-        from ..storage.workers import check_objects
+        options = BucketScanOptions(
+            storage_options=self.store.options,
+            check=self.options,
+            read_threads=self.bucket.read_threads,
+            policy=self.bucket.policy,
+        )
+        jobs = self.jobs or usable_cores()
+        for result in check_chunks(self.store, self._chunks(tables), options, jobs):
+            cols: dict[str, list] = {name: [] for name in LIST_SCHEMA.names}
+            for v in result.verdicts:
+                if not self._passes(v):
+                    continue
+                rel = v.path
+                cls, sep, _ = rel.partition("/")
+                cols["path"].append(rel.encode("utf-8", "surrogateescape"))
+                cols["key"].append(sort_key(rel))
+                cols["cls"].append(cls.encode("utf-8", "surrogateescape") if sep else b"")
+                cols["kind"].append(KIND_CODE.get(v.kind, KIND_CODE[formats.IMAGE]))
+                cols["size"].append(v.size if v.size is not None else -1)
+                cols["mtime_ns"].append(v.mtime_ns if v.mtime_ns is not None else -1)
+                cols["ident"].append(0)
+            if cols["path"]:
+                yield pa.Table.from_pydict(cols, schema=LIST_SCHEMA)
 
-        result = check_objects(self.store, objs, self.options, self.bucket.policy, self.bucket.read_threads)
-        out = []
-        left_out = (set(reasons.LEFT_OUT_WARNINGS) - set(self.summary.include_warn)) | set(self.summary.exclude_warn)
-        for v in result.verdicts:
-            ok = v.status == reasons.OK or (v.status == reasons.WARN and v.reason not in left_out)
-            if v.status == reasons.WARN and not ok:
-                self.summary.warned += 1
-                self.summary.warned_reasons[v.reason or "?"] = self.summary.warned_reasons.get(v.reason or "?", 0) + 1
-                if len(self.summary.warned_paths) < MAX_LISTED:
-                    self.summary.warned_paths.append(v.path)
-                out.append((False, None, "warned"))
-                continue
-            kind = v.kind if v.kind in KIND_CODE else None
-            out.append((ok, kind, v.reason or "unchecked"))
-        return out
+    def _chunks(self, tables: Iterable[pa.Table]) -> Iterator[list[Obj]]:
+        """Chunks of :data:`CHECK_OBJECTS` objects: a chunk's Python objects at most, per task in flight."""
+        for table in tables:
+            for start in range(0, table.num_rows, CHECK_OBJECTS):
+                objs = _objs(table.slice(start, CHECK_OBJECTS))
+                self.summary.checked += len(objs)
+                yield objs
 
-    def _sniff(self, objs: list[Obj]) -> list[tuple[bool, str | None, str]]:
+    def _passes(self, v) -> bool:
+        """Whether a fresh verdict keeps its object; what does not is counted (bad, vanished, left-out warning)."""
+        s = self.summary
+        if v.status == reasons.OK or (v.status == reasons.WARN and v.reason not in self.left_out):
+            return True
+        if v.status == reasons.WARN:
+            s.warned += 1
+            s.warned_reasons[v.reason or "?"] = s.warned_reasons.get(v.reason or "?", 0) + 1
+            if len(s.warned_paths) < MAX_LISTED:
+                s.warned_paths.append(v.path)
+        elif v.reason == reasons.VANISHED:
+            s.unreadable += 1
+        else:
+            reason = v.reason or "unchecked"
+            s.checked_bad += 1
+            s.checked_bad_reasons[reason] = s.checked_bad_reasons.get(reason, 0) + 1
+            if len(s.bad_paths) < MAX_LISTED:
+                s.bad_paths.append(v.path)
+        return False
+
+    def _sniffed(self, table: pa.Table) -> pa.Table:
+        """``--no-check``: the rows whose first bytes are media (a ranged read each, ``read_threads`` at once)."""
         store, policy = self.store, self.bucket.policy
         quiet_store_retries(store.fs, store.scheme)
 
-        def head(obj: Obj) -> tuple[bool, str | None, str]:
-            path = store.path(obj.rel)
+        def head(obj: Obj) -> tuple[int, str]:
             try:
-                data = retried(lambda: store.fs.cat_file(path, start=0, end=formats.SNIFF_BYTES), obj.rel, policy)
+                data = retried(
+                    lambda: store.fs.cat_file(store.path(obj.rel), start=0, end=formats.SNIFF_BYTES), obj.rel, policy
+                )
             except Exception as exc:
-                err = classify(obj.rel, exc)
-                return False, None, err.reason
+                return -1, classify(obj.rel, exc).reason
             real = formats.sniff(data)
-            return (True, formats.kind_of(real), "") if real else (False, None, reasons.NOT_MEDIA)
+            return (KIND_CODE[formats.kind_of(real)], "") if real else (-1, reasons.NOT_MEDIA)
 
+        keep = np.zeros(table.num_rows, bool)
+        kinds = table.column("kind").to_numpy().copy()
         with ThreadPoolExecutor(max(1, self.bucket.read_threads)) as pool:
-            return list(pool.map(head, objs))
+            for start in range(0, table.num_rows, CHECK_OBJECTS):
+                objs = _objs(table.slice(start, CHECK_OBJECTS))
+                self.summary.checked += len(objs)
+                for i, (code, reason) in enumerate(pool.map(head, objs)):
+                    if code >= 0:
+                        keep[start + i], kinds[start + i] = True, code
+                    elif reason == reasons.NOT_MEDIA:
+                        self.summary.not_media += 1
+                    else:
+                        self.summary.unreadable += 1
+        table = table.set_column(table.schema.get_field_index("kind"), "kind", pa.array(kinds, pa.int8()))
+        return table.filter(pa.array(keep))
+
+
+def _objs(table: pa.Table) -> list[Obj]:
+    """The rows of a small slice of :data:`LIST_SCHEMA` as listing objects (sizes and times -1: unknown)."""
+    return [
+        Obj(os.fsdecode(p), s if s >= 0 else None, None, m if m >= 0 else None)
+        for p, s, m in zip(
+            table.column("path").to_pylist(), table.column("size").to_pylist(), table.column("mtime_ns").to_pylist()
+        )
+    ]

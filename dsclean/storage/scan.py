@@ -339,6 +339,18 @@ def _run(
         pool.shutdown(wait=True, cancel_futures=True)
 
 
+def check_chunks(
+    store: Store, chunks: Iterator[list[Obj]], options: BucketScanOptions, jobs: int
+) -> Iterator[ChunkResult]:
+    """Verdicts of chunks of objects as the bucket scan checks them (``jobs`` worker processes, each check
+    isolated: a decoder crash costs its object only; 1: this process), in completion order; stops between
+    chunks on SIGINT/SIGTERM. What ``dsclean index URL`` checks the objects its scan did not cover with."""
+    with stop_on_signals() as stop:
+        yield from _run(store, chunks, options, jobs, stop)
+        if stop.signum:
+            raise UserError(f"interrupted (signal {stop.signum}) while checking objects of {store.url}")
+
+
 def _run_dask(store: Store, chunks: Iterator[list[Obj]], options: BucketScanOptions, stop) -> Iterator[ChunkResult]:
     """Chunks on a Dask cluster: each task's worker opens the store itself and reads its objects directly
     (nothing passes through this process but keys and verdicts); ``2 x`` the cluster's threads in flight."""

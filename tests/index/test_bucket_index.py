@@ -148,3 +148,20 @@ def test_the_scans_quarantine_inside_the_prefix_is_not_listed(bucket, s3fs_direc
     summary = build_bucket_index(f"s3://{bucket}/set", out, bucket=BucketIndexOptions(storage_options=options))
     assert read_meta(out)["classes"] == ["cats"] and rows(out) == {"cats/a.jpg": 0}
     assert summary.checked == 0  # nothing read: the quarantine is not data
+
+
+def test_a_crashing_check_of_an_unscanned_object_costs_that_object_only(
+    bucket, s3fs_direct, s3_endpoint, tmp_path, monkeypatch
+):
+    from dsclean.index.bucket import BucketIndexOptions, build_bucket_index
+
+    monkeypatch.setenv("DSCLEAN_TEST_FAULTS", "1")  # an object named __segfault__ really crashes its check
+    for i in range(4):
+        s3fs_direct.pipe_file(f"{bucket}/u/c/ok{i}.png", synth.png(16, 16, seed=i))
+    s3fs_direct.pipe_file(f"{bucket}/u/c/y__segfault__.png", synth.png(16, 16, seed=8))
+    out = str(tmp_path / "i.arrow")
+    summary = build_bucket_index(
+        f"s3://{bucket}/u", out, jobs=2, bucket=BucketIndexOptions(storage_options={"endpoint_url": s3_endpoint})
+    )
+    assert rows(out) == {f"c/ok{i}.png": 0 for i in range(4)}  # the index process lived on: checks are isolated
+    assert summary.checked_bad_reasons == {"decoder_crash": 1} and summary.bad_paths == ["c/y__segfault__.png"]
