@@ -169,6 +169,13 @@ def build_bucket_index(
                 options.progress,
             )
         _collect(store, files, results_paths, results_columns, check_options, rows, summary, labeler, options, bucket)
+        if csv_labels is not None and len(csv_labels.paths) and not rows.csv_seen.any():
+            example = os.fsdecode(csv_labels.paths[0].as_py())
+            raise UserError(
+                f"{csv_labels.source}: none of its {len(csv_labels.paths):,} paths names an object being indexed "
+                f"under {store.url} (e.g. line 2: {example!r}); keys must be relative to the prefix, like "
+                "cats/x.jpg; an index of 0 rows is not written"
+            )
         if rows.order.rows == 0:
             raise UserError(empty_message(store.url, summary))
         summary.large_paths = rows.path_bytes > LARGE_PATH_BYTES

@@ -165,3 +165,18 @@ def test_a_crashing_check_of_an_unscanned_object_costs_that_object_only(
     )
     assert rows(out) == {f"c/ok{i}.png": 0 for i in range(4)}  # the index process lived on: checks are isolated
     assert summary.checked_bad_reasons == {"decoder_crash": 1} and summary.bad_paths == ["c/y__segfault__.png"]
+
+
+def test_csv_labels_name_keys_relative_to_the_prefix(bucket, s3fs_direct, s3_endpoint, tmp_path, cli):
+    for key in ("flat/1.png", "flat/2.png", "flat/3.png"):
+        s3fs_direct.pipe_file(f"{bucket}/{key}", synth.png(16, 16, seed=len(key)))
+    labels = tmp_path / "labels.csv"
+    labels.write_text("path,label\n1.png,cat\n3.png,dog\n")
+    out = tmp_path / "i.arrow"
+    base = ["index", f"s3://{bucket}/flat", "-o", out, "--storage-option", f"endpoint_url={s3_endpoint}", "--no-check"]
+    code, _, err = cli([*base, "--labels", labels])
+    assert code == 0, err
+    assert rows(str(out)) == {"1.png": 0, "3.png": 1} and read_meta(str(out))["classes"] == ["cat", "dog"]
+    labels.write_text("path,label\nflat/1.png,cat\n")  # the bucket's key, not relative to the prefix
+    code, _, err = cli([*base, "--labels", labels])
+    assert code == 2 and "relative to the prefix" in err and "Traceback" not in err
