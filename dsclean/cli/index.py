@@ -212,12 +212,13 @@ def _build_bucket(args: argparse.Namespace, options):
     from ..index.bucket import BucketIndexOptions, build_bucket_index
     from ..storage.urls import parse_storage_options
 
-    if args.splits:
-        raise UserError(
-            f"--splits: not yet for a storage URL; index each split's prefix on its own (dsclean index "
-            f"{args.root.rstrip('/')}/train -o train.arrow, ...)"
-        )
     bucket = BucketIndexOptions(storage_options=parse_storage_options(args.storage_options))
+    if args.splits:
+        from ..index.splitset import build_split_indexes
+
+        return build_split_indexes(
+            args.root, args.output, options, allow_class_mismatch=args.allow_class_mismatch, bucket=bucket
+        )
     return build_bucket_index(args.root, args.output, options, bucket)
 
 

@@ -122,9 +122,15 @@ def build_bucket_index(
     summary = IndexSummary(output=output, format=fmt, labels=mode, include_warn=include_warn, exclude_warn=exclude_warn)
     csv_labels = read_labels_csv(options.labels_csv) if options.labels_csv is not None else None
     probe_prefix(store, bucket.policy)
-    results_paths = _scan_results(store, options)
+    if mode == "folder" and options.classes is None:
+        _refuse_split_root(store, options.split_names, bucket.policy)
+    results_paths, prefix, scanned = _scan_results(store, options)
     summary.results_source = (
-        "--scan-results" if options.scan_results else "the last scan of the prefix" if results_paths else "none"
+        "--scan-results"
+        if options.scan_results
+        else f"the last scan of {scanned}" + (" (its keys under this prefix)" if prefix else "")
+        if results_paths
+        else "none"
     )
     results_columns, check_options = results_info(results_paths) if results_paths else ([], CheckOptions())
     results_columns = [c for c in results_columns if c in ("path", "kind", "status", "reason", "size", "mtime_ns")]
@@ -168,7 +174,18 @@ def build_bucket_index(
                 + ("sniffed by its first bytes (--no-check)" if not options.check else "read and checked now"),
                 options.progress,
             )
-        _collect(store, files, results_paths, results_columns, check_options, rows, summary, labeler, options, bucket)
+        _collect(
+            store,
+            files,
+            (results_paths, prefix),
+            results_columns,
+            check_options,
+            rows,
+            summary,
+            labeler,
+            options,
+            bucket,
+        )
         if csv_labels is not None and len(csv_labels.paths) and not rows.csv_seen.any():
             example = os.fsdecode(csv_labels.paths[0].as_py())
             raise UserError(
@@ -219,13 +236,23 @@ class _Labeler:
         return table.append_column("label", label).filter(known)
 
 
-def _scan_results(store: Store, options: IndexOptions) -> list[str]:
-    """The results files to judge by: ``--scan-results`` (each must be a scan of this prefix, unless
-    ``--root-moved``), else the prefix's last scan recorded in its state folder (none: an empty list)."""
+def _scan_results(store: Store, options: IndexOptions) -> tuple[list[str], bytes, str]:
+    """``(results files, prefix, scanned URL)`` to judge by: ``--scan-results`` (each must be a scan of this prefix,
+    unless ``--root-moved``), else the prefix's last scan recorded in its state folder, else the last scan of
+    the nearest scanned parent prefix (``prefix``: its keys under this one, e.g. ``b"train/"``); none: ``[]``."""
     given = options.scan_results
     if given is None:
         found = last_results(store.url, options.state_dir)
-        return [found] if found else []
+        if found:
+            return [found], b"", store.url
+        scheme, _, rest = store.url.partition("://")
+        parts = rest.split("/")
+        for cut in range(len(parts) - 1, 0, -1):  # s3://b/data/train: s3://b/data, then s3://b
+            parent = f"{scheme}://{'/'.join(parts[:cut])}"
+            found = last_results(parent, options.state_dir)
+            if found:
+                return [found], ("/".join(parts[cut:]) + "/").encode("utf-8", "surrogateescape"), parent
+        return [], b"", ""
     paths = [given] if isinstance(given, str) else list(given)
     if len(paths) > 1:
         raise UserError("--scan-results: a bucket index takes one results file (a bucket scan writes one)")
@@ -241,7 +268,67 @@ def _scan_results(store: Store, options: IndexOptions) -> list[str]:
                 f"{p}: the results of a scan of {root}, not {store.url}; --root-moved accepts them (keys relative to "
                 "the prefix)"
             )
-    return paths
+    return paths, b"", store.url
+
+
+def top_folders(store: Store, rel: str, policy: ReadPolicy, limit: int | None = None) -> list[str] | None:
+    """The names of the "folders" directly under ``rel`` (relative to the prefix; ``""``: the prefix itself),
+    sorted; None past ``limit`` names. S3: a delimited listing, a page at a time (only the names are kept)."""
+    names: list[str] = []
+    base = f"{store.root}/{rel}".rstrip("/") if rel else store.root
+    try:
+        if store.scheme in ("s3", "s3a"):
+            from fsspec.asyn import sync
+
+            fs = store.fs
+            bucket, _, key = base.partition("/")
+            kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": f"{key}/" if key else "", "Delimiter": "/"}
+            while True:
+                page = retried(lambda: sync(fs.loop, fs._call_s3, "list_objects_v2", **kwargs), store.url, policy)
+                for p in page.get("CommonPrefixes", ()):
+                    names.append(p["Prefix"][len(kwargs["Prefix"]) :].rstrip("/"))
+                    if limit is not None and len(names) > limit:
+                        return None
+                token = page.get("NextContinuationToken")
+                if not page.get("IsTruncated") or not token or token == kwargs.get("ContinuationToken"):
+                    break  # the last page (or a repeated token: every loop makes progress)
+                kwargs["ContinuationToken"] = token
+        else:
+            for entry in retried(lambda: store.fs.ls(base, detail=True), store.url, policy):
+                if entry.get("type") == "directory":
+                    names.append(str(entry["name"]).rstrip("/").rsplit("/", 1)[-1])
+                    if limit is not None and len(names) > limit:
+                        return None
+    except FileNotFoundError:
+        return []
+    except Exception as exc:
+        err = classify(store.url, exc)
+        raise UserError(f"listing {store.url} failed: {scrub(err.detail, store.options)}") from None
+    return sorted(n for n in names if n)
+
+
+def split_prefixes(store: Store, names: Iterable[str], policy: ReadPolicy) -> list[str]:
+    """The split "folders" of a prefix (in ``names`` order), or ``[]`` when it is not a split root: as
+    :func:`dsclean.splits.split_folders` says of a folder (every non-hidden folder named like a split)."""
+    from ..splits import MAX_TOP_ENTRIES
+
+    order = {n.lower(): i for i, n in enumerate(names)}
+    top = top_folders(store, "", policy, MAX_TOP_ENTRIES)
+    shown = [n for n in (top or []) if not n.startswith(".")]
+    if not shown or any(n.lower() not in order for n in shown):
+        return []
+    return sorted(shown, key=lambda n: order[n.lower()])
+
+
+def _refuse_split_root(store: Store, names: Iterable[str], policy: ReadPolicy) -> None:
+    """Folder labels on a split root would make classes named ``train`` and ``val``: refused, saying what to do."""
+    splits = split_prefixes(store, names, policy)
+    if splits:
+        raise UserError(
+            f"{store.url} is a split root: its folders {', '.join(splits)} are splits, not classes. Index one split "
+            f"(dsclean index {store.url}/{splits[0]} -o {splits[0]}.arrow), or every split at once with --splits "
+            "-o DIR (one index per split, the same classes in each); --split-names says what splits are called"
+        )
 
 
 def _quarantine_inside(results_paths: list[str], store: Store) -> tuple[str, ...]:
@@ -288,12 +375,12 @@ def _list(store: Store, stats: ListingStats, exclude: tuple[str, ...], progress:
         yield pa.RecordBatch.from_pydict(cols, schema=LIST_SCHEMA)
 
 
-def _results_with_ids(paths: list[str], columns: list[str], store: Store, state_dir: str | None):
+def _results_with_ids(paths: list[str], columns: list[str], store: Store, state_dir: str | None, prefix: bytes):
     """The results' rows with ``ident``: the scan's identity of each ok row (0: none recorded, or not the scan
-    whose identities the state folder holds)."""
-    ids = _ids_for(paths[0], store, state_dir) if len(paths) == 1 else None
+    whose identities the state folder holds, or a parent prefix's scan: ``prefix``, its rows under this one)."""
+    ids = _ids_for(paths[0], store, state_dir) if len(paths) == 1 and not prefix else None
     start = 0
-    for batch in results_batches(paths, columns):
+    for batch in results_batches(paths, columns, prefix):
         n = batch.num_rows
         part = np.asarray(ids[start : start + n], dtype=np.uint64) if ids is not None else np.zeros(n, np.uint64)
         start += n
@@ -321,7 +408,7 @@ def _ids_for(results: str, store: Store, state_dir: str | None):
 def _collect(
     store: Store,
     files: Sorter,
-    results_paths: list[str],
+    found: tuple[list[str], bytes],
     results_columns: list[str],
     check_options: CheckOptions,
     rows: KeptRows,
@@ -330,7 +417,10 @@ def _collect(
     options: IndexOptions,
     bucket: BucketIndexOptions,
 ) -> None:
-    """Join the listing with the scan results window by window; keep current good rows, check the rest."""
+    """Join the listing with the scan results window by window; keep current good rows, check the rest.
+
+    ``found``: the results files and the prefix of this one's keys in them (a parent prefix's scan)."""
+    results_paths, prefix = found
     checker = _Checker(store, check_options, bucket, summary, check=options.check, jobs=options.jobs)
 
     def keep(table: pa.Table) -> None:
@@ -343,7 +433,7 @@ def _collect(
             keep(table)
         return
     results = Sorter(files.folder, "results", "path")
-    for batch in _results_with_ids(results_paths, results_columns, store, options.state_dir):
+    for batch in _results_with_ids(results_paths, results_columns, store, options.state_dir, prefix):
         results.add(batch)
     stale = Sorter(files.folder, "stale", "path", schema=LIST_SCHEMA)  # checked after the join, in one pool
     for here, res in aligned([files.sorted(), results.sorted()], "path"):

@@ -129,8 +129,41 @@ def test_index_url_errors_are_clear(bucket, s3fs_direct, s3_endpoint, tmp_path, 
     assert not out.exists()
     code, _, err = cli(["index", str(tmp_path), "-o", out, "--storage-option", "endpoint_url=http://x"])
     assert code == 2 and "--storage-option" in err and "local" in err
-    code, _, err = cli(["index", f"s3://{bucket}/d", "-o", tmp_path / "s", "--splits"])
-    assert code == 2 and "--splits" in err and "not yet" in err and "Traceback" not in err
+    code, _, err = cli(["index", f"s3://{bucket}/d", "-o", out, "--dedup"])
+    assert code == 2 and "dedup" in err and "not yet" in err and "Traceback" not in err
+
+
+def test_splits_of_a_bucket_split_root_share_classes_and_its_scan(bucket, s3fs_direct, s3_endpoint, tmp_path, cli):
+    import json
+
+    objects = {
+        "root/train/cats/a.jpg": synth.jpeg(32, 32, seed=1),
+        "root/train/dogs/b.png": synth.png(16, 16, seed=2),
+        "root/val/cats/c.jpg": synth.jpeg(32, 32, seed=3),
+        "root/val/dogs/d.jpg": synth.truncate(synth.jpeg(32, 32, seed=4), 0.5),
+    }
+    for key, data in objects.items():
+        s3fs_direct.pipe_file(f"{bucket}/{key}", data)
+    scan_bucket(f"s3://{bucket}/root", BucketScanOptions(storage_options={"endpoint_url": s3_endpoint}, jobs=1))
+    base = ["--storage-option", f"endpoint_url={s3_endpoint}"]
+    code, _, err = cli(["index", f"s3://{bucket}/root", "-o", tmp_path / "x.arrow", *base])
+    assert code == 2 and "is a split root" in err and "--splits" in err
+    out = tmp_path / "splits"
+    code, stdout, err = cli(["index", f"s3://{bucket}/root", "-o", out, "--splits", "--json", *base])
+    assert code == 0, err
+    got = json.loads(stdout)
+    assert rows(str(out / "train.arrow")) == {"cats/a.jpg": 0, "dogs/b.png": 1}
+    assert rows(str(out / "val.arrow")) == {"cats/c.jpg": 0}  # dogs/d.jpg: bad by the split root's scan
+    assert read_meta(str(out / "val.arrow"))["classes"] == ["cats", "dogs"]
+    assert read_meta(str(out / "val.arrow"))["root"] == f"s3://{bucket}/root/val"
+    assert got["val"]["excluded_bad"] == 1 and got["val"]["checked"] == 0 and got["train"]["checked"] == 0
+    s3fs_direct.pipe_file(f"{bucket}/root/val/birds/e.png", synth.png(16, 16, seed=5))
+    code, _, err = cli(["index", f"s3://{bucket}/root", "-o", out, "--splits", *base])
+    assert code == 2 and "class folders differ" in err and "birds" in err
+    code, _, err = cli(["index", f"s3://{bucket}/root", "-o", out, "--splits", "--allow-class-mismatch", *base])
+    assert code == 0, err
+    assert read_meta(str(out / "train.arrow"))["classes"] == ["birds", "cats", "dogs"]
+    assert rows(str(out / "val.arrow")) == {"birds/e.png": 0, "cats/c.jpg": 1}
 
 
 def test_the_scans_quarantine_inside_the_prefix_is_not_listed(bucket, s3fs_direct, s3_endpoint, tmp_path):
