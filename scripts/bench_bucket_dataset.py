@@ -43,6 +43,23 @@ def epoch(ds, workers: int) -> float:
     return n / (time.perf_counter() - t)
 
 
+def _probe(index: str, endpoint: str, args) -> dict:
+    """``dsclean.probe_index`` over the bucket index (the endpoint from the environment, as a user would give it)."""
+    from dsclean.diagnose.probe import probe_index
+
+    os.environ["AWS_ENDPOINT_URL"] = endpoint
+    r = probe_index(index, num_workers=args.workers, batch_size=32, seconds=args.probe)
+    mb = 1024 * 1024
+    return {
+        "samples": r.samples,
+        "samples_per_s": round(r.samples_per_s, 1),
+        "worker_uss_mb_start_end": [(round((w.start or 0) / mb, 1), round((w.end or 0) / mb, 1)) for w in r.workers],
+        "worker_growth_mb_fitted": [round((w.growth or 0) / mb, 2) for w in r.workers],
+        "climbing": r.climbing,
+        "error": r.error,
+    }
+
+
 def _wait_for(endpoint: str) -> None:
     import urllib.request
 
@@ -62,6 +79,14 @@ def main() -> None:
     ap.add_argument("--latency", type=float, default=0.0)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--moto-process", action="store_true", help="run the S3 server in a process of its own")
+    ap.add_argument(
+        "--probe",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="also run dsclean's probe over the bucket index for S seconds (--workers workers): each worker's USS "
+        "at its start and end, and whether it climbs",
+    )
     args = ap.parse_args()
     for k, v in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing")):
         os.environ.setdefault(k, v)
@@ -132,6 +157,8 @@ def main() -> None:
             "s3fs_gets_per_s_one_thread": round(got["s3fs"], 1),
             "bucket_over_s3fs_gets": round(got["bucket"] / got["s3fs"], 3),
         }
+        if args.probe:
+            result["probe"] = _probe(bucket_index, url, args)
         print(json.dumps(result, indent=2))
     finally:
         if args.moto_process:
