@@ -110,3 +110,40 @@ def test_probe_all_over_a_bucket_index_names_a_missing_key(
     got = json.loads(out)
     assert got["samples"] == 4 and [f["path"] for f in got["failures"]] == [gone]
     assert "404" in json.dumps(got["failures"])
+
+
+def test_file_url_index_and_a_url_root_over_a_local_index(tmp_path):
+    from dsclean.index.build import build_index
+
+    root = tmp_path / "set"
+    for key, (w, h) in SIZES.items():
+        (root / key).parent.mkdir(parents=True, exist_ok=True)
+        (root / key).write_bytes(synth.jpeg(w, h, seed=1) if key.endswith(".jpg") else synth.png(w, h, seed=1))
+    url_index = str(tmp_path / "u.arrow")
+    build_bucket_index(f"file://{root}", url_index)  # a file:// prefix: listed and checked as a bucket's
+    ds = IndexedDataset(url_index, transform=size_of)
+    assert ds.root == f"file://{root}" and {ds.path(i): ds[i][0] for i in range(len(ds))} == SIZES
+    local_index = str(tmp_path / "l.arrow")
+    build_index(str(root), local_index)
+    moved = IndexedDataset(local_index, transform=size_of, root=f"file://{root}")  # root= may be a URL too
+    assert moved.store is not None and [moved[i] for i in range(len(moved))] == [ds[i] for i in range(len(ds))]
+
+
+def test_a_key_escaping_the_prefix_is_refused_never_read(tmp_path):
+    import pyarrow as pa
+
+    from dsclean.data.errors import UnsafePathError
+    from dsclean.index.store import index_schema, make_meta, write_arrow
+
+    (tmp_path / "secret.png").write_bytes(synth.png(8, 8))
+    (tmp_path / "set").mkdir()
+    paths = [b"../secret.png", b"/etc/hostname"]  # a hostile index: keys out of the prefix
+    table = pa.table({"path": paths, "label": [0, 0], "kind": [0, 0], "size": [1, 1], "mtime_ns": [1, 1]})
+    meta = make_meta("x", ["c"], "folder", 2, None)
+    meta["root"] = f"file://{tmp_path}/set"
+    index = str(tmp_path / "h.arrow")
+    write_arrow(table.cast(index_schema(classes=1, max_size=1, large=False, facts=False)), index, meta)
+    ds = IndexedDataset(index, on_error="skip")  # skip never covers an unsafe path: it raises
+    for i in range(2):
+        with pytest.raises(UnsafePathError, match="escapes the prefix"):
+            ds[i]
