@@ -28,6 +28,8 @@ _EXPORTS = {
     "iter_media": "scanning.discover",
     "UserError": "errors",
     "build_index": "index.build",
+    "build_bucket_index": "index.bucket",
+    "BucketIndexOptions": "index.bucket",
     "build_split_indexes": "index.splitset",
     "IndexOptions": "index.options",
     "index_info": "index.store",
@@ -110,6 +112,7 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time the names load
     from .errors import UserError
     from .failures import read_failures
     from .fromlog.recheck import FromLogOptions, FromLogSummary, quarantine_from_log
+    from .index.bucket import BucketIndexOptions, build_bucket_index
     from .index.build import build_index
     from .index.options import IndexOptions
     from .index.splitset import build_split_indexes

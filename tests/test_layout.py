@@ -20,8 +20,8 @@ ALLOWED = {
     "quality": set(),  # pure per-file facts: numpy, Pillow, soundfile and the common modules only
     "loaders": {"data"},  # the training loader profiles: the default loaders are dsclean.data.loaders' functions
     "scanning": {"quality", "loaders"},  # the scan will compute facts from its own decode; scan --loader
-    "index": {"scanning", "loaders"},
-    "data": {"index", "loaders"},
+    "index": {"scanning", "loaders", "storage"},  # dsclean index s3://...: the listing, reads, last scan
+    "data": {"index", "loaders", "storage"},  # IndexedDataset over a URL root reads objects
     "diagnose": {"index", "data"},
     "pack": {"scanning", "index", "data"},
     "dups": {

@@ -163,8 +163,12 @@ def _check_root(index: str, root: str | None) -> None:
                 f"{index}: is a packed shard set: its samples are inside its shards, so --root does not apply"
             )
         return
+    from ..storage.urls import is_url
+
     meta = read_meta(index)
     where = root if root is not None else meta["root"]
+    if is_url(where):  # a bucket prefix: its objects are read with the environment's credentials and endpoint
+        return
     if not os.path.isdir(where):
         if root is not None:
             raise UserError(f"--root {root}: no such folder")

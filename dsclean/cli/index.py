@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from .. import argtypes
 from ..errors import UserError
+from .bucket import add_storage_option
 from .exit_codes import EXIT_OK
 from .scan import add_location_options, add_split_names_option, add_symlink_options
 
@@ -29,7 +30,12 @@ def add_parsers(sub) -> None:
         description="Index the media files under ROOT (minus the quarantine and files the scan marked bad) "
         "into an Arrow file or an npy folder that IndexedDataset memory-maps.",
     )
-    p.add_argument("root", metavar="ROOT", help="the dataset's root folder")
+    p.add_argument(
+        "root",
+        metavar="ROOT",
+        help="the dataset's root folder, or a bucket prefix (s3://BUCKET/PREFIX, gs://, az://, file://): its good "
+        "objects, judged by the prefix's last bucket scan (docs/guides/buckets.md)",
+    )
     p.add_argument(
         "-o",
         "--output",
@@ -129,6 +135,7 @@ def add_parsers(sub) -> None:
     )
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     p.add_argument("--json", action="store_true", help="print the summary as JSON (no progress, notes on stderr)")
+    add_storage_option(p.add_argument_group("Object storage", "when ROOT is a URL: s3://BUCKET/PREFIX, gs://, az://"))
     p.set_defaults(func=cmd_index)
 
     p = sub.add_parser(
@@ -164,6 +171,11 @@ def cmd_index(args: argparse.Namespace) -> int:
 def _build(args: argparse.Namespace):
     from ..index.build import build_index  # imported here: `dsclean scan` need not load the index stage
     from ..index.options import IndexOptions
+    from ..storage.urls import is_url
+
+    url = is_url(args.root)
+    if args.storage_options and not url:
+        raise UserError(f"--storage-option: only for a storage URL (s3://...), and {args.root} is local")
 
     options = IndexOptions(
         format=args.format,
@@ -186,11 +198,28 @@ def _build(args: argparse.Namespace):
         loaders=tuple(args.loader or ("pillow",)),
         split_names=args.split_names,
     )
+    if url:
+        return _build_bucket(args, options)
     if args.splits:
         from ..index.splitset import build_split_indexes
 
         return build_split_indexes(args.root, args.output, options, allow_class_mismatch=args.allow_class_mismatch)
     return build_index(args.root, args.output, options)
+
+
+def _build_bucket(args: argparse.Namespace, options):
+    """``dsclean index URL``: the good objects of a bucket prefix (:func:`dsclean.build_bucket_index`)."""
+    from ..index.bucket import BucketIndexOptions, build_bucket_index
+    from ..storage.urls import parse_storage_options
+
+    bucket = BucketIndexOptions(storage_options=parse_storage_options(args.storage_options))
+    if args.splits:
+        from ..index.splitset import build_split_indexes
+
+        return build_split_indexes(
+            args.root, args.output, options, allow_class_mismatch=args.allow_class_mismatch, bucket=bucket
+        )
+    return build_bucket_index(args.root, args.output, options, bucket)
 
 
 def _report_splits(args: argparse.Namespace, summaries: dict) -> int:

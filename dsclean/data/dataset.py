@@ -185,7 +185,11 @@ class IndexedDataset(Dataset):
       :mod:`dsclean.loaders.profiles`); without ``loader=`` its load function is the loader. An index built
       for other profiles (``dsclean index --loader``) is refused, naming them, unless ``allow_loader_mismatch``.
     - ``root``: where the files are; defaults to the root recorded at build time
-      (pass it for a moved dataset).
+      (pass it for a moved dataset). A URL root (an index of a bucket prefix, ``dsclean index s3://...``, or
+      ``root="s3://..."``) reads each sample's object through fsspec: one GET into memory, retried with
+      backoff, a 404/403 a :class:`SampleError` naming the key; each process (a forked worker too) opens
+      its own filesystem. ``storage_options``: the store's fsspec options (default: the environment's
+      credentials and endpoint); only for a URL root, never stored.
     - ``on_error="raise"`` raises :class:`SampleError`; ``"skip"`` and ``"replace"`` are
       :func:`dsclean.guard`'s policies, run by a guard this dataset keeps (one implementation):
       ``"skip"`` returns ``None`` for a sample that cannot be loaded or transformed (a warning on
@@ -229,6 +233,7 @@ class IndexedDataset(Dataset):
         max_open_shards: int = shards.DEFAULT_MAX_OPEN,
         loader_profile: str | None = None,
         allow_loader_mismatch: bool = False,
+        storage_options: dict | None = None,
     ) -> None:
         if on_error not in _ON_ERROR:
             raise ValueError(f"on_error must be one of {_ON_ERROR}, not {on_error!r}")
@@ -245,7 +250,10 @@ class IndexedDataset(Dataset):
         self.index = index
         self.max_open_shards = max_open_shards
         self.root = None if self.packed else root if root is not None else meta["root"]
-        if not self.packed and not os.path.isdir(self.root):
+        self.store = _store_of(index, self.root, storage_options)
+        if self.store is not None:
+            self.root = self.store.url
+        elif not self.packed and not os.path.isdir(self.root):
             raise UserError(f"{index}: its root {self.root} is not a folder; pass root= if the dataset moved")
         self.loader_profile = _loader_profile(index, meta, loader, loader_profile, allow_loader_mismatch)
         if loader is None and self.loader_profile not in (None, "pillow", "soundfile"):
@@ -289,8 +297,14 @@ class IndexedDataset(Dataset):
         ``loader_profile`` given, else pillow).
         """
         from ..index.folder import index_folder
+        from ..storage.urls import is_url
 
         root = os.fspath(root)
+        if is_url(root):
+            raise UserError(
+                f"{root}: from_folder indexes a local folder; for a bucket prefix run dsclean index {root} -o "
+                "INDEX.arrow, then IndexedDataset('INDEX.arrow')"
+            )
         chosen = with_overrides(
             options or IndexOptions(), {k: kwargs.pop(k) for k in list(kwargs) if k in OPTION_NAMES}, "from_folder"
         )
@@ -335,6 +349,7 @@ class IndexedDataset(Dataset):
                 "max_open_shards",
                 "_rows",
                 "_trusted",
+                "store",  # a URL root's Store: its URL and options; each process opens its own filesystem
             )
         }
 
@@ -444,6 +459,8 @@ class IndexedDataset(Dataset):
         idx = self._mapped()
         if self.packed:
             return self._packed_set.read(j)
+        if self.store is not None:
+            return self._read_object(j, os.fsdecode(idx.path_bytes(j)))
         full, _ = self._resolve(j, os.fsdecode(idx.path_bytes(j)))
         with open_regular_file(full) as f:
             return f.read()
@@ -498,6 +515,8 @@ class IndexedDataset(Dataset):
 
     def _load(self, j: int, raw: bytes, label: int):
         rel = raw.decode(_FS_ENCODING, _FS_ERRORS)  # os.fsdecode, without its per-call checks
+        if self.store is not None:
+            return self._load_object(j, rel, label)
         if not self.packed:
             full, st = self._resolve(j, rel)  # outside the try: a refusal is never skipped
         try:
@@ -511,6 +530,43 @@ class IndexedDataset(Dataset):
         except Exception as exc:
             raise self._error(j, rel, f"in transform: {type(exc).__name__}: {exc}") from exc
         return sample, target
+
+    def _load_object(self, j: int, rel: str, label: int):
+        """A sample of a URL root: its object's bytes from the store, decoded from memory."""
+        try:
+            data = self._read_object(j, rel)
+            sample = (
+                self.loader(io.BytesIO(data))
+                if self.loader is not None
+                else self._loaders[KINDS[self._kinds[j]]](io.BytesIO(data))
+            )
+        except UnsafePathError:
+            raise
+        except Exception as exc:
+            raise self._error(j, rel, f"{type(exc).__name__}: {exc}") from exc
+        try:
+            if self.transform is not None:
+                sample = self.transform(sample)
+            target = self.target_transform(label) if self.target_transform is not None else label
+        except Exception as exc:
+            raise self._error(j, rel, f"in transform: {type(exc).__name__}: {exc}") from exc
+        return sample, target
+
+    def _read_object(self, j: int, rel: str) -> bytes:
+        """The bytes of object ``rel`` (relative to the URL root), read with retries and backoff; a missing or
+        refused object raises naming its key, a size other than the index's is a stale entry."""
+        from ..storage.reads import read_object
+
+        if not rel or rel[0] == "/" or "\0" in rel or ".." in rel.split("/"):
+            raise self._unsafe(j, rel, "refused: the key is absolute or escapes the prefix")
+        assert self.store is not None
+        data = read_object(self.store, rel)
+        if self.check_stale and len(data) != self._sizes[j]:
+            raise StaleEntryError(
+                f"stale index entry: the object is {len(data)} bytes, the index recorded {self._sizes[j]}; "
+                "it changed since indexing, rebuild the index"
+            )
+        return data
 
     def _read(self, j: int, full: str, st: os.stat_result | None):
         if self.check_stale:
@@ -627,6 +683,22 @@ class IndexedDataset(Dataset):
         )
 
 
+def _store_of(index: str, root: str | None, storage_options: dict | None):
+    """The :class:`~dsclean.storage.fs.Store` of a URL root (its filesystem opened later, in each process that
+    reads), or None for a local root; ``storage_options`` are for a URL root only."""
+    from ..storage.urls import is_url
+
+    if root is not None and is_url(root):
+        from ..storage.fs import Store
+
+        return Store(root, dict(storage_options or {}))
+    if storage_options:
+        raise UserError(
+            f"{index}: storage_options= are for an index of a bucket (a URL root); its root {root} is local"
+        )
+    return None
+
+
 class Raising:
     """An :class:`IndexedDataset` whose errors raise, whatever its ``on_error``: what its own guard wraps.
 
@@ -707,6 +779,8 @@ class Samples(collections.abc.Sequence):
         j = ds._position(i)
         idx = ds._mapped()
         rel = os.fsdecode(idx.path_bytes(j))  # a packed set has no root: its paths are for reference
+        if ds.store is not None:
+            return ds.store.url_of(rel), int(idx.labels[j])
         return (rel if ds.root is None else os.path.join(ds.root, rel)), int(idx.labels[j])
 
     def __iter__(self) -> Iterator[tuple[str, int]]:

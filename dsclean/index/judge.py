@@ -177,7 +177,7 @@ def judge(
         summary.bad_paths += [os.fsdecode(p) for p in paths.filter(checked_bad).slice(0, max(room, 0)).to_pylist()]
     summary.unreadable += int(pc.sum(pc.and_(gone, pc.invert(bad))).as_py() or 0)
     checked_kind = pick("kind")
-    warned = _left_out_warnings(
+    warned = left_out_warnings(
         status, pick("reason"), paths, summary, _kind_changed(table.column("kind"), checked_kind)
     )
     for name, typ in FACTS.items():
@@ -234,7 +234,7 @@ def check_exclude_warn(exclude_warn: Iterable[str]) -> list[str]:
     return chosen
 
 
-def _left_out_warnings(status, reason, paths, summary: IndexSummary, kind_changed=None) -> pa.Array:
+def left_out_warnings(status, reason, paths, summary: IndexSummary, kind_changed=None) -> pa.Array:
     """Rows whose verdict is a warning the index leaves out (:data:`dsclean.reasons.LEFT_OUT_WARNINGS`, minus
     ``--include-warn``); counted by reason and the first paths listed. ``kind_changed``: per row, whether the
     content's kind differs from the extension's (the reasons of :data:`~dsclean.reasons.KIND_CHANGE_ONLY`
@@ -285,7 +285,7 @@ def apply_results(root: str, table: pa.Table, results: pa.Table, summary: IndexS
     bad = pc.fill_null(pc.equal(status, reasons.BAD), False)
     summary.excluded_bad += int(pc.sum(bad).as_py() or 0)
     checked_kind = results.column("kind").take(where) if "kind" in results.column_names else None
-    warned = _left_out_warnings(
+    warned = left_out_warnings(
         status,
         results.column("reason").take(where),
         table.column("path"),

@@ -17,6 +17,8 @@ from typing import Any
 from .. import locations
 from ..errors import UserError
 from ..splits import reference_split, split_folders
+from ..storage.urls import is_url
+from .bucket import BucketIndexOptions, build_bucket_index, split_prefixes, top_folders
 from .build import build_index
 from .labels import folder_classes
 from .options import IndexOptions, with_overrides
@@ -32,6 +34,7 @@ def build_split_indexes(
     options: IndexOptions = IndexOptions(),
     *,
     allow_class_mismatch: bool = False,
+    bucket: BucketIndexOptions | None = None,
     **overrides: Any,
 ) -> dict[str, IndexSummary]:
     """Index each split of the split root ``root`` into the folder ``output`` (``train.arrow``, ``val.arrow``, ...).
@@ -42,6 +45,8 @@ def build_split_indexes(
     a split's classes differ from the reference split's and ``allow_class_mismatch`` is not set.
     """
     options = with_overrides(options, overrides, "build_split_indexes")
+    if is_url(root):
+        return _bucket_splits(root, output, options, allow_class_mismatch, bucket or BucketIndexOptions())
     if not os.path.isdir(root):
         raise UserError(f"{root}: no such folder")
     splits = split_folders(root, options.split_names)
@@ -76,6 +81,44 @@ def build_split_indexes(
             exclude=_excludes(options.exclude, split_root),
         )
         out[split] = build_index(split_root, os.path.join(output, f"{split}.{fmt}"), split_options)
+    return out
+
+
+def _bucket_splits(
+    url: str, output: str, options: IndexOptions, allow_class_mismatch: bool, bucket: BucketIndexOptions
+) -> dict[str, IndexSummary]:
+    """``--splits`` of a bucket prefix: one index per split prefix, the same classes in each; every split judged by
+    the scan of the split root (its keys under the split) or its own, as :func:`build_bucket_index` finds it."""
+    from ..storage.fs import Store
+    from ..storage.scan import probe_prefix
+
+    store = Store(url, dict(bucket.storage_options))
+    probe_prefix(store, bucket.policy)
+    splits = split_prefixes(store, options.split_names, bucket.policy)
+    if not splits:
+        raise UserError(
+            f"{store.url} is not a split root: --splits needs folders all named like splits "
+            f"({', '.join(options.split_names)}; --split-names sets them); index it without --splits"
+        )
+    if options.labels_csv is not None:
+        raise UserError("--splits and --labels cannot be used together: a labels CSV names one root's files")
+    if os.path.exists(output) and not os.path.isdir(output):
+        raise UserError(f"{output}: not a folder (with --splits, -o is the folder the split indexes are written to)")
+    fmt = resolve_format(f"index.{options.format or 'arrow'}", options.format)
+    classes: list[str] = []
+    if not options.no_labels:
+        per = {s: [n for n in top_folders(store, s, bucket.policy) or [] if not n.startswith(".")] for s in splits}
+        _refuse_mismatch(store.url, per, reference_split(splits), allow_class_mismatch)
+        classes = sorted(set().union(*map(set, per.values())))
+    os.makedirs(output, exist_ok=True)
+    out: dict[str, IndexSummary] = {}
+    for split in splits:
+        split_options = dataclasses.replace(
+            options, format=fmt, classes=tuple(classes) if not options.no_labels else None
+        )
+        out[split] = build_bucket_index(
+            f"{store.url}/{split}", os.path.join(output, f"{split}.{fmt}"), split_options, bucket
+        )
     return out
 
 

@@ -8,6 +8,7 @@ Credentials and endpoints come from where each backend looks (for S3: ``AWS_ACCE
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,12 +37,13 @@ class Store:
     options: dict = field(default_factory=dict, repr=False)  # may hold secrets: never shown (repr=False)
     _fs: Any = field(default=None, repr=False, compare=False)
     _root: str = field(default="", repr=False, compare=False)
+    _pid: int = field(default=0, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.url = normalize(self.url)
 
     def __getstate__(self) -> dict:  # to a worker process: the URL and options, not an open filesystem
-        return {"url": self.url, "options": self.options, "_fs": None, "_root": ""}
+        return {"url": self.url, "options": self.options, "_fs": None, "_root": "", "_pid": 0}
 
     @property
     def scheme(self) -> str:
@@ -49,8 +51,11 @@ class Store:
 
     @property
     def fs(self) -> Any:
-        if self._fs is None:
-            self._fs, self._root = open_filesystem(self.url, self.options)
+        """The filesystem, opened in this process: a forked child (a DataLoader worker) opens its own, since an
+        async filesystem made in the parent is bound to the parent's event loop thread, which the child lacks."""
+        if self._fs is None or self._pid != os.getpid():
+            self._fs, self._root = open_filesystem(self.url, self.options, fresh=self._pid != 0)
+            self._pid = os.getpid()
         return self._fs
 
     @property
@@ -70,14 +75,18 @@ class Store:
         return redact_options(self.options)
 
 
-def open_filesystem(url: str, options: dict) -> tuple[Any, str]:
-    """``(filesystem, path)`` of ``url``; a :class:`UserError` naming the missing package or bad option."""
+def open_filesystem(url: str, options: dict, fresh: bool = False) -> tuple[Any, str]:
+    """``(filesystem, path)`` of ``url``; a :class:`UserError` naming the missing package or bad option.
+
+    ``fresh``: a new instance, never one of fsspec's instance cache (which a forked child may have inherited)."""
     try:
         import fsspec
     except ImportError as exc:
         raise UserError("object storage needs fsspec: pip install 'dsclean[s3]'") from exc
     scheme = scheme_of(url)
     kwargs = _with_own_retries(scheme, options)
+    if fresh:
+        kwargs = {**kwargs, "skip_instance_cache": True}
     try:
         fs, path = fsspec.core.url_to_fs(url, **kwargs)
     except ImportError as exc:

@@ -119,3 +119,17 @@ def quiet_store_retries(fs: Any, scheme: str) -> None:
     """Leave retrying to :func:`retried` (s3fs's own loop retries SlowDown without counting it)."""
     if scheme in ("s3", "s3a") and hasattr(fs, "retries"):
         fs.retries = 1
+
+
+def read_object(store: Any, rel: str, policy: ReadPolicy = ReadPolicy()) -> bytes:
+    """The bytes of the object ``rel`` under ``store``'s prefix (a :class:`~dsclean.storage.fs.Store`): one GET,
+    retried with backoff while it fails transiently; an :class:`ObjectError` naming the key otherwise
+    (404: not found, 403: access denied). What ``IndexedDataset`` reads a sample of a URL root with."""
+    fs = store.fs  # this process's filesystem (a forked worker opens its own)
+    quiet_store_retries(fs, store.scheme)
+    path = store.path(rel)
+    extra = {"max_concurrency": 1} if store.scheme in ("s3", "s3a") else {}
+    try:
+        return retried(lambda: fs.cat_file(path, **extra), rel, policy)
+    except Exception as exc:
+        raise classify(rel, exc) from None

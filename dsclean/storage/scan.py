@@ -104,7 +104,7 @@ def scan_bucket(url: str, options: BucketScanOptions = BucketScanOptions()) -> S
     if options.report_dir and is_url(options.report_dir):
         raise UserError("--report is a local folder (results are never written into the bucket)")
     report_dir = os.path.abspath(options.report_dir or state)
-    _probe(store, options.policy)
+    probe_prefix(store, options.policy)
     os.makedirs(state, exist_ok=True)
     lock = _lock(state, store.url)
     try:
@@ -225,7 +225,7 @@ def _add_reused(previous: Previous, summary: ScanSummary, writer: ResultsWriter,
             counts[R.OK] = counts.get(R.OK, 0) + n.as_py()
 
 
-def _probe(store: Store, policy: ReadPolicy) -> None:
+def probe_prefix(store: Store, policy: ReadPolicy) -> None:
     """The prefix can be listed: else a clear error naming it (403, no such bucket, bad endpoint)."""
     quiet_store_retries(store.fs, store.scheme)
     try:
@@ -337,6 +337,18 @@ def _run(
     finally:
         flight.cancel()
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def check_chunks(
+    store: Store, chunks: Iterator[list[Obj]], options: BucketScanOptions, jobs: int
+) -> Iterator[ChunkResult]:
+    """Verdicts of chunks of objects as the bucket scan checks them (``jobs`` worker processes, each check
+    isolated: a decoder crash costs its object only; 1: this process), in completion order; stops between
+    chunks on SIGINT/SIGTERM. What ``dsclean index URL`` checks the objects its scan did not cover with."""
+    with stop_on_signals() as stop:
+        yield from _run(store, chunks, options, jobs, stop)
+        if stop.signum:
+            raise UserError(f"interrupted (signal {stop.signum}) while checking objects of {store.url}")
 
 
 def _run_dask(store: Store, chunks: Iterator[list[Obj]], options: BucketScanOptions, stop) -> Iterator[ChunkResult]:

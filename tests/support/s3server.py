@@ -47,8 +47,19 @@ class FaultProxy:
     contains ``match`` fail with ``status`` (503 SlowDown, 500 InternalError) for their first
     ``failures`` attempts; every request waits ``latency`` seconds first. Counts what it injected."""
 
-    def __init__(self, upstream: str, *, failures: int = 0, status: int = 503, match: str = "", latency: float = 0.0):
+    def __init__(
+        self,
+        upstream: str,
+        *,
+        failures: int = 0,
+        status: int = 503,
+        match: str = "",
+        latency: float = 0.0,
+        listings: bool = False,
+    ):
+        """``listings``: bucket listings (``GET /bucket?list-type=2...``) fail as object GETs do."""
         self.upstream = upstream.removeprefix("http://")
+        self.listings = listings
         self.failures, self.status, self.match, self.latency = failures, status, match, latency
         self.injected = 0
         self.requests = 0
@@ -75,7 +86,8 @@ class FaultProxy:
                     if is_object:
                         proxy.gets[path] = proxy.gets.get(path, 0) + 1
                     inject = False
-                    if is_object and proxy.failures and proxy.match in path:
+                    targeted = is_object or (proxy.listings and self.command == "GET")
+                    if targeted and proxy.failures and proxy.match in path:
                         n = proxy.attempts.get(path, 0)
                         proxy.attempts[path] = n + 1
                         inject = n < proxy.failures
