@@ -23,7 +23,7 @@ ALLOWED = {
     "index": {"scanning", "loaders"},
     "data": {"index", "loaders"},
     "diagnose": {"index", "data"},
-    "pack": {"scanning", "index", "data"},
+    "pack": {"scanning", "index", "data", "storage"},  # pack s3://... (read, write), verify s3://...
     "dups": {"scanning", "index", "quality"},
     "report": {"scanning", "dups"},  # reads scan results, the quarantine journal, the worker guards, dups' moves
     "fromlog": {"scanning", "index", "data", "pack"},  # quarantine --from-log: re-checks files and shard samples

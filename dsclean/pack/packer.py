@@ -72,6 +72,8 @@ class PackOptions:
     denylist: str | None = (
         None  # a deny-list (dsclean.denylist, e.g. an older pack's denylist.jsonl): its keys are left out
     )
+    #: the storage options of an index whose root is a bucket URL (:mod:`.bucketsource`); never stored
+    storage_options: dict = field(default_factory=dict, repr=False)
 
 
 @dataclass
@@ -132,15 +134,16 @@ def _prepare(index: str, output: str, options: PackOptions, *, writing: bool = T
         raise UserError(f"{index}: is a packed shard set; pack takes the index written by dsclean index")
     meta = read_meta(index)
     root = str(meta["root"])
+    remote = _is_url(root)
     out = os.path.abspath(output)
-    if locations.is_inside(out, root):
+    if not remote and locations.is_inside(out, root):
         raise UserError(
             f"{output}: is inside the dataset {root}; dsclean never writes into the data it packs: "
             "choose a folder outside it"
         )
     if meta.get("packed"):
         raise UserError(f"{index}: is a packed index (of shards); pack the source index instead")
-    if not os.path.isdir(root):
+    if not remote and not os.path.isdir(root):
         raise UserError(f"{index}: its root {root} is not a folder (moved?); the files to pack must be there")
     idx = open_index(index)
     denied = _denied_keys(options.denylist)
@@ -157,7 +160,9 @@ def _prepare(index: str, output: str, options: PackOptions, *, writing: bool = T
     ctx = _Context(index, out, meta, plan, identity, rec, chosen=chosen)
     if not writing:
         return ctx
-    if options.rehash:
+    if remote:
+        ctx.checksum_source = f"none: the objects of {root} are hashed as they are read"
+    elif options.rehash:
         ctx.checksum_source = "none: --rehash (every file is hashed)"
     else:
         sums, known, ctx.checksum_source = scan_checksums(idx)
@@ -238,7 +243,14 @@ def _job(ctx: _Context, k: int, options: PackOptions) -> ShardJob:
         fsync=options.fsync,
         deferred=options.jobs > 1 and options.backend == "loky",
         ext_policy=ctx.plan.layout.ext_policy,
+        storage_options=dict(options.storage_options) if _is_url(str(ctx.meta["root"])) else None,
     )
+
+
+def _is_url(root: str) -> bool:
+    from ..storage.urls import is_url  # (no fsspec import: the URL rule only)
+
+    return is_url(root) and not root.startswith("file://")
 
 
 def _remove_shard_temps(ctx: _Context) -> None:

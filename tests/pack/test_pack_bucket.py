@@ -1,0 +1,162 @@
+"""dsclean pack from and to a bucket, and dsclean verify of a pack in a bucket (a real moto S3 server, s3fs)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+pytest.importorskip("s3fs")
+pytest.importorskip("moto.server")
+
+from support import synth  # noqa: E402
+from support.s3server import FaultProxy  # noqa: E402
+
+from dsclean.errors import UserError  # noqa: E402
+from dsclean.pack.remote import staging_folder  # noqa: E402
+
+GOOD = {
+    "cats/a.jpg": lambda: synth.jpeg(64, 48, seed=1),
+    "cats/b.png": lambda: synth.png(32, 32, seed=2),
+    "dogs/c.jpg": lambda: synth.jpeg(48, 40, seed=4),
+    "dogs/e.png": lambda: synth.png(24, 24, seed=5),
+}
+BAD = "dogs/d.jpg"
+
+
+@pytest.fixture
+def source(bucket, s3fs_direct, s3_endpoint, cli, tmp_path):
+    """A bucket prefix of 4 good images and one truncated one, scanned (no quarantine): the scan knows the bad one."""
+    for rel, make in GOOD.items():
+        s3fs_direct.pipe_file(f"{bucket}/data/{rel}", make())
+    s3fs_direct.pipe_file(f"{bucket}/data/{BAD}", synth.truncate(synth.jpeg(64, 48, seed=3), 0.5))
+    url = f"s3://{bucket}/data"
+    code, out, err = cli(["scan", url, "--storage-option", f"endpoint_url={s3_endpoint}", "--jobs", "1"])
+    assert code != 0 or "bad" in out + err  # the scan found the truncated object (exit code says "found bad")
+    return url
+
+
+def _so(endpoint: str) -> list[str]:
+    return ["--storage-option", f"endpoint_url={endpoint}"]
+
+
+def _packed_paths(folder: str) -> list[str]:
+    from dsclean.data.shards import open_packed_index
+
+    idx = open_packed_index(folder)
+    return sorted(os.fsdecode(bytes(idx.data[idx.offsets[i] : idx.offsets[i + 1]])) for i in range(len(idx)))
+
+
+def test_pack_a_bucket_prefix_to_a_local_folder_leaves_out_the_bad_object(source, s3_endpoint, cli, tmp_path):
+    out = tmp_path / "shards"
+    code, stdout, err = cli(
+        ["pack", source, "-o", str(out), "--samples-per-shard", "2", "--shuffle", "1", *_so(s3_endpoint)]
+    )
+    assert code == 0, err
+    assert _packed_paths(str(out)) == sorted(GOOD)  # the scan's bad object is not packed
+    assert "1 objects left out as bad" in err
+    code, stdout, err = cli(["verify", str(out), "--decode"])
+    assert code == 0, stdout + err
+    state = json.loads((out / "pack.json").read_text())
+    assert state["source"]["root"] == source and s3_endpoint not in json.dumps(state)
+
+
+def test_pack_to_a_bucket_then_verify_and_a_damaged_shard_is_named(
+    source, bucket, s3fs_direct, s3_endpoint, cli, tmp_path
+):
+    dest = f"s3://{bucket}/shards"
+    code, stdout, err = cli(
+        ["pack", source, "-o", dest, "--samples-per-shard", "2", "--shuffle", "1", *_so(s3_endpoint)]
+    )
+    assert code == 0, err
+    names = sorted(p.rsplit("/", 1)[1] for p in s3fs_direct.ls(f"{bucket}/shards", refresh=True))
+    assert names == ["data-000000.tar", "data-000001.tar", "index.arrow", "pack.json", "shardindex.json"]
+    assert sorted(s3fs_direct.ls(bucket, refresh=True)) == [f"{bucket}/data", f"{bucket}/shards"]  # nothing elsewhere
+    assert not os.path.exists(staging_folder(dest))  # the staging folder is gone once the bucket holds the pack
+    assert os.path.isdir(os.path.dirname(staging_folder(dest)))  # (it was there: the URL's state folder)
+    code, stdout, err = cli(["verify", dest, "--decode", *_so(s3_endpoint)])
+    assert code == 0, stdout + err
+    assert stdout.startswith(f"ok: {dest}: 2 of 2 shards pass, 4 samples")
+    # damage one shard object: a byte of a sample's media flipped
+    key = f"{bucket}/shards/data-000001.tar"
+    data = bytearray(s3fs_direct.cat_file(key))
+    data[1024 + 100] ^= 0xFF
+    s3fs_direct.pipe_file(key, bytes(data))
+    code, stdout, err = cli(["verify", dest, *_so(s3_endpoint)])
+    assert code != 0
+    assert "data-000001.tar" in stdout and "data-000000.tar" not in stdout.split("\n", 1)[1]
+    assert stdout.startswith(f"PROBLEMS: {dest}: 1 of 2 shards pass")
+
+
+def test_pack_local_index_to_a_bucket_and_from_shards(bucket, s3fs_direct, s3_endpoint, cli, tmp_path, media_shards):
+    dest = f"s3://{bucket}/copy"
+    code, stdout, err = cli(["pack", "--from", str(media_shards[0]), "-o", dest, *_so(s3_endpoint)])
+    assert code == 0, err
+    there = sorted(p.rsplit("/", 1)[1] for p in s3fs_direct.ls(f"{bucket}/copy", refresh=True))
+    assert there and all(
+        n.endswith(".tar") or n in ("index.arrow", "shardindex.json", "pack.json", "denylist.jsonl") for n in there
+    )
+    assert any(n.endswith(".tar") for n in there)
+
+
+def test_a_pack_to_a_bucket_killed_mid_upload_is_resumed(
+    source, bucket, s3fs_direct, s3_endpoint, cli, tmp_path, monkeypatch
+):
+    dest = f"s3://{bucket}/shards"
+    args = ("pack", source, "-o", dest, "--samples-per-shard", "1", "--shuffle", "1", *_so(s3_endpoint))
+    import s3fs
+
+    calls = {"n": 0}
+    original_put = s3fs.S3FileSystem._put_file
+
+    async def put_then_die(self, lpath, rpath, *a, **k):  # the third upload fails: two shards are in the bucket
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise PermissionError(13, "Access Denied (injected)")
+        return await original_put(self, lpath, rpath, *a, **k)
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_put_file", put_then_die)
+    s3fs.S3FileSystem.clear_instance_cache()  # (an instance binds its sync methods when it is made)
+    code, stdout, err = cli(args)
+    assert code != 0 and "access denied" in err.lower() and "data-000002.tar" in err
+    names = {p.rsplit("/", 1)[1] for p in s3fs_direct.ls(f"{bucket}/shards", refresh=True)}
+    assert "pack.json" not in names and "index.arrow" not in names  # no metadata before every shard is there
+    assert len(names) == 2
+    monkeypatch.setattr(s3fs.S3FileSystem, "_put_file", original_put)
+    s3fs.S3FileSystem.clear_instance_cache()
+    code, stdout, err = cli(args)
+    assert code == 0, err
+    assert "2 shards were already there" in stdout  # resumed: the shards already uploaded are not sent again
+    code, stdout, err = cli(["verify", dest, *_so(s3_endpoint)])
+    assert code == 0 and "4 of 4 shards pass, 4 samples" in stdout, stdout
+
+
+def test_empty_prefix_403_and_404_are_clear_errors(source, bucket, s3fs_direct, s3_endpoint, cli, tmp_path):
+    code, out, err = cli(["pack", f"s3://{bucket}/nothing", "-o", str(tmp_path / "o"), *_so(s3_endpoint)])
+    assert code != 0 and f"s3://{bucket}/nothing" in err and "no media object" in err
+    with FaultProxy(s3_endpoint, failures=100, status=403, match="/data/cats/b.png") as proxy:
+        code, out, err = cli(["pack", source, "-o", str(tmp_path / "o2"), *_so(proxy.url)])
+    assert code != 0 and "access denied (403)" in err and f"{source}/cats/b.png" in err
+    assert not (tmp_path / "o2" / "index.arrow").exists()
+    # an object gone between the listing and its read: named, 404
+    from dsclean.pack.bucketsource import bucket_index
+    from dsclean.pack.packer import PackOptions, pack_shards
+
+    index, _ = bucket_index(source, {"endpoint_url": s3_endpoint})
+    s3fs_direct.rm_file(f"{bucket}/data/dogs/e.png")
+    summary = pack_shards(index, str(tmp_path / "o3"), PackOptions(storage_options={"endpoint_url": s3_endpoint}))
+    assert not summary.complete and any("not found (404)" in f and "dogs/e.png" in f for f in summary.failures)
+    # verify: a shard that cannot be read (403) is a clear error naming it
+    dest = f"s3://{bucket}/shards"
+    assert cli(["pack", source, "-o", dest, "--samples-per-shard", "2", *_so(s3_endpoint)]).code == 0
+    with FaultProxy(s3_endpoint, failures=100, status=403, match="/shards/data-000001.tar") as proxy:
+        code, out, err = cli(["verify", dest, *_so(proxy.url)])
+    assert code != 0 and "access denied (403)" in err and f"{dest}/data-000001.tar" in err
+
+
+def test_indexed_dataset_over_a_bucket_pack_is_refused_clearly(bucket):
+    from dsclean import IndexedDataset
+
+    with pytest.raises(UserError, match="not in a bucket"):
+        IndexedDataset(f"s3://{bucket}/shards")
