@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import replace
 
 from .. import argtypes
 from ..errors import UserError
@@ -202,7 +203,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
         if not to_bucket:
             return route_pack(args)
 
-        def repack(staging: str) -> int:
+        def repack(staging: str, _sink) -> int:  # (a copy of shards: staged whole, then uploaded)
             args.output = staging
             return route_pack(args)
 
@@ -240,7 +241,10 @@ def cmd_pack(args: argparse.Namespace) -> int:
     try:
         if to_bucket:
             summary = pack_to_bucket(
-                lambda staging: pack_shards(args.index, staging, options), url, storage, args.state_dir
+                lambda staging, sink: pack_shards(args.index, staging, replace(options, shard_sink=sink)),
+                url,
+                storage,
+                args.state_dir,
             )
         else:
             summary = (finish_pack if args.finish else pack_shards)(args.index, args.output, options)
@@ -274,7 +278,7 @@ class _Code:
 
     @classmethod
     def of(cls, run):
-        return lambda staging: cls(run(staging))
+        return lambda staging, sink: cls(run(staging, sink))
 
 
 def format_pack(s) -> str:

@@ -20,6 +20,7 @@ import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -74,6 +75,9 @@ class PackOptions:
     )
     #: the storage options of an index whose root is a bucket URL (:mod:`.bucketsource`); never stored
     storage_options: dict = field(default_factory=dict, repr=False)
+    #: where each finished shard goes, its local copy removed (:class:`dsclean.pack.remote.BucketShards`: a
+    #: bucket prefix): ``has(name)``, ``put(path, name)``, ``get(name, path)``. None: the shards stay in the folder
+    shard_sink: Any = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -308,7 +312,10 @@ def pack_shards(index: str, output: str, options: PackOptions = PackOptions()) -
             remove_stale_temps(ctx.output, _OWN_FILES)
             _remove_shard_temps(ctx)
         mine = [k for k in range(ctx.plan.shards) if options.part is None or k % options.part[1] == options.part[0]]
-        missing = [k for k in mine if not os.path.isfile(os.path.join(ctx.output, ctx.plan.shard_name(k)))]
+        local = {k for k in mine if os.path.isfile(os.path.join(ctx.output, ctx.plan.shard_name(k)))}
+        sink = options.shard_sink
+        elsewhere = {k for k in mine if k not in local and sink.has(ctx.plan.shard_name(k))} if sink else set()
+        missing = [k for k in mine if k not in local and k not in elsewhere]
         summary.reused = len(mine) - len(missing)
         results = _write(ctx, missing, options, summary)
         if summary.failures or summary.signal:
@@ -337,8 +344,17 @@ def pack_shards(index: str, output: str, options: PackOptions = PackOptions()) -
                 summary.warnings += [warning] if warning else []
             _note_left_out(ctx, summary)
             return _done(summary, t0)
-        if not _read_back_all(ctx, [k for k in range(ctx.plan.shards) if k not in results], options, results, summary):
+        earlier = [k for k in range(ctx.plan.shards) if k not in results]
+        if not _read_back_all(ctx, [k for k in earlier if k not in elsewhere], options, results, summary):
             return _done(summary, t0)
+        for k in sorted(elsewhere):  # shards a killed run put in the sink: read back one at a time
+            path = os.path.join(ctx.output, ctx.plan.shard_name(k))
+            sink.get(ctx.plan.shard_name(k), path)
+            try:
+                if not _read_back_all(ctx, [k], options, results, summary):
+                    return _done(summary, t0)
+            finally:
+                os.unlink(path)
         _refuse_empty(ctx, results)
         _finish(ctx, results, summary, options.fsync)
         _note_left_out(ctx, summary)
@@ -419,6 +435,13 @@ def _write(ctx: _Context, numbers: list[int], options: PackOptions, summary: Pac
     lost: WorkersLost | None = None
 
     def done(r: ShardResult, error: str | None) -> None:
+        if not error and options.shard_sink is not None:  # e.g. uploaded to a bucket, then removed here
+            path = os.path.join(ctx.output, r.name)
+            try:
+                options.shard_sink.put(path, r.name)
+                os.unlink(path)
+            except UserError as exc:
+                error = str(exc)
         if error:
             summary.failures.append(error)
             stop.stop()  # let the shards in flight finish, start no more

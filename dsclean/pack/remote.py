@@ -130,14 +130,60 @@ def _same_object(store: Store, name: str, local: str) -> bool:
     return h.hexdigest() == etag
 
 
-def pack_to_bucket(run: Callable[[str], Any], url: str, storage_options: dict, state_dir: str | None = None):
-    """``run(staging)`` packs into the staging folder and returns its summary; a complete pack is then
-    uploaded to ``url`` and the staging folder removed. The summary's ``output`` becomes the URL."""
+class BucketShards:
+    """The packer's shard sink for a bucket prefix (``PackOptions.shard_sink``): each finished shard is
+    uploaded whole and its local copy removed, so the staging folder holds the shards being written only.
+    Before the first shard goes up, a prefix holding another pack is refused."""
+
+    def __init__(self, store: Store, staging: str) -> None:
+        self.store, self.staging = store, staging
+        self._there: dict[str, int] | None = None
+
+    def _listing(self) -> dict[str, int]:
+        if self._there is None:
+            refuse_other_pack(self.store, self.staging)
+            cut = len(self.store.root) + 1
+            try:
+                found = retried(
+                    lambda: self.store.fs.ls(self.store.root, detail=True, refresh=True), "list", ReadPolicy()
+                )
+            except FileNotFoundError:
+                found = []
+            except Exception as exc:
+                if classify("", exc).reason != "vanished":
+                    raise _fail(self.store, "", exc, "list the prefix") from None
+                found = []
+            self._there = {str(i["name"])[cut:]: int(i.get("size") or 0) for i in found if i.get("type") == "file"}
+        return self._there
+
+    def has(self, name: str) -> bool:
+        """A shard of this pack is already in the bucket (a killed run uploaded it; a PUT is whole or absent)."""
+        return name in self._listing()
+
+    def put(self, path: str, name: str) -> None:
+        self._listing()
+        try:
+            retried(lambda: self.store.fs.put_file(path, self.store.path(name)), name, ReadPolicy())
+        except Exception as exc:
+            raise _fail(self.store, name, exc, "upload it") from None
+        log.debug("uploaded %s", self.store.url_of(name))
+
+    def get(self, name: str, path: str) -> None:
+        try:
+            retried(lambda: self.store.fs.get_file(self.store.path(name), path), name, ReadPolicy())
+        except Exception as exc:
+            raise _fail(self.store, name, exc, "read it back") from None
+
+
+def pack_to_bucket(run: Callable[[str, Any], Any], url: str, storage_options: dict, state_dir: str | None = None):
+    """``run(staging, sink)`` packs into the staging folder (each finished shard handed to ``sink``, a
+    :class:`BucketShards`) and returns its summary; then what is left in the staging folder is uploaded
+    (``pack.json`` last) and the folder removed. The summary's ``output`` becomes the URL."""
     url = normalize(url)
     store = open_store(url, storage_options)
     staging = staging_folder(url, state_dir)
     os.makedirs(os.path.dirname(staging), exist_ok=True)
-    summary = run(staging)
+    summary = run(staging, BucketShards(store, staging))
     if (
         getattr(summary, "complete", True)
         and not getattr(summary, "failures", None)
@@ -147,7 +193,8 @@ def pack_to_bucket(run: Callable[[str], Any], url: str, storage_options: dict, s
         uploaded, skipped = upload_pack(staging, store)
         if hasattr(summary, "notes"):
             summary.notes.append(
-                f"uploaded {uploaded} files to {url} ({skipped} shards were already there), pack.json last"
+                f"uploaded to {url}: the shards as they were written, then {uploaded} files "
+                f"({skipped} shards were already there), pack.json last"
             )
         shutil.rmtree(staging)
     summary.output = url

@@ -98,6 +98,25 @@ def test_pack_local_index_to_a_bucket_and_from_shards(bucket, s3fs_direct, s3_en
         n.endswith(".tar") or n in ("index.arrow", "shardindex.json", "pack.json", "denylist.jsonl") for n in there
     )
     assert any(n.endswith(".tar") for n in there)
+    local = sorted(n for n in os.listdir(media_shards[0]) if n.endswith(".tar"))
+    assert sorted(n for n in there if n.endswith(".tar")) == local
+    for n in local:  # (no deny-list: each shard copied as it is)
+        assert s3fs_direct.cat_file(f"{bucket}/copy/{n}") == (media_shards[0] / n).read_bytes()
+    assert not os.path.exists(staging_folder(dest))
+
+
+def test_a_pack_stopped_by_an_unreadable_object_is_resumed_by_the_same_command(source, bucket, s3_endpoint, cli):
+    dest = f"s3://{bucket}/shards"
+    args = ["pack", source, "-o", dest, "--samples-per-shard", "1", "--no-shuffle", *_so(s3_endpoint)]
+    with FaultProxy(s3_endpoint, failures=100, status=403, match="/data/dogs/c.jpg") as proxy:
+        code, out, err = cli([*args[:-1], f"endpoint_url={proxy.url}"])
+    assert code != 0 and f"{source}/dogs/c.jpg" in err and "access denied (403)" in err
+    code, out, err = cli([*args, "--json"])
+    assert code == 0, err
+    again = json.loads(out)
+    assert again["complete"] and again["reused"] >= 2 and again["written"] + again["reused"] == 4
+    code, out, err = cli(["verify", dest, "--decode", *_so(s3_endpoint)])
+    assert code == 0 and "4 of 4 shards pass, 4 samples" in out, out + err
 
 
 def test_a_pack_to_a_bucket_killed_mid_upload_is_resumed(
@@ -121,13 +140,19 @@ def test_a_pack_to_a_bucket_killed_mid_upload_is_resumed(
     code, stdout, err = cli(args)
     assert code != 0 and "access denied" in err.lower() and "data-000002.tar" in err
     names = {p.rsplit("/", 1)[1] for p in s3fs_direct.ls(f"{bucket}/shards", refresh=True)}
-    assert "pack.json" not in names and "index.arrow" not in names  # no metadata before every shard is there
-    assert len(names) == 2
+    # uploaded as written (the shard in flight when the upload failed finished too); no metadata before every shard
+    assert {"data-000000.tar", "data-000001.tar"} <= names and "data-000002.tar" not in names
+    assert not names & {"pack.json", "index.arrow", "shardindex.json"}
+    staged = sorted(n for n in os.listdir(staging_folder(dest)) if n.endswith(".tar"))
+    assert staged == ["data-000002.tar"]  # the uploaded shards' local copies are gone: only the failed one is here
     monkeypatch.setattr(s3fs.S3FileSystem, "_put_file", original_put)
     s3fs.S3FileSystem.clear_instance_cache()
-    code, stdout, err = cli(args)
+    code, stdout, err = cli([*args, "--json"])
     assert code == 0, err
-    assert "2 shards were already there" in stdout  # resumed: the shards already uploaded are not sent again
+    again = json.loads(stdout)
+    # resumed: the shards in the bucket read back from it, the one staged reused; only what is nowhere is written
+    assert again["complete"] and again["reused"] == len(names) + 1 and again["written"] == 4 - len(names) - 1
+    assert calls["n"] == len(names) + 1  # (the patched upload was not used again: 3 uploads, the failed one)
     code, stdout, err = cli(["verify", dest, *_so(s3_endpoint)])
     assert code == 0 and "4 of 4 shards pass, 4 samples" in stdout, stdout
 
