@@ -214,6 +214,13 @@ def cmd_pack(args: argparse.Namespace) -> int:
     # --
     if is_url(args.index) and not args.index.startswith("file://"):
         from ..pack.bucketsource import bucket_index
+        from ..storage.urls import normalize
+
+        if to_bucket and (normalize(url) + "/").startswith(normalize(args.index) + "/"):
+            raise UserError(
+                f"-o {url}: is inside the prefix {args.index} it packs; dsclean never writes into the data it "
+                "packs: choose a prefix outside it"
+            )
 
         args.index, left_out = bucket_index(args.index, storage, args.state_dir)
         if not (args.quiet or args.json):

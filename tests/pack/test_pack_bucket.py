@@ -103,6 +103,12 @@ def test_pack_local_index_to_a_bucket_and_from_shards(bucket, s3fs_direct, s3_en
     for n in local:  # (no deny-list: each shard copied as it is)
         assert s3fs_direct.cat_file(f"{bucket}/copy/{n}") == (media_shards[0] / n).read_bytes()
     assert not os.path.exists(staging_folder(dest))
+    # a local index packed to a bucket: verified there
+    dest = f"s3://{bucket}/packed"
+    code, stdout, err = cli(["pack", str(media_shards[1]), "-o", dest, "--samples-per-shard", "3", *_so(s3_endpoint)])
+    assert code == 0, err
+    code, stdout, err = cli(["verify", dest, "--jobs", "2", *_so(s3_endpoint)])
+    assert code == 0 and stdout.startswith(f"ok: {dest}:"), stdout + err
 
 
 def test_a_pack_stopped_by_an_unreadable_object_is_resumed_by_the_same_command(source, bucket, s3_endpoint, cli):
@@ -185,3 +191,28 @@ def test_indexed_dataset_over_a_bucket_pack_is_refused_clearly(bucket):
 
     with pytest.raises(UserError, match="not in a bucket"):
         IndexedDataset(f"s3://{bucket}/shards")
+
+
+def test_no_storage_option_value_is_stored_and_an_output_inside_the_source_is_refused(
+    source, bucket, s3fs_direct, s3_endpoint, cli, tmp_path
+):
+    from dsclean import locations
+
+    secret = "not-a-real-secret-5f3a9c"  # moto takes any credentials
+    dest = f"s3://{bucket}/shards"
+    opts = [*_so(s3_endpoint), "--storage-option", "key=testing", "--storage-option", f"secret={secret}"]
+    code, out, err = cli(["pack", source, "-o", dest, "--samples-per-shard", "2", *opts])
+    assert code == 0, err
+    assert secret not in out + err
+    for key in s3fs_direct.find(f"{bucket}/shards"):
+        assert secret.encode() not in s3fs_direct.cat_file(key), key
+    state = locations.state_base()[0]
+    for folder, _, files in os.walk(state):
+        for name in files:
+            with open(os.path.join(folder, name), "rb") as f:
+                assert secret.encode() not in f.read(), name
+    recorded = json.loads(s3fs_direct.cat_file(f"{bucket}/shards/pack.json"))
+    assert recorded["source"]["root"] == source
+    code, out, err = cli(["pack", source, "-o", f"{source}/packed", *_so(s3_endpoint)])
+    assert code != 0 and "inside the prefix" in err
+    assert not s3fs_direct.exists(f"{bucket}/data/packed")
