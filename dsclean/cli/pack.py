@@ -10,7 +10,6 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import replace
 
 from .. import argtypes
 from ..errors import UserError
@@ -190,18 +189,20 @@ def cmd_pack(args: argparse.Namespace) -> int:
 
     storage = parse_storage_options(args.storage_options)
     to_bucket = is_url(args.output) and not args.output.startswith("file://")
-    if to_bucket and (args.part or args.finish):
-        raise UserError("--part and --finish write a pack in a shared folder: a pack to a bucket is one command")
-    if to_bucket:
-        from ..pack.remote import pack_to_bucket
-
-        url, args.output = args.output, "(staging)"
+    if (to_bucket or is_url(args.index or "")) and (args.part or args.finish):
+        raise UserError(
+            "--part and --finish write a pack in a shared folder from a local index: a pack from or to a bucket "
+            "is one command"
+        )
     # -- a clean copy of another tool's shards (dsclean.shardsets) --
     if args.from_shards or args.index is None:
         from .shardsets import route_pack
 
         if not to_bucket:
             return route_pack(args)
+        from ..pack.remote import pack_to_bucket
+
+        url, args.output = args.output, "(staging)"
 
         def repack(staging: str, _sink) -> int:  # (a copy of shards: staged whole, then uploaded)
             args.output = staging
@@ -212,22 +213,6 @@ def cmd_pack(args: argparse.Namespace) -> int:
             print(f"  uploaded to {url} (pack.json last)")
         return code
     # --
-    if is_url(args.index) and not args.index.startswith("file://"):
-        from ..pack.bucketsource import bucket_index
-        from ..storage.urls import normalize
-
-        if to_bucket and (normalize(url) + "/").startswith(normalize(args.index) + "/"):
-            raise UserError(
-                f"-o {url}: is inside the prefix {args.index} it packs; dsclean never writes into the data it "
-                "packs: choose a prefix outside it"
-            )
-
-        args.index, left_out = bucket_index(args.index, storage, args.state_dir)
-        if not (args.quiet or args.json):
-            print(
-                f"{left_out['bad']} objects left out as bad ({left_out['results']})",
-                file=sys.stderr,
-            )
     options = PackOptions(
         shard_size=args.shard_size,
         samples_per_shard=args.samples_per_shard,
@@ -244,17 +229,10 @@ def cmd_pack(args: argparse.Namespace) -> int:
         denylist=args.denylist,
         progress=not (args.quiet or args.json) and sys.stderr.isatty(),
         storage_options=storage,
+        state_dir=args.state_dir,
     )
     try:
-        if to_bucket:
-            summary = pack_to_bucket(
-                lambda staging, sink: pack_shards(args.index, staging, replace(options, shard_sink=sink)),
-                url,
-                storage,
-                args.state_dir,
-            )
-        else:
-            summary = (finish_pack if args.finish else pack_shards)(args.index, args.output, options)
+        summary = (finish_pack if args.finish else pack_shards)(args.index, args.output, options)
     finally:
         if args.backend == "loky" and args.jobs > 1:  # one pack per command: no worker outlives it
             from ..pack.runner import release_workers
@@ -341,22 +319,17 @@ def format_recipe(recipe: dict, folder: str) -> list[str]:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from ..pack.verify import verify_shards
     from ..storage.urls import is_url, parse_storage_options
 
     # -- a dsclean pack in a bucket (dsclean.pack.remote): its pack.json, packed index or shard list there --
     url = args.folder[0] if len(args.folder) == 1 else ""
     if is_url(url) and not url.startswith("file://") and args.as_kind is None:
-        from ..pack.remote import has_pack, verify_bucket
+        from ..pack.remote import has_pack
 
         storage = parse_storage_options(args.storage_options)
         if has_pack(url, storage):
-            report = verify_bucket(url, storage, jobs=args.jobs, decode=True if args.decode else None)
-            if args.json:
-                print(json.dumps(report.to_json(), indent=2))
-            elif not args.quiet:
-                print(format_verify(report))
-            return EXIT_OK if report.ok else EXIT_FOUND_BAD
+            args.folder = url
+            return _verify(args, storage)
     # --
 
     # -- shard sets written by other tools (dsclean.shardsets); else args.folder becomes the one folder --
@@ -367,8 +340,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
         return code
     # --
 
+    return _verify(args, {})
+
+
+def _verify(args: argparse.Namespace, storage: dict) -> int:
+    from ..pack.verify import verify_shards
+
     # --decode: judged with the check options the packed index recorded (verdicts only)
-    report = verify_shards(args.folder, jobs=args.jobs, decode=True if args.decode else None)
+    report = verify_shards(args.folder, jobs=args.jobs, decode=True if args.decode else None, storage_options=storage)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     elif not args.quiet:

@@ -78,6 +78,8 @@ class PackOptions:
     #: where each finished shard goes, its local copy removed (:class:`dsclean.pack.remote.BucketShards`: a
     #: bucket prefix): ``has(name)``, ``put(path, name)``, ``get(name, path)``. None: the shards stay in the folder
     shard_sink: Any = field(default=None, repr=False, compare=False)
+    #: where a bucket source's listing and a bucket output's staging folder live (default: $DSCLEAN_STATE_DIR)
+    state_dir: str | None = None
 
 
 @dataclass
@@ -281,7 +283,15 @@ def pack_shards(index: str, output: str, options: PackOptions = PackOptions()) -
     Raises :class:`UserError` for bad input before anything is written, and when every
     sample was left out (``skip_changed``: nothing is left in ``output`` then). Shards that
     could not be written are listed in ``summary.failures`` (``complete`` is then False).
+
+    ``index`` may be a bucket prefix (``s3://BUCKET/PREFIX``: its media objects less those its last scan
+    found bad, :mod:`.bucketsource`) and ``output`` a bucket prefix (:mod:`.remote`); ``options.storage_options``
+    opens them.
     """
+    if _is_url(index) or _is_url(output):
+        from .remote import pack_url
+
+        return pack_url(index, output, options, pack_shards)
     t0 = time.monotonic()
     ctx = _prepare(index, output, options)
     try:

@@ -28,7 +28,7 @@ from .. import locations
 from ..errors import UserError
 from ..storage.fs import Store
 from ..storage.reads import ReadPolicy, classify, quiet_store_retries, retried
-from ..storage.urls import normalize
+from ..storage.urls import is_url, normalize
 
 log = logging.getLogger("dsclean.pack.remote")
 
@@ -201,6 +201,36 @@ def pack_to_bucket(run: Callable[[str, Any], Any], url: str, storage_options: di
     return summary
 
 
+def pack_url(index: str, output: str, options: Any, pack: Callable[..., Any]) -> Any:
+    """:func:`.packer.pack_shards` (``pack``) with a bucket prefix as the source or the output (or both)."""
+    from dataclasses import replace
+
+    from .bucketsource import bucket_index
+
+    storage, state_dir = options.storage_options, options.state_dir
+    remote_out = is_url(output) and not output.startswith("file://")
+    if remote_out and options.part is not None:
+        raise UserError("--part and --finish write a pack in a shared folder: a pack to a bucket is one command")
+    note = None
+    if is_url(index) and not index.startswith("file://"):
+        if remote_out and (normalize(output) + "/").startswith(normalize(index) + "/"):
+            raise UserError(
+                f"{output}: is inside the prefix {index} it packs; dsclean never writes into the data it packs: "
+                "choose a prefix outside it"
+            )
+        index, left = bucket_index(index, storage, state_dir)
+        note = f"{left['bad']} objects left out: found bad by the last scan of the prefix ({left['results']})"
+    if remote_out:
+        summary = pack_to_bucket(
+            lambda staging, sink: pack(index, staging, replace(options, shard_sink=sink)), output, storage, state_dir
+        )
+    else:
+        summary = pack(index, output, options)
+    if note:
+        summary.notes.insert(0, note)
+    return summary
+
+
 def has_pack(url: str, storage_options: dict) -> bool:
     """Whether the prefix ``url`` holds a dsclean pack (its ``pack.json``, packed index or shard list)."""
     store = open_store(url, storage_options)
@@ -247,10 +277,9 @@ class _Fetcher:
         return sorted(str(p)[cut:] for p in found if str(p)[cut:] and "/" not in str(p)[cut:])
 
 
-def verify_bucket(url: str, storage_options: dict, *, jobs: int = 1, decode=None):
-    """:func:`.verify.verify_shards` of the dsclean pack under the prefix ``url``; ``report.folder`` is the URL."""
-    from .verify import verify_shards
-
+def verify_bucket(url: str, storage_options: dict, verify_shards: Callable[..., Any], *, jobs: int = 1, decode=None):
+    """``verify_shards`` (:func:`.verify.verify_shards`) of the dsclean pack under the prefix ``url``;
+    ``report.folder`` is the URL."""
     url = normalize(url)
     store = open_store(url, storage_options)
     folder = tempfile.mkdtemp(prefix="dsclean-verify-")

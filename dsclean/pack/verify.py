@@ -102,7 +102,9 @@ class _Task:
     have_index: bool
 
 
-def verify_shards(folder: str, *, jobs: int = 1, decode=None, fetch=None) -> VerifyReport:
+def verify_shards(
+    folder: str, *, jobs: int = 1, decode=None, fetch=None, storage_options: dict | None = None
+) -> VerifyReport:
     """Check the shard set in ``folder``; a :class:`UserError` when it is not a shard set at all.
 
     ``decode``: also run the scan's checks on every sample's bytes (:mod:`.decode`); a ``bad``
@@ -114,7 +116,14 @@ def verify_shards(folder: str, *, jobs: int = 1, decode=None, fetch=None) -> Ver
     ``fetch``: the shards are not in ``folder`` (which holds the set's metadata) but in a bucket
     (:mod:`.remoteverify`): ``fetch.get(name)`` brings one into ``folder``, ``fetch.drop(name)`` removes
     it, ``fetch.names()`` lists the prefix; at most ``jobs`` shards are on local disk at a time.
+
+    ``folder`` may be a bucket prefix holding a dsclean pack (``s3://BUCKET/SHARDS``, opened with
+    ``storage_options``): :func:`.remote.verify_bucket`.
     """
+    if re.match(r"^[a-z][a-z0-9+.-]*://", folder, re.IGNORECASE) and not folder.startswith("file://"):
+        from .remote import verify_bucket
+
+        return verify_bucket(folder, storage_options or {}, verify_shards, jobs=jobs, decode=decode)
     _is_shard_set(folder)
     report = VerifyReport(folder=folder)
     shardlist = _try(report, lambda: read_shard_list(folder))
