@@ -220,3 +220,41 @@ def test_no_storage_option_value_is_stored_and_an_output_inside_the_source_is_re
     code, out, err = cli(["pack", source, "-o", f"{source}/packed", *_so(s3_endpoint)])
     assert code != 0 and "inside the prefix" in err
     assert not s3fs_direct.exists(f"{bucket}/data/packed")
+
+
+@pytest.mark.slow
+def test_a_pack_to_a_bucket_killed_with_sigkill_is_resumed(source, bucket, s3fs_direct, s3_endpoint, cli):
+    """kill -9 once the first shard is in the bucket (the reads slowed by the proxy): the same command then
+    finishes the pack, and verify finds it whole."""
+    import signal
+    import subprocess
+    import time
+
+    from support.fixtures.cli import DSCLEAN, cli_env
+
+    dest = f"s3://{bucket}/shards"
+    with FaultProxy(s3_endpoint, latency=0.3) as proxy:
+        args = ["pack", source, "-o", dest, "--samples-per-shard", "1", "--shuffle", "3", *_so(proxy.url)]
+        proc = subprocess.Popen([*DSCLEAN, *args], env=cli_env(None), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and proc.poll() is None:
+                if s3fs_direct.exists(f"{bucket}/shards/data-000000.tar"):
+                    break
+                s3fs_direct.invalidate_cache()
+                time.sleep(0.05)
+            assert proc.poll() is None, proc.communicate()  # still packing: killed mid-way
+            proc.send_signal(signal.SIGKILL)
+        finally:
+            proc.wait(timeout=60)
+            proc.stdout.close()
+            proc.stderr.close()
+    s3fs_direct.invalidate_cache()
+    names = {p.rsplit("/", 1)[1] for p in s3fs_direct.ls(f"{bucket}/shards", refresh=True)}
+    assert "pack.json" not in names and "data-000000.tar" in names
+    code, out, err = cli([*args[:-1], f"endpoint_url={s3_endpoint}", "--json"])
+    assert code == 0, err
+    again = json.loads(out)
+    assert again["complete"] and again["reused"] >= 1 and again["written"] + again["reused"] == 4
+    code, out, err = cli(["verify", dest, "--decode", *_so(s3_endpoint)])
+    assert code == 0 and "4 of 4 shards pass, 4 samples" in out, out + err
