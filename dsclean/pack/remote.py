@@ -25,6 +25,7 @@ import tempfile
 from typing import Any, Callable
 
 from .. import locations
+from ..atomic import atomic_output
 from ..errors import UserError
 from ..storage.fs import Store
 from ..storage.reads import ReadPolicy, classify, quiet_store_retries, retried
@@ -183,7 +184,14 @@ def pack_to_bucket(run: Callable[[str, Any], Any], url: str, storage_options: di
     store = open_store(url, storage_options)
     staging = staging_folder(url, state_dir)
     os.makedirs(os.path.dirname(staging), exist_ok=True)
-    summary = run(staging, BucketShards(store, staging))
+    adopted = _adopt_record(store, staging)
+    try:
+        summary = run(staging, BucketShards(store, staging))
+    except UserError as exc:
+        if adopted:  # the bucket's pack is not this one: its record does not stay here to block another
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(staging, locations.PACK_STATE_FILE))
+        raise UserError(str(exc).replace(staging, url)) from None
     if (
         getattr(summary, "complete", True)
         and not getattr(summary, "failures", None)
@@ -229,6 +237,24 @@ def pack_url(index: str, output: str, options: Any, pack: Callable[..., Any]) ->
     if note:
         summary.notes.insert(0, note)
     return summary
+
+
+def _adopt_record(store: Store, staging: str) -> bool:
+    """A pack already in the bucket and no staging folder (it finished, or another machine ran it): its
+    ``pack.json`` becomes the staging folder's, so the same command resumes that pack (its recorded seed
+    and names) and a different one is refused, as a local folder's ``pack.json`` does. True if adopted."""
+    if os.path.exists(os.path.join(staging, locations.PACK_STATE_FILE)):
+        return False
+    try:
+        data = retried(lambda: store.fs.cat_file(store.path(locations.PACK_STATE_FILE)), "pack.json", ReadPolicy())
+    except Exception as exc:
+        if isinstance(exc, FileNotFoundError) or classify("", exc).reason == "vanished":
+            return False
+        raise _fail(store, locations.PACK_STATE_FILE, exc, "read it") from None
+    os.makedirs(staging, exist_ok=True)
+    with atomic_output(os.path.join(staging, locations.PACK_STATE_FILE)) as tmp, open(tmp, "wb") as f:
+        f.write(data)
+    return True
 
 
 def has_pack(url: str, storage_options: dict) -> bool:

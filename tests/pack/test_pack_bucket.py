@@ -101,6 +101,24 @@ def test_pack_to_a_bucket_then_verify_and_a_damaged_shard_is_named(
     assert stdout.startswith(f"PROBLEMS: {dest}: 1 of 2 shards pass")
 
 
+def test_the_same_command_again_adopts_the_pack_in_the_bucket_and_another_is_refused(
+    source, bucket, s3fs_direct, s3_endpoint, cli
+):
+    dest = f"s3://{bucket}/shards"
+    args = ["pack", source, "-o", dest, "--samples-per-shard", "2", *_so(s3_endpoint)]  # a random seed
+    assert cli(args).code == 0
+    before = {k: s3fs_direct.info(k)["LastModified"] for k in s3fs_direct.find(f"{bucket}/shards")}
+    code, out, err = cli([*args, "--json"])
+    assert code == 0, err
+    again = json.loads(out)
+    assert again["complete"] and again["reused"] == 2 and again["written"] == 0  # its seed, read from the bucket
+    shards = [k for k in before if k.endswith(".tar")]
+    assert all(s3fs_direct.info(k)["LastModified"] == before[k] for k in shards)  # not uploaded again
+    code, out, err = cli(["pack", source, "-o", dest, "--samples-per-shard", "3", *_so(s3_endpoint)])
+    assert code != 0 and dest in err and "cannot be resumed" in err
+    assert not os.path.exists(os.path.join(staging_folder(dest), "pack.json"))  # nothing left to block a later pack
+
+
 def test_pack_local_index_to_a_bucket_and_from_shards(bucket, s3fs_direct, s3_endpoint, cli, tmp_path, media_shards):
     dest = f"s3://{bucket}/copy"
     code, stdout, err = cli(["pack", "--from", str(media_shards[0]), "-o", dest, *_so(s3_endpoint)])
