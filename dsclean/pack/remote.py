@@ -1,13 +1,14 @@
 """A pack in a bucket: ``dsclean pack ... -o s3://BUCKET/SHARDS`` and ``dsclean verify s3://BUCKET/SHARDS``.
 
-Writing: the pack is built in a local staging folder (the output URL's state folder,
-:func:`dsclean.locations.url_state_dir`, never the bucket) by the local packer, then each file is uploaded
-whole (a PUT is atomic per object; s3fs uploads a big one in parts, completed at once): the shards first,
-then the packed index, the shard list and, LAST, ``pack.json``, so a reader never finds a ``pack.json``
-naming shards that are not there yet. A killed pack is resumed by the same command: the staging folder
-keeps the shards written so far (the packer's own resume), and a shard already in the bucket with the same
-bytes (size and MD5 ETag) is not uploaded again. Nothing is written outside the output prefix; the staging
-folder is removed once the bucket holds the whole pack.
+Writing: the local packer builds the pack in a staging folder (the output URL's local state folder,
+:func:`dsclean.locations.url_state_dir`, never the bucket); each shard is uploaded whole as soon as it is
+finished (a PUT is atomic per object; s3fs uploads a big one in parts, completed at once) and its local
+copy removed (:class:`BucketShards`, the packer's ``shard_sink``); then the packed index, the shard list
+and, LAST, ``pack.json``, so a reader never finds a ``pack.json`` naming shards that are not there yet.
+A killed pack is resumed by the same command: the shards in the bucket are read back instead of written
+again, a shard left in the staging folder is uploaded (not if the bucket has the same bytes: size and MD5
+ETag), the rest is written. Nothing is written outside the output prefix; the staging folder is removed
+once the bucket holds the whole pack.
 
 Verifying: the set's metadata is downloaded into a temp folder, then the shards, ``jobs`` at a time, each
 checked by the local :func:`.verify.verify_shards` and removed.
@@ -83,7 +84,7 @@ def refuse_other_pack(store: Store, staging: str) -> None:
         )
 
 
-def upload_pack(staging: str, store: Store, *, progress: Callable[[str], None] | None = None) -> tuple[int, int]:
+def upload_pack(staging: str, store: Store) -> tuple[int, int]:
     """Upload the pack in ``staging`` to ``store``'s prefix, ``pack.json`` last; ``(uploaded, already there)``."""
     names = sorted(
         e.name
@@ -103,8 +104,6 @@ def upload_pack(staging: str, store: Store, *, progress: Callable[[str], None] |
         except Exception as exc:
             raise _fail(store, name, exc, "upload it") from None
         uploaded += 1
-        if progress is not None:
-            progress(name)
         log.debug("uploaded %s", store.url_of(name))
     return uploaded, skipped
 
@@ -191,7 +190,12 @@ def pack_to_bucket(run: Callable[[str, Any], Any], url: str, storage_options: di
         if adopted:  # the bucket's pack is not this one: its record does not stay here to block another
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(staging, locations.PACK_STATE_FILE))
-        raise UserError(str(exc).replace(staging, url)) from None
+        if adopted or not os.path.exists(os.path.join(staging, locations.PACK_STATE_FILE)):
+            raise UserError(str(exc).replace(staging, url)) from None
+        raise UserError(  # a killed run's staging folder, of another source (the prefix changed) or options
+            f"{str(exc).replace(staging, url)} (the unfinished pack's local staging folder {staging}: remove it to "
+            "start this pack over)"
+        ) from None
     if (
         getattr(summary, "complete", True)
         and not getattr(summary, "failures", None)

@@ -183,6 +183,11 @@ def test_a_pack_to_a_bucket_killed_mid_upload_is_resumed(
     assert staged == ["data-000002.tar"]  # the uploaded shards' local copies are gone: only the failed one is here
     monkeypatch.setattr(s3fs.S3FileSystem, "_put_file", original_put)
     s3fs.S3FileSystem.clear_instance_cache()
+    # the source changed since: another listing, another pack; refused, naming the staging folder to remove
+    s3fs_direct.pipe_file(f"{bucket}/data/cats/new.png", synth.png(20, 20, seed=9))
+    code, stdout, err = cli(args)
+    assert code != 0 and "cannot be resumed" in err and staging_folder(dest) in err
+    s3fs_direct.rm_file(f"{bucket}/data/cats/new.png")
     code, stdout, err = cli([*args, "--json"])
     assert code == 0, err
     again = json.loads(stdout)
