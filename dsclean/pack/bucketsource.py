@@ -38,15 +38,22 @@ _CHUNK = 65_536  # listed objects per Arrow chunk
 
 
 def bad_keys(url: str, state_dir: str | None) -> tuple[pa.Array, str]:
-    """The keys the prefix's last bucket scan found bad (an Arrow array) and where they came from."""
+    """The keys the prefix's last bucket scan found bad, or warned about with a reason a local index leaves
+    out by default (:data:`dsclean.reasons.LEFT_OUT_WARNINGS`), as an Arrow array; and where they came from."""
     results = last_results(url, state_dir)
     if results is None:
         return pa.array(
             [], pa.string()
         ), f"no bucket scan of {url} recorded: no object left out (dsclean scan it first)"
     bad = []
-    for batch in pq.ParquetFile(results).iter_batches(batch_size=_CHUNK, columns=["path", "status"]):
-        bad.append(pc.filter(batch.column("path"), pc.equal(batch.column("status"), R.BAD)).cast(pa.string()))
+    warned = pa.array(sorted(R.LEFT_OUT_WARNINGS), pa.string())  # as a local index leaves them out by default
+    for batch in pq.ParquetFile(results).iter_batches(batch_size=_CHUNK, columns=["path", "status", "reason"]):
+        status, reason = batch.column("status"), batch.column("reason")
+        out = pc.or_(
+            pc.equal(status, R.BAD),
+            pc.and_(pc.equal(status, R.WARN), pc.fill_null(pc.is_in(reason, value_set=warned), False)),
+        )
+        bad.append(pc.filter(batch.column("path"), pc.fill_null(out, False)).cast(pa.string()))
     return (pa.concat_arrays(bad) if bad else pa.array([], pa.string())), results
 
 

@@ -231,7 +231,10 @@ def pack_url(index: str, output: str, options: Any, pack: Callable[..., Any]) ->
                 "choose a prefix outside it"
             )
         index, left = bucket_index(index, storage, state_dir)
-        note = f"{left['bad']} objects left out: found bad by the last scan of the prefix ({left['results']})"
+        note = (
+            f"{left['bad']} objects left out: found bad by the last scan of the prefix, or warned about with a "
+            f"reason an index leaves out ({left['results']})"
+        )
     if remote_out:
         summary = pack_to_bucket(
             lambda staging, sink: pack(index, staging, replace(options, shard_sink=sink)), output, storage, state_dir

@@ -70,6 +70,22 @@ def test_pack_a_bucket_prefix_to_a_local_folder_leaves_out_the_bad_object(source
         assert (again / name).read_bytes() == (out / name).read_bytes()
 
 
+def test_a_warning_an_index_leaves_out_is_left_out_too(source, s3_endpoint, cli, tmp_path):
+    # scanned again with --lenient: the truncated object is a warning (truncated), which an index leaves out
+    assert cli(["scan", source, "--lenient", "--jobs", "1", *_so(s3_endpoint)]).code == 0
+    from dsclean.scanning.results import read_results
+    from dsclean.storage.reuse import last_results
+
+    rows = read_results(last_results(source)).to_pydict()
+    got = {os.fsdecode(p): (s, r) for p, s, r in zip(rows["path"], rows["status"], rows["reason"])}
+    assert got[BAD] == ("warn", "truncated")  # (so only the warning rule leaves it out)
+    out = tmp_path / "shards"
+    code, stdout, err = cli(["pack", source, "-o", str(out), *_so(s3_endpoint)])
+    assert code == 0, err
+    assert _packed_paths(str(out)) == sorted(GOOD)
+    assert "1 objects left out" in stdout
+
+
 def test_pack_to_a_bucket_then_verify_and_a_damaged_shard_is_named(
     source, bucket, s3fs_direct, s3_endpoint, cli, tmp_path
 ):
