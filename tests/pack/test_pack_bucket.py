@@ -60,10 +60,13 @@ def test_pack_a_bucket_prefix_to_a_local_folder_leaves_out_the_bad_object(source
     assert code == 0, stdout + err
     state = json.loads((out / "pack.json").read_text())
     assert state["source"]["root"] == source and s3_endpoint not in json.dumps(state)
-    # --jobs 2: the objects read in the pack's worker processes (the storage options travel with each shard's job)
+    # --jobs 2: the objects read in the pack's worker processes; the storage options (here the credentials too:
+    # a worker process may predate this test's environment) travel with each shard's job
     again = tmp_path / "shards2"
+    creds = ["--storage-option", "key=testing", "--storage-option", "secret=testing"]
     code, stdout, err = cli(
         ["pack", source, "-o", str(again), "--samples-per-shard", "2", "--shuffle", "1", "-j", "2", *_so(s3_endpoint)]
+        + creds
     )
     assert code == 0, err
     for name in ("data-000000.tar", "data-000001.tar"):  # the same bytes as the run in this process
