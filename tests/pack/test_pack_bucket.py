@@ -118,6 +118,9 @@ def test_pack_to_a_bucket_then_verify_and_a_damaged_shard_is_named(
     assert code != 0
     assert "data-000001.tar" in stdout and "data-000000.tar" not in stdout.split("\n", 1)[1]
     assert stdout.startswith(f"PROBLEMS: {dest}: 1 of 2 shards pass")
+    s3fs_direct.rm_file(f"{bucket}/shards/data-000000.tar")  # a shard gone from the bucket: named missing
+    code, stdout, err = cli(["verify", dest, *_so(s3_endpoint)])
+    assert code != 0 and "data-000000.tar: missing" in stdout and stdout.startswith(f"PROBLEMS: {dest}: 0 of 2")
 
 
 def test_the_same_command_again_adopts_the_pack_in_the_bucket_and_another_is_refused(
