@@ -7,8 +7,9 @@ The same ``--objects`` JPEGs (``--size`` px, 10 class folders) are written to a 
 bucket on a local S3 API server (moto, in this process' threads; ``--latency`` adds that many seconds
 to every request through the test proxy, what a real store costs per GET). Timed: ``pack_shards`` of a
 local index of the folder (``--rehash``: every file hashed, as every object is) against ``pack_shards``
-of the bucket prefix's index (listing included), both ``--jobs 1``, 4 MiB shards, ``--no-fsync``;
-samples/s and the ratio bucket / local. Best of ``--repeats``.
+of the bucket prefix's index (listing included; its time also shown alone), both ``--jobs 1``, 4 MiB shards, ``--no-fsync``;
+samples/s and the ratio bucket / local; and the store's own pace (the same objects fetched by 16 threads
+with s3fs, nothing else done): what a bucket pack can reach. Best of ``--repeats``.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def main() -> None:
         index = os.path.join(work, "local.arrow")
         build_index(root, index, check=False)
         base = dict(shard_size=4 << 20, shuffle=1, fsync=False)
-        results: dict[str, list[float]] = {"local": [], "bucket": []}
+        results: dict[str, list[float]] = {"local": [], "bucket": [], "bucket_listing": [], "get_only": []}
         with FaultProxy(endpoint, latency=args.latency) as proxy:
             options = {"endpoint_url": proxy.url}
             for r in range(args.repeats):
@@ -75,9 +76,20 @@ def main() -> None:
                 out = os.path.join(work, f"bucket-{r}")
                 t = time.perf_counter()
                 bindex, _ = bucket_index("s3://bench/set", options)
+                results["bucket_listing"].append(time.perf_counter() - t)
                 s = pack_shards(bindex, out, PackOptions(**base, storage_options=options))
                 results["bucket"].append(time.perf_counter() - t)
                 assert s.complete and s.samples == args.objects
+                # the store's own pace: the same objects fetched by 16 threads, nothing else done with them
+                from concurrent.futures import ThreadPoolExecutor
+
+                gfs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": proxy.url}, skip_instance_cache=True)
+                keys = [f"bench/set/class{i % 10:02d}/{i:06d}.jpg" for i in range(args.objects)]
+                t = time.perf_counter()
+                with ThreadPoolExecutor(16) as pool:
+                    got = sum(len(b) for b in pool.map(gfs.cat_file, keys))
+                results["get_only"].append(time.perf_counter() - t)
+                assert got == total
         best = {k: min(v) for k, v in results.items()}
         report = {
             "objects": args.objects,
@@ -86,6 +98,9 @@ def main() -> None:
             "local_samples_per_s": round(args.objects / best["local"], 1),
             "bucket_samples_per_s": round(args.objects / best["bucket"], 1),
             "bucket_over_local": round(best["local"] / best["bucket"], 3),
+            "bucket_listing_s": round(best["bucket_listing"], 3),  # (inside the bucket time)
+            "get_only_objects_per_s": round(args.objects / best["get_only"], 1),
+            "bucket_over_get_only": round(best["get_only"] / best["bucket"], 3),
             "seconds": {k: [round(x, 3) for x in v] for k, v in results.items()},
         }
         print(json.dumps(report, indent=2))
