@@ -55,6 +55,12 @@ def test_pack_a_bucket_prefix_to_a_local_folder_leaves_out_the_bad_object(source
     )
     assert code == 0, err
     assert _packed_paths(str(out)) == sorted(GOOD)  # the scan's bad object is not packed
+    from dsclean.data.shards import open_packed_index
+
+    idx = open_packed_index(str(out))
+    paths = [os.fsdecode(bytes(idx.data[idx.offsets[i] : idx.offsets[i + 1]])) for i in range(len(idx))]
+    assert idx.meta["classes"] == ["cats", "dogs"]  # the first "folder" of each key, as ImageFolder labels
+    assert {p: int(label) for p, label in zip(paths, idx.labels)} == {p: 0 if p < "d" else 1 for p in GOOD}
     assert "1 objects left out: found bad by the last scan of the prefix" in stdout
     code, stdout, err = cli(["verify", str(out), "--decode"])
     assert code == 0, stdout + err
@@ -311,3 +317,24 @@ def test_a_pack_to_a_bucket_killed_with_sigkill_is_resumed(source, bucket, s3fs_
     assert again["complete"] and again["reused"] >= 1 and again["written"] + again["reused"] == 4
     code, out, err = cli(["verify", dest, "--decode", *_so(s3_endpoint)])
     assert code == 0 and "4 of 4 shards pass, 4 samples" in out, out + err
+
+
+def test_the_listing_streams_in_chunks_and_a_key_outside_any_folder_means_no_labels(
+    bucket, s3fs_direct, s3_endpoint, monkeypatch
+):
+    from dsclean.index.store import open_index
+    from dsclean.pack import bucketsource
+
+    monkeypatch.setattr(bucketsource, "_CHUNK", 2)  # 5 objects: three chunks, labels across them
+    for rel in ("b/1.png", "b/2.png", "a/3.png", "c/4.png"):
+        s3fs_direct.pipe_file(f"{bucket}/p/{rel}", synth.png(8, 8, seed=len(rel)))
+    index, _ = bucketsource.bucket_index(f"s3://{bucket}/p", {"endpoint_url": s3_endpoint})
+    idx = open_index(index)
+    assert idx.meta["classes"] == ["a", "b", "c"] and list(map(int, idx.labels)) == [0, 1, 1, 2]
+    assert list(map(int, idx.sizes)) == [
+        len(s3fs_direct.cat_file(f"{bucket}/p/{r}")) for r in ("a/3.png", "b/1.png", "b/2.png", "c/4.png")
+    ]
+    s3fs_direct.pipe_file(f"{bucket}/p/top.png", synth.png(8, 8, seed=9))
+    index, _ = bucketsource.bucket_index(f"s3://{bucket}/p", {"endpoint_url": s3_endpoint})
+    idx = open_index(index)
+    assert idx.meta["classes"] == [] and list(map(int, idx.labels)) == [-1] * 5 and len(idx) == 5
