@@ -103,11 +103,11 @@ def bucket_index(url: str, storage_options: dict, state_dir: str | None = None) 
         classes = listed.labels_into(sinks["label"])
         for sink in sinks.values():
             sink.finish()
-        meta = make_meta(
-            "/", classes, "folder" if classes else "none", listed.rows, results if results.startswith("/") else None
-        )
+        # no local path in it (the scan results' is in the summary's note): the same listing gives the same
+        # bytes on any machine, so a pack to a bucket is resumed from anywhere (its identity)
+        meta = make_meta("/", classes, "folder" if classes else "none", listed.rows, None)
         meta["root"] = url  # the objects' prefix: a URL, never its options
-        meta.pop("created", None)  # the same listing gives the same bytes: the pack's identity, for resuming
+        meta.pop("created", None)
         out = os.path.join(folder, SOURCE_INDEX)
         with atomic_output(out) as tmp:
             write_one_batch(

@@ -338,3 +338,18 @@ def test_the_listing_streams_in_chunks_and_a_key_outside_any_folder_means_no_lab
     index, _ = bucketsource.bucket_index(f"s3://{bucket}/p", {"endpoint_url": s3_endpoint})
     idx = open_index(index)
     assert idx.meta["classes"] == [] and list(map(int, idx.labels)) == [-1] * 5 and len(idx) == 5
+
+
+def test_the_same_listing_gives_the_same_index_bytes_from_any_state_folder(source, s3_endpoint, tmp_path, cli):
+    """The pack's identity is the index's content hash: another machine (another state folder, its own scan
+    of the prefix) resuming a pack to a bucket must build the same bytes."""
+    from dsclean.pack.bucketsource import bucket_index
+
+    other = str(tmp_path / "other-machine")
+    cli(["scan", source, "--jobs", "1", "--state-dir", other, *_so(s3_endpoint)])
+    here, left_here = bucket_index(source, {"endpoint_url": s3_endpoint})
+    there, left_there = bucket_index(source, {"endpoint_url": s3_endpoint}, other)
+    assert here != there and left_here["bad"] == left_there["bad"] == 1
+    assert left_there["results"].startswith(other)  # (its own scan's results)
+    with open(here, "rb") as a, open(there, "rb") as b:
+        assert a.read() == b.read()
