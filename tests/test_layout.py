@@ -23,13 +23,8 @@ ALLOWED = {
     "index": {"scanning", "loaders", "storage"},  # dsclean index s3://...: the listing, reads, last scan
     "data": {"index", "loaders", "storage"},  # IndexedDataset over a URL root reads objects
     "diagnose": {"index", "data"},
-    "pack": {"scanning", "index", "data"},
-    "dups": {
-        "scanning",
-        "index",
-        "quality",
-        "storage",
-    },  # storage: dups over a bucket prefix (reads, listing, quarantine)
+    "pack": {"scanning", "index", "data", "storage"},  # pack s3://... (read, write), verify s3://...
+    "dups": {"scanning", "index", "quality", "storage"},  # dups over a bucket prefix (reads, listing, quarantine)
     "report": {"scanning", "dups"},  # reads scan results, the quarantine journal, the worker guards, dups' moves
     "fromlog": {"scanning", "index", "data", "pack"},  # quarantine --from-log: re-checks files and shard samples
     "training": {"data", "diagnose"},  # wraps any dataset (names IndexedDataset samples), explains worker deaths

@@ -12,8 +12,10 @@ import os
 import sys
 
 from .. import argtypes
+from ..errors import UserError
 from ..pack.extnames import POLICIES
 from ..pack.options import RANDOM
+from .bucket import add_storage_option
 from .exit_codes import EXIT_FOUND_BAD, EXIT_INCOMPLETE, EXIT_OK
 
 _MAX_LISTED = 20
@@ -28,7 +30,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "a pack of the same index with the same options: then it resumes.",
     )
     p.add_argument(
-        "index", metavar="INDEX", nargs="?", help="the index to pack (Arrow file or npy folder); or --from SHARDS"
+        "index",
+        metavar="INDEX",
+        nargs="?",
+        help="the index to pack (Arrow file or npy folder), or a bucket prefix (s3://BUCKET/PREFIX: its media "
+        "objects, less those its last dsclean scan found bad); or --from SHARDS",
     )
     # -- a clean copy of another tool's shards (dsclean.shardsets) --
     p.add_argument(
@@ -41,7 +47,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     # --
     p.add_argument(
-        "-o", "--output", required=True, metavar="DIR", help="the shard folder (empty, new, or a pack to resume)"
+        "-o",
+        "--output",
+        required=True,
+        metavar="DIR",
+        help="the shard folder (empty, new, or a pack to resume), or a bucket prefix (s3://BUCKET/SHARDS: built "
+        "in the local state folder, uploaded shard by shard, pack.json last; the same command resumes it)",
     )
     size = p.add_mutually_exclusive_group()
     size.add_argument(
@@ -128,6 +139,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="leave out the samples of this deny-list (e.g. an older pack's denylist.jsonl, written by "
         "dsclean quarantine --from-log)",
     )
+    p.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        help="with a bucket source or output: where its local state lives (default $DSCLEAN_STATE_DIR, per user)",
+    )
+    add_storage_option(p)
     p.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_pack)
@@ -158,6 +175,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
     add_shard_set_options(p, scan=False)
     # --
+    add_storage_option(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON (per shard: shard, ok, problems)")
     p.add_argument(
         "--quiet", "-q", action="store_true", help="print nothing: the exit code says whether the set is whole"
@@ -167,12 +185,33 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 def cmd_pack(args: argparse.Namespace) -> int:
     from ..pack.packer import PackOptions, finish_pack, pack_shards
+    from ..storage.urls import is_url, parse_storage_options
 
+    storage = parse_storage_options(args.storage_options)
+    to_bucket = is_url(args.output) and not args.output.startswith("file://")
+    if (to_bucket or is_url(args.index or "")) and (args.part or args.finish):
+        raise UserError(
+            "--part and --finish write a pack in a shared folder from a local index: a pack from or to a bucket "
+            "is one command"
+        )
     # -- a clean copy of another tool's shards (dsclean.shardsets) --
     if args.from_shards or args.index is None:
         from .shardsets import route_pack
 
-        return route_pack(args)
+        if not to_bucket:
+            return route_pack(args)
+        from ..pack.remote import pack_to_bucket
+
+        url, args.output = args.output, "(staging)"
+
+        def repack(staging: str, _sink) -> int:  # (a copy of shards: staged whole, then uploaded)
+            args.output = staging
+            return route_pack(args)
+
+        code = pack_to_bucket(_Code.of(repack), url, storage, args.state_dir).code
+        if not (args.quiet or args.json):
+            print(f"  uploaded to {url} (pack.json last)")
+        return code
     # --
     options = PackOptions(
         shard_size=args.shard_size,
@@ -189,6 +228,8 @@ def cmd_pack(args: argparse.Namespace) -> int:
         fsync=args.fsync,
         denylist=args.denylist,
         progress=not (args.quiet or args.json) and sys.stderr.isatty(),
+        storage_options=storage,
+        state_dir=args.state_dir,
     )
     try:
         summary = (finish_pack if args.finish else pack_shards)(args.index, args.output, options)
@@ -212,6 +253,17 @@ def cmd_pack(args: argparse.Namespace) -> int:
         )
         return 128 + summary.signal
     return EXIT_INCOMPLETE if summary.failures else EXIT_OK
+
+
+class _Code:
+    """An exit code as the summary :func:`dsclean.pack.remote.pack_to_bucket` expects (complete when 0)."""
+
+    def __init__(self, code: int) -> None:
+        self.code, self.complete, self.output = code, code == EXIT_OK, ""
+
+    @classmethod
+    def of(cls, run):
+        return lambda staging, sink: cls(run(staging, sink))
 
 
 def format_pack(s) -> str:
@@ -267,7 +319,18 @@ def format_recipe(recipe: dict, folder: str) -> list[str]:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from ..pack.verify import verify_shards
+    from ..storage.urls import is_url, parse_storage_options
+
+    # -- a dsclean pack in a bucket (dsclean.pack.remote): its pack.json, packed index or shard list there --
+    url = args.folder[0] if len(args.folder) == 1 else ""
+    if is_url(url) and not url.startswith("file://") and args.as_kind is None:
+        from ..pack.remote import has_pack
+
+        storage = parse_storage_options(args.storage_options)
+        if has_pack(url, storage):
+            args.folder = url
+            return _verify(args, storage)
+    # --
 
     # -- shard sets written by other tools (dsclean.shardsets); else args.folder becomes the one folder --
     from .shardsets import route_verify
@@ -277,8 +340,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
         return code
     # --
 
+    return _verify(args, {})
+
+
+def _verify(args: argparse.Namespace, storage: dict) -> int:
+    from ..pack.verify import verify_shards
+
     # --decode: judged with the check options the packed index recorded (verdicts only)
-    report = verify_shards(args.folder, jobs=args.jobs, decode=True if args.decode else None)
+    report = verify_shards(args.folder, jobs=args.jobs, decode=True if args.decode else None, storage_options=storage)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     elif not args.quiet:

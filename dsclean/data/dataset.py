@@ -20,6 +20,7 @@ import dataclasses
 import io
 import operator
 import os
+import re
 import stat
 import sys
 from typing import Any, Callable, Iterator, Sequence
@@ -112,6 +113,11 @@ def resolve_source(source: str | os.PathLike) -> tuple[str, str]:
     pointing to :meth:`IndexedDataset.from_folder`).
     """
     path = os.fspath(source)
+    if re.match(r"^[a-z][a-z0-9+.-]*://", path, re.IGNORECASE) and not path.lower().startswith("file://"):
+        raise UserError(
+            f"{path}: IndexedDataset reads a pack or an index on local (or mounted) disk, not in a bucket: copy the "
+            "pack to local disk first (e.g. aws s3 sync), or stream its shards with webdataset (docs: Buckets)"
+        )
     if os.path.isfile(path):
         return "arrow", path
     if os.path.isdir(path):

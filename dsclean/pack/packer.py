@@ -20,6 +20,7 @@ import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -72,6 +73,13 @@ class PackOptions:
     denylist: str | None = (
         None  # a deny-list (dsclean.denylist, e.g. an older pack's denylist.jsonl): its keys are left out
     )
+    #: the storage options of an index whose root is a bucket URL (:mod:`.bucketsource`); never stored
+    storage_options: dict = field(default_factory=dict, repr=False)
+    #: where each finished shard goes, its local copy removed (:class:`dsclean.pack.remote.BucketShards`: a
+    #: bucket prefix): ``has(name)``, ``put(path, name)``, ``get(name, path)``. None: the shards stay in the folder
+    shard_sink: Any = field(default=None, repr=False, compare=False)
+    #: where a bucket source's listing and a bucket output's staging folder live (default: $DSCLEAN_STATE_DIR)
+    state_dir: str | None = None
 
 
 @dataclass
@@ -132,15 +140,16 @@ def _prepare(index: str, output: str, options: PackOptions, *, writing: bool = T
         raise UserError(f"{index}: is a packed shard set; pack takes the index written by dsclean index")
     meta = read_meta(index)
     root = str(meta["root"])
+    remote = _is_url(root)
     out = os.path.abspath(output)
-    if locations.is_inside(out, root):
+    if not remote and locations.is_inside(out, root):
         raise UserError(
             f"{output}: is inside the dataset {root}; dsclean never writes into the data it packs: "
             "choose a folder outside it"
         )
     if meta.get("packed"):
         raise UserError(f"{index}: is a packed index (of shards); pack the source index instead")
-    if not os.path.isdir(root):
+    if not remote and not os.path.isdir(root):
         raise UserError(f"{index}: its root {root} is not a folder (moved?); the files to pack must be there")
     idx = open_index(index)
     denied = _denied_keys(options.denylist)
@@ -157,7 +166,9 @@ def _prepare(index: str, output: str, options: PackOptions, *, writing: bool = T
     ctx = _Context(index, out, meta, plan, identity, rec, chosen=chosen)
     if not writing:
         return ctx
-    if options.rehash:
+    if remote:
+        ctx.checksum_source = f"none: the objects of {root} are hashed as they are read"
+    elif options.rehash:
         ctx.checksum_source = "none: --rehash (every file is hashed)"
     else:
         sums, known, ctx.checksum_source = scan_checksums(idx)
@@ -238,7 +249,14 @@ def _job(ctx: _Context, k: int, options: PackOptions) -> ShardJob:
         fsync=options.fsync,
         deferred=options.jobs > 1 and options.backend == "loky",
         ext_policy=ctx.plan.layout.ext_policy,
+        storage_options=dict(options.storage_options) if _is_url(str(ctx.meta["root"])) else None,
     )
+
+
+def _is_url(root: str) -> bool:
+    from ..storage.urls import is_url  # (no fsspec import: the URL rule only)
+
+    return is_url(root) and not root.startswith("file://")
 
 
 def _remove_shard_temps(ctx: _Context) -> None:
@@ -265,7 +283,15 @@ def pack_shards(index: str, output: str, options: PackOptions = PackOptions()) -
     Raises :class:`UserError` for bad input before anything is written, and when every
     sample was left out (``skip_changed``: nothing is left in ``output`` then). Shards that
     could not be written are listed in ``summary.failures`` (``complete`` is then False).
+
+    ``index`` may be a bucket prefix (``s3://BUCKET/PREFIX``: its media objects less those its last scan
+    found bad, :mod:`.bucketsource`) and ``output`` a bucket prefix (:mod:`.remote`); ``options.storage_options``
+    opens them.
     """
+    if _is_url(index) or _is_url(output):
+        from .remote import pack_url
+
+        return pack_url(index, output, options, pack_shards)
     t0 = time.monotonic()
     ctx = _prepare(index, output, options)
     try:
@@ -296,7 +322,10 @@ def pack_shards(index: str, output: str, options: PackOptions = PackOptions()) -
             remove_stale_temps(ctx.output, _OWN_FILES)
             _remove_shard_temps(ctx)
         mine = [k for k in range(ctx.plan.shards) if options.part is None or k % options.part[1] == options.part[0]]
-        missing = [k for k in mine if not os.path.isfile(os.path.join(ctx.output, ctx.plan.shard_name(k)))]
+        local = {k for k in mine if os.path.isfile(os.path.join(ctx.output, ctx.plan.shard_name(k)))}
+        sink = options.shard_sink
+        elsewhere = {k for k in mine if k not in local and sink.has(ctx.plan.shard_name(k))} if sink else set()
+        missing = [k for k in mine if k not in local and k not in elsewhere]
         summary.reused = len(mine) - len(missing)
         results = _write(ctx, missing, options, summary)
         if summary.failures or summary.signal:
@@ -325,8 +354,17 @@ def pack_shards(index: str, output: str, options: PackOptions = PackOptions()) -
                 summary.warnings += [warning] if warning else []
             _note_left_out(ctx, summary)
             return _done(summary, t0)
-        if not _read_back_all(ctx, [k for k in range(ctx.plan.shards) if k not in results], options, results, summary):
+        earlier = [k for k in range(ctx.plan.shards) if k not in results]
+        if not _read_back_all(ctx, [k for k in earlier if k not in elsewhere], options, results, summary):
             return _done(summary, t0)
+        for k in sorted(elsewhere):  # shards a killed run put in the sink: read back one at a time
+            path = os.path.join(ctx.output, ctx.plan.shard_name(k))
+            sink.get(ctx.plan.shard_name(k), path)
+            try:
+                if not _read_back_all(ctx, [k], options, results, summary):
+                    return _done(summary, t0)
+            finally:
+                os.unlink(path)
         _refuse_empty(ctx, results)
         _finish(ctx, results, summary, options.fsync)
         _note_left_out(ctx, summary)
@@ -407,6 +445,13 @@ def _write(ctx: _Context, numbers: list[int], options: PackOptions, summary: Pac
     lost: WorkersLost | None = None
 
     def done(r: ShardResult, error: str | None) -> None:
+        if not error and options.shard_sink is not None:  # e.g. uploaded to a bucket, then removed here
+            path = os.path.join(ctx.output, r.name)
+            try:
+                options.shard_sink.put(path, r.name)
+                os.unlink(path)
+            except UserError as exc:
+                error = str(exc)
         if error:
             summary.failures.append(error)
             stop.stop()  # let the shards in flight finish, start no more

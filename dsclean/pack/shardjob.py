@@ -43,6 +43,9 @@ class ShardJob:
     deferred: bool = False
     #: how media members are named (:mod:`.extnames`): ``keep`` the real format's extension, ``by-kind`` one per kind
     ext_policy: str = "keep"
+    #: the storage options of a root that is a bucket URL (:mod:`.objsource`; None: a local folder). They may
+    #: hold secrets: they travel to the workers with the job, never to a file
+    storage_options: dict | None = field(default=None, repr=False)
 
     @property
     def path(self) -> str:

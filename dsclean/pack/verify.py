@@ -102,7 +102,9 @@ class _Task:
     have_index: bool
 
 
-def verify_shards(folder: str, *, jobs: int = 1, decode=None) -> VerifyReport:
+def verify_shards(
+    folder: str, *, jobs: int = 1, decode=None, fetch=None, storage_options: dict | None = None
+) -> VerifyReport:
     """Check the shard set in ``folder``; a :class:`UserError` when it is not a shard set at all.
 
     ``decode``: also run the scan's checks on every sample's bytes (:mod:`.decode`); a ``bad``
@@ -110,7 +112,18 @@ def verify_shards(folder: str, *, jobs: int = 1, decode=None) -> VerifyReport:
     (the scan's, and ``--lenient`` when the index ships ``--include-warn truncated``/``corrupt``), so a
     sample the index included on purpose is judged as it was; or a
     :class:`dsclean.scanning.check.CheckOptions` to judge with.
+
+    ``fetch``: the shards are not in ``folder`` (which holds the set's metadata) but in a bucket
+    (:mod:`.remoteverify`): ``fetch.get(name)`` brings one into ``folder``, ``fetch.drop(name)`` removes
+    it, ``fetch.names()`` lists the prefix; at most ``jobs`` shards are on local disk at a time.
+
+    ``folder`` may be a bucket prefix holding a dsclean pack (``s3://BUCKET/SHARDS``, opened with
+    ``storage_options``): :func:`.remote.verify_bucket`.
     """
+    if re.match(r"^[a-z][a-z0-9+.-]*://", folder, re.IGNORECASE) and not folder.startswith("file://"):
+        from .remote import verify_bucket
+
+        return verify_bucket(folder, storage_options or {}, verify_shards, jobs=jobs, decode=decode)
     _is_shard_set(folder)
     report = VerifyReport(folder=folder)
     shardlist = _try(report, lambda: read_shard_list(folder))
@@ -124,25 +137,43 @@ def verify_shards(folder: str, *, jobs: int = 1, decode=None) -> VerifyReport:
         tasks.append(
             _Task(folder, name, k, entry.get("filesize"), entry.get("nsamples"), start, end, bounds is not None)
         )
-    keys = []
-    held: dict[str, np.ndarray] = {}
-    with stop_on_signals() as stop:
-        for shard_report, shard_keys in run_tasks(
-            verify_shard, tasks, backend="loky", jobs=jobs, scheduler=None, stop=stop
-        ):
-            report.shards.append(shard_report)
-            keys.append(shard_keys)
-            held[shard_report.shard] = shard_keys
-        if stop.signum:
-            raise KeyboardInterrupt
-    position = {n: i for i, n in enumerate(names)}
-    report.shards.sort(key=lambda s: position[s.shard])
     if decode is True:
         from .decode import recorded_options
 
         decode = recorded_options(idx.meta if idx is not None else None)
-    if decode not in (None, False):
-        _decode(report, names, decode, jobs)
+    keys = []
+    held: dict[str, np.ndarray] = {}
+    size = 0
+    window = len(tasks) if fetch is None else max(1, jobs)  # a bucket's shards: ``jobs`` on local disk at once
+    for lo in range(0, len(tasks), max(1, window)):
+        part = tasks[lo : lo + window]
+        if fetch is not None:
+            for t in part:
+                fetch.get(t.name)
+        try:
+            with stop_on_signals() as stop:
+                for shard_report, shard_keys in run_tasks(
+                    verify_shard, part, backend="loky", jobs=jobs, scheduler=None, stop=stop
+                ):
+                    report.shards.append(shard_report)
+                    keys.append(shard_keys)
+                    held[shard_report.shard] = shard_keys
+                if stop.signum:
+                    raise KeyboardInterrupt
+            if decode not in (None, False):
+                by_name = {s.shard: s for s in report.shards}
+                _decode(report, [t.name for t in part], decode, jobs, by_name)
+            size += sum(
+                os.path.getsize(os.path.join(folder, t.name))
+                for t in part
+                if os.path.isfile(os.path.join(folder, t.name))
+            )
+        finally:
+            if fetch is not None:
+                for t in part:
+                    fetch.drop(t.name)
+    position = {n: i for i, n in enumerate(names)}
+    report.shards.sort(key=lambda s: position[s.shard])
     report.samples = sum(s.samples for s in report.shards)
     if idx is not None and report.samples != len(idx) and not any(not s.ok for s in report.shards):
         report.problems.append(f"the shards hold {report.samples} samples, the packed index {len(idx)}")
@@ -151,11 +182,9 @@ def verify_shards(folder: str, *, jobs: int = 1, decode=None) -> VerifyReport:
         blocks = class_blocks(idx.labels, bounds)
         if blocks:
             report.warnings.append(blocks)
-    _other_files(report, set(names))
+    _other_files(report, set(names), fetch.names() if fetch is not None else None)
     report.denylist = denylist.report(folder, held, report.notes)
-    report.bytes = sum(
-        os.path.getsize(os.path.join(folder, n)) for n in names if os.path.isfile(os.path.join(folder, n))
-    )
+    report.bytes = size
     report.ok = not report.problems and all(s.ok for s in report.shards)
     return report
 
@@ -492,10 +521,9 @@ def _against_index(rep: ShardReport, key: str, m, cls, mm, idx, row: int, digest
     return True
 
 
-def _decode(report: VerifyReport, names: list[str], options, jobs: int) -> None:
+def _decode(report: VerifyReport, names: list[str], options, jobs: int, by_name: dict) -> None:
     from .decode import decode_members
 
-    by_name = {s.shard: s for s in report.shards}
     with stop_on_signals() as stop:
         for shard, member, v in decode_members(report.folder, names, options, jobs):
             if v.status == "bad":
@@ -518,9 +546,10 @@ def _unique_keys(report: VerifyReport, keys: list[np.ndarray]) -> None:
         )
 
 
-def _other_files(report: VerifyReport, names: set[str]) -> None:
+def _other_files(report: VerifyReport, names: set[str], listed: list[str] | None = None) -> None:
+    """Files of the folder (``listed``: the names under a bucket prefix) that are not the set's."""
     own = {locations.SHARD_LIST_FILE, locations.PACKED_INDEX_FILE, locations.PACK_STATE_FILE, locations.DENYLIST_FILE}
-    for entry in sorted(os.listdir(report.folder)):
+    for entry in sorted(os.listdir(report.folder)) if listed is None else listed:
         if entry in names or entry in own:
             continue
         if _TEMP_RE.match(entry):

@@ -368,7 +368,8 @@ def write_shard(job: ShardJob) -> ShardResult:
                         if ABANDONED.is_set():
                             result.error = f"{job.path}: not written: the pack was interrupted"
                             raise _Abandon
-                        done = _bulk_batch(job, cols, lo, hi, buf, classes) if bulk else None
+                        remote = job.storage_options is not None
+                        done = _bulk_batch(job, cols, lo, hi, buf, classes) if bulk and not remote else None
                         if done is not None:
                             kept.append(np.arange(lo, hi))
                             offsets.append(out.pos + done.media_at)
@@ -379,7 +380,13 @@ def write_shard(job: ShardJob) -> ShardResult:
                             buf, other = other, buf  # (out.write waits for ``other``'s write first)
                             continue
                         batch = cols.rows(lo, hi, job.checksums, job.known)
-                        sources = in_hand = read_batch(job.root, batch, job.inline_limit)
+                        if job.storage_options is not None:
+                            from .objsource import read_batch_objects  # a bucket's objects (only then: storage)
+                        sources = in_hand = (
+                            read_batch_objects(job.root, job.storage_options, batch, job.inline_limit)
+                            if job.storage_options is not None
+                            else read_batch(job.root, batch, job.inline_limit)
+                        )
                         for j, src in enumerate(sources):
                             in_hand = sources[j + 1 :]
                             if isinstance(src, SourceProblem):

@@ -1,0 +1,334 @@
+"""A pack in a bucket: ``dsclean pack ... -o s3://BUCKET/SHARDS`` and ``dsclean verify s3://BUCKET/SHARDS``.
+
+Writing: the local packer builds the pack in a staging folder (the output URL's local state folder,
+:func:`dsclean.locations.url_state_dir`, never the bucket); each shard is uploaded whole as soon as it is
+finished (a PUT is atomic per object; s3fs uploads a big one in parts, completed at once) and its local
+copy removed (:class:`BucketShards`, the packer's ``shard_sink``); then the packed index, the shard list
+and, LAST, ``pack.json``, so a reader never finds a ``pack.json`` naming shards that are not there yet.
+A killed pack is resumed by the same command: the shards in the bucket are read back instead of written
+again, a shard left in the staging folder is uploaded (not if the bucket has the same bytes: size and MD5
+ETag), the rest is written. Nothing is written outside the output prefix; the staging folder is removed
+once the bucket holds the whole pack.
+
+Verifying: the set's metadata is downloaded into a temp folder, then the shards, ``jobs`` at a time, each
+checked by the local :func:`.verify.verify_shards` and removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from typing import Any, Callable
+
+from .. import locations
+from ..atomic import atomic_output
+from ..errors import UserError
+from ..storage.fs import Store
+from ..storage.reads import ReadPolicy, classify, quiet_store_retries, retried
+from ..storage.urls import is_url, normalize
+
+log = logging.getLogger("dsclean.pack.remote")
+
+#: the set's own files, uploaded after the shards in this order (``pack.json`` last)
+METADATA = (
+    locations.DENYLIST_FILE,
+    locations.PACKED_INDEX_FILE,
+    locations.SHARD_LIST_FILE,
+    locations.PACK_STATE_FILE,
+)
+STAGING = "pack-staging"
+
+
+def staging_folder(url: str, state_dir: str | None = None) -> str:
+    """Where a pack to ``url`` is built before it is uploaded (the URL's local state folder)."""
+    return os.path.join(locations.url_state_dir(normalize(url), state_dir), STAGING)
+
+
+def open_store(url: str, options: dict) -> Store:
+    store = Store(url, options)
+    quiet_store_retries(store.fs, store.scheme)
+    return store
+
+
+def _fail(store: Store, rel: str, exc: BaseException, doing: str) -> UserError:
+    return UserError(f"{store.url_of(rel)}: cannot {doing}: {classify(store.url_of(rel), exc).detail}")
+
+
+def refuse_other_pack(store: Store, staging: str) -> None:
+    """A prefix holding another pack (its ``pack.json`` records another source or layout) is refused, as
+    a local folder holding another pack is."""
+    try:
+        there = retried(lambda: store.fs.cat_file(store.path(locations.PACK_STATE_FILE)), "pack.json", ReadPolicy())
+    except FileNotFoundError:
+        return
+    except Exception as exc:
+        if classify("", exc).reason == "vanished":
+            return
+        raise _fail(store, locations.PACK_STATE_FILE, exc, "read it") from None
+    try:
+        theirs = json.loads(there)
+        with open(os.path.join(staging, locations.PACK_STATE_FILE), encoding="utf-8") as f:
+            ours = json.load(f)
+    except (OSError, ValueError):
+        return  # nothing staged yet (a pack of --from) or an unreadable one: the upload replaces it
+    same = isinstance(theirs, dict) and all(theirs.get(k) == ours.get(k) for k in ("source", "layout") if k in ours)
+    if not same:
+        raise UserError(
+            f"{store.url_of(locations.PACK_STATE_FILE)}: the prefix holds another pack (another source or "
+            "options); give an empty prefix, or the same source and options to resume"
+        )
+
+
+def upload_pack(staging: str, store: Store) -> tuple[int, int]:
+    """Upload the pack in ``staging`` to ``store``'s prefix, ``pack.json`` last; ``(uploaded, already there)``."""
+    names = sorted(
+        e.name
+        for e in os.scandir(staging)
+        if e.is_file(follow_symlinks=False) and not e.name.startswith(".") and not e.name.startswith("pack.part-")
+    )
+    shards = [n for n in names if n not in METADATA]
+    meta = [n for n in METADATA if n in names]
+    uploaded = skipped = 0
+    for name in shards + meta:
+        local = os.path.join(staging, name)
+        if name in shards and _same_object(store, name, local):
+            skipped += 1
+            continue
+        try:
+            retried(lambda: store.fs.put_file(local, store.path(name)), name, ReadPolicy())  # noqa: B023
+        except Exception as exc:
+            raise _fail(store, name, exc, "upload it") from None
+        uploaded += 1
+        log.debug("uploaded %s", store.url_of(name))
+    return uploaded, skipped
+
+
+def _same_object(store: Store, name: str, local: str) -> bool:
+    """The object ``name`` holds the bytes of ``local`` (same size and, for a single-part upload, MD5)."""
+    try:
+        info = retried(lambda: store.fs.info(store.path(name)), name, ReadPolicy())
+    except FileNotFoundError:
+        return False
+    except Exception as exc:
+        if classify(name, exc).reason == "vanished":
+            return False
+        raise _fail(store, name, exc, "look it up") from None
+    if info.get("size") != os.path.getsize(local):
+        return False
+    etag = str(info.get("ETag") or "").strip('"')
+    if not etag or "-" in etag:  # a multipart upload's ETag is not an MD5: the size has to do
+        return True
+    h = hashlib.md5(usedforsecurity=False)
+    with open(local, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest() == etag
+
+
+class BucketShards:
+    """The packer's shard sink for a bucket prefix (``PackOptions.shard_sink``): each finished shard is
+    uploaded whole and its local copy removed, so the staging folder holds the shards being written only.
+    Before the first shard goes up, a prefix holding another pack is refused."""
+
+    def __init__(self, store: Store, staging: str) -> None:
+        self.store, self.staging = store, staging
+        self._there: dict[str, int] | None = None
+
+    def _listing(self) -> dict[str, int]:
+        if self._there is None:
+            refuse_other_pack(self.store, self.staging)
+            cut = len(self.store.root) + 1
+            try:
+                found = retried(
+                    lambda: self.store.fs.ls(self.store.root, detail=True, refresh=True), "list", ReadPolicy()
+                )
+            except FileNotFoundError:
+                found = []
+            except Exception as exc:
+                if classify("", exc).reason != "vanished":
+                    raise _fail(self.store, "", exc, "list the prefix") from None
+                found = []
+            self._there = {str(i["name"])[cut:]: int(i.get("size") or 0) for i in found if i.get("type") == "file"}
+        return self._there
+
+    def has(self, name: str) -> bool:
+        """A shard of this pack is already in the bucket (a killed run uploaded it; a PUT is whole or absent)."""
+        return name in self._listing()
+
+    def put(self, path: str, name: str) -> None:
+        self._listing()
+        try:
+            retried(lambda: self.store.fs.put_file(path, self.store.path(name)), name, ReadPolicy())
+        except Exception as exc:
+            raise _fail(self.store, name, exc, "upload it") from None
+        log.debug("uploaded %s", self.store.url_of(name))
+
+    def get(self, name: str, path: str) -> None:
+        try:
+            retried(lambda: self.store.fs.get_file(self.store.path(name), path), name, ReadPolicy())
+        except Exception as exc:
+            raise _fail(self.store, name, exc, "read it back") from None
+
+
+def pack_to_bucket(run: Callable[[str, Any], Any], url: str, storage_options: dict, state_dir: str | None = None):
+    """``run(staging, sink)`` packs into the staging folder (each finished shard handed to ``sink``, a
+    :class:`BucketShards`) and returns its summary; then what is left in the staging folder is uploaded
+    (``pack.json`` last) and the folder removed. The summary's ``output`` becomes the URL."""
+    url = normalize(url)
+    store = open_store(url, storage_options)
+    staging = staging_folder(url, state_dir)
+    os.makedirs(os.path.dirname(staging), exist_ok=True)
+    adopted = _adopt_record(store, staging)
+    try:
+        summary = run(staging, BucketShards(store, staging))
+    except UserError as exc:
+        if adopted:  # the bucket's pack is not this one: its record does not stay here to block another
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(staging, locations.PACK_STATE_FILE))
+        if adopted or not os.path.exists(os.path.join(staging, locations.PACK_STATE_FILE)):
+            raise UserError(str(exc).replace(staging, url)) from None
+        raise UserError(  # a killed run's staging folder, of another source (the prefix changed) or options
+            f"{str(exc).replace(staging, url)} (the unfinished pack's local staging folder {staging}: remove it to "
+            "start this pack over)"
+        ) from None
+    if (
+        getattr(summary, "complete", True)
+        and not getattr(summary, "failures", None)
+        and not getattr(summary, "signal", 0)
+    ):
+        refuse_other_pack(store, staging)
+        uploaded, skipped = upload_pack(staging, store)
+        if hasattr(summary, "notes"):
+            summary.notes.append(
+                f"uploaded to {url}: the shards as they were written, then {uploaded} files "
+                f"({skipped} shards were already there), pack.json last"
+            )
+        shutil.rmtree(staging)
+    summary.output = url
+    return summary
+
+
+def pack_url(index: str, output: str, options: Any, pack: Callable[..., Any]) -> Any:
+    """:func:`.packer.pack_shards` (``pack``) with a bucket prefix as the source or the output (or both)."""
+    from dataclasses import replace
+
+    from .bucketsource import bucket_index
+
+    storage, state_dir = options.storage_options, options.state_dir
+    remote_out = is_url(output) and not output.startswith("file://")
+    if remote_out and options.part is not None:
+        raise UserError("--part and --finish write a pack in a shared folder: a pack to a bucket is one command")
+    note = None
+    if is_url(index) and not index.startswith("file://"):
+        if remote_out and (normalize(output) + "/").startswith(normalize(index) + "/"):
+            raise UserError(
+                f"{output}: is inside the prefix {index} it packs; dsclean never writes into the data it packs: "
+                "choose a prefix outside it"
+            )
+        index, left = bucket_index(index, storage, state_dir)
+        note = (
+            f"{left['bad']} objects left out: found bad by the last scan of the prefix, or warned about with a "
+            f"reason an index leaves out ({left['results']})"
+        )
+    if remote_out:
+        summary = pack_to_bucket(
+            lambda staging, sink: pack(index, staging, replace(options, shard_sink=sink)), output, storage, state_dir
+        )
+    else:
+        summary = pack(index, output, options)
+    if note:
+        summary.notes.insert(0, note)
+    return summary
+
+
+def _adopt_record(store: Store, staging: str) -> bool:
+    """A pack already in the bucket and no staging folder (it finished, or another machine ran it): its
+    ``pack.json`` becomes the staging folder's, so the same command resumes that pack (its recorded seed
+    and names) and a different one is refused, as a local folder's ``pack.json`` does. True if adopted."""
+    if os.path.exists(os.path.join(staging, locations.PACK_STATE_FILE)):
+        return False
+    try:
+        data = retried(lambda: store.fs.cat_file(store.path(locations.PACK_STATE_FILE)), "pack.json", ReadPolicy())
+    except Exception as exc:
+        if isinstance(exc, FileNotFoundError) or classify("", exc).reason == "vanished":
+            return False
+        raise _fail(store, locations.PACK_STATE_FILE, exc, "read it") from None
+    os.makedirs(staging, exist_ok=True)
+    with atomic_output(os.path.join(staging, locations.PACK_STATE_FILE)) as tmp, open(tmp, "wb") as f:
+        f.write(data)
+    return True
+
+
+def has_pack(url: str, storage_options: dict) -> bool:
+    """Whether the prefix ``url`` holds a dsclean pack (its ``pack.json``, packed index or shard list)."""
+    store = open_store(url, storage_options)
+    for name in (locations.PACK_STATE_FILE, locations.SHARD_LIST_FILE, locations.PACKED_INDEX_FILE):
+        try:
+            if retried(lambda: store.fs.exists(store.path(name)), name, ReadPolicy()):  # noqa: B023
+                return True
+        except Exception as exc:
+            raise _fail(store, name, exc, "look it up") from None
+    return False
+
+
+class _Fetcher:
+    """Brings one shard of the prefix into the local folder at a time (:func:`.verify.verify_shards`)."""
+
+    def __init__(self, store: Store, folder: str) -> None:
+        self.store, self.folder = store, folder
+
+    def get(self, name: str) -> None:
+        if "/" in name or name.startswith("."):
+            return  # a shard list naming a path outside the prefix: never fetched (verify reports it missing)
+        try:
+            retried(
+                lambda: self.store.fs.get_file(self.store.path(name), os.path.join(self.folder, name)),
+                name,
+                ReadPolicy(),
+            )
+        except Exception as exc:
+            if classify(name, exc).reason == "vanished":
+                return  # verify reports the shard missing
+            raise _fail(self.store, name, exc, "read the shard") from None
+
+    def drop(self, name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(self.folder, name))
+
+    def names(self) -> list[str]:
+        """The names directly under the prefix (at most the shards and the set's files)."""
+        cut = len(self.store.root) + 1
+        try:
+            found = retried(lambda: self.store.fs.ls(self.store.root, detail=False, refresh=True), "list", ReadPolicy())
+        except Exception as exc:
+            raise _fail(self.store, "", exc, "list the prefix") from None
+        return sorted(str(p)[cut:] for p in found if str(p)[cut:] and "/" not in str(p)[cut:])
+
+
+def verify_bucket(url: str, storage_options: dict, verify_shards: Callable[..., Any], *, jobs: int = 1, decode=None):
+    """``verify_shards`` (:func:`.verify.verify_shards`) of the dsclean pack under the prefix ``url``;
+    ``report.folder`` is the URL."""
+    url = normalize(url)
+    store = open_store(url, storage_options)
+    folder = tempfile.mkdtemp(prefix="dsclean-verify-")
+    try:
+        for name in METADATA:
+            try:
+                retried(lambda: store.fs.get_file(store.path(name), os.path.join(folder, name)), name, ReadPolicy())  # noqa: B023
+            except Exception as exc:
+                if classify(name, exc).reason != "vanished":
+                    raise _fail(store, name, exc, "read it") from None
+        report = verify_shards(folder, jobs=jobs, decode=decode, fetch=_Fetcher(store, folder))
+        report.folder = url
+        if report.denylist:
+            report.denylist["path"] = store.url_of(locations.DENYLIST_FILE)
+        report.notes = [n.replace(folder, url) for n in report.notes]
+        report.problems = [p.replace(folder, url) for p in report.problems]
+        return report
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
