@@ -45,11 +45,28 @@ def start_moto() -> tuple[object, str]:
 class FaultProxy:
     """Forwards every request to ``upstream``; object GETs (``GET /bucket/key``, not listings) whose key
     contains ``match`` fail with ``status`` (503 SlowDown, 500 InternalError) for their first
-    ``failures`` attempts; every request waits ``latency`` seconds first. Counts what it injected."""
+    ``failures`` attempts; every request waits ``latency`` seconds first. Counts what it injected.
 
-    def __init__(self, upstream: str, *, failures: int = 0, status: int = 503, match: str = "", latency: float = 0.0):
+    ``lose_deletes``: the first that many object DELETEs whose key contains ``match`` are forwarded (the
+    server deletes the object) and their answer is replaced by a 500 InternalError (a reply lost on the way
+    back, as a dropped connection or a failing load balancer does); ``fail_deletes``: the next that many are
+    not forwarded and answered 500 (the retry that fails). ``deletes`` lists what happened to each."""
+
+    def __init__(
+        self,
+        upstream: str,
+        *,
+        failures: int = 0,
+        status: int = 503,
+        match: str = "",
+        latency: float = 0.0,
+        lose_deletes: int = 0,
+        fail_deletes: int = 0,
+    ):
         self.upstream = upstream.removeprefix("http://")
         self.failures, self.status, self.match, self.latency = failures, status, match, latency
+        self.lose_deletes, self.fail_deletes = lose_deletes, fail_deletes
+        self.deletes: list[tuple[str, str]] = []  # (path, "forwarded, answer lost" | "failed" | "forwarded")
         self.injected = 0
         self.requests = 0
         self.attempts: dict[str, int] = {}
@@ -80,6 +97,21 @@ class FaultProxy:
                         proxy.attempts[path] = n + 1
                         inject = n < proxy.failures
                         proxy.injected += inject
+                    delete = ""
+                    if self.command == "DELETE" and path.count("/") >= 2 and proxy.match in path:
+                        done = len(proxy.deletes)
+                        delete = (
+                            "forwarded, answer lost"
+                            if done < proxy.lose_deletes
+                            else "failed"
+                            if done < proxy.lose_deletes + proxy.fail_deletes
+                            else "forwarded"
+                        )
+                        proxy.deletes.append((path, delete))
+                        proxy.injected += delete != "forwarded"
+                if delete == "failed":
+                    self._answer(500, INTERNAL)
+                    return
                 if inject:
                     payload = {503: SLOW_DOWN, 403: ACCESS_DENIED}.get(proxy.status, INTERNAL)
                     self.send_response(proxy.status)
@@ -93,15 +125,28 @@ class FaultProxy:
                 conn.request(self.command, self.path, body=body, headers=headers)
                 resp = conn.getresponse()
                 data = resp.read()
+                if delete == "forwarded, answer lost":  # the server did it; the client hears a failure
+                    conn.close()
+                    self._answer(500, INTERNAL)
+                    return
                 self.send_response(resp.status, resp.reason)
                 for k, v in resp.getheaders():
                     if k.lower() not in _HOP and k.lower() != "content-length":
                         self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
+                # a HEAD's answer has no body: its Content-Length is the object's, passed on as it came
+                length = resp.getheader("Content-Length") if self.command == "HEAD" else None
+                self.send_header("Content-Length", length or str(len(data)))
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(data)
                 conn.close()
+
+            def _answer(self, status: int, payload: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/xml")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
 
