@@ -44,6 +44,7 @@ from ..scanning.quarantine.journal import (
     safe_rel,
 )
 from .fs import Store
+from .listing import MAX_KEY, key_bytes
 from .reads import ReadPolicy, describe, retried
 
 log = logging.getLogger("dsclean.storage.quarantine")
@@ -135,6 +136,11 @@ class BucketQuarantine:
         assert self.journal is not None
         if safe_rel(rel) is None:
             raise MoveError(f"{rel!r} is not a key below the prefix")
+        if self.q.scheme in ("s3", "s3a") and key_bytes(self.q.path(rel).partition("/")[2]) > MAX_KEY:
+            raise MoveError(
+                f"{self.source.url_of(rel)}: its quarantine key would be over S3's {MAX_KEY:,} bytes: not moved "
+                "(a shorter --quarantine prefix, or --denylist)"
+            )
         ident = uuid.uuid4().hex
         entry = {
             "op": "move",
@@ -171,7 +177,12 @@ def journaled_transfer(
     delete; the outcome journaled. Raises :class:`MoveError` (journaled as abort) when nothing moved."""
     ident, size, etag = entry["id"], entry.get("size"), entry.get("etag")
     try:
-        now = _precheck(src, srel, dst, drel, size, etag, policy)
+        try:
+            now = _precheck(src, srel, dst, drel, size, etag, policy)
+        except MoveError:
+            raise
+        except Exception as exc:  # the store would not say (403 on a HEAD, past the retries): no move
+            raise MoveError(f"cannot check {src.url_of(srel)} and {dst.url_of(drel)}: {describe(exc)}") from exc
     except MoveError as exc:  # refused before anything happened: the attempt and why, for the record
         journal.append({**entry, "dst_free": False})
         _fault("journaled")
@@ -186,6 +197,11 @@ def journaled_transfer(
     except MoveError as exc:
         journal.append({"op": "abort", "id": ident, "error": str(exc)})
         raise
+    except Exception as exc:  # the store failed mid-move past its retries: the intent stays for recovery
+        raise MoveError(
+            f"moving {src.url_of(srel)} failed midway ({describe(exc)}): the next scan or "
+            "`dsclean recover` finishes or reverts it"
+        ) from exc
     journal.append({"op": "done", "id": ident})
 
 

@@ -79,6 +79,8 @@ class BucketStats:
     skipped_hidden: int = 0
     outside_prefix: int = 0
     bad_manifest_rows: int = 0
+    unsafe_keys: int = 0  # keys that are no safe path below the prefix ('..', control characters): not read
+    unsafe_examples: list[str] = field(default_factory=list)  # the first few of them (ascii reprs)
     pages: int = 0
     retries: int = 0
     read_bytes: int = 0
@@ -265,6 +267,7 @@ def _objects(store: Store, options: BucketScanOptions, stats: BucketStats, exclu
         ls.skipped_hidden,
         ls.pages,
     )
+    stats.unsafe_keys, stats.unsafe_examples = ls.unsafe, ls.unsafe_examples
 
 
 def _chunks(objects: Iterable[Obj], size: int) -> Iterator[list[Obj]]:
@@ -435,7 +438,12 @@ def _notes(stats: BucketStats, options: BucketScanOptions) -> list[str]:
     if stats.outside_prefix:
         notes.append(f"{stats.outside_prefix:,} manifest keys are not under the scanned prefix: not checked")
     if stats.bad_manifest_rows:
-        notes.append(f"{stats.bad_manifest_rows:,} manifest rows hold no usable key (empty or over 1,024 bytes)")
+        notes.append(f"{stats.bad_manifest_rows:,} manifest rows hold no usable key (empty or over 2,048 bytes)")
+    if stats.unsafe_keys:
+        notes.append(
+            f"{stats.unsafe_keys:,} keys are no safe path below the prefix (an empty, '.' or '..' part, absolute, "
+            f"a control character, over 1,024 bytes): not read, not checked (e.g. {', '.join(stats.unsafe_examples)})"
+        )
     if stats.skipped_other:
         notes.append(f"{stats.skipped_other:,} objects are not media by their name's extension: not checked")
     return notes
