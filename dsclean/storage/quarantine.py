@@ -89,7 +89,9 @@ def _info(store: Store, rel: str, policy: ReadPolicy) -> ObjInfo | None:
         return None
     if info.get("type") not in (None, "file"):
         return None
-    etag = info.get("ETag") or info.get("etag")
+    # S3's (single-part) ETag is the content's MD5: a copy has the same. GCS's and Azure's are per write (a
+    # copy gets a new one): there the size alone says whether a copy is whole
+    etag = (info.get("ETag") or info.get("etag")) if store.scheme in ("s3", "s3a") else None
     return ObjInfo(info.get("size"), etag.strip('"') if isinstance(etag, str) else None)
 
 
