@@ -14,11 +14,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator, NamedTuple
 
+from ..errors import UserError
 from ..formats import format_of_name
 from ..scanning.quarantine.journal import safe_rel
 from .fs import Store
 
 PAGE_KEYS = 1000  # S3's page size (and its maximum)
+MAX_EMPTY_PAGES = 1000  # truncated pages in a row without a key: past this the listing makes no progress
 MAX_KEY = 1024  # S3's longest key (bytes, UTF-8): a longer "key" is not one
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -75,6 +77,12 @@ def safe_key(rel: str) -> bool:
     return safe_rel(rel) is not None and size <= MAX_KEY and _CONTROL.search(rel) is None
 
 
+def _unsafe(stats: ListingStats, example: str) -> None:
+    stats.unsafe += 1
+    if len(stats.unsafe_examples) < 5:
+        stats.unsafe_examples.append(example)
+
+
 def wanted(rel: str, include_hidden: bool, stats: ListingStats) -> bool:
     """Count ``rel`` and say whether it is a media object to check (a "folder" marker, ``dir/``, is not;
     an unsafe key is counted apart and never read)."""
@@ -83,9 +91,7 @@ def wanted(rel: str, include_hidden: bool, stats: ListingStats) -> bool:
         stats.skipped_other += 1
         return False
     if not safe_key(rel):
-        stats.unsafe += 1
-        if len(stats.unsafe_examples) < 5:
-            stats.unsafe_examples.append(ascii(rel[:200]))
+        _unsafe(stats, ascii(rel[:200]))
         return False
     if not include_hidden and any(part.startswith(".") for part in rel.split("/")):
         stats.skipped_hidden += 1
@@ -130,13 +136,29 @@ def _s3_pages(store: Store, stats: ListingStats) -> Iterator[Obj]:
     bucket, _, key = store.root.partition("/")
     prefix = f"{key}/" if key else ""
     kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "MaxKeys": PAGE_KEYS}
+    last, empty = "", 0  # the listing is in key order: each page goes on past the last key (progress)
     while True:
         page = sync(fs.loop, fs._call_s3, "list_objects_v2", **kwargs)
         stats.pages += 1
-        for c in page.get("Contents", ()):
-            yield Obj(
-                c["Key"][len(prefix) :], c.get("Size"), clean_etag(c.get("ETag")), mtime_ns(c.get("LastModified"))
+        contents = page.get("Contents") or ()
+        empty = 0 if contents else empty + 1
+        if empty > MAX_EMPTY_PAGES:
+            raise UserError(
+                f"listing {store.url}: {empty:,} pages in a row without a key: the listing makes no progress"
             )
+        for c in contents:
+            key = c.get("Key") if isinstance(c, dict) else None
+            if not isinstance(key, str) or not key.startswith(prefix):  # not below the prefix asked for
+                stats.objects += 1
+                _unsafe(stats, ascii(key)[:200])
+                continue
+            if key <= last:
+                raise UserError(
+                    f"listing {store.url} went back ({key!r} after {last!r}): the server's listing is not in key "
+                    "order, and would not end; give the keys with --manifest"
+                )
+            last = key
+            yield Obj(key[len(prefix) :], c.get("Size"), clean_etag(c.get("ETag")), mtime_ns(c.get("LastModified")))
         token = page.get("NextContinuationToken")
         if not page.get("IsTruncated") or not token or token == kwargs.get("ContinuationToken"):
             return  # the last page (or a server repeating its token: every loop makes progress)

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from support import synth
+from support.s3server import FaultProxy
 
 from dsclean.errors import UserError
 from dsclean.scanning.results import read_results
@@ -131,3 +132,34 @@ def test_a_hostile_listing(bucket, s3fs_direct, s3_endpoint, tmp_path):
     page = s3fs_direct.call_s3("list_objects_v2", Bucket=bucket, Prefix="")
     after = {c["Key"] for c in page["Contents"]}
     assert after == (set(put) - {"ds/empty.png"}) | {"quarantined/empty.png"}  # nothing lost, one moved
+
+
+def _listing_scan(bucket, proxy_url, tmp_path):
+    opts = BucketScanOptions(storage_options={"endpoint_url": proxy_url}, jobs=1, report_dir=str(tmp_path / "r"))
+    return scan_bucket(f"s3://{bucket}/ds", opts)
+
+
+def test_a_listed_key_outside_the_prefix_asked_for_is_counted_not_read(bucket, s3fs_direct, s3_endpoint, tmp_path):
+    for key in ("ds/a.png", "dt/c.png"):  # dt/: a sibling prefix the server should not have listed
+        s3fs_direct.pipe_file(f"{bucket}/{key}", synth.png(8, 8, seed=len(key)))
+    widen = lambda target: target.replace("prefix=ds%2F", "prefix=d")  # noqa: E731 - a server that lists too much
+    with FaultProxy(s3_endpoint, rewrite_listing=widen) as proxy:
+        summary = _listing_scan(bucket, proxy.url, tmp_path)
+        assert not any(path.endswith("/c.png") for path in proxy.gets)  # never read as ds/c.png
+    assert _paths(summary) == ["a.png"]
+    assert any(n.startswith("1 keys are no safe path") and "dt/c.png" in n for n in summary.notes)
+
+
+def test_a_listing_that_goes_back_is_an_error_not_a_loop(bucket, s3fs_direct, s3_endpoint, tmp_path, monkeypatch):
+    from dsclean.storage import listing
+
+    monkeypatch.setattr(listing, "PAGE_KEYS", 2)
+    for i in range(5):
+        s3fs_direct.pipe_file(f"{bucket}/ds/{i}.png", synth.png(8, 8, seed=i))
+
+    def drop_token(target):  # a server that forgets the continuation token: page 1 again, forever
+        return "&".join(p for p in target.split("&") if not p.startswith("continuation-token="))
+
+    with FaultProxy(s3_endpoint, rewrite_listing=drop_token) as proxy:
+        with pytest.raises(UserError, match=r"listing s3://.*/ds went back .*--manifest"):
+            _listing_scan(bucket, proxy.url, tmp_path)

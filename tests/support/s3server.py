@@ -7,6 +7,7 @@ import http.client
 import socket
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 SLOW_DOWN = (
@@ -50,7 +51,9 @@ class FaultProxy:
     ``lose_deletes``: the first that many object DELETEs whose key contains ``match`` are forwarded (the
     server deletes the object) and their answer is replaced by a 500 InternalError (a reply lost on the way
     back, as a dropped connection or a failing load balancer does); ``fail_deletes``: the next that many are
-    not forwarded and answered 500 (the retry that fails). ``deletes`` lists what happened to each."""
+    not forwarded and answered 500 (the retry that fails). ``deletes`` lists what happened to each.
+    ``rewrite_listing``: a listing request (``GET /bucket?list-type=2&...``) is forwarded as this function
+    makes it (a hostile or broken server: another prefix, a continuation token dropped)."""
 
     def __init__(
         self,
@@ -62,10 +65,12 @@ class FaultProxy:
         latency: float = 0.0,
         lose_deletes: int = 0,
         fail_deletes: int = 0,
+        rewrite_listing: Callable[[str], str] | None = None,
     ):
         self.upstream = upstream.removeprefix("http://")
         self.failures, self.status, self.match, self.latency = failures, status, match, latency
         self.lose_deletes, self.fail_deletes = lose_deletes, fail_deletes
+        self.rewrite_listing = rewrite_listing  # request path+query of a ListObjectsV2 -> what is forwarded
         self.deletes: list[tuple[str, str]] = []  # (path, "forwarded, answer lost" | "failed" | "forwarded")
         self.injected = 0
         self.requests = 0
@@ -122,7 +127,10 @@ class FaultProxy:
                     return
                 conn = http.client.HTTPConnection(proxy.upstream, timeout=60)
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
-                conn.request(self.command, self.path, body=body, headers=headers)
+                target = self.path
+                if proxy.rewrite_listing and self.command == "GET" and "list-type=2" in target:
+                    target = proxy.rewrite_listing(target)  # moto does not check the request's signature
+                conn.request(self.command, target, body=body, headers=headers)
                 resp = conn.getresponse()
                 data = resp.read()
                 if delete == "forwarded, answer lost":  # the server did it; the client hears a failure
