@@ -156,3 +156,24 @@ def test_a_delete_that_keeps_failing_leaves_the_original_and_removes_the_copy(
     assert s3fs_direct.cat_file(f"{bucket}/ds/bad0.png") == original
     lines = _journal(bucket, state)
     assert [e["op"] for e in lines] == ["move", "abort"] and "could not delete" in lines[1]["error"]
+
+
+def test_an_object_unreadable_after_the_retries_is_not_moved(bucket, s3fs_direct, s3_endpoint, tmp_path):
+    """Throttled past the retries, a healthy object is bad/unreadable: its bytes were never judged, so it
+    stays where it is (the truly broken one beside it is moved)."""
+    from dsclean.storage.reads import ReadPolicy
+    from dsclean.storage.scan import BucketScanOptions, scan_bucket
+
+    put_set(s3fs_direct, bucket, bad=1, good=1)
+    with FaultProxy(s3_endpoint, failures=100, status=503, match="/ds/good0.png") as proxy:
+        opts = BucketScanOptions(
+            storage_options={"endpoint_url": proxy.url},
+            jobs=1,
+            quarantine=f"s3://{bucket}/q",
+            state_dir=str(tmp_path / "state"),
+            policy=ReadPolicy(retries=1, base_delay=0.01),
+        )
+        summary = scan_bucket(f"s3://{bucket}/ds", opts)
+    assert summary.bad == 2 and summary.quarantined == 1 and summary.move_failures == 0
+    assert keys(s3fs_direct, bucket, "ds") == ["good0.png"] and keys(s3fs_direct, bucket, "q") == ["bad0.png"]
+    assert any(n.startswith("1 objects could not be read") for n in summary.notes)
