@@ -256,38 +256,54 @@ def recover_locked(journal: Journal, folder: str, qstore: Store, policy: ReadPol
         if ends is None:
             report.refused.append(f"journal entry {ident}: unsafe or foreign paths, not followed")
             continue
-        frm, frel, to, trel = ends
-        size, etag = entry.get("size"), entry.get("etag")
-        if entry["op"] == "restore":
-            moved = state.intents.get(str(entry.get("of")), {})
-            size, etag = moved.get("size"), moved.get("etag")
-        at_from, at_to = _info(frm, frel, policy), _info(to, trel, policy)
-        ours = entry.get("dst_free") is True  # the destination was empty when the intent was written
-        if entry.get("dst_free") is False:  # refused at its check: nothing was copied, nothing is touched
-            journal.append({"op": "abort", "id": ident, "error": "refused at its check; nothing moved"})
-            report.reverted += 1
-            continue
-        # whole: ours and the checked object; not known to be ours (an older journal): the very bytes (ETag)
-        same = ours or (isinstance(etag, str) and at_to is not None and at_to.etag == etag)
-        if at_to is not None and same and (same_object(at_to, size, etag) if size is not None else ours):
-            if at_from is not None and (size is None or same_object(at_from, size, etag)):
-                _remove(frm, frel, policy)  # the copy is whole: the original goes, as the move intended
-            elif at_from is not None:
-                report.refused.append(
-                    f"journal entry {ident}: {frm.url_of(frel)} changed since it was copied: left in place"
-                )
-            journal.append({"op": "done", "id": ident, "recovered": True})
-            report.completed += 1
-        elif at_from is not None:
-            if at_to is not None and ours:
-                _remove(to, trel, policy)  # a partial copy of ours; the original stays
-            elif at_to is not None:  # not known to be ours (an older journal): left alone
-                report.refused.append(f"journal entry {ident}: {to.url_of(trel)} not known to be ours: left in place")
-            journal.append({"op": "abort", "id": ident, "error": "interrupted before the copy was whole; reverted"})
-            report.reverted += 1
-        else:
-            report.refused.append(f"journal entry {ident}: {frm.url_of(frel)} and {to.url_of(trel)} both missing")
+        try:
+            _recover_one(journal, report, state, ident, entry, ends, policy)
+        except Exception as exc:  # the store would not answer (403, 5xx past the retries): the intent stays open
+            report.refused.append(f"journal entry {ident}: {describe(exc)}: left for the next recovery")
     return report
+
+
+def _recover_one(
+    journal: Journal,
+    report: RecoveryReport,
+    state: JournalState,
+    ident: str,
+    entry: dict,
+    ends: tuple[Store, str, Store, str],
+    policy: ReadPolicy,
+) -> None:
+    """Finish or revert one intent without an outcome (see :func:`recover_locked`)."""
+    frm, frel, to, trel = ends
+    size, etag = entry.get("size"), entry.get("etag")
+    if entry["op"] == "restore":
+        moved = state.intents.get(str(entry.get("of")), {})
+        size, etag = moved.get("size"), moved.get("etag")
+    at_from, at_to = _info(frm, frel, policy), _info(to, trel, policy)
+    ours = entry.get("dst_free") is True  # the destination was empty when the intent was written
+    if entry.get("dst_free") is False:  # refused at its check: nothing was copied, nothing is touched
+        journal.append({"op": "abort", "id": ident, "error": "refused at its check; nothing moved"})
+        report.reverted += 1
+        return
+    # whole: ours and the checked object; not known to be ours (an older journal): the very bytes (ETag)
+    same = ours or (isinstance(etag, str) and at_to is not None and at_to.etag == etag)
+    if at_to is not None and same and (same_object(at_to, size, etag) if size is not None else ours):
+        if at_from is not None and (size is None or same_object(at_from, size, etag)):
+            _remove(frm, frel, policy)  # the copy is whole: the original goes, as the move intended
+        elif at_from is not None:
+            report.refused.append(
+                f"journal entry {ident}: {frm.url_of(frel)} changed since it was copied: left in place"
+            )
+        journal.append({"op": "done", "id": ident, "recovered": True})
+        report.completed += 1
+    elif at_from is not None:
+        if at_to is not None and ours:
+            _remove(to, trel, policy)  # a partial copy of ours; the original stays
+        elif at_to is not None:  # not known to be ours (an older journal): left alone
+            report.refused.append(f"journal entry {ident}: {to.url_of(trel)} not known to be ours: left in place")
+        journal.append({"op": "abort", "id": ident, "error": "interrupted before the copy was whole; reverted"})
+        report.reverted += 1
+    else:
+        report.refused.append(f"journal entry {ident}: {frm.url_of(frel)} and {to.url_of(trel)} both missing")
 
 
 def recover(

@@ -177,3 +177,28 @@ def test_an_object_unreadable_after_the_retries_is_not_moved(bucket, s3fs_direct
     assert summary.bad == 2 and summary.quarantined == 1 and summary.move_failures == 0
     assert keys(s3fs_direct, bucket, "ds") == ["good0.png"] and keys(s3fs_direct, bucket, "q") == ["bad0.png"]
     assert any(n.startswith("1 objects could not be read") for n in summary.notes)
+
+
+def test_a_store_that_denies_the_checks_fails_the_move_and_recovery_cleanly(bucket, s3fs_direct, s3_endpoint, tmp_path):
+    """HEADs of the quarantine keys denied (403): the move is refused and journaled, and a recovery that
+    cannot look leaves its intent open for later; neither raises past dsclean, nothing moves."""
+    put_set(s3fs_direct, bucket, bad=1, good=0)
+    info = s3fs_direct.info(f"{bucket}/ds/bad0.png")
+    state = str(tmp_path / "state")
+    with FaultProxy(s3_endpoint, failures=10**6, status=403, match="/q/", heads=True) as proxy:
+        with _quarantine_through(proxy.url, bucket, state) as bq:
+            with pytest.raises(MoveError, match="cannot check .*HTTP 403"):
+                bq.move("bad0.png", info["size"], info["ETag"].strip('"'))
+        j = Journal(os.path.join(journal_dir(f"s3://{bucket}/q", state), "manifest.jsonl"))
+        entry = {"op": "move", "id": "x1", "root": f"s3://{bucket}/ds", "src": "bad0.png", "qroot": f"s3://{bucket}/q"}
+        j.append({**entry, "dst": "bad0.png", "size": info["size"], "etag": None, "dst_free": True})
+        j.close()
+        report = recover(f"s3://{bucket}/q", {"endpoint_url": proxy.url}, state)
+    assert report.completed == report.reverted == 0
+    assert any("x1" in r and "left for the next recovery" in r for r in report.refused)
+    assert [(e["op"], e.get("dst_free")) for e in _journal(bucket, state)] == [
+        ("move", False),
+        ("abort", None),
+        ("move", True),
+    ]  # the refused move journaled; the open intent still open
+    assert keys(s3fs_direct, bucket, "ds") == ["bad0.png"] and keys(s3fs_direct, bucket, "q") == []

@@ -44,7 +44,8 @@ def start_moto() -> tuple[object, str]:
 
 
 class FaultProxy:
-    """Forwards every request to ``upstream``; object GETs (``GET /bucket/key``, not listings) whose key
+    """Forwards every request to ``upstream``; object GETs (``GET /bucket/key``, not listings; HEADs too with
+    ``heads=True``) whose key
     contains ``match`` fail with ``status`` (503 SlowDown, 500 InternalError) for their first
     ``failures`` attempts; every request waits ``latency`` seconds first. Counts what it injected.
 
@@ -66,10 +67,12 @@ class FaultProxy:
         lose_deletes: int = 0,
         fail_deletes: int = 0,
         rewrite_listing: Callable[[str], str] | None = None,
+        heads: bool = False,
     ):
         self.upstream = upstream.removeprefix("http://")
         self.failures, self.status, self.match, self.latency = failures, status, match, latency
         self.lose_deletes, self.fail_deletes = lose_deletes, fail_deletes
+        self.heads = heads  # inject into object HEADs too (a HEAD's error has no body: the status says it)
         self.rewrite_listing = rewrite_listing  # request path+query of a ListObjectsV2 -> what is forwarded
         self.deletes: list[tuple[str, str]] = []  # (path, "forwarded, answer lost" | "failed" | "forwarded")
         self.injected = 0
@@ -91,7 +94,8 @@ class FaultProxy:
                 if proxy.latency:
                     time.sleep(proxy.latency)
                 path = self.path.split("?", 1)[0]
-                is_object = self.command == "GET" and path.count("/") >= 2 and "?" not in self.path
+                methods = ("GET", "HEAD") if proxy.heads else ("GET",)
+                is_object = self.command in methods and path.count("/") >= 2 and "?" not in self.path
                 with proxy._lock:
                     proxy.requests += 1
                     if is_object:
@@ -121,9 +125,10 @@ class FaultProxy:
                     payload = {503: SLOW_DOWN, 403: ACCESS_DENIED}.get(proxy.status, INTERNAL)
                     self.send_response(proxy.status)
                     self.send_header("Content-Type", "application/xml")
-                    self.send_header("Content-Length", str(len(payload)))
+                    self.send_header("Content-Length", "0" if self.command == "HEAD" else str(len(payload)))
                     self.end_headers()
-                    self.wfile.write(payload)
+                    if self.command != "HEAD":
+                        self.wfile.write(payload)
                     return
                 conn = http.client.HTTPConnection(proxy.upstream, timeout=60)
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
