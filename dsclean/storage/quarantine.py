@@ -119,6 +119,7 @@ class BucketQuarantine:
         self.journal: Journal | None = None
         self.recovery = RecoveryReport()
         self.moved_ids: set[str] = set()  # moves of this run (the problems file lists earlier ones apart)
+        self.moved_keys: set[str] = set()  # their keys: a manifest naming a key twice moves it once
 
     def __enter__(self) -> "BucketQuarantine":
         os.makedirs(self.dir, exist_ok=True)
@@ -157,6 +158,7 @@ class BucketQuarantine:
         }
         journaled_transfer(self.journal, entry, self.source, rel, self.q, rel, self.policy)
         self.moved_ids.add(ident)
+        self.moved_keys.add(rel)
         return self.q.url_of(rel)
 
 

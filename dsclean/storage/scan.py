@@ -411,7 +411,9 @@ def _take(
             summary.bad_reasons[v.reason or "?"] = summary.bad_reasons.get(v.reason or "?", 0) + 1
             unread = v.reason in NOT_READ
             stats.not_read += unread
-            if quarantine is not None and not unread:
+            if quarantine is not None and not unread and v.path in quarantine.moved_keys:
+                extra = {"quarantined_to": quarantine.q.url_of(v.path)}  # named twice (a manifest): moved once
+            elif quarantine is not None and not unread:
                 try:
                     moved = quarantine.move(v.path, v.size, etag, kind=v.kind, reason=v.reason, detail=v.detail[:500])
                     extra = {"quarantined_to": moved}

@@ -163,3 +163,20 @@ def test_a_listing_that_goes_back_is_an_error_not_a_loop(bucket, s3fs_direct, s3
     with FaultProxy(s3_endpoint, rewrite_listing=drop_token) as proxy:
         with pytest.raises(UserError, match=r"listing s3://.*/ds went back .*--manifest"):
             _listing_scan(bucket, proxy.url, tmp_path)
+
+
+def test_a_manifest_naming_a_bad_key_twice_moves_it_once_without_a_failure(bucket, s3fs_direct, s3_endpoint, tmp_path):
+    s3fs_direct.pipe_file(f"{bucket}/ds/bad.png", synth.truncate(synth.png(16, 16, seed=1), 0.5))
+    m = tmp_path / "keys.txt"
+    m.write_text("ds/bad.png\nds/bad.png\n")
+    opts = BucketScanOptions(
+        storage_options={"endpoint_url": s3_endpoint},
+        jobs=1,
+        manifest=str(m),
+        quarantine=f"s3://{bucket}/q",
+        state_dir=str(tmp_path / "state"),
+    )
+    summary = scan_bucket(f"s3://{bucket}/ds", opts)
+    assert summary.quarantined == 1 and summary.move_failures == 0
+    s3fs_direct.invalidate_cache()
+    assert s3fs_direct.find(f"{bucket}/q") == [f"{bucket}/q/bad.png"] and not s3fs_direct.exists(f"{bucket}/ds/bad.png")
