@@ -180,3 +180,19 @@ def test_a_manifest_naming_a_bad_key_twice_moves_it_once_without_a_failure(bucke
     assert summary.quarantined == 1 and summary.move_failures == 0
     s3fs_direct.invalidate_cache()
     assert s3fs_direct.find(f"{bucket}/q") == [f"{bucket}/q/bad.png"] and not s3fs_direct.exists(f"{bucket}/ds/bad.png")
+
+
+def test_a_fifo_named_by_a_manifest_is_refused_not_opened(local_set, tmp_path):
+    """A ``file://`` manifest naming a FIFO: a plain open would wait for a writer forever; it is refused at
+    once (warn/not_regular, as the local scan says it), and the scan ends."""
+    from support.fixtures.cli import run_cli
+
+    os.mkfifo(local_set / "pipe.png")
+    m = tmp_path / "keys.txt"
+    m.write_text("ok.png\npipe.png\n")
+    report = tmp_path / "r"
+    proc = run_cli("scan", f"file://{local_set}", "--manifest", m, "-j", "1", "--report", report, "-q", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    table = read_results(str(report / "scan_results.parquet")).to_pydict()
+    got = dict(zip((os.fsdecode(p) for p in table["path"]), zip(table["status"], table["reason"])))
+    assert got == {"ok.png": ("ok", None), "pipe.png": ("warn", "not_regular")}
