@@ -6,6 +6,11 @@ Parquet). Read streaming: a line, a CSV row or a Parquet batch at a time. A key 
 (as S3 Inventory writes them, ``prefix/...``) or a full URL (for ``file://``: a path relative to the
 root, or an absolute one under it); keys outside the scanned prefix are counted,
 not checked (the summary says how many).
+
+A manifest is untrusted input: every key goes through :func:`~.listing.safe_key` (as listed keys do:
+an unsafe one is counted, never joined into a path), and nothing in it sizes memory unchecked: text lines
+are read :data:`MAX_LINE` characters at a time, a CSV row is bounded by :data:`MAX_CSV_ROW`, a Parquet row
+group by its metadata (:data:`MAX_ROW_GROUP_BYTES`) before it is read.
 """
 
 from __future__ import annotations
