@@ -154,8 +154,8 @@ def _s3_pages(store: Store, stats: ListingStats) -> Iterator[Obj]:
                 continue
             if key <= last:
                 raise UserError(
-                    f"listing {store.url} went back ({key!r} after {last!r}): the server's listing is not in key "
-                    "order, and would not end; give the keys with --manifest"
+                    f"listing {store.url} went back ({key[:200]!a} after {last[:200]!a}): the server's listing is "
+                    "not in key order, and would not end; give the keys with --manifest"
                 )
             last = key
             yield Obj(key[len(prefix) :], c.get("Size"), clean_etag(c.get("ETag")), mtime_ns(c.get("LastModified")))
