@@ -197,7 +197,7 @@ def journaled_transfer(
     journal.append({**entry, "dst_free": True})
     _fault("journaled")
     try:
-        _transfer(src, srel, dst, drel, now, policy)
+        note = _transfer(src, srel, dst, drel, now, policy)
     except MoveError as exc:
         journal.append({"op": "abort", "id": ident, "error": str(exc)})
         raise
@@ -206,11 +206,12 @@ def journaled_transfer(
             f"moving {src.url_of(srel)} failed midway ({describe(exc)}): the next scan or "
             "`dsclean recover` finishes or reverts it"
         ) from exc
-    journal.append({"op": "done", "id": ident})
+    journal.append({"op": "done", "id": ident, **({"note": note} if note else {})})
 
 
-def _transfer(src: Store, srel: str, dst: Store, drel: str, now: ObjInfo, policy: ReadPolicy) -> None:
-    """copy, verify, delete: the object ends at ``dst`` only if the copy there is the checked object."""
+def _transfer(src: Store, srel: str, dst: Store, drel: str, now: ObjInfo, policy: ReadPolicy) -> str | None:
+    """copy, verify, delete: the object ends at ``dst`` only if the copy there is the checked object.
+    Returns a note for the journal's ``done`` when the move went through in an unusual way."""
     if _info(dst, drel, policy) is not None:  # again at copy time: what appeared since the check is not ours
         raise MoveError(f"{dst.url_of(drel)} appeared since the check: not overwritten, {src.url_of(srel)} not moved")
     fs = src.fs
@@ -227,9 +228,10 @@ def _transfer(src: Store, srel: str, dst: Store, drel: str, now: ObjInfo, policy
         retried(lambda: fs.rm_file(src.path(srel)), srel, policy)
     except Exception as exc:
         if _info(src, srel, policy) is None:  # the delete went through and only its answer was lost: moved
-            return
+            return f"the delete's answer was lost ({describe(exc)}); the original is gone: moved"
         _remove(dst, drel, policy)  # the original is still there: our copy goes
         raise MoveError(f"could not delete {src.url_of(srel)} after copying it: {describe(exc)}") from exc
+    return None
 
 
 def _remove(store: Store, rel: str, policy: ReadPolicy) -> None:

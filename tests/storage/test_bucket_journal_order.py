@@ -137,7 +137,9 @@ def test_a_delete_whose_answer_was_lost_then_a_failed_retry_keeps_the_only_copy(
     assert [what for _path, what in proxy.deletes] == ["forwarded, answer lost", "failed"]  # a retry, failed
     assert keys(s3fs_direct, bucket, "ds") == [] and keys(s3fs_direct, bucket, "q") == ["bad0.png"]
     assert s3fs_direct.cat_file(f"{bucket}/q/bad0.png") == original
-    assert [e["op"] for e in _journal(bucket, state)] == ["move", "done"]
+    lines = _journal(bucket, state)
+    assert [e["op"] for e in lines] == ["move", "done"]
+    assert "answer was lost" in lines[1]["note"] and "HTTP 500" in lines[1]["note"]  # the journal says what happened
 
 
 def test_a_delete_that_keeps_failing_leaves_the_original_and_removes_the_copy(
