@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 from storage.test_bucket_quarantine import REPO, _scan_cmd, keys, put_set
@@ -204,3 +205,26 @@ def test_a_store_that_denies_the_checks_fails_the_move_and_recovery_cleanly(buck
         ("move", True),
     ]  # the refused move journaled; the open intent still open
     assert keys(s3fs_direct, bucket, "ds") == ["bad0.png"] and keys(s3fs_direct, bucket, "q") == []
+
+
+def test_kill_9_after_a_restore_intent_then_recovery_and_restore_lose_nothing(
+    bucket, s3fs_direct, s3_endpoint, tmp_path
+):
+    put_set(s3fs_direct, bucket, bad=1, good=0)
+    bad = s3fs_direct.cat_file(f"{bucket}/ds/bad0.png")
+    state = str(tmp_path / "state")
+    env = {**os.environ, "PYTHONPATH": REPO}
+    proc = subprocess.run(_scan_cmd(bucket, s3_endpoint, state), env=env, capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode()
+    restore = [sys.executable, "-m", "dsclean", "restore", f"s3://{bucket}/q"]
+    restore += ["--storage-option", f"endpoint_url={s3_endpoint}", "--state-dir", state]
+    env.update(DSCLEAN_TEST_FAULTS="1", DSCLEAN_TEST_KILL_AT="journaled:1")
+    proc = subprocess.run(restore, env=env, capture_output=True, timeout=120)
+    assert proc.returncode == -9, proc.stderr.decode()
+    assert (_journal(bucket, state)[-1]["op"], _journal(bucket, state)[-1]["dst_free"]) == ("restore", True)
+    assert _recover(bucket, s3_endpoint, state) == 0  # killed before the copy: reverted
+    assert keys(s3fs_direct, bucket, "ds") == [] and keys(s3fs_direct, bucket, "q") == ["bad0.png"]
+    env.pop("DSCLEAN_TEST_KILL_AT")
+    proc = subprocess.run(restore, env=env, capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert keys(s3fs_direct, bucket, "q") == [] and s3fs_direct.cat_file(f"{bucket}/ds/bad0.png") == bad
