@@ -3,6 +3,7 @@
 
     python scripts/bench_bucket.py [--objects 200] [--latency 0.02] [--threads 16] [--repeats 2]
                                    [--keys 20000,200000] [--manifest-keys 100000,1000000] [--only read,memory]
+                                   [--child-timeout 600]
 
 1. read: ``scan_bucket`` of ``--objects`` small JPEGs (64x64) on a local S3 API server (moto, in this
    process' threads) behind a proxy adding ``--latency`` seconds to every request (what a real store
@@ -95,10 +96,10 @@ def bench_read(args) -> dict:
         server.stop()
 
 
-def _child(kind: str, path: str, root: str, report: str) -> dict:
+def _child(kind: str, path: str, root: str, report: str, timeout: float) -> dict:
     code = CHILD.format(repo=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     done = subprocess.run(
-        [sys.executable, "-c", code, kind, path, root, report], capture_output=True, text=True, timeout=600
+        [sys.executable, "-c", code, kind, path, root, report], capture_output=True, text=True, timeout=timeout
     )
     if done.returncode:
         raise SystemExit(done.stderr)
@@ -120,7 +121,7 @@ def bench_memory(args) -> dict:
             m = os.path.join(tmp, f"scan-{n}.txt")
             with open(m, "w") as f:
                 f.writelines("a.png\n" for _ in range(n))
-            out["scan"][n] = _child("scan", m, f"file://{root}", os.path.join(tmp, f"r{n}"))
+            out["scan"][n] = _child("scan", m, f"file://{root}", os.path.join(tmp, f"r{n}"), args.child_timeout)
             print("scan", n, out["scan"][n], flush=True)
         for n in args.manifest_keys:
             text = os.path.join(tmp, f"m-{n}.txt")
@@ -129,8 +130,8 @@ def bench_memory(args) -> dict:
             par = os.path.join(tmp, f"m-{n}.parquet")
             pq.write_table(pa.table({"key": [f"d{i // 1000:04d}/{i:08d}.jpg" for i in range(n)]}), par)
             out["manifest"][n] = {
-                "text": _child("manifest", text, f"file://{root}", ""),
-                "parquet": _child("manifest", par, f"file://{root}", ""),
+                "text": _child("manifest", text, f"file://{root}", "", args.child_timeout),
+                "parquet": _child("manifest", par, f"file://{root}", "", args.child_timeout),
             }
             print("manifest", n, out["manifest"][n], flush=True)
     return out
@@ -145,6 +146,7 @@ def main() -> None:
     p.add_argument("--keys", type=lambda s: [int(x) for x in s.split(",")], default=[20_000, 200_000])
     p.add_argument("--manifest-keys", type=lambda s: [int(x) for x in s.split(",")], default=[100_000, 1_000_000])
     p.add_argument("--only", default="read,memory")
+    p.add_argument("--child-timeout", type=float, default=600, help="seconds for each measured run (1M keys: more)")
     args = p.parse_args()
     results = {}
     if "read" in args.only:

@@ -10,13 +10,19 @@ names (by extension, as the local discovery) are yielded, the rest are counted.
 from __future__ import annotations
 
 import datetime
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from typing import Any, Iterator, NamedTuple
 
+from ..errors import UserError
 from ..formats import format_of_name
+from ..scanning.quarantine.journal import safe_rel
 from .fs import Store
 
 PAGE_KEYS = 1000  # S3's page size (and its maximum)
+MAX_EMPTY_PAGES = 1000  # truncated pages in a row without a key: past this the listing makes no progress
+MAX_KEY = 1024  # S3's longest key (bytes, UTF-8): a longer "key" is not one
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class Obj(NamedTuple):
@@ -35,6 +41,8 @@ class ListingStats:
     objects: int = 0  # every object listed
     skipped_other: int = 0  # not a media name (by extension)
     skipped_hidden: int = 0  # a dot-named key component
+    unsafe: int = 0  # keys that are no safe path below the prefix (safe_key): never read, never joined
+    unsafe_examples: list[str] = field(default_factory=list)  # the first few, as ascii() reprs
     pages: int = 0
 
 
@@ -53,9 +61,38 @@ def clean_etag(value: Any) -> str | None:
     return value.strip('"') if isinstance(value, str) and value else None
 
 
+def key_bytes(key: str) -> int:
+    """A key's length in bytes as the store counts them (UTF-8; undecodable bytes kept as one each)."""
+    return len(key) if key.isascii() else len(key.encode("utf-8", "surrogateescape"))
+
+
+def safe_key(rel: str) -> bool:
+    """Whether ``rel`` (a key relative to the prefix, from a listing or a manifest: untrusted) names an
+    object below the prefix as a path would: the journal's rule (:func:`safe_rel`: not empty, not absolute,
+    no NUL, no empty, ``.`` or ``..`` part), no control character, at most :data:`MAX_KEY` bytes."""
+    try:
+        size = key_bytes(rel)
+    except UnicodeEncodeError:  # a lone surrogate that is no escaped byte
+        return False
+    return safe_rel(rel) is not None and size <= MAX_KEY and _CONTROL.search(rel) is None
+
+
+def _unsafe(stats: ListingStats, example: str) -> None:
+    stats.unsafe += 1
+    if len(stats.unsafe_examples) < 5:
+        stats.unsafe_examples.append(example)
+
+
 def wanted(rel: str, include_hidden: bool, stats: ListingStats) -> bool:
-    """Count ``rel`` and say whether it is a media object to check."""
+    """Count ``rel`` and say whether it is a media object to check (a "folder" marker, ``dir/``, is not;
+    an unsafe key is counted apart and never read)."""
     stats.objects += 1
+    if not rel or rel.endswith("/"):  # a folder marker object (or the prefix's own)
+        stats.skipped_other += 1
+        return False
+    if not safe_key(rel):
+        _unsafe(stats, ascii(rel[:200]))
+        return False
     if not include_hidden and any(part.startswith(".") for part in rel.split("/")):
         stats.skipped_hidden += 1
         return False
@@ -73,8 +110,8 @@ def iter_objects(
     stats = stats if stats is not None else ListingStats()
     source = _s3_pages(store, stats) if store.scheme in ("s3", "s3a") else _walk(store, stats)
     for obj in source:
-        if obj.rel.endswith("/") or any(obj.rel == e or obj.rel.startswith(e + "/") for e in exclude):
-            continue  # a "folder" marker object, or our own quarantine
+        if any(obj.rel == e or obj.rel.startswith(e + "/") for e in exclude):
+            continue  # our own quarantine
         if wanted(obj.rel, include_hidden, stats):
             yield obj
 
@@ -99,13 +136,29 @@ def _s3_pages(store: Store, stats: ListingStats) -> Iterator[Obj]:
     bucket, _, key = store.root.partition("/")
     prefix = f"{key}/" if key else ""
     kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "MaxKeys": PAGE_KEYS}
+    last, empty = "", 0  # the listing is in key order: each page goes on past the last key (progress)
     while True:
         page = sync(fs.loop, fs._call_s3, "list_objects_v2", **kwargs)
         stats.pages += 1
-        for c in page.get("Contents", ()):
-            yield Obj(
-                c["Key"][len(prefix) :], c.get("Size"), clean_etag(c.get("ETag")), mtime_ns(c.get("LastModified"))
+        contents = page.get("Contents") or ()
+        empty = 0 if contents else empty + 1
+        if empty > MAX_EMPTY_PAGES:
+            raise UserError(
+                f"listing {store.url}: {empty:,} pages in a row without a key: the listing makes no progress"
             )
+        for c in contents:
+            key = c.get("Key") if isinstance(c, dict) else None
+            if not isinstance(key, str) or not key.startswith(prefix):  # not below the prefix asked for
+                stats.objects += 1
+                _unsafe(stats, ascii(key)[:200])
+                continue
+            if key <= last:
+                raise UserError(
+                    f"listing {store.url} went back ({key[:200]!a} after {last[:200]!a}): the server's listing is "
+                    "not in key order, and would not end; give the keys with --manifest"
+                )
+            last = key
+            yield Obj(key[len(prefix) :], c.get("Size"), clean_etag(c.get("ETag")), mtime_ns(c.get("LastModified")))
         token = page.get("NextContinuationToken")
         if not page.get("IsTruncated") or not token or token == kwargs.get("ContinuationToken"):
             return  # the last page (or a server repeating its token: every loop makes progress)

@@ -6,6 +6,11 @@ Parquet). Read streaming: a line, a CSV row or a Parquet batch at a time. A key 
 (as S3 Inventory writes them, ``prefix/...``) or a full URL (for ``file://``: a path relative to the
 root, or an absolute one under it); keys outside the scanned prefix are counted,
 not checked (the summary says how many).
+
+A manifest is untrusted input: every key goes through :func:`~.listing.safe_key` (as listed keys do:
+an unsafe one is counted, never joined into a path), and nothing in it sizes memory unchecked: text lines
+are read :data:`MAX_LINE` characters at a time, a CSV row is bounded by :data:`MAX_CSV_ROW`, a Parquet row
+group by its metadata (:data:`MAX_ROW_GROUP_BYTES`) before it is read.
 """
 
 from __future__ import annotations
@@ -19,10 +24,12 @@ from typing import Iterator
 from ..errors import UserError
 from ..openfile import open_regular_file
 from .fs import Store
-from .listing import ListingStats, Obj, clean_etag, mtime_ns, wanted
+from .listing import MAX_KEY, ListingStats, Obj, clean_etag, key_bytes, mtime_ns, wanted
 
 BATCH_ROWS = 65_536
-MAX_KEY = 1024  # S3's longest key (bytes): a longer "key" is not one
+MAX_LINE = 2 * MAX_KEY  # a text manifest's line: a key, or a full URL of one (scheme and bucket added)
+MAX_CSV_ROW = 1 << 20  # characters of one CSV row (its lines): an S3 Inventory row is a few KB
+MAX_ROW_GROUP_BYTES = 256 << 20  # a Parquet row group's key columns, uncompressed (its metadata): read whole
 
 
 @dataclass
@@ -51,7 +58,7 @@ def iter_manifest(path: str, store: Store, *, include_hidden: bool = False, stat
         prefix = f"{key}/" if key else ""
     url_prefix = store.url + "/"
     for raw, size, etag, mtime in rows:
-        if not raw or len(raw) > MAX_KEY:
+        if not raw or len(raw) > MAX_LINE or _too_long(raw):
             stats.bad_rows += 1
             continue
         if raw.startswith(url_prefix):
@@ -66,8 +73,15 @@ def iter_manifest(path: str, store: Store, *, include_hidden: bool = False, stat
         else:
             stats.outside += 1
             continue
-        if rel and not rel.endswith("/") and wanted(rel, include_hidden, stats):
+        if wanted(rel, include_hidden, stats):  # an unsafe key ('..', control characters) counted, never joined
             yield Obj(rel, size, etag, mtime)
+
+
+def _too_long(raw: str) -> bool:
+    try:
+        return key_bytes(raw) > MAX_LINE
+    except UnicodeEncodeError:
+        return True
 
 
 def _open(path: str):
@@ -78,11 +92,11 @@ def _open(path: str):
 
 
 def _text_rows(path: str) -> Iterator[tuple]:
-    """Lines read at most :data:`MAX_KEY` + 2 characters at a time: a line past that (no key is) is
+    """Lines read at most :data:`MAX_LINE` + 2 characters at a time: a line past that (no key is) is
     skipped to its end and yielded empty (counted as a bad row), never held whole."""
     with _open(path) as f, io.TextIOWrapper(f, encoding="utf-8", errors="surrogateescape") as text:
-        while line := text.readline(MAX_KEY + 2):
-            if not line.endswith("\n") and len(line) == MAX_KEY + 2:
+        while line := text.readline(MAX_LINE + 2):
+            if not line.endswith("\n") and len(line) == MAX_LINE + 2:
                 while (rest := text.readline(1 << 16)) and not rest.endswith("\n"):
                     pass
                 yield "", None, None, None
@@ -105,13 +119,14 @@ def _csv_rows(path: str) -> Iterator[tuple]:
 
             stream = gzip.open(f)
         with io.TextIOWrapper(stream, encoding="utf-8", errors="surrogateescape", newline="") as text:
-            reader = csv.reader(text)
+            budget = [0]  # characters of the row being read: bounded, the csv module's row is not
+            reader = csv.reader(_bounded_lines(text, path, budget))
             header = [h.strip().lower() for h in next(reader, [])]
             if "key" not in header:
                 raise UserError(f"manifest {path}: a CSV manifest needs a header row with a 'key' column")
             k = header.index("key")
             s, e, m = (header.index(c) if c in header else None for c in ("size", "etag", "last_modified"))
-            for row in _csv_checked(reader, path):
+            for row in _csv_checked(reader, path, budget):
                 if len(row) <= k:
                     yield "", None, None, None
                     continue
@@ -126,7 +141,22 @@ def _csv_rows(path: str) -> Iterator[tuple]:
                 )
 
 
-def _csv_checked(reader, path: str) -> Iterator[list[str]]:
+def _bounded_lines(text: io.TextIOWrapper, path: str, budget: list[int]) -> Iterator[str]:
+    """The lines of a CSV manifest for the csv module, each read at most :data:`MAX_CSV_ROW` characters at
+    a time; a row (its lines: quoted fields may hold newlines) past that is an error naming the file."""
+    line_no = 0
+    while line := text.readline(MAX_CSV_ROW + 1):
+        line_no += 1
+        budget[0] += len(line)
+        if budget[0] > MAX_CSV_ROW:
+            raise UserError(
+                f"manifest {path}: line {line_no}: a CSV row longer than {MAX_CSV_ROW:,} characters "
+                "(an S3 Inventory row is a few hundred): not a manifest of keys"
+            )
+        yield line
+
+
+def _csv_checked(reader, path: str, budget: list[int]) -> Iterator[list[str]]:
     """The CSV rows; a malformed one (a field over the csv module's limit, a NUL) is an error naming the line."""
     while True:
         try:
@@ -135,6 +165,7 @@ def _csv_checked(reader, path: str) -> Iterator[list[str]]:
             return
         except csv.Error as exc:
             raise UserError(f"manifest {path}: line {reader.line_num}: {exc}") from None
+        budget[0] = 0
         yield row
 
 
@@ -158,6 +189,7 @@ def _parquet_rows(path: str) -> Iterator[tuple]:
     if "key" not in names:
         raise UserError(f"manifest {path}: a Parquet manifest needs a 'key' column (has {', '.join(names)})")
     cols = [names[c] for c in ("key", "size", "etag", "last_modified_date", "last_modified") if c in names]
+    _check_row_groups(pf, cols, path)
     for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=cols):
         data = batch.to_pydict()
         keys = data[names["key"]]
@@ -167,3 +199,22 @@ def _parquet_rows(path: str) -> Iterator[tuple]:
         mtimes = data.get(mcol or "", [None] * len(keys))
         for key, size, etag, mtime in zip(keys, sizes, etags, mtimes):
             yield key if isinstance(key, str) else "", _int(size), clean_etag(etag), mtime_ns(mtime)
+
+
+def _check_row_groups(pf, cols: list[str], path: str) -> None:
+    """Every row group's columns we read, by the file's own metadata, under :data:`MAX_ROW_GROUP_BYTES`
+    uncompressed (pyarrow reads a row group's column chunks whole): else an error naming the file, before
+    anything is read. A metadata size that is no count (negative) is refused the same way."""
+    meta = pf.metadata
+    wanted_cols = set(cols)
+    index = [i for i in range(meta.num_columns) if meta.schema.column(i).path.split(".")[0] in wanted_cols]
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        sizes = [group.column(i).total_uncompressed_size for i in index]
+        total = sum(sizes)
+        if total > MAX_ROW_GROUP_BYTES or any(n < 0 for n in sizes):
+            raise UserError(
+                f"manifest {path}: row group {g} holds {total / 2**20:,.0f} MB of key columns uncompressed "
+                f"(over {MAX_ROW_GROUP_BYTES >> 20} MB, read whole): write it with smaller row groups "
+                "(pyarrow.parquet.write_table(..., row_group_size=1_000_000))"
+            )

@@ -3,15 +3,22 @@
 The write-ahead journal is the local quarantine's (:mod:`dsclean.scanning.quarantine.journal`), kept in
 the state folder of the quarantine URL (``<state>/urls/<hash>/manifest.jsonl``; never in the bucket)::
 
-    1. append {"op": "move", "id", "root": URL, "src": key, "qroot": URL, "dst": key, "size", "etag"}, fsync
-    2. copy src -> dst (server side), check the copy's size (and ETag, when single-part) against what was checked
+    0. check: the source is the checked object, nothing is at the destination key
+    1. append {"op": "move", "id", "root": URL, "src": key, "qroot": URL, "dst": key, "size", "etag",
+       "dst_free": true}, fsync  (a refused check: "dst_free": false, then at once an abort with why)
+    2. the destination checked free again, copy src -> dst (server side), check the copy's size (and ETag,
+       when single-part) against what was checked
     3. delete src
     4. append {"op": "done", "id"} (or {"op": "abort", "id", "error"})
 
-A kill -9 between any two steps leaves an intent without outcome; :func:`recover` (run by every bucket
-scan and restore first, and by ``dsclean recover URL``) finishes it (the copy is whole: delete the
-original) or reverts it (no whole copy: delete the partial copy, the original stays), so every object
-ends in exactly one place. A restore is the same four steps the other way (op ``"restore"``).
+``dst_free`` is the journal's promise that the destination key was empty when the intent was written:
+an object found there later is this move's copy. A kill -9 between any two steps leaves an intent without
+outcome; :func:`recover` (run by every bucket scan and restore first, and by ``dsclean recover URL``)
+finishes it (the copy is whole: delete the original, if it is still the checked object) or reverts it
+(no whole copy: delete the partial copy, the original stays), so every object ends in exactly one place.
+It never deletes or overwrites an object dsclean did not write: an intent without ``dst_free`` (refused,
+or an older journal's) leaves whatever is at the destination alone. A restore is the same steps the
+other way (op ``"restore"``).
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from ..scanning.quarantine.journal import (
     safe_rel,
 )
 from .fs import Store
+from .listing import MAX_KEY, key_bytes
 from .reads import ReadPolicy, describe, retried
 
 log = logging.getLogger("dsclean.storage.quarantine")
@@ -81,7 +89,9 @@ def _info(store: Store, rel: str, policy: ReadPolicy) -> ObjInfo | None:
         return None
     if info.get("type") not in (None, "file"):
         return None
-    etag = info.get("ETag") or info.get("etag")
+    # S3's (single-part) ETag is the content's MD5: a copy has the same. GCS's and Azure's are per write (a
+    # copy gets a new one): there the size alone says whether a copy is whole
+    etag = (info.get("ETag") or info.get("etag")) if store.scheme in ("s3", "s3a") else None
     return ObjInfo(info.get("size"), etag.strip('"') if isinstance(etag, str) else None)
 
 
@@ -109,6 +119,7 @@ class BucketQuarantine:
         self.journal: Journal | None = None
         self.recovery = RecoveryReport()
         self.moved_ids: set[str] = set()  # moves of this run (the problems file lists earlier ones apart)
+        self.moved_keys: set[str] = set()  # their keys: a manifest naming a key twice moves it once
 
     def __enter__(self) -> "BucketQuarantine":
         os.makedirs(self.dir, exist_ok=True)
@@ -128,27 +139,26 @@ class BucketQuarantine:
         assert self.journal is not None
         if safe_rel(rel) is None:
             raise MoveError(f"{rel!r} is not a key below the prefix")
+        if self.q.scheme in ("s3", "s3a") and key_bytes(self.q.path(rel).partition("/")[2]) > MAX_KEY:
+            raise MoveError(
+                f"{self.source.url_of(rel)}: its quarantine key would be over S3's {MAX_KEY:,} bytes: not moved "
+                "(a shorter --quarantine prefix, or --denylist)"
+            )
         ident = uuid.uuid4().hex
-        self.journal.append(
-            {
-                "op": "move",
-                "id": ident,
-                "root": self.source.url,
-                "src": rel,
-                "qroot": self.q.url,
-                "dst": rel,
-                "size": size,
-                "etag": etag,
-                **{k: v for k, v in why.items() if k in ("kind", "reason", "detail") and v},
-            }
-        )
-        try:
-            _transfer(self.source, rel, self.q, rel, size, etag, self.policy)
-        except MoveError as exc:
-            self.journal.append({"op": "abort", "id": ident, "error": str(exc)})
-            raise
-        self.journal.append({"op": "done", "id": ident})
+        entry = {
+            "op": "move",
+            "id": ident,
+            "root": self.source.url,
+            "src": rel,
+            "qroot": self.q.url,
+            "dst": rel,
+            "size": size,
+            "etag": etag,
+            **{k: v for k, v in why.items() if k in ("kind", "reason", "detail") and v},
+        }
+        journaled_transfer(self.journal, entry, self.source, rel, self.q, rel, self.policy)
         self.moved_ids.add(ident)
+        self.moved_keys.add(rel)
         return self.q.url_of(rel)
 
 
@@ -164,9 +174,46 @@ def _precheck(src: Store, srel: str, dst: Store, drel: str, size: Any, etag: Any
     return now
 
 
-def _transfer(src: Store, srel: str, dst: Store, drel: str, size: Any, etag: Any, policy: ReadPolicy) -> None:
-    """copy, verify, delete: the object ends at ``dst`` only if the copy there is the checked object."""
-    now = _precheck(src, srel, dst, drel, size, etag, policy)
+def journaled_transfer(
+    journal: Journal, entry: dict, src: Store, srel: str, dst: Store, drel: str, policy: ReadPolicy
+) -> None:
+    """Check, journal the intent ``entry`` (saying whether the destination was free), then copy, verify,
+    delete; the outcome journaled. Raises :class:`MoveError` (journaled as abort) when nothing moved."""
+    ident, size, etag = entry["id"], entry.get("size"), entry.get("etag")
+    try:
+        try:
+            now = _precheck(src, srel, dst, drel, size, etag, policy)
+        except MoveError:
+            raise
+        except Exception as exc:  # the store would not say (403 on a HEAD, past the retries): no move
+            raise MoveError(f"cannot check {src.url_of(srel)} and {dst.url_of(drel)}: {describe(exc)}") from exc
+    except MoveError as exc:  # refused before anything happened: the attempt and why, for the record
+        journal.append({**entry, "dst_free": False})
+        _fault("journaled")
+        journal.append({"op": "abort", "id": ident, "error": str(exc)})
+        raise
+    if size is None:  # checked without a size (a manifest's key): the journal names the object found
+        entry = {**entry, "size": now.size, "etag": now.etag}
+    journal.append({**entry, "dst_free": True})
+    _fault("journaled")
+    try:
+        note = _transfer(src, srel, dst, drel, now, policy)
+    except MoveError as exc:
+        journal.append({"op": "abort", "id": ident, "error": str(exc)})
+        raise
+    except Exception as exc:  # the store failed mid-move past its retries: the intent stays for recovery
+        raise MoveError(
+            f"moving {src.url_of(srel)} failed midway ({describe(exc)}): the next scan or "
+            "`dsclean recover` finishes or reverts it"
+        ) from exc
+    journal.append({"op": "done", "id": ident, **({"note": note} if note else {})})
+
+
+def _transfer(src: Store, srel: str, dst: Store, drel: str, now: ObjInfo, policy: ReadPolicy) -> str | None:
+    """copy, verify, delete: the object ends at ``dst`` only if the copy there is the checked object.
+    Returns a note for the journal's ``done`` when the move went through in an unusual way."""
+    if _info(dst, drel, policy) is not None:  # again at copy time: what appeared since the check is not ours
+        raise MoveError(f"{dst.url_of(drel)} appeared since the check: not overwritten, {src.url_of(srel)} not moved")
     fs = src.fs
     try:
         retried(lambda: fs.copy(src.path(srel), dst.path(drel)), srel, policy)
@@ -181,9 +228,10 @@ def _transfer(src: Store, srel: str, dst: Store, drel: str, size: Any, etag: Any
         retried(lambda: fs.rm_file(src.path(srel)), srel, policy)
     except Exception as exc:
         if _info(src, srel, policy) is None:  # the delete went through and only its answer was lost: moved
-            return
+            return f"the delete's answer was lost ({describe(exc)}); the original is gone: moved"
         _remove(dst, drel, policy)  # the original is still there: our copy goes
         raise MoveError(f"could not delete {src.url_of(srel)} after copying it: {describe(exc)}") from exc
+    return None
 
 
 def _remove(store: Store, rel: str, policy: ReadPolicy) -> None:
@@ -212,26 +260,54 @@ def recover_locked(journal: Journal, folder: str, qstore: Store, policy: ReadPol
         if ends is None:
             report.refused.append(f"journal entry {ident}: unsafe or foreign paths, not followed")
             continue
-        frm, frel, to, trel = ends
-        size, etag = entry.get("size"), entry.get("etag")
-        if entry["op"] == "restore":
-            moved = state.intents.get(str(entry.get("of")), {})
-            size, etag = moved.get("size"), moved.get("etag")
-        at_from, at_to = _info(frm, frel, policy), _info(to, trel, policy)
-        whole_copy = at_to is not None and (same_object(at_to, size, etag) if size is not None else True)
-        if whole_copy:
-            if at_from is not None:
-                _remove(frm, frel, policy)  # the copy is whole: the original goes, as the move intended
-            journal.append({"op": "done", "id": ident, "recovered": True})
-            report.completed += 1
-        elif at_from is not None:
-            if at_to is not None:
-                _remove(to, trel, policy)  # a partial copy of ours; the original stays
-            journal.append({"op": "abort", "id": ident, "error": "interrupted before the copy was whole; reverted"})
-            report.reverted += 1
-        else:
-            report.refused.append(f"journal entry {ident}: {frm.url_of(frel)} and {to.url_of(trel)} both missing")
+        try:
+            _recover_one(journal, report, state, ident, entry, ends, policy)
+        except Exception as exc:  # the store would not answer (403, 5xx past the retries): the intent stays open
+            report.refused.append(f"journal entry {ident}: {describe(exc)}: left for the next recovery")
     return report
+
+
+def _recover_one(
+    journal: Journal,
+    report: RecoveryReport,
+    state: JournalState,
+    ident: str,
+    entry: dict,
+    ends: tuple[Store, str, Store, str],
+    policy: ReadPolicy,
+) -> None:
+    """Finish or revert one intent without an outcome (see :func:`recover_locked`)."""
+    frm, frel, to, trel = ends
+    size, etag = entry.get("size"), entry.get("etag")
+    if entry["op"] == "restore":
+        moved = state.intents.get(str(entry.get("of")), {})
+        size, etag = moved.get("size"), moved.get("etag")
+    at_from, at_to = _info(frm, frel, policy), _info(to, trel, policy)
+    ours = entry.get("dst_free") is True  # the destination was empty when the intent was written
+    if entry.get("dst_free") is False:  # refused at its check: nothing was copied, nothing is touched
+        journal.append({"op": "abort", "id": ident, "error": "refused at its check; nothing moved"})
+        report.reverted += 1
+        return
+    # whole: ours and the checked object; not known to be ours (an older journal): the very bytes (ETag)
+    same = ours or (isinstance(etag, str) and at_to is not None and at_to.etag == etag)
+    if at_to is not None and same and (same_object(at_to, size, etag) if size is not None else ours):
+        if at_from is not None and (size is None or same_object(at_from, size, etag)):
+            _remove(frm, frel, policy)  # the copy is whole: the original goes, as the move intended
+        elif at_from is not None:
+            report.refused.append(
+                f"journal entry {ident}: {frm.url_of(frel)} changed since it was copied: left in place"
+            )
+        journal.append({"op": "done", "id": ident, "recovered": True})
+        report.completed += 1
+    elif at_from is not None:
+        if at_to is not None and ours:
+            _remove(to, trel, policy)  # a partial copy of ours; the original stays
+        elif at_to is not None:  # not known to be ours (an older journal): left alone
+            report.refused.append(f"journal entry {ident}: {to.url_of(trel)} not known to be ours: left in place")
+        journal.append({"op": "abort", "id": ident, "error": "interrupted before the copy was whole; reverted"})
+        report.reverted += 1
+    else:
+        report.refused.append(f"journal entry {ident}: {frm.url_of(frel)} and {to.url_of(trel)} both missing")
 
 
 def recover(
@@ -272,16 +348,13 @@ def restore(
                 continue
             original, src, qstore, dst = ends
             rid = uuid.uuid4().hex
-            journal.append(
-                {"op": "restore", "id": rid, "of": ident, "root": original.url, "src": src, "qroot": q.url, "dst": dst}
-            )
+            intent = {"op": "restore", "id": rid, "of": ident, "root": original.url, "src": src, "qroot": q.url}
+            intent.update(dst=dst, size=entry.get("size"), etag=entry.get("etag"))
             try:
-                _transfer(qstore, dst, original, src, entry.get("size"), entry.get("etag"), policy)
+                journaled_transfer(journal, intent, qstore, dst, original, src, policy)
             except MoveError as exc:
-                journal.append({"op": "abort", "id": rid, "error": str(exc)})
                 report.failed.append(str(exc))
                 continue
-            journal.append({"op": "done", "id": rid})
             report.restored += 1
     return report
 

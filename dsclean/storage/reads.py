@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
 from .. import reasons as R
+from ..openfile import NotRegularFile
 
 log = logging.getLogger("dsclean.storage.reads")
 T = TypeVar("T")
@@ -106,6 +107,8 @@ def retried(call: Callable[[], T], what: str, policy: ReadPolicy, on_retry: Call
 def classify(key: str, exc: BaseException) -> ObjectError:
     """What a failed read means for the object ``key``: 404 vanished, 403 refused, anything else unreadable."""
     status = http_status(exc)
+    if isinstance(exc, NotRegularFile):
+        return ObjectError(key, R.NOT_REGULAR, f"a {exc.kind}, not a regular file: not opened, not moved")
     if isinstance(exc, FileNotFoundError) or status == 404:
         return ObjectError(key, R.VANISHED, f"object not found (404) when read: {key}")
     if isinstance(exc, PermissionError) or status == 403:

@@ -43,6 +43,9 @@ from .workers import ChunkResult, check_objects, init_worker, run_chunk, run_chu
 log = logging.getLogger("dsclean.storage.scan")
 
 CHUNK_OBJECTS = 64  # objects per task: a task's bytes are at most this many objects in flight
+#: bad verdicts of objects whose bytes were never seen (gone when read; 403, or throttling and 5xx past the
+#: retries): listed as problems, never moved or deny-listed (a throttled healthy object must not be)
+NOT_READ = frozenset({R.VANISHED, R.UNREADABLE})
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,9 @@ class BucketStats:
     skipped_hidden: int = 0
     outside_prefix: int = 0
     bad_manifest_rows: int = 0
+    not_read: int = 0  # bad verdicts of objects that could not be read (NOT_READ): not moved
+    unsafe_keys: int = 0  # keys that are no safe path below the prefix ('..', control characters): not read
+    unsafe_examples: list[str] = field(default_factory=list)  # the first few of them (ascii reprs)
     pages: int = 0
     retries: int = 0
     read_bytes: int = 0
@@ -265,6 +271,7 @@ def _objects(store: Store, options: BucketScanOptions, stats: BucketStats, exclu
         ls.skipped_hidden,
         ls.pages,
     )
+    stats.unsafe_keys, stats.unsafe_examples = ls.unsafe, ls.unsafe_examples
 
 
 def _chunks(objects: Iterable[Obj], size: int) -> Iterator[list[Obj]]:
@@ -414,7 +421,11 @@ def _take(
         extra: dict | None = None
         if v.status == R.BAD:
             summary.bad_reasons[v.reason or "?"] = summary.bad_reasons.get(v.reason or "?", 0) + 1
-            if quarantine is not None and v.reason != R.VANISHED:
+            unread = v.reason in NOT_READ
+            stats.not_read += unread
+            if quarantine is not None and not unread and v.path in quarantine.moved_keys:
+                extra = {"quarantined_to": quarantine.q.url_of(v.path)}  # named twice (a manifest): moved once
+            elif quarantine is not None and not unread:
                 try:
                     moved = quarantine.move(v.path, v.size, etag, kind=v.kind, reason=v.reason, detail=v.detail[:500])
                     extra = {"quarantined_to": moved}
@@ -426,9 +437,9 @@ def _take(
                     if len(summary.move_errors) < 1000:
                         summary.move_errors.append(str(exc))
                     extra = {"move_error": str(exc)}
-            elif options.quarantine or deny:
+            elif (options.quarantine or deny) and not unread:
                 summary.would_quarantine += 1
-            if deny is not None and v.reason != R.VANISHED:
+            if deny is not None and not unread:
                 denied.append({"path": v.path, "reason": v.reason, "source": "scan", "detail": v.detail})
         elif v.status == R.WARN:
             summary.warn_reasons[v.reason or "?"] = summary.warn_reasons.get(v.reason or "?", 0) + 1
@@ -447,7 +458,17 @@ def _notes(stats: BucketStats, options: BucketScanOptions) -> list[str]:
     if stats.outside_prefix:
         notes.append(f"{stats.outside_prefix:,} manifest keys are not under the scanned prefix: not checked")
     if stats.bad_manifest_rows:
-        notes.append(f"{stats.bad_manifest_rows:,} manifest rows hold no usable key (empty or over 1,024 bytes)")
+        notes.append(f"{stats.bad_manifest_rows:,} manifest rows hold no usable key (empty or over 2,048 bytes)")
+    if stats.unsafe_keys:
+        notes.append(
+            f"{stats.unsafe_keys:,} keys are no safe path below the prefix (an empty, '.' or '..' part, absolute, "
+            f"a control character, over 1,024 bytes): not read, not checked (e.g. {', '.join(stats.unsafe_examples)})"
+        )
+    if stats.not_read and (options.quarantine or options.denylist):
+        notes.append(
+            f"{stats.not_read:,} objects could not be read (vanished, access denied, or still failing after "
+            "the retries): listed as problems, not moved or deny-listed; scan again to judge them"
+        )
     if stats.skipped_other:
         notes.append(f"{stats.skipped_other:,} objects are not media by their name's extension: not checked")
     return notes

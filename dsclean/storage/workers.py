@@ -12,12 +12,15 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import shutil
 import tempfile
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from .. import reasons as R
+from ..openfile import open_regular_file
 from ..scanning.check import CheckOptions, check_bytes, check_file
 from ..scanning.verdict import Verdict
 from ..scanning.worker import time_limit
@@ -55,6 +58,8 @@ def fetch(store: Store, obj: Obj, policy: ReadPolicy, tmpdir: str, retries: _Cou
     """One object's bytes (or a temp file of them), or the :class:`ObjectError` saying why not."""
     fs, path = store.fs, store.path(obj.rel)
     try:
+        if store.scheme == "file":
+            return _fetch_local(obj, path, policy, tmpdir)
         size, etag = obj.size, obj.etag
         if size is None:  # from a manifest without sizes: ask (one HEAD)
             info = retried(lambda: fs.info(path), obj.rel, policy, retries)
@@ -74,6 +79,22 @@ def fetch(store: Store, obj: Obj, policy: ReadPolicy, tmpdir: str, retries: _Cou
         return Fetched(obj, data=data, etag=etag)
     except Exception as exc:
         return Fetched(obj, error=classify(obj.rel, exc))
+
+
+def _fetch_local(obj: Obj, path: str, policy: ReadPolicy, tmpdir: str) -> Fetched:
+    """A ``file://`` object read through :func:`~dsclean.openfile.open_regular_file`: a FIFO or a device (a
+    manifest may name one; the listing skips them) is refused at once, never opened to block or act."""
+    with open_regular_file(path) as f:
+        if os.fstat(f.fileno()).st_size <= policy.max_in_memory:
+            return Fetched(obj, data=f.read(), etag=obj.etag)
+        fd, temp = tempfile.mkstemp(dir=tmpdir, suffix=os.path.splitext(obj.rel)[1])
+        try:
+            with os.fdopen(fd, "wb") as out:
+                shutil.copyfileobj(f, out, 1 << 20)
+        except BaseException:
+            os.unlink(temp)
+            raise
+        return Fetched(obj, temp=temp, etag=obj.etag)
 
 
 def check_objects(
@@ -156,7 +177,8 @@ def _verdict(got: Fetched, check: CheckOptions, capture_stderr: bool) -> Verdict
     obj = got.obj
     if got.error is not None:
         v = Verdict(path=obj.rel, kind=_kind(obj.rel), size=obj.size, mtime_ns=obj.mtime_ns)
-        return v.mark("bad", got.error.reason, got.error.detail)
+        status = R.WARN if got.error.reason == R.NOT_REGULAR else R.BAD  # as the local scan: not judged, kept
+        return v.mark(status, got.error.reason, got.error.detail)
     if got.temp is not None:
         try:
             v = check_file(os.path.dirname(got.temp), os.path.basename(got.temp), check, capture_stderr=capture_stderr)

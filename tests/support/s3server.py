@@ -7,6 +7,7 @@ import http.client
 import socket
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 SLOW_DOWN = (
@@ -43,9 +44,18 @@ def start_moto() -> tuple[object, str]:
 
 
 class FaultProxy:
-    """Forwards every request to ``upstream``; object GETs (``GET /bucket/key``, not listings) whose key
+    """Forwards every request to ``upstream``; object GETs (``GET /bucket/key``, not listings; HEADs too with
+    ``heads=True``) whose key
     contains ``match`` fail with ``status`` (503 SlowDown, 500 InternalError) for their first
-    ``failures`` attempts; every request waits ``latency`` seconds first. Counts what it injected."""
+    ``failures`` attempts; every request waits ``latency`` seconds first. Counts what it injected.
+
+    ``lose_deletes``: the first that many object DELETEs whose key contains ``match`` are forwarded (the
+    server deletes the object) and their answer is replaced by a 500 InternalError (a reply lost on the way
+    back, as a dropped connection or a failing load balancer does); ``fail_deletes``: the next that many are
+    not forwarded and answered 500 (the retry that fails). ``deletes`` lists what happened to each.
+    ``rewrite_listing``: a listing request (``GET /bucket?list-type=2&...``) is forwarded as this function
+    makes it (a hostile or broken server: another prefix, a continuation token dropped).
+    ``listings``: bucket listings fail as object GETs do."""
 
     def __init__(
         self,
@@ -56,11 +66,18 @@ class FaultProxy:
         match: str = "",
         latency: float = 0.0,
         listings: bool = False,
+        lose_deletes: int = 0,
+        fail_deletes: int = 0,
+        rewrite_listing: Callable[[str], str] | None = None,
+        heads: bool = False,
     ):
-        """``listings``: bucket listings (``GET /bucket?list-type=2...``) fail as object GETs do."""
         self.upstream = upstream.removeprefix("http://")
         self.listings = listings
         self.failures, self.status, self.match, self.latency = failures, status, match, latency
+        self.lose_deletes, self.fail_deletes = lose_deletes, fail_deletes
+        self.heads = heads  # inject into object HEADs too (a HEAD's error has no body: the status says it)
+        self.rewrite_listing = rewrite_listing  # request path+query of a ListObjectsV2 -> what is forwarded
+        self.deletes: list[tuple[str, str]] = []  # (path, "forwarded, answer lost" | "failed" | "forwarded")
         self.injected = 0
         self.requests = 0
         self.attempts: dict[str, int] = {}
@@ -80,7 +97,8 @@ class FaultProxy:
                 if proxy.latency:
                     time.sleep(proxy.latency)
                 path = self.path.split("?", 1)[0]
-                is_object = self.command == "GET" and path.count("/") >= 2 and "?" not in self.path
+                methods = ("GET", "HEAD") if proxy.heads else ("GET",)
+                is_object = self.command in methods and path.count("/") >= 2 and "?" not in self.path
                 with proxy._lock:
                     proxy.requests += 1
                     if is_object:
@@ -92,28 +110,60 @@ class FaultProxy:
                         proxy.attempts[path] = n + 1
                         inject = n < proxy.failures
                         proxy.injected += inject
+                    delete = ""
+                    if self.command == "DELETE" and path.count("/") >= 2 and proxy.match in path:
+                        done = len(proxy.deletes)
+                        delete = (
+                            "forwarded, answer lost"
+                            if done < proxy.lose_deletes
+                            else "failed"
+                            if done < proxy.lose_deletes + proxy.fail_deletes
+                            else "forwarded"
+                        )
+                        proxy.deletes.append((path, delete))
+                        proxy.injected += delete != "forwarded"
+                if delete == "failed":
+                    self._answer(500, INTERNAL)
+                    return
                 if inject:
                     payload = {503: SLOW_DOWN, 403: ACCESS_DENIED}.get(proxy.status, INTERNAL)
                     self.send_response(proxy.status)
                     self.send_header("Content-Type", "application/xml")
-                    self.send_header("Content-Length", str(len(payload)))
+                    self.send_header("Content-Length", "0" if self.command == "HEAD" else str(len(payload)))
                     self.end_headers()
-                    self.wfile.write(payload)
+                    if self.command != "HEAD":
+                        self.wfile.write(payload)
                     return
                 conn = http.client.HTTPConnection(proxy.upstream, timeout=60)
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
-                conn.request(self.command, self.path, body=body, headers=headers)
+                target = self.path
+                if proxy.rewrite_listing and self.command == "GET" and "list-type=2" in target:
+                    target = proxy.rewrite_listing(target)  # moto does not check the request's signature
+                conn.request(self.command, target, body=body, headers=headers)
                 resp = conn.getresponse()
                 data = resp.read()
+                if delete == "forwarded, answer lost":  # the server did it; the client hears a failure
+                    conn.close()
+                    self._answer(500, INTERNAL)
+                    return
                 self.send_response(resp.status, resp.reason)
                 for k, v in resp.getheaders():
                     if k.lower() not in _HOP and k.lower() != "content-length":
                         self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
+                # a HEAD's answer has no body: its Content-Length is the object's, passed on as it came
+                length = resp.getheader("Content-Length") if self.command == "HEAD" else None
+                self.send_header("Content-Length", length or str(len(data)))
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(data)
                 conn.close()
+
+            def _answer(self, status: int, payload: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/xml")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
 
