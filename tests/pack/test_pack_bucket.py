@@ -353,3 +353,17 @@ def test_the_same_listing_gives_the_same_index_bytes_from_any_state_folder(sourc
     assert left_there["results"].startswith(other)  # (its own scan's results)
     with open(here, "rb") as a, open(there, "rb") as b:
         assert a.read() == b.read()
+
+
+def test_an_index_of_a_bucket_prefix_packs_like_the_prefix(source, s3_endpoint, cli, tmp_path):
+    """dsclean index URL, then dsclean pack INDEX: the index's objects are read from the bucket (its root is the
+    URL), the scan's bad object is not in it, and the pack verifies with a decode."""
+    index = tmp_path / "bucket.arrow"
+    code, _, err = cli(["index", source, "-o", str(index), "--jobs", "1", *_so(s3_endpoint)])
+    assert code == 0, err
+    out = tmp_path / "from-index"
+    code, _, err = cli(["pack", str(index), "-o", str(out), "--samples-per-shard", "2", *_so(s3_endpoint)])
+    assert code == 0, err
+    assert _packed_paths(str(out)) == sorted(GOOD)
+    code, stdout, err = cli(["verify", str(out), "--decode"])
+    assert code == 0, stdout + err
