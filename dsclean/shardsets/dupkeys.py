@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import array
 import hashlib
+import itertools
 import zlib
 from typing import Iterator
 
@@ -42,6 +43,12 @@ class KeyTracker:
         if k is not None and sample.row is None:
             self.hashes.append(key_hash(sample.key))
             self.shards.append(k)
+
+    def add_hashes(self, number: int, hashes: bytes) -> None:
+        """A shard's key hashes (uint64 bytes, as a worker hands them back), all at once."""
+        before = len(self.hashes)
+        self.hashes.frombytes(hashes)
+        self.shards.extend(itertools.repeat(number, len(self.hashes) - before))
 
     def problems(self) -> Iterator[Problem]:
         import numpy as np

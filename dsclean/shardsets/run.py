@@ -15,12 +15,14 @@ import collections
 import dataclasses
 import os
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Iterator
 
 from .. import denylist, locations
 from .. import reasons as R
 from ..errors import UserError
+from ..inflight import InFlight
 from ..interrupts import stop_on_signals
 from ..openfile import open_regular_file
 from ..quality.flags import FlagOptions
@@ -31,6 +33,7 @@ from ..scanning.worker import SampleBytes
 from .detect import ShardSet, detect
 from .dupkeys import KeyTracker
 from .events import Problem, Sample, ShardDone
+from .tartasks import Checked
 
 #: samples per check task at most, and the bytes after which a task is sent anyway: many small samples per
 #: task keep the per-task cost (futures, pipes, wake-ups) off each sample, as the scan's tasks do
@@ -135,10 +138,73 @@ def iter_events(ss: ShardSet, column: str | None = None) -> Iterator[Sample | Pr
                 yield from read_parquet(f, name, column)
 
 
+def check_tars(ss: ShardSet, options: ShardScanOptions, stop=None) -> Iterator[Checked | Problem | ShardDone]:
+    """A WebDataset set checked a shard (or a part of one) a task: the workers walk the tars and read the
+    members themselves (:mod:`.tartasks`); each task's structure problems, then its :class:`~.tartasks.Checked`."""
+    from ..scanning.executors import LOCAL_PROCESSES, lost_worker, make_pool
+    from ..scanning.scanner import usable_cores
+    from .tartasks import check_tar_part, first_formats, isolated_checker, plan
+
+    for name in ss.missing:
+        yield Problem(name, None, None, None, R.MISSING_SHARD, f"{name}: named by the set but not there")
+    if not ss.names:
+        return
+    jobs = options.jobs or usable_cores()
+    backend = options.backend
+    pool = make_pool(backend, jobs, None, first_formats(ss), options.check.facts)
+    flight: InFlight = InFlight(plan(ss, pool.slots))
+
+    def submit(task) -> Future:
+        return pool.executor.submit(check_tar_part, ss.folder, task, options.check, options.flags, pool.task)
+
+    def results(checked: Checked) -> Iterator[Checked | Problem | ShardDone]:
+        yield from checked.events
+        yield checked
+
+    try:
+        while True:
+            refused = flight.fill(submit, 2 * pool.slots, stop=lambda: bool(stop), broken=lost_worker)
+            if refused is not None and not flight:
+                pool.close()
+                pool = make_pool(backend, jobs)
+                continue
+            if not flight:
+                return
+            lost = []
+            for task, result, died in flight.completed(lost_worker):
+                if died:
+                    lost.append(task)
+                else:
+                    yield from results(result)
+            if lost:
+                if backend in LOCAL_PROCESSES:  # the whole pool went, with every task in flight
+                    lost += flight.drop()
+                for task in lost:  # walked again here, its samples checked in fresh processes: the culprit named
+                    yield from results(
+                        check_tar_part(ss.folder, task, options.check, options.flags, isolated_checker(jobs))
+                    )
+                if backend in LOCAL_PROCESSES:
+                    pool = make_pool(backend, jobs)
+    finally:
+        flight.cancel()
+        pool.close()
+
+
 def check_events(
     ss: ShardSet, options: ShardScanOptions, stop=None
+) -> Iterator[tuple[Sample, Verdict] | Checked | Problem | ShardDone]:
+    """The events of :func:`iter_events`, each Sample replaced by ``(sample without its bytes, verdict)``;
+    a WebDataset set's by :func:`check_tars` (its samples come as :class:`~.tartasks.Checked` tasks)."""
+    if ss.kind == "webdataset":
+        yield from check_tars(ss, options, stop)
+        return
+    yield from check_samples(ss, options, stop)
+
+
+def check_samples(
+    ss: ShardSet, options: ShardScanOptions, stop=None
 ) -> Iterator[tuple[Sample, Verdict] | Problem | ShardDone]:
-    """The events of :func:`iter_events`, each Sample replaced by ``(sample without its bytes, verdict)``."""
+    """Every sample read here and sent with its bytes to the pool (Parquet, MDS, litdata; any set)."""
     side: collections.deque = collections.deque()  # problems and shard ends met while filling chunks
     pending: dict[str, collections.deque] = {}  # a chunk's sample names -> the samples (bytes dropped)
 
@@ -183,6 +249,21 @@ def _count(summary: ShardScanSummary, v: Verdict) -> None:
         summary.bad_reasons[v.reason] = summary.bad_reasons.get(v.reason, 0) + 1
     elif v.status == R.WARN and v.reason:
         summary.warn_reasons[v.reason] = summary.warn_reasons.get(v.reason, 0) + 1
+
+
+def _merge(summary: ShardScanSummary, checked: Checked, keys: KeyTracker | None) -> None:
+    """A task's counts (and its key hashes) into the summary: nothing per sample."""
+    for into, counts in (
+        (summary.counts, checked.counts),
+        (summary.bad_reasons, checked.bad_reasons),
+        (summary.warn_reasons, checked.warn_reasons),
+        (summary.flags, checked.flags),
+    ):
+        for k, n in counts.items():
+            into[k] = into.get(k, 0) + n
+    summary.checked += sum(checked.counts.values())
+    if keys is not None:
+        keys.add_hashes(checked.task.number, checked.hashes)
 
 
 def _listed(summary: ShardScanSummary, shard: str, key, member, row, reason, detail: str) -> None:
@@ -264,6 +345,13 @@ def scan_shard_set(specs: list[str], options: ShardScanOptions = ShardScanOption
                     summary.samples += event.samples
                 elif isinstance(event, Problem):
                     problem(event)
+                elif isinstance(event, Checked):
+                    _merge(summary, event, keys)
+                    writer.add_checked(event)
+                    for row in event.not_ok:
+                        _listed(summary, row.shard, row.key, row.member, row.row, row.reason, row.detail)
+                        if row.status == R.BAD and deny is not None:
+                            deny.add(row.shard, row.key, row.row, row.reason or R.CORRUPT, row.detail)
                 else:
                     sample, v = event
                     if keys is not None:
@@ -342,6 +430,13 @@ def verify_shard_set(specs: list[str], options: ShardScanOptions = ShardScanOpti
                 shard_entry(event.shard)["samples"] = event.samples
             elif isinstance(event, Problem):
                 problem(event)
+            elif isinstance(event, Checked):
+                _merge(summary, event, keys)
+                for row in event.not_ok:
+                    if row.status == R.BAD and (row.shard, row.key) in denied:
+                        summary.denied_bad += 1
+                    elif row.status == R.BAD:
+                        note(row.shard, row.key, row.member, row.row, row.reason, row.detail)
             else:
                 sample, v = event
                 if keys is not None:

@@ -17,7 +17,7 @@ import gzip
 import re
 import tarfile
 import zlib
-from typing import IO, Iterator
+from typing import IO, Callable, Iterator
 
 from .. import reasons as R
 from ..formats import format_of_name
@@ -132,12 +132,12 @@ def _pax(data: bytes, where: str) -> dict[str, str]:
 
 
 def iter_members(
-    f: IO[bytes], max_sample: int = MAX_SAMPLE
+    f: IO[bytes], max_sample: int = MAX_SAMPLE, wanted: Callable[[str], bool] | None = None
 ) -> Iterator[tuple[str, int, bytes | None, tuple[str, str] | None]]:
     """``(name, header offset, data or None, (reason, detail) or None)`` of each member of a tar stream.
 
     ``data`` is None when the member is not read (larger than ``max_sample``: too_large; a link or
-    device member: broken_shard, skipped). Raises :class:`TarError` where the stream stops being a
+    device member: broken_shard, skipped; a regular member ``wanted`` says no to: passed over, no reason). Raises :class:`TarError` where the stream stops being a
     tar (a broken header, no end-of-archive), :class:`CutMember` when it ends inside a member's data.
     """
     pos = 0
@@ -194,11 +194,15 @@ def iter_members(
                 raise TarError(f"cut short inside member {name!r} at byte {here}")
             yield name, here, None, (R.TOO_LARGE, f"{size:,} bytes, more than the {max_sample:,} a sample is read for")
             continue
-        data = _read(f, size)
-        if len(data) < size:
+        if wanted is not None and not wanted(name):
+            got = _skip(f, size)
+            data = None
+        else:
+            data = _read(f, size)
+            got = len(data)
+        if got < size:
             raise CutMember(
-                f"member {name!r} at byte {here} is cut short: {len(data):,} of its {size:,} bytes "
-                "before the end of the file",
+                f"member {name!r} at byte {here} is cut short: {got:,} of its {size:,} bytes before the end of the file",
                 name,
             )
         if _skip(f, padded - size) < padded - size:
@@ -206,14 +210,48 @@ def iter_members(
         yield name, here, data, None
 
 
-def read_shard(f: IO[bytes], shard: str, max_sample: int = MAX_SAMPLE) -> Iterator[Sample | Problem | ShardDone]:
-    """Every media member of the tar shard ``f`` (named ``shard``) as a Sample, and what is wrong with it."""
+#: samples in a row that go to one part of a shard checked in several parts (see :func:`read_shard`)
+PART_RUN = 64
+
+
+def part_filter(part: int, parts: int) -> Callable[[str], bool]:
+    """Whether a member's data belongs to ``part`` of ``parts``: runs of :data:`PART_RUN` consecutive samples
+    (keys as they change, header after header) dealt round-robin, so every member goes to exactly one part."""
+    key: list = [None, -1]  # the last key, its sample's number
+
+    def wanted(name: str) -> bool:
+        k = base_plus_ext(name)[0]
+        if k != key[0]:
+            key[0], key[1] = k, key[1] + 1
+        return (key[1] // PART_RUN) % parts == part
+
+    return wanted
+
+
+def read_shard(
+    f: IO[bytes], shard: str, max_sample: int = MAX_SAMPLE, part: int = 0, parts: int = 1
+) -> Iterator[Sample | Problem | ShardDone]:
+    """Every media member of the tar shard ``f`` (named ``shard``) as a Sample, and what is wrong with it.
+
+    ``parts > 1``: only the samples of ``part`` (:func:`part_filter`) are read and yielded; the problems of
+    the shard's structure and its end come from part 0 only (every part walks every header)."""
+    if parts > 1:
+        for event in _read_shard(f, shard, max_sample, part_filter(part, parts)):
+            if part == 0 or isinstance(event, Sample):
+                yield event
+        return
+    yield from _read_shard(f, shard, max_sample, None)
+
+
+def _read_shard(
+    f: IO[bytes], shard: str, max_sample: int, wanted: Callable[[str], bool] | None
+) -> Iterator[Sample | Problem | ShardDone]:
     current: str | None = None
     suffixes: set[str] = set()
     ended: set[str] = set()  # keys whose sample has ended (one shard's, at most MAX_KEYS)
     samples = 0
     stream = open_stream(f, shard)
-    members = iter_members(stream, max_sample)
+    members = iter_members(stream, max_sample, wanted)
     while True:
         try:
             item = next(members, None)
