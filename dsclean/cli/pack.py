@@ -128,6 +128,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="leave out the samples of this deny-list (e.g. an older pack's denylist.jsonl, written by "
         "dsclean quarantine --from-log)",
     )
+    # -- --from a shard set in a bucket (dsclean.shardsets) --
+    from .shardsets import add_storage_option_once
+
+    add_storage_option_once(p)
+    # --
     p.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_pack)

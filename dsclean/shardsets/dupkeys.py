@@ -15,7 +15,6 @@ import zlib
 from typing import Iterator
 
 from .. import reasons as R
-from ..openfile import open_regular_file
 from ..pack.tarformat import TarError
 from .detect import ShardSet
 from .events import Problem, Sample
@@ -87,7 +86,7 @@ class KeyTracker:
     def _keys(self, name: str, wanted: set[int]) -> Iterator[str]:
         """The keys of shard ``name`` whose hash is wanted (its walk stops where it breaks: reported already)."""
         try:
-            with open_regular_file(self.ss.path(name)) as f:
+            with self.ss.open(name) as f:
                 for member, _, _, _ in iter_members(open_stream(f, name)):
                     key = base_plus_ext(member)[0]
                     if key is not None and key_hash(key) in wanted:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
+import tempfile
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -24,7 +25,6 @@ from .. import reasons as R
 from ..errors import UserError
 from ..inflight import InFlight
 from ..interrupts import stop_on_signals
-from ..openfile import open_regular_file
 from ..quality.flags import FlagOptions
 from ..scanning.check import CHECKER_VERSION, CheckOptions
 from ..scanning.executors import run_checks
@@ -59,6 +59,7 @@ class ShardScanOptions:
     state_dir: str | None = None
     dry_run: bool = False  # no deny-list entries written
     flags: FlagOptions = FlagOptions()  # quality flag thresholds (flags need check.facts)
+    storage_options: dict = field(default_factory=dict, repr=False)  # a set in a bucket: fsspec options (secrets)
 
 
 @dataclass
@@ -102,7 +103,7 @@ class ShardScanSummary:
 
 
 def _resolve(specs: list[str], options: ShardScanOptions) -> ShardSet:
-    ss = detect(specs, options.as_kind)
+    ss = detect(specs, options.as_kind, options.storage_options)
     if ss is None:
         raise UserError(f"{specs[0]}: not a shard set (give --as webdataset|mds|litdata|parquet to say which)")
     return ss
@@ -126,9 +127,10 @@ def iter_events(ss: ShardSet, column: str | None = None) -> Iterator[Sample | Pr
 
     for name in ss.names:
         try:
-            f = open_regular_file(ss.path(name))
+            f = ss.open(name)
         except OSError as exc:
-            yield Problem(name, None, None, None, R.BROKEN_SHARD, f"cannot open: {exc.strerror or exc}")
+            reason = getattr(exc, "reason", R.BROKEN_SHARD)  # a bucket's 403 / 404: unreadable / vanished
+            yield Problem(name, None, None, None, reason, f"cannot open: {exc.strerror or exc}")
             yield ShardDone(name, 0)
             continue
         with f:
@@ -155,7 +157,7 @@ def check_tars(ss: ShardSet, options: ShardScanOptions, stop=None) -> Iterator[C
     flight: InFlight = InFlight(plan(ss, pool.slots))
 
     def submit(task) -> Future:
-        return pool.executor.submit(check_tar_part, ss.folder, task, options.check, options.flags, pool.task)
+        return pool.executor.submit(check_tar_part, ss.folder, ss.store, task, options.check, options.flags, pool.task)
 
     def results(checked: Checked) -> Iterator[Checked | Problem | ShardDone]:
         yield from checked.events
@@ -181,7 +183,7 @@ def check_tars(ss: ShardSet, options: ShardScanOptions, stop=None) -> Iterator[C
                     lost += flight.drop()
                 for task in lost:  # walked again here, its samples checked in fresh processes: the culprit named
                     yield from results(
-                        check_tar_part(ss.folder, task, options.check, options.flags, isolated_checker(jobs))
+                        check_tar_part(ss.folder, ss.store, task, options.check, options.flags, isolated_checker(jobs))
                     )
                 if backend in LOCAL_PROCESSES:
                     pool = make_pool(backend, jobs)
@@ -313,6 +315,47 @@ class _DenyWriter:
             self.batch = []
 
 
+def denylist_object(options: ShardScanOptions):
+    """The ``--denylist`` URL as a :class:`~dsclean.storage.fs.Store` (None: a local deny-list)."""
+    from ..storage.urls import is_url
+
+    if not (options.denylist and is_url(options.denylist)):
+        return None
+    from ..storage.fs import Store
+
+    return Store(options.denylist, options.storage_options)
+
+
+def fetch_denylist(store, local: str) -> bool:
+    """The deny-list object copied to ``local`` (replacing it); False when there is none yet (404)."""
+    from ..storage.reads import ReadPolicy, classify, retried
+
+    if os.path.lexists(local):
+        os.unlink(local)  # a copy left by an earlier run: the object is the deny-list
+    try:
+        data = retried(lambda: store.fs.cat_file(store.root), store.url, ReadPolicy())
+    except Exception as exc:
+        err = classify(store.url, exc)
+        if err.reason == R.VANISHED:
+            return False
+        raise UserError(f"{store.url}: cannot read the deny-list: {err.detail}") from None
+    with open(local, "wb") as f:
+        f.write(data)
+    return True
+
+
+def put_denylist(store, local: str) -> None:
+    """The whole deny-list written to its object in one request (retried)."""
+    from ..storage.reads import ReadPolicy, classify, retried
+
+    if not os.path.exists(local):
+        return  # nothing denied and no deny-list before: no object written
+    try:
+        retried(lambda: store.fs.put_file(local, store.root), store.url, ReadPolicy())
+    except Exception as exc:
+        raise UserError(f"{store.url}: cannot write the deny-list: {classify(store.url, exc).detail}") from None
+
+
 def scan_shard_set(specs: list[str], options: ShardScanOptions = ShardScanOptions()) -> ShardScanSummary:
     """Check every sample of the shard set ``specs`` names; write its results; deny-list its bad samples."""
     from ..scanning.facts import flags_of
@@ -321,11 +364,23 @@ def scan_shard_set(specs: list[str], options: ShardScanOptions = ShardScanOption
     start = time.monotonic()
     ss = _resolve(specs, options)
     summary = ShardScanSummary(ss.kind, ss.folder)
-    summary.denylist_path = os.path.abspath(options.denylist or denylist.denylist_path(ss.folder))
-    report_dir = options.report_dir or locations.make_root_state_dir(ss.folder, options.state_dir)
-    if locations.is_inside(os.path.abspath(report_dir), ss.folder) and not options.report_dir:
-        raise UserError(f"{report_dir}: the results would go inside the shard set {ss.folder}")
-    deny = None if options.dry_run else _DenyWriter(summary.denylist_path, summary)
+    if ss.store is not None:  # a set in a bucket: results in its local state folder, never in the bucket
+        report_dir = options.report_dir or locations.url_state_dir(ss.folder, options.state_dir)
+        os.makedirs(report_dir, exist_ok=True)
+    else:
+        report_dir = options.report_dir or locations.make_root_state_dir(ss.folder, options.state_dir)
+        if locations.is_inside(os.path.abspath(report_dir), ss.folder) and not options.report_dir:
+            raise UserError(f"{report_dir}: the results would go inside the shard set {ss.folder}")
+    upload = denylist_object(options) if not options.dry_run else None
+    if upload is not None:  # --denylist s3://...: appended to a local copy, written back whole as one object
+        summary.denylist_path = upload.url
+        local = os.path.join(report_dir, "denylist.upload.jsonl")
+        fetch_denylist(upload, local)
+    else:
+        default = os.path.join(report_dir, locations.DENYLIST_FILE) if ss.store is not None else None
+        local = os.path.abspath(options.denylist or default or denylist.denylist_path(ss.folder))
+        summary.denylist_path = local
+    deny = None if options.dry_run else _DenyWriter(local, summary)
     meta = {"root": ss.folder, "shard_set": ss.kind, "shard": None, "options": None}
     writer = ShardResultsWriter(report_dir, meta)
     keys = KeyTracker(ss) if ss.kind == "webdataset" else None
@@ -376,14 +431,17 @@ def scan_shard_set(specs: list[str], options: ShardScanOptions = ShardScanOption
     finally:
         if deny is not None:
             deny.flush()
+    if upload is not None and deny is not None:
+        put_denylist(upload, local)
     writer.close()
     summary.results_path, summary.problems_path = writer.results_path, writer.problems_path
-    # `dsclean report SHARDS_FOLDER` (and the other readers of a root's last scan) find these results
-    note = locations.write_pointer(
-        ss.folder, [summary.results_path], problems=[summary.problems_path], state_dir=options.state_dir
-    )
-    if note:
-        summary.notes.append(note)
+    if ss.store is None:
+        # `dsclean report SHARDS_FOLDER` (and the other readers of a root's last scan) find these results
+        note = locations.write_pointer(
+            ss.folder, [summary.results_path], problems=[summary.problems_path], state_dir=options.state_dir
+        )
+        if note:
+            summary.notes.append(note)
     summary.elapsed = time.monotonic() - start
     return summary
 
@@ -397,9 +455,20 @@ def verify_shard_set(specs: list[str], options: ShardScanOptions = ShardScanOpti
     start = time.monotonic()
     ss = _resolve(specs, options)
     summary = ShardScanSummary(ss.kind, ss.folder)
-    path = os.path.abspath(options.denylist or denylist.denylist_path(ss.folder))
+    upload = denylist_object(options)
+    if upload is not None:  # --denylist s3://...: read from a temp copy
+        path = upload.url
+        with tempfile.TemporaryDirectory(prefix="dsclean-denylist-") as tmp:
+            local = os.path.join(tmp, locations.DENYLIST_FILE)
+            dl = denylist.read_denylist(local) if fetch_denylist(upload, local) else None
+    else:
+        if ss.store is not None:  # a set in a bucket: its deny-list is beside its last results, locally
+            default = os.path.join(locations.url_state_dir(ss.folder, options.state_dir), locations.DENYLIST_FILE)
+        else:
+            default = denylist.denylist_path(ss.folder)
+        path = os.path.abspath(options.denylist or default)
+        dl = denylist.read_denylist(path) if os.path.lexists(path) else None
     summary.denylist_path = path
-    dl = denylist.read_denylist(path) if os.path.lexists(path) else None
     denied = dl.keys() if dl is not None else set()
 
     def shard_entry(shard: str) -> dict:

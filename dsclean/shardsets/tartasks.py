@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import Callable, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple
 
 from .. import reasons as R
-from ..openfile import open_regular_file
 from ..quality.flags import FlagOptions
 from ..scanning.check import CheckOptions
 from ..scanning.verdict import Verdict
@@ -26,6 +25,9 @@ from .detect import ShardSet
 from .dupkeys import key_hash
 from .events import Problem, Sample, ShardDone
 from .webdataset import iter_members, open_stream, read_shard
+
+if TYPE_CHECKING:
+    from ..storage.fs import Store
 
 #: samples per check batch at most, and the bytes after which a batch is checked anyway (as the scan's tasks)
 CHUNK = 1024
@@ -83,6 +85,7 @@ def plan(ss: ShardSet, slots: int) -> Iterator[TarTask]:
 
 def check_tar_part(
     folder: str,
+    store: Store | None,
     task: TarTask,
     options: CheckOptions,
     flag_options: FlagOptions,
@@ -119,7 +122,7 @@ def check_tar_part(
             where.append((s.shard, s.member, s.key, s.row))
         out.batches.append(results_batch(verdicts, where).serialize().to_pybytes())
 
-    for event in _events(folder, task):
+    for event in _events(folder, store, task):
         if isinstance(event, Sample):
             batch.append(event)
             held += len(event.data)
@@ -137,14 +140,14 @@ def check_tar_part(
     return out
 
 
-def _events(folder: str, task: TarTask) -> Iterator[Sample | Problem | ShardDone]:
-    import os
-
+def _events(folder: str, store: Store | None, task: TarTask) -> Iterator[Sample | Problem | ShardDone]:
+    """The shard's events, read here: a local file, or the object streamed from the store (no local copy)."""
     try:
-        f = open_regular_file(os.path.join(folder, task.shard))
+        f = ShardSet("webdataset", folder, [], store=store).open(task.shard)
     except OSError as exc:
         if task.part == 0:
-            yield Problem(task.shard, None, None, None, R.BROKEN_SHARD, f"cannot open: {exc.strerror or exc}")
+            reason = getattr(exc, "reason", R.BROKEN_SHARD)
+            yield Problem(task.shard, None, None, None, reason, f"cannot open: {exc.strerror or exc}")
             yield ShardDone(task.shard, 0)
         return
     with f:
@@ -164,7 +167,6 @@ def _isolated(jobs: int, source: SampleBytes, items: list, options: CheckOptions
 
 def first_formats(ss: ShardSet, limit: int = 32) -> set[str]:
     """Media formats of the first members of the first shard (headers only): the checkers to preload."""
-    import os
     import zlib
 
     from ..formats import format_of_name
@@ -175,7 +177,7 @@ def first_formats(ss: ShardSet, limit: int = 32) -> set[str]:
         return found
     name = ss.names[0]
     try:
-        with open_regular_file(os.path.join(ss.folder, name)) as f:
+        with ss.open(name) as f:
             for i, (member, _, _, _) in enumerate(iter_members(open_stream(f, name), wanted=lambda _: False)):
                 fmt = format_of_name(member)
                 if fmt:

@@ -22,7 +22,7 @@ from typing import IO, Callable, Iterator
 from .. import reasons as R
 from ..formats import format_of_name
 from ..pack.tarformat import BLOCK, TarError
-from .events import Problem, Sample, ShardDone
+from .events import Problem, ReadFailed, Sample, ShardDone
 
 #: a media member larger than this is not read into memory (reported too_large)
 MAX_SAMPLE = 1 << 30
@@ -261,6 +261,9 @@ def _read_shard(
             break
         except TarError as exc:
             yield Problem(shard, current, None, None, R.BROKEN_SHARD, str(exc))
+            break
+        except ReadFailed as exc:  # an object in a bucket: 403, 404, still failing after retries
+            yield Problem(shard, current, None, None, exc.reason, str(exc))
             break
         except (OSError, EOFError, zlib.error) as exc:  # gzip: a damaged or cut stream (BadGzipFile is an OSError)
             yield Problem(shard, current, None, None, R.BROKEN_SHARD, f"cannot decompress: {exc}")

@@ -99,8 +99,8 @@ def test_a_shard_cut_in_parts_checks_every_sample_once(tmp_path):
     assert [t.parts for t in tasks if t.shard == "shard-000000.tar"] == [3, 3, 3]
     assert [t for t in tasks if t.shard.endswith(".gz")] == [TarTask("shard-000004.tar.gz", 4, 0, 1)]
     options, flags = CheckOptions(), FlagOptions()
-    whole = check_tar_part(folder, TarTask("shard-000000.tar", 0, 0, 1), options, flags, check_chunk_in_thread)
-    parts = [check_tar_part(folder, t, options, flags, check_chunk_in_thread) for t in tasks[:3]]
+    whole = check_tar_part(folder, None, TarTask("shard-000000.tar", 0, 0, 1), options, flags, check_chunk_in_thread)
+    parts = [check_tar_part(folder, None, t, options, flags, check_chunk_in_thread) for t in tasks[:3]]
     assert sum(sum(p.counts.values()) for p in parts) == sum(whole.counts.values()) == 150
     assert all(sum(p.counts.values()) > 0 for p in parts)
     assert parts[0].events == whole.events and not parts[1].events and not parts[2].events
