@@ -161,7 +161,9 @@ def _folder(path: str, forced: str | None) -> ShardSet | None:
                 if entry.name.startswith("."):
                     continue
                 kind = kind_of_file(entry.name)
-                if kind and entry.is_file():
+                if kind and not entry.is_dir():
+                    # a FIFO, socket, device or dangling link named like a shard is one of the set: its open
+                    # (open_regular, never blocking) refuses it and names it, instead of leaving it out unsaid
                     shards[kind].append(entry.name)
                 elif forced is None and (format_of_name(entry.name) or entry.is_dir()):
                     # media files or class folders here (an ImageFolder with a stray backup.tar is still a

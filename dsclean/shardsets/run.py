@@ -103,7 +103,13 @@ class ShardScanSummary:
 
 
 def _resolve(specs: list[str], options: ShardScanOptions) -> ShardSet:
+    from ..storage.urls import is_url
+
+    if len(specs) == 1 and "{" not in specs[0] and not is_url(specs[0]) and not os.path.lexists(specs[0]):
+        raise UserError(f"{specs[0]}: no such file or folder")
     ss = detect(specs, options.as_kind, options.storage_options)
+    if ss is None and is_url(specs[0]):
+        raise UserError(f"{specs[0]}: no shards under this prefix (a prefix of media objects: dsclean scan URL)")
     if ss is None:
         raise UserError(f"{specs[0]}: not a shard set (give --as webdataset|mds|litdata|parquet to say which)")
     return ss

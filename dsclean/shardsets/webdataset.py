@@ -33,6 +33,7 @@ MAX_KEYS = 1_000_000
 MAX_EXTENDED = 1 << 20
 _SKIP_PIECE = 1 << 20
 _ZERO = bytes(BLOCK)
+_DECIMAL = re.compile(r"[0-9]{1,30}")  # a PAX size: ASCII digits (30: a bound before int() sizes anything)
 _KEY = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")  # webdataset's base_plus_ext
 
 
@@ -159,7 +160,10 @@ def iter_members(
                 raise TarError(f"bad header at byte {pos}: {exc}") from None
             fast = (info.name, info.size, info.type)
         header_name, size, kind = fast
-        size = int(pax["size"]) if "size" in pax and pax["size"].isdigit() else size
+        if "size" in pax:
+            if _DECIMAL.fullmatch(pax["size"]) is None:  # ASCII digits only: str.isdigit takes "²" and "١٢"
+                raise TarError(f"header at byte {pos}: PAX size {pax['size'][:40]!r} is not a decimal number")
+            size = int(pax["size"])
         if size < 0:
             raise TarError(f"member {header_name!r} at byte {pos} has a negative size ({size})")
         padded = size + (-size % BLOCK)
