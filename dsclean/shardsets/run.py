@@ -147,8 +147,8 @@ def iter_events(ss: ShardSet, column: str | None = None) -> Iterator[Sample | Pr
 
 
 def check_tars(ss: ShardSet, options: ShardScanOptions, stop=None) -> Iterator[Checked | Problem | ShardDone]:
-    """A WebDataset set checked a shard (or a part of one) a task: the workers walk the tars and read the
-    members themselves (:mod:`.tartasks`); each task's structure problems, then its :class:`~.tartasks.Checked`."""
+    """A WebDataset or Parquet set checked a shard (or a part of a tar) a task: the workers read the shards
+    themselves (:mod:`.tartasks`); each task's structure problems, then its :class:`~.tartasks.Checked`."""
     from ..scanning.executors import LOCAL_PROCESSES, lost_worker, make_pool
     from ..scanning.scanner import usable_cores
     from .tartasks import check_tar_part, first_formats, isolated_checker, plan
@@ -160,10 +160,17 @@ def check_tars(ss: ShardSet, options: ShardScanOptions, stop=None) -> Iterator[C
     jobs = options.jobs or usable_cores()
     backend = options.backend
     pool = make_pool(backend, jobs, None, first_formats(ss), options.check.facts)
-    flight: InFlight = InFlight(plan(ss, pool.slots))
+    flight: InFlight = InFlight(plan(ss, pool.slots, options.column))
+    env = None
+    if ss.store is not None:
+        from .remote import store_env
+
+        env = store_env()
 
     def submit(task) -> Future:
-        return pool.executor.submit(check_tar_part, ss.folder, ss.store, task, options.check, options.flags, pool.task)
+        return pool.executor.submit(
+            check_tar_part, ss.folder, ss.store, task, options.check, options.flags, pool.task, env
+        )
 
     def results(checked: Checked) -> Iterator[Checked | Problem | ShardDone]:
         yield from checked.events
@@ -202,8 +209,8 @@ def check_events(
     ss: ShardSet, options: ShardScanOptions, stop=None
 ) -> Iterator[tuple[Sample, Verdict] | Checked | Problem | ShardDone]:
     """The events of :func:`iter_events`, each Sample replaced by ``(sample without its bytes, verdict)``;
-    a WebDataset set's by :func:`check_tars` (its samples come as :class:`~.tartasks.Checked` tasks)."""
-    if ss.kind == "webdataset":
+    a WebDataset or Parquet set's by :func:`check_tars` (its samples come as :class:`~.tartasks.Checked` tasks)."""
+    if ss.kind in ("webdataset", "parquet"):
         yield from check_tars(ss, options, stop)
         return
     yield from check_samples(ss, options, stop)
@@ -212,7 +219,7 @@ def check_events(
 def check_samples(
     ss: ShardSet, options: ShardScanOptions, stop=None
 ) -> Iterator[tuple[Sample, Verdict] | Problem | ShardDone]:
-    """Every sample read here and sent with its bytes to the pool (Parquet, MDS, litdata; any set)."""
+    """Every sample read here and sent with its bytes to the pool (MDS, litdata; any set)."""
     side: collections.deque = collections.deque()  # problems and shard ends met while filling chunks
     pending: dict[str, collections.deque] = {}  # a chunk's sample names -> the samples (bytes dropped)
 

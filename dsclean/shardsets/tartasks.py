@@ -1,4 +1,5 @@
-"""WebDataset tars checked where they are read: a task names a shard (or a part of one), the worker walks it.
+"""WebDataset tars (and Parquet files) checked where they are read: a task names a shard (or a part of a tar),
+the worker reads it.
 
 The main process sends a shard's name; the worker opens it, walks it with :func:`.webdataset.read_shard`
 (the same reader, the same problems), reads each media member itself and checks them a batch at a time
@@ -37,12 +38,15 @@ MAX_PARTS = 16
 
 
 class TarTask(NamedTuple):
-    """Part ``part`` of ``parts`` of shard ``shard`` (number ``number`` in the set)."""
+    """Part ``part`` of ``parts`` of shard ``shard`` (number ``number`` in the set); a Parquet shard (``kind``)
+    is read whole by its task too, in row-group batches (``column``: ``--column``)."""
 
     shard: str
     number: int
     part: int
     parts: int
+    kind: str = "webdataset"
+    column: str | None = None
 
 
 class NotOk(NamedTuple):
@@ -72,15 +76,15 @@ class Checked(NamedTuple):
     hashes: bytes  # uint64 key hashes of the checked samples, unique
 
 
-def plan(ss: ShardSet, slots: int) -> Iterator[TarTask]:
-    """The tasks of a tar shard set: a task a shard, or a few parts a shard when there are fewer shards than
-    twice the workers (a gzipped shard is never cut: each part would decompress it all)."""
+def plan(ss: ShardSet, slots: int, column: str | None = None) -> Iterator[TarTask]:
+    """The tasks of a tar or Parquet shard set: a task a shard, or a few parts a tar when there are fewer shards
+    than twice the workers (a gzipped tar or a Parquet file is never cut: each part would read it all)."""
     n = len(ss.names)
     cut = min(MAX_PARTS, math.ceil(2 * slots / n)) if n and n < 2 * slots else 1
     for number, name in enumerate(ss.names):
-        parts = 1 if name.lower().endswith((".gz", ".tgz")) else cut
+        parts = 1 if ss.kind != "webdataset" or name.lower().endswith((".gz", ".tgz")) else cut
         for part in range(parts):
-            yield TarTask(name, number, part, parts)
+            yield TarTask(name, number, part, parts, ss.kind, column)
 
 
 def check_tar_part(
@@ -90,11 +94,17 @@ def check_tar_part(
     options: CheckOptions,
     flag_options: FlagOptions,
     checker: Callable[[SampleBytes, list, CheckOptions], list[Verdict]],
+    env: dict[str, str] | None = None,
 ) -> Checked:
     """Worker task: walk one shard part, check its media members ``checker`` (the pool's chunk task) a batch
     at a time, and hand back the rows made and what the main process must know."""
     from ..scanning.facts import flags_of
     from .results import problem_line, results_batch  # pyarrow: in the worker, not at import
+
+    if store is not None:
+        from .remote import use_env
+
+        use_env(env)  # the store's credentials as the sender has them
 
     out = Checked(task, [], [], [], {}, {}, {}, {}, b"")
     hashes: list[int] = []
@@ -143,7 +153,7 @@ def check_tar_part(
 def _events(folder: str, store: Store | None, task: TarTask) -> Iterator[Sample | Problem | ShardDone]:
     """The shard's events, read here: a local file, or the object streamed from the store (no local copy)."""
     try:
-        f = ShardSet("webdataset", folder, [], store=store).open(task.shard)
+        f = ShardSet(task.kind, folder, [], store=store).open(task.shard)
     except OSError as exc:
         if task.part == 0:
             reason = getattr(exc, "reason", R.BROKEN_SHARD)
@@ -151,7 +161,12 @@ def _events(folder: str, store: Store | None, task: TarTask) -> Iterator[Sample 
             yield ShardDone(task.shard, 0)
         return
     with f:
-        yield from read_shard(f, task.shard, part=task.part, parts=task.parts)
+        if task.kind == "parquet":
+            from .parquet import read_shard as read_parquet
+
+            yield from read_parquet(f, task.shard, task.column)
+        else:
+            yield from read_shard(f, task.shard, part=task.part, parts=task.parts)
 
 
 def isolated_checker(jobs: int) -> Callable[[SampleBytes, list, CheckOptions], list[Verdict]]:
@@ -173,7 +188,7 @@ def first_formats(ss: ShardSet, limit: int = 32) -> set[str]:
     from ..pack.tarformat import TarError
 
     found: set[str] = set()
-    if not ss.names:
+    if not ss.names or ss.kind != "webdataset":
         return found
     name = ss.names[0]
     try:

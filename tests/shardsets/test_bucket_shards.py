@@ -154,3 +154,21 @@ def test_cli_scan_and_verify_a_bucket_shard_set(bucket, s3fs_direct, s3_endpoint
     )
     assert verify.returncode == 0, verify.stdout + verify.stderr  # the bad samples are on the scan's deny-list
     assert "3 samples denied" in verify.stdout
+
+
+def test_workers_started_before_the_credentials_were_set_read_with_them(
+    bucket, s3fs_direct, s3_endpoint, tmp_path, monkeypatch
+):
+    from dsclean.scanning.executors import stop_local_workers
+
+    local = str(tmp_path / "shards")
+    tars(local, shards=1)
+    upload(s3fs_direct, local, f"{bucket}/e")
+    stop_local_workers()
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)
+    scan_shard_set([local], ShardScanOptions(jobs=1, report_dir=str(tmp_path / "l"), dry_run=True))  # workers start
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")  # set later, as in a notebook
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    s = scan_shard_set([f"s3://{bucket}/e"], options(s3_endpoint, tmp_path, "r", dry_run=True))
+    assert s.checked == 8 and s.bad == 1 and not s.problems

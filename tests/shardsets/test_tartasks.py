@@ -109,3 +109,24 @@ def test_a_shard_cut_in_parts_checks_every_sample_once(tmp_path):
     one = scan_shard_set([folder], ShardScanOptions(jobs=1, backend="threads", report_dir=str(tmp_path / "a")))
     cut = scan_shard_set([folder], ShardScanOptions(jobs=8, backend="threads", report_dir=str(tmp_path / "b")))
     assert results_of(one) == results_of(cut)
+
+
+def test_parquet_shards_read_by_the_workers_give_the_same_results(tmp_path, monkeypatch):
+    import pyarrow as pa
+    import pyarrow.parquet as pq_
+
+    folder = tmp_path / "pq"
+    folder.mkdir()
+    for n in range(3):
+        images = [synth.jpeg(24, 24, seed=n * 10 + i) for i in range(7)]
+        images[n + 1] = synth.truncate(images[n + 1], 0.5)
+        images[5] = None if n == 1 else images[5]
+        table = pa.table({"img": pa.array(images, type=pa.binary()), "label": list(range(7))})
+        pq_.write_table(table, folder / f"part-{n}.parquet", row_group_size=3)
+    (folder / "part-3.parquet").write_bytes(b"PAR1 not parquet")
+    new = scan_shard_set([str(folder)], ShardScanOptions(jobs=2, column="img", report_dir=str(tmp_path / "n")))
+    monkeypatch.setattr(run, "check_events", run.check_samples)
+    old = scan_shard_set([str(folder)], ShardScanOptions(jobs=2, column="img", report_dir=str(tmp_path / "o")))
+    assert results_of(new) == results_of(old)
+    assert (new.shards, new.checked, new.bad, new.problems) == (4, 20, 3, {"empty": 1, "broken_shard": 1})
+    assert (old.shards, old.checked, old.bad, old.problems) == (new.shards, new.checked, new.bad, new.problems)
