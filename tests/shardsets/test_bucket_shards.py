@@ -172,3 +172,32 @@ def test_workers_started_before_the_credentials_were_set_read_with_them(
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     s = scan_shard_set([f"s3://{bucket}/e"], options(s3_endpoint, tmp_path, "r", dry_run=True))
     assert s.checked == 8 and s.bad == 1 and not s.problems
+
+
+def test_cli_pack_from_a_bucket_leaves_out_what_its_scan_denied(bucket, s3fs_direct, s3_endpoint, tmp_path):
+    local = str(tmp_path / "shards")
+    bad = tars(local, shards=2)
+    upload(s3fs_direct, local, f"{bucket}/p")
+    url, opt = f"s3://{bucket}/p", f"endpoint_url={s3_endpoint}"
+    env = {**os.environ, "DSCLEAN_STATE_DIR": str(tmp_path / "state")}
+
+    def dsclean(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "dsclean", *args, "--storage-option", opt],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env=env,
+        )
+
+    assert dsclean("scan", url, "--quiet", "--jobs", "1").returncode == 0
+    out = str(tmp_path / "clean")
+    run = dsclean("pack", "--from", url, "-o", out, "--json")
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout)
+    assert summary["shards"] == 2 and summary["left_out"] == 2 * len(bad)
+    kept = set()
+    for name in sorted(os.listdir(out)):
+        with tarfile.open(os.path.join(out, name)) as tf:
+            kept |= {(name, m.split(".")[0]) for m in tf.getnames()}
+    assert kept and not (kept & bad)
