@@ -39,6 +39,8 @@ from .tartasks import Checked
 #: task keep the per-task cost (futures, pipes, wake-ups) off each sample, as the scan's tasks do
 CHUNK = 1024
 CHUNK_BYTES = 4 << 20
+#: the options key a shard-set scan of a bucket prefix records (never a bucket scan's: no reuse across them)
+SHARD_SET_RECORD = "shard-set"
 #: problems kept per shard in a verify report (the count says how many more)
 MAX_PROBLEMS = 50
 #: problems kept in a scan summary (all are in problems.jsonl)
@@ -455,6 +457,12 @@ def scan_shard_set(specs: list[str], options: ShardScanOptions = ShardScanOption
         )
         if note:
             summary.notes.append(note)
+    else:  # `dsclean report s3://...` finds them as a bucket scan's (whose re-scan reuse they never match)
+        from ..storage.reuse import write_record
+
+        state = locations.url_state_dir(ss.folder, options.state_dir)
+        os.makedirs(state, exist_ok=True)
+        write_record(state, ss.folder, summary.results_path, SHARD_SET_RECORD)
     summary.elapsed = time.monotonic() - start
     return summary
 

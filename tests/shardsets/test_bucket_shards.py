@@ -154,6 +154,16 @@ def test_cli_scan_and_verify_a_bucket_shard_set(bucket, s3fs_direct, s3_endpoint
     )
     assert verify.returncode == 0, verify.stdout + verify.stderr  # the bad samples are on the scan's deny-list
     assert "3 samples denied" in verify.stdout
+    report = subprocess.run(
+        [sys.executable, "-m", "dsclean", "report", url, "-o", str(tmp_path / "r.html"), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
+    assert report.returncode == 0, report.stderr  # the scan's results found through the prefix's state folder
+    page = (tmp_path / "r.html").read_text()
+    assert "shard-000001.tar" in page and "truncated" in page
 
 
 def test_workers_started_before_the_credentials_were_set_read_with_them(
