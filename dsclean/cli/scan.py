@@ -405,7 +405,8 @@ def cmd_scan(args: argparse.Namespace) -> int:
         from ..shardsets.detect import detect
         from ..storage.urls import parse_storage_options
 
-        if detect(list(args.root), args.as_kind, parse_storage_options(args.storage_options)) is not None:
+        manifest = getattr(args, "manifest", None)  # the objects a manifest lists: a bucket scan, no listing
+        if not manifest and detect(list(args.root), args.as_kind, parse_storage_options(args.storage_options)):
             from .shardsets import route_scan  # a shard set in a bucket: its samples checked, read from the store
 
             return route_scan(args, check_options, flag_options)
