@@ -20,10 +20,10 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test,plot,dask,heif,jxl,opencv,av,tiff,stateful,docs,lint,s3]'
 	touch $@
 
-$(TVENV)/.installed: pyproject.toml
+$(TVENV)/.installed: pyproject.toml Makefile  # Makefile: its package list is here
 	python3 -m venv $(TVENV)
 	$(TVENV)/bin/python -m pip install --quiet torch==2.14.1 torchvision==0.29.1
-	$(TVENV)/bin/python -m pip install --quiet torch==2.14.1 torchvision==0.29.1 -e '.[s3,mds,litdata]' pytest webdataset
+	$(TVENV)/bin/python -m pip install --quiet torch==2.14.1 torchvision==0.29.1 -e '.[s3,mds,litdata]' pytest webdataset 'moto[server,s3]>=5'
 	touch $@
 
 # The demo works on a copy: the repo's own sample_data is never moved, and dsclean's own

@@ -33,7 +33,8 @@ ALLOWED = {
         "scanning",
         "pack",
         "quality",
-    },  # other tools' shards: the scan's checker and flags; pack's tar layout
+        "storage",
+    },  # other tools' shards: the scan's checker and flags; pack's tar layout; shard sets in a bucket
     "cli": {
         "scanning",
         "index",

@@ -402,10 +402,18 @@ def cmd_scan(args: argparse.Namespace) -> int:
     from .bucket import cmd_scan_bucket, refuse_bucket_options
 
     if any(is_url(r) for r in args.root):  # object storage: dsclean.storage
-        if len(args.root) > 1 or args.as_kind is not None or args.column:
+        from ..shardsets.detect import detect
+        from ..storage.urls import parse_storage_options
+
+        manifest = getattr(args, "manifest", None)  # the objects a manifest lists: a bucket scan, no listing
+        if not manifest and detect(list(args.root), args.as_kind, parse_storage_options(args.storage_options)):
+            from .shardsets import route_scan  # a shard set in a bucket: its samples checked, read from the store
+
+            return route_scan(args, check_options, flag_options)
+        if len(args.root) > 1 or args.as_kind not in (None, "files") or args.column:
             raise UserError(
-                f"{args.root[0]}: a storage URL is scanned as objects, one prefix at a time; shard sets in a "
-                "bucket (--as, --column, several URLs) are not read yet: copy the shards locally"
+                f"{args.root[0]}: a prefix of media objects is scanned one prefix at a time (several URLs, --as "
+                "and --column are for shard sets: tars, an MDS or litdata index.json, Parquet files)"
             )
         args.root = args.root[0]
         return cmd_scan_bucket(args, check_options(args))

@@ -32,14 +32,34 @@ def _options(args: argparse.Namespace, check):
         report_dir=getattr(args, "report", None),
         state_dir=getattr(args, "state_dir", None),
         dry_run=getattr(args, "dry_run", False),
+        storage_options=_storage_options(args),
     )
+
+
+def _storage_options(args: argparse.Namespace) -> dict:
+    from ..storage.urls import parse_storage_options
+
+    return parse_storage_options(getattr(args, "storage_options", None) or [])
+
+
+def add_storage_option_once(p: argparse.ArgumentParser) -> None:
+    """``--storage-option`` on a parser that may have it already (scan's bucket group, pack's own)."""
+    from .bucket import add_storage_option
+
+    if not any("--storage-option" in a.option_strings for a in p._actions):
+        add_storage_option(p)
 
 
 def route_scan(args: argparse.Namespace, check_options, flag_options) -> int:
     """Scan the shard set ``args.root`` names; the exit code (``check_options``, ``flag_options``: cli.scan's,
     passed in: this module does not import it back)."""
     specs = list(args.root)
-    for option, given in (("--quarantine", args.quarantine), ("--shard", args.shard), ("--from-log", args.from_logs)):
+    for option, given in (
+        ("--quarantine", args.quarantine),
+        ("--shard", args.shard),
+        ("--from-log", args.from_logs),
+        ("--manifest", getattr(args, "manifest", None)),
+    ):
         if given:
             raise UserError(
                 f"{option} is for folders of files; a shard set's bad samples go to its deny-list (--denylist)"
@@ -52,8 +72,11 @@ def route_scan(args: argparse.Namespace, check_options, flag_options) -> int:
         from ..report.source import check_output
         from ..shardsets.detect import detect
 
-        shard_set = detect(specs, args.as_kind)
-        check_output(args.html, shard_set.folder if shard_set else specs[0])  # never a report among the shards
+        shard_set = detect(specs, args.as_kind, _storage_options(args))
+        if shard_set is not None and shard_set.store is None:
+            check_output(
+                args.html, shard_set.folder
+            )  # never a report among the shards  # never a report among the shards
     options = _options(args, check_options(args))
     options.flags = flag_options(args)
     summary = scan_shard_set(specs, options)
@@ -116,9 +139,28 @@ def is_dsclean_pack(specs: list[str]) -> bool:
     return any(os.path.lexists(os.path.join(specs[0], n)) for n in names)
 
 
+def is_dsclean_pack_url(specs: list[str], options: dict) -> bool:
+    """One storage URL whose prefix holds a ``pack.json``: a pack written by ``dsclean pack`` to a bucket."""
+    from ..storage.urls import is_url
+
+    if len(specs) != 1 or not is_url(specs[0]):
+        return False
+    from ..storage.fs import Store
+    from ..storage.reads import ReadPolicy, classify, retried
+
+    store = Store(specs[0].rstrip("/"), options)
+    try:
+        return bool(retried(lambda: store.fs.exists(store.path(locations.PACK_STATE_FILE)), specs[0], ReadPolicy()))
+    except Exception as exc:
+        raise UserError(f"{store.url}: {classify(store.url, exc).detail}") from None
+
+
 def route_verify(args: argparse.Namespace) -> int | None:
     """Verify a shard set written by another tool (an exit code), or None: a dsclean pack, verified as before."""
     specs = list(args.folder)
+    if args.as_kind is None and is_dsclean_pack_url(specs, _storage_options(args)):
+        args.folder = specs[0]
+        return None  # a dsclean pack in a bucket (pack.json): the pack verifier's
     if args.as_kind is None and is_dsclean_pack(specs) and not (args.column or args.denylist):
         args.folder = specs[0]
         return None
@@ -173,7 +215,7 @@ def route_pack(args: argparse.Namespace) -> int:
             raise UserError(f"{option} is for packing an index; --from copies each shard as it is, without the denied")
     from ..shardsets.repack import repack_shard_set
 
-    s = repack_shard_set(list(args.from_shards), args.output, args.denylist)
+    s = repack_shard_set(list(args.from_shards), args.output, args.denylist, None, _storage_options(args))
     if args.json:
         print(json.dumps(s.to_json(), indent=2))
     elif not args.quiet:

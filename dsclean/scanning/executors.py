@@ -218,7 +218,7 @@ def release_local_workers() -> None:
         _leaving.append(pool)
 
 
-def _lost_worker(exc: BaseException) -> bool:
+def lost_worker(exc: BaseException) -> bool:
     """A process pool broke, or Dask gave up on a task whose workers kept dying."""
     return isinstance(exc, BrokenProcessPool) or type(exc).__name__ == "KilledWorker"
 
@@ -264,7 +264,7 @@ def run_checks(
 
     try:
         while True:
-            refused = flight.fill(submit, 2 * pool.slots, broken=_lost_worker)
+            refused = flight.fill(submit, 2 * pool.slots, broken=lost_worker)
             # A worker died since the last wait: a broken pool refuses new tasks at once. The chunk went back
             # to the queue; the futures in flight then fail as lost (below), or, with none in flight (a worker
             # killed while idle), a new pool takes the queue.
@@ -281,7 +281,7 @@ def run_checks(
                     release_local_workers()
                 return
             lost: list[list[str]] = []
-            for chunk, result, died in flight.completed(_lost_worker):
+            for chunk, result, died in flight.completed(lost_worker):
                 if died:
                     lost.append(chunk)
                 else:

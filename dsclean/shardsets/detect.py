@@ -7,15 +7,20 @@ files, ``.parquet`` files (and no media files or subfolders beside them: an Imag
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
 import re
 from dataclasses import dataclass, field
+from typing import IO, TYPE_CHECKING
 
 from ..errors import UserError
 from ..formats import format_of_name
 from ..openfile import open_regular_file
+
+if TYPE_CHECKING:
+    from ..storage.fs import Store
 
 KINDS = ("files", "webdataset", "mds", "litdata", "parquet")
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz")
@@ -39,10 +44,39 @@ class ShardSet:
     folder: str
     names: list[str]
     missing: list[str] = field(default_factory=list)  # named by a pattern or a numbering, not on disk
-    index: str | None = None  # MDS / litdata index.json
+    index: str | None = None  # MDS / litdata index.json (in a bucket: its key)
+    store: Store | None = None  # a shard set in object storage: ``folder`` is its prefix URL, names are keys
 
     def path(self, name: str) -> str:
-        return os.path.join(self.folder, name)
+        """Where the shard ``name`` is: a local path, or its URL."""
+        return self.store.url_of(name) if self.store is not None else os.path.join(self.folder, name)
+
+    def open(self, name: str) -> IO[bytes]:
+        """The shard as a stream: a regular local file (no blocking open), or the object read with retries."""
+        if self.store is not None:
+            from .remote import open_object
+
+            return open_object(self.store, name)
+        return open_regular_file(os.path.join(self.folder, name))
+
+    def local(self, name: str) -> contextlib.AbstractContextManager[str | None]:
+        """A local path of the shard for readers that want one (None: not there): the file itself, or a
+        temp copy of the object removed after (:func:`.remote.staged`)."""
+        if self.store is not None:
+            from .remote import staged
+
+            return staged(self.store, name)
+        path = os.path.join(self.folder, name)
+        return contextlib.nullcontext(path if os.path.lexists(path) else None)
+
+    def read_index(self) -> dict:
+        """The set's MDS or litdata ``index.json``."""
+        assert self.index is not None
+        if self.store is not None:
+            from .remote import read_index
+
+            return read_index(self.store, self.index)
+        return read_index_json(self.index)
 
 
 def expand_braces(pattern: str) -> list[str]:
@@ -74,7 +108,7 @@ def expand_braces(pattern: str) -> list[str]:
     return ["".join(p) for p in itertools.product(*parts)]
 
 
-def _kind_of_file(path: str) -> str | None:
+def kind_of_file(path: str) -> str | None:
     low = path.lower()
     if low.endswith(TAR_SUFFIXES):
         return "webdataset"
@@ -126,8 +160,10 @@ def _folder(path: str, forced: str | None) -> ShardSet | None:
             for entry in itertools.islice(it, MAX_ENTRIES):
                 if entry.name.startswith("."):
                     continue
-                kind = _kind_of_file(entry.name)
-                if kind and entry.is_file():
+                kind = kind_of_file(entry.name)
+                if kind and not entry.is_dir():
+                    # a FIFO, socket, device or dangling link named like a shard is one of the set: its open
+                    # (open_regular, never blocking) refuses it and names it, instead of leaving it out unsaid
                     shards[kind].append(entry.name)
                 elif forced is None and (format_of_name(entry.name) or entry.is_dir()):
                     # media files or class folders here (an ImageFolder with a stray backup.tar is still a
@@ -138,7 +174,7 @@ def _folder(path: str, forced: str | None) -> ShardSet | None:
     for kind in ("webdataset", "parquet"):
         if forced == kind or (forced is None and shards[kind] and not shards[_other(kind)]):
             if not shards[kind]:
-                raise UserError(f"{path}: no {' / '.join(_suffixes(kind))} files: not a {kind} shard set")
+                raise UserError(f"{path}: no {' / '.join(suffixes(kind))} files: not a {kind} shard set")
             names = sorted(shards[kind])
             return ShardSet(kind, path, names, missing=numbering_gaps(names))
     return None
@@ -148,7 +184,7 @@ def _other(kind: str) -> str:
     return "parquet" if kind == "webdataset" else "webdataset"
 
 
-def _suffixes(kind: str) -> tuple[str, ...]:
+def suffixes(kind: str) -> tuple[str, ...]:
     return TAR_SUFFIXES if kind == "webdataset" else PARQUET_SUFFIXES
 
 
@@ -170,26 +206,31 @@ def numbering_gaps(names: list[str], limit: int = 10_000) -> list[str]:
     return missing
 
 
-def detect(specs: list[str], forced: str | None = None) -> ShardSet | None:
-    """The shard set ``specs`` name, or None for a folder of plain media files (the ordinary scan)."""
+def detect(specs: list[str], forced: str | None = None, storage_options: dict | None = None) -> ShardSet | None:
+    """The shard set ``specs`` name, or None for a folder of plain media files (the ordinary scan); storage URLs
+    (``s3://B/shards/``) are looked at in the bucket (:func:`.remote.detect_url`)."""
     if forced not in (None, *KINDS):
         raise UserError(f"--as {forced}: choose one of {', '.join(KINDS)}")
     if forced == "files":
         return None
+    from ..storage.urls import is_url
+
+    if any(is_url(s) for s in specs):
+        return detect_url(specs, forced, storage_options or {})
     if len(specs) == 1 and "{" not in specs[0]:
         path = specs[0]
         if os.path.isdir(path):
             return _folder(path, forced)
         if os.path.basename(path) == "index.json" and os.path.isfile(path):
             return _folder(os.path.dirname(path) or ".", forced)
-        if not os.path.lexists(path) or (forced is None and _kind_of_file(path) is None):
+        if not os.path.lexists(path) or (forced is None and kind_of_file(path) is None):
             return None  # the ordinary scan says the root does not exist, or is a file and not a folder
     paths: list[str] = []
     for spec in specs:
         paths.extend(expand_braces(spec) if "{" in spec else [spec])
-    kinds = {forced or _kind_of_file(p) for p in paths}
+    kinds = {forced or kind_of_file(p) for p in paths}
     if None in kinds or len(kinds) != 1:
-        odd = next((p for p in paths if not (forced or _kind_of_file(p))), paths[0])
+        odd = next((p for p in paths if not (forced or kind_of_file(p))), paths[0])
         raise UserError(
             f"{odd}: not a shard ({', '.join(TAR_SUFFIXES + PARQUET_SUFFIXES)}); give one folder to scan files, "
             "or --as webdataset|parquet"
@@ -206,3 +247,65 @@ def detect(specs: list[str], forced: str | None = None) -> ShardSet | None:
     if not present:
         raise UserError(f"{specs[0]}: none of the {len(names)} shards it names exists")
     return ShardSet(kind, folder, present, missing=missing)
+
+
+def detect_url(specs: list[str], forced: str | None, options: dict):
+    """The shard set the URLs ``specs`` name (a prefix, several shard URLs, a brace pattern), or None: a prefix
+    of plain media objects (the bucket scan)."""
+    from ..storage.fs import Store
+    from ..storage.urls import is_url
+    from .remote import exists as _exists
+    from .remote import listed as _listed
+    from .remote import read_index
+
+    if not all(is_url(s) for s in specs):
+        raise UserError(f"{specs[0]}: give storage URLs or local paths, not both")
+    if len(specs) == 1 and "{" not in specs[0] and kind_of_file(specs[0]) is None:
+        store = Store(specs[0].rstrip("/"), options)
+        has_index = forced in (None, "mds", "litdata") and _exists(store, "index.json")
+        shards: dict[str, list[str]] = {"webdataset": [], "parquet": []}
+        if has_index:
+            doc = read_index(store)
+            kind = index_kind(doc)
+            if forced and kind != forced:
+                raise UserError(f"{store.url_of('index.json')}: not a {forced} index")
+            if kind:
+                return ShardSet(kind, store.url, [], index="index.json", store=store)
+        if forced in ("mds", "litdata"):
+            raise UserError(f"{store.url}: no index.json: not a {forced} shard set")
+        for rel in _listed(store):
+            kind = kind_of_file(rel)
+            if "/" not in rel and kind:
+                shards[kind].append(rel)
+            elif forced is None and ("/" in rel or format_of_name(rel)):
+                return None  # media objects or "subfolders": a prefix of files (stop listing a 10M-object prefix)
+        for kind in ("webdataset", "parquet"):
+            other = "parquet" if kind == "webdataset" else "webdataset"
+            if forced == kind or (forced is None and shards[kind] and not shards[other]):
+                if not shards[kind]:
+                    raise UserError(f"{store.url}: no {' / '.join(suffixes(kind))} objects: not a {kind} shard set")
+                names = sorted(shards[kind])
+                return ShardSet(kind, store.url, names, missing=numbering_gaps(names), store=store)
+        if forced is None and not (shards["webdataset"] or shards["parquet"]):
+            return None
+        raise UserError(f"{store.url}: holds both tars and Parquet files: give --as webdataset or --as parquet")
+    urls: list[str] = []
+    for spec in specs:
+        urls.extend(expand_braces(spec) if "{" in spec else [spec])
+    kinds = {forced or kind_of_file(u) for u in urls}
+    if None in kinds or len(kinds) != 1:
+        odd = next((u for u in urls if not (forced or kind_of_file(u))), urls[0])
+        raise UserError(f"{odd}: not a shard (.tar, .tar.gz, .tgz, .parquet); or give --as webdataset|parquet")
+    kind = kinds.pop()
+    if kind in ("mds", "litdata"):
+        raise UserError(f"--as {kind}: give the prefix holding its index.json")
+    prefix = os.path.commonpath([u.rsplit("/", 1)[0] for u in urls]) if len(urls) > 1 else urls[0].rsplit("/", 1)[0]
+    prefix = prefix.replace(":/", "://", 1) if "://" not in prefix else prefix  # commonpath folds the //
+    store = Store(prefix, options)
+    names = [u[len(prefix) + 1 :] for u in urls]
+    wanted = set(names)
+    present = {rel for rel in _listed(store) if rel in wanted}
+    missing = [n for n in names if n not in present]
+    if not present:
+        raise UserError(f"{specs[0]}: none of the {len(names)} shards it names exists")
+    return ShardSet(kind, store.url, [n for n in names if n in present], missing=missing, store=store)

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import array
 import hashlib
+import itertools
 import zlib
 from typing import Iterator
 
 from .. import reasons as R
-from ..openfile import open_regular_file
 from ..pack.tarformat import TarError
 from .detect import ShardSet
 from .events import Problem, Sample
@@ -42,6 +42,12 @@ class KeyTracker:
         if k is not None and sample.row is None:
             self.hashes.append(key_hash(sample.key))
             self.shards.append(k)
+
+    def add_hashes(self, number: int, hashes: bytes) -> None:
+        """A shard's key hashes (uint64 bytes, as a worker hands them back), all at once."""
+        before = len(self.hashes)
+        self.hashes.frombytes(hashes)
+        self.shards.extend(itertools.repeat(number, len(self.hashes) - before))
 
     def problems(self) -> Iterator[Problem]:
         import numpy as np
@@ -80,7 +86,7 @@ class KeyTracker:
     def _keys(self, name: str, wanted: set[int]) -> Iterator[str]:
         """The keys of shard ``name`` whose hash is wanted (its walk stops where it breaks: reported already)."""
         try:
-            with open_regular_file(self.ss.path(name)) as f:
+            with self.ss.open(name) as f:
                 for member, _, _, _ in iter_members(open_stream(f, name)):
                     key = base_plus_ext(member)[0]
                     if key is not None and key_hash(key) in wanted:

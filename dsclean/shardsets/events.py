@@ -40,3 +40,12 @@ class ShardDone(NamedTuple):
 
     shard: str
     samples: int
+
+
+class ReadFailed(OSError):
+    """A shard in object storage that could not be read (after retries): ``reason`` is a reason code
+    (unreadable, vanished), the message says which object and why (403, 404, still failing)."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason

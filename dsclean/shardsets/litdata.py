@@ -23,8 +23,8 @@ from .. import reasons as R
 from ..errors import UserError
 from ..formats import FORMATS, sniff
 from ..openfile import open_regular_file
-from .detect import ShardSet, read_index_json
-from .events import Problem, Sample, ShardDone
+from .detect import ShardSet
+from .events import Problem, ReadFailed, Sample, ShardDone
 
 #: chunks an index.json may list, and fields a sample may have, at most
 MAX_CHUNKS = 1_000_000
@@ -86,14 +86,13 @@ def read_set(ss: ShardSet, column: str | None = None) -> Iterator[Sample | Probl
     """Every media field of the litdata set ``ss`` as a Sample, and what is wrong with its index and chunks."""
     serializers = require()
     assert ss.index is not None
-    doc = read_index_json(ss.index)
+    doc = ss.read_index()
     formats, names = _config(ss, doc, serializers)
     if column is not None and column not in names:
         raise UserError(f"{ss.index}: no field {column!r} (it has {', '.join(names[:20])})")
     chunks = doc["chunks"]
     if len(chunks) > MAX_CHUNKS:
         raise UserError(f"{ss.index}: lists {len(chunks):,} chunks (at most {MAX_CHUNKS:,})")
-    k = len(formats)
     base = 0
     for i, entry in enumerate(chunks):
         name = entry.get("filename") if isinstance(entry, dict) else None
@@ -106,43 +105,52 @@ def read_set(ss: ShardSet, column: str | None = None) -> Iterator[Sample | Probl
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
             yield Problem(name, None, None, None, R.BROKEN_SHARD, f"chunk_size {count!r} is not a count")
             continue
-        path = os.path.join(ss.folder, name)
-        if not os.path.lexists(path):
-            yield Problem(name, None, None, None, R.MISSING_SHARD, f"{name}: listed in index.json, not there")
-            base += count
-            continue
         try:
-            f = open_regular_file(path)
-        except OSError as exc:
-            yield Problem(name, None, None, None, R.BROKEN_SHARD, f"cannot open: {exc.strerror or exc}")
-            base += count
-            continue
-        with f:
-            offsets = _offsets(f, os.fstat(f.fileno()).st_size, count)
-            if isinstance(offsets, str):
-                yield Problem(name, None, None, None, R.BROKEN_SHARD, offsets)
-                yield ShardDone(name, count)
-                base += count
-                continue
-            for idx in range(count):
-                row = base + idx
-                f.seek(offsets[idx])
-                item = f.read(offsets[idx + 1] - offsets[idx])  # bounded: the offsets lie inside the file
-                sizes = struct.unpack_from(f"<{k}I", item) if len(item) >= 4 * k else None
-                if sizes is None or 4 * k + sum(sizes) != len(item):
-                    why = "its field sizes do not add up to the item's bytes"
-                    yield Problem(name, str(row), f"item {idx}", row, R.BROKEN_SHARD, why)
-                    continue
-                at = 4 * k
-                for fmt, field, n in zip(formats, names, sizes):
-                    value, at = item[at : at + n], at + n
-                    if column is not None and field != column:
-                        continue
-                    ext = ".jpg" if fmt == "jpeg" else None
-                    if ext is None and (field == column or fmt == "bytes"):
-                        found = sniff(value[:64])
-                        ext = FORMATS[found][1][0] if found else (".bin" if field == column else None)
-                    if ext is not None:
-                        yield Sample(name, str(row), f"item {idx}:{field}", row, value, f"{name}/{idx}-{field}{ext}")
-        yield ShardDone(name, count)
+            with ss.local(name) as path:  # a chunk in a bucket: a temp copy, removed after
+                if path is None:
+                    yield Problem(name, None, None, None, R.MISSING_SHARD, f"{name}: listed in index.json, not there")
+                else:
+                    yield from _chunk(path, name, count, base, formats, names, column)
+        except ReadFailed as exc:
+            yield Problem(name, None, None, None, exc.reason, str(exc))
+            yield ShardDone(name, count)
         base += count
+
+
+def _chunk(
+    path: str, name: str, count: int, base: int, formats: list, names: list, column: str | None
+) -> Iterator[Sample | Problem | ShardDone]:
+    """The items of one litdata chunk at ``path``."""
+    k = len(formats)
+    try:
+        f = open_regular_file(path)
+    except OSError as exc:
+        yield Problem(name, None, None, None, R.BROKEN_SHARD, f"cannot open: {exc.strerror or exc}")
+        return
+    with f:
+        offsets = _offsets(f, os.fstat(f.fileno()).st_size, count)
+        if isinstance(offsets, str):
+            yield Problem(name, None, None, None, R.BROKEN_SHARD, offsets)
+            yield ShardDone(name, count)
+            return
+        for idx in range(count):
+            row = base + idx
+            f.seek(offsets[idx])
+            item = f.read(offsets[idx + 1] - offsets[idx])  # bounded: the offsets lie inside the file
+            sizes = struct.unpack_from(f"<{k}I", item) if len(item) >= 4 * k else None
+            if sizes is None or 4 * k + sum(sizes) != len(item):
+                why = "its field sizes do not add up to the item's bytes"
+                yield Problem(name, str(row), f"item {idx}", row, R.BROKEN_SHARD, why)
+                continue
+            at = 4 * k
+            for fmt, field, n in zip(formats, names, sizes):
+                value, at = item[at : at + n], at + n
+                if column is not None and field != column:
+                    continue
+                ext = ".jpg" if fmt == "jpeg" else None
+                if ext is None and (field == column or fmt == "bytes"):
+                    found = sniff(value[:64])
+                    ext = FORMATS[found][1][0] if found else (".bin" if field == column else None)
+                if ext is not None:
+                    yield Sample(name, str(row), f"item {idx}:{field}", row, value, f"{name}/{idx}-{field}{ext}")
+    yield ShardDone(name, count)

@@ -23,8 +23,8 @@ from .. import reasons as R
 from ..errors import UserError
 from ..formats import FORMATS, sniff
 from ..openfile import open_regular_file
-from .detect import ShardSet, read_index_json
-from .events import Problem, Sample, ShardDone
+from .detect import ShardSet
+from .events import Problem, ReadFailed, Sample, ShardDone
 
 #: shards an index.json may list, at most
 MAX_SHARDS = 1_000_000
@@ -133,9 +133,9 @@ def _columns(data: bytes, names: list, sizes: list) -> list[bytes] | None:
 
 def read_set(ss: ShardSet, column: str | None = None) -> Iterator[Sample | Problem | ShardDone]:
     """Every media value of the MDS set ``ss`` as a Sample, and what is wrong with its index and shards."""
-    reader_from_json = require()
+    require()
     assert ss.index is not None
-    doc = read_index_json(ss.index)
+    doc = ss.read_index()
     shards = doc["shards"]
     if len(shards) > MAX_SHARDS:
         raise UserError(f"{ss.index}: lists {len(shards):,} shards (at most {MAX_SHARDS:,})")
@@ -146,37 +146,47 @@ def read_set(ss: ShardSet, column: str | None = None) -> Iterator[Sample | Probl
         except ValueError as exc:
             yield Problem(f"index.json shard {i}", None, None, None, R.BROKEN_SHARD, f"{ss.index}: shard {i}: {exc}")
             continue
-        path = os.path.join(ss.folder, name)
-        if not os.path.lexists(path):
-            yield Problem(name, None, None, None, R.MISSING_SHARD, f"{name}: listed in index.json, not there")
-            base += samples
-            continue
         try:
-            wrong = _check_file(path, name, samples, obj)
-        except OSError as exc:
-            wrong = f"cannot read: {exc.strerror or exc}"
-        if wrong:
-            yield Problem(name, None, None, None, R.BROKEN_SHARD, wrong)
+            with ss.local(name) as path:  # a shard in a bucket: a temp copy, removed after
+                if path is None:
+                    yield Problem(name, None, None, None, R.MISSING_SHARD, f"{name}: listed in index.json, not there")
+                else:
+                    yield from _shard(ss, path, name, samples, obj, base, column)
+        except ReadFailed as exc:
+            yield Problem(name, None, None, None, exc.reason, str(exc))
             yield ShardDone(name, samples)
-            base += samples
-            continue
-        reader = reader_from_json(ss.folder, "", obj)
-        names, encodings, sizes = obj["column_names"], obj["column_encodings"], obj["column_sizes"]
-        if column is not None and column not in names:
-            raise UserError(f"{ss.index}: shard {name} has no column {column!r} (it has {', '.join(names[:20])})")
-        for idx in range(samples):
-            row = base + idx
-            values = _columns(reader.get_sample_data(idx), names, sizes)
-            if values is None:
-                yield Problem(name, str(row), f"sample {idx}", row, R.BROKEN_SHARD, "its columns overrun the sample")
-                continue
-            for col, enc, value in zip(names, encodings, values):
-                ext = FILE_ENCODINGS.get(enc)
-                if ext is None and (col == column or (column is None and enc == "bytes")):
-                    fmt = sniff(value[:64])
-                    ext = FORMATS[fmt][1][0] if fmt else (".bin" if col == column else None)
-                if ext is None or (column is not None and col != column):
-                    continue
-                yield Sample(name, str(row), f"sample {idx}:{col}", row, value, f"{name}/{idx}-{col}{ext}")
-        yield ShardDone(name, samples)
         base += samples
+
+
+def _shard(
+    ss: ShardSet, path: str, name: str, samples: int, obj: dict, base: int, column: str | None
+) -> Iterator[Sample | Problem | ShardDone]:
+    """The samples of one MDS shard at ``path`` (its ``index.json`` entry ``obj``), checked first."""
+    reader_from_json = require()
+    try:
+        wrong = _check_file(path, name, samples, obj)
+    except OSError as exc:
+        wrong = f"cannot read: {exc.strerror or exc}"
+    if wrong:
+        yield Problem(name, None, None, None, R.BROKEN_SHARD, wrong)
+        yield ShardDone(name, samples)
+        return
+    reader = reader_from_json(os.path.dirname(path), "", obj)
+    names, encodings, sizes = obj["column_names"], obj["column_encodings"], obj["column_sizes"]
+    if column is not None and column not in names:
+        raise UserError(f"{ss.index}: shard {name} has no column {column!r} (it has {', '.join(names[:20])})")
+    for idx in range(samples):
+        row = base + idx
+        values = _columns(reader.get_sample_data(idx), names, sizes)
+        if values is None:
+            yield Problem(name, str(row), f"sample {idx}", row, R.BROKEN_SHARD, "its columns overrun the sample")
+            continue
+        for col, enc, value in zip(names, encodings, values):
+            ext = FILE_ENCODINGS.get(enc)
+            if ext is None and (col == column or (column is None and enc == "bytes")):
+                fmt = sniff(value[:64])
+                ext = FORMATS[fmt][1][0] if fmt else (".bin" if col == column else None)
+            if ext is None or (column is not None and col != column):
+                continue
+            yield Sample(name, str(row), f"sample {idx}:{col}", row, value, f"{name}/{idx}-{col}{ext}")
+    yield ShardDone(name, samples)

@@ -13,7 +13,7 @@ from typing import IO, Iterator
 from .. import reasons as R
 from ..errors import UserError
 from ..formats import FORMATS, format_of_name, sniff
-from .events import Problem, Sample, ShardDone
+from .events import Problem, ReadFailed, Sample, ShardDone
 
 #: rows read at once (a batch of a row group: bounded memory whatever the shard's size)
 BATCH_ROWS = 64
@@ -72,6 +72,10 @@ def read_shard(f: IO[bytes], shard: str, column: str | None = None) -> Iterator[
         pf = pq.ParquetFile(f)
         columns = media_columns(pf.schema_arrow, column, shard)
         rows = pf.metadata.num_rows
+    except ReadFailed as exc:
+        yield Problem(shard, None, None, None, exc.reason, str(exc))
+        yield ShardDone(shard, 0)
+        return
     except (pa.ArrowException, OSError) as exc:
         yield Problem(shard, None, None, None, R.BROKEN_SHARD, f"not a readable Parquet file: {exc}")
         yield ShardDone(shard, 0)
@@ -99,6 +103,8 @@ def read_shard(f: IO[bytes], shard: str, column: str | None = None) -> Iterator[
                     else:
                         yield Sample(shard, str(r), member, r, data, _name(shard, r, name, data, path))
             row += batch.num_rows
+    except ReadFailed as exc:  # an object in a bucket: 403, 404, still failing after retries
+        yield Problem(shard, str(row), None, row, exc.reason, f"at row {row}: {exc}")
     except (pa.ArrowException, OSError) as exc:
         yield Problem(shard, str(row), None, row, R.BROKEN_SHARD, f"cannot read row batch at row {row}: {exc}")
     yield ShardDone(shard, max(rows, row))

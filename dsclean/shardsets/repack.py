@@ -12,14 +12,14 @@ from __future__ import annotations
 import io
 import os
 import tarfile
+import tempfile
 import zlib
 from dataclasses import dataclass, field
 
 from .. import denylist
 from ..atomic import atomic_output
 from ..errors import UserError
-from ..locations import is_inside
-from ..openfile import open_regular_file
+from ..locations import is_inside, url_state_dir
 from ..pack.tarformat import MTIME, TarError
 from .detect import detect
 from .webdataset import base_plus_ext, iter_members, open_stream
@@ -51,23 +51,49 @@ def _check_output(output: str, source: str) -> None:
         raise UserError(f"{output}: the output is inside the source shard folder {source}")
 
 
+def _denylist_of(ss, denylist_file: str | None, storage_options: dict, tmp: str) -> str:
+    """The local path of the deny-list to honour (a ``--denylist`` URL: copied into ``tmp`` first)."""
+    from ..storage.urls import is_url
+
+    if denylist_file and is_url(denylist_file):
+        from ..storage.fs import Store
+        from .run import fetch_denylist
+
+        local = os.path.join(tmp, denylist.FILE)
+        if not fetch_denylist(Store(denylist_file, storage_options), local):
+            raise UserError(f"{denylist_file}: no such deny-list")
+        return local
+    if denylist_file and not os.path.lexists(denylist_file):
+        raise UserError(f"{denylist_file}: no such deny-list")
+    if denylist_file:
+        return denylist_file
+    if ss.store is not None:
+        return os.path.join(url_state_dir(ss.folder), denylist.FILE)
+    return denylist.denylist_path(ss.folder)
+
+
 def repack_shard_set(
-    specs: list[str], output: str, denylist_file: str | None = None, as_kind: str | None = None
+    specs: list[str],
+    output: str,
+    denylist_file: str | None = None,
+    as_kind: str | None = None,
+    storage_options: dict | None = None,
 ) -> RepackSummary:
-    """Copy the WebDataset tars ``specs`` name into ``output``, leaving out the deny-list's samples."""
-    ss = detect(specs, as_kind)
+    """Copy the WebDataset tars ``specs`` name into ``output``, leaving out the deny-list's samples (tars in a
+    bucket are streamed from it; their deny-list is by default the one their scan wrote beside its results)."""
+    ss = detect(specs, as_kind, storage_options)
     if ss is None or ss.kind != "webdataset":
         what = ss.kind if ss else "a folder of files"
         raise UserError(f"{specs[0]}: pack --from copies WebDataset tars; this is {what}")
     _check_output(output, ss.folder)
-    path = denylist_file or denylist.denylist_path(ss.folder)
-    if denylist_file and not os.path.lexists(denylist_file):
-        raise UserError(f"{denylist_file}: no such deny-list")
-    dl = denylist.read_denylist(path)
+    with tempfile.TemporaryDirectory(prefix="dsclean-denylist-") as tmp:
+        path = _denylist_of(ss, denylist_file, storage_options or {}, tmp)
+        dl = denylist.read_denylist(path)
+        present = os.path.lexists(path)
     if dl.refused:
         raise UserError(f"{path}: cannot read the deny-list: {dl.refused}")
     denied = dl.keys()
-    summary = RepackSummary(ss.folder, output, denylist=path if os.path.lexists(path) else None)
+    summary = RepackSummary(ss.folder, output, denylist=(denylist_file or path) if present else None)
     summary.denied_samples = len(denied)
     os.makedirs(output, exist_ok=True)
     for name in ss.missing:
@@ -77,7 +103,7 @@ def repack_shard_set(
         out_name = out_name[: -len(".tgz")] + ".tar" if out_name.endswith(".tgz") else out_name
         final = os.path.join(output, out_name)
         os.makedirs(os.path.dirname(final) or ".", exist_ok=True)
-        with open_regular_file(ss.path(name)) as f, atomic_output(final) as tmp:
+        with ss.open(name) as f, atomic_output(final) as tmp:
             with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tf:
                 try:
                     for member, _, data, why in iter_members(open_stream(f, name)):

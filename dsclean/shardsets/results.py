@@ -28,6 +28,19 @@ from .events import Problem
 SHARD_SCHEMA = pa.schema(list(SCHEMA) + arrow_fields(SHARD_COLUMNS))
 
 
+def results_batch(verdicts: list[Verdict], where: list[tuple[str, str, str, int | None]]) -> pa.RecordBatch:
+    """Verdicts and their ``(shard, member, key, row)`` as one record batch of :data:`SHARD_SCHEMA`."""
+    batch = verdicts_batch(verdicts)
+    extra = list(zip(*where)) or [()] * len(SHARD_COLUMNS)
+    arrays = list(batch.columns) + [pa.array(col, type=f.type) for col, f in zip(extra, arrow_fields(SHARD_COLUMNS))]
+    return pa.RecordBatch.from_arrays(arrays, schema=SHARD_SCHEMA)
+
+
+def problem_line(v: Verdict, shard: str, member: str, key: str, row: int | None) -> str:
+    """The ``problems.jsonl`` line of a bad or warn verdict."""
+    return json.dumps({**v.to_json(), "shard": shard, "member": member, "key": key, "row": row})
+
+
 class ShardResultsWriter:
     """Stream verdicts with their shard, member, key and row to ``scan_results.parquet`` and ``problems.jsonl``."""
 
@@ -50,10 +63,17 @@ class ShardResultsWriter:
         self._where.append((shard, member, key, row))
         self.rows += 1
         if v.status != R.OK:
-            where = {"shard": shard, "member": member, "key": key, "row": row}
-            self._problems.write(json.dumps({**v.to_json(), **where}) + "\n")
+            self._problems.write(problem_line(v, shard, member, key, row) + "\n")
         if len(self._verdicts) >= self._batch_rows:
             self._flush()
+
+    def add_batch(self, batch: pa.RecordBatch, problem_lines: list[str]) -> None:
+        """Rows already made (:func:`results_batch`, by the worker that checked them) and their problem lines."""
+        self._flush()
+        self._writer.write_table(pa.Table.from_batches([batch]).replace_schema_metadata(self._writer.schema.metadata))
+        self.rows += batch.num_rows
+        for line in problem_lines:
+            self._problems.write(line + "\n")
 
     def add_problem(self, p: Problem) -> None:
         """A structure problem (no verdict row: it is not one sample's bytes)."""
@@ -68,15 +88,18 @@ class ShardResultsWriter:
         }
         self._problems.write(json.dumps(line) + "\n")
 
+    def add_checked(self, checked) -> None:
+        """A :class:`~.tartasks.Checked` task's rows (Arrow IPC made by its worker) and problem lines."""
+        for data in checked.batches:
+            self.add_batch(pa.ipc.read_record_batch(pa.py_buffer(data), SHARD_SCHEMA), [])
+        for row in checked.not_ok:
+            self._problems.write(row.line + "\n")
+
     def _flush(self) -> None:
         if not self._verdicts:
             return
-        batch = verdicts_batch(self._verdicts)
-        extra = list(zip(*self._where))
-        arrays = list(batch.columns) + [
-            pa.array(col, type=f.type) for col, f in zip(extra, arrow_fields(SHARD_COLUMNS))
-        ]
-        self._writer.write_table(pa.Table.from_arrays(arrays, schema=self._writer.schema))
+        batch = results_batch(self._verdicts, self._where)
+        self._writer.write_table(pa.Table.from_batches([batch]).replace_schema_metadata(self._writer.schema.metadata))
         self._verdicts, self._where = [], []
 
     def discard(self) -> None:

@@ -14,15 +14,17 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
+import tempfile
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Iterator
 
 from .. import denylist, locations
 from .. import reasons as R
 from ..errors import UserError
+from ..inflight import InFlight
 from ..interrupts import stop_on_signals
-from ..openfile import open_regular_file
 from ..quality.flags import FlagOptions
 from ..scanning.check import CHECKER_VERSION, CheckOptions
 from ..scanning.executors import run_checks
@@ -31,11 +33,14 @@ from ..scanning.worker import SampleBytes
 from .detect import ShardSet, detect
 from .dupkeys import KeyTracker
 from .events import Problem, Sample, ShardDone
+from .tartasks import Checked
 
 #: samples per check task at most, and the bytes after which a task is sent anyway: many small samples per
 #: task keep the per-task cost (futures, pipes, wake-ups) off each sample, as the scan's tasks do
 CHUNK = 1024
 CHUNK_BYTES = 4 << 20
+#: the options key a shard-set scan of a bucket prefix records (never a bucket scan's: no reuse across them)
+SHARD_SET_RECORD = "shard-set"
 #: problems kept per shard in a verify report (the count says how many more)
 MAX_PROBLEMS = 50
 #: problems kept in a scan summary (all are in problems.jsonl)
@@ -56,6 +61,7 @@ class ShardScanOptions:
     state_dir: str | None = None
     dry_run: bool = False  # no deny-list entries written
     flags: FlagOptions = FlagOptions()  # quality flag thresholds (flags need check.facts)
+    storage_options: dict = field(default_factory=dict, repr=False)  # a set in a bucket: fsspec options (secrets)
 
 
 @dataclass
@@ -99,7 +105,13 @@ class ShardScanSummary:
 
 
 def _resolve(specs: list[str], options: ShardScanOptions) -> ShardSet:
-    ss = detect(specs, options.as_kind)
+    from ..storage.urls import is_url
+
+    if len(specs) == 1 and "{" not in specs[0] and not is_url(specs[0]) and not os.path.lexists(specs[0]):
+        raise UserError(f"{specs[0]}: no such file or folder")
+    ss = detect(specs, options.as_kind, options.storage_options)
+    if ss is None and is_url(specs[0]):
+        raise UserError(f"{specs[0]}: no shards under this prefix (a prefix of media objects: dsclean scan URL)")
     if ss is None:
         raise UserError(f"{specs[0]}: not a shard set (give --as webdataset|mds|litdata|parquet to say which)")
     return ss
@@ -123,9 +135,10 @@ def iter_events(ss: ShardSet, column: str | None = None) -> Iterator[Sample | Pr
 
     for name in ss.names:
         try:
-            f = open_regular_file(ss.path(name))
+            f = ss.open(name)
         except OSError as exc:
-            yield Problem(name, None, None, None, R.BROKEN_SHARD, f"cannot open: {exc.strerror or exc}")
+            reason = getattr(exc, "reason", R.BROKEN_SHARD)  # a bucket's 403 / 404: unreadable / vanished
+            yield Problem(name, None, None, None, reason, f"cannot open: {exc.strerror or exc}")
             yield ShardDone(name, 0)
             continue
         with f:
@@ -135,10 +148,80 @@ def iter_events(ss: ShardSet, column: str | None = None) -> Iterator[Sample | Pr
                 yield from read_parquet(f, name, column)
 
 
+def check_tars(ss: ShardSet, options: ShardScanOptions, stop=None) -> Iterator[Checked | Problem | ShardDone]:
+    """A WebDataset or Parquet set checked a shard (or a part of a tar) a task: the workers read the shards
+    themselves (:mod:`.tartasks`); each task's structure problems, then its :class:`~.tartasks.Checked`."""
+    from ..scanning.executors import LOCAL_PROCESSES, lost_worker, make_pool
+    from ..scanning.scanner import usable_cores
+    from .tartasks import check_tar_part, first_formats, isolated_checker, plan
+
+    for name in ss.missing:
+        yield Problem(name, None, None, None, R.MISSING_SHARD, f"{name}: named by the set but not there")
+    if not ss.names:
+        return
+    jobs = options.jobs or usable_cores()
+    backend = options.backend
+    pool = make_pool(backend, jobs, None, first_formats(ss), options.check.facts)
+    flight: InFlight = InFlight(plan(ss, pool.slots, options.column))
+    env = None
+    if ss.store is not None:
+        from .remote import store_env
+
+        env = store_env()
+
+    def submit(task) -> Future:
+        return pool.executor.submit(
+            check_tar_part, ss.folder, ss.store, task, options.check, options.flags, pool.task, env
+        )
+
+    def results(checked: Checked) -> Iterator[Checked | Problem | ShardDone]:
+        yield from checked.events
+        yield checked
+
+    try:
+        while True:
+            refused = flight.fill(submit, 2 * pool.slots, stop=lambda: bool(stop), broken=lost_worker)
+            if refused is not None and not flight:
+                pool.close()
+                pool = make_pool(backend, jobs)
+                continue
+            if not flight:
+                return
+            lost = []
+            for task, result, died in flight.completed(lost_worker):
+                if died:
+                    lost.append(task)
+                else:
+                    yield from results(result)
+            if lost:
+                if backend in LOCAL_PROCESSES:  # the whole pool went, with every task in flight
+                    lost += flight.drop()
+                for task in lost:  # walked again here, its samples checked in fresh processes: the culprit named
+                    yield from results(
+                        check_tar_part(ss.folder, ss.store, task, options.check, options.flags, isolated_checker(jobs))
+                    )
+                if backend in LOCAL_PROCESSES:
+                    pool = make_pool(backend, jobs)
+    finally:
+        flight.cancel()
+        pool.close()
+
+
 def check_events(
     ss: ShardSet, options: ShardScanOptions, stop=None
+) -> Iterator[tuple[Sample, Verdict] | Checked | Problem | ShardDone]:
+    """The events of :func:`iter_events`, each Sample replaced by ``(sample without its bytes, verdict)``;
+    a WebDataset or Parquet set's by :func:`check_tars` (its samples come as :class:`~.tartasks.Checked` tasks)."""
+    if ss.kind in ("webdataset", "parquet"):
+        yield from check_tars(ss, options, stop)
+        return
+    yield from check_samples(ss, options, stop)
+
+
+def check_samples(
+    ss: ShardSet, options: ShardScanOptions, stop=None
 ) -> Iterator[tuple[Sample, Verdict] | Problem | ShardDone]:
-    """The events of :func:`iter_events`, each Sample replaced by ``(sample without its bytes, verdict)``."""
+    """Every sample read here and sent with its bytes to the pool (MDS, litdata; any set)."""
     side: collections.deque = collections.deque()  # problems and shard ends met while filling chunks
     pending: dict[str, collections.deque] = {}  # a chunk's sample names -> the samples (bytes dropped)
 
@@ -183,6 +266,21 @@ def _count(summary: ShardScanSummary, v: Verdict) -> None:
         summary.bad_reasons[v.reason] = summary.bad_reasons.get(v.reason, 0) + 1
     elif v.status == R.WARN and v.reason:
         summary.warn_reasons[v.reason] = summary.warn_reasons.get(v.reason, 0) + 1
+
+
+def _merge(summary: ShardScanSummary, checked: Checked, keys: KeyTracker | None) -> None:
+    """A task's counts (and its key hashes) into the summary: nothing per sample."""
+    for into, counts in (
+        (summary.counts, checked.counts),
+        (summary.bad_reasons, checked.bad_reasons),
+        (summary.warn_reasons, checked.warn_reasons),
+        (summary.flags, checked.flags),
+    ):
+        for k, n in counts.items():
+            into[k] = into.get(k, 0) + n
+    summary.checked += sum(checked.counts.values())
+    if keys is not None:
+        keys.add_hashes(checked.task.number, checked.hashes)
 
 
 def _listed(summary: ShardScanSummary, shard: str, key, member, row, reason, detail: str) -> None:
@@ -232,6 +330,47 @@ class _DenyWriter:
             self.batch = []
 
 
+def denylist_object(options: ShardScanOptions):
+    """The ``--denylist`` URL as a :class:`~dsclean.storage.fs.Store` (None: a local deny-list)."""
+    from ..storage.urls import is_url
+
+    if not (options.denylist and is_url(options.denylist)):
+        return None
+    from ..storage.fs import Store
+
+    return Store(options.denylist, options.storage_options)
+
+
+def fetch_denylist(store, local: str) -> bool:
+    """The deny-list object copied to ``local`` (replacing it); False when there is none yet (404)."""
+    from ..storage.reads import ReadPolicy, classify, retried
+
+    if os.path.lexists(local):
+        os.unlink(local)  # a copy left by an earlier run: the object is the deny-list
+    try:
+        data = retried(lambda: store.fs.cat_file(store.root), store.url, ReadPolicy())
+    except Exception as exc:
+        err = classify(store.url, exc)
+        if err.reason == R.VANISHED:
+            return False
+        raise UserError(f"{store.url}: cannot read the deny-list: {err.detail}") from None
+    with open(local, "wb") as f:
+        f.write(data)
+    return True
+
+
+def put_denylist(store, local: str) -> None:
+    """The whole deny-list written to its object in one request (retried)."""
+    from ..storage.reads import ReadPolicy, classify, retried
+
+    if not os.path.exists(local):
+        return  # nothing denied and no deny-list before: no object written
+    try:
+        retried(lambda: store.fs.put_file(local, store.root), store.url, ReadPolicy())
+    except Exception as exc:
+        raise UserError(f"{store.url}: cannot write the deny-list: {classify(store.url, exc).detail}") from None
+
+
 def scan_shard_set(specs: list[str], options: ShardScanOptions = ShardScanOptions()) -> ShardScanSummary:
     """Check every sample of the shard set ``specs`` names; write its results; deny-list its bad samples."""
     from ..scanning.facts import flags_of
@@ -240,11 +379,23 @@ def scan_shard_set(specs: list[str], options: ShardScanOptions = ShardScanOption
     start = time.monotonic()
     ss = _resolve(specs, options)
     summary = ShardScanSummary(ss.kind, ss.folder)
-    summary.denylist_path = os.path.abspath(options.denylist or denylist.denylist_path(ss.folder))
-    report_dir = options.report_dir or locations.make_root_state_dir(ss.folder, options.state_dir)
-    if locations.is_inside(os.path.abspath(report_dir), ss.folder) and not options.report_dir:
-        raise UserError(f"{report_dir}: the results would go inside the shard set {ss.folder}")
-    deny = None if options.dry_run else _DenyWriter(summary.denylist_path, summary)
+    if ss.store is not None:  # a set in a bucket: results in its local state folder, never in the bucket
+        report_dir = options.report_dir or locations.url_state_dir(ss.folder, options.state_dir)
+        os.makedirs(report_dir, exist_ok=True)
+    else:
+        report_dir = options.report_dir or locations.make_root_state_dir(ss.folder, options.state_dir)
+        if locations.is_inside(os.path.abspath(report_dir), ss.folder) and not options.report_dir:
+            raise UserError(f"{report_dir}: the results would go inside the shard set {ss.folder}")
+    upload = denylist_object(options) if not options.dry_run else None
+    if upload is not None:  # --denylist s3://...: appended to a local copy, written back whole as one object
+        summary.denylist_path = upload.url
+        local = os.path.join(report_dir, "denylist.upload.jsonl")
+        fetch_denylist(upload, local)
+    else:
+        default = os.path.join(report_dir, locations.DENYLIST_FILE) if ss.store is not None else None
+        local = os.path.abspath(options.denylist or default or denylist.denylist_path(ss.folder))
+        summary.denylist_path = local
+    deny = None if options.dry_run else _DenyWriter(local, summary)
     meta = {"root": ss.folder, "shard_set": ss.kind, "shard": None, "options": None}
     writer = ShardResultsWriter(report_dir, meta)
     keys = KeyTracker(ss) if ss.kind == "webdataset" else None
@@ -264,6 +415,13 @@ def scan_shard_set(specs: list[str], options: ShardScanOptions = ShardScanOption
                     summary.samples += event.samples
                 elif isinstance(event, Problem):
                     problem(event)
+                elif isinstance(event, Checked):
+                    _merge(summary, event, keys)
+                    writer.add_checked(event)
+                    for row in event.not_ok:
+                        _listed(summary, row.shard, row.key, row.member, row.row, row.reason, row.detail)
+                        if row.status == R.BAD and deny is not None:
+                            deny.add(row.shard, row.key, row.row, row.reason or R.CORRUPT, row.detail)
                 else:
                     sample, v = event
                     if keys is not None:
@@ -288,14 +446,23 @@ def scan_shard_set(specs: list[str], options: ShardScanOptions = ShardScanOption
     finally:
         if deny is not None:
             deny.flush()
+    if upload is not None and deny is not None:
+        put_denylist(upload, local)
     writer.close()
     summary.results_path, summary.problems_path = writer.results_path, writer.problems_path
-    # `dsclean report SHARDS_FOLDER` (and the other readers of a root's last scan) find these results
-    note = locations.write_pointer(
-        ss.folder, [summary.results_path], problems=[summary.problems_path], state_dir=options.state_dir
-    )
-    if note:
-        summary.notes.append(note)
+    if ss.store is None:
+        # `dsclean report SHARDS_FOLDER` (and the other readers of a root's last scan) find these results
+        note = locations.write_pointer(
+            ss.folder, [summary.results_path], problems=[summary.problems_path], state_dir=options.state_dir
+        )
+        if note:
+            summary.notes.append(note)
+    else:  # `dsclean report s3://...` finds them as a bucket scan's (whose re-scan reuse they never match)
+        from ..storage.reuse import write_record
+
+        state = locations.url_state_dir(ss.folder, options.state_dir)
+        os.makedirs(state, exist_ok=True)
+        write_record(state, ss.folder, summary.results_path, SHARD_SET_RECORD)
     summary.elapsed = time.monotonic() - start
     return summary
 
@@ -309,9 +476,20 @@ def verify_shard_set(specs: list[str], options: ShardScanOptions = ShardScanOpti
     start = time.monotonic()
     ss = _resolve(specs, options)
     summary = ShardScanSummary(ss.kind, ss.folder)
-    path = os.path.abspath(options.denylist or denylist.denylist_path(ss.folder))
+    upload = denylist_object(options)
+    if upload is not None:  # --denylist s3://...: read from a temp copy
+        path = upload.url
+        with tempfile.TemporaryDirectory(prefix="dsclean-denylist-") as tmp:
+            local = os.path.join(tmp, locations.DENYLIST_FILE)
+            dl = denylist.read_denylist(local) if fetch_denylist(upload, local) else None
+    else:
+        if ss.store is not None:  # a set in a bucket: its deny-list is beside its last results, locally
+            default = os.path.join(locations.url_state_dir(ss.folder, options.state_dir), locations.DENYLIST_FILE)
+        else:
+            default = denylist.denylist_path(ss.folder)
+        path = os.path.abspath(options.denylist or default)
+        dl = denylist.read_denylist(path) if os.path.lexists(path) else None
     summary.denylist_path = path
-    dl = denylist.read_denylist(path) if os.path.lexists(path) else None
     denied = dl.keys() if dl is not None else set()
 
     def shard_entry(shard: str) -> dict:
@@ -342,6 +520,13 @@ def verify_shard_set(specs: list[str], options: ShardScanOptions = ShardScanOpti
                 shard_entry(event.shard)["samples"] = event.samples
             elif isinstance(event, Problem):
                 problem(event)
+            elif isinstance(event, Checked):
+                _merge(summary, event, keys)
+                for row in event.not_ok:
+                    if row.status == R.BAD and (row.shard, row.key) in denied:
+                        summary.denied_bad += 1
+                    elif row.status == R.BAD:
+                        note(row.shard, row.key, row.member, row.row, row.reason, row.detail)
             else:
                 sample, v = event
                 if keys is not None:

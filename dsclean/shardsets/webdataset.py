@@ -17,12 +17,12 @@ import gzip
 import re
 import tarfile
 import zlib
-from typing import IO, Iterator
+from typing import IO, Callable, Iterator
 
 from .. import reasons as R
 from ..formats import format_of_name
 from ..pack.tarformat import BLOCK, TarError
-from .events import Problem, Sample, ShardDone
+from .events import Problem, ReadFailed, Sample, ShardDone
 
 #: a media member larger than this is not read into memory (reported too_large)
 MAX_SAMPLE = 1 << 30
@@ -33,6 +33,7 @@ MAX_KEYS = 1_000_000
 MAX_EXTENDED = 1 << 20
 _SKIP_PIECE = 1 << 20
 _ZERO = bytes(BLOCK)
+_DECIMAL = re.compile(r"[0-9]{1,30}")  # a PAX size: ASCII digits (30: a bound before int() sizes anything)
 _KEY = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")  # webdataset's base_plus_ext
 
 
@@ -132,12 +133,12 @@ def _pax(data: bytes, where: str) -> dict[str, str]:
 
 
 def iter_members(
-    f: IO[bytes], max_sample: int = MAX_SAMPLE
+    f: IO[bytes], max_sample: int = MAX_SAMPLE, wanted: Callable[[str], bool] | None = None
 ) -> Iterator[tuple[str, int, bytes | None, tuple[str, str] | None]]:
     """``(name, header offset, data or None, (reason, detail) or None)`` of each member of a tar stream.
 
     ``data`` is None when the member is not read (larger than ``max_sample``: too_large; a link or
-    device member: broken_shard, skipped). Raises :class:`TarError` where the stream stops being a
+    device member: broken_shard, skipped; a regular member ``wanted`` says no to: passed over, no reason). Raises :class:`TarError` where the stream stops being a
     tar (a broken header, no end-of-archive), :class:`CutMember` when it ends inside a member's data.
     """
     pos = 0
@@ -159,7 +160,10 @@ def iter_members(
                 raise TarError(f"bad header at byte {pos}: {exc}") from None
             fast = (info.name, info.size, info.type)
         header_name, size, kind = fast
-        size = int(pax["size"]) if "size" in pax and pax["size"].isdigit() else size
+        if "size" in pax:
+            if _DECIMAL.fullmatch(pax["size"]) is None:  # ASCII digits only: str.isdigit takes "²" and "١٢"
+                raise TarError(f"header at byte {pos}: PAX size {pax['size'][:40]!r} is not a decimal number")
+            size = int(pax["size"])
         if size < 0:
             raise TarError(f"member {header_name!r} at byte {pos} has a negative size ({size})")
         padded = size + (-size % BLOCK)
@@ -194,11 +198,15 @@ def iter_members(
                 raise TarError(f"cut short inside member {name!r} at byte {here}")
             yield name, here, None, (R.TOO_LARGE, f"{size:,} bytes, more than the {max_sample:,} a sample is read for")
             continue
-        data = _read(f, size)
-        if len(data) < size:
+        if wanted is not None and not wanted(name):
+            got = _skip(f, size)
+            data = None
+        else:
+            data = _read(f, size)
+            got = len(data)
+        if got < size:
             raise CutMember(
-                f"member {name!r} at byte {here} is cut short: {len(data):,} of its {size:,} bytes "
-                "before the end of the file",
+                f"member {name!r} at byte {here} is cut short: {got:,} of its {size:,} bytes before the end of the file",
                 name,
             )
         if _skip(f, padded - size) < padded - size:
@@ -206,14 +214,48 @@ def iter_members(
         yield name, here, data, None
 
 
-def read_shard(f: IO[bytes], shard: str, max_sample: int = MAX_SAMPLE) -> Iterator[Sample | Problem | ShardDone]:
-    """Every media member of the tar shard ``f`` (named ``shard``) as a Sample, and what is wrong with it."""
+#: samples in a row that go to one part of a shard checked in several parts (see :func:`read_shard`)
+PART_RUN = 64
+
+
+def part_filter(part: int, parts: int) -> Callable[[str], bool]:
+    """Whether a member's data belongs to ``part`` of ``parts``: runs of :data:`PART_RUN` consecutive samples
+    (keys as they change, header after header) dealt round-robin, so every member goes to exactly one part."""
+    key: list = [None, -1]  # the last key, its sample's number
+
+    def wanted(name: str) -> bool:
+        k = base_plus_ext(name)[0]
+        if k != key[0]:
+            key[0], key[1] = k, key[1] + 1
+        return (key[1] // PART_RUN) % parts == part
+
+    return wanted
+
+
+def read_shard(
+    f: IO[bytes], shard: str, max_sample: int = MAX_SAMPLE, part: int = 0, parts: int = 1
+) -> Iterator[Sample | Problem | ShardDone]:
+    """Every media member of the tar shard ``f`` (named ``shard``) as a Sample, and what is wrong with it.
+
+    ``parts > 1``: only the samples of ``part`` (:func:`part_filter`) are read and yielded; the problems of
+    the shard's structure and its end come from part 0 only (every part walks every header)."""
+    if parts > 1:
+        for event in _read_shard(f, shard, max_sample, part_filter(part, parts)):
+            if part == 0 or isinstance(event, Sample):
+                yield event
+        return
+    yield from _read_shard(f, shard, max_sample, None)
+
+
+def _read_shard(
+    f: IO[bytes], shard: str, max_sample: int, wanted: Callable[[str], bool] | None
+) -> Iterator[Sample | Problem | ShardDone]:
     current: str | None = None
     suffixes: set[str] = set()
     ended: set[str] = set()  # keys whose sample has ended (one shard's, at most MAX_KEYS)
     samples = 0
     stream = open_stream(f, shard)
-    members = iter_members(stream, max_sample)
+    members = iter_members(stream, max_sample, wanted)
     while True:
         try:
             item = next(members, None)
@@ -223,6 +265,9 @@ def read_shard(f: IO[bytes], shard: str, max_sample: int = MAX_SAMPLE) -> Iterat
             break
         except TarError as exc:
             yield Problem(shard, current, None, None, R.BROKEN_SHARD, str(exc))
+            break
+        except ReadFailed as exc:  # an object in a bucket: 403, 404, still failing after retries
+            yield Problem(shard, current, None, None, exc.reason, str(exc))
             break
         except (OSError, EOFError, zlib.error) as exc:  # gzip: a damaged or cut stream (BadGzipFile is an OSError)
             yield Problem(shard, current, None, None, R.BROKEN_SHARD, f"cannot decompress: {exc}")

@@ -116,6 +116,12 @@ def iter_objects(
             yield obj
 
 
+def iter_listed(store: Store, stats: ListingStats | None = None) -> Iterator[Obj]:
+    """Every object under ``store``'s prefix, streamed, whatever its name (a shard set's tars, its index.json)."""
+    stats = stats if stats is not None else ListingStats()
+    yield from _s3_pages(store, stats) if store.scheme in ("s3", "s3a") else _walk(store, stats)
+
+
 def probe(store: Store) -> None:
     """One cheap request that fails as listing would (no such bucket, access denied, a wrong endpoint):
     S3, one key of one page (``ls`` of a flat prefix would page through every key); else ``info``."""

@@ -90,3 +90,25 @@ def test_hostile_chunk_tables(tmp_path, monkeypatch):
     details = " | ".join(p["detail"] for p in v.listed)
     assert "offset table does not cut" in details and "not a plain file name" in details
     assert "index.json says 1000000000" in details
+
+
+def test_litdata_chunks_in_a_bucket_read_a_chunk_at_a_time(tmp_path, monkeypatch, request):
+    pytest.importorskip("s3fs")
+    pytest.importorskip("moto.server")
+    bucket, fs, endpoint = (request.getfixturevalue(n) for n in ("bucket", "s3fs_direct", "s3_endpoint"))
+    out = write_set(tmp_path, monkeypatch)
+    for name in sorted(os.listdir(out)):
+        fs.put_file(str(out / name), f"{bucket}/ld/{name}")
+    url = f"s3://{bucket}/ld"
+    opts = dict(storage_options={"endpoint_url": endpoint}, **FAST)
+    assert detect([url], None, {"endpoint_url": endpoint}).kind == "litdata"
+    remote = scan_shard_set([url], ShardScanOptions(report_dir=str(tmp_path / "b"), **opts))
+    here = scan_shard_set([str(out)], ShardScanOptions(report_dir=str(tmp_path / "l"), dry_run=True, **FAST))
+    import pyarrow.parquet as pq
+
+    assert (remote.samples, remote.checked, remote.bad_reasons) == (20, 39, {"truncated": 1})
+    assert pq.read_table(remote.results_path).sort_by("path").to_pylist() == (
+        pq.read_table(here.results_path).sort_by("path").to_pylist()
+    )
+    assert not fs.exists(f"{bucket}/ld/denylist.jsonl")  # the deny-list stays beside the results, locally
+    assert len(denylist.read_denylist(remote.denylist_path).entries) == 1
