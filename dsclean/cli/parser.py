@@ -140,6 +140,3 @@ def add_shard_set_options(p: argparse._ActionsContainer, scan: bool) -> None:
             help="shard sets: the deny-list to check against the set (default: denylist.jsonl beside the shards; "
             "a set in a bucket: the one its scan wrote beside its results; a storage URL: that object)",
         )
-        from .shardsets import add_storage_option_once
-
-        add_storage_option_once(p)  # type: ignore[arg-type]

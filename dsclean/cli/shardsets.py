@@ -42,14 +42,6 @@ def _storage_options(args: argparse.Namespace) -> dict:
     return parse_storage_options(getattr(args, "storage_options", None) or [])
 
 
-def add_storage_option_once(p: argparse.ArgumentParser) -> None:
-    """``--storage-option`` on a parser that may have it already (scan's bucket group, pack's own)."""
-    from .bucket import add_storage_option
-
-    if not any("--storage-option" in a.option_strings for a in p._actions):
-        add_storage_option(p)
-
-
 def route_scan(args: argparse.Namespace, check_options, flag_options) -> int:
     """Scan the shard set ``args.root`` names; the exit code (``check_options``, ``flag_options``: cli.scan's,
     passed in: this module does not import it back)."""
