@@ -63,6 +63,7 @@ from .worker import (
     as_batch,
     check_chunk,
     check_chunk_in_thread,
+    handed_env,
     item_name,
     set_fault_switch,
     start_worker,
@@ -147,28 +148,29 @@ def _dask_pool(scheduler: str | None) -> Pool:
     return Pool(client.get_executor(pure=False), check_chunk_on_dask_worker, slots, client.close)
 
 
-_local: tuple[ProcessPoolExecutor, int, str | None] | None = None
+_local: tuple[ProcessPoolExecutor, int, tuple[tuple[str, str], ...]] | None = None
 _leaving: list[ProcessPoolExecutor] = []  # pools told to end (release_local_workers), waited for by stop_local_workers
 
 
 def local_pool(workers: int, formats: Iterable[str] | None = None, facts: bool = True) -> ProcessPoolExecutor:
     """The local worker pool: ``workers`` processes forked from the preloaded forkserver, kept for reuse.
 
-    A pool broken by a dead worker, or of another size, is replaced. The test-only fault switch
-    (:data:`~dsclean.scanning.worker.FAULT_ENV`) is handed to each worker as it starts: forked
-    from the server, a worker sees the server's environment, not this process's current one.
+    A pool broken by a dead worker, or of another size, is replaced. The handed variables (the test-only
+    fault switch :data:`~dsclean.scanning.worker.FAULT_ENV`, the stores' credentials: :func:`handed_env`)
+    are given to each worker as it starts: forked from the server, a worker sees the server's environment,
+    not this process's current one; a pool started with other values is replaced.
     """
     global _local
-    faults = os.environ.get(FAULT_ENV)
+    env = handed_env()
     if _local is not None:
         pool, size, was = _local
-        if size == workers and was == faults and not getattr(pool, "_broken", False):
+        if size == workers and was == env and not getattr(pool, "_broken", False):
             return pool
         pool.shutdown(wait=False, cancel_futures=True)
     pool = ProcessPoolExecutor(
-        workers, mp_context=_fresh_process_context(formats, facts), initializer=start_worker, initargs=(faults,)
+        workers, mp_context=_fresh_process_context(formats, facts), initializer=start_worker, initargs=(env,)
     )
-    _local = (pool, workers, faults)
+    _local = (pool, workers, env)
     return pool
 
 

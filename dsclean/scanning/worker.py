@@ -121,14 +121,15 @@ def as_batch(task, root, rels: list, options: CheckOptions) -> tuple:
     return chunk_message(task(root, rels, options))
 
 
-def start_worker(faults: str | None) -> None:
-    """Initializer of a local pool worker: the fault switch as the scan had it; exit with the scan's process.
+def start_worker(env: tuple[tuple[str, str], ...] = ()) -> None:
+    """Initializer of a local pool worker: the handed variables as the scan had them (:func:`handed_env`);
+    exit with the scan's process.
 
     A pool worker is forked from the forkserver and waits on its task queue forever; if the
     scan's process is killed (kill -9, OOM) nothing else would end it. A thread blocked in
     one ``poll`` on the parent's sentinel (no CPU, no GIL) ends it when the parent is gone.
     """
-    set_fault_switch(faults)
+    set_handed_env(env)
     parent = multiprocessing.parent_process()
     if parent is not None:
         threading.Thread(target=_exit_with, args=(parent.sentinel,), daemon=True, name="dsclean-orphan-watch").start()
@@ -137,6 +138,30 @@ def start_worker(faults: str | None) -> None:
 def _exit_with(sentinel: int) -> None:
     multiprocessing.connection.wait([sentinel])
     os._exit(1)
+
+
+#: prefixes of the variables object stores read credentials and endpoints from (botocore/s3fs, gcsfs, adlfs, fsspec)
+STORE_ENV_PREFIXES = ("AWS_", "GOOGLE_", "GCE_", "AZURE_", "FSSPEC_", "BOTO_")
+
+
+def _handed(name: str) -> bool:
+    return name == FAULT_ENV or name.startswith(STORE_ENV_PREFIXES)
+
+
+def handed_env() -> tuple[tuple[str, str], ...]:
+    """The variables a worker must see as this process has them *now*: the test-only fault switch and the
+    stores' credentials and endpoints. A worker is forked from a server started earlier, whose environment
+    may predate them (credentials set later, in a notebook; a test's). Hashable: a kept pool is reused
+    only while it is the same (:func:`dsclean.scanning.executors.local_pool`)."""
+    return tuple(sorted((k, v) for k, v in os.environ.items() if _handed(k)))
+
+
+def set_handed_env(env: tuple[tuple[str, str], ...]) -> None:
+    """In a worker: exactly ``env`` for the handed variables (those the sender had not are removed)."""
+    given = dict(env)
+    for name in [k for k in os.environ if _handed(k) and k not in given]:
+        del os.environ[name]
+    os.environ.update(given)
 
 
 def set_fault_switch(value: str | None) -> None:

@@ -33,22 +33,6 @@ MAX_INDEX_JSON = 256 << 20
 _COPY_PIECE = 8 << 20
 
 
-#: environment variables the stores read credentials and endpoints from
-_STORE_ENV = ("AWS_", "GOOGLE_", "GCE_", "AZURE_", "FSSPEC_", "BOTO_")
-
-
-def store_env() -> dict[str, str]:
-    """This process's credential and endpoint variables, for the workers reading a bucket's shards: they were
-    forked from a server started earlier, whose environment may predate them (set later, in a notebook)."""
-    return {k: v for k, v in os.environ.items() if k.startswith(_STORE_ENV)}
-
-
-def use_env(env: dict[str, str] | None) -> None:
-    """In a worker: the variables of :func:`store_env` as the task's sender had them."""
-    if env:
-        os.environ.update(env)
-
-
 class RetriedReader(io.RawIOBase):
     """An object read as a stream: each read of the fsspec file retried (at the same position) on throttling
     and server errors; a read that still fails raises :class:`~.events.ReadFailed` naming the key and why."""

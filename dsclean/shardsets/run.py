@@ -163,16 +163,9 @@ def check_tars(ss: ShardSet, options: ShardScanOptions, stop=None) -> Iterator[C
     backend = options.backend
     pool = make_pool(backend, jobs, None, first_formats(ss), options.check.facts)
     flight: InFlight = InFlight(plan(ss, pool.slots, options.column))
-    env = None
-    if ss.store is not None:
-        from .remote import store_env
-
-        env = store_env()
 
     def submit(task) -> Future:
-        return pool.executor.submit(
-            check_tar_part, ss.folder, ss.store, task, options.check, options.flags, pool.task, env
-        )
+        return pool.executor.submit(check_tar_part, ss.folder, ss.store, task, options.check, options.flags, pool.task)
 
     def results(checked: Checked) -> Iterator[Checked | Problem | ShardDone]:
         yield from checked.events

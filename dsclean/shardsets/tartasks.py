@@ -94,17 +94,11 @@ def check_tar_part(
     options: CheckOptions,
     flag_options: FlagOptions,
     checker: Callable[[SampleBytes, list, CheckOptions], list[Verdict]],
-    env: dict[str, str] | None = None,
 ) -> Checked:
     """Worker task: walk one shard part, check its media members ``checker`` (the pool's chunk task) a batch
     at a time, and hand back the rows made and what the main process must know."""
     from ..scanning.facts import flags_of
     from .results import problem_line, results_batch  # pyarrow: in the worker, not at import
-
-    if store is not None:
-        from .remote import use_env
-
-        use_env(env)  # the store's credentials as the sender has them
 
     out = Checked(task, [], [], [], {}, {}, {}, {}, b"")
     hashes: list[int] = []

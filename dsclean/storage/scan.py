@@ -299,12 +299,12 @@ def _run(
             if stop.signum:
                 return
         return
-    from ..scanning.worker import FAULT_ENV  # the fault switch as this process has it
+    from ..scanning.worker import handed_env  # credentials and the fault switch as this process has them now
 
     ctx = multiprocessing.get_context("forkserver")
-    faults = os.environ.get(FAULT_ENV)
+    env = handed_env()
     flight: InFlight[list[Obj]] = InFlight(chunks)
-    pool = ProcessPoolExecutor(jobs, mp_context=ctx, initializer=init_worker, initargs=(faults, options.check.facts))
+    pool = ProcessPoolExecutor(jobs, mp_context=ctx, initializer=init_worker, initargs=(env, options.check.facts))
 
     def submit(chunk: list[Obj]) -> Future:
         return pool.submit(run_chunk_isolated, (store, chunk, options.check, options.policy, options.read_threads))
@@ -327,7 +327,7 @@ def _run(
                 pool.shutdown(wait=False, cancel_futures=True)
                 lost += flight.drop()
                 pool = ProcessPoolExecutor(
-                    jobs, mp_context=ctx, initializer=init_worker, initargs=(faults, options.check.facts)
+                    jobs, mp_context=ctx, initializer=init_worker, initargs=(env, options.check.facts)
                 )
                 # every object of the lost tasks again, alone and one at a time: one that ends its process is certain
                 for obj in (obj for chunk in lost for obj in chunk):
@@ -336,7 +336,7 @@ def _run(
                     except BrokenProcessPool:
                         pool.shutdown(wait=False, cancel_futures=True)
                         pool = ProcessPoolExecutor(
-                            jobs, mp_context=ctx, initializer=init_worker, initargs=(faults, options.check.facts)
+                            jobs, mp_context=ctx, initializer=init_worker, initargs=(env, options.check.facts)
                         )
                         yield _crashed(obj)
             if stop.signum:

@@ -210,16 +210,16 @@ def run_chunk_isolated(args: tuple[Store, list[Obj], CheckOptions, ReadPolicy, i
     return check_objects(*args, isolated=True)
 
 
-def init_worker(faults: str | None, facts: bool) -> None:
-    """Initializer of the scan's worker processes: the local scan's (fault switch, end with the scan's
-    process), then every checker imported now, outside any check's time limit (a first check that
+def init_worker(env: tuple[tuple[str, str], ...], facts: bool) -> None:
+    """Initializer of the scan's worker processes: the local scan's (the handed variables: the stores'
+    credentials as the scan has them now, the fault switch; end with the scan's process), then every checker imported now, outside any check's time limit (a first check that
     imports its decoder under a loaded machine must not be mistaken for a hang)."""
     import importlib
 
     from ..scanning.executors import preload_modules
     from ..scanning.worker import start_worker
 
-    start_worker(faults)
+    start_worker(env)
     for name in preload_modules(None, facts):
         importlib.import_module(name)
     from PIL import Image

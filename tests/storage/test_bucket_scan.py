@@ -299,3 +299,31 @@ def test_one_scan_of_a_prefix_at_a_time_and_results_stay_local(bucket, s3fs_dire
     assert scan_bucket(url, opts(s3_endpoint, state_dir=str(tmp_path))).files == 3  # released: it runs
     with pytest.raises(UserError, match="--report is a local folder"):
         scan_bucket(url, opts(s3_endpoint, report_dir=f"s3://{bucket}/reports"))
+
+
+def test_workers_forked_from_a_server_started_without_credentials_read_with_the_current_ones(
+    bucket, s3fs_direct, s3_endpoint, tmp_path
+):
+    """A forkserver keeps the environment of its start; credentials set later (a notebook, a test) reach the
+    scan's workers all the same: each worker gets the stores' variables as the scan has them now."""
+    import subprocess
+    import sys
+
+    fill(s3fs_direct, bucket)
+    script = f"""
+import multiprocessing, os
+for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+    os.environ.pop(name)
+multiprocessing.get_context("forkserver").Process(target=print).start()  # the server starts without them
+os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
+from dsclean.scanning.results import read_results
+from dsclean.storage.scan import BucketScanOptions, scan_bucket
+options = BucketScanOptions(storage_options={{"endpoint_url": {s3_endpoint!r}}}, jobs=2, chunk_objects=1,
+                            report_dir={str(tmp_path / "r")!r})
+table = read_results(scan_bucket("s3://{bucket}/data", options).results_path).to_pydict()
+print(sorted(zip(table["status"], map(str, table["reason"]))))
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), *sys.path])}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180, env=env)
+    assert out.returncode == 0, out.stderr
+    assert "unreadable" not in out.stdout and "('bad', 'truncated')" in out.stdout, out.stdout
