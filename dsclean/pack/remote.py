@@ -45,6 +45,7 @@ STAGING = "pack-staging"
 #: beside the staging folder: the names this pack put (or was putting) in the bucket, each journaled before
 #: its upload; with no ``pack.json`` in the prefix yet, only these objects are this pack's (a killed run's)
 UPLOADED = "pack-uploaded.txt"
+PROBE = ".dsclean-write-check"  # an empty object a fresh pack writes and removes: the prefix is writable
 
 
 def staging_folder(url: str, state_dir: str | None = None) -> str:
@@ -127,6 +128,24 @@ def check_output_prefix(store: Store, staging: str) -> None:
             f"{store.url_of('')}: is not empty ({len(others)} entries, e.g. {others[0]!r}) and holds no "
             "dsclean pack (no pack.json); -o must be an empty prefix or a pack to resume"
         )
+    if not there:
+        _probe_write(store, staging)
+
+
+def _probe_write(store: Store, staging: str) -> None:
+    """A fresh pack: an empty object written (journaled first) and removed, so credentials that cannot
+    write the prefix are an error before a shard is packed, not after."""
+    _journal_upload(staging, PROBE)
+    try:
+        retried(lambda: store.fs.pipe_file(store.path(PROBE), b""), PROBE, ReadPolicy())
+    except Exception as exc:
+        raise UserError(
+            f"{store.url_of('')}: cannot write to the prefix: {classify(store.url_of(PROBE), exc).detail}"
+        ) from None
+    try:
+        retried(lambda: store.fs.rm_file(store.path(PROBE)), PROBE, ReadPolicy())
+    except Exception as exc:  # (journaled as this pack's: it blocks nothing; verify ignores it)
+        log.warning("%s: could not remove the write check: %s", store.url_of(PROBE), classify(PROBE, exc).detail)
 
 
 def open_store(url: str, options: dict) -> Store:

@@ -415,6 +415,12 @@ def test_a_missing_bucket_and_an_index_to_a_url_are_clear_errors(source, bucket,
     code, out, err = cli(["pack", source, "-o", missing, "--samples-per-shard", "2", *_so(s3_endpoint)])
     assert code == 2 and missing in err and "no such bucket" in err, out + err
     assert "resume" not in err and not os.path.exists(staging_folder(missing))  # refused before a shard was packed
+    # a prefix the credentials cannot write: refused before a shard is packed, not "run again to resume"
+    nowrite = f"s3://{bucket}/nowrite"
+    with FaultProxy(s3_endpoint, failures=100, status=403, match="/nowrite", puts=True) as proxy:
+        code, out, err = cli(["pack", source, "-o", nowrite, "--samples-per-shard", "2", *_so(proxy.url)])
+    assert code == 2 and nowrite in err and "cannot write" in err and "access denied (403)" in err, out + err
+    assert "resume" not in err and not os.path.exists(staging_folder(nowrite))
     code, out, err = cli(["verify", missing, *_so(s3_endpoint)])
     assert code == 2 and missing in err and "no such bucket" in err and "not a shard set" not in err, out + err
     code, out, err = cli(["index", source, "-o", f"s3://{bucket}/idx.arrow", *_so(s3_endpoint)])
