@@ -484,3 +484,14 @@ def test_a_folder_per_object_layout_keeps_no_class_per_folder_and_gives_no_label
     monkeypatch.setattr(bucketsource, "MAX_CLASSES", 4)  # at the bound: still classes
     index, _ = bucketsource.bucket_index(f"s3://{bucket}/q", {"endpoint_url": s3_endpoint})
     assert open_index(index).meta["classes"] == ["id1", "id2", "id3", "id4"]
+
+
+def test_a_local_output_inside_an_indexs_file_url_root_is_refused_as_inside(cli, tmp_path):
+    root = tmp_path / "ds"
+    (root / "cats").mkdir(parents=True)
+    (root / "cats" / "a.png").write_bytes(synth.png(16, 16, seed=1))
+    index = tmp_path / "i.arrow"
+    assert cli(["index", f"file://{root}", "-o", str(index), "--jobs", "1"]).code == 0
+    code, out, err = cli(["pack", str(index), "-o", str(root / "packed")])
+    assert code == 2 and "is inside the dataset" in err and f"file://{root}" in err, out + err
+    assert sorted(os.listdir(root)) == ["cats"]
