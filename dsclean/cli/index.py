@@ -174,6 +174,11 @@ def _build(args: argparse.Namespace):
     from ..storage.urls import is_url
 
     url = is_url(args.root)
+    if is_url(args.output or ""):
+        raise UserError(
+            f"{args.output}: -o must be a local file (or folder with --splits): the index is memory-mapped "
+            "where it is read; write it here and copy it where you need it"
+        )
     if args.storage_options and not url:
         raise UserError(f"--storage-option: only for a storage URL (s3://...), and {args.root} is local")
 

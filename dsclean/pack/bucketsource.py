@@ -39,6 +39,9 @@ log = logging.getLogger("dsclean.pack.bucketsource")
 #: the index of a prefix, in its state folder
 SOURCE_INDEX = "pack-source.arrow"
 _CHUNK = 65_536  # listed objects per Arrow chunk
+#: past this many distinct first folders they are not classes (an ``<id>/img.jpg`` layout): no labels, and no
+#: Python entry kept per folder
+MAX_CLASSES = 100_000
 
 
 def bad_keys(url: str, state_dir: str | None) -> tuple[pa.Array, str]:
@@ -148,7 +151,18 @@ class _List:
             top, sep, _ = o.rel.partition("/")
             if not sep:
                 self.in_folders = False
-            labels[i] = self.classes.setdefault(top, len(self.classes)) if sep else -1
+                self.classes.clear()
+            if not self.in_folders:  # no labels: no more classes kept (memory bounded whatever the layout)
+                labels[i] = -1
+                continue
+            labels[i] = self.classes.setdefault(top, len(self.classes))
+            if len(self.classes) > MAX_CLASSES:
+                log.warning(
+                    "more than %d first folders (e.g. an <id>/file layout): they are not classes; no labels",
+                    MAX_CLASSES,
+                )
+                self.in_folders = False
+                self.classes.clear()
         sinks["path"].append(pa.array([o.rel.encode("utf-8", "surrogateescape") for o in kept], pa.large_binary()))
         sinks["kind"].append(pa.array([KIND_CODE[kind_of(format_of_name(o.rel) or "")] for o in kept], pa.int8()))
         sinks["size"].append(pa.array([o.size for o in kept], sinks["size"].type))
@@ -163,8 +177,9 @@ class _List:
         remap = np.full(len(self.classes) + 1, -1, np.int32)  # (index -1: an object outside any folder)
         for label, name in enumerate(names):
             remap[self.classes[name]] = label
-        ids = np.memmap(self.labels_path, np.int32, "r") if self.rows else np.zeros(0, np.int32)
+        ids = np.memmap(self.labels_path, np.int32, "r") if self.rows and names else np.zeros(0, np.int32)
         for lo in range(0, self.rows, _CHUNK):
-            sink.append(pa.array(remap[np.asarray(ids[lo : lo + _CHUNK])], sink.type))
+            n = min(_CHUNK, self.rows - lo)
+            sink.append(pa.array(remap[np.asarray(ids[lo : lo + n])] if names else np.full(n, -1, np.int32), sink.type))
         del ids
         return names

@@ -51,7 +51,11 @@ def fetch(store: Store, rel: str, size: int, mtime_ns: int, policy: ReadPolicy) 
                 raise
             return Fetched(rel, size, mtime_ns, temp=temp)
         extra = {"max_concurrency": 1} if store.scheme in ("s3", "s3a") else {}  # one GET, no HEAD first
-        return Fetched(rel, size, mtime_ns, data=retried(lambda: fs.cat_file(path, **extra), rel, policy))
+        if size == 0 and not int(retried(lambda: fs.info(path), rel, policy).get("size") or 0):
+            return Fetched(rel, size, mtime_ns, data=b"")  # (a range of an empty object is refused)
+        # at most the indexed size + 1 byte: an object grown since indexing is "changed", never read whole
+        data = retried(lambda: fs.cat_file(path, start=0, end=size + 1, **extra), rel, policy)
+        return Fetched(rel, size, mtime_ns, data=data)
     except Exception as exc:
         return Fetched(rel, size, mtime_ns, error=classify(rel, exc))
 
@@ -97,7 +101,8 @@ def _source(store: Store, got: Fetched, known: bytes | None) -> Source | SourceP
         return SourceProblem(f"{where}: {got.error.detail}")
     if got.data is not None:
         if len(got.data) != size:
-            return SourceProblem(f"{where}: changed since it was indexed ({size} -> {len(got.data)} bytes)")
+            now = f"more than {size}" if len(got.data) > size else str(len(got.data))
+            return SourceProblem(f"{where}: changed since it was indexed ({size} -> {now} bytes)")
         checksum = known if known is not None else content_hash(got.data)
         return Source(
             got.data,

@@ -80,6 +80,9 @@ class PackOptions:
     shard_sink: Any = field(default=None, repr=False, compare=False)
     #: where a bucket source's listing and a bucket output's staging folder live (default: $DSCLEAN_STATE_DIR)
     state_dir: str | None = None
+    #: what ``pack.json`` records as the source index when it is not ``index`` itself: a bucket prefix's URL
+    #: for the listing index built in the state folder (no local state path in a pack written to a bucket)
+    source_name: str | None = None
 
 
 @dataclass
@@ -142,7 +145,7 @@ def _prepare(index: str, output: str, options: PackOptions, *, writing: bool = T
     root = str(meta["root"])
     remote = _is_url(root)
     out = os.path.abspath(output)
-    if not remote and locations.is_inside(out, root):
+    if not remote and locations.is_inside(out, root[len("file://") :] if root.startswith("file://") else root):
         raise UserError(
             f"{output}: is inside the dataset {root}; dsclean never writes into the data it packs: "
             "choose a folder outside it"
@@ -162,7 +165,14 @@ def _prepare(index: str, output: str, options: PackOptions, *, writing: bool = T
         if not denied
         else {**layout.to_json(), "denylist": content_hash("\n".join(sorted(denied)).encode()).hex()}
     )  # another deny-list is another pack: never resumed into this one
-    rec = state.record(index=index, identity=identity, rows=len(idx), root=root, layout=layout_json, shards=plan.shards)
+    rec = state.record(
+        index=options.source_name or index,
+        identity=identity,
+        rows=len(idx),
+        root=root,
+        layout=layout_json,
+        shards=plan.shards,
+    )
     ctx = _Context(index, out, meta, plan, identity, rec, chosen=chosen)
     if not writing:
         return ctx

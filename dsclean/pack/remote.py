@@ -42,11 +42,110 @@ METADATA = (
     locations.PACK_STATE_FILE,
 )
 STAGING = "pack-staging"
+#: beside the staging folder: the names this pack put (or was putting) in the bucket, each journaled before
+#: its upload; with no ``pack.json`` in the prefix yet, only these objects are this pack's (a killed run's)
+UPLOADED = "pack-uploaded.txt"
+PROBE = ".dsclean-write-check"  # an empty object a fresh pack writes and removes: the prefix is writable
 
 
 def staging_folder(url: str, state_dir: str | None = None) -> str:
     """Where a pack to ``url`` is built before it is uploaded (the URL's local state folder)."""
     return os.path.join(locations.url_state_dir(normalize(url), state_dir), STAGING)
+
+
+def uploaded_record(staging: str) -> str:
+    """The journal of the names this pack put in the bucket (:data:`UPLOADED`)."""
+    return os.path.join(os.path.dirname(staging), UPLOADED)
+
+
+def _our_uploads(staging: str) -> set[str]:
+    try:
+        with open(uploaded_record(staging), encoding="utf-8") as f:
+            return {line.rstrip("\n") for line in f if line.strip()}
+    except FileNotFoundError:
+        return set()
+
+
+def _journal_upload(staging: str, name: str) -> None:
+    """Record ``name`` as this pack's before it is uploaded (a kill after the PUT leaves it recorded)."""
+    with open(uploaded_record(staging), "a", encoding="utf-8") as f:
+        f.write(name + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def bucket_of(store: Store) -> str:
+    """The bucket (container) part of the store's root."""
+    return store.root.split("/", 1)[0]
+
+
+def require_bucket(store: Store) -> None:
+    """A clear error naming the URL when the bucket does not exist (or cannot be looked up)."""
+    bucket = bucket_of(store)
+    try:
+        there = retried(lambda: store.fs.exists(bucket), bucket, ReadPolicy())
+    except Exception as exc:
+        raise UserError(
+            f"{store.url_of('')}: cannot reach the bucket {bucket}: {classify(bucket, exc).detail}"
+        ) from None
+    if not there:
+        raise UserError(
+            f"{store.url_of('')}: no such bucket ({bucket}); check the URL and --storage-option endpoint_url"
+        )
+
+
+def list_prefix(store: Store) -> dict[str, int | None]:
+    """The names directly under the prefix: an object's size, None for a "folder" (the listing's error named)."""
+    cut = len(store.root) + 1
+    try:
+        found = retried(lambda: store.fs.ls(store.root, detail=True, refresh=True), "list", ReadPolicy())
+    except FileNotFoundError:
+        return {}
+    except Exception as exc:
+        if classify("", exc).reason != "vanished":
+            raise _fail(store, "", exc, "list the prefix") from None
+        return {}
+    out: dict[str, int | None] = {}
+    for i in found:
+        name = str(i["name"]).rstrip("/")[cut:]
+        if name:
+            out[name] = int(i.get("size") or 0) if i.get("type") == "file" else None
+    return out
+
+
+def check_output_prefix(store: Store, staging: str) -> None:
+    """Before anything is packed: the bucket exists and the prefix is empty, holds a dsclean pack
+    (``pack.json``), or holds only objects this pack uploaded (a killed run's, :data:`UPLOADED`), as a
+    local ``-o`` folder must be empty or a pack to resume. The user's objects are never written over."""
+    require_bucket(store)
+    there = list_prefix(store)
+    if locations.PACK_STATE_FILE in there:
+        return  # a pack: refuse_other_pack / the packer's pack.json check decide
+    ours = _our_uploads(staging)
+    others = sorted(n for n in there if n not in ours)
+    if others:
+        raise UserError(
+            f"{store.url_of('')}: is not empty ({len(others)} entries, e.g. {others[0]!r}) and holds no "
+            "dsclean pack (no pack.json); -o must be an empty prefix or a pack to resume"
+        )
+    if not there:
+        _probe_write(store, staging)
+
+
+def _probe_write(store: Store, staging: str) -> None:
+    """A fresh pack: an empty object written (journaled first) and removed, so credentials that cannot
+    write the prefix are an error before a shard is packed, not after."""
+    _journal_upload(staging, PROBE)
+    try:
+        retried(lambda: store.fs.pipe_file(store.path(PROBE), b""), PROBE, ReadPolicy())
+    except Exception as exc:
+        raise UserError(
+            f"{store.url_of('')}: cannot write to the prefix: {classify(store.url_of(PROBE), exc).detail}"
+        ) from None
+    try:
+        retried(lambda: store.fs.rm_file(store.path(PROBE)), PROBE, ReadPolicy())
+    except Exception as exc:  # (journaled as this pack's: it blocks nothing; verify ignores it)
+        log.warning("%s: could not remove the write check: %s", store.url_of(PROBE), classify(PROBE, exc).detail)
 
 
 def open_store(url: str, options: dict) -> Store:
@@ -99,6 +198,7 @@ def upload_pack(staging: str, store: Store) -> tuple[int, int]:
         if name in shards and _same_object(store, name, local):
             skipped += 1
             continue
+        _journal_upload(staging, name)
         try:
             retried(lambda: store.fs.put_file(local, store.path(name)), name, ReadPolicy())  # noqa: B023
         except Exception as exc:
@@ -140,20 +240,13 @@ class BucketShards:
         self._there: dict[str, int] | None = None
 
     def _listing(self) -> dict[str, int]:
+        """The prefix's objects that are this pack's: all of them under its ``pack.json``, else those the
+        local journal says this pack uploaded (:data:`UPLOADED`); never a foreign object of the same name."""
         if self._there is None:
             refuse_other_pack(self.store, self.staging)
-            cut = len(self.store.root) + 1
-            try:
-                found = retried(
-                    lambda: self.store.fs.ls(self.store.root, detail=True, refresh=True), "list", ReadPolicy()
-                )
-            except FileNotFoundError:
-                found = []
-            except Exception as exc:
-                if classify("", exc).reason != "vanished":
-                    raise _fail(self.store, "", exc, "list the prefix") from None
-                found = []
-            self._there = {str(i["name"])[cut:]: int(i.get("size") or 0) for i in found if i.get("type") == "file"}
+            found = list_prefix(self.store)
+            ours = None if locations.PACK_STATE_FILE in found else _our_uploads(self.staging)
+            self._there = {n: s for n, s in found.items() if s is not None and (ours is None or n in ours)}
         return self._there
 
     def has(self, name: str) -> bool:
@@ -162,6 +255,7 @@ class BucketShards:
 
     def put(self, path: str, name: str) -> None:
         self._listing()
+        _journal_upload(self.staging, name)
         try:
             retried(lambda: self.store.fs.put_file(path, self.store.path(name)), name, ReadPolicy())
         except Exception as exc:
@@ -183,6 +277,7 @@ def pack_to_bucket(run: Callable[[str, Any], Any], url: str, storage_options: di
     store = open_store(url, storage_options)
     staging = staging_folder(url, state_dir)
     os.makedirs(os.path.dirname(staging), exist_ok=True)
+    check_output_prefix(store, staging)
     adopted = _adopt_record(store, staging)
     try:
         summary = run(staging, BucketShards(store, staging))
@@ -209,6 +304,8 @@ def pack_to_bucket(run: Callable[[str, Any], Any], url: str, storage_options: di
                 f"({skipped} shards were already there), pack.json last"
             )
         shutil.rmtree(staging)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(uploaded_record(staging))  # the bucket's pack.json vouches for its objects from now on
     summary.output = url
     return summary
 
@@ -225,16 +322,16 @@ def pack_url(index: str, output: str, options: Any, pack: Callable[..., Any]) ->
         raise UserError("--part and --finish write a pack in a shared folder: a pack to a bucket is one command")
     note = None
     if is_url(index) and not index.startswith("file://"):
-        if remote_out and (normalize(output) + "/").startswith(normalize(index) + "/"):
-            raise UserError(
-                f"{output}: is inside the prefix {index} it packs; dsclean never writes into the data it packs: "
-                "choose a prefix outside it"
-            )
+        _refuse_inside(output, normalize(index), index)
+        source = normalize(index)
         index, left = bucket_index(index, storage, state_dir)
+        options = replace(options, source_name=source)  # pack.json records the URL, not the local listing index
         note = (
             f"{left['bad']} objects left out: found bad by the last scan of the prefix, or warned about with a "
             f"reason an index leaves out ({left['results']})"
         )
+    else:
+        _refuse_inside(output, _recorded_root(index), index)
     if remote_out:
         summary = pack_to_bucket(
             lambda staging, sink: pack(index, staging, replace(options, shard_sink=sink)), output, storage, state_dir
@@ -244,6 +341,39 @@ def pack_url(index: str, output: str, options: Any, pack: Callable[..., Any]) ->
     if note:
         summary.notes.insert(0, note)
     return summary
+
+
+def _recorded_root(index: str) -> str | None:
+    """The root an index records (a URL for an index of a bucket prefix), None if it cannot be read here
+    (the packer names that error)."""
+    from ..index.store import read_meta
+
+    try:
+        return str(read_meta(os.path.abspath(index))["root"])
+    except (UserError, OSError, KeyError, ValueError, TypeError):
+        return None
+
+
+def _refuse_inside(output: str, root: str | None, source: str) -> None:
+    """dsclean never writes into the data it packs: ``output`` inside ``root`` (a URL, or a ``file://`` root
+    against a local ``-o``) is refused before anything is read or written."""
+    if not root:
+        return
+    if is_url(root) and not root.startswith("file://"):
+        if not (is_url(output) and not output.startswith("file://")):
+            return
+        out, base = normalize(output), normalize(root)
+    else:
+        base = root[len("file://") :] if root.startswith("file://") else root
+        out = output[len("file://") :] if output.startswith("file://") else output
+        if is_url(out):
+            return
+        base, out = os.path.abspath(base), os.path.abspath(out)
+    if out == base or out.startswith(base.rstrip("/") + "/"):
+        raise UserError(
+            f"{output}: is inside the prefix {root} that {source} packs; dsclean never writes into the data it "
+            "packs: choose a prefix outside it"
+        )
 
 
 def _adopt_record(store: Store, staging: str) -> bool:
@@ -273,6 +403,7 @@ def has_pack(url: str, storage_options: dict) -> bool:
                 return True
         except Exception as exc:
             raise _fail(store, name, exc, "look it up") from None
+    require_bucket(store)  # "no such bucket", not "not a shard set"
     return False
 
 

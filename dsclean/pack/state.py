@@ -37,7 +37,12 @@ def record(*, index: str, identity: str, rows: int, root: str, layout: dict, sha
     return {
         "format": FORMAT,
         "version": VERSION,
-        "source": {"index": os.path.abspath(index), "identity": identity, "rows": rows, "root": root},
+        "source": {
+            "index": index if "://" in index else os.path.abspath(index),
+            "identity": identity,
+            "rows": rows,
+            "root": root,
+        },
         "layout": layout,
         "shards": shards,
     }

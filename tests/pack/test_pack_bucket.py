@@ -216,6 +216,12 @@ def test_a_pack_to_a_bucket_killed_mid_upload_is_resumed(
     code, stdout, err = cli(args)
     assert code != 0 and "cannot be resumed" in err and staging_folder(dest) in err
     s3fs_direct.rm_file(f"{bucket}/data/cats/new.png")
+    # only the shards this pack uploaded (its local journal) are its own: a user's object beside them is refused
+    s3fs_direct.pipe_file(f"{bucket}/shards/notes.txt", b"mine")
+    code, stdout, err = cli(args)
+    assert code == 2 and "is not empty" in err and "notes.txt" in err
+    assert s3fs_direct.cat_file(f"{bucket}/shards/notes.txt") == b"mine"
+    s3fs_direct.rm_file(f"{bucket}/shards/notes.txt")
     code, stdout, err = cli([*args, "--json"])
     assert code == 0, err
     again = json.loads(stdout)
@@ -367,3 +373,125 @@ def test_an_index_of_a_bucket_prefix_packs_like_the_prefix(source, s3_endpoint, 
     assert _packed_paths(str(out)) == sorted(GOOD)
     code, stdout, err = cli(["verify", str(out), "--decode"])
     assert code == 0, stdout + err
+
+
+def test_a_prefix_holding_the_users_objects_and_no_pack_is_refused_and_they_stay(
+    source, bucket, s3fs_direct, s3_endpoint, cli
+):
+    """As a local -o folder that is not empty and holds no pack: refused before anything is packed, the
+    objects there untouched (an object named like a shard is never taken for this pack's)."""
+    s3fs_direct.pipe_file(f"{bucket}/foreign2/index.arrow", b"users own bytes")
+    s3fs_direct.pipe_file(f"{bucket}/foreign3/data-000000.tar", b"not a dsclean shard")
+    for prefix, name, body in (("foreign2", "index.arrow", b"users own bytes"), ("foreign3", "data-000000.tar", None)):
+        dest = f"s3://{bucket}/{prefix}"
+        code, out, err = cli(["pack", source, "-o", dest, "--samples-per-shard", "2", *_so(s3_endpoint)])
+        assert code == 2, out + err
+        assert dest in err and "is not empty" in err and "holds no dsclean pack" in err and name in err
+        assert "remove that shard" not in err
+        s3fs_direct.invalidate_cache()
+        assert sorted(p.rsplit("/", 1)[1] for p in s3fs_direct.ls(f"{bucket}/{prefix}", refresh=True)) == [name]
+        assert s3fs_direct.cat_file(f"{bucket}/{prefix}/{name}") == (body or b"not a dsclean shard")
+        assert not os.path.exists(staging_folder(dest))  # nothing packed
+
+
+def test_a_pack_of_an_index_of_a_bucket_prefix_into_that_prefix_is_refused(
+    source, bucket, s3fs_direct, s3_endpoint, cli, tmp_path
+):
+    index = tmp_path / "train.arrow"
+    assert cli(["index", source, "-o", str(index), "--jobs", "1", *_so(s3_endpoint)]).code == 0
+    for dest in (f"{source}/packed", source, f"{source}/"):
+        code, out, err = cli(["pack", str(index), "-o", dest, *_so(s3_endpoint)])
+        assert code == 2 and "inside the prefix" in err and dest in err, out + err
+    s3fs_direct.invalidate_cache()
+    assert not s3fs_direct.exists(f"{bucket}/data/packed")
+    assert not [k for k in s3fs_direct.find(f"{bucket}/data") if k.endswith((".tar", "pack.json"))]
+    # a sibling prefix whose name starts the same is outside it
+    code, out, err = cli(["pack", str(index), "-o", f"{source}-packed", *_so(s3_endpoint)])
+    assert code == 0, err
+
+
+def test_a_missing_bucket_and_an_index_to_a_url_are_clear_errors(source, bucket, s3_endpoint, cli, tmp_path):
+    missing = "s3://no-such-bucket-dsclean/x"
+    code, out, err = cli(["pack", source, "-o", missing, "--samples-per-shard", "2", *_so(s3_endpoint)])
+    assert code == 2 and missing in err and "no such bucket" in err, out + err
+    assert "resume" not in err and not os.path.exists(staging_folder(missing))  # refused before a shard was packed
+    # a prefix the credentials cannot write: refused before a shard is packed, not "run again to resume"
+    nowrite = f"s3://{bucket}/nowrite"
+    with FaultProxy(s3_endpoint, failures=100, status=403, match="/nowrite", puts=True) as proxy:
+        code, out, err = cli(["pack", source, "-o", nowrite, "--samples-per-shard", "2", *_so(proxy.url)])
+    assert code == 2 and nowrite in err and "cannot write" in err and "access denied (403)" in err, out + err
+    assert "resume" not in err and not os.path.exists(staging_folder(nowrite))
+    code, out, err = cli(["verify", missing, *_so(s3_endpoint)])
+    assert code == 2 and missing in err and "no such bucket" in err and "not a shard set" not in err, out + err
+    code, out, err = cli(["index", source, "-o", f"s3://{bucket}/idx.arrow", *_so(s3_endpoint)])
+    assert code == 2 and "-o must be a local file" in err and f"s3://{bucket}/idx.arrow" in err, out + err
+    assert "does not exist" not in err
+
+
+def test_the_uploaded_pack_json_records_the_source_url_and_resumes_from_another_state_folder(
+    source, bucket, s3fs_direct, s3_endpoint, cli, tmp_path
+):
+    dest = f"s3://{bucket}/shards"
+    args = ["pack", source, "-o", dest, "--samples-per-shard", "2", "--shuffle", "1", *_so(s3_endpoint)]
+    code, out, err = cli([*args, "--state-dir", str(tmp_path / "machine-a"), "--json"])
+    assert code == 0, err
+    first = json.loads(out)
+    assert first["complete"] and first["written"] >= 2
+    recorded = json.loads(s3fs_direct.cat_file(f"{bucket}/shards/pack.json"))
+    assert recorded["source"]["index"] == source and recorded["source"]["root"] == source
+    assert str(tmp_path) not in json.dumps(recorded)
+    code, out, err = cli([*args, "--state-dir", str(tmp_path / "machine-b"), "--json"])
+    assert code == 0, err
+    again = json.loads(out)
+    assert again["complete"] and again["reused"] == first["written"] and again["written"] == 0
+
+
+def test_an_object_grown_since_indexing_is_read_only_up_to_its_size_and_named_changed(
+    source, bucket, s3fs_direct, s3_endpoint, tmp_path
+):
+    from dsclean.pack.bucketsource import bucket_index
+    from dsclean.pack.objsource import fetch
+    from dsclean.pack.packer import PackOptions, pack_shards
+    from dsclean.storage.fs import Store
+    from dsclean.storage.reads import ReadPolicy
+
+    index, _ = bucket_index(source, {"endpoint_url": s3_endpoint})
+    size = len(GOOD["cats/b.png"]())
+    s3fs_direct.pipe_file(f"{bucket}/data/cats/b.png", GOOD["cats/b.png"]() + b"\0" * 100_000)
+    got = fetch(Store(source, {"endpoint_url": s3_endpoint}), "cats/b.png", size, 0, ReadPolicy())
+    assert got.error is None and got.data is not None and len(got.data) == size + 1  # not the 100 kB it holds
+    s3fs_direct.pipe_file(f"{bucket}/data/empty.png", b"")
+    assert fetch(Store(source, {"endpoint_url": s3_endpoint}), "empty.png", 0, 0, ReadPolicy()).data == b""
+    options = PackOptions(storage_options={"endpoint_url": s3_endpoint}, samples_per_shard=1, shuffle=None)
+    summary = pack_shards(index, str(tmp_path / "o"), options)
+    assert not summary.complete
+    problem = [f for f in summary.failures if "cats/b.png" in f]
+    assert problem and "changed since it was indexed" in problem[0] and f"more than {size}" in problem[0]
+
+
+def test_a_folder_per_object_layout_keeps_no_class_per_folder_and_gives_no_labels(
+    bucket, s3fs_direct, s3_endpoint, monkeypatch
+):
+    from dsclean.index.store import open_index
+    from dsclean.pack import bucketsource
+
+    monkeypatch.setattr(bucketsource, "MAX_CLASSES", 2)
+    for rel in ("id1/img.png", "id2/img.png", "id3/img.png", "id4/img.png"):
+        s3fs_direct.pipe_file(f"{bucket}/q/{rel}", synth.png(8, 8, seed=len(rel)))
+    index, _ = bucketsource.bucket_index(f"s3://{bucket}/q", {"endpoint_url": s3_endpoint})
+    idx = open_index(index)
+    assert idx.meta["classes"] == [] and list(map(int, idx.labels)) == [-1] * 4 and len(idx) == 4
+    monkeypatch.setattr(bucketsource, "MAX_CLASSES", 4)  # at the bound: still classes
+    index, _ = bucketsource.bucket_index(f"s3://{bucket}/q", {"endpoint_url": s3_endpoint})
+    assert open_index(index).meta["classes"] == ["id1", "id2", "id3", "id4"]
+
+
+def test_a_local_output_inside_an_indexs_file_url_root_is_refused_as_inside(cli, tmp_path):
+    root = tmp_path / "ds"
+    (root / "cats").mkdir(parents=True)
+    (root / "cats" / "a.png").write_bytes(synth.png(16, 16, seed=1))
+    index = tmp_path / "i.arrow"
+    assert cli(["index", f"file://{root}", "-o", str(index), "--jobs", "1"]).code == 0
+    code, out, err = cli(["pack", str(index), "-o", str(root / "packed")])
+    assert code == 2 and "is inside the dataset" in err and f"file://{root}" in err, out + err
+    assert sorted(os.listdir(root)) == ["cats"]

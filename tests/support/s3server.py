@@ -55,7 +55,7 @@ class FaultProxy:
     not forwarded and answered 500 (the retry that fails). ``deletes`` lists what happened to each.
     ``rewrite_listing``: a listing request (``GET /bucket?list-type=2&...``) is forwarded as this function
     makes it (a hostile or broken server: another prefix, a continuation token dropped).
-    ``listings``: bucket listings fail as object GETs do."""
+    ``listings``: bucket listings fail as object GETs do; ``puts``: object PUTs (uploads) too."""
 
     def __init__(
         self,
@@ -70,12 +70,14 @@ class FaultProxy:
         fail_deletes: int = 0,
         rewrite_listing: Callable[[str], str] | None = None,
         heads: bool = False,
+        puts: bool = False,
     ):
         self.upstream = upstream.removeprefix("http://")
         self.listings = listings
         self.failures, self.status, self.match, self.latency = failures, status, match, latency
         self.lose_deletes, self.fail_deletes = lose_deletes, fail_deletes
         self.heads = heads  # inject into object HEADs too (a HEAD's error has no body: the status says it)
+        self.puts = puts  # inject into object PUTs (uploads) too: a prefix the credentials cannot write
         self.rewrite_listing = rewrite_listing  # request path+query of a ListObjectsV2 -> what is forwarded
         self.deletes: list[tuple[str, str]] = []  # (path, "forwarded, answer lost" | "failed" | "forwarded")
         self.injected = 0
@@ -99,6 +101,7 @@ class FaultProxy:
                 path = self.path.split("?", 1)[0]
                 methods = ("GET", "HEAD") if proxy.heads else ("GET",)
                 is_object = self.command in methods and path.count("/") >= 2 and "?" not in self.path
+                is_object = is_object or (proxy.puts and self.command == "PUT" and path.count("/") >= 2)
                 with proxy._lock:
                     proxy.requests += 1
                     if is_object:
