@@ -152,6 +152,11 @@ def _prepare(index: str, output: str, options: PackOptions, *, writing: bool = T
         )
     if meta.get("packed"):
         raise UserError(f"{index}: is a packed index (of shards); pack the source index instead")
+    if root.startswith("file://"):
+        raise UserError(
+            f"{index}: its root is the URL {root}: pack reads a local folder by its path; index the folder itself "
+            f"(dsclean index {root[len('file://') :]} -o INDEX) and pack that index"
+        )
     if not remote and not os.path.isdir(root):
         raise UserError(f"{index}: its root {root} is not a folder (moved?); the files to pack must be there")
     idx = open_index(index)

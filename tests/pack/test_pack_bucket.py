@@ -495,3 +495,14 @@ def test_a_local_output_inside_an_indexs_file_url_root_is_refused_as_inside(cli,
     code, out, err = cli(["pack", str(index), "-o", str(root / "packed")])
     assert code == 2 and "is inside the dataset" in err and f"file://{root}" in err, out + err
     assert sorted(os.listdir(root)) == ["cats"]
+
+
+def test_an_index_of_a_file_url_is_refused_by_pack_with_the_way_out(tmp_path, cli):
+    data = tmp_path / "data" / "cats"
+    data.mkdir(parents=True)
+    (data / "a.png").write_bytes(synth.png(16, 16, seed=1))
+    index = tmp_path / "f.arrow"
+    code, _, err = cli(["index", f"file://{tmp_path / 'data'}", "-o", str(index), "--jobs", "1"])
+    assert code == 0, err
+    code, _, err = cli(["pack", str(index), "-o", str(tmp_path / "out")])
+    assert code == 2 and "file://" in err and f"dsclean index {tmp_path / 'data'}" in err and "Traceback" not in err
