@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections.abc
 import dataclasses
 import io
+import logging
 import operator
 import os
 import re
@@ -37,6 +38,7 @@ from . import shards
 from .errors import SampleError, UnsafePathError
 from .loaders import DEFAULT_LOADERS, default_loaders
 
+log = logging.getLogger("dsclean.data.dataset")
 _ON_ERROR = ("raise", "skip", "replace")  # skip/replace: dsclean.guard's (dsclean/data/guard.py)
 _FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 #: IndexedDataset(follow_symlinks=...): links must stay inside the root, or may lead anywhere
@@ -259,7 +261,9 @@ class IndexedDataset(Dataset):
         self.store = _store_of(index, self.root, storage_options)
         if self.store is not None:
             self.root = self.store.url
-        elif not self.packed and not os.path.isdir(self.root):
+        # where local reads happen: the root, or a file:// root's folder (read with the local checks, not fsspec's)
+        self._fs_root = self._local_root()
+        if self._fs_root is not None and not os.path.isdir(self._fs_root):
             raise UserError(f"{index}: its root {self.root} is not a folder; pass root= if the dataset moved")
         self.loader_profile = _loader_profile(index, meta, loader, loader_profile, allow_loader_mismatch)
         if loader is None and self.loader_profile not in (None, "pillow", "soundfile"):
@@ -275,6 +279,8 @@ class IndexedDataset(Dataset):
         self._trusted: tuple | None = None
         self._rows = len(self._mapped())  # validated here, once; workers trust it for the same file identity
         self._trusted = self._idx.identity
+        if self.store is not None and self.store.scheme != "file":
+            self._check_store()
 
     @classmethod
     def from_folder(
@@ -356,6 +362,7 @@ class IndexedDataset(Dataset):
                 "_rows",
                 "_trusted",
                 "store",  # a URL root's Store: its URL and options; each process opens its own filesystem
+                "_fs_root",
             )
         }
 
@@ -383,8 +390,8 @@ class IndexedDataset(Dataset):
             self._idx = idx
             self._generation = _fork_generation
             self._pid = os.getpid()
-            self._real_root = None if self.packed else os.path.realpath(self.root)
-            self._root_prefix = "" if self.packed else os.path.join(self.root, "")
+            self._real_root = None if self._fs_root is None else os.path.realpath(self._fs_root)
+            self._root_prefix = "" if self._fs_root is None else os.path.join(self._fs_root, "")
             self._folders = FolderTable()
             # memoryviews over the mapped columns for the per-sample path: indexing one gives a Python int
             # (no numpy scalar), slicing the data gives the path bytes; still zero copy
@@ -466,7 +473,13 @@ class IndexedDataset(Dataset):
         if self.packed:
             return self._packed_set.read(j)
         if self.store is not None:
-            return self._read_object(j, os.fsdecode(idx.path_bytes(j)))
+            from ..storage.reads import ObjectError
+
+            rel = os.fsdecode(idx.path_bytes(j))
+            try:
+                return self._read_object(j, rel)
+            except (ObjectError, OSError) as exc:  # as a sample's read: a SampleError naming the key
+                raise self._error(j, rel, str(exc)) from exc
         full, _ = self._resolve(j, os.fsdecode(idx.path_bytes(j)))
         with open_regular_file(full) as f:
             return f.read()
@@ -566,7 +579,12 @@ class IndexedDataset(Dataset):
         if not rel or rel[0] == "/" or "\0" in rel or ".." in rel.split("/"):
             raise self._unsafe(j, rel, "refused: the key is absolute or escapes the prefix")
         assert self.store is not None
-        data = read_object(self.store, rel)
+        if self.store.scheme == "file":  # a local folder: the local path's checks (links, FIFOs), never fsspec's
+            full, _ = self._resolve(j, rel)
+            with open_regular_file(full) as f:
+                data = f.read()
+        else:
+            data = read_object(self.store, rel)
         if self.check_stale and len(data) != self._sizes[j]:
             raise StaleEntryError(
                 f"stale index entry: the object is {len(data)} bytes, the index recorded {self._sizes[j]}; "
@@ -655,7 +673,7 @@ class IndexedDataset(Dataset):
                 "(IndexedDataset(..., follow_symlinks='all') follows such links)",
             )
         try:
-            with os.scandir(os.path.join(self.root, folder)) as it:
+            with os.scandir(os.path.join(self._fs_root or "", folder)) as it:
                 links = any(e.is_symlink() for e in it)
         except OSError:
             links = True  # cannot list it: check each file on its own
@@ -664,13 +682,64 @@ class IndexedDataset(Dataset):
 
     def _folder_outside(self, folder: str) -> str | None:
         """The real path of ``root/folder`` if it lies outside the root, else None."""
-        real = os.path.realpath(os.path.join(self.root, folder))
+        real = os.path.realpath(os.path.join(self._fs_root or "", folder))
         return None if self._inside(real) else real
 
     def _inside(self, real: str) -> bool:
         if self._real_root is None:
-            self._real_root = os.path.realpath(self.root)
+            self._real_root = os.path.realpath(self._fs_root or "")
         return real.startswith(self._real_root.rstrip(os.sep) + os.sep)
+
+    def _local_root(self) -> str | None:
+        """The folder local reads resolve against: the root, a ``file://`` root's path; None for a packed set or
+        a bucket."""
+        if self.packed:
+            return None
+        if self.store is None:
+            return self.root
+        if self.store.scheme != "file":
+            return None
+        from urllib.parse import unquote, urlsplit
+
+        return unquote(urlsplit(self.store.url).path) or "/"
+
+    def _check_store(self) -> None:
+        """Open the store's filesystem here (the constructing process; workers open their own) and ask for the
+        first object's metadata (one HEAD): wrong storage options or credentials are the user's mistake, said
+        once with the index and the URL, never a silently skipped sample each. A missing object (404) or a
+        transient failure is left to the sample's own read."""
+        from ..storage.reads import describe, http_status, is_transient, quiet_store_retries
+        from ..storage.urls import scrub
+
+        store = self.store
+        assert store is not None
+        fs = store.fs  # a bad option the backend refuses at once: a UserError from open_filesystem
+        quiet_store_retries(fs, store.scheme)
+        if not self._rows:
+            return
+        rel = os.fsdecode(self._idx.path_bytes(0))  # type: ignore[union-attr]
+        try:
+            fs.info(store.path(rel))
+        except Exception as exc:
+            status = http_status(exc)
+            if isinstance(exc, FileNotFoundError) or status == 404:
+                return
+            if is_transient(exc):
+                log.warning(
+                    "%s: the first object of %s did not answer (%s); reading anyway",
+                    self.index,
+                    store.url,
+                    scrub(describe(exc), store.options),
+                )
+                return
+            if isinstance(exc, PermissionError) or status == 403:
+                cause = "access denied (403): check the credentials and their rights on the bucket"
+            else:
+                cause = f"{type(exc).__name__}: {describe(exc)}"
+            raise UserError(
+                f"{self.index}: cannot read {store.url_of(rel)} (its first sample): {scrub(cause, store.options)}; "
+                "check storage_options= and the credentials (environment, profile)"
+            ) from None
 
     def _unsafe(self, j: int, rel: str, cause: str) -> UnsafePathError:
         return UnsafePathError(self._message(j, rel, cause), index=j, path=rel, root=self.root)

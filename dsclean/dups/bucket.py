@@ -24,7 +24,7 @@ from ..quality.texture import is_unstable
 from ..scanning.verdict import encode_path
 from ..splits import MAX_TOP_ENTRIES, SPLIT_NAMES, splits_among
 from ..storage.fs import Store
-from ..storage.listing import Obj, iter_objects, probe
+from ..storage.listing import Obj, iter_objects, probe, top_entries
 from ..storage.manifest import ManifestStats, iter_manifest
 from ..storage.reads import ReadPolicy, classify, describe, quiet_store_retries, retried
 from ..storage.reuse import IDS_FILE, RECORD_FILE, identity
@@ -82,8 +82,10 @@ def split_prefixes(url: str, options: dict, names=SPLIT_NAMES) -> list[str]:
 def _top_level(store: Store) -> Iterator[tuple[str, bool]]:
     """(name, is a folder) of the prefix's top level; S3: ``list_objects_v2`` with a delimiter, paged."""
     if store.scheme not in ("s3", "s3a"):
-        for info in store.fs.ls(store.root, detail=True)[: MAX_TOP_ENTRIES + 1]:
-            yield os.path.basename(str(info.get("name", "")).rstrip("/")), info.get("type") == "directory"
+        for n, entry in enumerate(top_entries(store, store.root)):
+            if n > MAX_TOP_ENTRIES:
+                return
+            yield entry
         return
     from fsspec.asyn import sync
 

@@ -34,7 +34,7 @@ from ..scanning.check import CheckOptions
 from ..scanning.results import read_results_meta
 from ..scanning.scanner import usable_cores
 from ..storage.fs import Store
-from ..storage.listing import ListingStats, Obj, iter_objects
+from ..storage.listing import ListingStats, Obj, iter_objects, top_entries
 from ..storage.reads import DEFAULT_READ_THREADS, ReadPolicy, classify, quiet_store_retries, retried
 from ..storage.reuse import IDS_FILE, RECORD_FILE, identity, last_results
 from ..storage.scan import probe_prefix
@@ -48,7 +48,7 @@ from .judge import (
     results_batches,
     results_info,
 )
-from .labels import read_labels_csv, sort_key
+from .labels import MAX_FOLDER_CLASSES, read_labels_csv, sort_key
 from .options import IndexOptions, with_overrides
 from .spill import Sorter, aligned, make_spill_folder
 from .store import KIND_CODE, LARGE_PATH_BYTES, disk_size, index_schema, make_meta, one_chunk, resolve_format
@@ -156,6 +156,11 @@ def build_bucket_index(
         for batch in _list(store, listing, exclude, options.progress):
             if mode == "folder":
                 names.update(pc.unique(batch.column("cls")).to_pylist())
+                if len(names) > MAX_FOLDER_CLASSES:
+                    raise UserError(
+                        f"{store.url}: more than {MAX_FOLDER_CLASSES:,} distinct first folders: folder labels would "
+                        "make each one a class (a <id>/file layout?); label with --labels FILE.csv, or --no-labels"
+                    )
             files.add(batch)
         summary.discovery.media = listing.objects - listing.skipped_other - listing.skipped_hidden
         summary.discovery.hidden = listing.skipped_hidden
@@ -294,9 +299,9 @@ def top_folders(store: Store, rel: str, policy: ReadPolicy, limit: int | None = 
                     break  # the last page (or a repeated token: every loop makes progress)
                 kwargs["ContinuationToken"] = token
         else:
-            for entry in retried(lambda: store.fs.ls(base, detail=True), store.url, policy):
-                if entry.get("type") == "directory":
-                    names.append(str(entry["name"]).rstrip("/").rsplit("/", 1)[-1])
+            for name, is_dir in retried(lambda: top_entries(store, base), store.url, policy):
+                if is_dir:
+                    names.append(name)
                     if limit is not None and len(names) > limit:
                         return None
     except FileNotFoundError:

@@ -32,6 +32,9 @@ from ..errors import UserError
 from ..locations import LEGACY_STATE_DIR
 from ..scanning.discover import QUARANTINE_MARKER
 
+#: folder labels past this many classes are refused (a bucket index keeps one set entry a class while listing)
+MAX_FOLDER_CLASSES = 100_000
+
 
 def folder_classes(root: str, exclude: Iterable[str], *, include_hidden: bool = False) -> list[str]:
     """ImageFolder classes: sorted names of the folders directly under the root (symlinks followed).

@@ -52,9 +52,11 @@ class Store:
     @property
     def fs(self) -> Any:
         """The filesystem, opened in this process: a forked child (a DataLoader worker) opens its own, since an
-        async filesystem made in the parent is bound to the parent's event loop thread, which the child lacks."""
+        async filesystem made in the parent is bound to the parent's event loop thread, which the child lacks.
+        Always a fresh instance, never one of fsspec's instance cache: a cached one may have been made before a
+        fork, or by other code of the process with its own settings (dsclean turns an S3 store's retries down)."""
         if self._fs is None or self._pid != os.getpid():
-            self._fs, self._root = open_filesystem(self.url, self.options, fresh=self._pid != 0)
+            self._fs, self._root = open_filesystem(self.url, self.options, fresh=True)
             self._pid = os.getpid()
         return self._fs
 

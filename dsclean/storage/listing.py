@@ -187,3 +187,26 @@ def _walk(store: Store, stats: ListingStats) -> Iterator[Obj]:
                 clean_etag(info.get("ETag") or info.get("etag")),
                 mtime_ns(info.get("LastModified") or info.get("mtime") or info.get("last_modified")),
             )
+
+
+def top_entries(store: Store, path: str) -> Iterator[tuple[str, bool]]:
+    """``(name, is a folder)`` of the entries directly under ``path`` (a filesystem path of ``store``), for
+    the filesystems other than S3 (S3 callers page ``list_objects_v2`` with a delimiter themselves). The listing
+    is requested here (its errors raised inside a caller's retry); the entries are iterated.
+
+    ``file://``: ``os.scandir``, streamed (a caller stopping early reads no further). ``gs://``, ``az://``:
+    fsspec's ``ls``, which returns the level's whole listing at once (names and sizes: one dict an entry)."""
+    if store.scheme == "file":
+        import os
+
+        return _scandir(os.scandir(path))
+    listing = store.fs.ls(path, detail=True)
+    return (
+        (str(info.get("name", "")).rstrip("/").rsplit("/", 1)[-1], info.get("type") == "directory") for info in listing
+    )
+
+
+def _scandir(it: Any) -> Iterator[tuple[str, bool]]:
+    with it:
+        for entry in it:
+            yield entry.name, entry.is_dir()

@@ -96,21 +96,35 @@ def redact_options(options: dict) -> dict:
 
 
 def redact_argv(argv: Iterable[str]) -> list[str]:
-    """A command line safe to record: every ``--storage-option`` secret value replaced by ``***``."""
+    """A command line safe to record: every ``--storage-option`` secret value replaced by ``***``.
+
+    argparse also takes a shortened flag (``--storage-opt``, ``--st``: any prefix it resolves to the option), so
+    any such prefix counts, alone or in the ``=`` form; one that argparse would resolve to another option is only
+    redacted where its value looks like a secret ``KEY=VALUE`` (never less safe)."""
     out: list[str] = []
     after_flag = False
     for arg in argv:
         if after_flag:
             out.append(redact_item(arg))
             after_flag = False
-        elif arg == "--storage-option":
+            continue
+        flag, sep, value = arg.partition("=")
+        if not _is_storage_flag(flag):
             out.append(arg)
-            after_flag = True
-        elif arg.startswith("--storage-option="):
-            out.append("--storage-option=" + redact_item(arg.partition("=")[2]))
+        elif sep:
+            out.append(f"{flag}={redact_item(value)}")
         else:
             out.append(arg)
+            after_flag = True
     return out
+
+
+_STORAGE_FLAG = "--storage-option"
+
+
+def _is_storage_flag(flag: str) -> bool:
+    """Whether argparse could read ``flag`` as ``--storage-option`` (the whole name or a prefix of it)."""
+    return len(flag) > 2 and _STORAGE_FLAG.startswith(flag)
 
 
 def secret_values(options: dict) -> list[str]:

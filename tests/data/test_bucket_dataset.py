@@ -147,3 +147,112 @@ def test_a_key_escaping_the_prefix_is_refused_never_read(tmp_path):
     for i in range(2):
         with pytest.raises(UnsafePathError, match="escapes the prefix"):
             ds[i]
+
+
+def _file_url_index(tmp_path):
+    """An index of a file:// prefix (what ``dsclean index file:///...`` records): four good files."""
+    root = tmp_path / "set"
+    for key, (w, h) in SIZES.items():
+        (root / key).parent.mkdir(parents=True, exist_ok=True)
+        (root / key).write_bytes(synth.jpeg(w, h, seed=1) if key.endswith(".jpg") else synth.png(w, h, seed=1))
+    index = str(tmp_path / "u.arrow")
+    build_bucket_index(f"file://{root}", index)
+    return index, root
+
+
+def test_a_fifo_in_a_file_url_root_is_refused_not_waited_on(tmp_path):
+    import os
+    import signal
+
+    index, root = _file_url_index(tmp_path)
+    ds = IndexedDataset(index)
+    victim = ds.path(1)
+    os.unlink(root / victim)
+    os.mkfifo(root / victim)  # opening it for reading would block until a writer comes: forever
+
+    class Hung(BaseException):  # not an Exception: no retry loop or error wrapper may swallow it
+        pass
+
+    def hung(*_):
+        raise Hung("the read of a FIFO blocked")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(20)
+    try:
+        for read in (ds.raw, ds.__getitem__):
+            with pytest.raises(SampleError) as err:
+                read(1)
+            assert victim in str(err.value) and "not a regular file" in str(err.value)
+        guarded = IndexedDataset(index, on_error="skip")
+        assert guarded[1] is None and guarded[0] is not None
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def test_a_symlink_out_of_a_file_url_root_is_refused_as_for_a_local_root(tmp_path):
+    import os
+
+    from dsclean.data.errors import UnsafePathError
+    from dsclean.index.build import build_index
+
+    index, root = _file_url_index(tmp_path)
+    local_index = str(tmp_path / "l.arrow")
+    build_index(str(root), local_index)
+    ds, local = IndexedDataset(index), IndexedDataset(local_index)
+    victim = ds.path(2)
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes((root / victim).read_bytes())  # same size: only the link check can refuse it
+    os.unlink(root / victim)
+    os.symlink(outside, root / victim)
+    for dataset in (ds, local, IndexedDataset(index, on_error="skip")):
+        j = [dataset.path(i) for i in range(len(dataset))].index(victim)
+        with pytest.raises(UnsafePathError, match="outside the root"):
+            dataset[j]
+    with pytest.raises(UnsafePathError):
+        ds.raw(2)
+    assert IndexedDataset(index, follow_symlinks="all").raw(2) == outside.read_bytes()  # the caller's choice
+
+
+def test_a_bogus_storage_option_is_a_user_error_not_every_sample_skipped(bucket_index, bucket, s3_endpoint):
+    opts = {"endpoint_url": s3_endpoint, "bogus": 1, "secret": "BOGUS-SECRET-77"}
+    with pytest.raises(UserError) as err:
+        IndexedDataset(bucket_index, storage_options=opts, on_error="skip")
+    text = str(err.value)
+    assert bucket_index in text and f"s3://{bucket}/data" in text and "bogus" in text
+    assert "BOGUS-SECRET-77" not in text
+
+
+def test_access_denied_on_the_first_object_is_a_user_error(bucket_index, bucket, s3_endpoint):
+    from support.s3server import FaultProxy
+
+    with FaultProxy(s3_endpoint, failures=1000, status=403, heads=True) as proxy:
+        with pytest.raises(UserError, match="access denied") as err:
+            IndexedDataset(bucket_index, storage_options={"endpoint_url": proxy.url}, on_error="skip")
+    assert bucket_index in str(err.value) and f"s3://{bucket}/data" in str(err.value)
+
+
+def test_no_credentials_is_a_user_error(bucket_index, s3_endpoint, monkeypatch):
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance-metadata lookup
+    with pytest.raises(UserError, match="credentials") as err:
+        IndexedDataset(bucket_index, storage_options={"endpoint_url": s3_endpoint}, on_error="skip")
+    assert bucket_index in str(err.value)
+
+
+def test_a_missing_first_object_is_left_to_its_sample(bucket_index, bucket, s3fs_direct, s3_endpoint):
+    opts = {"endpoint_url": s3_endpoint}
+    first = IndexedDataset(bucket_index, storage_options=opts).path(0)
+    s3fs_direct.rm(f"{bucket}/data/{first}")
+    ds = IndexedDataset(bucket_index, storage_options=opts, on_error="skip")  # a 404 is not the user's options
+    assert ds[0] is None and ds[1] is not None
+
+
+def test_raw_of_a_deleted_object_raises_a_sample_error_naming_the_key(bucket_index, bucket, s3fs_direct, s3_endpoint):
+    ds = IndexedDataset(bucket_index, storage_options={"endpoint_url": s3_endpoint})
+    gone = ds.path(3)
+    s3fs_direct.rm(f"{bucket}/data/{gone}")
+    with pytest.raises(SampleError) as err:
+        ds.raw(3)
+    assert gone in str(err.value) and "404" in str(err.value) and err.value.path == gone

@@ -213,3 +213,64 @@ def test_csv_labels_name_keys_relative_to_the_prefix(bucket, s3fs_direct, s3_end
     labels.write_text("path,label\nflat/1.png,cat\n")  # the bucket's key, not relative to the prefix
     code, _, err = cli([*base, "--labels", labels])
     assert code == 2 and "relative to the prefix" in err and "Traceback" not in err
+
+
+def test_too_many_first_folders_refuse_folder_labels(tmp_path, monkeypatch):
+    """An ``<id>/img.jpg`` layout would make one class (one set entry while listing) per object: refused."""
+    import dsclean.index.bucket as bucket_index
+    from dsclean.errors import UserError
+    from dsclean.index.bucket import build_bucket_index
+
+    root = tmp_path / "set"
+    for i in range(4):
+        (root / f"id{i}").mkdir(parents=True)
+        (root / f"id{i}" / "img.png").write_bytes(synth.png(8, 8, seed=i))
+    monkeypatch.setattr(bucket_index, "MAX_FOLDER_CLASSES", 3)
+    with pytest.raises(UserError, match="more than 3 distinct first folders") as err:
+        build_bucket_index(f"file://{root}", str(tmp_path / "i.arrow"))
+    assert f"file://{root}" in str(err.value) and "--labels" in str(err.value)
+    assert not (tmp_path / "i.arrow").exists()
+    monkeypatch.setattr(bucket_index, "MAX_FOLDER_CLASSES", 4)  # at the bound: indexed, a class each
+    build_bucket_index(f"file://{root}", str(tmp_path / "i.arrow"))
+    assert read_meta(str(tmp_path / "i.arrow"))["classes"] == ["id0", "id1", "id2", "id3"]
+
+
+def test_file_url_top_level_is_read_entry_by_entry(tmp_path, monkeypatch):
+    """``file://`` split detection reads the top level through os.scandir, stopping past the bound."""
+    import os
+
+    import dsclean.splits
+    from dsclean.storage.fs import Store
+    from dsclean.storage.listing import top_entries
+
+    root = tmp_path / "set"
+    for name in ("train", "val", "b", "c", "d"):
+        (root / name).mkdir(parents=True)
+    (root / "f.png").write_bytes(b"x")
+    got = dict(top_entries(Store(f"file://{root}"), str(root)))
+    assert got == {"train": True, "val": True, "b": True, "c": True, "d": True, "f.png": False}
+    read = []
+    real = os.scandir
+
+    class Counting:
+        def __init__(self, path):
+            self.it = real(path)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.it.close()
+
+        def __iter__(self):
+            for entry in self.it:
+                read.append(entry.name)
+                yield entry
+
+    monkeypatch.setattr(os, "scandir", Counting)
+    monkeypatch.setattr(dsclean.splits, "MAX_TOP_ENTRIES", 1)
+    from dsclean.index.bucket import split_prefixes
+    from dsclean.storage.reads import ReadPolicy
+
+    assert split_prefixes(Store(f"file://{root}"), ("train", "val"), ReadPolicy()) == []
+    assert 0 < len(read) <= 3  # stopped past the bound: the rest of the level never read
