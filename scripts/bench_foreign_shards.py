@@ -2,6 +2,7 @@
 """Benchmark checking samples inside other tools' WebDataset tars against the same samples as files on disk.
 
     python scripts/bench_foreign_shards.py [--n 1500] [--size 192] [--per-shard 250] [--repeats 3] [--jobs 1]
+                                           [--sidecars]
 
 The same JPEGs are written as files (a folder, what ``dsclean scan ROOT`` checks) and as WebDataset tars
 written by ``webdataset.TarWriter`` (a .jpg, .json and .txt per sample, img2dataset's layout). Both are
@@ -10,6 +11,10 @@ the scan's isolated pool; facts on, the default): ``dsclean.scan`` with ``rescan
 ``dsclean.scan_shard_set``. Interleaved, best of ``--repeats``; the figure is samples per second per
 worker and the ratio shards / files (the target: >= 0.9), and the CPU time this (the main) process spent per
 sample in each (``time.process_time``: the workers' time is not in it).
+
+``--sidecars``: the folder holds each sample's .json and .txt beside its .jpg too (img2dataset's ``files`` output
+layout: the same three members a tar sample has), listed by the folder scan and passed over as non-media; without
+it the folder holds the JPEGs alone.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))  # tests/support: media synthesis
 
 
-def make(root: str, n: int, size: int, per_shard: int) -> tuple[str, str]:
+def make(root: str, n: int, size: int, per_shard: int, sidecars: bool = False) -> tuple[str, str]:
     import webdataset as wds
     from support import synth
 
@@ -37,6 +42,11 @@ def make(root: str, n: int, size: int, per_shard: int) -> tuple[str, str]:
         data = synth.jpeg(size, size, seed=i, quality=88)
         with open(os.path.join(files, f"{i:07d}.jpg"), "wb") as f:
             f.write(data)
+        if sidecars:  # the tar sample's other two members, as files
+            with open(os.path.join(files, f"{i:07d}.json"), "w") as f:
+                f.write(f'{{"i": {i}}}')
+            with open(os.path.join(files, f"{i:07d}.txt"), "w") as f:
+                f.write("a caption")
         if i % per_shard == 0:
             if writer is not None:
                 writer.close()
@@ -54,6 +64,7 @@ def main() -> None:
     ap.add_argument("--per-shard", type=int, default=250)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--sidecars", action="store_true", help="a .json and a .txt beside each file (as in the tars)")
     args = ap.parse_args()
 
     from dsclean import ScanOptions, ShardScanOptions, scan, scan_shard_set
@@ -61,7 +72,7 @@ def main() -> None:
 
     tmp = tempfile.mkdtemp(prefix="bench-foreign-")
     try:
-        files, shards = make(tmp, args.n, args.size, args.per_shard)
+        files, shards = make(tmp, args.n, args.size, args.per_shard, args.sidecars)
         best = {"files": float("inf"), "shards": float("inf")}
         cpu = {"files": float("inf"), "shards": float("inf")}
         for r in range(args.repeats):
@@ -81,7 +92,8 @@ def main() -> None:
             assert ss.checked == args.n and ss.bad == 0
         stop_local_workers()
         per = {k: args.n / v / args.jobs for k, v in best.items()}
-        print(f"{args.n} JPEGs {args.size}x{args.size}, {args.jobs} worker(s), best of {args.repeats}")
+        layout = "with their .json and .txt sidecars" if args.sidecars else "alone"
+        print(f"{args.n} JPEGs {args.size}x{args.size} (files {layout}), {args.jobs} worker(s), best of {args.repeats}")
         us = {k: v / args.n * 1e6 for k, v in cpu.items()}
         print(f"  files on disk   : {best['files']:.2f} s  {per['files']:.0f} samples/s per worker", end="")
         print(f"  main process CPU {us['files']:.0f} us a sample")
