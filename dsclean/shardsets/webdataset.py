@@ -100,7 +100,7 @@ def _header(block: bytes) -> tuple[str, int, bytes] | None:
         stored = int(block[148:156].split(b"\0", 1)[0].strip() or b"-1", 8)
     except ValueError:
         return None
-    if stored != sum(block) - sum(block[148:156]) + 256:  # the checksum field counts as 8 spaces
+    if stored != _byte_sum(block) - sum(block[148:156]) + 256:  # the checksum field counts as 8 spaces
         return None
     kind = block[156:157]
     name = block[:100].split(b"\0", 1)[0]
@@ -112,18 +112,27 @@ def _header(block: bytes) -> tuple[str, int, bytes] | None:
     return text, size, kind
 
 
+def _byte_sum(block: bytes) -> int:
+    """The sum of a header block's 512 bytes (its checksum before the field's own bytes are taken out), from
+    zlib's Adler-32 of each half: its low 16 bits are 1 + the half's byte sum modulo 65521, and a half's sum
+    (256 x 255 at most) is below 65521, so exact — in C, where ``sum(block)`` walks 512 Python ints."""
+    return (zlib.adler32(block[:256]) & 0xFFFF) + (zlib.adler32(block[256:]) & 0xFFFF) - 2
+
+
 def _pax(data: bytes, where: str) -> dict[str, str]:
     """The records of a PAX extended header (``"%d %s=%s\\n"``); TarError when they do not parse."""
     out: dict[str, str] = {}
     pos = 0
-    while pos < len(data) and data[pos : pos + 1] != b"\0":
-        m = re.match(rb"(\d+) ", data[pos : pos + 21])
-        if m is None or int(m.group(1)) <= len(m.group(0)):
+    end = len(data)
+    while pos < end and data[pos] != 0:
+        space = data.find(b" ", pos, pos + 21)
+        digits = data[pos:space] if space > pos else b""
+        if not digits.isdigit() or int(digits) <= space + 1 - pos:  # bytes.isdigit: ASCII digits only
             raise TarError(f"{where}: broken PAX record at byte {pos} of the extended header")
-        length = int(m.group(1))
-        if pos + length > len(data):
+        length = int(digits)
+        if pos + length > end:
             raise TarError(f"{where}: PAX record at byte {pos} runs past the extended header")
-        record = data[pos + len(m.group(0)) : pos + length - 1]
+        record = data[space + 1 : pos + length - 1]
         key, sep, value = record.partition(b"=")
         if not sep:
             raise TarError(f"{where}: PAX record at byte {pos} has no '='")
