@@ -133,3 +133,20 @@ def test_the_cli_process_finds_the_server_through_storage_emulator_host(
     summary = json.loads(done.stdout)
     assert summary["files"] == 4 and summary["bad"] == 1
     assert [(p, s) for p, s, _ in verdicts(summary["results_path"]) if s != "ok"] == [("dogs/c.jpg", "bad")]
+
+
+@pytest.mark.parametrize("command", ["scan", "index", "dups"])
+def test_a_missing_bucket_is_a_clear_error_not_an_empty_scan(command, gcs_options, tmp_path, capsys):
+    """GCS answers a missing bucket's path as it does an empty prefix (404): the bucket is looked up."""
+    url = "gs://no-such-bucket-here/data"
+    extra = {"scan": [], "index": ["-o", str(tmp_path / "i.arrow")], "dups": []}[command]
+    code = main([command, url, *extra, *opt_args(gcs_options), "--state-dir", str(tmp_path / "s")])
+    err = capsys.readouterr().err
+    assert code == 2 and f"{url}: no such bucket" in err and "Traceback" not in err
+    assert gcs_options["endpoint_url"] not in err
+
+
+def test_an_empty_prefix_of_an_existing_bucket_scans_as_no_objects(gcs_bucket, gcs_options, tmp_path, capsys):
+    url = f"gs://{gcs_bucket}/nothing-here"
+    assert main(["scan", url, *opt_args(gcs_options), "--state-dir", str(tmp_path), "--jobs", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["files"] == 0
