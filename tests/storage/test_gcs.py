@@ -150,3 +150,27 @@ def test_an_empty_prefix_of_an_existing_bucket_scans_as_no_objects(gcs_bucket, g
     url = f"gs://{gcs_bucket}/nothing-here"
     assert main(["scan", url, *opt_args(gcs_options), "--state-dir", str(tmp_path), "--jobs", "1", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["files"] == 0
+
+
+def test_access_denied_on_one_object_names_its_key_and_no_endpoint(
+    gcs_bucket, gcsfs_direct, gcs_options, tmp_path, capsys
+):
+    """gcsfs raises a 403 as a bare OSError("Forbidden: URL\\nbody"): dsclean names it as S3's 403."""
+    from support.s3server import FaultProxy
+
+    from dsclean.scanning.results import read_problems
+
+    put(gcsfs_direct, gcs_bucket)
+    # GCS downloads carry ?alt=media: ``listings`` targets every GET whose path holds the match (not listings:
+    # their prefix is in the query)
+    with FaultProxy(gcs_options["endpoint_url"], failures=100, status=403, match="d.png", listings=True) as proxy:
+        options = {**gcs_options, "endpoint_url": proxy.url}
+        url = f"gs://{gcs_bucket}/data"
+        assert main(["scan", url, *opt_args(options), "--state-dir", str(tmp_path), "--jobs", "1", "--json"]) == 0
+        summary = json.loads(capsys.readouterr().out)
+    assert proxy.injected == 1  # one GET, not retried: a 403 does not pass
+    problems = {p["path"]: p for p in read_problems(summary["problems_path"])}
+    assert sorted(problems) == ["dogs/c.jpg", "dogs/d.png"]
+    denied = problems["dogs/d.png"]
+    assert denied["reason"] == "unreadable" and "access denied (403) reading dogs/d.png" in denied["detail"]
+    assert proxy.url not in json.dumps(denied)  # no storage option's value in the results
