@@ -174,3 +174,30 @@ def test_access_denied_on_one_object_names_its_key_and_no_endpoint(
     denied = problems["dogs/d.png"]
     assert denied["reason"] == "unreadable" and "access denied (403) reading dogs/d.png" in denied["detail"]
     assert proxy.url not in json.dumps(denied)  # no storage option's value in the results
+
+
+def test_worker_processes_give_the_verdicts_of_one_process(gcs_bucket, gcsfs_direct, gcs_options, tmp_path, capsys):
+    """Forked workers open their own gcsfs filesystem (the parent's event loop thread is not theirs)."""
+    put(gcsfs_direct, gcs_bucket)
+    url = f"gs://{gcs_bucket}/data"
+    got = {}
+    for jobs in ("1", "2"):
+        state = str(tmp_path / f"s{jobs}")
+        assert main(["scan", url, *opt_args(gcs_options), "--state-dir", state, "--jobs", jobs, "--json"]) == 0
+        got[jobs] = verdicts(json.loads(capsys.readouterr().out)["results_path"])
+    assert got["2"] == got["1"] and len(got["1"]) == 4
+
+
+def test_pack_a_gs_prefix_into_gs_shards_then_verify_them(gcs_bucket, gcsfs_direct, gcs_options, tmp_path, capsys):
+    put(gcsfs_direct, gcs_bucket)
+    url, shards = f"gs://{gcs_bucket}/data", f"gs://{gcs_bucket}/shards"
+    state = ["--state-dir", str(tmp_path / "s")]
+    assert main(["scan", url, *opt_args(gcs_options), *state, "--jobs", "1", "-q"]) == 0
+    assert main(["pack", url, "-o", shards, *opt_args(gcs_options), *state, "--json"]) == 0
+    packed = json.loads(capsys.readouterr().out)
+    assert packed["samples"] == 3 and packed["complete"]  # the bad object left out
+    assert "pack.json" in keys(gcsfs_direct, gcs_bucket, "shards")
+    code = main(["verify", shards, "--decode", *opt_args(gcs_options), "--json"])
+    verified = json.loads(capsys.readouterr().out)
+    assert code == 0 and verified["ok"] and verified["samples"] == 3 and verified["problems"] == []
+    assert [sh["shard"] for sh in verified["shards"]] == ["data-000000.tar"]
