@@ -83,6 +83,9 @@ def test_quarantine_in_gcs_then_restore_puts_every_byte_back(gcs_bucket, gcsfs_d
     assert entries[0]["size"] == len(FILES["dogs/c.jpg"])  # GCS: the copy is compared by size (a copy's ETag differs)
     assert gcs_options["endpoint_url"] not in open(journal).read()  # the URL only, never an option's value
 
+    assert main(["status", f"{qurl}/", "--state-dir", state, "--json"]) == 0
+    held = json.loads(capsys.readouterr().out)["quarantine"]
+    assert held["moved"] == 1 and held["roots"] == [url] and held["quarantine"] == qurl
     assert main(["restore", qurl, *opt_args(gcs_options), "--state-dir", state]) == 0
     assert "1 restored" in capsys.readouterr().out
     assert keys(gcsfs_direct, gcs_bucket, "q") == []
@@ -201,3 +204,37 @@ def test_pack_a_gs_prefix_into_gs_shards_then_verify_them(gcs_bucket, gcsfs_dire
     verified = json.loads(capsys.readouterr().out)
     assert code == 0 and verified["ok"] and verified["samples"] == 3 and verified["problems"] == []
     assert [sh["shard"] for sh in verified["shards"]] == ["data-000000.tar"]
+
+
+def test_kill_9_mid_quarantine_then_recover_loses_nothing_and_leaves_nothing_twice(
+    gcs_bucket, gcsfs_direct, gcs_options, tmp_path
+):
+    """On GCS a copy is known whole by its size alone (no content ETag): recovery still finishes the move."""
+    import subprocess
+    import sys
+
+    bad = {f"bad{i}.png": synth.truncate(synth.png(16, 16, seed=i), 0.5) for i in range(3)}
+    before = {**bad, "good0.png": synth.png(16, 16, seed=10)}
+    for k, data in before.items():
+        gcsfs_direct.pipe_file(f"{gcs_bucket}/ds/{k}", data)
+    state = str(tmp_path / "state")
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    qurl = f"gs://{gcs_bucket}/q"
+    cmd = [sys.executable, "-m", "dsclean", "scan", f"gs://{gcs_bucket}/ds", "--quarantine", qurl]
+    cmd += [*opt_args(gcs_options), "--state-dir", state, "--jobs", "1"]
+    env = {**os.environ, "PYTHONPATH": repo, "DSCLEAN_TEST_FAULTS": "1", "DSCLEAN_TEST_KILL_AT": "copied:2"}
+    proc = subprocess.run(cmd, env=env, capture_output=True, timeout=120)
+    assert proc.returncode == -9, proc.stderr.decode()
+    # killed after the 2nd copy was verified and before its original was deleted: one object in two places
+    ds, q = keys(gcsfs_direct, gcs_bucket, "ds"), keys(gcsfs_direct, gcs_bucket, "q")
+    assert len(set(ds) & set(q)) == 1 and len(q) == 2
+    assert main(["recover", qurl, *opt_args(gcs_options), "--state-dir", state]) == 0
+    ds, q = keys(gcsfs_direct, gcs_bucket, "ds"), keys(gcsfs_direct, gcs_bucket, "q")
+    assert not set(ds) & set(q) and sorted(ds + q) == sorted(before)  # nothing in two places, nothing lost
+    for k in q:
+        assert gcsfs_direct.cat_file(f"{gcs_bucket}/q/{k}") == before[k]
+    env.pop("DSCLEAN_TEST_KILL_AT")
+    proc = subprocess.run(cmd, env=env, capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert keys(gcsfs_direct, gcs_bucket, "ds") == ["good0.png"]
+    assert keys(gcsfs_direct, gcs_bucket, "q") == sorted(bad)
