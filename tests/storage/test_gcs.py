@@ -238,3 +238,38 @@ def test_kill_9_mid_quarantine_then_recover_loses_nothing_and_leaves_nothing_twi
     assert proc.returncode == 0, proc.stderr.decode()
     assert keys(gcsfs_direct, gcs_bucket, "ds") == ["good0.png"]
     assert keys(gcsfs_direct, gcs_bucket, "q") == sorted(bad)
+
+
+def test_dups_of_a_gs_prefix_groups_as_the_same_files_on_local_disk(gcs_bucket, gcsfs_direct, gcs_options, tmp_path):
+    from dsclean.dups.finder import DupsOptions, find_duplicates
+
+    files = {**FILES, "cats/a_copy.jpg": FILES["cats/a.jpg"], "dogs/d_again.png": FILES["dogs/d.png"]}
+    for key, data in files.items():
+        gcsfs_direct.pipe_file(f"{gcs_bucket}/data/{key}", data)
+        (tmp_path / "local" / key).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "local" / key).write_bytes(data)
+
+    def shape(result):
+        return sorted((r["kind"], sorted(m["path"] for m in r["members"])) for r in result.records())
+
+    local = find_duplicates([str(tmp_path / "local")], DupsOptions(jobs=1, timeout=30))
+    remote = find_duplicates(
+        [f"gs://{gcs_bucket}/data"], DupsOptions(jobs=1, timeout=30, storage_options=dict(gcs_options))
+    )
+    assert shape(remote) == shape(local)
+    assert shape(remote) == [
+        ("exact", ["cats/a.jpg", "cats/a_copy.jpg"]),
+        ("exact", ["dogs/d.png", "dogs/d_again.png"]),
+    ]
+
+
+def test_report_of_a_scanned_gs_prefix_uses_its_last_results(gcs_bucket, gcsfs_direct, gcs_options, tmp_path, capsys):
+    put(gcsfs_direct, gcs_bucket)
+    state = str(tmp_path / "state")
+    url = f"gs://{gcs_bucket}/data"
+    assert main(["scan", url, *opt_args(gcs_options), "--state-dir", state, "--jobs", "1", "-q"]) == 0
+    capsys.readouterr()
+    assert main(["report", url, "--state-dir", state, "-o", str(tmp_path / "r.html"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["files"] == 4 and out["problems"] == 1
+    assert "dogs/c.jpg" in (tmp_path / "r.html").read_text()
