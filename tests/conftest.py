@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-pytest_plugins = ["support.fixtures.cli", "support.fixtures.trees", "support.fixtures.media", "support.fixtures.s3"]
+pytest_plugins = [
+    "support.fixtures.cli",
+    "support.fixtures.trees",
+    "support.fixtures.media",
+    "support.fixtures.s3",
+    "support.fixtures.gcs",
+]
 
 
 @pytest.fixture(autouse=True)

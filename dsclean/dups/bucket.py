@@ -24,7 +24,7 @@ from ..quality.texture import is_unstable
 from ..scanning.verdict import encode_path
 from ..splits import MAX_TOP_ENTRIES, SPLIT_NAMES, splits_among
 from ..storage.fs import Store
-from ..storage.listing import Obj, iter_objects, probe, top_entries
+from ..storage.listing import NoSuchBucket, Obj, iter_objects, probe, top_entries
 from ..storage.manifest import ManifestStats, iter_manifest
 from ..storage.reads import ReadPolicy, classify, describe, quiet_store_retries, retried
 from ..storage.reuse import IDS_FILE, RECORD_FILE, identity
@@ -44,8 +44,8 @@ def open_store(url: str, options: dict, policy: ReadPolicy = ReadPolicy()) -> St
     quiet_store_retries(store.fs, store.scheme)
     try:
         retried(lambda: probe(store), store.url, policy)
-    except FileNotFoundError:
-        if store.scheme in ("s3", "s3a"):
+    except FileNotFoundError as exc:
+        if store.scheme in ("s3", "s3a") or isinstance(exc, NoSuchBucket):
             raise UserError(f"cannot list {store.url}: no such bucket") from None
         if store.scheme == "file" and not os.path.isdir(store.root):
             raise UserError(f"{store.url}: no such folder") from None

@@ -122,9 +122,15 @@ def iter_listed(store: Store, stats: ListingStats | None = None) -> Iterator[Obj
     yield from _s3_pages(store, stats) if store.scheme in ("s3", "s3a") else _walk(store, stats)
 
 
+class NoSuchBucket(FileNotFoundError):
+    """The bucket of a prefix does not exist (a prefix merely without objects raises FileNotFoundError)."""
+
+
 def probe(store: Store) -> None:
     """One cheap request that fails as listing would (no such bucket, access denied, a wrong endpoint):
-    S3, one key of one page (``ls`` of a flat prefix would page through every key); else ``info``."""
+    S3, one key of one page (``ls`` of a flat prefix would page through every key); else ``info``, and when
+    that finds nothing, whether the bucket exists (GCS and Azure answer a missing bucket's path and an empty
+    prefix alike: a misspelt bucket must not scan as 0 objects)."""
     if store.scheme in ("s3", "s3a"):
         from fsspec.asyn import sync
 
@@ -132,7 +138,13 @@ def probe(store: Store) -> None:
         fs = store.fs
         sync(fs.loop, fs._call_s3, "list_objects_v2", Bucket=bucket, Prefix=f"{key}/" if key else "", MaxKeys=1)
     elif store.scheme != "file":
-        store.fs.info(store.root)
+        try:
+            store.fs.info(store.root)
+        except FileNotFoundError:
+            bucket = store.root.split("/", 1)[0]
+            if not store.fs.exists(bucket):
+                raise NoSuchBucket(bucket) from None
+            raise
 
 
 def _s3_pages(store: Store, stats: ListingStats) -> Iterator[Obj]:

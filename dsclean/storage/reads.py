@@ -52,7 +52,8 @@ class ObjectError(Exception):
 
 
 def http_status(exc: BaseException) -> int | None:
-    """The HTTP status behind an exception (botocore's ClientError, possibly as the cause of s3fs's OSError)."""
+    """The HTTP status behind an exception (botocore's ClientError, possibly as the cause of s3fs's OSError;
+    gcsfs's "Forbidden" OSError)."""
     seen = 0
     e: BaseException | None = exc
     while e is not None and seen < 8:  # a cause chain is data too: bounded
@@ -64,6 +65,8 @@ def http_status(exc: BaseException) -> int | None:
         status = getattr(e, "status", None) or getattr(e, "status_code", None)
         if isinstance(status, int):
             return status
+        if type(e) is OSError and str(e).startswith("Forbidden: "):  # gcsfs's 403: a bare OSError, URL and body
+            return 403
         e, seen = e.__cause__ or e.__context__, seen + 1
     return None
 

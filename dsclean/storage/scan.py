@@ -32,7 +32,7 @@ from ..scanning.check import CheckOptions
 from ..scanning.results import ResultsWriter
 from ..scanning.scanner import ScanSummary, usable_cores
 from .fs import Store
-from .listing import ListingStats, Obj, iter_objects, probe
+from .listing import ListingStats, NoSuchBucket, Obj, iter_objects, probe
 from .manifest import ManifestStats, iter_manifest
 from .quarantine import BucketQuarantine, MoveError
 from .reads import DEFAULT_READ_THREADS, ReadPolicy, classify, describe, quiet_store_retries, retried
@@ -236,8 +236,8 @@ def probe_prefix(store: Store, policy: ReadPolicy) -> None:
     quiet_store_retries(store.fs, store.scheme)
     try:
         retried(lambda: probe(store), store.url, policy)
-    except FileNotFoundError:
-        if store.scheme in ("s3", "s3a"):
+    except FileNotFoundError as exc:
+        if store.scheme in ("s3", "s3a") or isinstance(exc, NoSuchBucket):
             raise UserError(f"cannot list {store.url}: no such bucket") from None
         if store.scheme == "file":
             raise UserError(f"scan root {store.url} does not exist") from None
