@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .. import denylist, locations
+from .. import reasons as R
 from ..data.shards import open_packed_index, packed_index, read_shard_list, refuse_unfinished_pack, release
 from ..errors import UserError
 from ..hashing import content_hash
@@ -521,17 +522,42 @@ def _against_index(rep: ShardReport, key: str, m, cls, mm, idx, row: int, digest
     return True
 
 
-def _decode(report: VerifyReport, names: list[str], options, jobs: int, by_name: dict) -> None:
-    from .decode import decode_members
+#: decode warnings listed one by one at most; past this they are counted by reason
+MAX_DECODE_NOTES = 50
 
+
+def _decode(report: VerifyReport, names: list[str], options, jobs: int, by_name: dict) -> None:
+    from . import extnames
+    from .decode import decode_members
+    from .state import read_state
+
+    # under --ext-policy by-kind every image is named .jpg and every sound .flac on purpose (docs/how-to/shards.md):
+    # a member whose extension is not its format is what the pack meant, counted once, not a note each
+    by_kind = ((read_state(report.folder) or {}).get("layout") or {}).get("ext_policy") == extnames.BY_KIND
+    named_by_kind = 0
+    counted: dict[str, int] = {}
     with stop_on_signals() as stop:
         for shard, member, v in decode_members(report.folder, names, options, jobs):
             if v.status == "bad":
                 by_name[shard].add(f"decode: {v.reason}: {v.detail}", key=member.partition(".")[0], member=member)
-            elif v.status == "warn":
+            elif v.status == "warn" and by_kind and v.reason == R.EXTENSION_MISMATCH:
+                named_by_kind += 1
+            elif v.status == "warn" and sum(counted.values()) < MAX_DECODE_NOTES:
+                counted[str(v.reason)] = counted.get(str(v.reason), 0) + 1
                 report.notes.append(f"{shard}: {member}: decode warning: {v.reason}: {v.detail}")
+            elif v.status == "warn":
+                counted[str(v.reason)] = counted.get(str(v.reason), 0) + 1
             if stop.signum:
                 raise KeyboardInterrupt
+    if named_by_kind:
+        report.notes.append(
+            f"{named_by_kind} members are named by kind (pack.json: --ext-policy by-kind), not by their format "
+            "(e.g. a PNG as .jpg): readers that decode by content read them; a reader that trusts the name must "
+            "sniff the bytes (docs/how-to/shards.md)"
+        )
+    if sum(counted.values()) > MAX_DECODE_NOTES:
+        more = ", ".join(f"{n} {reason}" for reason, n in sorted(counted.items()))
+        report.notes.append(f"decode warnings: the first {MAX_DECODE_NOTES} are listed above; in all: {more}")
 
 
 def _unique_keys(report: VerifyReport, keys: list[np.ndarray]) -> None:

@@ -252,3 +252,45 @@ def test_a_pack_with_media_facts_passes_and_a_changed_fact_is_found(tmp_path):
     problems = [p for s in r.shards for p in s.problems]
     assert [(p["member"], p["field"]) for p in problems] == [(member, "width")]
     assert "packed index says" in problems[0]["problem"]
+
+
+def _png_pack(tmp_path, n: int = 3) -> str:
+    from support import synth
+
+    from dsclean.index.build import build_index
+
+    data = tmp_path / "data" / "cats"
+    data.mkdir(parents=True)
+    for i in range(n):
+        (data / f"{i}.png").write_bytes(synth.png(16, 16, seed=i))
+    build_index(str(tmp_path / "data"), str(tmp_path / "i.arrow"))
+    out = str(tmp_path / "shards")
+    pack_shards(str(tmp_path / "i.arrow"), out, PackOptions())  # --ext-policy by-kind: every PNG named .jpg
+    return out
+
+
+def test_verify_decode_counts_members_named_by_kind_once_not_a_note_each(tmp_path):
+    out = _png_pack(tmp_path)
+    report = verify_shards(out, decode=True)
+    assert report.ok
+    assert [n for n in report.notes if "named by kind" in n] == [
+        n for n in report.notes if n.startswith("3 members are named by kind")
+    ]
+    assert len([n for n in report.notes if "named by kind" in n]) == 1
+    assert not [n for n in report.notes if "decode warning" in n]
+
+
+def test_verify_decode_lists_the_first_warnings_then_counts_them(tmp_path, monkeypatch):
+    import dsclean.pack.state as state
+    import dsclean.pack.verify as verify
+
+    out = _png_pack(tmp_path)
+    monkeypatch.setattr(verify, "MAX_DECODE_NOTES", 1)
+    monkeypatch.setattr(state, "read_state", lambda folder: {})  # as a pack whose names say nothing of by-kind
+    report = verify_shards(out, decode=True)
+    listed = [n for n in report.notes if "decode warning: extension_mismatch" in n]
+    assert len(listed) == 1
+    assert any(
+        n.startswith("decode warnings: the first 1 are listed above; in all: 3 extension_mismatch")
+        for n in report.notes
+    )
