@@ -362,12 +362,12 @@ class IndexedDataset(Dataset):
                 "_rows",
                 "_trusted",
                 "store",  # a URL root's Store: its URL and options; each process opens its own filesystem
-                "_fs_root",
             )
         }
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
+        self._fs_root = self._local_root()  # derived from the root and the store, not sent
         self._reset()
 
     def _mapped(self) -> MappedIndex:

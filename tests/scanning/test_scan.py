@@ -283,11 +283,17 @@ def test_permission_denied_files_and_folders_as_an_unprivileged_user(tmp_path):
         os.chmod(os.path.join(root, "locked.jpg"), 0)
         os.chmod(os.path.join(root, "closed"), 0)
         report = os.path.join(base, "report")
-        # The interpreter lives under /root, so import everything as root, then drop to 'nobody'.
+        # The interpreter and the checkout may be where 'nobody' cannot read (under /root, a 0700 temp folder), so
+        # everything the scan imports is imported as root first: a scan of one good file (the same command), then
+        # the drop to 'nobody' and the real scan.
+        warm = os.path.join(base, "warm")
+        write(warm, "ok.jpg", synth.jpeg(8, 8))
         drop = (
-            "import os, sys, PIL.Image, pyarrow.parquet, joblib, concurrent.futures.thread, dsclean.cli, dsclean.scanning.scanner\n"
-            "import dsclean.scanning.check_image, dsclean.scanning.executors\n"
+            "import os, sys, PIL.Image, pyarrow.parquet, joblib, concurrent.futures.thread, dsclean.cli\n"
             "PIL.Image.init()\n"
+            f"warm = [{warm!r} if a == sys.argv[2] else {os.path.join(base, 'warm-report')!r} "
+            "if a == sys.argv[4] else a for a in sys.argv[1:]]\n"
+            "assert dsclean.cli.main(warm) == 0\n"
             "os.setgid(65534); os.setuid(65534)\n"
             "sys.exit(dsclean.cli.main(sys.argv[1:]))\n"
         )
