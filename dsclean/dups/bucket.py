@@ -19,8 +19,6 @@ import pyarrow.compute as pc
 
 from .. import locations, reasons
 from ..errors import UserError
-from ..quality import flags as F
-from ..quality.texture import is_unstable
 from ..scanning.verdict import encode_path
 from ..splits import MAX_TOP_ENTRIES, SPLIT_NAMES, splits_among
 from ..storage.fs import Store
@@ -29,7 +27,18 @@ from ..storage.manifest import ManifestStats, iter_manifest
 from ..storage.reads import ReadPolicy, classify, describe, quiet_store_retries, retried
 from ..storage.reuse import IDS_FILE, RECORD_FILE, identity
 from ..storage.urls import normalize, scrub
-from .columns import BATCH, DEAD_ROW, RESULT_COLUMNS, Columns, chunks, is_image, read_results, take, with_facts
+from .columns import (
+    BATCH,
+    DEAD_ROW,
+    RESULT_COLUMNS,
+    Columns,
+    add_results_row,
+    chunks,
+    is_image,
+    read_results,
+    take,
+    with_facts,
+)
 from .objects import facts_objects
 from .pool import run_chunks
 from .worker import KIND_CODES, Limits
@@ -228,30 +237,11 @@ def _match_batch(
             stats["bad"] += 1
             continue
         ident = identity(obj._replace(rel=ident_prefix + obj.rel))
-        flags = py["flags"][i] or []
         image = is_image(obj.rel)
-        usable = (
-            ident != 0
-            and py["_id"][i] == ident
-            and py["content_hash"][i] is not None
-            and (py["phash"][i] is not None or F.LOW_INFORMATION in flags or not image)
-        )
-        if not usable:
+        kind = KIND_CODES["image" if image else "audio"]
+        if not (ident != 0 and py["_id"][i] == ident) or not add_results_row(
+            cols, index, raw, obj.size, obj.mtime_ns, kind, py, i, image, None, obj.etag
+        ):
             yield obj
             continue
         stats["from_results"] += 1
-        cols.add(
-            index,
-            raw,
-            obj.size,
-            obj.mtime_ns,
-            KIND_CODES["image" if image else "audio"],
-            py["width"][i],
-            py["height"][i],
-            py["content_hash"][i],
-            py["phash"][i],
-            F.LOW_INFORMATION in flags,
-            image and is_unstable(py["sharpness"][i], py["contrast"][i]),
-            None,
-            obj.etag,
-        )

@@ -19,8 +19,6 @@ import pyarrow.compute as pc
 
 from .. import locations, reasons
 from ..errors import UserError
-from ..quality import flags as F
-from ..quality.texture import is_unstable
 from ..scanning.discover import DiscoverStats, iter_media
 from ..scanning.verdict import encode_path
 from ..storage.urls import is_url
@@ -31,6 +29,7 @@ from .columns import (
     RESULT_COLUMNS,
     Columns,
     Inventory,
+    add_results_row,
     chunks,
     is_image,
     read_results,
@@ -244,29 +243,12 @@ def _match_batch(
         except OSError:
             yield rel  # the worker reports it
             continue
-        flags = py["flags"][i] or []
         image = is_image(rel)
-        usable = (
-            py["size"][i] == st.st_size
-            and py["mtime_ns"][i] == st.st_mtime_ns
-            and py["content_hash"][i] is not None
-            and (py["phash"][i] is not None or F.LOW_INFORMATION in flags or not image)
-        )
-        if not usable:
+        unchanged = py["size"][i] == st.st_size and py["mtime_ns"][i] == st.st_mtime_ns
+        kind = KIND_CODES["image" if image else "audio"]
+        if not unchanged or not add_results_row(
+            cols, index, raw, st.st_size, st.st_mtime_ns, kind, py, i, image, (st.st_dev, st.st_ino)
+        ):
             yield rel
             continue
         stats["from_results"] += 1
-        cols.add(
-            index,
-            raw,
-            st.st_size,
-            st.st_mtime_ns,
-            KIND_CODES["image" if image else "audio"],
-            py["width"][i],
-            py["height"][i],
-            py["content_hash"][i],
-            py["phash"][i],
-            F.LOW_INFORMATION in flags,
-            image and is_unstable(py["sharpness"][i], py["contrast"][i]),
-            (st.st_dev, st.st_ino),
-        )

@@ -261,3 +261,44 @@ def take(it: Iterator[T], n: int) -> Iterator[T]:
 def is_image(rel: str) -> bool:
     fmt = format_of_name(rel)
     return fmt is not None and kind_of(fmt) == IMAGE
+
+
+def add_results_row(
+    cols: Columns,
+    root: int,
+    path: bytes,
+    size: int,
+    mtime: int,
+    kind: int,
+    py: dict,
+    i: int,
+    image: bool,
+    file_id: tuple[int, int] | None = None,
+    etag: str | None = None,
+) -> bool:
+    """Add row ``i`` of a scan's results (``py``: its columns as lists) as the facts of one file or object, for
+    local and bucket roots alike; False, adding nothing, when the row lacks a fact dups needs (a content hash;
+    a perceptual hash, for an image that is not low-information)."""
+    from ..quality import flags as F
+    from ..quality.texture import is_unstable
+
+    low = F.LOW_INFORMATION in (py["flags"][i] or [])
+    if py["content_hash"][i] is None or (py["phash"][i] is None and image and not low):
+        return False
+    shaky = image and is_unstable(py["sharpness"][i], py["contrast"][i])
+    cols.add(
+        root,
+        path,
+        size,
+        mtime,
+        kind,
+        py["width"][i],
+        py["height"][i],
+        py["content_hash"][i],
+        py["phash"][i],
+        low,
+        shaky,
+        file_id,
+        etag,
+    )
+    return True
