@@ -96,7 +96,10 @@ def test_library_modules_never_print_notes():
 def test_index_after_an_interrupted_scan_says_so(tmp_path, capsys):
     root = tmp_path / "data"
     good = synth.jpeg(128, 128)
-    for i in range(1000):  # bad pages numbered, good JPEGs with a numbered tail: a scan of some seconds
+    # bad pages numbered, good JPEGs with a numbered tail: a scan of some seconds, over several tasks (a task is up
+    # to 1,024 files or 4 MiB: the first moves come after the first task, while later ones are still unjudged)
+    n = 3000
+    for i in range(n):
         write(root, f"c/{i:04d}.jpg", synth.HTML_PAGE + str(i).encode() if i % 2 else good + str(i).encode())
     proc = subprocess.Popen(
         [
@@ -126,7 +129,7 @@ def test_index_after_an_interrupted_scan_says_so(tmp_path, capsys):
     from dsclean import read_results
 
     judged = read_results(str(tmp_path / "q")).num_rows
-    assert 0 < judged < 1000
+    assert 0 < judged < n
     assert main(["index", str(root), "-o", str(tmp_path / "i.arrow"), "--no-check"]) == 0
     err = capsys.readouterr().err
     assert (
