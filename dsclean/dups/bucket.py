@@ -32,6 +32,7 @@ from .columns import (
     DEAD_ROW,
     RESULT_COLUMNS,
     Columns,
+    add_facts_row,
     add_results_row,
     chunks,
     is_image,
@@ -180,14 +181,10 @@ def collect_bucket(
     todo = _from_results(index, store, table, cols, stats, ident_prefix, manifest)
     for objs, rows in run_chunks(facts_objects, store, chunks(todo, CHUNK), limits, workers, lambda obj: DEAD_ROW):
         for obj, row in zip(objs, rows):
-            size, mtime, kind, w, h, chash, phash, low, shaky, error = row
-            if chash is None:
+            error = add_facts_row(cols, stats, index, encode_path(obj.rel), row, None, obj.etag)
+            if error is not None:
                 failed.append(f"{given.rstrip('/')}/{obj.rel}: {error}")
                 continue
-            stats["computed"] += 1
-            if kind == KIND_CODES["image"] and phash is None:
-                stats["undecodable"] += 1
-            cols.add(index, encode_path(obj.rel), size, mtime, kind, w, h, chash, phash, low, shaky, None, obj.etag)
             if progress:
                 progress(1)
     return paths, source

@@ -29,6 +29,7 @@ from .columns import (
     RESULT_COLUMNS,
     Columns,
     Inventory,
+    add_facts_row,
     add_results_row,
     chunks,
     is_image,
@@ -139,16 +140,10 @@ def collect(
         todo = _from_results(index, root, results, cols, stats, exclude)
         for rels, rows in run_chunks(facts_chunk, root, chunks(todo, CHUNK), limits, workers, lambda rel: DEAD_ROW):
             for rel, row in zip(rels, rows):
-                size, mtime, kind, w, h, chash, phash, low, shaky, error = row
-                if chash is None:
+                error = add_facts_row(cols, stats, index, encode_path(rel), row, _file_id(root, rel))
+                if error is not None:
                     failed.append(f"{os.path.join(given, rel)}: {error}")
                     continue
-                stats["computed"] += 1
-                if kind == KIND_CODES["image"] and phash is None:
-                    stats["undecodable"] += 1
-                cols.add(
-                    index, encode_path(rel), size, mtime, kind, w, h, chash, phash, low, shaky, _file_id(root, rel)
-                )
                 if progress:
                     progress(1)
     inv = cols.inventory(list(roots))

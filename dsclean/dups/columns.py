@@ -16,6 +16,7 @@ import pyarrow as pa
 from ..errors import UserError
 from ..formats import IMAGE, format_of_name, kind_of
 from ..hashing import DIGEST_SIZE
+from .worker import KIND_CODES
 
 BATCH = 65_536
 T = TypeVar("T")
@@ -302,3 +303,25 @@ def add_results_row(
         etag,
     )
     return True
+
+
+def add_facts_row(
+    cols: Columns,
+    stats: dict,
+    root: int,
+    path: bytes,
+    row: tuple,
+    file_id: tuple[int, int] | None = None,
+    etag: str | None = None,
+) -> str | None:
+    """Add the facts a worker computed for one file or object (``row``: a :data:`.worker.Row`, or
+    :data:`DEAD_ROW`), for local and bucket roots alike, counted in ``stats``; the error, adding nothing, when
+    the worker could not hash it."""
+    size, mtime, kind, w, h, chash, phash, low, shaky, error = row
+    if chash is None:
+        return str(error)
+    stats["computed"] += 1
+    if kind == KIND_CODES[IMAGE] and phash is None:
+        stats["undecodable"] += 1
+    cols.add(root, path, size, mtime, kind, w, h, chash, phash, low, shaky, file_id, etag)
+    return None
