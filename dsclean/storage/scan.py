@@ -37,7 +37,7 @@ from .manifest import ManifestStats, iter_manifest
 from .quarantine import BucketQuarantine, MoveError
 from .reads import DEFAULT_READ_THREADS, ReadPolicy, classify, describe, quiet_store_retries, retried
 from .reuse import IdsWriter, Previous, identity, write_record
-from .urls import is_url, scrub
+from .urls import is_url, public_options, scrub
 from .workers import ChunkResult, check_objects, init_worker, run_chunk, run_chunk_isolated
 
 log = logging.getLogger("dsclean.storage.scan")
@@ -187,7 +187,7 @@ def _scan_locked(
         from ..scanning.quarantine.status import quarantine_state
 
         summary.quarantine_state = {**quarantine_state(quarantine.dir).to_json(), "quarantine": quarantine.q.url}
-    _write_summary(report_dir, summary, stats)
+    _write_summary(report_dir, summary, stats, store)
     return summary
 
 
@@ -474,10 +474,13 @@ def _notes(stats: BucketStats, options: BucketScanOptions) -> list[str]:
     return notes
 
 
-def _write_summary(report_dir: str, summary: ScanSummary, stats: BucketStats) -> str:
+def _write_summary(report_dir: str, summary: ScanSummary, stats: BucketStats, store: Store) -> str:
+    """``scan_summary.json``, with the storage options minus every secret (what ``dsclean report URL`` reads
+    the objects with again; secrets come from the environment or ``--storage-option`` each time)."""
     path = os.path.join(report_dir, locations.SUMMARY_FILE)
     data = summary.to_json()
     data["discovery"] = asdict(stats)
+    data["storage_options"] = public_options(store.options)
     with atomic_output(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         json.dump(data, f, indent=2)
     return path
