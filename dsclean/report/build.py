@@ -23,6 +23,7 @@ from .duplicates import exact_duplicates, moved_by_dups, read_groups
 from .remote import BucketObjects, last_bucket_results, merged_options
 from .render import render
 from .safe import Scrubber, display
+from .shardsamples import ShardSamples, attach, shown_members
 from .source import check_output, locate, open_source, quarantined_locations
 from .thumbs import ThumbLimits, make_thumbnails
 
@@ -92,7 +93,15 @@ def write_report(target: str, output: str = DEFAULT_OUTPUT, options: ReportOptio
             src.results_paths, data.files, scrub, moved=moved_by_dups(dups_bins, src.root), prefix=src.prefix
         )
     stats = {"made": 0, "placeholders": 0, "failed": 0}
-    if options.thumbnails and bucket:
+    shard_kind = src.meta.get("shard_set")
+    if options.thumbnails and isinstance(shard_kind, str):  # samples inside shards: their member bytes
+        items = list(data.items())
+        limits = _limits(src, options)
+        samples = ShardSamples(shard_kind, src.root, options.storage_options, limits.max_bytes)
+        shown = shown_members(src.results_paths, {i.rel for i in items if i.rel and i.source is None}, src.prefix)
+        attach(items, samples.locate(shown))
+        stats = make_thumbnails(items, limits, _jobs(options.jobs), scrub, samples.fetch)
+    elif options.thumbnails and bucket:
         items = list(data.items())
         limits = _limits(src, options)
         summary = src.summary or {}

@@ -207,3 +207,27 @@ def test_public_options_leave_every_secret_out_and_merge_with_the_given():
         "secret": "again",
         "client_kwargs": {"region_name": "eu-west-1", "verify": False},
     }
+
+
+def test_throttled_thumbnail_reads_are_retried_and_a_denied_one_says_so(filled, s3_endpoint, cli, tmp_path):
+    from support.s3server import FaultProxy
+
+    url, state = filled
+    _scan(cli, url, state, s3_endpoint)
+    out = tmp_path / "r.html"
+    with FaultProxy(s3_endpoint, failures=2, status=503, match="/good/") as proxy:  # given over the recorded one
+        code, _, err = cli(
+            ["report", url, "--state-dir", state, "-o", out, "--storage-option", f"endpoint_url={proxy.url}"]
+        )
+    assert code == 0, err
+    assert proxy.injected == 2 * 2  # each good object throttled twice, then read
+    cards = _cards(out)
+    assert cards["good/whole.png"].image().size == (40, 30)
+    with FaultProxy(s3_endpoint, failures=100, status=403, match="/bad/cut.jpg") as proxy:
+        code, _, err = cli(
+            ["report", url, "--state-dir", state, "-o", out, "--storage-option", f"endpoint_url={proxy.url}"]
+        )
+    assert code == 0, err
+    card = _cards(out)["bad/cut.jpg"]
+    assert card.src is None and "bad/cut.jpg" in card.placeholder and "403" in card.placeholder
+    assert proxy.injected == 1  # access denied is not retried
