@@ -15,15 +15,19 @@ to the bucket.
 from __future__ import annotations
 
 import logging
+import threading
 
 from .. import reasons as R
 from ..errors import UserError
 from ..storage.fs import Store
-from ..storage.reads import ReadPolicy, classify, quiet_store_retries, retried
+from ..storage.reads import ReadPolicy, classify, http_status, quiet_store_retries, retried
 from ..storage.urls import is_url, normalize, public_options, scrub
 from .source import safe_rel
 
 log = logging.getLogger("dsclean.report.remote")
+
+#: reads in a row that failed past their retries (not a 404 or 403) after which the store is not asked again
+GIVE_UP_AFTER = 3
 
 
 def last_bucket_results(url: str, state_dir: str | None) -> str:
@@ -67,6 +71,8 @@ class BucketObjects:
         self.state_dir, self.max_bytes, self.policy = state_dir, max_bytes, policy
         self._where: dict[str, tuple[Store, str, str]] = {}  # source URL -> (store, key in it, the object's key)
         self._stores: dict[str, Store] = {self.store.url: self.store}
+        self._lock = threading.Lock()
+        self._failing: list[str] = []  # the last reads in a row that failed past their retries (why)
 
     def locate(self, rels: set[str]) -> dict[str, str]:
         """The URL to read each of ``rels`` (keys relative to the scanned prefix) from: the quarantine's copy
@@ -113,6 +119,9 @@ class BucketObjects:
         where = f"{rel} (in the quarantine {store.url})" if moved else rel
         if size is not None and size > self.max_bytes:
             return None, f"not read for a thumbnail: {size:,} bytes, over the {self.max_bytes:,}-byte limit"
+        with self._lock:
+            if len(self._failing) >= GIVE_UP_AFTER:  # an unreachable store: do not spend the retries on every object
+                return None, f"{where}: not read: the {GIVE_UP_AFTER} reads before it failed ({self._failing[-1]})"
         try:
             fs = store.fs
             quiet_store_retries(fs, store.scheme)
@@ -125,7 +134,13 @@ class BucketObjects:
             err = classify(key, exc)
             if err.reason == R.VANISHED:
                 return None, f"{where}: not found in the bucket (404): deleted or moved since the scan"
-            return None, f"{where}: not read: {scrub(err.detail, store.options)}"
+            why = scrub(err.detail, store.options)
+            if http_status(exc) not in (401, 403):
+                with self._lock:
+                    self._failing.append(why[:200])
+            return None, f"{where}: not read: {why}"
+        with self._lock:
+            self._failing.clear()
         if len(data) > self.max_bytes:
             return (
                 None,

@@ -231,3 +231,41 @@ def test_throttled_thumbnail_reads_are_retried_and_a_denied_one_says_so(filled, 
     card = _cards(out)["bad/cut.jpg"]
     assert card.src is None and "bad/cut.jpg" in card.placeholder and "403" in card.placeholder
     assert proxy.injected == 1  # access denied is not retried
+    with FaultProxy(s3_endpoint) as proxy:  # --no-thumbnails: nothing asked of the bucket
+        code, _, err = cli(
+            [
+                "report",
+                url,
+                "--state-dir",
+                state,
+                "-o",
+                out,
+                "--no-thumbnails",
+                "--storage-option",
+                f"endpoint_url={proxy.url}",
+            ]
+        )
+    assert code == 0, err
+    assert proxy.requests == 0 and "data:image" not in out.read_text(encoding="utf-8")
+
+
+def test_an_unreachable_store_is_given_up_after_a_few_reads(aws_env):
+    import socket
+
+    from dsclean.report.remote import GIVE_UP_AFTER, BucketObjects
+    from dsclean.storage.reads import ReadPolicy
+
+    with socket.socket() as s:  # a port nobody listens on: every connection refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    objects = BucketObjects(
+        "s3://b/p", {"endpoint_url": f"http://127.0.0.1:{port}"}, None, None, 1 << 20, ReadPolicy(retries=0)
+    )
+    rels = [f"k{i}.jpg" for i in range(GIVE_UP_AFTER + 2)]
+    where = objects.locate(set(rels))
+    notes = [objects.fetch(where[rel], 10) for rel in rels]
+    assert all(data is None for data, _ in notes)
+    assert all(rel in note for rel, (_, note) in zip(rels, notes))  # each placeholder names its key
+    tried = [note for _, note in notes[:GIVE_UP_AFTER]]
+    assert not any("reads before it failed" in n for n in tried)
+    assert all(f"the {GIVE_UP_AFTER} reads before it failed" in note for _, note in notes[GIVE_UP_AFTER:])
