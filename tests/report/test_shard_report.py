@@ -119,3 +119,28 @@ def test_bucket_shard_set_report_reads_the_members_from_the_store(
     assert bad.src is not None, bad.placeholder
     assert bad.image().size == (96, 64)
     assert not [p for p in s3fs_direct.find(f"{bucket}") if not p.endswith(".tar")]  # nothing written to the bucket
+
+
+def test_parquet_shard_rows_get_thumbnails_from_their_row_group(tmp_path, cli):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = tmp_path / "pq"
+    folder.mkdir()
+    images = [synth.png(30 + i, 20, seed=i) for i in range(5)]
+    images[3] = CUT  # in the second row group (2 rows a group)
+    image = pa.array(
+        [{"bytes": b, "path": f"img{i}.{'jpg' if i == 3 else 'png'}"} for i, b in enumerate(images)],
+        pa.struct([("bytes", pa.binary()), ("path", pa.string())]),
+    )
+    pq.write_table(
+        pa.table({"image": image, "label": list(range(5))}), folder / "train-00000.parquet", row_group_size=2
+    )
+    out = tmp_path / "r.html"
+    code, _, err = cli(["scan", folder, "--html", out, "--jobs", "1", "--state-dir", tmp_path / "state"])
+    assert code == 0, err
+    cards = by_path(out.read_text(encoding="utf-8"))
+    bad = [c for p, c in cards.items() if p.startswith("train-00000.parquet/row-3-")]
+    assert len(bad) == 1, list(cards)
+    assert bad[0].src is not None, bad[0].placeholder
+    assert bad[0].image().size == (96, 64) and "red line" in bad[0].rest
