@@ -269,3 +269,23 @@ def test_an_unreachable_store_is_given_up_after_a_few_reads(aws_env):
     tried = [note for _, note in notes[:GIVE_UP_AFTER]]
     assert not any("reads before it failed" in n for n in tried)
     assert all(f"the {GIVE_UP_AFTER} reads before it failed" in note for _, note in notes[GIVE_UP_AFTER:])
+
+
+def test_an_object_that_crashes_its_decoder_gets_a_placeholder_and_the_report_goes_on(
+    bucket, s3fs_direct, s3_endpoint, aws_env, cli, tmp_path
+):
+    """The bytes are decoded in the isolated workers, never in the report process (a real segfault there)."""
+    from support.fixtures.cli import run_cli
+
+    for name in ("x__segfault__.jpg", "fine.jpg"):
+        s3fs_direct.pipe_file(f"{bucket}/c/{name}", synth.truncate(synth.jpeg(64, 64, seed=len(name)), 0.6))
+    url, state = f"s3://{bucket}/c", str(tmp_path / "state")
+    _scan(cli, url, state, s3_endpoint)  # no faults while scanning
+    out = tmp_path / "r.html"
+    proc = run_cli(
+        "report", url, "--state-dir", state, "-o", out, "-j", "1", env={"DSCLEAN_TEST_FAULTS": "1"}, timeout=240
+    )
+    assert proc.returncode == 0, proc.stderr
+    shown = _cards(out)
+    assert shown["fine.jpg"].src is not None
+    assert "crashed the decoder" in shown["x__segfault__.jpg"].placeholder
