@@ -97,7 +97,8 @@ def write_report(target: str, output: str = DEFAULT_OUTPUT, options: ReportOptio
     if options.thumbnails and isinstance(shard_kind, str):  # samples inside shards: their member bytes
         items = list(data.items())
         limits = _limits(src, options)
-        samples = ShardSamples(shard_kind, src.root, options.storage_options, limits.max_bytes)
+        storage = merged_options(src.meta.get("storage_options"), options.storage_options)
+        samples = ShardSamples(shard_kind, src.root, storage, limits.max_bytes)
         shown = shown_members(src.results_paths, {i.rel for i in items if i.rel and i.source is None}, src.prefix)
         attach(items, samples.locate(shown))
         stats = make_thumbnails(items, limits, _jobs(options.jobs), scrub, samples.fetch)
@@ -107,7 +108,7 @@ def write_report(target: str, output: str = DEFAULT_OUTPUT, options: ReportOptio
         summary = src.summary or {}
         objects = BucketObjects(
             src.root,
-            merged_options(summary.get("storage_options"), options.storage_options),
+            merged_options(src.meta.get("storage_options"), options.storage_options),
             summary.get("quarantine") if isinstance(summary.get("quarantine"), str) else None,
             options.state_dir,
             limits.max_bytes,

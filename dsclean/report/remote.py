@@ -2,7 +2,7 @@
 
 ``dsclean report s3://BUCKET/PREFIX`` reports on the prefix's last scan (the results it recorded locally,
 :func:`dsclean.storage.reuse.last_results`). The objects it shows are read from the store with the
-scan's storage options (its non-secret ones, recorded in its summary: :func:`public_options`) and
+scan's storage options (its non-secret ones, recorded in its results' metadata: ``public_options``) and
 the ones given again (``--storage-option``: secrets never recorded), each read retried like the
 scan's (:mod:`dsclean.storage.reads`) and bounded: an object larger than the thumbnail byte limit (by
 the results' size, then by the read itself, a ranged GET of at most that many bytes) is not read.

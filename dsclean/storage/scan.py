@@ -151,7 +151,10 @@ def _scan_locked(
     stats = BucketStats()
     key = options_key(options.check)
     previous = Previous.open(state, key, store.url) if options.use_cache and not options.rescan else None
-    writer = ResultsWriter(report_dir, meta={"root": store.url, "shard": None, "options": key, "storage": True})
+    # the storage options minus every secret: what `dsclean report URL` reads the objects with again (secrets come
+    # from the environment or --storage-option each time)
+    meta = {"root": store.url, "shard": None, "options": key, "storage": True}
+    writer = ResultsWriter(report_dir, meta={**meta, "storage_options": public_options(store.options)})
     ids = IdsWriter(state)
     start = time.perf_counter()
     deny = (
@@ -187,7 +190,7 @@ def _scan_locked(
         from ..scanning.quarantine.status import quarantine_state
 
         summary.quarantine_state = {**quarantine_state(quarantine.dir).to_json(), "quarantine": quarantine.q.url}
-    _write_summary(report_dir, summary, stats, store)
+    _write_summary(report_dir, summary, stats)
     return summary
 
 
@@ -474,13 +477,10 @@ def _notes(stats: BucketStats, options: BucketScanOptions) -> list[str]:
     return notes
 
 
-def _write_summary(report_dir: str, summary: ScanSummary, stats: BucketStats, store: Store) -> str:
-    """``scan_summary.json``, with the storage options minus every secret (what ``dsclean report URL`` reads
-    the objects with again; secrets come from the environment or ``--storage-option`` each time)."""
+def _write_summary(report_dir: str, summary: ScanSummary, stats: BucketStats) -> str:
     path = os.path.join(report_dir, locations.SUMMARY_FILE)
     data = summary.to_json()
     data["discovery"] = asdict(stats)
-    data["storage_options"] = public_options(store.options)
     with atomic_output(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         json.dump(data, f, indent=2)
     return path
