@@ -25,7 +25,8 @@ ALLOWED = {
     "diagnose": {"index", "data"},
     "pack": {"scanning", "index", "data", "storage"},  # pack s3://... (read, write), verify s3://...
     "dups": {"scanning", "index", "quality", "storage"},  # dups over a bucket prefix (reads, listing, quarantine)
-    "report": {"scanning", "dups"},  # reads scan results, the quarantine journal, the worker guards, dups' moves
+    # scan results, the quarantine journal, the worker guards, dups' moves; a bucket's objects, shard members
+    "report": {"scanning", "dups", "storage", "shardsets"},
     "fromlog": {"scanning", "index", "data", "pack"},  # quarantine --from-log: re-checks files and shard samples
     "training": {"data", "diagnose"},  # wraps any dataset (names IndexedDataset samples), explains worker deaths
     "storage": {"scanning"},  # object storage: bucket listing, reads, quarantine; checks with the scan's checker

@@ -74,8 +74,9 @@ def refuse_bucket_options(args: argparse.Namespace) -> None:
         raise UserError(f"{names}: only for a storage URL (s3://...), and {where} is local")
 
 
-def cmd_scan_bucket(args: argparse.Namespace, check) -> int:
-    """``dsclean scan URL`` (``check``: the CheckOptions of the checking options, built by cli.scan)."""
+def cmd_scan_bucket(args: argparse.Namespace, check, write_html) -> int:
+    """``dsclean scan URL`` (``check``: the CheckOptions of the checking options, built by cli.scan;
+    ``write_html(args, summary, storage_options)``: cli.scan's ``--html``, passed in: no import back)."""
     from ..scanning.scanner import format_summary
     from ..storage.reads import DEFAULT_READ_THREADS, ReadPolicy
     from ..storage.scan import BucketScanOptions, scan_bucket
@@ -109,7 +110,6 @@ def cmd_scan_bucket(args: argparse.Namespace, check) -> int:
         for name, on in (
             ("--shard", args.shard is not None),
             ("--from-log", bool(args.from_logs)),
-            ("--html", bool(args.html)),
             ("--backend", args.backend not in ("processes", "dask")),
             ("--quarantine-flags", bool(args.quarantine_flags)),
         )
@@ -117,11 +117,17 @@ def cmd_scan_bucket(args: argparse.Namespace, check) -> int:
     ]
     if unsupported:
         raise UserError(f"{', '.join(unsupported)}: not yet for a storage URL (docs/guides/buckets.md)")
+    if args.html:
+        from ..report.source import check_output
+
+        check_output(args.html, None)  # a local file (never in the bucket), refused before the scan, not after
     summary = scan_bucket(args.root, options)
     if args.json:
         print(json.dumps(summary.to_json(), indent=2))
     elif not args.quiet:
         print(format_summary(summary))
+    if args.html:  # the report `dsclean report URL -o FILE` writes, of the scan just done
+        write_html(args, summary, options.storage_options)
     from .scanend import scan_exit
 
     return scan_exit(args, summary)
@@ -138,14 +144,3 @@ def bucket_report(args: argparse.Namespace, verb: str):
             raise UserError("--root: a bucket quarantine restores to the recorded URLs")
         return bq.restore(args.quarantine, options, args.state_dir)
     return bq.recover(args.quarantine, options, getattr(args, "state_dir", None))
-
-
-def bucket_results(url: str, state_dir: str | None) -> str:
-    """The results file of the last scan of a storage URL (``dsclean report s3://...``), or a UserError."""
-    from ..storage.reuse import last_results
-    from ..storage.urls import normalize
-
-    found = last_results(normalize(url), state_dir)
-    if found is None:
-        raise UserError(f"no scan of {url} is recorded here (dsclean scan {url} first; --state-dir?)")
-    return found

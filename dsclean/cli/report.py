@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from .. import argtypes
+from .bucket import add_storage_option
 from .exit_codes import EXIT_OK
 
 
@@ -18,7 +19,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "target",
         metavar="ROOT|RESULTS_DIR",
         help="a scanned dataset root (its last scan's results are used), a results folder/file, or a scanned "
-        "storage URL (s3://...: its last scan's results, without thumbnails)",
+        "storage URL (s3://...: its last scan's results; thumbnails of the objects read from the bucket)",
     )
     p.add_argument(
         "-o", "--output", default="report.html", metavar="FILE", help="the HTML file to write (default ./report.html)"
@@ -63,6 +64,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help='training failure logs (dsclean.guard\'s) for a "Failed in training" section (default: what '
         "dsclean quarantine --from-log recorded for ROOT, if anything)",
     )
+    add_storage_option(
+        p.add_argument_group(
+            "Object storage",
+            "a bucket scan's report reads the objects it shows with the scan's recorded storage options (secrets "
+            "left out: they come from the environment, a profile or --storage-option again)",
+        )
+    )
     p.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
     p.add_argument("--json", action="store_true", help="print what was written as JSON")
     p.set_defaults(func=cmd_report)
@@ -71,24 +79,20 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def cmd_report(args: argparse.Namespace) -> int:
     from ..report.build import ReportOptions, write_report
     from ..report.collect import Caps
-    from ..storage.urls import is_url
+    from ..storage.urls import parse_storage_options, redact_argv
 
-    target, thumbnails = args.target, not args.no_thumbnails
-    if is_url(target):  # a bucket scan's results (dsclean.storage): the objects are not read for thumbnails
-        from .bucket import bucket_results
-
-        target, thumbnails = bucket_results(target, args.state_dir), False
     options = ReportOptions(
         dups=args.dups,
-        thumbnails=thumbnails,
+        thumbnails=not args.no_thumbnails,
         absolute_paths=args.absolute_paths,
         jobs=args.jobs,
         caps=Caps(per_reason=args.max_thumbnails),
-        command=("dsclean", *getattr(args, "argv", ())),
+        command=tuple(redact_argv(["dsclean", *getattr(args, "argv", ())])),
         state_dir=args.state_dir,
         failures=tuple(args.failures),
+        storage_options=parse_storage_options(args.storage_options),
     )
-    s = write_report(target, args.output, options)
+    s = write_report(args.target, args.output, options)
     if args.json:
         import dataclasses
         import json

@@ -416,7 +416,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
                 "and --column are for shard sets: tars, an MDS or litdata index.json, Parquet files)"
             )
         args.root = args.root[0]
-        return cmd_scan_bucket(args, check_options(args))
+        return cmd_scan_bucket(args, check_options(args), _write_html)
     refuse_bucket_options(args)
     # -- shard sets written by other tools (dsclean.shardsets); else args.root becomes the one folder --
     if _names_shard_set(args):
@@ -541,11 +541,17 @@ def _start_workers_early(args: argparse.Namespace) -> None:
     start_local_workers(peek_formats(root), getattr(args, "facts", "all") == "all", fork_here=True)
 
 
-def _write_html(args: argparse.Namespace, summary) -> None:
+def _write_html(args: argparse.Namespace, summary, storage_options: dict | None = None) -> None:
+    """``--html FILE``: the report of the scan just done (``storage_options``: a bucket scan's, to read its
+    objects for the thumbnails)."""
     from ..report.build import ReportOptions, write_report
+    from ..storage.urls import redact_argv
     from .report import format_report_summary
 
-    options = ReportOptions(jobs=args.jobs, command=("dsclean", *getattr(args, "argv", ())))
+    command = tuple(redact_argv(["dsclean", *getattr(args, "argv", ())]))
+    options = ReportOptions(jobs=args.jobs, command=command)
+    if storage_options is not None:
+        options = dataclasses.replace(options, state_dir=args.state_dir, storage_options=storage_options)
     report = write_report(summary.results_path, args.html, options)
     if not (args.quiet or args.json):
         print(format_report_summary(report))

@@ -65,10 +65,8 @@ def route_scan(args: argparse.Namespace, check_options, flag_options) -> int:
         from ..shardsets.detect import detect
 
         shard_set = detect(specs, args.as_kind, _storage_options(args))
-        if shard_set is not None and shard_set.store is None:
-            check_output(
-                args.html, shard_set.folder
-            )  # never a report among the shards  # never a report among the shards
+        local = shard_set is not None and shard_set.store is None
+        check_output(args.html, shard_set.folder if local else None)  # a local file, never among the shards
     options = _options(args, check_options(args))
     options.flags = flag_options(args)
     summary = scan_shard_set(specs, options)
@@ -82,9 +80,12 @@ def route_scan(args: argparse.Namespace, check_options, flag_options) -> int:
         print(format_scan(summary))
     if args.html:
         from ..report.build import ReportOptions, write_report
+        from ..storage.urls import redact_argv
         from .report import format_report_summary
 
-        report = write_report(summary.results_path, args.html, ReportOptions(jobs=args.jobs))
+        command = tuple(redact_argv(["dsclean", *getattr(args, "argv", ())]))
+        report_options = ReportOptions(jobs=args.jobs, command=command, storage_options=_storage_options(args))
+        report = write_report(summary.results_path, args.html, report_options)
         if not (args.quiet or args.json):
             print(format_report_summary(report))
     if summary.signal:

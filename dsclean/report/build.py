@@ -1,8 +1,9 @@
 """``write_report``: a scan's results -> one self-contained HTML file.
 
-Steps: find the scan (:mod:`.source`), read its results once (:mod:`.collect`),
-add duplicate groups (:mod:`.duplicates`), make thumbnails in isolated workers
-(:mod:`.thumbs`), render (:mod:`.render`), write to a temp file and rename.
+Steps: find the scan (:mod:`.source`; a storage URL's last scan: :mod:`.remote`), read its results once
+(:mod:`.collect`), add duplicate groups (:mod:`.duplicates`), make thumbnails in isolated workers
+(:mod:`.thumbs`; a bucket scan's objects read from the store by :mod:`.remote`), render (:mod:`.render`),
+write to a temp file and rename.
 """
 
 from __future__ import annotations
@@ -14,11 +15,15 @@ from dataclasses import dataclass, field
 
 from ..atomic import atomic_output
 from ..dups.quarantines import recorded_quarantines
+from ..errors import UserError
 from ..scanning.quarantine.status import quarantine_state
+from ..storage.urls import is_url
 from .collect import Caps, collect
 from .duplicates import exact_duplicates, moved_by_dups, read_groups
+from .remote import BucketObjects, last_bucket_results, merged_options
 from .render import render
 from .safe import Scrubber, display
+from .shardsamples import ShardSamples, attach, shown_members
 from .source import check_output, locate, open_source, quarantined_locations
 from .thumbs import ThumbLimits, make_thumbnails
 
@@ -38,6 +43,8 @@ class ReportOptions:
     command: tuple[str, ...] = ()  # the command line that made the report, shown in it
     state_dir: str | None = None  # where a root's last scan is recorded (default: $DSCLEAN_STATE_DIR, per user)
     failures: tuple[str, ...] = ()  # training failure logs (dsclean.guard's) for the "Failed in training" section
+    #: a bucket scan's: fsspec options to read its objects with, over the non-secret ones the scan recorded
+    storage_options: dict = field(default_factory=dict, repr=False)
 
 
 @dataclass
@@ -58,10 +65,17 @@ class ReportSummary:
 
 
 def write_report(target: str, output: str = DEFAULT_OUTPUT, options: ReportOptions = ReportOptions()) -> ReportSummary:
-    """Write the HTML report of the scan behind ``target`` (a root, a results folder or file) to ``output``."""
+    """Write the HTML report of the scan behind ``target`` (a root, a results folder or file, or a scanned
+    storage URL: its last scan) to ``output`` (a local file)."""
     start = time.perf_counter()
+    given = target
+    if is_url(target):
+        target = last_bucket_results(target, options.state_dir)
     src = open_source(target, options.state_dir)
-    out = check_output(output, src.root)
+    bucket = is_url(src.root)  # a bucket scan's results (given by URL or as a results file)
+    if options.storage_options and not bucket:
+        raise UserError(f"--storage-option: only for a bucket scan's report (s3://...), and {given} is local")
+    out = check_output(output, None if bucket else src.root)
     named = {src.root: "ROOT", src.results_dir: "RESULTS"}
     if src.quarantine:
         named[src.quarantine] = "QUARANTINE"
@@ -79,7 +93,32 @@ def write_report(target: str, output: str = DEFAULT_OUTPUT, options: ReportOptio
             src.results_paths, data.files, scrub, moved=moved_by_dups(dups_bins, src.root), prefix=src.prefix
         )
     stats = {"made": 0, "placeholders": 0, "failed": 0}
-    if options.thumbnails:
+    shard_kind = src.meta.get("shard_set")
+    if options.thumbnails and isinstance(shard_kind, str):  # samples inside shards: their member bytes
+        items = list(data.items())
+        limits = _limits(src, options)
+        storage = merged_options(src.meta.get("storage_options"), options.storage_options)
+        samples = ShardSamples(shard_kind, src.root, storage, limits.max_bytes)
+        shown = shown_members(src.results_paths, {i.rel for i in items if i.rel and i.source is None}, src.prefix)
+        attach(items, samples.locate(shown))
+        stats = make_thumbnails(items, limits, _jobs(options.jobs), scrub, samples.fetch)
+    elif options.thumbnails and bucket:
+        items = list(data.items())
+        limits = _limits(src, options)
+        summary = src.summary or {}
+        objects = BucketObjects(
+            src.root,
+            merged_options(src.meta.get("storage_options"), options.storage_options),
+            summary.get("quarantine") if isinstance(summary.get("quarantine"), str) else None,
+            options.state_dir,
+            limits.max_bytes,
+        )
+        found = objects.locate({i.rel for i in items if i.rel and i.source is None})
+        for i in items:
+            if i.rel and i.source is None:
+                i.source = found.get(i.rel)
+        stats = make_thumbnails(items, limits, _jobs(options.jobs), scrub, objects.fetch)
+    elif options.thumbnails:
         items = list(data.items())
         found = locate(src, {i.rel for i in items if i.rel and i.source is None})
         for folder in dups_bins:  # a copy dsclean dups moved: its thumbnail from there

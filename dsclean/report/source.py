@@ -235,8 +235,16 @@ REPORT_MARK = b"<title>dsclean report"
 
 
 def check_output(output: str, root: str | None) -> str:
-    """The report's absolute path; refuses a folder, a device or other special file, an existing file that is
-    not a dsclean report, and any place inside the dataset being reported on."""
+    """The report's absolute path; refuses a storage URL (a report is written locally, never into a bucket), a
+    folder, a device or other special file, an existing file that is not a dsclean report, and any place inside
+    the dataset being reported on."""
+    from ..storage.urls import is_url
+
+    if is_url(output) or "://" in output:
+        raise UserError(
+            f"{output}: the report is written to a local file (never into a bucket): give a local path, "
+            "and copy it where you need it"
+        )
     out = os.path.abspath(output)
     if os.path.isdir(out):
         raise UserError(

@@ -21,15 +21,16 @@ the file's own bytes:
 from __future__ import annotations
 
 import base64
+import io
 import os
 import signal
 import struct
 import time
 import warnings
-from concurrent.futures import as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from typing import BinaryIO, Callable, NamedTuple
 
 from .. import reasons as R
 from .model import Item, Thumb
@@ -46,6 +47,9 @@ NOT_DECODED = {
     R.TOO_LARGE: "not decoded again: checking it needed too much memory",
 }
 CHUNK = 32  # files per worker task
+CHUNK_BYTES = 64 << 20  # fetched bytes per worker task (objects read from a store); one object may be alone past it
+FETCH_BUDGET = 256 << 20  # fetched bytes in flight at once, all tasks together (about)
+FETCH_THREADS = 8  # objects read at once while a task's bytes are gathered
 CUT_RED = (220, 30, 40)
 
 
@@ -60,12 +64,18 @@ class ThumbLimits:
     max_memory: int = 1 << 30  # bytes of address space one thumbnail may add
     max_pixels: int = 89_478_485  # Pillow's default; the scan's --max-pixels when it recorded one
     quality: int = 70  # JPEG quality
+    max_bytes: int = 32 << 20  # an object (a bucket's) larger than this is not read for its thumbnail
 
 
 # ---- in the worker -------------------------------------------------------------------------------
 
-#: one job: (source path, kind, whether to look for a cut)
+#: one job: (source: a path, or an object's URL when a fetch reads it; kind; whether to look for a cut)
 Job = tuple[str, str, bool]
+#: what a worker gets: a job and the bytes fetched for it (None: the worker reads the path itself)
+Task = tuple[str, str, bool, "bytes | None"]
+#: reads an object's bytes in the report process (``source``, its size by the scan) -> (bytes, note), or
+#: (None, why there is no picture); the bytes go to the isolated worker, which decodes them (:func:`render`)
+Fetch = Callable[[str, "int | None"], "tuple[bytes | None, str]"]
 
 
 class Result(NamedTuple):
@@ -79,7 +89,7 @@ class Result(NamedTuple):
     cut: bool = False  # the picture marks where decoding stops
 
 
-def render_chunk(jobs: list[Job], limits: ThumbLimits) -> list[Result]:
+def render_chunk(jobs: list[Task], limits: ThumbLimits) -> list[Result]:
     """Worker task: one result per job, each under the time limit, all under the memory ceiling."""
     from ..scanning.worker import FAULT_ENV, inject_fault, set_memory_ceiling, time_limit
 
@@ -88,9 +98,10 @@ def render_chunk(jobs: list[Job], limits: ThumbLimits) -> list[Result]:
     set_memory_ceiling(limits.max_memory)
     faults = os.environ.get(FAULT_ENV) == "1"  # dsclean's own tests only: real crashes and hangs
     out = []
-    for path, kind, find_cut in jobs:
+    for path, kind, find_cut, data in jobs:
         with time_limit(limits.timeout):
-            out.append(render(path, kind, find_cut, limits, inject_fault if faults else None))
+            source = path if data is None else data
+            out.append(render(source, kind, find_cut, limits, inject_fault if faults else None, name=path))
     return out
 
 
@@ -103,19 +114,27 @@ def _load_decoders() -> None:
 
 
 def render(
-    path: str, kind: str, find_cut: bool, limits: ThumbLimits, fault: Callable[[str], None] | None = None
+    path: str | bytes,
+    kind: str,
+    find_cut: bool,
+    limits: ThumbLimits,
+    fault: Callable[[str], None] | None = None,
+    name: str = "",
 ) -> Result:
-    """One thumbnail, or a note saying why there is none. Never raises for a bad file.
+    """One thumbnail of a file (its path) or of an object's bytes, or a note saying why there is none.
+    Never raises for a bad file.
 
-    ``fault``: dsclean's own tests only (a real crash, hang or allocation where a decoder would be).
+    ``fault``: dsclean's own tests only (a real crash, hang or allocation where a decoder would be), keyed by
+    ``name`` (the object's key or URL, for bytes) or the path.
     """
     try:
         if fault is not None:
-            fault(path)
+            fault(name or (path if isinstance(path, str) else ""))
+        source: str | BinaryIO = io.BytesIO(path) if isinstance(path, bytes) else path
         if kind == "image":
-            return _image(path, find_cut, limits)
+            return _image(source, find_cut, limits)
         if kind == "audio":
-            return _waveform(path, limits)
+            return _waveform(source, limits)
         return Result(None, note="not an image or audio file")
     except MemoryError:
         return Result(None, note="decoding it needs more memory than the thumbnail limit")
@@ -123,9 +142,7 @@ def render(
         return Result(None, note=f"does not decode: {type(exc).__name__}: {exc}"[:300])
 
 
-def _image(path: str, find_cut: bool, limits: ThumbLimits) -> Result:
-    import io
-
+def _image(path: str | BinaryIO, find_cut: bool, limits: ThumbLimits) -> Result:
     import numpy as np
     from PIL import Image, ImageFile
 
@@ -250,10 +267,14 @@ def _mark_cut(im, good: int, from_top: bool) -> None:
     im.paste(Image.alpha_composite(im.convert("RGBA"), overlay).convert("RGB"))
 
 
-def _claimed_frames(path: str) -> int | None:
+def _claimed_frames(path: str | BinaryIO) -> int | None:
     """Frames a WAV's data chunk or a FLAC's STREAMINFO promise (header bytes only), else None."""
-    with open(path, "rb") as f:
-        head = f.read(4096)
+    if isinstance(path, str):
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    else:
+        head = path.read(4096)
+        path.seek(0)
     if head[:4] == b"fLaC" and len(head) >= 26:
         total = int.from_bytes(head[18:26], "big") & ((1 << 36) - 1)
         return total or None
@@ -269,10 +290,8 @@ def _claimed_frames(path: str) -> int | None:
     return None
 
 
-def _waveform(path: str, limits: ThumbLimits) -> Result:
+def _waveform(path: str | BinaryIO, limits: ThumbLimits) -> Result:
     """A min/max waveform of the whole file (long files: of evenly spaced windows)."""
-    import io
-
     import numpy as np
     import soundfile as sf
     from PIL import Image, ImageDraw
@@ -348,11 +367,17 @@ def placeholder_note(item: Item) -> str | None:
 
 
 def make_thumbnails(
-    items: list[Item], limits: ThumbLimits, jobs: int, scrub: Callable[[str], str] = str
+    items: list[Item],
+    limits: ThumbLimits,
+    jobs: int,
+    scrub: Callable[[str], str] = str,
+    fetch: Fetch | None = None,
 ) -> dict[str, int]:
-    """Set ``item.thumb`` for every item; each source file is decoded once, in an isolated worker.
+    """Set ``item.thumb`` for every item; each source is decoded once, in an isolated worker.
 
-    ``scrub`` cleans the notes (a decoder's message may name absolute paths).
+    ``scrub`` cleans the notes (a decoder's message may name absolute paths). ``fetch``: the sources are
+    objects in a store (a bucket scan's), read by it here, a bounded amount at a time, and decoded from
+    their bytes in the workers; else they are paths the workers open.
 
     Returns counts: ``made``, ``placeholders``, ``failed`` (workers that died or overran).
     """
@@ -365,7 +390,8 @@ def make_thumbnails(
             continue
         key = (item.source, item.kind, item.status == R.BAD and item.kind == "image")
         by_source.setdefault(key, []).append(item)
-    results = _run(list(by_source), limits, jobs, stats)
+    sizes = [group[0].size for group in by_source.values()]
+    results = _run(list(by_source), limits, jobs, stats, fetch, sizes)
     for key, result in zip(by_source, results):
         thumb = _thumb(result, scrub)
         for item in by_source[key]:
@@ -383,35 +409,118 @@ def _thumb(result: Result, scrub: Callable[[str], str]) -> Thumb:
     return Thumb(data_uri=uri, note=note, width=result.width, height=result.height, cut=result.cut)
 
 
-def _run(jobs: list[Job], limits: ThumbLimits, workers: int, stats: dict) -> list[Result]:
-    """Results in job order: chunks on the reusable loky pool; what a dying worker took down, one at a time."""
+def _chunks(sizes: list[int | None], by_bytes: bool) -> list[list[int]]:
+    """Job indexes in tasks of at most :data:`CHUNK` jobs and (``by_bytes``) :data:`CHUNK_BYTES` of recorded size."""
+    out: list[list[int]] = []
+    chunk: list[int] = []
+    held = 0
+    for i, size in enumerate(sizes):
+        size = size or 0 if by_bytes else 0
+        if chunk and (len(chunk) >= CHUNK or held + size > CHUNK_BYTES):
+            out.append(chunk)
+            chunk, held = [], 0
+        chunk.append(i)
+        held += size
+    return out + ([chunk] if chunk else [])
+
+
+class _Tasks:
+    """A chunk's worker tasks: paths as they are, or each object's bytes fetched (a few at a time, in threads);
+    an object that cannot be fetched gets its placeholder result at once, without a worker."""
+
+    def __init__(self, jobs: list[Job], sizes: list[int | None], fetch: Fetch | None, pool: ThreadPoolExecutor | None):
+        self.jobs, self.sizes, self.fetch, self.pool = jobs, sizes, fetch, pool
+        self.notes: dict[int, str] = {}  # what the fetch says about an object it read (changed since the scan)
+
+    def make(self, chunk: list[int], results: list[Result | None]) -> tuple[list[int], list[Task]]:
+        if self.fetch is None or self.pool is None:
+            return chunk, [(*self.jobs[i], None) for i in chunk]
+        fetch = self.fetch
+        got = list(self.pool.map(lambda i: fetch(self.jobs[i][0], self.sizes[i]), chunk))
+        idx: list[int] = []
+        tasks: list[Task] = []
+        for i, (data, note) in zip(chunk, got):
+            if data is None:
+                results[i] = Result(None, note=note)
+                continue
+            if note:
+                self.notes[i] = note
+            idx.append(i)
+            tasks.append((*self.jobs[i], data))
+        return idx, tasks
+
+    def noted(self, i: int, r: Result) -> Result:
+        note = self.notes.get(i)
+        return r._replace(note="; ".join(filter(None, [note, r.note]))) if note else r
+
+
+def _run(
+    jobs: list[Job],
+    limits: ThumbLimits,
+    workers: int,
+    stats: dict,
+    fetch: Fetch | None = None,
+    sizes: list[int | None] | None = None,
+) -> list[Result]:
+    """Results in job order: chunks on the reusable loky pool; what a dying worker took down, one at a time.
+
+    Paths: every chunk submitted at once (a task is a few paths). Fetched bytes: a bounded few chunks in
+    flight (:data:`FETCH_BUDGET`), each chunk's objects read just before it is submitted."""
     from joblib.externals.loky import get_reusable_executor
 
     results: list[Result | None] = [None] * len(jobs)
     if not jobs:
         return []
-    executor = get_reusable_executor(max_workers=max(1, workers), timeout=60)
-    starts = range(0, len(jobs), CHUNK)
-    futures = {executor.submit(render_chunk, jobs[s : s + CHUNK], limits): s for s in starts}
+    sizes = sizes if sizes is not None else [None] * len(jobs)
+    chunks = iter(_chunks(sizes, fetch is not None))
+    ahead = max(1, min(workers * 2, FETCH_BUDGET // CHUNK_BYTES)) if fetch is not None else len(jobs)
     lost: list[int] = []
-    for future in as_completed(futures):
-        s = futures[future]
-        try:
-            for i, r in enumerate(future.result(), s):
-                results[i] = r
-        except BrokenProcessPool:
-            lost += range(s, min(s + CHUNK, len(jobs)))
-    for i in sorted(lost):
-        executor = get_reusable_executor(max_workers=max(1, workers), timeout=60)
-        started = time.monotonic()
-        try:
-            results[i] = executor.submit(render_chunk, [jobs[i]], limits).result()[0]
-        except BrokenProcessPool as exc:
-            stats["failed"] += 1
-            results[i] = Result(
-                None, note=f"no thumbnail: decoding it {_why_died(exc, time.monotonic() - started, limits)}"
-            )
+    with ThreadPoolExecutor(FETCH_THREADS) if fetch is not None else _nothing() as pool:
+        tasks = _Tasks(jobs, sizes, fetch, pool)
+        pending: dict[Future, list[int]] = {}
+        while True:
+            while len(pending) < ahead:
+                chunk = next(chunks, None)
+                if chunk is None:
+                    break
+                idx, work = tasks.make(chunk, results)
+                if not work:
+                    continue
+                try:
+                    executor = get_reusable_executor(max_workers=max(1, workers), timeout=60)
+                    pending[executor.submit(render_chunk, work, limits)] = idx
+                except BrokenProcessPool:
+                    lost += idx
+            if not pending:
+                break
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                idx = pending.pop(future)
+                try:
+                    for i, r in zip(idx, future.result()):
+                        results[i] = tasks.noted(i, r)
+                except BrokenProcessPool:
+                    lost += idx
+        for i in sorted(lost):
+            idx, work = tasks.make([i], results)
+            if not work:
+                continue
+            executor = get_reusable_executor(max_workers=max(1, workers), timeout=60)
+            started = time.monotonic()
+            try:
+                results[i] = tasks.noted(i, executor.submit(render_chunk, work, limits).result()[0])
+            except BrokenProcessPool as exc:
+                stats["failed"] += 1
+                results[i] = Result(
+                    None, note=f"no thumbnail: decoding it {_why_died(exc, time.monotonic() - started, limits)}"
+                )
     return results  # type: ignore[return-value]
+
+
+def _nothing():
+    import contextlib
+
+    return contextlib.nullcontext(None)
 
 
 def _why_died(exc: BaseException, took: float, limits: ThumbLimits) -> str:

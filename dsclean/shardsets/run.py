@@ -390,6 +390,10 @@ def scan_shard_set(specs: list[str], options: ShardScanOptions = ShardScanOption
         summary.denylist_path = local
     deny = None if options.dry_run else _DenyWriter(local, summary)
     meta = {"root": ss.folder, "shard_set": ss.kind, "shard": None, "options": None}
+    if ss.store is not None:  # its options minus every secret: what `dsclean report URL` reads the members with
+        from ..storage.urls import public_options
+
+        meta["storage_options"] = public_options(ss.store.options)
     writer = ShardResultsWriter(report_dir, meta)
     keys = KeyTracker(ss) if ss.kind == "webdataset" else None
 

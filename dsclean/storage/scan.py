@@ -37,7 +37,7 @@ from .manifest import ManifestStats, iter_manifest
 from .quarantine import BucketQuarantine, MoveError
 from .reads import DEFAULT_READ_THREADS, ReadPolicy, classify, describe, quiet_store_retries, retried
 from .reuse import IdsWriter, Previous, identity, write_record
-from .urls import is_url, scrub
+from .urls import is_url, public_options, scrub
 from .workers import ChunkResult, check_objects, init_worker, run_chunk, run_chunk_isolated
 
 log = logging.getLogger("dsclean.storage.scan")
@@ -151,7 +151,10 @@ def _scan_locked(
     stats = BucketStats()
     key = options_key(options.check)
     previous = Previous.open(state, key, store.url) if options.use_cache and not options.rescan else None
-    writer = ResultsWriter(report_dir, meta={"root": store.url, "shard": None, "options": key, "storage": True})
+    # the storage options minus every secret: what `dsclean report URL` reads the objects with again (secrets come
+    # from the environment or --storage-option each time)
+    meta = {"root": store.url, "shard": None, "options": key, "storage": True}
+    writer = ResultsWriter(report_dir, meta={**meta, "storage_options": public_options(store.options)})
     ids = IdsWriter(state)
     start = time.perf_counter()
     deny = (

@@ -95,6 +95,21 @@ def redact_options(options: dict) -> dict:
     }
 
 
+def public_options(options: dict) -> dict:
+    """A copy of storage options with every secret left out (not masked: what may be recorded and used again,
+    e.g. an endpoint or a region); a value carrying credentials in a URL (``scheme://user:pass@host``) too."""
+    out: dict = {}
+    for k, v in options.items():
+        if isinstance(v, dict):
+            out[k] = public_options(v)
+        elif not is_secret(str(k)) and not (isinstance(v, str) and _USERINFO.search(v)):
+            out[k] = v
+    return out
+
+
+_USERINFO = re.compile(r"://[^/@]*@")
+
+
 def redact_argv(argv: Iterable[str]) -> list[str]:
     """A command line safe to record: every ``--storage-option`` secret value replaced by ``***``.
 

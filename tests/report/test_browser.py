@@ -255,3 +255,35 @@ def test_summary_counts_the_quarantine_by_its_journal_after_restore(browser, tmp
         assert shown == 2  # both restored files decode from ROOT: thumbnails, not "file not found"
     finally:
         v.close()
+
+
+def test_bucket_scan_report_loads_offline_and_its_thumbnails_decode(
+    browser, bucket, s3fs_direct, s3_endpoint, aws_env, tmp_path
+):
+    """A bucket scan's report: thumbnails read from the bucket when it was written, none of it asked of the
+    bucket when it is opened (no request but the page itself and data: URIs)."""
+    pytest.importorskip("s3fs")
+    from support import synth
+
+    from dsclean.storage.scan import BucketScanOptions, scan_bucket
+
+    s3fs_direct.pipe_file(f"{bucket}/d/cut.jpg", synth.truncate(synth.jpeg(96, 64, seed=3), 0.5))
+    s3fs_direct.pipe_file(f"{bucket}/d/ok.png", synth.png(40, 30, seed=2))
+    url, state = f"s3://{bucket}/d", str(tmp_path / "state")
+    scan_bucket(url, BucketScanOptions(storage_options={"endpoint_url": s3_endpoint}, jobs=1, state_dir=state))
+    out = tmp_path / "bucket.html"
+    s = write_report(url, str(out), ReportOptions(state_dir=state, jobs=1))
+    assert s.thumbnails >= 1
+    v = Visit(browser, out)
+    try:
+        assert v.errors == [] and all(u == v.url or u.startswith("data:") for u in v.requests), v.requests
+        images = v.page.evaluate("""async () => {
+            const imgs = Array.from(document.images);
+            imgs.forEach(i => { i.loading = "eager"; });
+            await Promise.all(imgs.map(i => i.decode().catch(() => null)));
+            return imgs.map(i => [i.complete, i.naturalWidth, i.naturalHeight]);
+        }""")
+        assert [96, 64] in [[w, h] for _, w, h in images]  # the cut JPEG's thumbnail, read from the bucket
+        assert all(done and w > 0 and h > 0 for done, w, h in images), images
+    finally:
+        v.close()

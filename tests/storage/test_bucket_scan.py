@@ -250,7 +250,7 @@ def test_report_of_a_scanned_url_uses_its_last_results(bucket, s3fs_direct, s3_e
     scan_bucket(url, opts(s3_endpoint, state_dir=state, report_dir=str(tmp_path / "elsewhere")))
     assert main(["report", url + "/", "--state-dir", state, "-o", str(tmp_path / "r.html"), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["files"] == 3 and out["problems"] == 1 and out["thumbnails"] == 0
+    assert out["files"] == 3 and out["problems"] == 1 and out["thumbnails"] >= 1  # read with the recorded endpoint
     assert "elsewhere" in out["results_source"]  # the results the scan wrote, wherever --report put them
     assert "dogs/c.jpg" in (tmp_path / "r.html").read_text()
 

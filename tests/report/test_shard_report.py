@@ -1,0 +1,150 @@
+"""The report of a shard set's scan: thumbnails of the samples inside WebDataset tars (local, gzipped, in a
+bucket), read from their member bytes by one bounded walk of each shard, decoded in the isolated workers."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import tarfile
+
+import pytest
+from support import synth
+from support.reportpage import by_path
+
+CUT = synth.truncate(synth.jpeg(96, 64, seed=3), 0.5)
+GOOD = synth.png(40, 30, seed=2)
+
+
+def tar_bytes(members: list[tuple[str, bytes]]) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def shards(gz: bool = False) -> dict[str, bytes]:
+    """Two shards: the first holds a truncated JPEG among good samples and captions."""
+    first = tar_bytes(
+        [
+            ("a.png", GOOD),
+            ("a.txt", b"a caption"),
+            ("b.jpg", CUT),
+            ("b.txt", b"cut"),
+            ("c.png", synth.png(20, 50, seed=4)),
+        ]
+    )
+    second = tar_bytes([(f"k{i}.jpg", synth.jpeg(64, 64, seed=10 + i)) for i in range(4)])
+    if gz:
+        return {"shard-000000.tar.gz": gzip.compress(first), "shard-000001.tar.gz": gzip.compress(second)}
+    return {"shard-000000.tar": first, "shard-000001.tar": second}
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_local_shard_set_report_shows_the_bad_samples_thumbnail(tmp_path, cli, gz):
+    folder = tmp_path / "wds"
+    folder.mkdir()
+    for name, data in shards(gz).items():
+        (folder / name).write_bytes(data)
+    out = tmp_path / "r.html"
+    code, _, err = cli(["scan", folder, "--html", out, "--jobs", "1", "--state-dir", tmp_path / "state"])
+    assert code == 0, err
+    cards = by_path(out.read_text(encoding="utf-8"))
+    first = next(iter(shards(gz)))
+    bad = cards[f"{first}/b.jpg"]
+    assert bad.src is not None, bad.placeholder
+    assert bad.image().size == (96, 64)
+    assert "red line" in bad.rest
+
+
+def test_shard_rewritten_since_the_scan_gets_a_placeholder(tmp_path, cli):
+    folder = tmp_path / "wds"
+    folder.mkdir()
+    for name, data in shards().items():
+        (folder / name).write_bytes(data)
+    state = tmp_path / "state"
+    code, _, err = cli(["scan", folder, "--jobs", "1", "--state-dir", state])
+    assert code == 0, err
+    (folder / "shard-000000.tar").write_bytes(tar_bytes([("a.png", GOOD)]))  # b.jpg gone
+    out = tmp_path / "r.html"
+    code, _, err = cli(["report", folder, "-o", out, "--state-dir", state])
+    assert code == 0, err
+    card = by_path(out.read_text(encoding="utf-8"))["shard-000000.tar/b.jpg"]
+    assert card.src is None and "not found in its shard" in card.placeholder
+
+
+def test_member_over_the_byte_limit_is_not_read(tmp_path, cli):
+    from dsclean.report.build import ReportOptions, write_report
+    from dsclean.report.thumbs import ThumbLimits
+
+    folder = tmp_path / "wds"
+    folder.mkdir()
+    for name, data in shards().items():
+        (folder / name).write_bytes(data)
+    state = tmp_path / "state"
+    code, _, err = cli(["scan", folder, "--jobs", "1", "--state-dir", state])
+    assert code == 0, err
+    out = tmp_path / "r.html"
+    write_report(str(folder), str(out), ReportOptions(state_dir=str(state), jobs=1, limits=ThumbLimits(max_bytes=100)))
+    card = by_path(out.read_text(encoding="utf-8"))["shard-000000.tar/b.jpg"]
+    assert card.src is None and "over the 100-byte limit" in card.placeholder
+
+
+def test_bucket_shard_set_report_reads_the_members_from_the_store(
+    bucket, s3fs_direct, s3_endpoint, aws_env, tmp_path, cli
+):
+    for name, data in shards().items():
+        s3fs_direct.pipe_file(f"{bucket}/wds/{name}", data)
+    out = tmp_path / "r.html"
+    url = f"s3://{bucket}/wds"
+    code, _, err = cli(
+        [
+            "scan",
+            url,
+            "--storage-option",
+            f"endpoint_url={s3_endpoint}",
+            "--html",
+            out,
+            "--jobs",
+            "1",
+            "--state-dir",
+            tmp_path / "state",
+        ]
+    )
+    assert code == 0, err
+    cards = by_path(out.read_text(encoding="utf-8"))
+    bad = cards["shard-000000.tar/b.jpg"]
+    assert bad.src is not None, bad.placeholder
+    assert bad.image().size == (96, 64)
+    assert not [p for p in s3fs_direct.find(f"{bucket}") if not p.endswith(".tar")]  # nothing written to the bucket
+    again = tmp_path / "again.html"  # `dsclean report URL` finds that scan, and reads with its recorded endpoint
+    code, _, err = cli(["report", url, "-o", again, "--state-dir", tmp_path / "state"])
+    assert code == 0, err
+    assert by_path(again.read_text(encoding="utf-8"))["shard-000000.tar/b.jpg"].raw() == bad.raw()
+
+
+def test_parquet_shard_rows_get_thumbnails_from_their_row_group(tmp_path, cli):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = tmp_path / "pq"
+    folder.mkdir()
+    images = [synth.png(30 + i, 20, seed=i) for i in range(5)]
+    images[3] = CUT  # in the second row group (2 rows a group)
+    image = pa.array(
+        [{"bytes": b, "path": f"img{i}.{'jpg' if i == 3 else 'png'}"} for i, b in enumerate(images)],
+        pa.struct([("bytes", pa.binary()), ("path", pa.string())]),
+    )
+    pq.write_table(
+        pa.table({"image": image, "label": list(range(5))}), folder / "train-00000.parquet", row_group_size=2
+    )
+    out = tmp_path / "r.html"
+    code, _, err = cli(["scan", folder, "--html", out, "--jobs", "1", "--state-dir", tmp_path / "state"])
+    assert code == 0, err
+    cards = by_path(out.read_text(encoding="utf-8"))
+    bad = [c for p, c in cards.items() if p.startswith("train-00000.parquet/row-3-")]
+    assert len(bad) == 1, list(cards)
+    assert bad[0].src is not None, bad[0].placeholder
+    assert bad[0].image().size == (96, 64) and "red line" in bad[0].rest
