@@ -103,11 +103,11 @@ def cmd_scan_bucket(args: argparse.Namespace, check) -> int:
         backend=args.backend,
         scheduler=args.scheduler,
         command=tuple(redact_argv(["dsclean", *getattr(args, "argv", ())])),
+        shard=args.shard,
     )
     unsupported = [
         name
         for name, on in (
-            ("--shard", args.shard is not None),
             ("--from-log", bool(args.from_logs)),
             ("--html", bool(args.html)),
             ("--backend", args.backend not in ("processes", "dask")),

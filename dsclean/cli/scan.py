@@ -659,9 +659,9 @@ def add_merge_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from ..scanning.merge import merge
+    from ..storage.parts import merge_parts  # a folder's parts, or a bucket scan's (recorded for its prefix)
 
-    s = merge(args.results, args.output, args.state_dir)
+    s = merge_parts(args.results, args.output, args.state_dir)
     if args.json:
         print_json(dataclasses.asdict(s))
     elif not args.quiet:

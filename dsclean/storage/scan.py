@@ -30,7 +30,7 @@ from ..interrupts import stop_on_signals
 from ..scanning.cache import options_key
 from ..scanning.check import CheckOptions
 from ..scanning.results import ResultsWriter
-from ..scanning.scanner import ScanSummary, usable_cores
+from ..scanning.scanner import ScanSummary, in_part, usable_cores
 from .fs import Store
 from .listing import ListingStats, NoSuchBucket, Obj, iter_objects, probe
 from .manifest import ManifestStats, iter_manifest
@@ -71,6 +71,7 @@ class BucketScanOptions:
     use_cache: bool = True  # reuse ok verdicts of objects unchanged since the last scan (ETag, size, time)
     rescan: bool = False  # check every object again
     command: tuple[str, ...] = ()  # already redacted (urls.redact_argv)
+    shard: tuple[int, int] | None = None  # (i, n): part i of n (a job array's task): the keys hashing to i mod n
 
 
 @dataclass
@@ -80,6 +81,7 @@ class BucketStats:
     listed: int = 0
     skipped_other: int = 0
     skipped_hidden: int = 0
+    other_parts: int = 0  # listed media objects of the other parts of a job array (--shard I/N): not checked here
     outside_prefix: int = 0
     bad_manifest_rows: int = 0
     not_read: int = 0  # bad verdicts of objects that could not be read (NOT_READ): not moved
@@ -106,33 +108,49 @@ def scan_bucket(url: str, options: BucketScanOptions = BucketScanOptions()) -> S
         raise UserError(f"--backend {options.backend}: a bucket scan runs on processes (default) or dask")
     if (options.backend == "dask") != bool(options.scheduler):
         raise UserError("--backend dask goes with --scheduler tcp://HOST:PORT or a scheduler file (and only it)")
+    if options.shard is not None and not (options.shard[1] >= 1 and 0 <= options.shard[0] < options.shard[1]):
+        raise UserError(f"--shard {options.shard[0]}/{options.shard[1]}: need 0 <= I < N")
     state = locations.url_state_dir(store.url, options.state_dir)
     if options.report_dir and is_url(options.report_dir):
         raise UserError("--report is a local folder (results are never written into the bucket)")
     report_dir = os.path.abspath(options.report_dir or state)
     probe_prefix(store, options.policy)
     os.makedirs(state, exist_ok=True)
-    lock = _lock(state, store.url)
+    locks = lock_prefix(state, store.url, options.shard)
     try:
         return _scan_locked(store, qstore, options, state, report_dir, jobs, exclude)
     finally:
-        os.close(lock)
+        for fd in locks:
+            os.close(fd)
 
 
-def _lock(state: str, url: str) -> int:
-    """One scan of a prefix at a time (they would share the state folder's identities and record)."""
+def lock_prefix(state: str, url: str, part: tuple[int, int] | None = None) -> list[int]:
+    """One scan of a prefix at a time (they would share the state folder's identities and record); the parts
+    of one job array (``--shard I/N``, each I once) side by side: the prefix's lock shared, the part's own
+    exclusive (as :func:`dsclean.locations.scan_lock` does for a folder)."""
     import fcntl
 
-    fd = os.open(os.path.join(state, locations.LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
-        os.close(fd)
-        raise UserError(f"another dsclean process (pid {holder}) is scanning {url}; wait for it to finish") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, str(os.getpid()).encode(), 0)
-    return fd
+    names = [locations.LOCK_FILE] + ([locations.tagged(locations.LOCK_FILE, locations.part_tag(part))] if part else [])
+    modes = [fcntl.LOCK_EX] if part is None else [fcntl.LOCK_SH, fcntl.LOCK_EX]
+    fds: list[int] = []
+    for name, mode in zip(names, modes):
+        fd = os.open(os.path.join(state, name), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            for held in [*fds, fd]:
+                os.close(held)
+            what = "scanning" if part is None or name != names[-1] else f"running part {part[0]}/{part[1]} of"
+            raise UserError(
+                f"another dsclean process (pid {holder or 'unknown'}) is {what} {url}; wait for it to finish"
+                + (" (the parts of one job array, --shard I/N with different I, may run together)" if part else "")
+            ) from None
+        if mode == fcntl.LOCK_EX:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+        fds.append(fd)
+    return fds
 
 
 def _scan_locked(
@@ -148,11 +166,14 @@ def _scan_locked(
     summary = ScanSummary(root=store.url, jobs=jobs, quarantine=qstore.url if qstore else None, state_dir=state)
     summary.dry_run = options.dry_run
     summary.command = list(options.command)
+    summary.shard = options.shard
+    tag = locations.part_tag(options.shard)
     stats = BucketStats()
     key = options_key(options.check)
     previous = Previous.open(state, key, store.url) if options.use_cache and not options.rescan else None
-    writer = ResultsWriter(report_dir, meta={"root": store.url, "shard": None, "options": key, "storage": True})
-    ids = IdsWriter(state)
+    meta = {"root": store.url, "shard": options.shard, "options": key, "storage": True}
+    writer = ResultsWriter(report_dir, tag=tag, meta=meta)
+    ids = IdsWriter(state, tag)
     start = time.perf_counter()
     deny = (
         os.path.abspath(options.denylist_file or os.path.join(report_dir, locations.DENYLIST_FILE))
@@ -161,13 +182,13 @@ def _scan_locked(
     )
     with contextlib.ExitStack() as stack:
         quarantine: BucketQuarantine | None = None
-        stack.push(_finish(writer, ids, state, store, key, lambda: _earlier(quarantine, store)))
+        stack.push(_finish(writer, ids, state, store, key, lambda: _earlier(quarantine, store), whole=not tag))
         if qstore is not None and not options.dry_run:
-            quarantine = stack.enter_context(BucketQuarantine(store, qstore, options.state_dir, options.policy))
+            quarantine = stack.enter_context(BucketQuarantine(store, qstore, options.state_dir, options.policy, tag))
             summary.quarantine = qstore.url
             summary.recovered = {"completed": quarantine.recovery.completed, "reverted": quarantine.recovery.reverted}
             summary.notes += quarantine.recovery.refused
-        objects = _objects(store, options, stats, exclude)
+        objects = _in_part(_objects(store, options, stats, exclude), options.shard, stats)
         chunks = _chunks(objects, options.chunk_objects)
         if previous is not None:
             chunks = (fresh for chunk in chunks if (fresh := previous.unchanged(chunk)[0]))
@@ -186,8 +207,11 @@ def _scan_locked(
     if quarantine is not None:  # what the bucket quarantine holds now, by its journal (all runs)
         from ..scanning.quarantine.status import quarantine_state
 
-        summary.quarantine_state = {**quarantine_state(quarantine.dir).to_json(), "quarantine": quarantine.q.url}
-    _write_summary(report_dir, summary, stats)
+        summary.quarantine_state = {
+            **quarantine_state(quarantine.dir, [tag] if tag else None).to_json(),
+            "quarantine": quarantine.q.url,
+        }
+    _write_summary(report_dir, summary, stats, tag)
     return summary
 
 
@@ -197,12 +221,14 @@ def _earlier(quarantine: BucketQuarantine | None, store: Store) -> Iterable[dict
         return ()
     from ..scanning.quarantine.status import quarantined_records
 
-    return quarantined_records(quarantine.dir, store.url, None, quarantine.moved_ids)
+    tags = [quarantine.tag] if quarantine.tag else None  # a part lists its own moves; a whole scan every part's
+    return quarantined_records(quarantine.dir, store.url, tags, quarantine.moved_ids)
 
 
-def _finish(writer: ResultsWriter, ids: IdsWriter, state: str, store: Store, key: str, earlier):
+def _finish(writer: ResultsWriter, ids: IdsWriter, state: str, store: Store, key: str, earlier, whole: bool = True):
     """The exit callback: on an error drop the temp files (the previous results stay), else publish the
-    results, then the identities of their rows, then the record naming both (a re-scan's reuse)."""
+    results, then the identities of their rows, then the record naming both (a re-scan's reuse). A part
+    (``whole`` False) records nothing: ``dsclean merge`` records the merged results of all parts."""
 
     def finish(exc_type, exc, tb) -> None:  # returns None: the error (if any) goes on
         if exc_type is not None:
@@ -211,7 +237,8 @@ def _finish(writer: ResultsWriter, ids: IdsWriter, state: str, store: Store, key
             return
         writer.close(earlier())
         ids.close()
-        write_record(state, store.url, writer.results_path, key)
+        if whole:
+            write_record(state, store.url, writer.results_path, key)
 
     return finish
 
@@ -272,6 +299,18 @@ def _objects(store: Store, options: BucketScanOptions, stats: BucketStats, exclu
         ls.pages,
     )
     stats.unsafe_keys, stats.unsafe_examples = ls.unsafe, ls.unsafe_examples
+
+
+def _in_part(objects: Iterable[Obj], part: tuple[int, int] | None, stats: BucketStats) -> Iterator[Obj]:
+    """The objects of part ``part`` (the local scan's stable hash of the key: :func:`in_part`); all without one."""
+    if part is None:
+        yield from objects
+        return
+    for obj in objects:
+        if in_part(obj.rel, part):
+            yield obj
+        else:
+            stats.other_parts += 1
 
 
 def _chunks(objects: Iterable[Obj], size: int) -> Iterator[list[Obj]]:
@@ -469,13 +508,17 @@ def _notes(stats: BucketStats, options: BucketScanOptions) -> list[str]:
             f"{stats.not_read:,} objects could not be read (vanished, access denied, or still failing after "
             "the retries): listed as problems, not moved or deny-listed; scan again to judge them"
         )
+    if stats.other_parts:
+        notes.append(
+            f"{stats.other_parts:,} media objects belong to the other parts of the job array: not checked here"
+        )
     if stats.skipped_other:
         notes.append(f"{stats.skipped_other:,} objects are not media by their name's extension: not checked")
     return notes
 
 
-def _write_summary(report_dir: str, summary: ScanSummary, stats: BucketStats) -> str:
-    path = os.path.join(report_dir, locations.SUMMARY_FILE)
+def _write_summary(report_dir: str, summary: ScanSummary, stats: BucketStats, tag: str = "") -> str:
+    path = os.path.join(report_dir, locations.tagged(locations.SUMMARY_FILE, tag))
     data = summary.to_json()
     data["discovery"] = asdict(stats)
     with atomic_output(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
