@@ -38,7 +38,7 @@ from .quarantine import BucketQuarantine, MoveError
 from .reads import DEFAULT_READ_THREADS, ReadPolicy, classify, describe, quiet_store_retries, retried
 from .reuse import IdsWriter, Previous, identity, write_record
 from .urls import is_url, scrub
-from .workers import ChunkResult, check_objects, init_worker, run_chunk, run_chunk_isolated
+from .workers import ChunkResult, check_alone, check_objects, init_worker, run_chunk, run_chunk_isolated
 
 log = logging.getLogger("dsclean.storage.scan")
 
@@ -372,12 +372,12 @@ def _run(
                 for obj in (obj for chunk in lost for obj in chunk):
                     try:
                         yield submit([obj]).result()
-                    except BrokenProcessPool:
-                        pool.shutdown(wait=False, cancel_futures=True)
+                    except BrokenProcessPool:  # the culprit: once more in a process of its own, which says how
+                        pool.shutdown(wait=False, cancel_futures=True)  # it ends (a crash, a timeout, memory)
                         pool = ProcessPoolExecutor(
                             jobs, mp_context=ctx, initializer=init_worker, initargs=(env, options.check.facts)
                         )
-                        yield _crashed(obj)
+                        yield check_alone(store, obj, options.check, options.policy, env)
             if stop.signum:
                 return
     finally:
@@ -421,21 +421,6 @@ def _run_dask(store: Store, chunks: Iterator[list[Obj]], options: BucketScanOpti
     finally:
         flight.cancel()
         client.close()
-
-
-def _crashed(obj: Obj) -> ChunkResult:
-    """The verdict of an object whose check killed its worker process (alone in its task)."""
-    from ..formats import format_of_name, kind_of
-    from ..scanning.verdict import Verdict
-
-    fmt = format_of_name(obj.rel)
-    v = Verdict(path=obj.rel, kind=kind_of(fmt) if fmt else "unknown", size=obj.size, mtime_ns=obj.mtime_ns)
-    v.mark(
-        R.BAD,
-        R.DECODER_CRASH,
-        "the check of this object ended its worker process (a decoder crash, or a check past --timeout)",
-    )
-    return ChunkResult(verdicts=[v], etags=[obj.etag])
 
 
 def _take(
