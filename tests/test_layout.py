@@ -28,7 +28,7 @@ ALLOWED = {
     "report": {"scanning", "dups"},  # reads scan results, the quarantine journal, the worker guards, dups' moves
     "fromlog": {"scanning", "index", "data", "pack"},  # quarantine --from-log: re-checks files and shard samples
     "training": {"data", "diagnose"},  # wraps any dataset (names IndexedDataset samples), explains worker deaths
-    "storage": {"scanning"},  # object storage: bucket listing, reads, quarantine; checks with the scan's checker
+    "storage": {"scanning", "quality"},  # object storage: listing, reads, quarantine; the scan's checker and flags
     "shardsets": {
         "scanning",
         "pack",

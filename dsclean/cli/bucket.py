@@ -74,8 +74,10 @@ def refuse_bucket_options(args: argparse.Namespace) -> None:
         raise UserError(f"{names}: only for a storage URL (s3://...), and {where} is local")
 
 
-def cmd_scan_bucket(args: argparse.Namespace, check) -> int:
-    """``dsclean scan URL`` (``check``: the CheckOptions of the checking options, built by cli.scan)."""
+def cmd_scan_bucket(args: argparse.Namespace, check, flags=None) -> int:
+    """``dsclean scan URL`` (``check``, ``flags``: the CheckOptions and FlagOptions of the checking and --flag-*
+    options, built by cli.scan)."""
+    from ..quality.flags import FlagOptions
     from ..scanning.scanner import format_summary
     from ..storage.reads import DEFAULT_READ_THREADS, ReadPolicy
     from ..storage.scan import BucketScanOptions, scan_bucket
@@ -104,6 +106,8 @@ def cmd_scan_bucket(args: argparse.Namespace, check) -> int:
         scheduler=args.scheduler,
         command=tuple(redact_argv(["dsclean", *getattr(args, "argv", ())])),
         shard=args.shard,
+        quarantine_flags=tuple(args.quarantine_flags),
+        flags=flags if flags is not None else FlagOptions(),
     )
     unsupported = [
         name
@@ -111,7 +115,6 @@ def cmd_scan_bucket(args: argparse.Namespace, check) -> int:
             ("--from-log", bool(args.from_logs)),
             ("--html", bool(args.html)),
             ("--backend", args.backend not in ("processes", "dask")),
-            ("--quarantine-flags", bool(args.quarantine_flags)),
         )
         if on
     ]

@@ -416,7 +416,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
                 "and --column are for shard sets: tars, an MDS or litdata index.json, Parquet files)"
             )
         args.root = args.root[0]
-        return cmd_scan_bucket(args, check_options(args))
+        return cmd_scan_bucket(args, check_options(args), flag_options(args))
     refuse_bucket_options(args)
     # -- shard sets written by other tools (dsclean.shardsets); else args.root becomes the one folder --
     if _names_shard_set(args):

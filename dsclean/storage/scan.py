@@ -27,10 +27,12 @@ from ..atomic import atomic_output
 from ..errors import UserError
 from ..inflight import InFlight
 from ..interrupts import stop_on_signals
+from ..quality.flags import FlagOptions
 from ..scanning.cache import options_key
 from ..scanning.check import CheckOptions
 from ..scanning.results import ResultsWriter
-from ..scanning.scanner import ScanSummary, in_part, usable_cores
+from ..scanning.scanner import ScanSummary, check_quarantine_flags, in_part, usable_cores
+from ..scanning.verdict import Verdict
 from .fs import Store
 from .listing import ListingStats, NoSuchBucket, Obj, iter_objects, probe
 from .manifest import ManifestStats, iter_manifest
@@ -72,6 +74,8 @@ class BucketScanOptions:
     rescan: bool = False  # check every object again
     command: tuple[str, ...] = ()  # already redacted (urls.redact_argv)
     shard: tuple[int, int] | None = None  # (i, n): part i of n (a job array's task): the keys hashing to i mod n
+    quarantine_flags: tuple[str, ...] = ()  # quality flags whose objects are moved (deny-listed) too: reason `flagged`
+    flags: FlagOptions = FlagOptions()  # the flags' thresholds (used with quarantine_flags)
 
 
 @dataclass
@@ -108,6 +112,7 @@ def scan_bucket(url: str, options: BucketScanOptions = BucketScanOptions()) -> S
         raise UserError(f"--backend {options.backend}: a bucket scan runs on processes (default) or dask")
     if (options.backend == "dask") != bool(options.scheduler):
         raise UserError("--backend dask goes with --scheduler tcp://HOST:PORT or a scheduler file (and only it)")
+    check_quarantine_flags(options.quarantine_flags, options.check.facts)  # known flags, facts on: else a UserError
     if options.shard is not None and not (options.shard[1] >= 1 and 0 <= options.shard[0] < options.shard[1]):
         raise UserError(f"--shard {options.shard[0]}/{options.shard[1]}: need 0 <= I < N")
     state = locations.url_state_dir(store.url, options.state_dir)
@@ -170,8 +175,11 @@ def _scan_locked(
     tag = locations.part_tag(options.shard)
     stats = BucketStats()
     key = options_key(options.check)
-    previous = Previous.open(state, key, store.url) if options.use_cache and not options.rescan else None
-    meta = {"root": store.url, "shard": options.shard, "options": key, "storage": True}
+    # a reused row carries no flags of today's thresholds: with --quarantine-flags every object is checked again
+    reuse = options.use_cache and not options.rescan and not options.quarantine_flags
+    previous = Previous.open(state, key, store.url) if reuse else None
+    flag_meta = asdict(options.flags) if options.quarantine_flags else None  # thresholds of the flags column
+    meta = {"root": store.url, "shard": options.shard, "options": key, "storage": True, "flags": flag_meta}
     writer = ResultsWriter(report_dir, tag=tag, meta=meta)
     ids = IdsWriter(state, tag)
     start = time.perf_counter()
@@ -455,24 +463,68 @@ def _take(
                     extra = {"quarantined_to": moved}
                     summary.quarantined += 1
                 except MoveError as exc:
-                    summary.move_failures += 1
-                    why = str(exc).rsplit(": ", 1)[-1]
-                    summary.move_failure_reasons[why] = summary.move_failure_reasons.get(why, 0) + 1
-                    if len(summary.move_errors) < 1000:
-                        summary.move_errors.append(str(exc))
-                    extra = {"move_error": str(exc)}
+                    extra = _move_failed(summary, exc)
             elif (options.quarantine or deny) and not unread:
                 summary.would_quarantine += 1
             if deny is not None and not unread:
                 denied.append({"path": v.path, "reason": v.reason, "source": "scan", "detail": v.detail})
         elif v.status == R.WARN:
             summary.warn_reasons[v.reason or "?"] = summary.warn_reasons.get(v.reason or "?", 0) + 1
+        if options.quarantine_flags and v.status != R.BAD:
+            extra = _flagged(v, etag, summary, quarantine, options, denied if deny is not None else None) or extra
         writer.add(v, extra)
         ids.add(identity(Obj(v.path, v.size, etag, v.mtime_ns)) if v.status == R.OK else 0)
     if denied and deny is not None:
         from ..denylist import append
 
         append(deny, denied)
+
+
+def _move_failed(summary: ScanSummary, exc: MoveError) -> dict:
+    """A move that did not happen, counted (by why) in the summary; its problems-file field."""
+    summary.move_failures += 1
+    why = str(exc).rsplit(": ", 1)[-1]
+    summary.move_failure_reasons[why] = summary.move_failure_reasons.get(why, 0) + 1
+    if len(summary.move_errors) < 1000:
+        summary.move_errors.append(str(exc))
+    return {"move_error": str(exc)}
+
+
+def _flagged(
+    v: Verdict,
+    etag: str | None,
+    summary: ScanSummary,
+    quarantine: BucketQuarantine | None,
+    options: BucketScanOptions,
+    denied: list[dict] | None,
+) -> dict | None:
+    """A whole object's quality flags (``v.flags``, counted); one of ``--quarantine-flags`` moves it (reason
+    ``flagged``) as the local scan moves a flagged file, or deny-lists it; a dry run says it would."""
+    from ..scanning.facts import flags_of
+
+    v.flags = flags_of(v, options.flags)
+    for flag in v.flags or ():
+        summary.flags[flag] = summary.flags.get(flag, 0) + 1
+    hit = next((f for f in v.flags or () if f in options.quarantine_flags), None)
+    if hit is None:
+        return None
+    detail = f"quality flag {hit} (--quarantine-flags)"
+    if denied is not None:
+        denied.append({"path": v.path, "reason": R.FLAGGED, "source": "scan", "detail": detail})
+        summary.flag_quarantined += 1
+        return {"denied": R.FLAGGED, "flag": hit}
+    if quarantine is None:  # a dry run, or no --quarantine: listed in the problems file
+        summary.flag_quarantined += 1
+        return {"would_quarantine": R.FLAGGED, "flag": hit}
+    if v.path in quarantine.moved_keys:
+        return {"quarantined_to": quarantine.q.url_of(v.path), "flag": hit}
+    try:
+        moved = quarantine.move(v.path, v.size, etag, kind=v.kind, reason=R.FLAGGED, detail=detail)
+    except MoveError as exc:
+        return {**_move_failed(summary, exc), "flag": hit}
+    summary.quarantined += 1
+    summary.flag_quarantined += 1
+    return {"quarantined_to": moved, "flag": hit}
 
 
 def _notes(stats: BucketStats, options: BucketScanOptions) -> list[str]:
