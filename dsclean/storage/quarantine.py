@@ -132,6 +132,14 @@ class BucketQuarantine:
         os.makedirs(self.dir, exist_ok=True)
         self.journal = self._stack.enter_context(locked_journal(self.dir, self.tag))
         self.recovery = recover_locked(self.journal, self.dir, self.q, self.policy, self._store_of, self.tag)
+        for tag in _tags(self.dir):  # the other journals (a whole scan's, job-array parts') that no run holds now:
+            if tag == self.tag:  # a killed run's half-done moves are finished or reverted by the next run of any
+                continue
+            try:
+                with locked_journal(self.dir, tag) as journal:
+                    self.recovery.add(recover_locked(journal, self.dir, self.q, self.policy, self._store_of, tag))
+            except UserError:  # in use by a running part: its own run recovers it
+                continue
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -185,11 +185,12 @@ def _part_cmd(bucket: str, endpoint: str, part: str) -> list[str]:
 
 
 @pytest.mark.slow  # fault injection: a part killed with SIGKILL mid-move, five dsclean processes
-def test_a_part_killed_mid_move_is_recovered_from_its_own_journal_nothing_lost_nothing_twice(
+def test_a_part_killed_mid_move_is_recovered_from_its_journal_nothing_lost_nothing_twice(
     bucket, s3fs_direct, s3_endpoint
 ):
     """``dsclean scan URL --shard I/N`` on the command line, killed (SIGKILL) after a verified copy and before
-    the original's delete; another part runs meanwhile with its own journal; recover, the part again, restore."""
+    the original's delete: ``dsclean recover`` finishes the move from the part's journal; killed again, the next
+    run of another part does (each part journals its own moves); the part again, then restore."""
     from dsclean.scanning.scanner import in_part
 
     bad = [k for k in (f"bad{i}.png" for i in range(40)) if in_part(k, (0, 2))][:3]
@@ -203,12 +204,6 @@ def test_a_part_killed_mid_move_is_recovered_from_its_own_journal_nothing_lost_n
     assert proc.returncode == -9, proc.stderr.decode()
     ds, q = keys(s3fs_direct, bucket, "ds"), keys(s3fs_direct, bucket, "q")
     assert len(set(ds) & set(q)) == 1 and len(q) == 2  # one object in two places, an open intent in part 0's journal
-    env.pop("DSCLEAN_TEST_KILL_AT")
-    proc = subprocess.run(_part_cmd(bucket, s3_endpoint, "1/2"), env=env, capture_output=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr.decode()  # every bad object it found moved
-    q = keys(s3fs_direct, bucket, "q")
-    assert set(bad[3:]) <= set(q) and len(q) == 4  # part 1 moved its own two ...
-    assert len(set(keys(s3fs_direct, bucket, "ds")) & set(q)) == 1  # ... and left part 0's open intent alone
     code = subprocess.run(
         [
             sys.executable,
@@ -226,6 +221,17 @@ def test_a_part_killed_mid_move_is_recovered_from_its_own_journal_nothing_lost_n
     assert code == 0
     ds, q = keys(s3fs_direct, bucket, "ds"), keys(s3fs_direct, bucket, "q")
     assert not set(ds) & set(q) and sorted(ds + q) == sorted(files)  # nothing twice, nothing lost
+    # killed again (after its next verified copy): this time the next run of another part recovers its journal
+    env["DSCLEAN_TEST_KILL_AT"] = "copied:1"
+    proc = subprocess.run(_part_cmd(bucket, s3_endpoint, "0/2"), env=env, capture_output=True, timeout=120)
+    assert proc.returncode == -9, proc.stderr.decode()
+    assert len(set(keys(s3fs_direct, bucket, "ds")) & set(keys(s3fs_direct, bucket, "q"))) == 1
+    env.pop("DSCLEAN_TEST_KILL_AT")
+    proc = subprocess.run(_part_cmd(bucket, s3_endpoint, "1/2"), env=env, capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode()  # every bad object it found moved
+    ds, q = keys(s3fs_direct, bucket, "ds"), keys(s3fs_direct, bucket, "q")
+    assert set(bad[3:]) <= set(q)  # part 1 moved its own two
+    assert not set(ds) & set(q) and sorted(ds + q) == sorted(files)  # and finished part 0's half-done move
     proc = subprocess.run(_part_cmd(bucket, s3_endpoint, "0/2"), env=env, capture_output=True, timeout=120)
     assert proc.returncode == 0, proc.stderr.decode()
     assert keys(s3fs_direct, bucket, "q") == sorted(bad)
