@@ -26,7 +26,7 @@ from .urls import is_url
 log = logging.getLogger("dsclean.storage.parts")
 
 #: summary fields that are no sum of the parts' (a scan's time, its part, its own notes)
-_NOT_SUMMED = frozenset({"elapsed", "shard", "notes", "command", "jobs", "move_errors"})
+_NOT_SUMMED = frozenset({"elapsed", "files_per_s", "signal", "shard", "notes", "command", "jobs", "move_errors"})
 
 
 def merge_parts(paths: list[str], output_dir: str | None = None, state_dir: str | None = None) -> MergeSummary:
