@@ -29,7 +29,7 @@ ALLOWED = {
     "report": {"scanning", "dups", "storage", "shardsets"},
     "fromlog": {"scanning", "index", "data", "pack"},  # quarantine --from-log: re-checks files and shard samples
     "training": {"data", "diagnose"},  # wraps any dataset (names IndexedDataset samples), explains worker deaths
-    "storage": {"scanning"},  # object storage: bucket listing, reads, quarantine; checks with the scan's checker
+    "storage": {"scanning", "quality"},  # object storage: listing, reads, quarantine; the scan's checker and flags
     "shardsets": {
         "scanning",
         "pack",

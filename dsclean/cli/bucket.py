@@ -74,9 +74,11 @@ def refuse_bucket_options(args: argparse.Namespace) -> None:
         raise UserError(f"{names}: only for a storage URL (s3://...), and {where} is local")
 
 
-def cmd_scan_bucket(args: argparse.Namespace, check, write_html) -> int:
-    """``dsclean scan URL`` (``check``: the CheckOptions of the checking options, built by cli.scan;
-    ``write_html(args, summary, storage_options)``: cli.scan's ``--html``, passed in: no import back)."""
+def cmd_scan_bucket(args: argparse.Namespace, check, write_html, flags=None) -> int:
+    """``dsclean scan URL`` (``check``, ``flags``: the CheckOptions and FlagOptions of the checking and --flag-*
+    options, built by cli.scan; ``write_html(args, summary, storage_options)``: cli.scan's ``--html``, passed in:
+    no import back)."""
+    from ..quality.flags import FlagOptions
     from ..scanning.scanner import format_summary
     from ..storage.reads import DEFAULT_READ_THREADS, ReadPolicy
     from ..storage.scan import BucketScanOptions, scan_bucket
@@ -104,14 +106,15 @@ def cmd_scan_bucket(args: argparse.Namespace, check, write_html) -> int:
         backend=args.backend,
         scheduler=args.scheduler,
         command=tuple(redact_argv(["dsclean", *getattr(args, "argv", ())])),
+        shard=args.shard,
+        quarantine_flags=tuple(args.quarantine_flags),
+        flags=flags if flags is not None else FlagOptions(),
     )
     unsupported = [
         name
         for name, on in (
-            ("--shard", args.shard is not None),
             ("--from-log", bool(args.from_logs)),
             ("--backend", args.backend not in ("processes", "dask")),
-            ("--quarantine-flags", bool(args.quarantine_flags)),
         )
         if on
     ]

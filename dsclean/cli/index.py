@@ -96,7 +96,13 @@ def add_parsers(sub) -> None:
     )
     add_symlink_options(p)
     add_location_options(p)
-    p.add_argument("--exclude", action="append", default=[], metavar="DIR", help="a folder to leave out (repeatable)")
+    p.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a folder to leave out (repeatable); for a storage URL root, a URL or key prefix under it",
+    )
     p.add_argument(
         "--dedup",
         action="store_true",

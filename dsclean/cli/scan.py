@@ -416,7 +416,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
                 "and --column are for shard sets: tars, an MDS or litdata index.json, Parquet files)"
             )
         args.root = args.root[0]
-        return cmd_scan_bucket(args, check_options(args), _write_html)
+        return cmd_scan_bucket(args, check_options(args), _write_html, flag_options(args))
     refuse_bucket_options(args)
     # -- shard sets written by other tools (dsclean.shardsets); else args.root becomes the one folder --
     if _names_shard_set(args):
@@ -665,9 +665,9 @@ def add_merge_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from ..scanning.merge import merge
+    from ..storage.parts import merge_parts  # a folder's parts, or a bucket scan's (recorded for its prefix)
 
-    s = merge(args.results, args.output, args.state_dir)
+    s = merge_parts(args.results, args.output, args.state_dir)
     if args.json:
         print_json(dataclasses.asdict(s))
     elif not args.quiet:

@@ -74,7 +74,6 @@ LIST_SCHEMA = pa.schema(
 CHECK_OBJECTS = 64
 #: IndexOptions fields a bucket index does not take yet: field -> its default
 _NOT_FOR_URLS = {
-    "exclude": (),
     "files": "dsclean",
     "symlinks": None,
     "dedup": False,
@@ -147,7 +146,7 @@ def build_bucket_index(
             results_paths, results_columns = [], []
         check_options = dataclasses.replace(check_options, loaders=wanted)
     summary.scan_results = ", ".join(results_paths) or None
-    exclude = _quarantine_inside(results_paths, store)
+    exclude = _quarantine_inside(results_paths, store) + _check_url_exclude(store, options.exclude, bucket.policy)
     spill, spill_lock = make_spill_folder(os.path.dirname(os.path.abspath(output)))
     try:
         files = Sorter(spill, "objects", "path")
@@ -348,6 +347,55 @@ def _quarantine_inside(results_paths: list[str], store: Store) -> tuple[str, ...
         if isinstance(q, str) and q.startswith(store.url + "/"):
             return (q[len(store.url) + 1 :],)
     return ()
+
+
+def _check_url_exclude(store: Store, exclude: Iterable[str], policy: ReadPolicy) -> tuple[str, ...]:
+    """``--exclude`` of a bucket index: each a "folder" under the prefix, as a URL (``s3://b/p/old``) or a key
+    prefix relative to it (``old``), holding at least one object (a typo would silently leave nothing out);
+    the relative prefixes the listing does not enter."""
+    from ..scanning.quarantine.journal import safe_rel
+    from ..storage.urls import is_url, normalize
+
+    out = []
+    for given in exclude:
+        rel = given
+        if is_url(given):
+            url = normalize(given)
+            if url == store.url:
+                raise UserError(f"--exclude {given}: is the root {store.url} itself (it would leave everything out)")
+            if not url.startswith(store.url + "/"):
+                raise UserError(f"--exclude {given}: not under the root {store.url} (it would leave nothing out)")
+            rel = url[len(store.url) + 1 :]
+        rel = rel.strip("/")
+        if not rel or safe_rel(rel) is None:
+            raise UserError(f"--exclude {given}: not a folder under the root {store.url}")
+        if not _has_objects(store, rel, policy):
+            raise UserError(f"--exclude {given}: no object under {store.url_of(rel)}/ (a typo would leave nothing out)")
+        out.append(rel)
+    return tuple(out)
+
+
+def _has_objects(store: Store, rel: str, policy: ReadPolicy) -> bool:
+    """Whether any object's key starts with ``rel/`` under the prefix: one request of one key on S3."""
+    path = f"{store.root}/{rel}"
+    try:
+        if store.scheme in ("s3", "s3a"):
+            from fsspec.asyn import sync
+
+            fs = store.fs
+            bucket, _, key = path.partition("/")
+            page = retried(
+                lambda: sync(fs.loop, fs._call_s3, "list_objects_v2", Bucket=bucket, Prefix=f"{key}/", MaxKeys=1),
+                store.url,
+                policy,
+            )
+            return bool(page.get("KeyCount") or page.get("Contents"))
+        return bool(retried(lambda: store.fs.isdir(path), store.url, policy))
+    except FileNotFoundError:
+        return False
+    except Exception as exc:
+        err = classify(store.url, exc)
+        raise UserError(f"listing {store.url_of(rel)} failed: {scrub(err.detail, store.options)}") from None
 
 
 def _list(store: Store, stats: ListingStats, exclude: tuple[str, ...], progress: bool) -> Iterator[pa.RecordBatch]:

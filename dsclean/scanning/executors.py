@@ -602,6 +602,13 @@ def _failure(root: str, rel: str, options: CheckOptions, exitcode: int | None, o
             v.size, v.mtime_ns = st.st_size, st.st_mtime_ns
         except OSError as exc:
             v.detail = f"(stat failed: {exc.strerror})"
+    return mark_failure(v, options, exitcode, overdue)
+
+
+def mark_failure(v: Verdict, options: CheckOptions, exitcode: int | None, overdue: bool) -> Verdict:
+    """``v`` marked with how its own checking process ended without a verdict (``exitcode``; ``overdue``: killed
+    past ``--timeout``): ``timeout``, ``too_large`` (SIGKILL under ``--max-memory``) or ``decoder_crash``.
+    Also the bucket scan's (:func:`dsclean.storage.workers.check_alone`)."""
     if overdue or exitcode == -signal.SIGALRM:
         return v.mark(R.BAD, R.TIMEOUT, f"check took longer than {options.timeout:g} s; the worker was killed")
     if exitcode is not None and exitcode < 0:

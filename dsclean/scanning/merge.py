@@ -93,7 +93,31 @@ def merge(paths: list[str], output_dir: str | None = None, state_dir: str | None
     ``dsclean index ROOT`` finds them.
     """
     root, n, meta = check_parts(paths)
+    if meta.get("storage"):
+        raise UserError(
+            f"{paths[0]}: a part of a bucket scan ({root}): merge it with dsclean merge "
+            "(dsclean.storage.parts.merge_parts, which also records it for the prefix's re-scans)"
+        )
     _refuse_inside(root, output_dir, locations.root_state_dir(root, state_dir))
+    summary = write_merged(paths, output_dir, root, n, meta)
+    # the parts' own summaries stay where they are: `status` adds them up (files, bad, moved) as for the parts
+    summaries = [p for p in (sibling(path, locations.SUMMARY_FILE) for path in paths) if os.path.isfile(p)]
+    note = locations.write_pointer(
+        root,
+        [summary.results_path],
+        problems=[summary.problems_path],
+        summary=summaries,
+        quarantine=_part_quarantine(paths[0]),
+        options=meta.get("options"),
+        state_dir=state_dir,
+    )
+    summary.notes += [note] if note else []
+    return summary
+
+
+def write_merged(paths: list[str], output_dir: str | None, root: str, n: int, meta: dict) -> MergeSummary:
+    """The merged ``scan_results.parquet`` and ``problems.jsonl`` of the checked parts ``paths`` (rows part by
+    part, in the order given) in ``output_dir`` (default: the first part's folder); records nothing."""
     output_dir = os.path.abspath(output_dir or os.path.dirname(os.path.abspath(paths[0])))
     os.makedirs(output_dir, exist_ok=True)
     summary = MergeSummary(root=root, parts=n)
@@ -118,18 +142,6 @@ def merge(paths: list[str], output_dir: str | None = None, state_dir: str | None
                     out.write(f.read())
             else:
                 summary.notes.append(f"{problems} not found: its part's bad/warn list is not in the merged one")
-    # the parts' own summaries stay where they are: `status` adds them up (files, bad, moved) as for the parts
-    summaries = [p for p in (_sibling(path, locations.SUMMARY_FILE) for path in paths) if os.path.isfile(p)]
-    note = locations.write_pointer(
-        root,
-        [summary.results_path],
-        problems=[summary.problems_path],
-        summary=summaries,
-        quarantine=_part_quarantine(paths[0]),
-        options=meta.get("options"),
-        state_dir=state_dir,
-    )
-    summary.notes += [note] if note else []
     return summary
 
 
@@ -148,7 +160,7 @@ def _refuse_inside(root: str, output_dir: str | None, state: str) -> None:
             )
 
 
-def _sibling(results_path: str, name: str) -> str:
+def sibling(results_path: str, name: str) -> str:
     """``x/scan_results.part-0001-of-0004.parquet`` + problems.jsonl -> ``x/problems.part-0001-of-0004.jsonl``."""
     folder, base = os.path.split(results_path)
     stem, _ = os.path.splitext(locations.RESULTS_FILE)
@@ -159,7 +171,7 @@ def _sibling(results_path: str, name: str) -> str:
 def _part_quarantine(results_path: str) -> str | None:
     """The quarantine folder a part moved its bad files into (from its summary), if any."""
     try:
-        with open(_sibling(results_path, locations.SUMMARY_FILE), encoding="utf-8") as f:
+        with open(sibling(results_path, locations.SUMMARY_FILE), encoding="utf-8") as f:
             summary = json.load(f)
     except (OSError, ValueError):
         return None
@@ -168,12 +180,12 @@ def _part_quarantine(results_path: str) -> str | None:
 
 
 def _problems_of(results_path: str) -> str:
-    return _sibling(results_path, locations.PROBLEMS_FILE)
+    return sibling(results_path, locations.PROBLEMS_FILE)
 
 
 def _refuse_unfinished(results_path: str) -> None:
     """A part stopped by a signal (e.g. a job array's time limit) published only part of its files."""
-    summary_path = _sibling(results_path, locations.SUMMARY_FILE)
+    summary_path = sibling(results_path, locations.SUMMARY_FILE)
     try:
         with open(summary_path, encoding="utf-8") as f:
             summary = json.load(f)

@@ -309,6 +309,28 @@ def set_memory_ceiling(extra_bytes: int) -> None:
 
 
 @contextlib.contextmanager
+def memory_ceiling(extra_bytes: int) -> Iterator[None]:
+    """The body may grow this process by at most ``extra_bytes`` (0: no ceiling); the limits of before after it.
+
+    For one check in a process that does other work between checks (the bucket scan's workers, whose reader
+    threads fill buffers beside the checks): the ceiling covers the check, not the whole task. A mid-check
+    import of a decoder runs outside it (:data:`~dsclean.scanning.importguard.hook`), as in :func:`check_chunk`.
+    """
+    if extra_bytes <= 0:
+        yield
+        return
+    limits = resource.getrlimit(resource.RLIMIT_AS)
+    previous_hook = importguard.hook
+    importguard.hook = without_ceiling
+    set_memory_ceiling(extra_bytes)
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, limits)
+        importguard.hook = previous_hook
+
+
+@contextlib.contextmanager
 def without_ceiling() -> Iterator[None]:
     """Lift the memory ceiling for a while; afterwards the same headroom as before it (what was loaded meanwhile
     does not count against the check)."""

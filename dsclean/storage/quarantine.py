@@ -39,6 +39,7 @@ from ..scanning.quarantine.journal import (
     RecoveryReport,
     fold_journal,
     in_quarantine,
+    journal_tags,
     locked_journal,
     manifest_path,
     safe_rel,
@@ -109,11 +110,17 @@ class BucketQuarantine:
     """Journaled moves from a scanned prefix to a quarantine prefix; open it as a context manager."""
 
     def __init__(
-        self, source: Store, quarantine: Store, state_dir: str | None = None, policy: ReadPolicy = ReadPolicy()
+        self,
+        source: Store,
+        quarantine: Store,
+        state_dir: str | None = None,
+        policy: ReadPolicy = ReadPolicy(),
+        tag: str = "",
     ) -> None:
         if source.scheme != quarantine.scheme:
             raise UserError(f"--quarantine {quarantine.url}: must be on the same storage as {source.url}")
         self.source, self.q, self.policy = source, quarantine, policy
+        self.tag = tag  # a job array's part ('.part-0003-of-0016') has a journal of its own, as a local part has
         self.dir = journal_dir(quarantine.url, state_dir)
         self._stack = contextlib.ExitStack()
         self.journal: Journal | None = None
@@ -123,8 +130,16 @@ class BucketQuarantine:
 
     def __enter__(self) -> "BucketQuarantine":
         os.makedirs(self.dir, exist_ok=True)
-        self.journal = self._stack.enter_context(locked_journal(self.dir, ""))
-        self.recovery = recover_locked(self.journal, self.dir, self.q, self.policy, self._store_of)
+        self.journal = self._stack.enter_context(locked_journal(self.dir, self.tag))
+        self.recovery = recover_locked(self.journal, self.dir, self.q, self.policy, self._store_of, self.tag)
+        for tag in _tags(self.dir):  # the other journals (a whole scan's, job-array parts') that no run holds now:
+            if tag == self.tag:  # a killed run's half-done moves are finished or reverted by the next run of any
+                continue
+            try:
+                with locked_journal(self.dir, tag) as journal:
+                    self.recovery.add(recover_locked(journal, self.dir, self.q, self.policy, self._store_of, tag))
+            except UserError:  # in use by a running part: its own run recovers it
+                continue
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -249,10 +264,12 @@ def _endpoints(entry: dict, qstore: Store, store_of: Any) -> tuple[Store, str, S
     return (original, src, qstore, dst) if entry["op"] == "move" else (qstore, dst, original, src)
 
 
-def recover_locked(journal: Journal, folder: str, qstore: Store, policy: ReadPolicy, store_of: Any) -> RecoveryReport:
-    """Finish or revert every intent of the journal without an outcome (a killed run's)."""
+def recover_locked(
+    journal: Journal, folder: str, qstore: Store, policy: ReadPolicy, store_of: Any, tag: str = ""
+) -> RecoveryReport:
+    """Finish or revert every intent of the journal of part ``tag`` without an outcome (a killed run's)."""
     report = RecoveryReport()
-    state = fold_journal(manifest_path(folder, ""), report)
+    state = fold_journal(manifest_path(folder, tag), report)
     for ident, entry in state.intents.items():
         if ident in state.outcome:
             continue
@@ -316,15 +333,26 @@ def recover(
     """``dsclean recover s3://...``: finish or revert the moves a killed run left half-done."""
     q = Store(qurl, options)
     folder = _existing(q.url, state_dir)
-    with locked_journal(folder, "") as journal:
-        return recover_locked(journal, folder, q, policy, lambda url: Store(url, options))
+    report = RecoveryReport()
+    for tag in _tags(folder):  # a whole scan's journal and each job-array part's
+        with locked_journal(folder, tag) as journal:
+            report.add(recover_locked(journal, folder, q, policy, lambda url: Store(url, options), tag))
+    return report
 
 
 def _existing(qurl: str, state_dir: str | None) -> str:
     folder = journal_dir(qurl, state_dir)
-    if not os.path.exists(manifest_path(folder, "")):
+    if not _tags(folder):
         raise UserError(f"{qurl} is not a dsclean bucket quarantine known here (no journal in {folder}; --state-dir?)")
     return folder
+
+
+def _tags(folder: str) -> list[str]:
+    """The journals of a bucket quarantine: '' (a whole scan's) and one per job-array part that moved here."""
+    try:
+        return journal_tags(folder)
+    except UserError:  # no journal at all
+        return []
 
 
 def restore(
@@ -338,33 +366,36 @@ def restore(
     def store_of(url: str) -> Store:
         return stores.setdefault(url, Store(url, options))
 
-    with locked_journal(folder, "") as journal:
-        report = recover_locked(journal, folder, q, policy, store_of)
-        state: JournalState = fold_journal(manifest_path(folder, ""), report)
-        for ident, entry in in_quarantine(state):
-            ends = _endpoints(entry, q, store_of)
-            if ends is None:
-                report.refused.append(f"journal entry {ident}: unsafe or foreign paths, not restored")
-                continue
-            original, src, qstore, dst = ends
-            rid = uuid.uuid4().hex
-            intent = {"op": "restore", "id": rid, "of": ident, "root": original.url, "src": src, "qroot": q.url}
-            intent.update(dst=dst, size=entry.get("size"), etag=entry.get("etag"))
-            try:
-                journaled_transfer(journal, intent, qstore, dst, original, src, policy)
-            except MoveError as exc:
-                report.failed.append(str(exc))
-                continue
-            report.restored += 1
+    report = RecoveryReport()
+    for tag in _tags(folder):  # each journal's moves restored in that journal (a part's restores in its own)
+        with locked_journal(folder, tag) as journal:
+            report.add(recover_locked(journal, folder, q, policy, store_of, tag))
+            state: JournalState = fold_journal(manifest_path(folder, tag), report)
+            for ident, entry in in_quarantine(state):
+                ends = _endpoints(entry, q, store_of)
+                if ends is None:
+                    report.refused.append(f"journal entry {ident}: unsafe or foreign paths, not restored")
+                    continue
+                original, src, qstore, dst = ends
+                rid = uuid.uuid4().hex
+                intent = {"op": "restore", "id": rid, "of": ident, "root": original.url, "src": src, "qroot": q.url}
+                intent.update(dst=dst, size=entry.get("size"), etag=entry.get("etag"))
+                try:
+                    journaled_transfer(journal, intent, qstore, dst, original, src, policy)
+                except MoveError as exc:
+                    report.failed.append(str(exc))
+                    continue
+                report.restored += 1
     return report
 
 
 def held(qurl: str, state_dir: str | None = None) -> Iterator[dict]:
     """The journal's move entries of the objects the quarantine holds now."""
     folder = journal_dir(qurl, state_dir)
-    state = fold_journal(manifest_path(folder, ""), RecoveryReport())
-    for _ident, entry in in_quarantine(state):
-        yield entry
+    for tag in _tags(folder) or [""]:
+        state = fold_journal(manifest_path(folder, tag), RecoveryReport())
+        for _ident, entry in in_quarantine(state):
+            yield entry
 
 
 def status(qurl: str, state_dir: str | None = None):

@@ -42,11 +42,13 @@ def identity(obj: Obj) -> int:
 class IdsWriter:
     """The identities of the results rows, in row order, appended as rows are written; published at close."""
 
-    def __init__(self, folder: str) -> None:
+    def __init__(self, folder: str, tag: str = "") -> None:
         import numpy as np
 
+        from .. import locations
+
         self._np = np
-        self.path = os.path.join(folder, IDS_FILE)
+        self.path = os.path.join(folder, locations.tagged(IDS_FILE, tag))  # a part's: object_ids.part-I-of-N.npy
         self._parts: list[np.ndarray] = []
         self._buf: list[int] = []
         self._raw = self.path + ".raw.tmp"

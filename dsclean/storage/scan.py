@@ -27,10 +27,12 @@ from ..atomic import atomic_output
 from ..errors import UserError
 from ..inflight import InFlight
 from ..interrupts import stop_on_signals
+from ..quality.flags import FlagOptions
 from ..scanning.cache import options_key
 from ..scanning.check import CheckOptions
 from ..scanning.results import ResultsWriter
-from ..scanning.scanner import ScanSummary, usable_cores
+from ..scanning.scanner import ScanSummary, check_quarantine_flags, in_part, usable_cores
+from ..scanning.verdict import Verdict
 from .fs import Store
 from .listing import ListingStats, NoSuchBucket, Obj, iter_objects, probe
 from .manifest import ManifestStats, iter_manifest
@@ -38,7 +40,7 @@ from .quarantine import BucketQuarantine, MoveError
 from .reads import DEFAULT_READ_THREADS, ReadPolicy, classify, describe, quiet_store_retries, retried
 from .reuse import IdsWriter, Previous, identity, write_record
 from .urls import is_url, public_options, scrub
-from .workers import ChunkResult, check_objects, init_worker, run_chunk, run_chunk_isolated
+from .workers import ChunkResult, check_alone, check_objects, init_worker, run_chunk, run_chunk_isolated
 
 log = logging.getLogger("dsclean.storage.scan")
 
@@ -71,6 +73,9 @@ class BucketScanOptions:
     use_cache: bool = True  # reuse ok verdicts of objects unchanged since the last scan (ETag, size, time)
     rescan: bool = False  # check every object again
     command: tuple[str, ...] = ()  # already redacted (urls.redact_argv)
+    shard: tuple[int, int] | None = None  # (i, n): part i of n (a job array's task): the keys hashing to i mod n
+    quarantine_flags: tuple[str, ...] = ()  # quality flags whose objects are moved (deny-listed) too: reason `flagged`
+    flags: FlagOptions = FlagOptions()  # the flags' thresholds (used with quarantine_flags)
 
 
 @dataclass
@@ -80,6 +85,7 @@ class BucketStats:
     listed: int = 0
     skipped_other: int = 0
     skipped_hidden: int = 0
+    other_parts: int = 0  # listed media objects of the other parts of a job array (--shard I/N): not checked here
     outside_prefix: int = 0
     bad_manifest_rows: int = 0
     not_read: int = 0  # bad verdicts of objects that could not be read (NOT_READ): not moved
@@ -106,33 +112,50 @@ def scan_bucket(url: str, options: BucketScanOptions = BucketScanOptions()) -> S
         raise UserError(f"--backend {options.backend}: a bucket scan runs on processes (default) or dask")
     if (options.backend == "dask") != bool(options.scheduler):
         raise UserError("--backend dask goes with --scheduler tcp://HOST:PORT or a scheduler file (and only it)")
+    check_quarantine_flags(options.quarantine_flags, options.check.facts)  # known flags, facts on: else a UserError
+    if options.shard is not None and not (options.shard[1] >= 1 and 0 <= options.shard[0] < options.shard[1]):
+        raise UserError(f"--shard {options.shard[0]}/{options.shard[1]}: need 0 <= I < N")
     state = locations.url_state_dir(store.url, options.state_dir)
     if options.report_dir and is_url(options.report_dir):
         raise UserError("--report is a local folder (results are never written into the bucket)")
     report_dir = os.path.abspath(options.report_dir or state)
     probe_prefix(store, options.policy)
     os.makedirs(state, exist_ok=True)
-    lock = _lock(state, store.url)
+    locks = lock_prefix(state, store.url, options.shard)
     try:
         return _scan_locked(store, qstore, options, state, report_dir, jobs, exclude)
     finally:
-        os.close(lock)
+        for fd in locks:
+            os.close(fd)
 
 
-def _lock(state: str, url: str) -> int:
-    """One scan of a prefix at a time (they would share the state folder's identities and record)."""
+def lock_prefix(state: str, url: str, part: tuple[int, int] | None = None) -> list[int]:
+    """One scan of a prefix at a time (they would share the state folder's identities and record); the parts
+    of one job array (``--shard I/N``, each I once) side by side: the prefix's lock shared, the part's own
+    exclusive (as :func:`dsclean.locations.scan_lock` does for a folder)."""
     import fcntl
 
-    fd = os.open(os.path.join(state, locations.LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
-        os.close(fd)
-        raise UserError(f"another dsclean process (pid {holder}) is scanning {url}; wait for it to finish") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, str(os.getpid()).encode(), 0)
-    return fd
+    names = [locations.LOCK_FILE] + ([locations.tagged(locations.LOCK_FILE, locations.part_tag(part))] if part else [])
+    modes = [fcntl.LOCK_EX] if part is None else [fcntl.LOCK_SH, fcntl.LOCK_EX]
+    fds: list[int] = []
+    for name, mode in zip(names, modes):
+        fd = os.open(os.path.join(state, name), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            for held in [*fds, fd]:
+                os.close(held)
+            what = "scanning" if part is None or name != names[-1] else f"running part {part[0]}/{part[1]} of"
+            raise UserError(
+                f"another dsclean process (pid {holder or 'unknown'}) is {what} {url}; wait for it to finish"
+                + (" (the parts of one job array, --shard I/N with different I, may run together)" if part else "")
+            ) from None
+        if mode == fcntl.LOCK_EX:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+        fds.append(fd)
+    return fds
 
 
 def _scan_locked(
@@ -148,14 +171,19 @@ def _scan_locked(
     summary = ScanSummary(root=store.url, jobs=jobs, quarantine=qstore.url if qstore else None, state_dir=state)
     summary.dry_run = options.dry_run
     summary.command = list(options.command)
+    summary.shard = options.shard
+    tag = locations.part_tag(options.shard)
     stats = BucketStats()
     key = options_key(options.check)
-    previous = Previous.open(state, key, store.url) if options.use_cache and not options.rescan else None
+    # a reused row carries no flags of today's thresholds: with --quarantine-flags every object is checked again
+    reuse = options.use_cache and not options.rescan and not options.quarantine_flags
+    previous = Previous.open(state, key, store.url) if reuse else None
+    flag_meta = asdict(options.flags) if options.quarantine_flags else None  # thresholds of the flags column
+    meta = {"root": store.url, "shard": options.shard, "options": key, "storage": True, "flags": flag_meta}
     # the storage options minus every secret: what `dsclean report URL` reads the objects with again (secrets come
     # from the environment or --storage-option each time)
-    meta = {"root": store.url, "shard": None, "options": key, "storage": True}
-    writer = ResultsWriter(report_dir, meta={**meta, "storage_options": public_options(store.options)})
-    ids = IdsWriter(state)
+    writer = ResultsWriter(report_dir, tag=tag, meta={**meta, "storage_options": public_options(store.options)})
+    ids = IdsWriter(state, tag)
     start = time.perf_counter()
     deny = (
         os.path.abspath(options.denylist_file or os.path.join(report_dir, locations.DENYLIST_FILE))
@@ -164,13 +192,13 @@ def _scan_locked(
     )
     with contextlib.ExitStack() as stack:
         quarantine: BucketQuarantine | None = None
-        stack.push(_finish(writer, ids, state, store, key, lambda: _earlier(quarantine, store)))
+        stack.push(_finish(writer, ids, state, store, key, lambda: _earlier(quarantine, store), whole=not tag))
         if qstore is not None and not options.dry_run:
-            quarantine = stack.enter_context(BucketQuarantine(store, qstore, options.state_dir, options.policy))
+            quarantine = stack.enter_context(BucketQuarantine(store, qstore, options.state_dir, options.policy, tag))
             summary.quarantine = qstore.url
             summary.recovered = {"completed": quarantine.recovery.completed, "reverted": quarantine.recovery.reverted}
             summary.notes += quarantine.recovery.refused
-        objects = _objects(store, options, stats, exclude)
+        objects = _in_part(_objects(store, options, stats, exclude), options.shard, stats)
         chunks = _chunks(objects, options.chunk_objects)
         if previous is not None:
             chunks = (fresh for chunk in chunks if (fresh := previous.unchanged(chunk)[0]))
@@ -189,8 +217,11 @@ def _scan_locked(
     if quarantine is not None:  # what the bucket quarantine holds now, by its journal (all runs)
         from ..scanning.quarantine.status import quarantine_state
 
-        summary.quarantine_state = {**quarantine_state(quarantine.dir).to_json(), "quarantine": quarantine.q.url}
-    _write_summary(report_dir, summary, stats)
+        summary.quarantine_state = {
+            **quarantine_state(quarantine.dir, [tag] if tag else None).to_json(),
+            "quarantine": quarantine.q.url,
+        }
+    _write_summary(report_dir, summary, stats, tag)
     return summary
 
 
@@ -200,12 +231,14 @@ def _earlier(quarantine: BucketQuarantine | None, store: Store) -> Iterable[dict
         return ()
     from ..scanning.quarantine.status import quarantined_records
 
-    return quarantined_records(quarantine.dir, store.url, None, quarantine.moved_ids)
+    tags = [quarantine.tag] if quarantine.tag else None  # a part lists its own moves; a whole scan every part's
+    return quarantined_records(quarantine.dir, store.url, tags, quarantine.moved_ids)
 
 
-def _finish(writer: ResultsWriter, ids: IdsWriter, state: str, store: Store, key: str, earlier):
+def _finish(writer: ResultsWriter, ids: IdsWriter, state: str, store: Store, key: str, earlier, whole: bool = True):
     """The exit callback: on an error drop the temp files (the previous results stay), else publish the
-    results, then the identities of their rows, then the record naming both (a re-scan's reuse)."""
+    results, then the identities of their rows, then the record naming both (a re-scan's reuse). A part
+    (``whole`` False) records nothing: ``dsclean merge`` records the merged results of all parts."""
 
     def finish(exc_type, exc, tb) -> None:  # returns None: the error (if any) goes on
         if exc_type is not None:
@@ -214,7 +247,8 @@ def _finish(writer: ResultsWriter, ids: IdsWriter, state: str, store: Store, key
             return
         writer.close(earlier())
         ids.close()
-        write_record(state, store.url, writer.results_path, key)
+        if whole:
+            write_record(state, store.url, writer.results_path, key)
 
     return finish
 
@@ -277,6 +311,18 @@ def _objects(store: Store, options: BucketScanOptions, stats: BucketStats, exclu
     stats.unsafe_keys, stats.unsafe_examples = ls.unsafe, ls.unsafe_examples
 
 
+def _in_part(objects: Iterable[Obj], part: tuple[int, int] | None, stats: BucketStats) -> Iterator[Obj]:
+    """The objects of part ``part`` (the local scan's stable hash of the key: :func:`in_part`); all without one."""
+    if part is None:
+        yield from objects
+        return
+    for obj in objects:
+        if in_part(obj.rel, part):
+            yield obj
+        else:
+            stats.other_parts += 1
+
+
 def _chunks(objects: Iterable[Obj], size: int) -> Iterator[list[Obj]]:
     chunk: list[Obj] = []
     for obj in objects:
@@ -336,12 +382,12 @@ def _run(
                 for obj in (obj for chunk in lost for obj in chunk):
                     try:
                         yield submit([obj]).result()
-                    except BrokenProcessPool:
-                        pool.shutdown(wait=False, cancel_futures=True)
+                    except BrokenProcessPool:  # the culprit: once more in a process of its own, which says how
+                        pool.shutdown(wait=False, cancel_futures=True)  # it ends (a crash, a timeout, memory)
                         pool = ProcessPoolExecutor(
                             jobs, mp_context=ctx, initializer=init_worker, initargs=(env, options.check.facts)
                         )
-                        yield _crashed(obj)
+                        yield check_alone(store, obj, options.check, options.policy, env)
             if stop.signum:
                 return
     finally:
@@ -387,21 +433,6 @@ def _run_dask(store: Store, chunks: Iterator[list[Obj]], options: BucketScanOpti
         client.close()
 
 
-def _crashed(obj: Obj) -> ChunkResult:
-    """The verdict of an object whose check killed its worker process (alone in its task)."""
-    from ..formats import format_of_name, kind_of
-    from ..scanning.verdict import Verdict
-
-    fmt = format_of_name(obj.rel)
-    v = Verdict(path=obj.rel, kind=kind_of(fmt) if fmt else "unknown", size=obj.size, mtime_ns=obj.mtime_ns)
-    v.mark(
-        R.BAD,
-        R.DECODER_CRASH,
-        "the check of this object ended its worker process (a decoder crash, or a check past --timeout)",
-    )
-    return ChunkResult(verdicts=[v], etags=[obj.etag])
-
-
 def _take(
     result: ChunkResult,
     summary: ScanSummary,
@@ -434,24 +465,68 @@ def _take(
                     extra = {"quarantined_to": moved}
                     summary.quarantined += 1
                 except MoveError as exc:
-                    summary.move_failures += 1
-                    why = str(exc).rsplit(": ", 1)[-1]
-                    summary.move_failure_reasons[why] = summary.move_failure_reasons.get(why, 0) + 1
-                    if len(summary.move_errors) < 1000:
-                        summary.move_errors.append(str(exc))
-                    extra = {"move_error": str(exc)}
+                    extra = _move_failed(summary, exc)
             elif (options.quarantine or deny) and not unread:
                 summary.would_quarantine += 1
             if deny is not None and not unread:
                 denied.append({"path": v.path, "reason": v.reason, "source": "scan", "detail": v.detail})
         elif v.status == R.WARN:
             summary.warn_reasons[v.reason or "?"] = summary.warn_reasons.get(v.reason or "?", 0) + 1
+        if options.quarantine_flags and v.status != R.BAD:
+            extra = _flagged(v, etag, summary, quarantine, options, denied if deny is not None else None) or extra
         writer.add(v, extra)
         ids.add(identity(Obj(v.path, v.size, etag, v.mtime_ns)) if v.status == R.OK else 0)
     if denied and deny is not None:
         from ..denylist import append
 
         append(deny, denied)
+
+
+def _move_failed(summary: ScanSummary, exc: MoveError) -> dict:
+    """A move that did not happen, counted (by why) in the summary; its problems-file field."""
+    summary.move_failures += 1
+    why = str(exc).rsplit(": ", 1)[-1]
+    summary.move_failure_reasons[why] = summary.move_failure_reasons.get(why, 0) + 1
+    if len(summary.move_errors) < 1000:
+        summary.move_errors.append(str(exc))
+    return {"move_error": str(exc)}
+
+
+def _flagged(
+    v: Verdict,
+    etag: str | None,
+    summary: ScanSummary,
+    quarantine: BucketQuarantine | None,
+    options: BucketScanOptions,
+    denied: list[dict] | None,
+) -> dict | None:
+    """A whole object's quality flags (``v.flags``, counted); one of ``--quarantine-flags`` moves it (reason
+    ``flagged``) as the local scan moves a flagged file, or deny-lists it; a dry run says it would."""
+    from ..scanning.facts import flags_of
+
+    v.flags = flags_of(v, options.flags)
+    for flag in v.flags or ():
+        summary.flags[flag] = summary.flags.get(flag, 0) + 1
+    hit = next((f for f in v.flags or () if f in options.quarantine_flags), None)
+    if hit is None:
+        return None
+    detail = f"quality flag {hit} (--quarantine-flags)"
+    if denied is not None:
+        denied.append({"path": v.path, "reason": R.FLAGGED, "source": "scan", "detail": detail})
+        summary.flag_quarantined += 1
+        return {"denied": R.FLAGGED, "flag": hit}
+    if quarantine is None:  # a dry run, or no --quarantine: listed in the problems file
+        summary.flag_quarantined += 1
+        return {"would_quarantine": R.FLAGGED, "flag": hit}
+    if v.path in quarantine.moved_keys:
+        return {"quarantined_to": quarantine.q.url_of(v.path), "flag": hit}
+    try:
+        moved = quarantine.move(v.path, v.size, etag, kind=v.kind, reason=R.FLAGGED, detail=detail)
+    except MoveError as exc:
+        return {**_move_failed(summary, exc), "flag": hit}
+    summary.quarantined += 1
+    summary.flag_quarantined += 1
+    return {"quarantined_to": moved, "flag": hit}
 
 
 def _notes(stats: BucketStats, options: BucketScanOptions) -> list[str]:
@@ -472,13 +547,17 @@ def _notes(stats: BucketStats, options: BucketScanOptions) -> list[str]:
             f"{stats.not_read:,} objects could not be read (vanished, access denied, or still failing after "
             "the retries): listed as problems, not moved or deny-listed; scan again to judge them"
         )
+    if stats.other_parts:
+        notes.append(
+            f"{stats.other_parts:,} media objects belong to the other parts of the job array: not checked here"
+        )
     if stats.skipped_other:
         notes.append(f"{stats.skipped_other:,} objects are not media by their name's extension: not checked")
     return notes
 
 
-def _write_summary(report_dir: str, summary: ScanSummary, stats: BucketStats) -> str:
-    path = os.path.join(report_dir, locations.SUMMARY_FILE)
+def _write_summary(report_dir: str, summary: ScanSummary, stats: BucketStats, tag: str = "") -> str:
+    path = os.path.join(report_dir, locations.tagged(locations.SUMMARY_FILE, tag))
     data = summary.to_json()
     data["discovery"] = asdict(stats)
     with atomic_output(path) as tmp, open(tmp, "w", encoding="utf-8") as f:

@@ -17,13 +17,13 @@ import tempfile
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from .. import reasons as R
 from ..openfile import open_regular_file
 from ..scanning.check import CheckOptions, check_bytes, check_file
 from ..scanning.verdict import Verdict
-from ..scanning.worker import time_limit
+from ..scanning.worker import effective_ceiling, memory_ceiling, time_limit
 from .fs import Store
 from .listing import Obj
 from .reads import DEFAULT_READ_THREADS, ObjectError, ReadPolicy, classify, quiet_store_retries, retried
@@ -44,6 +44,7 @@ class Fetched:
     temp: str | None = None  # a temp file holding the object (past the in-memory threshold)
     etag: str | None = None
     error: ObjectError | None = None
+    short_of_memory: bool = False  # the read failed for memory beside a check near its ceiling: read it again
 
 
 class _Counter:
@@ -78,7 +79,20 @@ def fetch(store: Store, obj: Obj, policy: ReadPolicy, tmpdir: str, retries: _Cou
         data = retried(lambda: fs.cat_file(path, **extra), obj.rel, policy, retries)
         return Fetched(obj, data=data, etag=etag)
     except Exception as exc:
+        if _out_of_memory(exc):  # the ceiling of the check running meanwhile: not the object's doing
+            detail = "out of memory reading it, outside any check's ceiling"
+            return Fetched(obj, error=ObjectError(obj.rel, R.UNREADABLE, detail), short_of_memory=True)
         return Fetched(obj, error=classify(obj.rel, exc))
+
+
+def _out_of_memory(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is (or was raised from, or while handling) a MemoryError."""
+    seen = 0
+    while exc is not None and seen < 16:
+        if isinstance(exc, MemoryError):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 def _fetch_local(obj: Obj, path: str, policy: ReadPolicy, tmpdir: str) -> Fetched:
@@ -105,15 +119,22 @@ def check_objects(
     threads: int,
     capture_stderr: bool = True,
     isolated: bool = False,
+    on_check: Callable[[], None] | None = None,
 ) -> ChunkResult:
     """Verdicts of ``objs`` (named by key relative to the prefix), reading ``threads`` at a time.
 
     ``isolated``: this is a worker process of the scan's own pool, whose main thread runs the checks:
     each check runs under ``--timeout`` (past it SIGALRM ends the process; the scan finds the object
-    that did it, see :func:`dsclean.storage.scan._run`).
+    that did it, see :func:`dsclean.storage.scan._run`) and under ``--max-memory`` (RLIMIT_AS set for the
+    check alone, as the local worker sets it: an allocation past it is a MemoryError, ``too_large``). The
+    reader threads share that address space: a read that fails for memory during a check is read again
+    after it, outside the ceiling (never an innocent object's verdict). ``on_check``: called as each
+    check starts (after its read).
     """
+    ceiling = 0
     if isolated:
         _arm_faults()
+        ceiling = effective_ceiling(check.max_memory)
     quiet_store_retries(store.fs, store.scheme)
     out, retries = ChunkResult(), _Counter()
     pool, tmpdir = _pool(threads), _tmpdir()
@@ -129,7 +150,11 @@ def check_objects(
             if not pending:
                 break
             got = pending.popleft().result()
-            with time_limit(check.timeout if isolated else 0):
+            if got.short_of_memory:  # read beside a check near its ceiling: again, now that none runs
+                got = fetch(store, got.obj, policy, tmpdir, retries)
+            if on_check is not None:
+                on_check()
+            with time_limit(check.timeout if isolated else 0), memory_ceiling(ceiling):
                 out.verdicts.append(_verdict(got, check, capture_stderr))
             out.etags.append(got.etag)
             out.read_bytes += len(got.data) if got.data is not None else (got.obj.size or 0) if got.temp else 0
@@ -208,6 +233,67 @@ def run_chunk(args: tuple[Store, list[Obj], CheckOptions, ReadPolicy, int]) -> A
 def run_chunk_isolated(args: tuple[Store, list[Obj], CheckOptions, ReadPolicy, int]) -> Any:
     """The task a worker process of the scan's own pool runs: each check under ``--timeout``."""
     return check_objects(*args, isolated=True)
+
+
+#: seconds past ``--timeout`` before a lone check whose own timer did not end it is killed (the local scan's)
+GRACE = 5.0
+
+
+def check_alone(
+    store: Store, obj: Obj, check: CheckOptions, policy: ReadPolicy, env: tuple[tuple[str, str], ...]
+) -> ChunkResult:
+    """``obj`` read and checked in a fresh worker process of its own (an object that ended a pool worker):
+    its verdict, or, when this process too ends without one, how it ended, with the local scan's reasons
+    (:func:`dsclean.scanning.executors.mark_failure`): ``timeout`` (its timer's SIGALRM, or overdue by
+    :data:`GRACE`: a decoder blocking the signal), ``decoder_crash`` naming the signal, ``too_large``."""
+    import multiprocessing
+    import multiprocessing.connection
+    import time
+
+    ctx = multiprocessing.get_context("forkserver")
+    parent_end, child_end = ctx.Pipe(duplex=False)
+    started = ctx.RawValue("d", 0.0)  # when its check began (after the read), on the system's monotonic clock
+    proc = ctx.Process(target=_alone, args=(child_end, env, store, obj, check, policy, started), daemon=True)
+    proc.start()
+    child_end.close()
+    result, overdue = None, False
+    try:
+        while True:
+            ready = multiprocessing.connection.wait([parent_end, proc.sentinel], timeout=0.5)
+            if parent_end in ready:
+                with contextlib.suppress(EOFError):
+                    result = parent_end.recv()
+                break
+            if proc.sentinel in ready:
+                break
+            if check.timeout > 0 and started.value and time.monotonic() - started.value > check.timeout + GRACE:
+                overdue = True
+                break
+    finally:
+        proc.join(timeout=0 if overdue else 2.0)
+        if proc.is_alive():
+            proc.kill()
+        proc.join()
+        parent_end.close()
+    if result is not None:
+        return result
+    from ..scanning.executors import mark_failure
+
+    v = Verdict(path=obj.rel, kind=_kind(obj.rel), size=obj.size, mtime_ns=obj.mtime_ns)
+    return ChunkResult(verdicts=[mark_failure(v, check, proc.exitcode, overdue)], etags=[obj.etag])
+
+
+def _alone(conn, env, store: Store, obj: Obj, check: CheckOptions, policy: ReadPolicy, started) -> None:
+    """The process of :func:`check_alone`."""
+    import time
+
+    init_worker(env, check.facts)
+
+    def began() -> None:
+        started.value = time.monotonic()
+
+    conn.send(check_objects(store, [obj], check, policy, 1, isolated=True, on_check=began))
+    conn.close()
 
 
 def init_worker(env: tuple[tuple[str, str], ...], facts: bool) -> None:

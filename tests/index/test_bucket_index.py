@@ -274,3 +274,43 @@ def test_file_url_top_level_is_read_entry_by_entry(tmp_path, monkeypatch):
 
     assert split_prefixes(Store(f"file://{root}"), ("train", "val"), ReadPolicy()) == []
     assert 0 < len(read) <= 3  # stopped past the bound: the rest of the level never read
+
+
+def test_exclude_leaves_a_folder_of_the_prefix_out(bucket, s3fs_direct, s3_endpoint, tmp_path, cli):
+    """``index URL --exclude``: a key prefix under the root (relative, or as a URL) is not listed, so neither its
+    objects nor a class made only of it are in the index; a typo or a folder elsewhere is an error."""
+    for key, data in {
+        "d/cats/a.png": synth.png(16, 16, seed=1),
+        "d/cats/old/b.png": synth.png(16, 16, seed=2),
+        "d/dogs/c.png": synth.png(16, 16, seed=3),
+        "d/junk/e.png": synth.png(16, 16, seed=4),
+        "d/junkyard/f.png": synth.png(16, 16, seed=5),  # shares the text "junk" but not the folder
+    }.items():
+        s3fs_direct.pipe_file(f"{bucket}/{key}", data)
+    out = tmp_path / "i.arrow"
+    endpoint = ["--storage-option", f"endpoint_url={s3_endpoint}", "--no-check"]
+    code, _, err = cli(
+        [
+            "index",
+            f"s3://{bucket}/d",
+            "-o",
+            out,
+            *endpoint,
+            "--exclude",
+            "junk",
+            "--exclude",
+            f"s3://{bucket}/d/cats/old",
+        ]
+    )
+    assert code == 0, err
+    assert rows(str(out)) == {"cats/a.png": 0, "dogs/c.png": 1, "junkyard/f.png": 2}
+    assert read_meta(str(out))["classes"] == ["cats", "dogs", "junkyard"]
+    for bad, words in (
+        ("jnuk", "no object under"),
+        (f"s3://{bucket}/other", "not under the root"),
+        (f"s3://{bucket}/d", "the root"),
+        ("../x", "not a folder under the root"),
+    ):
+        code, _, err = cli(["index", f"s3://{bucket}/d", "-o", tmp_path / "j.arrow", *endpoint, "--exclude", bad])
+        assert code == 2 and words in err and bad in err and "Traceback" not in err, (bad, err)
+        assert not (tmp_path / "j.arrow").exists()

@@ -187,3 +187,68 @@ def test_an_object_changed_since_its_check_is_not_moved(bucket, s3fs_direct, s3_
     assert keys(s3fs_direct, bucket, "ds") == ["bad0.png"] and keys(s3fs_direct, bucket, "q") == []
     lines = [json.loads(line) for line in open(os.path.join(journal_dir(q.url, str(tmp_path)), "manifest.jsonl"))]
     assert [e["op"] for e in lines] == ["move", "abort"]  # the refused move is journaled with its outcome
+
+
+def test_quarantine_flags_move_whole_objects_with_a_flag_as_the_local_scan_does(
+    bucket, s3fs_direct, s3_endpoint, tmp_path, capsys
+):
+    """``--quarantine-flags dark``: a whole, decodable but dark object moves with reason ``flagged`` (journaled,
+    restorable); a truncated one still moves as bad; the others stay. With ``--denylist`` it is listed instead."""
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (64, 64), (3, 3, 3)).save(buf, "PNG")
+    files = {
+        "dark.png": buf.getvalue(),
+        "photo.png": synth.png(64, 64, seed=1),
+        "bad.png": synth.truncate(synth.png(64, 64, seed=3), 0.5),
+    }
+    for key, data in files.items():
+        s3fs_direct.pipe_file(f"{bucket}/ds/{key}", data)
+    state = str(tmp_path / "state")
+    endpoint = ["--storage-option", f"endpoint_url={s3_endpoint}", "--state-dir", state]
+    code = main(
+        ["scan", f"s3://{bucket}/ds", "--denylist", "--quarantine-flags", "dark", "-j", "1", "--json", *endpoint]
+    )
+    summary = json.loads(capsys.readouterr().out)
+    assert code == 0 and summary["flag_quarantined"] == 1 and summary["flags"]["dark"] == 1  # every problem handled
+    deny = os.path.join(os.path.dirname(summary["results_path"]), "denylist.jsonl")
+    assert sorted((e["path"], e["reason"]) for e in map(json.loads, open(deny))) == [
+        ("bad.png", "truncated"),
+        ("dark.png", "flagged"),
+    ]
+    assert keys(s3fs_direct, bucket, "ds") == sorted(files)  # a deny-list moves nothing
+
+    code = main(
+        [
+            "scan",
+            f"s3://{bucket}/ds",
+            "--quarantine",
+            f"s3://{bucket}/q",
+            "--quarantine-flags",
+            "dark",
+            "-j",
+            "1",
+            "--json",
+            *endpoint,
+        ]
+    )
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["quarantined"] == 2 and summary["flag_quarantined"] == 1 and summary["move_failures"] == 0
+    assert keys(s3fs_direct, bucket, "q") == ["bad.png", "dark.png"] and keys(s3fs_direct, bucket, "ds") == [
+        "photo.png"
+    ]
+    moves = [json.loads(line) for line in open(os.path.join(journal_dir(f"s3://{bucket}/q", state), "manifest.jsonl"))]
+    assert {(e["src"], e["reason"]) for e in moves if e["op"] == "move"} == {
+        ("bad.png", "truncated"),
+        ("dark.png", "flagged"),
+    }
+    problems = {p["path"]: p for p in map(json.loads, open(summary["problems_path"]))}
+    assert problems["dark.png"]["status"] == "ok" and problems["dark.png"]["flag"] == "dark"  # whole: ok, flagged
+    assert main(["restore", f"s3://{bucket}/q", *endpoint]) == 0
+    assert keys(s3fs_direct, bucket, "ds") == sorted(files)
+    capsys.readouterr()
+    code = main(["scan", f"s3://{bucket}/ds", "--quarantine-flags", "no_such_flag", *endpoint])
+    assert code == 2 and "unknown flag 'no_such_flag'" in capsys.readouterr().err

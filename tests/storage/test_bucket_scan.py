@@ -205,12 +205,14 @@ def test_objects_past_the_memory_threshold_are_checked_from_a_temp_file_then_rem
     assert os.listdir(tmp_path / "tmp") == []  # the temp copy and its folder removed
 
 
+@pytest.mark.slow  # fault injection: checks that hang, block SIGALRM and segfault, each ending its process three times
 def test_a_hanging_or_crashing_check_costs_its_object_only(bucket, s3fs_direct, s3_endpoint, tmp_path, monkeypatch):
     monkeypatch.setenv("DSCLEAN_TEST_FAULTS", "1")  # objects named __hang__ / __segfault__ really hang / crash
     for i in range(5):
         s3fs_direct.pipe_file(f"{bucket}/f/ok{i}.png", synth.png(16, 16, seed=i))
     s3fs_direct.pipe_file(f"{bucket}/f/x__hang__.png", synth.png(16, 16, seed=7))
     s3fs_direct.pipe_file(f"{bucket}/f/y__segfault__.png", synth.png(16, 16, seed=8))
+    s3fs_direct.pipe_file(f"{bucket}/f/z__stuck__.png", synth.png(16, 16, seed=9))  # a hang blocking SIGALRM
     from dsclean.scanning.check import CheckOptions
 
     options = BucketScanOptions(
@@ -223,8 +225,11 @@ def test_a_hanging_or_crashing_check_costs_its_object_only(bucket, s3fs_direct, 
     summary = scan_bucket(f"s3://{bucket}/f", options)
     table = read_results(summary.results_path).to_pydict()
     got = dict(zip((os.fsdecode(p) for p in table["path"]), zip(table["status"], table["reason"])))
-    assert got.pop("x__hang__.png") == ("bad", "decoder_crash")
-    assert got.pop("y__segfault__.png") == ("bad", "decoder_crash")
+    details = dict(zip((os.fsdecode(p) for p in table["path"]), table["detail"]))
+    # told apart as the local scan tells them (its reason codes): the hang is a timeout, the crash names its signal
+    assert got.pop("x__hang__.png") == ("bad", "timeout") and "longer than 1 s" in details["x__hang__.png"]
+    assert got.pop("y__segfault__.png") == ("bad", "decoder_crash") and "SIGSEGV" in details["y__segfault__.png"]
+    assert got.pop("z__stuck__.png") == ("bad", "timeout")
     assert got == {f"ok{i}.png": ("ok", None) for i in range(5)}
 
 
