@@ -288,3 +288,93 @@ def test_the_cli_process_reads_the_connection_string_from_the_environment(
     assert summary["files"] == 4 and summary["bad"] == 1
     assert [(p, s) for p, s, _ in verdicts(summary["results_path"]) if s != "ok"] == [("dogs/c.jpg", "bad")]
     assert _files_holding(tmp_path / "s", ACCOUNT_KEY.encode()) == []
+
+
+def test_throttled_reads_are_retried_by_dsclean_counted_and_a_lasting_503_named(
+    az_container, adlfs_direct, azurite_endpoint, tmp_path
+):
+    """The Azure SDK's own retries (3, after 15 s, 18 s, 24 s) are turned down: dsclean's reads retry with their
+    short backoff and count each retry; an object still failing after ``retries`` is unreadable, not bad."""
+    from support.fixtures.azure import connection_string
+    from support.s3server import FaultProxy
+
+    from dsclean.scanning.results import read_problems
+    from dsclean.storage.reads import ReadPolicy
+    from dsclean.storage.scan import BucketScanOptions, scan_bucket
+
+    put(adlfs_direct, az_container)
+    url = f"az://{az_container}/data"
+    policy = ReadPolicy(retries=3, base_delay=0.01)
+    with FaultProxy(azurite_endpoint, failures=2, status=503, match="d.png") as proxy:
+        options = {"connection_string": connection_string(proxy.url)}
+        s = scan_bucket(
+            url, BucketScanOptions(storage_options=options, jobs=1, state_dir=str(tmp_path / "a"), policy=policy)
+        )
+    assert proxy.injected == 2 and s.files == 4 and s.bad == 1  # the throttled object checked in the end: ok
+    assert any(note.startswith("2 reads were retried") for note in s.notes)  # dsclean's retries, counted
+    with FaultProxy(azurite_endpoint, failures=100, status=503, match="d.png") as proxy:
+        options = {"connection_string": connection_string(proxy.url)}
+        s = scan_bucket(
+            url, BucketScanOptions(storage_options=options, jobs=1, state_dir=str(tmp_path / "b"), policy=policy)
+        )
+        failing = [path for path in proxy.gets if path.endswith("/dogs/d.png")]
+        assert [proxy.gets[p] for p in failing] == [1 + policy.retries]  # no SDK retries under each of ours
+    problems = {p["path"]: p for p in read_problems(s.problems_path)}
+    assert (
+        problems["dogs/d.png"]["reason"] == "unreadable"
+        and "still failing after retries" in problems["dogs/d.png"]["detail"]
+    )
+    assert "HTTP 503" in problems["dogs/d.png"]["detail"]
+
+
+def test_kill_9_mid_quarantine_then_recover_loses_nothing_and_leaves_nothing_twice(
+    az_container, adlfs_direct, az_options, tmp_path
+):
+    """On Azure a copy is known whole by its size alone (a copy gets a new ETag): recovery still finishes the move."""
+    import subprocess
+    import sys
+
+    bad = {f"bad{i}.png": synth.truncate(synth.png(16, 16, seed=i), 0.5) for i in range(3)}
+    before = {**bad, "good0.png": synth.png(16, 16, seed=10)}
+    for k, data in before.items():
+        adlfs_direct.pipe_file(f"{az_container}/ds/{k}", data)
+    state = str(tmp_path / "state")
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    qurl = f"az://{az_container}/q"
+    cmd = [sys.executable, "-m", "dsclean", "scan", f"az://{az_container}/ds", "--quarantine", qurl]
+    cmd += [*opt_args(az_options), "--state-dir", state, "--jobs", "1"]
+    env = {**os.environ, "PYTHONPATH": repo, "DSCLEAN_TEST_FAULTS": "1", "DSCLEAN_TEST_KILL_AT": "copied:2"}
+    proc = subprocess.run(cmd, env=env, capture_output=True, timeout=120)
+    assert proc.returncode == -9, proc.stderr.decode()
+    # killed after the 2nd copy was verified and before its original was deleted: one object in two places
+    ds, q = keys(adlfs_direct, az_container, "ds"), keys(adlfs_direct, az_container, "q")
+    assert len(set(ds) & set(q)) == 1 and len(q) == 2
+    assert main(["recover", qurl, *opt_args(az_options), "--state-dir", state]) == 0
+    ds, q = keys(adlfs_direct, az_container, "ds"), keys(adlfs_direct, az_container, "q")
+    assert not set(ds) & set(q) and sorted(ds + q) == sorted(before)  # nothing in two places, nothing lost
+    for k in q:
+        assert adlfs_direct.cat_file(f"{az_container}/q/{k}") == before[k]
+    env.pop("DSCLEAN_TEST_KILL_AT")
+    proc = subprocess.run(cmd, env=env, capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert keys(adlfs_direct, az_container, "ds") == ["good0.png"]
+    assert keys(adlfs_direct, az_container, "q") == sorted(bad)
+
+
+def test_dups_and_report_of_an_az_prefix(az_container, adlfs_direct, az_options, tmp_path, capsys):
+    from dsclean.dups.finder import DupsOptions, find_duplicates
+
+    files = {**FILES, "cats/a_copy.jpg": FILES["cats/a.jpg"]}
+    put(adlfs_direct, az_container, files=files)
+    url = f"az://{az_container}/data"
+    found = find_duplicates([url], DupsOptions(jobs=1, timeout=30, storage_options=dict(az_options)))
+    groups = sorted((r["kind"], sorted(m["path"] for m in r["members"])) for r in found.records())
+    assert groups == [("exact", ["cats/a.jpg", "cats/a_copy.jpg"])]
+    state = str(tmp_path / "state")
+    assert main(["scan", url, *opt_args(az_options), "--state-dir", state, "--jobs", "1", "-q"]) == 0
+    capsys.readouterr()
+    assert main(["report", url, "--state-dir", state, "-o", str(tmp_path / "r.html"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["files"] == 5 and out["problems"] == 1
+    page = (tmp_path / "r.html").read_text()
+    assert "dogs/c.jpg" in page and ACCOUNT_KEY not in page
