@@ -378,3 +378,80 @@ def test_dups_and_report_of_an_az_prefix(az_container, adlfs_direct, az_options,
     assert out["files"] == 5 and out["problems"] == 1
     page = (tmp_path / "r.html").read_text()
     assert "dogs/c.jpg" in page and ACCOUNT_KEY not in page
+
+
+class CopyStatus:
+    """Rewrites the ``x-ms-copy-status`` of the blobs under ``/q/`` as Azure would show a copy it has not finished
+    (``pending``) or one that broke (``failed``): the first ``len(script)`` answers get the scripted status."""
+
+    def __init__(self, *script: str) -> None:
+        self.script, self.served = list(script), []
+
+    def __call__(self, method, path, headers):
+        if "/q/" not in path or not any(k.lower() == "x-ms-copy-status" for k, _ in headers):
+            return headers
+        status = self.script.pop(0) if self.script else None
+        self.served.append(status or {k.lower(): v for k, v in headers}["x-ms-copy-status"])
+        return [(k, status if status and k.lower() == "x-ms-copy-status" else v) for k, v in headers]
+
+
+@pytest.mark.parametrize("script", [("pending", "pending"), ("failed",) * 50])
+def test_a_copy_azure_has_not_finished_is_waited_for_and_a_failed_one_never_costs_the_original(
+    script, az_container, adlfs_direct, azurite_endpoint, tmp_path
+):
+    """Copy Blob may answer before the copy is done: the original is deleted only once the copy says success."""
+    from support.fixtures.azure import connection_string
+    from support.s3server import FaultProxy
+
+    from dsclean.storage.quarantine import journal_dir
+    from dsclean.storage.scan import BucketScanOptions, scan_bucket
+
+    put(adlfs_direct, az_container)
+    url, qurl, state = f"az://{az_container}/data", f"az://{az_container}/q", str(tmp_path / "state")
+    rewrite = CopyStatus(*script)
+    with FaultProxy(azurite_endpoint, rewrite_headers=rewrite) as proxy:
+        options = {"connection_string": connection_string(proxy.url)}
+        s = scan_bucket(url, BucketScanOptions(storage_options=options, jobs=1, state_dir=state, quarantine=qurl))
+    entries = [json.loads(line) for line in open(os.path.join(journal_dir(qurl, state), "manifest.jsonl"))]
+    if script[0] == "pending":
+        assert rewrite.served[:3] == ["pending", "pending", "success"]  # asked again until it said success
+        assert s.quarantined == 1 and [e["op"] for e in entries] == ["move", "done"]
+        assert keys(adlfs_direct, az_container, "q") == ["dogs/c.jpg"]
+        assert "dogs/c.jpg" not in keys(adlfs_direct, az_container, "data")
+    else:
+        assert s.quarantined == 0 and [e["op"] for e in entries] == ["move", "abort"]
+        assert "copy status: failed" in entries[1]["error"]
+        assert keys(adlfs_direct, az_container, "q") == []  # the broken copy removed
+        assert keys(adlfs_direct, az_container, "data") == sorted(FILES)  # the original stays, every byte
+        assert adlfs_direct.cat_file(f"{az_container}/data/dogs/c.jpg") == FILES["dogs/c.jpg"]
+
+
+def test_recovery_of_a_killed_move_finishes_it_only_when_the_copy_says_success(
+    az_container, adlfs_direct, az_options, azurite_endpoint, tmp_path
+):
+    """kill -9 between copy and delete; then ``recover`` sees the copy as Azure reports it: failed (reverted: the
+    copy goes, the original stays), then, for the next kill, success (finished: the original goes)."""
+    import subprocess
+    import sys
+
+    from support.fixtures.azure import connection_string
+    from support.s3server import FaultProxy
+
+    bad = {"bad0.png": synth.truncate(synth.png(16, 16, seed=1), 0.5)}
+    adlfs_direct.pipe_file(f"{az_container}/ds/bad0.png", bad["bad0.png"])
+    state = str(tmp_path / "state")
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    qurl = f"az://{az_container}/q"
+    cmd = [sys.executable, "-m", "dsclean", "scan", f"az://{az_container}/ds", "--quarantine", qurl]
+    cmd += [*opt_args(az_options), "--state-dir", state, "--jobs", "1"]
+    env = {**os.environ, "PYTHONPATH": repo, "DSCLEAN_TEST_FAULTS": "1", "DSCLEAN_TEST_KILL_AT": "copied:1"}
+    for status, after in (("failed", ([], ["bad0.png"])), (None, (["bad0.png"], []))):
+        proc = subprocess.run(cmd, env=env, capture_output=True, timeout=120)
+        assert proc.returncode == -9, proc.stderr.decode()
+        assert keys(adlfs_direct, az_container, "q") == keys(adlfs_direct, az_container, "ds") == ["bad0.png"]
+        rewrite = CopyStatus(*([status] * 50 if status else []))
+        with FaultProxy(azurite_endpoint, rewrite_headers=rewrite) as proxy:
+            so = opt_args({"connection_string": connection_string(proxy.url)})
+            assert main(["recover", qurl, *so, "--state-dir", state]) == 0
+        assert (keys(adlfs_direct, az_container, "q"), keys(adlfs_direct, az_container, "ds")) == after
+    assert adlfs_direct.cat_file(f"{az_container}/q/bad0.png") == bad["bad0.png"]
