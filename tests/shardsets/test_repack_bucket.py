@@ -126,6 +126,7 @@ def test_a_failed_copy_is_resumed_and_a_changed_denylist_is_refused(
     assert not os.path.exists(staging_folder(dest))
 
 
+@pytest.mark.slow
 def test_a_copy_killed_with_sigkill_is_resumed_by_the_same_command(
     shards, bucket, s3fs_direct, s3_endpoint, cli, tmp_path
 ):
