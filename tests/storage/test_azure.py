@@ -455,3 +455,26 @@ def test_recovery_of_a_killed_move_finishes_it_only_when_the_copy_says_success(
             assert main(["recover", qurl, *so, "--state-dir", state]) == 0
         assert (keys(adlfs_direct, az_container, "q"), keys(adlfs_direct, az_container, "ds")) == after
     assert adlfs_direct.cat_file(f"{az_container}/q/bad0.png") == bad["bad0.png"]
+
+
+def test_pack_from_a_shard_set_in_a_container_into_another_prefix_leaves_out_the_denied(
+    az_container, adlfs_direct, az_options, tmp_path, capsys, monkeypatch
+):
+    import io
+    import tarfile
+
+    local = tmp_path / "shards"
+    bad = _tars(str(local))
+    for name in sorted(os.listdir(local)):
+        adlfs_direct.put_file(str(local / name), f"{az_container}/sh/{name}")
+    monkeypatch.setenv("DSCLEAN_STATE_DIR", str(tmp_path / "state"))
+    url, so = f"az://{az_container}/sh", opt_args(az_options)
+    assert main(["scan", url, *so, "--jobs", "1", "-q"]) == 0
+    assert main(["pack", "--from", url, "-o", f"az://{az_container}/clean", *so, "--json"]) == 0
+    copy = json.loads(capsys.readouterr().out)
+    assert copy["shards"] == 2 and copy["left_out"] == 2 * len(bad)  # each denied sample's .jpg and .json
+    kept = set()
+    for name in keys(adlfs_direct, az_container, "clean"):
+        with tarfile.open(fileobj=io.BytesIO(adlfs_direct.cat_file(f"{az_container}/clean/{name}"))) as tf:
+            kept |= {(name, m.split(".")[0]) for m in tf.getnames()}
+    assert len(kept) == 2 * 6 - len(bad) and not kept & bad
