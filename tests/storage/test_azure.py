@@ -478,3 +478,25 @@ def test_pack_from_a_shard_set_in_a_container_into_another_prefix_leaves_out_the
         with tarfile.open(fileobj=io.BytesIO(adlfs_direct.cat_file(f"{az_container}/clean/{name}"))) as tf:
             kept |= {(name, m.split(".")[0]) for m in tf.getnames()}
     assert len(kept) == 2 * 6 - len(bad) and not kept & bad
+
+
+def test_access_denied_on_one_blob_names_its_key_and_no_secret(
+    az_container, adlfs_direct, azurite_endpoint, tmp_path, capsys
+):
+    from support.fixtures.azure import connection_string
+    from support.s3server import FaultProxy
+
+    from dsclean.scanning.results import read_problems
+
+    put(adlfs_direct, az_container)
+    with FaultProxy(azurite_endpoint, failures=100, status=403, match="d.png") as proxy:
+        options = {"connection_string": connection_string(proxy.url)}
+        url = f"az://{az_container}/data"
+        assert main(["scan", url, *opt_args(options), "--state-dir", str(tmp_path), "--jobs", "1", "--json"]) == 0
+        summary = json.loads(capsys.readouterr().out)
+    assert proxy.injected == 1  # one GET, not retried: a 403 does not pass
+    problems = {p["path"]: p for p in read_problems(summary["problems_path"])}
+    assert sorted(problems) == ["dogs/c.jpg", "dogs/d.png"]
+    denied = problems["dogs/d.png"]
+    assert denied["reason"] == "unreadable" and "access denied (403) reading dogs/d.png" in denied["detail"]
+    assert ACCOUNT_KEY not in json.dumps(denied) and ACCOUNT_KEY not in json.dumps(summary)
