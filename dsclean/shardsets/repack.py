@@ -11,7 +11,8 @@ folder and a ``shard_sink`` (:class:`dsclean.pack.remote.BucketShards`) takes ea
 written: uploaded, then its local copy removed, so staging holds about one shard at a time. A killed copy is
 resumed by the same command: the shards the bucket already holds (this copy's, by the sink's journal) are not
 written again; ``.repack.json`` in the staging folder records what the copy is of (source, shard names, the
-denied samples; hidden: never uploaded), and another source or deny-list is refused rather than mixed with the old shards.
+denied samples; hidden: never uploaded): once a shard of it is in the bucket, another source or deny-list is
+refused rather than mixed with the old shards.
 """
 
 from __future__ import annotations
@@ -102,8 +103,9 @@ def _digest(denied: Any) -> str:
     return h.hexdigest()
 
 
-def _resume_record(staging: str, what: dict) -> None:
-    """Write what this copy is of into its staging folder, or refuse when a killed copy there was of another."""
+def _resume_record(staging: str, what: dict, uploaded: Any) -> None:
+    """Write what this copy is of into its staging folder, or refuse when a killed copy there was of another and
+    ``uploaded()`` says some of its shards are in the bucket already (with none there, it starts over)."""
     path = os.path.join(staging, REPACK_STATE_FILE)
     try:
         with open(path, encoding="utf-8") as f:
@@ -112,15 +114,21 @@ def _resume_record(staging: str, what: dict) -> None:
         before = None
     except (OSError, ValueError):
         before = {}  # unreadable: not provably the same copy
-    if before is not None and before != what:
+    if before is not None and before != what and uploaded():
         changed = [k for k in what if not isinstance(before, dict) or before.get(k) != what[k]] or ["record"]
         raise UserError(
             f"{what['source']}: a killed copy of these shards cannot be resumed: its {', '.join(changed)} differ "
             "from this one's (the deny-list or the shards changed since)"
         )
-    if before is None:
+    if before != what:
         with atomic_output(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
             json.dump(what, f)
+
+
+def _output_name(name: str) -> str:
+    """The copy's name of the shard ``name`` (a ``.tar.gz``/``.tgz`` is written as a plain ``.tar``)."""
+    out = name[: -len(".gz")] if name.endswith(".tar.gz") else name
+    return out[: -len(".tgz")] + ".tar" if out.endswith(".tgz") else out
 
 
 def repack_shard_set(
@@ -151,12 +159,13 @@ def repack_shard_set(
     summary.denied_samples = len(denied)
     os.makedirs(output, exist_ok=True)
     if shard_sink is not None:
-        _resume_record(output, {"source": ss.folder, "shards": list(ss.names), "denied": _digest(denied)})
+        sink = shard_sink
+        what = {"source": ss.folder, "shards": list(ss.names), "denied": _digest(denied)}
+        _resume_record(output, what, lambda: any(sink.has(_output_name(n)) for n in ss.names))
     for name in ss.missing:
         summary.notes.append(f"{name}: named by the set but not there: not copied")
     for name in ss.names:
-        out_name = name[: -len(".gz")] if name.endswith(".tar.gz") else name
-        out_name = out_name[: -len(".tgz")] + ".tar" if out_name.endswith(".tgz") else out_name
+        out_name = _output_name(name)
         final = os.path.join(output, out_name)
         if shard_sink is not None and shard_sink.has(out_name):
             summary.reused += 1  # a killed copy's shard, whole in the bucket (a PUT is whole or absent)

@@ -169,3 +169,33 @@ def test_a_copy_killed_with_sigkill_is_resumed_by_the_same_command(
             names = tf.getnames()
         assert len(names) == len(set(names)) == 3 * 2  # 3 kept samples (.jpg and .txt), each member once
     assert not os.path.exists(staging_folder(dest))
+
+
+def test_a_copy_that_failed_before_any_shard_was_up_starts_over_with_the_new_denylist(
+    shards, bucket, s3fs_direct, s3_endpoint, cli, tmp_path, monkeypatch
+):
+    import s3fs
+
+    dest = f"s3://{bucket}/copy"
+    args = ["pack", "--from", str(shards), "-o", dest, *_so(s3_endpoint), "--json"]
+    original_put = s3fs.S3FileSystem._put_file
+
+    async def refuse(self, lpath, rpath, *a, **k):
+        raise PermissionError(13, "Access Denied (injected)")
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_put_file", refuse)
+    s3fs.S3FileSystem.clear_instance_cache()
+    code, out, err = cli(args)
+    assert code != 0 and "access denied" in err.lower()
+    assert _in_bucket(s3fs_direct, f"{bucket}/copy") == {}
+    monkeypatch.setattr(s3fs.S3FileSystem, "_put_file", original_put)
+    s3fs.S3FileSystem.clear_instance_cache()
+    path = denylist.denylist_path(shards)
+    entry = json.loads(open(path, "rb").read().splitlines()[0])
+    with open(path, "a") as f:  # one more sample denied since: nothing of the old copy is up, so it starts over
+        f.write(json.dumps({**entry, "shard": "shard-000000.tar", "key": "s0_3"}) + "\n")
+    code, out, err = cli(args)
+    assert code == 0, err
+    assert json.loads(out)["left_out"] == (SHARDS + 1) * 2
+    with tarfile.open(fileobj=io.BytesIO(s3fs_direct.cat_file(f"{bucket}/copy/shard-000000.tar"))) as tf:
+        assert "s0_3.jpg" not in tf.getnames() and "s0_1.jpg" in tf.getnames()
