@@ -8,9 +8,13 @@ TVENV ?= .venv-torchvision
 PY := $(VENV)/bin/python
 DSCLEAN := $(VENV)/bin/dsclean
 
+# Azurite (Microsoft's Azure Storage emulator, an npm package) for the az:// tests: the version pinned in
+# tests/support/azurite/package-lock.json, installed here by `npm ci` (node and npm from the system)
+AZURITE ?= .cache/azurite
+
 .PHONY: setup demo test lint docs bench clean
 
-setup: $(VENV)/.installed $(TVENV)/.installed
+setup: $(VENV)/.installed $(TVENV)/.installed $(AZURITE)/.installed
 
 # torch first, pinned: 2.13.0 is a CPU build these machines have on disk, while an
 # unpinned torch pulls a multi-GB CUDA build. The package itself asks for torch>=2.1.
@@ -25,6 +29,13 @@ $(TVENV)/.installed: pyproject.toml Makefile  # Makefile: its package list is he
 	$(TVENV)/bin/python -m pip install --quiet torch==2.14.1 torchvision==0.29.1
 	$(TVENV)/bin/python -m pip install --quiet torch==2.14.1 torchvision==0.29.1 -e '.[s3,mds,litdata]' pytest webdataset 'moto[server,s3]>=5'
 	touch $@
+
+# Without npm the az:// tests are skipped saying so (and fail under CI=true, where they must run).
+$(AZURITE)/.installed: tests/support/azurite/package.json tests/support/azurite/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+		mkdir -p $(AZURITE) && cp tests/support/azurite/package.json tests/support/azurite/package-lock.json $(AZURITE)/ && \
+		cd $(AZURITE) && npm ci --no-audit --no-fund --loglevel=error && touch .installed; \
+	else echo "note: npm is missing: Azurite is not installed and the az:// tests will be skipped" >&2; fi
 
 # The demo works on a copy: the repo's own sample_data is never moved, and dsclean's own
 # state (last-scan pointers, scan cache) goes to demo/state instead of ~/.cache/dsclean.
@@ -67,4 +78,4 @@ bench: setup
 	$(PY) scripts/bench_report.py
 
 clean:
-	rm -rf demo site $(VENV) $(TVENV)
+	rm -rf demo site $(VENV) $(TVENV) $(AZURITE)

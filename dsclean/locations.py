@@ -47,6 +47,7 @@ LOCK_FILE = ".dsclean.lock"  # in a quarantine folder: held while a scan or rest
 PACKED_INDEX_FILE = "index.arrow"  # the packed index: per sample its shard, offset, size, label, kind, checksum
 SHARD_LIST_FILE = "shardindex.json"  # the shard list in wids' format (relative urls, nsamples, filesize)
 PACK_STATE_FILE = "pack.json"  # the source index's identity and the options, for resuming
+REPACK_STATE_FILE = ".repack.json"  # in a bucket copy's staging folder (pack --from -o URL): what it copies, to resume
 
 
 def part_tag(part: tuple[int, int] | None) -> str:

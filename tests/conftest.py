@@ -11,6 +11,7 @@ pytest_plugins = [
     "support.fixtures.media",
     "support.fixtures.s3",
     "support.fixtures.gcs",
+    "support.fixtures.azure",
 ]
 
 

@@ -204,9 +204,9 @@ def cmd_pack(args: argparse.Namespace) -> int:
 
         url, args.output = args.output, "(staging)"
 
-        def repack(staging: str, _sink) -> int:  # (a copy of shards: staged whole, then uploaded)
+        def repack(staging: str, sink) -> int:  # each shard uploaded as soon as it is written
             args.output = staging
-            return route_pack(args)
+            return route_pack(args, shard_sink=sink)
 
         code = pack_to_bucket(_Code.of(repack), url, storage, args.state_dir).code
         if not (args.quiet or args.json):

@@ -188,8 +188,9 @@ def format_verify(s) -> str:
     return "\n".join(lines)
 
 
-def route_pack(args: argparse.Namespace) -> int:
-    """``dsclean pack --from SHARDS -o OUT``: a clean copy of another tool's tars; the exit code."""
+def route_pack(args: argparse.Namespace, shard_sink=None) -> int:
+    """``dsclean pack --from SHARDS -o OUT``: a clean copy of another tool's tars; the exit code. ``shard_sink``:
+    to a bucket, each finished shard uploaded as it is written (``OUT`` is then the local staging folder)."""
     if args.index is not None and args.from_shards:
         raise UserError(f"{args.index}: give INDEX or --from SHARDS, not both")
     if not args.from_shards:
@@ -208,13 +209,16 @@ def route_pack(args: argparse.Namespace) -> int:
             raise UserError(f"{option} is for packing an index; --from copies each shard as it is, without the denied")
     from ..shardsets.repack import repack_shard_set
 
-    s = repack_shard_set(list(args.from_shards), args.output, args.denylist, None, _storage_options(args))
+    s = repack_shard_set(
+        list(args.from_shards), args.output, args.denylist, None, _storage_options(args), shard_sink=shard_sink
+    )
     if args.json:
         print(json.dumps(s.to_json(), indent=2))
     elif not args.quiet:
         print(
             f"copied {s.shards} shards, {s.members:,} members -> {s.output}; left out {s.left_out:,} members of "
             f"{s.denied_samples:,} denied samples ({s.denylist or 'no deny-list'})"
+            + (f"; {s.reused} shards were already in the bucket (a killed copy's)" if s.reused else "")
         )
         for note in s.notes[:20]:
             print(f"  note: {note}")

@@ -285,7 +285,10 @@ def pack_to_bucket(run: Callable[[str, Any], Any], url: str, storage_options: di
         if adopted:  # the bucket's pack is not this one: its record does not stay here to block another
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(staging, locations.PACK_STATE_FILE))
-        if adopted or not os.path.exists(os.path.join(staging, locations.PACK_STATE_FILE)):
+        killed = any(
+            os.path.exists(os.path.join(staging, n)) for n in (locations.PACK_STATE_FILE, locations.REPACK_STATE_FILE)
+        )
+        if adopted or not killed:
             raise UserError(str(exc).replace(staging, url)) from None
         raise UserError(  # a killed run's staging folder, of another source (the prefix changed) or options
             f"{str(exc).replace(staging, url)} (the unfinished pack's local staging folder {staging}: remove it to "

@@ -7,7 +7,8 @@ the state folder of the quarantine URL (``<state>/urls/<hash>/manifest.jsonl``; 
     1. append {"op": "move", "id", "root": URL, "src": key, "qroot": URL, "dst": key, "size", "etag",
        "dst_free": true}, fsync  (a refused check: "dst_free": false, then at once an abort with why)
     2. the destination checked free again, copy src -> dst (server side), check the copy's size (and ETag,
-       when single-part) against what was checked
+       when single-part) against what was checked; on Azure, whose Copy Blob may answer before the copy is
+       done, first wait until the copy's ``x-ms-copy-status`` is ``success`` (failed, aborted: not whole)
     3. delete src
     4. append {"op": "done", "id"} (or {"op": "abort", "id", "error"})
 
@@ -27,6 +28,7 @@ import contextlib
 import logging
 import os
 import signal
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -44,9 +46,9 @@ from ..scanning.quarantine.journal import (
     manifest_path,
     safe_rel,
 )
-from .fs import Store
+from .fs import BACKENDS, Store
 from .listing import MAX_KEY, key_bytes
-from .reads import ReadPolicy, describe, retried
+from .reads import ReadPolicy, describe, http_status, retried
 
 log = logging.getLogger("dsclean.storage.quarantine")
 
@@ -234,10 +236,12 @@ def _transfer(src: Store, srel: str, dst: Store, drel: str, now: ObjInfo, policy
         retried(lambda: fs.copy(src.path(srel), dst.path(drel)), srel, policy)
     except Exception as exc:
         raise MoveError(f"copy of {src.url_of(srel)} to {dst.url_of(drel)} failed: {describe(exc)}") from exc
+    status = _settled_copy(dst, drel, policy)  # Azure: done copying (the size is checked after)
     copied = _info(dst, drel, policy)
-    if not same_object(copied, now.size, now.etag):
+    if status not in (None, "success") or not same_object(copied, now.size, now.etag):
         _remove(dst, drel, policy)  # our own copy, not whole: the original is still there
-        raise MoveError(f"the copy at {dst.url_of(drel)} does not match {src.url_of(srel)}: not moved")
+        how = f" (copy status: {status})" if status not in (None, "success") else ""
+        raise MoveError(f"the copy at {dst.url_of(drel)} does not match {src.url_of(srel)}{how}: not moved")
     _fault("copied")
     try:
         retried(lambda: fs.rm_file(src.path(srel)), srel, policy)
@@ -247,6 +251,47 @@ def _transfer(src: Store, srel: str, dst: Store, drel: str, now: ObjInfo, policy
         _remove(dst, drel, policy)  # the original is still there: our copy goes
         raise MoveError(f"could not delete {src.url_of(srel)} after copying it: {describe(exc)}") from exc
     return None
+
+
+#: seconds an Azure copy may stay ``pending`` before the move is given up (the original stays)
+COPY_WAIT = 600.0
+
+
+def _copy_status(store: Store, rel: str) -> str | None:
+    """Azure: the ``x-ms-copy-status`` of the blob ``rel`` (pending, success, failed, aborted; None: not made by a
+    copy, or gone). adlfs's ``info`` does not show it: one HEAD through its own blob service client."""
+    from fsspec.asyn import sync
+
+    fs = store.fs
+    container, blob, _ = fs.split_path(store.path(rel))
+
+    async def head() -> Any:
+        async with fs.service_client.get_blob_client(container=container, blob=blob) as bc:
+            return await bc.get_blob_properties()
+
+    try:
+        props = sync(fs.loop, head)
+    except Exception as exc:
+        if type(exc).__name__ == "ResourceNotFoundError" or http_status(exc) == 404:
+            return None
+        raise
+    status = getattr(getattr(props, "copy", None), "status", None)
+    return str(status) if status else None
+
+
+def _settled_copy(store: Store, rel: str, policy: ReadPolicy) -> str | None:
+    """The copy status of ``rel`` once it is no longer ``pending`` (Azure's Copy Blob may answer before the copy
+    is done); ``"pending"`` if it still is after :data:`COPY_WAIT`. Other stores copy before answering: None."""
+    if BACKENDS.get(store.scheme) != "adlfs":
+        return None
+    deadline, delay = time.monotonic() + COPY_WAIT, 0.1
+    while True:
+        status = retried(lambda: _copy_status(store, rel), rel, policy)
+        if status != "pending" or time.monotonic() >= deadline:
+            return status
+        log.info("%s: the copy is pending; waiting %.1f s", store.url_of(rel), delay)
+        time.sleep(delay)
+        delay = min(delay * 2, 5.0)
 
 
 def _remove(store: Store, rel: str, policy: ReadPolicy) -> None:
@@ -307,6 +352,8 @@ def _recover_one(
         return
     # whole: ours and the checked object; not known to be ours (an older journal): the very bytes (ETag)
     same = ours or (isinstance(etag, str) and at_to is not None and at_to.etag == etag)
+    if at_to is not None and _settled_copy(to, trel, policy) not in (None, "success"):
+        same = False  # Azure: a copy that failed, was aborted or is still pending is not whole
     if at_to is not None and same and (same_object(at_to, size, etag) if size is not None else ours):
         if at_from is not None and (size is None or same_object(at_from, size, etag)):
             _remove(frm, frel, policy)  # the copy is whole: the original goes, as the move intended

@@ -1,8 +1,8 @@
 """Reading one object: into memory (or, past a threshold, a temp file removed after the check), retried
 with backoff on throttling (503 SlowDown, 429) and server errors (5xx), refused clearly on 403/404.
 
-The store's own retries are turned down for S3 (:func:`quiet_store_retries`) so that every retry is
-this module's: counted, logged, with exponential backoff and jitter.
+The store's own retries are turned down for S3 and Azure (:func:`quiet_store_retries`) so that every retry
+is this module's: counted, logged, with exponential backoff and jitter.
 """
 
 from __future__ import annotations
@@ -81,7 +81,15 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, OSError) and exc.errno in _TRANSIENT_ERRNOS:
         return True
     name = type(exc).__name__
-    return name in {"EndpointConnectionError", "ConnectionClosedError", "ReadTimeoutError", "ClientPayloadError"}
+    return name in {
+        "EndpointConnectionError",
+        "ConnectionClosedError",
+        "ReadTimeoutError",
+        "ClientPayloadError",
+        "ServiceRequestError",  # azure-core: the request did not reach the service (connection refused, reset)
+        "ServiceResponseError",  # azure-core: the response broke off (a reset mid-body, a read timeout)
+        "IncompleteReadError",
+    }
 
 
 def describe(exc: BaseException) -> str:
@@ -122,9 +130,19 @@ def classify(key: str, exc: BaseException) -> ObjectError:
 
 
 def quiet_store_retries(fs: Any, scheme: str) -> None:
-    """Leave retrying to :func:`retried` (s3fs's own loop retries SlowDown without counting it)."""
+    """Leave retrying to :func:`retried` (s3fs's own loop retries SlowDown without counting it; the Azure SDK's
+    under adlfs retries a 503 or 500 three times after 15 s, 18 s, 24 s: two throttled reads of one blob cost
+    40 s, uncounted, before dsclean's own retries even start)."""
     if scheme in ("s3", "s3a") and hasattr(fs, "retries"):
         fs.retries = 1
+    elif scheme in ("az", "abfs", "abfss"):
+        # adlfs passes no retry settings to its BlobServiceClient: its retry policy (one object, shared by every
+        # container and blob client it makes) is turned down in place; absent (another SDK layout): left alone
+        config = getattr(getattr(fs, "service_client", None), "_config", None)
+        policy = getattr(config, "retry_policy", None)
+        for name in ("total_retries", "connect_retries", "read_retries", "status_retries"):
+            if isinstance(getattr(policy, name, None), int):
+                setattr(policy, name, 0)
 
 
 def read_object(store: Any, rel: str, policy: ReadPolicy = ReadPolicy()) -> bytes:

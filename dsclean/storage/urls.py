@@ -10,8 +10,13 @@ from ..errors import UserError
 #: URL schemes routed to object storage (fsspec implementations: s3fs, gcsfs, adlfs; file:// is local)
 SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "file")
 _URL = re.compile(r"^([a-z][a-z0-9+.-]*)://", re.IGNORECASE)
-#: storage option keys whose values are secrets (never printed, logged or stored)
-_SECRET = re.compile(r"secret|token|password|passwd|credential|key|sas|signature|auth|session", re.IGNORECASE)
+#: storage option keys whose values are secrets (never printed, logged or stored); ``connection``: an Azure
+#: connection string (``connection_string``, adlfs) holds the account key or a SAS token
+_SECRET = re.compile(
+    r"secret|token|password|passwd|credential|key|sas|signature|auth|session|connection|conn_str", re.IGNORECASE
+)
+#: the parts of an Azure connection string that are secrets: scrubbed on their own too (an error may quote one)
+_CONN_SECRET = re.compile(r"(?:AccountKey|SharedAccessSignature)=([^;]+)", re.IGNORECASE)
 #: keys that match the pattern above but are not secrets
 _NOT_SECRET = {"endpoint_url", "key_prefix", "use_listings_cache"}
 REDACTED = "***"
@@ -82,16 +87,22 @@ def is_secret(key: str) -> bool:
     return last not in _NOT_SECRET and bool(_SECRET.search(last))
 
 
+def is_secret_value(value: object) -> bool:
+    """Whether a value holds a secret whatever its key's name (an Azure connection string's account key or SAS)."""
+    return isinstance(value, str) and _CONN_SECRET.search(value) is not None
+
+
 def redact_item(item: str) -> str:
     """``KEY=VALUE`` with a secret's value replaced by ``***``."""
-    key, sep, _ = item.partition("=")
-    return f"{key}={REDACTED}" if sep and is_secret(key.strip()) else item
+    key, sep, value = item.partition("=")
+    return f"{key}={REDACTED}" if sep and (is_secret(key.strip()) or is_secret_value(value)) else item
 
 
 def redact_options(options: dict) -> dict:
     """A copy of storage options safe to show: secret values replaced by ``***``."""
     return {
-        k: redact_options(v) if isinstance(v, dict) else (REDACTED if is_secret(k) else v) for k, v in options.items()
+        k: redact_options(v) if isinstance(v, dict) else (REDACTED if is_secret(k) or is_secret_value(v) else v)
+        for k, v in options.items()
     }
 
 
@@ -148,8 +159,9 @@ def secret_values(options: dict) -> list[str]:
     for k, v in options.items():
         if isinstance(v, dict):
             found += secret_values(v)
-        elif is_secret(k) and v is not None and str(v):
+        elif (is_secret(k) or is_secret_value(v)) and v is not None and str(v):
             found.append(str(v))
+            found += [m.group(1) for m in _CONN_SECRET.finditer(str(v))]  # each secret part alone as well
     return found
 
 

@@ -19,3 +19,21 @@ def test_credentials_in_a_url_are_refused_without_echoing_them():
 
 def test_a_plain_url_is_normalized():
     assert normalize("s3://bucket/prefix/") == "s3://bucket/prefix"
+
+
+CONN = "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=c2VjcmV0S2V5VmFsdWU=;EndpointSuffix=core.windows.net"
+SAS = "BlobEndpoint=https://acct.blob.core.windows.net;SharedAccessSignature=sv=2024&sig=c2lnbmF0dXJl"
+
+
+def test_an_azure_connection_string_is_a_secret_under_its_own_key_or_any_other():
+    from dsclean.storage.urls import redact_argv, redact_options, scrub
+
+    argv = ["scan", "az://c/p", "--storage-option", f"connection_string={CONN}", f"--storage-option=other={SAS}"]
+    shown = " ".join(redact_argv(argv))
+    assert "c2VjcmV0S2V5VmFsdWU=" not in shown and "c2lnbmF0dXJl" not in shown
+    assert "connection_string=***" in shown and "other=***" in shown
+    options = {"connection_string": CONN, "account_name": "acct", "nested": {"x": SAS}}
+    assert redact_options(options) == {"connection_string": "***", "account_name": "acct", "nested": {"x": "***"}}
+    # an error quoting only the key (not the whole string) is scrubbed too
+    assert scrub("bad key c2VjcmV0S2V5VmFsdWU= for acct", options) == "bad key *** for acct"
+    assert scrub(f"opening {CONN}", options) == "opening ***"

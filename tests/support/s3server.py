@@ -55,7 +55,9 @@ class FaultProxy:
     not forwarded and answered 500 (the retry that fails). ``deletes`` lists what happened to each.
     ``rewrite_listing``: a listing request (``GET /bucket?list-type=2&...``) is forwarded as this function
     makes it (a hostile or broken server: another prefix, a continuation token dropped).
-    ``listings``: bucket listings fail as object GETs do; ``puts``: object PUTs (uploads) too."""
+    ``listings``: bucket listings fail as object GETs do; ``puts``: object PUTs (uploads) too.
+    ``rewrite_headers``: every forwarded answer's headers pass through ``rewrite_headers(method, path, headers)``
+    (a list of ``(name, value)``; e.g. an Azure copy left ``x-ms-copy-status: pending``)."""
 
     def __init__(
         self,
@@ -71,6 +73,7 @@ class FaultProxy:
         rewrite_listing: Callable[[str], str] | None = None,
         heads: bool = False,
         puts: bool = False,
+        rewrite_headers: Callable[[str, str, list[tuple[str, str]]], list[tuple[str, str]]] | None = None,
     ):
         self.upstream = upstream.removeprefix("http://")
         self.listings = listings
@@ -79,6 +82,7 @@ class FaultProxy:
         self.heads = heads  # inject into object HEADs too (a HEAD's error has no body: the status says it)
         self.puts = puts  # inject into object PUTs (uploads) too: a prefix the credentials cannot write
         self.rewrite_listing = rewrite_listing  # request path+query of a ListObjectsV2 -> what is forwarded
+        self.rewrite_headers = rewrite_headers
         self.deletes: list[tuple[str, str]] = []  # (path, "forwarded, answer lost" | "failed" | "forwarded")
         self.injected = 0
         self.requests = 0
@@ -150,7 +154,11 @@ class FaultProxy:
                     self._answer(500, INTERNAL)
                     return
                 self.send_response(resp.status, resp.reason)
-                for k, v in resp.getheaders():
+                answer_headers = resp.getheaders()
+                if proxy.rewrite_headers is not None:
+                    with proxy._lock:
+                        answer_headers = proxy.rewrite_headers(self.command, path, answer_headers)
+                for k, v in answer_headers:
                     if k.lower() not in _HOP and k.lower() != "content-length":
                         self.send_header(k, v)
                 # a HEAD's answer has no body: its Content-Length is the object's, passed on as it came
