@@ -23,9 +23,8 @@ def _options(args: argparse.Namespace, check):
     return ShardScanOptions(
         check=check,
         jobs=getattr(args, "jobs", 0) or 0,
-        backend=getattr(args, "backend", "processes")
-        if getattr(args, "backend", "") in ("processes", "loky", "threads")
-        else "processes",
+        backend=getattr(args, "backend", None) or "processes",
+        scheduler=getattr(args, "scheduler", None),  # --backend dask: each worker reads its shards from the store
         as_kind=args.as_kind,
         column=args.column,
         denylist=args.denylist or None,  # scan's bare --denylist: the default beside the shards
@@ -56,8 +55,6 @@ def route_scan(args: argparse.Namespace, check_options, flag_options) -> int:
             raise UserError(
                 f"{option} is for folders of files; a shard set's bad samples go to its deny-list (--denylist)"
             )
-    if args.backend == "dask":
-        raise UserError("--backend dask: a shard set is checked on this machine (processes, loky or threads)")
     from ..shardsets.run import scan_shard_set
 
     if args.html:
@@ -66,9 +63,7 @@ def route_scan(args: argparse.Namespace, check_options, flag_options) -> int:
 
         shard_set = detect(specs, args.as_kind, _storage_options(args))
         if shard_set is not None and shard_set.store is None:
-            check_output(
-                args.html, shard_set.folder
-            )  # never a report among the shards  # never a report among the shards
+            check_output(args.html, shard_set.folder)  # never a report among the shards
     options = _options(args, check_options(args))
     options.flags = flag_options(args)
     summary = scan_shard_set(specs, options)

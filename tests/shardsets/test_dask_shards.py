@@ -1,0 +1,214 @@
+"""--backend dask for shard sets: each shard a task on a Dask LocalCluster whose workers read it themselves (from the
+local S3 server, or the shared folder); the same results, problems and deny-list rows as the local processes."""
+
+from __future__ import annotations
+
+import io
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import webdataset as wds
+from support import synth
+from support.cluster import local_cluster
+from support.fixtures.cli import run_cli
+from support.s3server import FaultProxy
+
+from dsclean import denylist
+from dsclean.errors import UserError
+from dsclean.shardsets import detect as detect_module
+from dsclean.shardsets import tartasks, webdataset
+from dsclean.shardsets.run import ShardScanOptions, scan_shard_set, verify_shard_set
+
+distributed = pytest.importorskip("distributed")
+pytest.importorskip("s3fs")
+pytest.importorskip("moto.server")
+
+#: the test credentials, as options: the workers of the module's cluster started before any test's environment
+KEYS = {"key": "testing", "secret": "testing"}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with local_cluster() as c:
+        yield c
+
+
+def wds_set(folder: str) -> set[tuple[str, str]]:
+    """3 WebDataset tars (webdataset.TarWriter): a truncated JPEG in each, json and cls (non-media) members."""
+    os.makedirs(folder)
+    bad = set()
+    for s in range(3):
+        name = f"shard-{s:06d}.tar"
+        with wds.TarWriter(os.path.join(folder, name)) as w:
+            for i in range(10):
+                jpg = synth.jpeg(32, 32, seed=s * 100 + i)
+                if i == 2 * s + 1:
+                    jpg = synth.truncate(jpg, 0.5)
+                    bad.add((name, f"s{s}_{i:03d}"))
+                w.write({"__key__": f"s{s}_{i:03d}", "jpg": jpg, "json": {"i": i}, "cls": i % 3})
+    return bad
+
+
+def rows(summary) -> list[dict]:
+    return pq.read_table(summary.results_path).sort_by("path").to_pylist()
+
+
+def problems(summary) -> list[str]:
+    with open(summary.problems_path) as f:
+        return sorted(f.read().splitlines())
+
+
+def denied(path: str) -> list[tuple]:
+    return sorted((e["shard"], e["key"], e["row"], e["reason"]) for e in denylist.read_denylist(path).entries)
+
+
+SAME = ("kind", "shards", "samples", "checked", "counts", "bad_reasons", "warn_reasons", "problems", "flags")
+
+
+def test_a_bucket_set_on_dask_reads_each_shard_on_the_workers_and_matches_a_local_scan(
+    cluster, bucket, s3fs_direct, s3_endpoint, tmp_path, monkeypatch
+):
+    local = str(tmp_path / "shards")
+    bad = wds_set(local)
+    for name in sorted(os.listdir(local)):
+        s3fs_direct.put_file(os.path.join(local, name), f"{bucket}/wds/{name}")
+    url = f"s3://{bucket}/wds"
+    with FaultProxy(s3_endpoint) as proxy:
+        storage = {"endpoint_url": proxy.url, **KEYS}
+        here = scan_shard_set(
+            [url], ShardScanOptions(jobs=2, report_dir=str(tmp_path / "here"), storage_options=storage)
+        )
+        proxy.gets.clear()
+
+        def refuse(*args, **kwargs):
+            raise AssertionError("this process read a shard")
+
+        # this process never opens a shard (the workers import their own, unpatched modules)
+        monkeypatch.setattr(detect_module.ShardSet, "open", refuse)
+        monkeypatch.setattr(tartasks, "_events", refuse)
+        monkeypatch.setattr(webdataset, "read_shard", refuse)
+        opts = ShardScanOptions(
+            backend="dask",
+            scheduler=cluster.scheduler_address,
+            report_dir=str(tmp_path / "dask"),
+            storage_options=storage,
+        )
+        there = scan_shard_set([url], opts)
+        # ... and each shard was read from the store, by the workers: every tar object, GET at least once
+        assert sorted(p.rsplit("/", 1)[1] for p in proxy.gets) == sorted(os.listdir(local))
+        v = verify_shard_set(
+            [url],
+            ShardScanOptions(
+                backend="dask",
+                scheduler=cluster.scheduler_address,
+                denylist=there.denylist_path,
+                storage_options=storage,
+            ),
+        )
+    assert (there.shards, there.samples, there.checked, there.bad) == (3, 30, 30, 3)
+    for field in SAME:
+        assert getattr(there, field) == getattr(here, field), field
+    assert rows(there) == rows(here) and len(rows(here)) == 30
+    assert problems(there) == problems(here)
+    assert denied(there.denylist_path) == denied(here.denylist_path)
+    assert {(shard, key) for shard, key, _, _ in denied(there.denylist_path)} == bad
+    assert v.ok and v.checked == 30 and v.denied_bad == 3 and v.shards == 3
+
+
+def test_a_local_parquet_set_on_dask_matches_a_local_scan(cluster, tmp_path):
+    folder = tmp_path / "pq"
+    folder.mkdir()
+    for n in range(3):
+        images = [synth.jpeg(24, 24, seed=n * 10 + i) for i in range(7)]
+        images[n + 1] = synth.truncate(images[n + 1], 0.5)
+        table = pa.table({"img": pa.array(images, type=pa.binary()), "label": list(range(7))})
+        pq.write_table(table, folder / f"part-{n}.parquet", row_group_size=3)
+    (folder / "part-3.parquet").write_bytes(b"PAR1 not parquet")
+    here = scan_shard_set([str(folder)], ShardScanOptions(jobs=2, column="img", report_dir=str(tmp_path / "h")))
+    opts = ShardScanOptions(
+        column="img",
+        backend="dask",
+        scheduler=cluster.scheduler_address,
+        report_dir=str(tmp_path / "d"),
+        denylist=str(tmp_path / "dask-denylist.jsonl"),
+    )
+    there = scan_shard_set([str(folder)], opts)
+    assert (there.shards, there.checked, there.bad, there.problems) == (4, 21, 3, {"broken_shard": 1})
+    for field in SAME:
+        assert getattr(there, field) == getattr(here, field), field
+    assert rows(there) == rows(here) and problems(there) == problems(here)
+    assert denied(there.denylist_path) == denied(here.denylist_path)
+    assert {(shard, row) for shard, _, row, _ in denied(there.denylist_path)} == {
+        (f"part-{n}.parquet", n + 1) for n in range(3)
+    }
+
+
+def tar_bytes(members: list[tuple[str, bytes]]) -> bytes:
+    import tarfile
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+@pytest.mark.slow  # fault injection: a sample that segfaults its checker, on a cluster of its own
+def test_a_sample_that_crashes_its_checker_is_named_and_the_dask_workers_survive(tmp_path):
+    folder = tmp_path / "wds"
+    folder.mkdir()
+    members = [(f"k{i}.jpg", synth.jpeg(16, 16, seed=i)) for i in range(8)]
+    members[3] = ("k3__segfault__.jpg", synth.jpeg(16, 16))
+    (folder / "a.tar").write_bytes(tar_bytes(members))
+    (folder / "b.tar").write_bytes(tar_bytes([(f"b{i}.jpg", synth.jpeg(16, 16, seed=50 + i)) for i in range(4)]))
+    with (
+        local_cluster(env={"DSCLEAN_TEST_FAULTS": "1"}) as faulty,
+        distributed.Client(faulty.scheduler_address) as client,
+    ):
+        pids = client.run(os.getpid)
+        s = scan_shard_set(
+            [str(folder)],
+            ShardScanOptions(backend="dask", scheduler=faulty.scheduler_address, report_dir=str(tmp_path / "r")),
+        )
+        assert client.run(os.getpid) == pids  # the same worker processes: none died
+    assert (s.checked, s.bad, s.bad_reasons) == (12, 1, {"decoder_crash": 1})
+    (crash,) = [r for r in rows(s) if r["status"] == "bad"]
+    assert (crash["shard"], crash["member"], crash["reason"]) == ("a.tar", "k3__segfault__.jpg", "decoder_crash")
+    assert "SIGSEGV" in crash["detail"]
+    assert denied(s.denylist_path) == [("a.tar", "k3__segfault__", None, "decoder_crash")]
+
+
+def test_backend_and_scheduler_go_together(tmp_path):
+    folder = str(tmp_path / "shards")
+    wds_set(folder)
+    with pytest.raises(UserError, match="needs --scheduler"):
+        scan_shard_set([folder], ShardScanOptions(backend="dask", report_dir=str(tmp_path / "r")))
+    with pytest.raises(UserError, match="--scheduler goes with --backend dask"):
+        verify_shard_set([folder], ShardScanOptions(scheduler="tcp://127.0.0.1:1"))
+    with pytest.raises(UserError, match="cannot reach the Dask scheduler tcp://127.0.0.1:1"):
+        verify_shard_set([folder], ShardScanOptions(backend="dask", scheduler="tcp://127.0.0.1:1"))
+
+
+def test_cli_scan_and_verify_with_dask(cluster, tmp_path):
+    import json
+
+    folder = tmp_path / "shards"
+    bad = wds_set(str(folder))
+    r = run_cli("scan", folder, "--backend", "dask", "--scheduler", cluster.scheduler_address, "--json")
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert (s["checked"], s["bad"]) == (30, 3)
+    assert {(e["shard"], e["key"]) for e in denylist.read_denylist(folder / "denylist.jsonl").entries} == bad
+    r = run_cli("verify", folder, "--backend", "dask", "--scheduler", cluster.scheduler_address)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("ok: webdataset shard set")
+    for argv, message in (
+        (("scan", folder, "--scheduler", cluster.scheduler_address), "--scheduler goes with --backend dask"),
+        (("verify", folder, "--backend", "dask"), "--backend dask needs --scheduler"),
+    ):
+        r = run_cli(*argv)
+        assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
