@@ -1,12 +1,14 @@
 """``scan_shard_set`` and ``verify_shard_set``: every sample of another tool's shards, checked and named.
 
-The shards are read one after the other in this process through plain file objects (a reader per
-format yields :mod:`.events`); the samples' bytes go, a chunk at a time and a bounded few chunks
-ahead, to the scan's isolated pool (:func:`dsclean.scanning.executors.run_checks` with a
-:class:`~dsclean.scanning.worker.SampleBytes` source): the same checker, time limit, memory ceiling
-and crash isolation as files on disk. A scan writes the results table and problems list (outside the
-shards: the state folder, or ``--report``) and appends the bad samples to the deny-list beside the
-shards (never rewriting a shard); a verify writes nothing.
+The shards are read by the workers, a shard (or a part of a tar) a task (:func:`check_tars`,
+:mod:`.tartasks`): the worker opens it (a local file; an object streamed from the store; an MDS shard or
+litdata chunk with the library's reader, from a temp copy), walks it with its format's reader (which
+yields :mod:`.events`) and checks its samples' bytes in the scan's isolated pool: the same checker, time
+limit, memory ceiling and crash isolation as files on disk. This process reads only an MDS or litdata
+``index.json`` (the shard list). ``backend="dask"`` (``scheduler``): each task runs on a Dask worker,
+which reads the shard from the store (or the shared folder) itself. A scan writes the results table
+and problems list (outside the shards: the state folder, or ``--report``) and appends the bad samples
+to the deny-list beside the shards (never rewriting a shard); a verify writes nothing.
 """
 
 from __future__ import annotations
@@ -178,18 +180,27 @@ def check_tars(ss: ShardSet, options: ShardScanOptions, stop=None) -> Iterator[C
     """
     from ..scanning.executors import LOCAL_PROCESSES, lost_worker, make_pool
     from ..scanning.scanner import usable_cores
-    from .tartasks import check_tar_part, first_formats, isolated_checker, plan
+    from .tartasks import TarTask, check_tar_part, first_formats, isolated_checker, plan
 
     for name in ss.missing:
         yield Problem(name, None, None, None, R.MISSING_SHARD, f"{name}: named by the set but not there")
-    if not ss.names:
+    if not ss.names and ss.index is None:
         return
     jobs = options.jobs or usable_cores()
     backend, scheduler = options.backend, options.scheduler
     # the checkers the local workers preload (a Dask cluster's workers read every shard: nothing read here)
     formats = first_formats(ss) if backend in LOCAL_PROCESSES else None
     pool = make_pool(backend, jobs, scheduler, formats, options.check.facts)
-    flight: InFlight = InFlight(plan(ss, pool.slots, options.column))
+    side: collections.deque = collections.deque()  # an index's broken entries, met while planning
+
+    def tasks() -> Iterator[TarTask]:
+        for item in plan(ss, pool.slots, options.column):
+            if isinstance(item, Problem):
+                side.append(item)
+            else:
+                yield item
+
+    flight: InFlight = InFlight(tasks())
 
     def submit(task) -> Future:
         return pool.executor.submit(check_tar_part, ss.folder, ss.store, task, options.check, options.flags, pool.task)
@@ -206,6 +217,8 @@ def check_tars(ss: ShardSet, options: ShardScanOptions, stop=None) -> Iterator[C
                     pool.close()
                     pool = make_pool(backend, jobs, scheduler)
                     continue
+                while side:
+                    yield side.popleft()
                 if not flight:
                     return
                 lost = []
@@ -241,8 +254,8 @@ def check_events(
     ss: ShardSet, options: ShardScanOptions, stop=None
 ) -> Iterator[tuple[Sample, Verdict] | Checked | Problem | ShardDone]:
     """The events of :func:`iter_events`, each Sample replaced by ``(sample without its bytes, verdict)``;
-    a WebDataset or Parquet set's by :func:`check_tars` (its samples come as :class:`~.tartasks.Checked` tasks)."""
-    if ss.kind in ("webdataset", "parquet"):
+    every set's by :func:`check_tars` (its samples come as :class:`~.tartasks.Checked` tasks, a shard each)."""
+    if ss.kind in ("webdataset", "parquet", "mds", "litdata"):
         yield from check_tars(ss, options, stop)
         return
     yield from check_samples(ss, options, stop)
@@ -251,7 +264,8 @@ def check_events(
 def check_samples(
     ss: ShardSet, options: ShardScanOptions, stop=None
 ) -> Iterator[tuple[Sample, Verdict] | Problem | ShardDone]:
-    """Every sample read here and sent with its bytes to the pool (MDS, litdata; any set)."""
+    """Every sample read here and sent with its bytes to the pool (any set: the reference the workers' own reading
+    of each shard, :func:`check_tars`, is tested against; ``backend="dask"``: bounded chunks of bytes to the cluster)."""
     side: collections.deque = collections.deque()  # problems and shard ends met while filling chunks
     pending: dict[str, collections.deque] = {}  # a chunk's sample names -> the samples (bytes dropped)
 
