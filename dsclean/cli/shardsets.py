@@ -45,9 +45,13 @@ def route_scan(args: argparse.Namespace, check_options, flag_options) -> int:
     """Scan the shard set ``args.root`` names; the exit code (``check_options``, ``flag_options``: cli.scan's,
     passed in: this module does not import it back)."""
     specs = list(args.root)
+    if args.shard:  # parts would each miss the keys duplicated across them, and write results merge cannot read
+        raise UserError(
+            "--shard I/N is for folders of files; a shard set is split across machines by a Dask cluster: "
+            "--backend dask --scheduler ADDRESS (each worker reads its shards from the store)"
+        )
     for option, given in (
         ("--quarantine", args.quarantine),
-        ("--shard", args.shard),
         ("--from-log", args.from_logs),
         ("--manifest", getattr(args, "manifest", None)),
     ):

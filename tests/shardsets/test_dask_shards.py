@@ -206,9 +206,93 @@ def test_cli_scan_and_verify_with_dask(cluster, tmp_path):
     r = run_cli("verify", folder, "--backend", "dask", "--scheduler", cluster.scheduler_address)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("ok: webdataset shard set")
+    pack = tmp_path / "pack"  # a dsclean pack (its pack.json): verified on this machine, never on a cluster
+    pack.mkdir()
+    (pack / "pack.json").write_text("{}")
     for argv, message in (
         (("scan", folder, "--scheduler", cluster.scheduler_address), "--scheduler goes with --backend dask"),
         (("verify", folder, "--backend", "dask"), "--backend dask needs --scheduler"),
+        (("scan", folder, "--shard", "0/2"), "--shard I/N is for folders of files"),
+        (("verify", pack, "--backend", "dask", "--scheduler", cluster.scheduler_address), "a dsclean pack is verified"),
     ):
         r = run_cli(*argv)
         assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def many_tars(folder, shards: int = 40, per: int = 40) -> None:
+    """Enough work that a scan is still running when a test acts on it."""
+    folder.mkdir()
+    for s in range(shards):
+        with wds.TarWriter(str(folder / f"shard-{s:06d}.tar")) as w:
+            for i in range(per):
+                w.write({"__key__": f"s{s}_{i:03d}", "jpg": synth.jpeg(128, 128, seed=s * 1000 + i)})
+
+
+def busy_worker(client, timeout: float = 60.0) -> str:
+    """The address of a Dask worker running one of the scan's tasks (waited for)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for address, keys in client.processing().items():
+            if keys:
+                return address
+        time.sleep(0.02)
+    raise AssertionError("no task reached the cluster")
+
+
+@pytest.mark.slow  # fault injection: a Dask worker killed mid-scan, on a cluster of its own
+def test_a_task_whose_worker_died_is_checked_again_here_and_nothing_is_lost(tmp_path, caplog):
+    import signal
+    import threading
+
+    import dask
+
+    folder = tmp_path / "wds"
+    many_tars(folder, shards=12, per=40)
+    here = scan_shard_set([str(folder)], ShardScanOptions(jobs=2, report_dir=str(tmp_path / "here"), dry_run=True))
+    box: dict = {}
+    # no second chance on the cluster: a task whose worker dies is Dask's KilledWorker at once
+    with (
+        dask.config.set({"distributed.scheduler.allowed-failures": 0}),
+        local_cluster() as c,
+        distributed.Client(c.scheduler_address) as client,
+    ):
+        pids = client.run(os.getpid)
+        opts = ShardScanOptions(
+            backend="dask", scheduler=c.scheduler_address, report_dir=str(tmp_path / "dask"), dry_run=True
+        )
+        scan = threading.Thread(target=lambda: box.update(s=scan_shard_set([str(folder)], opts)))
+        scan.start()
+        os.kill(pids[busy_worker(client)], signal.SIGKILL)
+        scan.join(timeout=300)
+        assert not scan.is_alive()
+    assert any("its Dask workers kept dying" in r.getMessage() for r in caplog.records)
+    there = box["s"]
+    for field in SAME:
+        assert getattr(there, field) == getattr(here, field), field
+    assert rows(there) == rows(here) and there.checked == 12 * 40
+
+
+def test_an_interrupted_dask_scan_stops_and_keeps_what_was_checked(cluster, tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    from support.fixtures.cli import cli_env
+
+    folder = tmp_path / "wds"
+    many_tars(folder)
+    argv = [sys.executable, "-m", "dsclean", "scan", str(folder), "--backend", "dask"]
+    argv += ["--scheduler", cluster.scheduler_address, "--report", str(tmp_path / "r"), "--json"]
+    with distributed.Client(cluster.scheduler_address) as client:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
+        busy_worker(client)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "interrupted; results so far were saved" in err, err
+    import json
+
+    s = json.loads(out)
+    assert s["signal"] == signal.SIGINT and 0 < s["checked"] < 40 * 40 and s["checked"] % 40 == 0
+    assert len(pq.read_table(s["results_path"])) == s["checked"]
