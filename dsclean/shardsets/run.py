@@ -19,7 +19,7 @@ import logging
 import os
 import tempfile
 import time
-from concurrent.futures import CancelledError, Future
+from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, wait
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -219,8 +219,8 @@ def check_tars(ss: ShardSet, options: ShardScanOptions, stop=None) -> Iterator[C
                     continue
                 while side:
                     yield side.popleft()
-                if not flight:
-                    return
+                if not flight or (backend == "dask" and _stopped_waiting(flight, stop)):
+                    return  # interrupted on a cluster: what is in flight is cancelled (finally), not waited for
                 lost = []
                 for task, result, died in flight.completed(lost_worker):
                     if died:
@@ -248,6 +248,20 @@ def check_tars(ss: ShardSet, options: ShardScanOptions, stop=None) -> Iterator[C
     finally:
         flight.cancel()
         pool.close()
+
+
+def _stopped_waiting(flight: InFlight, stop) -> bool:
+    """Wait until a task of ``flight`` has finished (False: take it) or ``stop`` is set and none has (True),
+    looking at ``stop`` each second.
+
+    A Dask cluster may take its time (a task waits for a worker, one that may never come): an interrupted
+    scan takes the tasks that finished and does not wait for the others.
+    """
+    while True:
+        if wait(list(flight.futures), timeout=0 if stop else 1.0, return_when=FIRST_COMPLETED).done:
+            return False
+        if stop:
+            return True
 
 
 def check_events(
