@@ -95,9 +95,14 @@ def test_a_bucket_set_on_dask_reads_each_shard_on_the_workers_and_matches_a_loca
             report_dir=str(tmp_path / "dask"),
             storage_options=storage,
         )
-        there = scan_shard_set([url], opts)
-        # ... and each shard was read from the store, by the workers: every tar object, GET at least once
+        with distributed.Client(cluster.scheduler_address) as client, distributed.get_task_stream(client) as stream:
+            there = scan_shard_set([url], opts)
+            workers = set(client.run(os.getpid))
+        # ... and the shards were read from the store by the workers, both of them: every tar object GET at least
+        # once (3 shards for 2 workers: each tar cut in 2 parts, 6 tasks)
         assert sorted(p.rsplit("/", 1)[1] for p in proxy.gets) == sorted(os.listdir(local))
+        ran = {t["worker"] for t in stream.data if t["key"].startswith("check_tar_part")}
+        assert ran == workers and len(workers) == 2
         v = verify_shard_set(
             [url],
             ShardScanOptions(
