@@ -4,6 +4,7 @@ local S3 server, or the shared folder); the same results, problems and deny-list
 from __future__ import annotations
 
 import io
+import json
 import os
 
 import pyarrow as pa
@@ -112,6 +113,14 @@ def test_a_bucket_set_on_dask_reads_each_shard_on_the_workers_and_matches_a_loca
                 storage_options=storage,
             ),
         )
+        # the command line: the same set, verified on the cluster against that deny-list (the workers' credentials:
+        # the options, as this module's workers started before the test's environment had any)
+        argv = ["verify", url, "--backend", "dask", "--scheduler", cluster.scheduler_address, "--json"]
+        argv += ["--denylist", there.denylist_path, "--storage-option", f"endpoint_url={proxy.url}"]
+        argv += [a for k, v in KEYS.items() for a in ("--storage-option", f"{k}={v}")]
+        r = run_cli(*argv)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["denied_bad"] == 3 and json.loads(r.stdout)["checked"] == 30
     assert (there.shards, there.samples, there.checked, there.bad) == (3, 30, 30, 3)
     for field in SAME:
         assert getattr(there, field) == getattr(here, field), field
@@ -199,8 +208,6 @@ def test_backend_and_scheduler_go_together(tmp_path):
 
 
 def test_cli_scan_and_verify_with_dask(cluster, tmp_path):
-    import json
-
     folder = tmp_path / "shards"
     bad = wds_set(str(folder))
     r = run_cli("scan", folder, "--backend", "dask", "--scheduler", cluster.scheduler_address, "--json")
@@ -296,8 +303,6 @@ def test_an_interrupted_dask_scan_stops_and_keeps_what_was_checked(cluster, tmp_
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "interrupted; results so far were saved" in err, err
-    import json
-
     s = json.loads(out)
     # the tasks that finished (whole shards: 40 shards are more than 2 per worker, none cut), the others cancelled
     assert s["signal"] == signal.SIGINT and 0 <= s["checked"] < 40 * 40 and s["checked"] % 40 == 0
