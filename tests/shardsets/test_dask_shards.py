@@ -337,11 +337,16 @@ def test_a_scheduler_gone_mid_scan_is_a_clear_error_not_a_hang(tmp_path):
 
 def test_daemonic_dask_workers_are_a_clear_error(tmp_path):
     """Dask's default workers may not start the processes a task checks its samples in: the scan says how to fix it."""
+    import dask
+
     folder = str(tmp_path / "shards")
     wds_set(folder)
-    with distributed.LocalCluster(
-        n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
-    ) as daemonic:
+    with (
+        dask.config.set({"distributed.worker.daemon": True}),  # Dask's default (the module's cluster sets it off)
+        distributed.LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+        ) as daemonic,
+    ):
         opts = ShardScanOptions(backend="dask", scheduler=daemonic.scheduler_address, report_dir=str(tmp_path / "r"))
         with pytest.raises(UserError, match="DASK_DISTRIBUTED__WORKER__DAEMON=False"):
             scan_shard_set([folder], opts)
