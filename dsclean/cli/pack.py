@@ -346,6 +346,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace, storage: dict) -> int:
     from ..pack.verify import verify_shards
 
+    if args.backend != "processes" or args.scheduler:
+        raise UserError(
+            f"{args.folder}: a dsclean pack is verified on this machine (--jobs); --backend and --scheduler are for "
+            "shard sets written by other tools"
+        )
+
     # --decode: judged with the check options the packed index recorded (verdicts only)
     report = verify_shards(args.folder, jobs=args.jobs, decode=True if args.decode else None, storage_options=storage)
     if args.json:

@@ -140,3 +140,15 @@ def add_shard_set_options(p: argparse._ActionsContainer, scan: bool) -> None:
             help="shard sets: the deny-list to check against the set (default: denylist.jsonl beside the shards; "
             "a set in a bucket: the one its scan wrote beside its results; a storage URL: that object)",
         )
+        p.add_argument(
+            "--backend",
+            choices=("processes", "loky", "threads", "dask"),
+            default="processes",
+            help="shard sets: where the samples are checked: processes (default), loky, threads, or dask: each "
+            "shard a task on a Dask cluster whose workers read it from the store (see --scheduler)",
+        )
+        p.add_argument(
+            "--scheduler",
+            metavar="ADDRESS",
+            help="shard sets, with --backend dask: the scheduler's tcp://HOST:PORT, or a scheduler file",
+        )

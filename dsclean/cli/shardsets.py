@@ -23,9 +23,8 @@ def _options(args: argparse.Namespace, check):
     return ShardScanOptions(
         check=check,
         jobs=getattr(args, "jobs", 0) or 0,
-        backend=getattr(args, "backend", "processes")
-        if getattr(args, "backend", "") in ("processes", "loky", "threads")
-        else "processes",
+        backend=getattr(args, "backend", None) or "processes",
+        scheduler=getattr(args, "scheduler", None),  # --backend dask: each worker reads its shards from the store
         as_kind=args.as_kind,
         column=args.column,
         denylist=args.denylist or None,  # scan's bare --denylist: the default beside the shards
@@ -46,9 +45,13 @@ def route_scan(args: argparse.Namespace, check_options, flag_options) -> int:
     """Scan the shard set ``args.root`` names; the exit code (``check_options``, ``flag_options``: cli.scan's,
     passed in: this module does not import it back)."""
     specs = list(args.root)
+    if args.shard:  # parts would each miss the keys duplicated across them, and write results merge cannot read
+        raise UserError(
+            "--shard I/N is for folders of files; a shard set is split across machines by a Dask cluster: "
+            "--backend dask --scheduler ADDRESS (each worker reads its shards from the store)"
+        )
     for option, given in (
         ("--quarantine", args.quarantine),
-        ("--shard", args.shard),
         ("--from-log", args.from_logs),
         ("--manifest", getattr(args, "manifest", None)),
     ):
@@ -56,8 +59,6 @@ def route_scan(args: argparse.Namespace, check_options, flag_options) -> int:
             raise UserError(
                 f"{option} is for folders of files; a shard set's bad samples go to its deny-list (--denylist)"
             )
-    if args.backend == "dask":
-        raise UserError("--backend dask: a shard set is checked on this machine (processes, loky or threads)")
     from ..shardsets.run import scan_shard_set
 
     if args.html:

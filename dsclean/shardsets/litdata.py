@@ -84,6 +84,16 @@ def _offsets(f, size: int, count: int) -> tuple[int, ...] | str:
 
 def read_set(ss: ShardSet, column: str | None = None) -> Iterator[Sample | Problem | ShardDone]:
     """Every media field of the litdata set ``ss`` as a Sample, and what is wrong with its index and chunks."""
+    for item in plan_set(ss, column):
+        if isinstance(item, Problem):
+            yield item
+        else:
+            yield from shard_events(ss, *item, column)
+
+
+def plan_set(ss: ShardSet, column: str | None = None) -> Iterator[tuple[str, tuple] | Problem]:
+    """The set's chunks from its ``index.json``, each ``(name, entry)`` (what :func:`shard_events` reads it
+    with, small and picklable: a task of its own on a worker), and the index's broken entries as problems."""
     serializers = require()
     assert ss.index is not None
     doc = ss.read_index()
@@ -105,16 +115,22 @@ def read_set(ss: ShardSet, column: str | None = None) -> Iterator[Sample | Probl
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
             yield Problem(name, None, None, None, R.BROKEN_SHARD, f"chunk_size {count!r} is not a count")
             continue
-        try:
-            with ss.local(name) as path:  # a chunk in a bucket: a temp copy, removed after
-                if path is None:
-                    yield Problem(name, None, None, None, R.MISSING_SHARD, f"{name}: listed in index.json, not there")
-                else:
-                    yield from _chunk(path, name, count, base, formats, names, column)
-        except ReadFailed as exc:
-            yield Problem(name, None, None, None, exc.reason, str(exc))
-            yield ShardDone(name, count)
+        yield name, (count, base, formats, names)
         base += count
+
+
+def shard_events(ss: ShardSet, name: str, entry: tuple, column: str | None) -> Iterator[Sample | Problem | ShardDone]:
+    """The events of the chunk ``name`` (``entry``: :func:`plan_set`'s), read where this runs."""
+    count, base, formats, names = entry
+    try:
+        with ss.local(name) as path:  # a chunk in a bucket: a temp copy, removed after
+            if path is None:
+                yield Problem(name, None, None, None, R.MISSING_SHARD, f"{name}: listed in index.json, not there")
+            else:
+                yield from _chunk(path, name, count, base, formats, names, column)
+    except ReadFailed as exc:
+        yield Problem(name, None, None, None, exc.reason, str(exc))
+        yield ShardDone(name, count)
 
 
 def _chunk(

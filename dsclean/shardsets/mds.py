@@ -133,6 +133,16 @@ def _columns(data: bytes, names: list, sizes: list) -> list[bytes] | None:
 
 def read_set(ss: ShardSet, column: str | None = None) -> Iterator[Sample | Problem | ShardDone]:
     """Every media value of the MDS set ``ss`` as a Sample, and what is wrong with its index and shards."""
+    for item in plan_set(ss, column):
+        if isinstance(item, Problem):
+            yield item
+        else:
+            yield from shard_events(ss, *item, column)
+
+
+def plan_set(ss: ShardSet, column: str | None = None) -> Iterator[tuple[str, tuple] | Problem]:
+    """The set's shards from its ``index.json``, each ``(name, entry)`` (what :func:`shard_events` reads it
+    with, small and picklable: a task of its own on a worker), and the index's broken entries as problems."""
     require()
     assert ss.index is not None
     doc = ss.read_index()
@@ -146,16 +156,22 @@ def read_set(ss: ShardSet, column: str | None = None) -> Iterator[Sample | Probl
         except ValueError as exc:
             yield Problem(f"index.json shard {i}", None, None, None, R.BROKEN_SHARD, f"{ss.index}: shard {i}: {exc}")
             continue
-        try:
-            with ss.local(name) as path:  # a shard in a bucket: a temp copy, removed after
-                if path is None:
-                    yield Problem(name, None, None, None, R.MISSING_SHARD, f"{name}: listed in index.json, not there")
-                else:
-                    yield from _shard(ss, path, name, samples, obj, base, column)
-        except ReadFailed as exc:
-            yield Problem(name, None, None, None, exc.reason, str(exc))
-            yield ShardDone(name, samples)
+        yield name, (samples, obj, base)
         base += samples
+
+
+def shard_events(ss: ShardSet, name: str, entry: tuple, column: str | None) -> Iterator[Sample | Problem | ShardDone]:
+    """The events of the shard ``name`` (``entry``: :func:`plan_set`'s), read where this runs."""
+    samples, obj, base = entry
+    try:
+        with ss.local(name) as path:  # a shard in a bucket: a temp copy, removed after
+            if path is None:
+                yield Problem(name, None, None, None, R.MISSING_SHARD, f"{name}: listed in index.json, not there")
+            else:
+                yield from _shard(ss, path, name, samples, obj, base, column)
+    except ReadFailed as exc:
+        yield Problem(name, None, None, None, exc.reason, str(exc))
+        yield ShardDone(name, samples)
 
 
 def _shard(

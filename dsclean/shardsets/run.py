@@ -1,22 +1,25 @@
 """``scan_shard_set`` and ``verify_shard_set``: every sample of another tool's shards, checked and named.
 
-The shards are read one after the other in this process through plain file objects (a reader per
-format yields :mod:`.events`); the samples' bytes go, a chunk at a time and a bounded few chunks
-ahead, to the scan's isolated pool (:func:`dsclean.scanning.executors.run_checks` with a
-:class:`~dsclean.scanning.worker.SampleBytes` source): the same checker, time limit, memory ceiling
-and crash isolation as files on disk. A scan writes the results table and problems list (outside the
-shards: the state folder, or ``--report``) and appends the bad samples to the deny-list beside the
-shards (never rewriting a shard); a verify writes nothing.
+The shards are read by the workers, a shard (or a part of a tar) a task (:func:`check_tars`,
+:mod:`.tartasks`): the worker opens it (a local file; an object streamed from the store; an MDS shard or
+litdata chunk with the library's reader, from a temp copy), walks it with its format's reader (which
+yields :mod:`.events`) and checks its samples' bytes in the scan's isolated pool: the same checker, time
+limit, memory ceiling and crash isolation as files on disk. This process reads only an MDS or litdata
+``index.json`` (the shard list). ``backend="dask"`` (``scheduler``): each task runs on a Dask worker,
+which reads the shard from the store (or the shared folder) itself. A scan writes the results table
+and problems list (outside the shards: the state folder, or ``--report``) and appends the bad samples
+to the deny-list beside the shards (never rewriting a shard); a verify writes nothing.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 import os
 import tempfile
 import time
-from concurrent.futures import Future
+from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, wait
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -34,6 +37,8 @@ from .detect import ShardSet, detect
 from .dupkeys import KeyTracker
 from .events import Problem, Sample, ShardDone
 from .tartasks import Checked
+
+log = logging.getLogger("dsclean.shardsets.run")
 
 #: samples per check task at most, and the bytes after which a task is sent anyway: many small samples per
 #: task keep the per-task cost (futures, pipes, wake-ups) off each sample, as the scan's tasks do
@@ -54,6 +59,7 @@ class ShardScanOptions:
     check: CheckOptions = CheckOptions()
     jobs: int = 0
     backend: str = "processes"
+    scheduler: str | None = None  # backend "dask": the scheduler's tcp://HOST:PORT or a scheduler file
     as_kind: str | None = None
     column: str | None = None
     denylist: str | None = None  # default: denylist.jsonl beside the shards
@@ -104,9 +110,22 @@ class ShardScanSummary:
         return {**dataclasses.asdict(self), "bad": self.bad, "ok": self.ok}
 
 
+def check_backend(options: ShardScanOptions) -> None:
+    """Refuse a backend this machine does not know, ``dask`` without a scheduler, a scheduler without ``dask``."""
+    from ..scanning.executors import BACKENDS
+
+    if options.backend not in BACKENDS:
+        raise UserError(f"unknown backend {options.backend!r}; choose one of {', '.join(BACKENDS)}")
+    if options.backend == "dask" and not options.scheduler:
+        raise UserError("--backend dask needs --scheduler tcp://HOST:PORT or a scheduler file")
+    if options.scheduler and options.backend != "dask":  # a cluster the user named would silently sit idle
+        raise UserError(f"--scheduler goes with --backend dask (the backend is {options.backend})")
+
+
 def _resolve(specs: list[str], options: ShardScanOptions) -> ShardSet:
     from ..storage.urls import is_url
 
+    check_backend(options)
     if len(specs) == 1 and "{" not in specs[0] and not is_url(specs[0]) and not os.path.lexists(specs[0]):
         raise UserError(f"{specs[0]}: no such file or folder")
     ss = detect(specs, options.as_kind, options.storage_options)
@@ -150,19 +169,38 @@ def iter_events(ss: ShardSet, column: str | None = None) -> Iterator[Sample | Pr
 
 def check_tars(ss: ShardSet, options: ShardScanOptions, stop=None) -> Iterator[Checked | Problem | ShardDone]:
     """A WebDataset or Parquet set checked a shard (or a part of a tar) a task: the workers read the shards
-    themselves (:mod:`.tartasks`); each task's structure problems, then its :class:`~.tartasks.Checked`."""
+    themselves (:mod:`.tartasks`); each task's structure problems, then its :class:`~.tartasks.Checked`.
+
+    ``backend="dask"``: each task runs on a Dask worker, which opens the shard itself (a bucket: its own
+    filesystem from the set's :class:`~dsclean.storage.fs.Store`; a local folder: the path, which the
+    cluster must share) and checks its samples with :func:`~dsclean.scanning.executors.check_chunk_on_dask_worker`
+    (in a process pool beside the worker, isolated there: a crashing decoder never takes the worker down).
+    A task Dask gave up on (its workers kept dying: ``KilledWorker``) is walked again here, its samples in
+    fresh processes; a cluster that drops the scan's tasks (scheduler gone, tasks cancelled) is a UserError.
+    """
     from ..scanning.executors import LOCAL_PROCESSES, lost_worker, make_pool
     from ..scanning.scanner import usable_cores
-    from .tartasks import check_tar_part, first_formats, isolated_checker, plan
+    from .tartasks import TarTask, check_tar_part, first_formats, isolated_checker, plan
 
     for name in ss.missing:
         yield Problem(name, None, None, None, R.MISSING_SHARD, f"{name}: named by the set but not there")
-    if not ss.names:
+    if not ss.names and ss.index is None:
         return
     jobs = options.jobs or usable_cores()
-    backend = options.backend
-    pool = make_pool(backend, jobs, None, first_formats(ss), options.check.facts)
-    flight: InFlight = InFlight(plan(ss, pool.slots, options.column))
+    backend, scheduler = options.backend, options.scheduler
+    # the checkers the local workers preload (a Dask cluster's workers read every shard: nothing read here)
+    formats = first_formats(ss) if backend in LOCAL_PROCESSES else None
+    pool = make_pool(backend, jobs, scheduler, formats, options.check.facts)
+    side: collections.deque = collections.deque()  # an index's broken entries, met while planning
+
+    def tasks() -> Iterator[TarTask]:
+        for item in plan(ss, pool.slots, options.column):
+            if isinstance(item, Problem):
+                side.append(item)
+            else:
+                yield item
+
+    flight: InFlight = InFlight(tasks())
 
     def submit(task) -> Future:
         return pool.executor.submit(check_tar_part, ss.folder, ss.store, task, options.check, options.flags, pool.task)
@@ -173,23 +211,35 @@ def check_tars(ss: ShardSet, options: ShardScanOptions, stop=None) -> Iterator[C
 
     try:
         while True:
-            refused = flight.fill(submit, 2 * pool.slots, stop=lambda: bool(stop), broken=lost_worker)
-            if refused is not None and not flight:
-                pool.close()
-                pool = make_pool(backend, jobs)
-                continue
-            if not flight:
-                return
-            lost = []
-            for task, result, died in flight.completed(lost_worker):
-                if died:
-                    lost.append(task)
-                else:
-                    yield from results(result)
+            try:
+                refused = flight.fill(submit, 2 * pool.slots, stop=lambda: bool(stop), broken=lost_worker)
+                if refused is not None and not flight:
+                    pool.close()
+                    pool = make_pool(backend, jobs, scheduler)
+                    continue
+                while side:
+                    yield side.popleft()
+                if not flight or (backend == "dask" and _stopped_waiting(flight, stop)):
+                    return  # interrupted on a cluster: what is in flight is cancelled (finally), not waited for
+                lost = []
+                for task, result, died in flight.completed(lost_worker):
+                    if died:
+                        lost.append(task)
+                    else:
+                        yield from results(result)
+            except (CancelledError, OSError, TimeoutError) as exc:
+                if backend != "dask":
+                    raise
+                raise UserError(
+                    f"the Dask cluster at {scheduler} dropped the scan's tasks ({type(exc).__name__}: {exc}); "
+                    "no results were written: run it again once the cluster is back"
+                ) from exc
             if lost:
                 if backend in LOCAL_PROCESSES:  # the whole pool went, with every task in flight
                     lost += flight.drop()
                 for task in lost:  # walked again here, its samples checked in fresh processes: the culprit named
+                    if backend == "dask":
+                        log.warning("%s: its Dask workers kept dying; checking it again on this machine", task.shard)
                     yield from results(
                         check_tar_part(ss.folder, ss.store, task, options.check, options.flags, isolated_checker(jobs))
                     )
@@ -200,12 +250,26 @@ def check_tars(ss: ShardSet, options: ShardScanOptions, stop=None) -> Iterator[C
         pool.close()
 
 
+def _stopped_waiting(flight: InFlight, stop) -> bool:
+    """Wait until a task of ``flight`` has finished (False: take it) or ``stop`` is set and none has (True),
+    looking at ``stop`` each second.
+
+    A Dask cluster may take its time (a task waits for a worker, one that may never come): an interrupted
+    scan takes the tasks that finished and does not wait for the others.
+    """
+    while True:
+        if wait(list(flight.futures), timeout=0 if stop else 1.0, return_when=FIRST_COMPLETED).done:
+            return False
+        if stop:
+            return True
+
+
 def check_events(
     ss: ShardSet, options: ShardScanOptions, stop=None
 ) -> Iterator[tuple[Sample, Verdict] | Checked | Problem | ShardDone]:
     """The events of :func:`iter_events`, each Sample replaced by ``(sample without its bytes, verdict)``;
-    a WebDataset or Parquet set's by :func:`check_tars` (its samples come as :class:`~.tartasks.Checked` tasks)."""
-    if ss.kind in ("webdataset", "parquet"):
+    every set's by :func:`check_tars` (its samples come as :class:`~.tartasks.Checked` tasks, a shard each)."""
+    if ss.kind in ("webdataset", "parquet", "mds", "litdata"):
         yield from check_tars(ss, options, stop)
         return
     yield from check_samples(ss, options, stop)
@@ -214,7 +278,8 @@ def check_events(
 def check_samples(
     ss: ShardSet, options: ShardScanOptions, stop=None
 ) -> Iterator[tuple[Sample, Verdict] | Problem | ShardDone]:
-    """Every sample read here and sent with its bytes to the pool (MDS, litdata; any set)."""
+    """Every sample read here and sent with its bytes to the pool (any set: the reference the workers' own reading
+    of each shard, :func:`check_tars`, is tested against; ``backend="dask"``: bounded chunks of bytes to the cluster)."""
     side: collections.deque = collections.deque()  # problems and shard ends met while filling chunks
     pending: dict[str, collections.deque] = {}  # a chunk's sample names -> the samples (bytes dropped)
 
@@ -239,7 +304,8 @@ def check_samples(
     from ..scanning.scanner import usable_cores  # affinity and cgroup quota aware, as the scan counts them
 
     jobs = options.jobs or usable_cores()
-    for verdicts in run_checks(SampleBytes(ss.folder), chunks(), options.check, jobs, backend=options.backend):
+    checked = run_checks(SampleBytes(ss.folder), chunks(), options.check, jobs, options.backend, options.scheduler)
+    for verdicts in checked:
         while side:
             yield side.popleft()
         for v in verdicts:

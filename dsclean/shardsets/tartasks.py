@@ -33,13 +33,17 @@ if TYPE_CHECKING:
 #: samples per check batch at most, and the bytes after which a batch is checked anyway (as the scan's tasks)
 CHUNK = 1024
 CHUNK_BYTES = 4 << 20
+#: shard-set kinds whose shards an ``index.json`` lists (read whole, a task a shard)
+INDEXED = ("mds", "litdata")
 #: parts a shard is cut into at most (to keep every worker busy when there are fewer shards than workers)
 MAX_PARTS = 16
 
 
 class TarTask(NamedTuple):
     """Part ``part`` of ``parts`` of shard ``shard`` (number ``number`` in the set); a Parquet shard (``kind``)
-    is read whole by its task too, in row-group batches (``column``: ``--column``)."""
+    is read whole by its task too, in row-group batches (``column``: ``--column``); an MDS shard or a litdata
+    chunk whole, with its ``index.json`` path or key (``index``) and its ``entry`` there (the reader's
+    ``plan_set`` made it: sample count, first row, columns)."""
 
     shard: str
     number: int
@@ -47,6 +51,8 @@ class TarTask(NamedTuple):
     parts: int
     kind: str = "webdataset"
     column: str | None = None
+    index: str | None = None
+    entry: tuple = ()
 
 
 class NotOk(NamedTuple):
@@ -76,9 +82,20 @@ class Checked(NamedTuple):
     hashes: bytes  # uint64 key hashes of the checked samples, unique
 
 
-def plan(ss: ShardSet, slots: int, column: str | None = None) -> Iterator[TarTask]:
+def plan(ss: ShardSet, slots: int, column: str | None = None) -> Iterator[TarTask | Problem]:
     """The tasks of a tar or Parquet shard set: a task a shard, or a few parts a tar when there are fewer shards
-    than twice the workers (a gzipped tar or a Parquet file is never cut: each part would read it all)."""
+    than twice the workers (a gzipped tar or a Parquet file is never cut: each part would read it all).
+
+    An MDS or litdata set: a task a shard (chunk), from its ``index.json`` (read here), and the index's
+    broken entries as problems."""
+    if ss.kind in INDEXED:
+        reader = _reader(ss.kind)
+        for number, item in enumerate(reader.plan_set(ss, column)):
+            if isinstance(item, Problem):
+                yield item
+            else:
+                yield TarTask(item[0], number, 0, 1, ss.kind, column, ss.index, item[1])
+        return
     n = len(ss.names)
     cut = min(MAX_PARTS, math.ceil(2 * slots / n)) if n and n < 2 * slots else 1
     for number, name in enumerate(ss.names):
@@ -144,8 +161,24 @@ def check_tar_part(
     return out
 
 
+def _reader(kind: str):
+    """The module reading an indexed set of ``kind`` (its ``plan_set`` and ``shard_events``)."""
+    if kind == "mds":
+        from . import mds
+
+        return mds
+    from . import litdata
+
+    return litdata
+
+
 def _events(folder: str, store: Store | None, task: TarTask) -> Iterator[Sample | Problem | ShardDone]:
-    """The shard's events, read here: a local file, or the object streamed from the store (no local copy)."""
+    """The shard's events, read here: a local file, or the object streamed from the store (no local copy; an
+    MDS shard or litdata chunk: a temp copy, removed after, for the library's reader)."""
+    if task.kind in INDEXED:
+        ss = ShardSet(task.kind, folder, [], index=task.index, store=store)
+        yield from _reader(task.kind).shard_events(ss, task.shard, task.entry, task.column)
+        return
     try:
         f = ShardSet(task.kind, folder, [], store=store).open(task.shard)
     except OSError as exc:

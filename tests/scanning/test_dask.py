@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import threading
@@ -12,26 +11,14 @@ import pytest
 
 distributed = pytest.importorskip("distributed")
 
-import dask  # noqa: E402
 from support import synth  # noqa: E402
+from support.cluster import local_cluster as _local_cluster  # noqa: E402
 from support.files import write  # noqa: E402
 from support.treegen import make_tree  # noqa: E402
 
 import dsclean  # noqa: E402
 from dsclean.errors import UserError  # noqa: E402
 from dsclean.scanning.scanner import ScanOptions, scan  # noqa: E402
-
-
-@contextlib.contextmanager
-def _local_cluster(**kw):
-    # Dask workers are daemonic by default, and daemonic processes may not start the fresh
-    # processes each chunk is checked in: real clusters set DASK_DISTRIBUTED__WORKER__DAEMON=False.
-    # The setting stays on for the cluster's life: nannies read it again when they restart a worker.
-    with dask.config.set({"distributed.worker.daemon": False}):
-        with distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None, **kw
-        ) as c:
-            yield c
 
 
 @pytest.fixture(scope="module")
