@@ -9,16 +9,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dsclean.pack.tarformat import TarError
-from dsclean.shardsets.webdataset import _byte_sum, _pax
+from dsclean.shardsets.webdataset import _checksum, _pax
 
 
-@given(st.binary(min_size=512, max_size=512))
-def test_the_byte_sum_from_adler32_is_the_sum_of_the_bytes(block):
-    assert _byte_sum(block) == sum(block)
+@given(st.binary(min_size=512, max_size=512), st.binary(max_size=600))
+def test_the_checksum_from_adler32_is_the_sum_with_the_field_as_spaces(block, before):
+    want = sum(block[:148]) + 8 * ord(" ") + sum(block[156:])  # the ustar definition
+    assert _checksum(block) == want
+    assert _checksum(before + block, len(before)) == want  # a header where it lies in the bytes read ahead
 
 
-def test_the_byte_sum_of_the_largest_block_is_exact():
-    assert _byte_sum(b"\xff" * 512) == 512 * 255  # each half's sum (65,280) stays below Adler-32's modulus
+def test_the_checksum_of_the_largest_block_is_exact():
+    block = b"\xff" * 512  # each piece's sum (at most 65,280) stays below Adler-32's modulus
+    assert _checksum(block) == 504 * 255 + 256
 
 
 def _pax_by_regex(data: bytes) -> dict[str, str]:
