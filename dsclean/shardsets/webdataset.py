@@ -22,7 +22,7 @@ import zlib
 from typing import IO, Callable, Iterator
 
 from .. import reasons as R
-from ..formats import format_of_name
+from ..formats import EXT_TO_FORMAT
 from ..pack.tarformat import BLOCK, TarError
 from .events import Problem, ReadFailed, Sample, ShardDone
 
@@ -49,6 +49,11 @@ class CutMember(TarError):
 
 def base_plus_ext(name: str) -> tuple[str | None, str | None]:
     """Key and suffix of a member name, as webdataset splits them (None, None: not part of a sample)."""
+    if "\n" not in name:  # the regular expression's answer when the base name has a dot after its first character
+        start = name.rfind("/") + 1
+        dot = name.find(".", start)
+        if dot > start:
+            return name[:dot], name[dot + 1 :]
     m = _KEY.match(name)
     return (m.group(1), m.group(2)) if m else (None, None)
 
@@ -175,6 +180,7 @@ def iter_members(
     pos = 0  # the stream offset of the next header
     long_name: str | None = None
     pax: dict[str, str] | None = None
+    known: dict[bytes, tuple[str, int, bytes]] = {}  # extended header blocks parsed already (same bytes, same parse)
     while True:
         if at + BLOCK > len(buf):
             buf, at = _ahead(f, buf, at, BLOCK, ahead), 0
@@ -184,7 +190,15 @@ def iter_members(
                 raise TarError(f"cut short at byte {pos}: a partial header block ({len(buf)} bytes)")
         if buf[at] == 0 and buf[at : at + BLOCK] == _ZERO:
             return  # the end (a second zero block, and the record's padding, are not needed to read it)
-        fast = _header(buf, at)
+        if buf[at + 156] in _EXTENDED_TYPES:  # often the very block before each member (a PAX header for mtime)
+            block = buf[at : at + BLOCK]
+            fast = known.get(block)
+            if fast is None:
+                fast = _header(block)
+                if fast is not None and len(known) < _KNOWN:
+                    known[block] = fast
+        else:
+            fast = _header(buf, at)
         if fast is None:
             try:
                 info = tarfile.TarInfo.frombuf(buf[at : at + BLOCK], "utf-8", "surrogateescape")
@@ -302,6 +316,9 @@ def _passed(f: IO[bytes], buf: bytes, at: int, n: int) -> tuple[bytes, int, int]
 
 
 _EXTENDED = (tarfile.XHDTYPE, tarfile.GNUTYPE_LONGNAME, tarfile.SOLARIS_XHDTYPE)
+_EXTENDED_TYPES = b"".join(_EXTENDED)  # their type bytes (``int in bytes``)
+#: extended header blocks a walk remembers parsed (a writer repeats one: the same record length, no other field)
+_KNOWN = 64
 _REGULAR = (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.CONTTYPE)
 _PASSED = (tarfile.XGLTYPE, tarfile.GNUTYPE_LONGLINK, tarfile.DIRTYPE)  # walked over without a word
 
@@ -404,6 +421,6 @@ def _read_shard(
         if why is not None:
             yield Problem(shard, key, name, None, why[0], why[1])
             continue
-        if data is not None and format_of_name(name):
+        if data is not None and EXT_TO_FORMAT.get("." + suffix.rpartition(".")[2]):  # format_of_name(name)
             yield Sample(shard, key, name, None, data, f"{shard}/{name}")
     yield ShardDone(shard, samples)
