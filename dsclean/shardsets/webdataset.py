@@ -187,10 +187,12 @@ def iter_members(
     long_name: str | None = None
     pax: dict[str, str] | None = None
     known: dict[bytes, tuple[str, int, bytes]] = {}  # extended header blocks parsed already (same bytes, same parse)
+    n = 0  # len(buf)
     while True:
-        if at + BLOCK > len(buf):
+        if at + BLOCK > n:
             buf, at = _ahead(f, buf, at, BLOCK, ahead), 0
-            if len(buf) < BLOCK:
+            n = len(buf)
+            if n < BLOCK:
                 if not buf:
                     raise TarError(f"cut short at byte {pos}: no end-of-archive blocks")
                 raise TarError(f"cut short at byte {pos}: a partial header block ({len(buf)} bytes)")
@@ -225,9 +227,10 @@ def iter_members(
         if kind in _EXTENDED:
             if size > MAX_EXTENDED:
                 raise TarError(f"extended header at byte {here} is {size:,} bytes (at most {MAX_EXTENDED:,})")
-            if at + padded > len(buf):
+            if at + padded > n:
                 buf, at = _ahead(f, buf, at, padded, ahead), 0
-                if padded > len(buf):
+                n = len(buf)
+                if padded > n:
                     raise TarError(f"cut short inside the extended header at byte {here}")
             data = buf[at : at + size]
             at += padded
@@ -239,10 +242,11 @@ def iter_members(
         name = (pax.get("path") if pax else None) or long_name or header_name
         long_name, pax = None, None
         if kind not in _REGULAR or size > max_sample:
-            if at + padded <= len(buf):
+            if at + padded <= n:
                 at += padded
             else:
                 buf, at, got = _passed(f, buf, at, padded)
+                n = len(buf)
                 if got < padded:
                     raise TarError(f"cut short inside member {name!r} at byte {here}")
             if kind in _PASSED:
@@ -258,31 +262,30 @@ def iter_members(
                     (R.TOO_LARGE, f"{size:,} bytes, more than the {max_sample:,} a sample is read for"),
                 )
             continue
-        if wanted is not None and not wanted(name):
+        read = wanted is None or wanted(name)
+        if at + padded <= n:  # the member and its padding in the bytes read ahead
+            data = buf[at : at + size] if read else None
+            at += padded
+            yield name, here, data, None
+            continue
+        if not read:
             data = None
-            if at + size <= len(buf):
-                at += size
-                got = size
-            else:
-                buf, at, got = _passed(f, buf, at, size)
+            buf, at, got = _passed(f, buf, at, size)
         else:
-            end = at + size
-            if end <= len(buf):
-                data = buf[at:end]
-                at = end
-            else:
-                buf, at, data = _taken(f, buf, at, size, ahead)
+            buf, at, data = _taken(f, buf, at, size, ahead)
             got = len(data)
+        n = len(buf)
         if got < size:
             raise CutMember(
                 f"member {name!r} at byte {here} is cut short: {got:,} of its {size:,} bytes before the end of the file",
                 name,
             )
         pad = padded - size
-        if at + pad <= len(buf):
+        if at + pad <= n:
             at += pad
         else:
             buf, at, got = _passed(f, buf, at, pad)
+            n = len(buf)
             if got < pad:
                 raise TarError(f"cut short in the padding of member {name!r} at byte {here}")
         yield name, here, data, None
@@ -307,6 +310,8 @@ def _ahead(f: IO[bytes], buf: bytes, at: int, n: int, ahead: int) -> bytes:
 
 def _taken(f: IO[bytes], buf: bytes, at: int, n: int, ahead: int) -> tuple[bytes, int, bytes]:
     """The next ``n`` bytes (fewer only at the end of ``f``), the unread ``buf[at:]`` first: (buf, at, data)."""
+    if at + n <= len(buf):
+        return buf, at + n, buf[at : at + n]
     head = buf[at:]
     if n - len(head) >= ahead:  # a large member (or a stream not read ahead): read on its own, nothing kept
         data = _read(f, n - len(head))
@@ -318,6 +323,8 @@ def _taken(f: IO[bytes], buf: bytes, at: int, n: int, ahead: int) -> tuple[bytes
 def _passed(f: IO[bytes], buf: bytes, at: int, n: int) -> tuple[bytes, int, int]:
     """The next ``n`` bytes passed over, the unread ``buf[at:]`` first: (buf, at, how many there were)."""
     left = len(buf) - at
+    if n <= left:
+        return buf, at + n, n
     return b"", 0, left + _skip(f, n - left)
 
 
