@@ -538,7 +538,12 @@ def _start_workers_early(args: argparse.Namespace) -> None:
 
     # preload the checkers of the formats the tree seems to hold; the forkserver and the resource tracker are
     # forks of this process, still small and single-threaded here (no fresh interpreters to start)
-    start_local_workers(peek_formats(root), getattr(args, "facts", "all") == "all", fork_here=True)
+    formats = peek_formats(root)
+    if formats is None:  # no media file among the first entries: another tool's shards? (then their members')
+        from ..shardsets.tartasks import expected_formats
+
+        formats = expected_formats(root, args.as_kind)
+    start_local_workers(formats, getattr(args, "facts", "all") == "all", fork_here=True)
 
 
 def _write_html(args: argparse.Namespace, summary, storage_options: dict | None = None) -> None:

@@ -19,26 +19,11 @@ from .. import locations
 from .. import reasons as R
 from ..atomic import publish, temp_next_to
 from ..scanning.results import META_KEY
-from ..scanning.schema import SCHEMA, verdicts_batch
 from ..scanning.verdict import Verdict
-from ..schema import SHARD_COLUMNS, arrow_fields
 from .events import Problem
+from .rows import SHARD_SCHEMA, problem_line, results_batch
 
-#: the results table of a shard set
-SHARD_SCHEMA = pa.schema(list(SCHEMA) + arrow_fields(SHARD_COLUMNS))
-
-
-def results_batch(verdicts: list[Verdict], where: list[tuple[str, str, str, int | None]]) -> pa.RecordBatch:
-    """Verdicts and their ``(shard, member, key, row)`` as one record batch of :data:`SHARD_SCHEMA`."""
-    batch = verdicts_batch(verdicts)
-    extra = list(zip(*where)) or [()] * len(SHARD_COLUMNS)
-    arrays = list(batch.columns) + [pa.array(col, type=f.type) for col, f in zip(extra, arrow_fields(SHARD_COLUMNS))]
-    return pa.RecordBatch.from_arrays(arrays, schema=SHARD_SCHEMA)
-
-
-def problem_line(v: Verdict, shard: str, member: str, key: str, row: int | None) -> str:
-    """The ``problems.jsonl`` line of a bad or warn verdict."""
-    return json.dumps({**v.to_json(), "shard": shard, "member": member, "key": key, "row": row})
+__all__ = ["SHARD_SCHEMA", "ShardResultsWriter", "problem_line", "results_batch"]
 
 
 class ShardResultsWriter:

@@ -72,7 +72,7 @@ class Checked(NamedTuple):
     """What one task hands back (one small object to pickle, whatever the number of samples)."""
 
     task: TarTask
-    batches: list[bytes]  # results rows (:data:`~.results.SHARD_SCHEMA`), Arrow IPC record batches
+    batches: list[bytes]  # results rows (:data:`~.rows.SHARD_SCHEMA`), Arrow IPC record batches
     not_ok: list[NotOk]
     events: list  # Problem and ShardDone of the shard's structure (part 0 only)
     counts: dict[str, int]  # status -> rows
@@ -115,7 +115,7 @@ def check_tar_part(
     """Worker task: walk one shard part, check its media members ``checker`` (the pool's chunk task) a batch
     at a time, and hand back the rows made and what the main process must know."""
     from ..scanning.facts import flags_of
-    from .results import problem_line, results_batch  # pyarrow: in the worker, not at import
+    from .rows import problem_line, results_batch  # pyarrow (not its Parquet writer): in the worker, not at import
 
     out = Checked(task, [], [], [], {}, {}, {}, {}, b"")
     hashes: list[int] = []
@@ -205,6 +205,19 @@ def _isolated(jobs: int, source: SampleBytes, items: list, options: CheckOptions
     from ..scanning.executors import isolate_chunks
 
     return next(iter(isolate_chunks(source, [items], options, jobs)))  # type: ignore[arg-type]
+
+
+def expected_formats(root: str, forced: str | None = None) -> set[str] | None:
+    """The formats a scan of the folder ``root`` will check if it is a WebDataset shard set (its first members'),
+    for the workers' forkserver to preload only their checkers; None: not one, or nothing seen (any format)."""
+    from ..errors import UserError
+    from .detect import detect
+
+    try:
+        ss = detect([root], forced)
+    except (UserError, OSError):
+        return None  # the scan itself says what is wrong
+    return (first_formats(ss) or None) if ss is not None else None
 
 
 def first_formats(ss: ShardSet, limit: int = 32) -> set[str]:

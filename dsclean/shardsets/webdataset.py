@@ -14,13 +14,15 @@ adjacent (streaming readers see two samples).
 from __future__ import annotations
 
 import gzip
+import io
 import re
+import struct
 import tarfile
 import zlib
 from typing import IO, Callable, Iterator
 
 from .. import reasons as R
-from ..formats import format_of_name
+from ..formats import EXT_TO_FORMAT
 from ..pack.tarformat import BLOCK, TarError
 from .events import Problem, ReadFailed, Sample, ShardDone
 
@@ -47,6 +49,11 @@ class CutMember(TarError):
 
 def base_plus_ext(name: str) -> tuple[str | None, str | None]:
     """Key and suffix of a member name, as webdataset splits them (None, None: not part of a sample)."""
+    if "\n" not in name:  # the regular expression's answer when the base name has a dot after its first character
+        start = name.rfind("/") + 1
+        dot = name.find(".", start)
+        if dot > start:
+            return name[:dot], name[dot + 1 :]
     m = _KEY.match(name)
     return (m.group(1), m.group(2)) if m else (None, None)
 
@@ -88,35 +95,52 @@ def _skip(f: IO[bytes], n: int) -> int:
 _USTAR = b"ustar\x0000"
 
 
-def _header(block: bytes) -> tuple[str, int, bytes] | None:
-    """Name, size and type of a plain ustar/GNU header whose checksum holds, read directly (tarfile's parser
-    costs ~100 us a header, more than a small sample's read); None: let :meth:`tarfile.TarInfo.frombuf`
-    judge it (a base-256 size, a signed checksum, anything unusual)."""
-    size_field = block[124:136]
+def _header(buf: bytes, at: int = 0) -> tuple[str, int, bytes] | None:
+    """Name, size and type of the plain ustar/GNU header at ``buf[at:at + 512]`` whose checksum holds, read
+    directly (tarfile's parser costs ~100 us a header, more than a small sample's read); None: let
+    :meth:`tarfile.TarInfo.frombuf` judge it (a base-256 size, a signed checksum, anything unusual)."""
+    name, size_field, stored_field, kind, magic = _FIELDS.unpack_from(buf, at)
     if size_field[0] & 0x80:
         return None
-    try:
-        size = int(size_field.split(b"\0", 1)[0].strip() or b"0", 8)
-        stored = int(block[148:156].split(b"\0", 1)[0].strip() or b"-1", 8)
+    try:  # a field's number ends at its first NUL; int() takes the spaces around it (a blank field: tarfile's call)
+        size = int(size_field.partition(b"\0")[0], 8)
+        stored = int(stored_field.partition(b"\0")[0], 8)
     except ValueError:
         return None
-    if stored != _byte_sum(block) - sum(block[148:156]) + 256:  # the checksum field counts as 8 spaces
+    adler = zlib.adler32  # _checksum(buf, at), inline: a call less on every header
+    if stored != (
+        (adler(buf[at : at + 148]) & _ADLER_LOW)
+        + (adler(buf[at + 156 : at + 256]) & _ADLER_LOW)
+        + (adler(buf[at + 256 : at + 512]) & _ADLER_LOW)
+        + 253
+    ):
         return None
-    kind = block[156:157]
-    name = block[:100].split(b"\0", 1)[0]
-    if block[257:265] == _USTAR and block[345] != 0:
-        name = block[345:500].split(b"\0", 1)[0] + b"/" + name
+    name = name.split(b"\0", 1)[0]
+    if magic == _USTAR and buf[at + 345] != 0:
+        name = buf[at + 345 : at + 500].split(b"\0", 1)[0] + b"/" + name
     text = name.decode("utf-8", "surrogateescape")
     if kind == tarfile.AREGTYPE and text.endswith("/"):
         kind = tarfile.DIRTYPE
     return text, size, kind
 
 
-def _byte_sum(block: bytes) -> int:
-    """The sum of a header block's 512 bytes (its checksum before the field's own bytes are taken out), from
-    zlib's Adler-32 of each half: its low 16 bits are 1 + the half's byte sum modulo 65521, and a half's sum
-    (256 x 255 at most) is below 65521, so exact — in C, where ``sum(block)`` walks 512 Python ints."""
-    return (zlib.adler32(block[:256]) & 0xFFFF) + (zlib.adler32(block[256:]) & 0xFFFF) - 2
+#: a header's name, size, checksum, type and magic fields (at bytes 0, 124, 148, 156 and 257)
+_FIELDS = struct.Struct("100s24x12s12x8s1s100x8s")
+_ADLER_LOW = 0xFFFF
+
+
+def _checksum(buf: bytes, at: int = 0) -> int:
+    """The unsigned checksum of the header at ``buf[at:at + 512]``: the sum of its bytes with the checksum field
+    (bytes 148-155) counted as 8 spaces. From zlib's Adler-32 of three pieces (bytes 0-147, 156-255, 256-511):
+    its low 16 bits are 1 + the piece's byte sum modulo 65521, and no piece's sum (256 x 255 at most) reaches
+    65521, so exact — in C, where ``sum(block)`` walks 512 Python ints."""
+    adler = zlib.adler32
+    return (
+        (adler(buf[at : at + 148]) & _ADLER_LOW)
+        + (adler(buf[at + 156 : at + 256]) & _ADLER_LOW)
+        + (adler(buf[at + 256 : at + 512]) & _ADLER_LOW)
+        + 253  # - 3 (the pieces' 1s) + 256 (8 spaces)
+    )
 
 
 def _pax(data: bytes, where: str) -> dict[str, str]:
@@ -147,29 +171,51 @@ def iter_members(
     """``(name, header offset, data or None, (reason, detail) or None)`` of each member of a tar stream.
 
     ``data`` is None when the member is not read (larger than ``max_sample``: too_large; a link or
-    device member: broken_shard, skipped; a regular member ``wanted`` says no to: passed over, no reason). Raises :class:`TarError` where the stream stops being a
-    tar (a broken header, no end-of-archive), :class:`CutMember` when it ends inside a member's data.
+    device member: broken_shard, skipped; a regular member ``wanted`` says no to: passed over, no reason).
+    Raises :class:`TarError` where the stream stops being a tar (a broken header, no end-of-archive),
+    :class:`CutMember` when it ends inside a member's data.
+
+    A local file (or bytes in memory) is read :data:`READ_AHEAD` bytes at a time: headers are parsed where they
+    lie in those bytes and small members sliced from them (one copy); a member larger than that is read on its
+    own. Any other stream (gunzipped, an object in a bucket) is read exactly as far as the walk has got, so
+    whatever breaks it (a damaged gzip stream, a failed read) stops the walk at the same member.
     """
-    pos = 0
+    ahead = READ_AHEAD if isinstance(f, _PLAIN) else 0
+    buf = b""  # the bytes read ahead; the walk is at buf[at]
+    at = 0
+    pos = 0  # the stream offset of the next header
     long_name: str | None = None
-    pax: dict[str, str] = {}
+    pax: dict[str, str] | None = None
+    known: dict[bytes, tuple[str, int, bytes]] = {}  # extended header blocks parsed already (same bytes, same parse)
+    n = 0  # len(buf)
     while True:
-        block = _read(f, BLOCK)
-        if not block:
-            raise TarError(f"cut short at byte {pos}: no end-of-archive blocks")
-        if len(block) < BLOCK:
-            raise TarError(f"cut short at byte {pos}: a partial header block ({len(block)} bytes)")
-        if block == _ZERO:
+        if at + BLOCK > n:
+            buf, at = _ahead(f, buf, at, BLOCK, ahead), 0
+            n = len(buf)
+            if n < BLOCK:
+                if not buf:
+                    raise TarError(f"cut short at byte {pos}: no end-of-archive blocks")
+                raise TarError(f"cut short at byte {pos}: a partial header block ({len(buf)} bytes)")
+        if buf[at] == 0 and buf[at : at + BLOCK] == _ZERO:
             return  # the end (a second zero block, and the record's padding, are not needed to read it)
-        fast = _header(block)
+        if buf[at + 156] in _EXTENDED_TYPES:  # often the very block before each member (a PAX header for mtime)
+            block = buf[at : at + BLOCK]
+            fast = known.get(block)
+            if fast is None:
+                fast = _header(block)
+                if fast is not None and len(known) < _KNOWN:
+                    known[block] = fast
+        else:
+            fast = _header(buf, at)
         if fast is None:
             try:
-                info = tarfile.TarInfo.frombuf(block, "utf-8", "surrogateescape")
+                info = tarfile.TarInfo.frombuf(buf[at : at + BLOCK], "utf-8", "surrogateescape")
             except tarfile.HeaderError as exc:
                 raise TarError(f"bad header at byte {pos}: {exc}") from None
             fast = (info.name, info.size, info.type)
+        at += BLOCK
         header_name, size, kind = fast
-        if "size" in pax:
+        if pax and "size" in pax:
             if _DECIMAL.fullmatch(pax["size"]) is None:  # ASCII digits only: str.isdigit takes "²" and "١٢"
                 raise TarError(f"header at byte {pos}: PAX size {pax['size'][:40]!r} is not a decimal number")
             size = int(pax["size"])
@@ -178,49 +224,116 @@ def iter_members(
         padded = size + (-size % BLOCK)
         here = pos
         pos += BLOCK + padded  # >= pos + BLOCK: every step moves forward
-        if kind in (tarfile.XHDTYPE, tarfile.GNUTYPE_LONGNAME, tarfile.SOLARIS_XHDTYPE):
+        if kind in _EXTENDED:
             if size > MAX_EXTENDED:
                 raise TarError(f"extended header at byte {here} is {size:,} bytes (at most {MAX_EXTENDED:,})")
-            data = _read(f, padded)
-            if len(data) < padded:
-                raise TarError(f"cut short inside the extended header at byte {here}")
+            if at + padded > n:
+                buf, at = _ahead(f, buf, at, padded, ahead), 0
+                n = len(buf)
+                if padded > n:
+                    raise TarError(f"cut short inside the extended header at byte {here}")
+            data = buf[at : at + size]
+            at += padded
             if kind == tarfile.GNUTYPE_LONGNAME:
-                long_name = data[:size].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+                long_name = data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
             else:
-                pax = _pax(data[:size], f"header at byte {here}")
+                pax = _pax(data, f"header at byte {here}")
             continue
-        name = pax.get("path") or long_name or header_name
-        long_name, pax = None, {}
-        if kind in (tarfile.XGLTYPE, tarfile.GNUTYPE_LONGLINK) or kind == tarfile.DIRTYPE:
-            if _skip(f, padded) < padded:
-                raise TarError(f"cut short inside member {name!r} at byte {here}")
+        name = (pax.get("path") if pax else None) or long_name or header_name
+        long_name, pax = None, None
+        if kind not in _REGULAR or size > max_sample:
+            if at + padded <= n:
+                at += padded
+            else:
+                buf, at, got = _passed(f, buf, at, padded)
+                n = len(buf)
+                if got < padded:
+                    raise TarError(f"cut short inside member {name!r} at byte {here}")
+            if kind in _PASSED:
+                continue
+            if kind not in _REGULAR:
+                why = f"not a regular file (tar type {kind!r}): readers skip or fail on it"
+                yield name, here, None, (R.BROKEN_SHARD, why)
+            else:
+                yield (
+                    name,
+                    here,
+                    None,
+                    (R.TOO_LARGE, f"{size:,} bytes, more than the {max_sample:,} a sample is read for"),
+                )
             continue
-        if kind not in (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.CONTTYPE):
-            got = _skip(f, padded)
-            if got < padded:
-                raise TarError(f"cut short inside member {name!r} at byte {here}")
-            why = f"not a regular file (tar type {kind!r}): readers skip or fail on it"
-            yield name, here, None, (R.BROKEN_SHARD, why)
+        read = wanted is None or wanted(name)
+        if at + padded <= n:  # the member and its padding in the bytes read ahead
+            data = buf[at : at + size] if read else None
+            at += padded
+            yield name, here, data, None
             continue
-        if size > max_sample:
-            if _skip(f, padded) < padded:
-                raise TarError(f"cut short inside member {name!r} at byte {here}")
-            yield name, here, None, (R.TOO_LARGE, f"{size:,} bytes, more than the {max_sample:,} a sample is read for")
-            continue
-        if wanted is not None and not wanted(name):
-            got = _skip(f, size)
+        if not read:
             data = None
+            buf, at, got = _passed(f, buf, at, size)
         else:
-            data = _read(f, size)
+            buf, at, data = _taken(f, buf, at, size, ahead)
             got = len(data)
+        n = len(buf)
         if got < size:
             raise CutMember(
                 f"member {name!r} at byte {here} is cut short: {got:,} of its {size:,} bytes before the end of the file",
                 name,
             )
-        if _skip(f, padded - size) < padded - size:
-            raise TarError(f"cut short in the padding of member {name!r} at byte {here}")
+        pad = padded - size
+        if at + pad <= n:
+            at += pad
+        else:
+            buf, at, got = _passed(f, buf, at, pad)
+            n = len(buf)
+            if got < pad:
+                raise TarError(f"cut short in the padding of member {name!r} at byte {here}")
         yield name, here, data, None
+
+
+#: bytes read from a tar stream at once: headers, PAX records and small members come from one read (a couple
+#: of reads a megabyte instead of four a member); a member larger than this is read on its own (memory bounded)
+READ_AHEAD = 1 << 20
+
+
+#: the streams read ahead (a gzip stream is a BufferedIOBase too, but not one of these)
+_PLAIN = (io.BufferedReader, io.FileIO, io.BytesIO)
+
+
+def _ahead(f: IO[bytes], buf: bytes, at: int, n: int, ahead: int) -> bytes:
+    """The unread bytes ``buf[at:]`` and the next read of ``f``: at least ``n`` bytes (fewer only at its end), and
+    up to ``ahead`` bytes."""
+    head = buf[at:]
+    more = _read(f, max(ahead, n - len(head)))
+    return head + more if head else more
+
+
+def _taken(f: IO[bytes], buf: bytes, at: int, n: int, ahead: int) -> tuple[bytes, int, bytes]:
+    """The next ``n`` bytes (fewer only at the end of ``f``), the unread ``buf[at:]`` first: (buf, at, data)."""
+    if at + n <= len(buf):
+        return buf, at + n, buf[at : at + n]
+    head = buf[at:]
+    if n - len(head) >= ahead:  # a large member (or a stream not read ahead): read on its own, nothing kept
+        data = _read(f, n - len(head))
+        return b"", 0, head + data if head else data
+    buf = _ahead(f, buf, at, n, ahead)
+    return buf, min(n, len(buf)), buf[:n]
+
+
+def _passed(f: IO[bytes], buf: bytes, at: int, n: int) -> tuple[bytes, int, int]:
+    """The next ``n`` bytes passed over, the unread ``buf[at:]`` first: (buf, at, how many there were)."""
+    left = len(buf) - at
+    if n <= left:
+        return buf, at + n, n
+    return b"", 0, left + _skip(f, n - left)
+
+
+_EXTENDED = (tarfile.XHDTYPE, tarfile.GNUTYPE_LONGNAME, tarfile.SOLARIS_XHDTYPE)
+_EXTENDED_TYPES = b"".join(_EXTENDED)  # their type bytes (``int in bytes``)
+#: extended header blocks a walk remembers parsed (a writer repeats one: the same record length, no other field)
+_KNOWN = 64
+_REGULAR = (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.CONTTYPE)
+_PASSED = (tarfile.XGLTYPE, tarfile.GNUTYPE_LONGLINK, tarfile.DIRTYPE)  # walked over without a word
 
 
 #: samples in a row that go to one part of a shard checked in several parts (see :func:`read_shard`)
@@ -321,6 +434,6 @@ def _read_shard(
         if why is not None:
             yield Problem(shard, key, name, None, why[0], why[1])
             continue
-        if data is not None and format_of_name(name):
+        if data is not None and EXT_TO_FORMAT.get("." + suffix.rpartition(".")[2]):  # format_of_name(name)
             yield Sample(shard, key, name, None, data, f"{shard}/{name}")
     yield ShardDone(shard, samples)
