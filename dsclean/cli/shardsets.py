@@ -19,6 +19,7 @@ from .exit_codes import EXIT_FOUND_BAD, EXIT_OK
 
 def _options(args: argparse.Namespace, check):
     from ..shardsets.run import ShardScanOptions
+    from ..storage.urls import redact_argv
 
     return ShardScanOptions(
         check=check,
@@ -32,6 +33,7 @@ def _options(args: argparse.Namespace, check):
         state_dir=getattr(args, "state_dir", None),
         dry_run=getattr(args, "dry_run", False),
         storage_options=_storage_options(args),
+        command=tuple(redact_argv(["dsclean", *getattr(args, "argv", ())])),
     )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 import logging
 import os
 import tempfile
@@ -25,6 +26,7 @@ from typing import Iterator
 
 from .. import denylist, locations
 from .. import reasons as R
+from ..atomic import atomic_output
 from ..errors import UserError
 from ..inflight import InFlight
 from ..interrupts import stop_on_signals
@@ -68,6 +70,7 @@ class ShardScanOptions:
     dry_run: bool = False  # no deny-list entries written
     flags: FlagOptions = FlagOptions()  # quality flag thresholds (flags need check.facts)
     storage_options: dict = field(default_factory=dict, repr=False)  # a set in a bucket: fsspec options (secrets)
+    command: tuple[str, ...] = ()  # the command line, secrets redacted: recorded in the scan's summary
 
 
 @dataclass
@@ -96,6 +99,7 @@ class ShardScanSummary:
     elapsed: float = 0.0
     signal: int = 0
     notes: list[str] = field(default_factory=list)
+    command: list[str] = field(default_factory=list)  # the command line, secrets redacted
 
     @property
     def bad(self) -> int:
@@ -437,7 +441,7 @@ def scan_shard_set(specs: list[str], options: ShardScanOptions = ShardScanOption
 
     start = time.monotonic()
     ss = _resolve(specs, options)
-    summary = ShardScanSummary(ss.kind, ss.folder)
+    summary = ShardScanSummary(ss.kind, ss.folder, command=list(options.command))
     if ss.store is not None:  # a set in a bucket: results in its local state folder, never in the bucket
         report_dir = options.report_dir or locations.url_state_dir(ss.folder, options.state_dir)
         os.makedirs(report_dir, exist_ok=True)
@@ -455,7 +459,9 @@ def scan_shard_set(specs: list[str], options: ShardScanOptions = ShardScanOption
         local = os.path.abspath(options.denylist or default or denylist.denylist_path(ss.folder))
         summary.denylist_path = local
     deny = None if options.dry_run else _DenyWriter(local, summary)
-    meta = {"root": ss.folder, "shard_set": ss.kind, "shard": None, "options": None}
+    # a local set by its absolute path: `dsclean report` finds its shards from any working folder
+    root = ss.folder if ss.store is not None else os.path.abspath(ss.folder)
+    meta = {"root": root, "shard_set": ss.kind, "shard": None, "options": None}
     if ss.store is not None:  # its options minus every secret: what `dsclean report URL` reads the members with
         from ..storage.urls import public_options
 
@@ -527,7 +533,14 @@ def scan_shard_set(specs: list[str], options: ShardScanOptions = ShardScanOption
         os.makedirs(state, exist_ok=True)
         write_record(state, ss.folder, summary.results_path, SHARD_SET_RECORD)
     summary.elapsed = time.monotonic() - start
+    _write_summary(os.path.dirname(summary.results_path), summary)
     return summary
+
+
+def _write_summary(report_dir: str, summary: ShardScanSummary) -> None:
+    """``scan_summary.json`` beside the results, as a folder scan writes it: the report shows its command and time."""
+    with atomic_output(os.path.join(report_dir, locations.SUMMARY_FILE)) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        json.dump({**summary.to_json(), "interrupted": bool(summary.signal)}, f, indent=2)
 
 
 def verify_shard_set(specs: list[str], options: ShardScanOptions = ShardScanOptions()) -> ShardScanSummary:

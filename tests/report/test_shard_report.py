@@ -148,3 +148,26 @@ def test_parquet_shard_rows_get_thumbnails_from_their_row_group(tmp_path, cli):
     assert len(bad) == 1, list(cards)
     assert bad[0].src is not None, bad[0].placeholder
     assert bad[0].image().size == (96, 64) and "red line" in bad[0].rest
+
+
+def test_shard_set_scanned_by_a_relative_path_is_reported_from_anywhere(tmp_path, cli, monkeypatch):
+    """The results record the set's absolute folder and the scan writes its summary: a report made from another
+    working folder still reads the shards, and shows the scan's command and time."""
+    folder = tmp_path / "wds"
+    folder.mkdir()
+    for name, data in shards().items():
+        (folder / name).write_bytes(data)
+    state = tmp_path / "state"
+    monkeypatch.chdir(tmp_path)
+    code, _, err = cli(["scan", "wds", "--jobs", "1", "--state-dir", state])
+    assert code == 0, err
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    out = tmp_path / "r.html"
+    code, _, err = cli(["report", folder, "-o", out, "--state-dir", state])
+    assert code == 0, err
+    page = out.read_text(encoding="utf-8")
+    bad = by_path(page)[f"{next(iter(shards()))}/b.jpg"]
+    assert bad.src is not None, bad.placeholder
+    assert "dsclean scan wds --jobs 1" in page
