@@ -38,7 +38,8 @@ def test_a_first_scan_imports_no_pyarrow_compute_nor_acero(tmp_path):
     kernels called by name: it never imports ``pyarrow.compute`` (~0.1 CPU-s: it wraps ~290 kernels), Acero or
     ``pyarrow.dataset``; nor ``numpy.ma``, which ``pa.array`` of a numpy array imports (~25 ms, issue 29); nor
     ``pyarrow.parquet``, whose ``pyarrow.fs`` loads OpenSSL and the cloud file systems (~50 M instructions, issue 29): the
-    results are written and read back through ``pyarrow._parquet`` (scanning.parquetio)."""
+    results are written and read back through ``pyarrow._parquet`` (scanning.parquetio); nor joblib, to count the
+    usable cores of a default ``--jobs 0`` (~200 M instructions, issue 29)."""
     root = tmp_path / "data"
     for i in range(3):
         write(root / "cats", f"{i}.jpg", synth.jpeg(16, 16, seed=i))
@@ -50,7 +51,7 @@ def test_a_first_scan_imports_no_pyarrow_compute_nor_acero(tmp_path):
         code = main(["scan", {str(root)!r}, "--dry-run", "--quiet", "--state-dir", {str(tmp_path / "s")!r},
                      "--report", {str(tmp_path / "r")!r}])
         print(code, "dsclean.scanning.norm" in sys.modules, sorted(m for m in sys.modules if m in (
-            "pyarrow.compute", "pyarrow.acero", "pyarrow.dataset", "numpy.ma", "pyarrow.parquet", "pyarrow.fs")))
+            "pyarrow.compute", "pyarrow.acero", "pyarrow.dataset", "numpy.ma", "pyarrow.parquet", "pyarrow.fs", "joblib", "asyncio", "ssl")))
     """)
     assert out.split("\n")[-2] == "0 True []"
 
