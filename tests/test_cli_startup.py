@@ -668,19 +668,27 @@ def test_keeping_pandas_out_answers_a_probe_and_refuses_the_import():
 
 
 def test_the_command_collects_cyclic_garbage_less_often_but_main_leaves_callers_alone(tmp_path):
-    """The ``dsclean`` command's process (and its workers, forked from it) runs the cyclic collector's first
-    generation every 50,000 new objects, not every 700 (start-up: ~3% of a one-file scan's instructions,
-    issue 29); ``main`` called from Python leaves the caller's thresholds as they were."""
+    """The ``dsclean`` command's own process runs the cyclic collector's first generation every 50,000 new
+    objects, not every 700 (start-up: ~3% of a one-file scan's instructions, issue 29); its forks (forkserver,
+    workers) go back to 700; ``main`` called from Python leaves the caller's thresholds as they were."""
     missing = str(tmp_path / "missing")
     code = f"""
-        import atexit, gc, sys
+        import atexit, gc, os, sys
         from dsclean.cli import main, run
         main(["scan", {missing!r}])
         print(gc.get_threshold()[0])
+        def fork():
+            pid = os.fork()
+            if pid == 0:
+                print(gc.get_threshold()[0], flush=True)
+                os._exit(0)
+            os.waitpid(pid, 0)
+
+        atexit.register(fork)
         atexit.register(lambda: print(gc.get_threshold()[0], flush=True))
         sys.argv = ["dsclean", "scan", {missing!r}]
         run()
     """
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2, out.stderr  # the missing root: a usage error, after which atexit handlers run
-    assert out.stdout.split() == ["700", "50000"]
+    assert out.stdout.split() == ["700", "50000", "700"]  # main from Python; the command; a fork of the command
