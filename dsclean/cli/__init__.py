@@ -108,7 +108,30 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run() -> None:
     """The ``dsclean`` command (and ``python -m dsclean``): :func:`main`, then :func:`exit_now`."""
     no_pandas()
+    fewer_collections()
     exit_now(main())
+
+
+#: the ``dsclean`` command's first-generation threshold of the cyclic garbage collector (Python's default: 700)
+GC_THRESHOLD = 50_000
+
+
+def fewer_collections() -> None:
+    """Run the cyclic garbage collector less often in the ``dsclean`` command's own process: its first generation
+    collected every :data:`GC_THRESHOLD` new container objects, not every 700.
+
+    A command's start-up creates ~10^5 long-lived objects (modules, classes, functions): with the default, the
+    collector traverses them again and again while they are imported (~15-25 M instructions of a one-file scan's
+    process, issue 29). Garbage without cycles is freed at once either way; garbage in cycles waits for at most
+    that many new objects (a few MB). Its forks (the workers' forkserver, the workers) go back to the thresholds
+    they had: the checks run as before. :func:`main`, called from Python, leaves the caller's collector alone.
+    """
+    import gc
+
+    threshold = gc.get_threshold()
+    if 0 < threshold[0] < GC_THRESHOLD:  # 0: the collector is off (a user's choice, kept)
+        gc.set_threshold(GC_THRESHOLD, *threshold[1:])
+        os.register_at_fork(after_in_child=lambda: gc.set_threshold(*threshold))
 
 
 def no_pandas() -> None:

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from .. import reasons as R
 from ..atomic import publish, temp_next_to
+from . import parquetio
 from .schema import CastOptions, MatchSubstringOptions, SetLookupOptions, SplitPatternOptions, call_function
 from .verdict import Verdict, decode_path
 
@@ -295,7 +295,7 @@ def apply_norm(
     ``minority`` 0: nothing is flagged (earlier inferred warnings are still taken back); the distributions
     are computed either way. The files are replaced only when a row changes (temp file, then rename)."""
     out = NormResult()
-    pf = pq.ParquetFile(results_path)
+    pf = parquetio.File(results_path)  # not pyarrow.parquet: a first scan's start-up (see .parquetio)
     counts = _Counts()
     any_reset = False
     for batch in pf.iter_batches(batch_size=batch_rows, columns=_COLUMNS):
@@ -311,7 +311,7 @@ def apply_norm(
     tmp = temp_next_to(results_path)
     changed_lines: list[dict] = []
     try:
-        writer = pq.ParquetWriter(tmp, pf.schema_arrow, compression="zstd")
+        writer = parquetio.Writer(tmp, pf.schema_arrow, compression="zstd")
         with writer:
             for batch in pf.iter_batches(batch_size=batch_rows):
                 batch = _flag_batch(batch, rules, shorts, minority, out, changed_lines)

@@ -14,10 +14,10 @@ import os
 from typing import Iterable
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from .. import locations, reasons
 from ..atomic import publish, temp_next_to
+from .parquetio import Writer
 from .schema import SCHEMA  # the results table's schema (defined apart: workers build batches without pyarrow.parquet)
 from .verdict import Verdict, encode_path
 
@@ -34,6 +34,8 @@ def read_results_meta(path: str) -> dict:
     """What a results file says about the scan that wrote it (root, part, check options)."""
     if os.path.isdir(path):
         path = os.path.join(path, locations.RESULTS_FILE)
+    import pyarrow.parquet as pq  # here: a scan writes its results without pyarrow.parquet (see .parquetio)
+
     metadata = pq.read_schema(path).metadata or {}
     raw = metadata.get(META_KEY.encode())
     return json.loads(raw) if raw else {}
@@ -61,9 +63,7 @@ class ResultsWriter:
             raise
         schema = SCHEMA.with_metadata({META_KEY: json.dumps(meta or {})})
         try:
-            self._writer = pq.ParquetWriter(
-                self._tmp_results, schema, compression="zstd", use_dictionary=DICTIONARY_COLUMNS
-            )
+            self._writer = Writer(self._tmp_results, schema, compression="zstd", use_dictionary=DICTIONARY_COLUMNS)
             self._problems = open(self._tmp_problems, "w", encoding="utf-8")
         except OSError:  # a full disk already: leave no temp file behind
             for tmp in (self._tmp_results, self._tmp_problems):
@@ -170,6 +170,8 @@ def read_results(path: str, columns: list[str] | None = None) -> pa.Table:
     """
     if os.path.isdir(path):
         path = os.path.join(path, locations.RESULTS_FILE)
+    import pyarrow.parquet as pq  # here, not at the top (see .parquetio)
+
     return pq.read_table(path, columns=columns)
 
 
@@ -177,6 +179,8 @@ def iter_verdicts(path: str, *, status: str | None = None):
     """Yield :class:`Verdict` objects from a results file, one batch in memory at a time."""
     if os.path.isdir(path):
         path = os.path.join(path, locations.RESULTS_FILE)
+    import pyarrow.parquet as pq  # here, not at the top (see .parquetio)
+
     for batch in pq.ParquetFile(path).iter_batches(batch_size=65_536):
         if status is not None:
             import pyarrow.compute as pc  # here: not on the scan's start (see scanning.cache)

@@ -26,11 +26,11 @@ from collections import OrderedDict
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from .. import locations
 from .. import reasons as R
 from ..jsonpaths import path_bytes
+from . import parquetio
 from .cache import NOT_CACHED
 from .results import META_KEY, SCHEMA
 
@@ -89,7 +89,7 @@ def _restored(root: str, paths: list[str], state_dir: str | None) -> np.ndarray:
 class PreviousResults:
     """The ``ok`` rows of a root's previous results, matched by (path, size, mtime_ns) in batches."""
 
-    def __init__(self, files: list[pq.ParquetFile], flags_same: bool, moved: np.ndarray | None = None) -> None:
+    def __init__(self, files: list[parquetio.File], flags_same: bool, moved: np.ndarray | None = None) -> None:
         self._files = files
         self._moved = np.unique(moved) if moved is not None else np.empty(0, np.int64)  # hashes: never reused
         self.flags_same = flags_same  # the flags column was computed with today's thresholds
@@ -115,7 +115,7 @@ class PreviousResults:
         files = []
         try:
             for path in paths:
-                pf = pq.ParquetFile(path)
+                pf = parquetio.File(path)
                 raw = (pf.schema_arrow.metadata or {}).get(META_KEY.encode())
                 meta = json.loads(raw) if raw else {}
                 if (
