@@ -241,6 +241,6 @@ def _limits(src, options: ReportOptions) -> ThumbLimits:
 def _jobs(jobs: int) -> int:
     if jobs:
         return jobs
-    from joblib import cpu_count
+    from ..scanning.scanner import usable_cores  # the scan's count: affinity and cgroup quota aware
 
-    return max(1, cpu_count(only_physical_cores=False))
+    return usable_cores()
