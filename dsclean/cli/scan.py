@@ -670,9 +670,15 @@ def add_merge_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
+    from ..scanning.merge import check_parts
     from ..storage.parts import merge_parts  # a folder's parts, or a bucket scan's (recorded for its prefix)
 
-    s = merge_parts(args.results, args.output, args.state_dir)
+    if check_parts(args.results)[2].get("shard_set"):  # another tool's shards (scan SHARDS --shard I/N)
+        from ..shardsets.parts import merge_shard_parts
+
+        s = merge_shard_parts(args.results, args.output, args.state_dir)
+    else:
+        s = merge_parts(args.results, args.output, args.state_dir)
     if args.json:
         print_json(dataclasses.asdict(s))
     elif not args.quiet:

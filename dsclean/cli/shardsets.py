@@ -47,11 +47,6 @@ def route_scan(args: argparse.Namespace, check_options, flag_options) -> int:
     """Scan the shard set ``args.root`` names; the exit code (``check_options``, ``flag_options``: cli.scan's,
     passed in: this module does not import it back)."""
     specs = list(args.root)
-    if args.shard:  # parts would each miss the keys duplicated across them, and write results merge cannot read
-        raise UserError(
-            "--shard I/N is for folders of files; a shard set is split across machines by a Dask cluster: "
-            "--backend dask --scheduler ADDRESS (each worker reads its shards from the store)"
-        )
     for option, given in (
         ("--quarantine", args.quarantine),
         ("--from-log", args.from_logs),
@@ -72,6 +67,7 @@ def route_scan(args: argparse.Namespace, check_options, flag_options) -> int:
         check_output(args.html, shard_set.folder if local else None)  # a local file, never among the shards
     options = _options(args, check_options(args))
     options.flags = flag_options(args)
+    options.part = args.shard  # --shard I/N: whole shards by their name's hash; `dsclean merge` combines the parts
     summary = scan_shard_set(specs, options)
     if args.backend == "processes":
         from ..scanning.executors import stop_local_workers

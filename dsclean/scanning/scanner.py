@@ -259,7 +259,7 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
         state_dir=state,
         command=list(options.command),
     )
-    tag = locations.part_tag(_valid_part(options.shard))
+    tag = locations.part_tag(valid_part(options.shard))
     from .training import paths_to_recheck
 
     force = paths_to_recheck(root, options.state_dir, tuple(options.from_logs))
@@ -595,7 +595,7 @@ def in_part(rel: str, part: tuple[int, int]) -> bool:
     return zlib.crc32(encode_path(rel)) % n == i
 
 
-def _valid_part(part: tuple[int, int] | None) -> tuple[int, int] | None:
+def valid_part(part: tuple[int, int] | None) -> tuple[int, int] | None:
     if part is not None and not (part[1] >= 1 and 0 <= part[0] < part[1]):
         raise UserError(f"--shard {part[0]}/{part[1]}: need 0 <= I < N")
     return part

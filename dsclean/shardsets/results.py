@@ -29,10 +29,11 @@ __all__ = ["SHARD_SCHEMA", "ShardResultsWriter", "problem_line", "results_batch"
 class ShardResultsWriter:
     """Stream verdicts with their shard, member, key and row to ``scan_results.parquet`` and ``problems.jsonl``."""
 
-    def __init__(self, report_dir: str, meta: dict, batch_rows: int = 8192) -> None:
+    def __init__(self, report_dir: str, meta: dict, batch_rows: int = 8192, tag: str = "") -> None:
+        """``tag``: a job array's part (:func:`dsclean.locations.part_tag`), in both file names."""
         os.makedirs(report_dir, exist_ok=True)
-        self.results_path = os.path.join(report_dir, locations.RESULTS_FILE)
-        self.problems_path = os.path.join(report_dir, locations.PROBLEMS_FILE)
+        self.results_path = os.path.join(report_dir, locations.tagged(locations.RESULTS_FILE, tag))
+        self.problems_path = os.path.join(report_dir, locations.tagged(locations.PROBLEMS_FILE, tag))
         self._tmp_results = temp_next_to(self.results_path)
         self._tmp_problems = temp_next_to(self.problems_path)
         schema = SHARD_SCHEMA.with_metadata({META_KEY: json.dumps(meta)})

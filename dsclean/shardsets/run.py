@@ -71,6 +71,7 @@ class ShardScanOptions:
     flags: FlagOptions = FlagOptions()  # quality flag thresholds (flags need check.facts)
     storage_options: dict = field(default_factory=dict, repr=False)  # a set in a bucket: fsspec options (secrets)
     command: tuple[str, ...] = ()  # the command line, secrets redacted: recorded in the scan's summary
+    part: tuple[int, int] | None = None  # --shard I/N: only the shards whose name hashes to I (a job array's part)
 
 
 @dataclass
@@ -138,6 +139,27 @@ def _resolve(specs: list[str], options: ShardScanOptions) -> ShardSet:
     if ss is None:
         raise UserError(f"{specs[0]}: not a shard set (give --as webdataset|mds|litdata|parquet to say which)")
     return ss
+
+
+def in_part(ss: ShardSet, part: tuple[int, int] | None) -> ShardSet:
+    """The shards of ``ss`` part ``(i, n)`` of a job array checks: whole shards, by the file scan's stable hash of
+    each shard's name (:func:`dsclean.scanning.scanner.in_part`), so a shard's duplicate keys are still found."""
+    from ..scanning.scanner import in_part as name_in_part
+    from ..scanning.scanner import valid_part
+
+    part = valid_part(part)
+    if part is None:
+        return ss
+    if ss.index is not None:  # its tasks come from the index.json, not from a list of shard names
+        raise UserError(
+            f"{ss.folder}: --shard I/N splits a set of tars or Parquet files; an {ss.kind} set is spread over "
+            "machines by a Dask cluster (--backend dask --scheduler ADDRESS)"
+        )
+    return dataclasses.replace(
+        ss,
+        names=[n for n in ss.names if name_in_part(n, part)],
+        missing=[n for n in ss.missing if name_in_part(n, part)],
+    )
 
 
 def iter_events(ss: ShardSet, column: str | None = None) -> Iterator[Sample | Problem | ShardDone]:
@@ -440,7 +462,8 @@ def scan_shard_set(specs: list[str], options: ShardScanOptions = ShardScanOption
     from .results import ShardResultsWriter
 
     start = time.monotonic()
-    ss = _resolve(specs, options)
+    ss = in_part(_resolve(specs, options), options.part)
+    tag = locations.part_tag(options.part)  # a part's results, problems and summary: tagged, beside the others
     summary = ShardScanSummary(ss.kind, ss.folder, command=list(options.command))
     if ss.store is not None:  # a set in a bucket: results in its local state folder, never in the bucket
         report_dir = options.report_dir or locations.url_state_dir(ss.folder, options.state_dir)
@@ -461,12 +484,12 @@ def scan_shard_set(specs: list[str], options: ShardScanOptions = ShardScanOption
     deny = None if options.dry_run else _DenyWriter(local, summary)
     # a local set by its absolute path: `dsclean report` finds its shards from any working folder
     root = ss.folder if ss.store is not None else os.path.abspath(ss.folder)
-    meta = {"root": root, "shard_set": ss.kind, "shard": None, "options": None}
+    meta = {"root": root, "shard_set": ss.kind, "shard": list(options.part) if options.part else None, "options": None}
     if ss.store is not None:  # its options minus every secret: what `dsclean report URL` reads the members with
         from ..storage.urls import public_options
 
         meta["storage_options"] = public_options(ss.store.options)
-    writer = ShardResultsWriter(report_dir, meta)
+    writer = ShardResultsWriter(report_dir, meta, tag=tag)
     keys = KeyTracker(ss) if ss.kind == "webdataset" else None
 
     def problem(event: Problem) -> None:
@@ -522,24 +545,32 @@ def scan_shard_set(specs: list[str], options: ShardScanOptions = ShardScanOption
     if ss.store is None:
         # `dsclean report SHARDS_FOLDER` (and the other readers of a root's last scan) find these results
         note = locations.write_pointer(
-            ss.folder, [summary.results_path], problems=[summary.problems_path], state_dir=options.state_dir
+            ss.folder,
+            [summary.results_path],
+            problems=[summary.problems_path],
+            part=options.part,
+            state_dir=options.state_dir,
         )
         if note:
             summary.notes.append(note)
-    else:  # `dsclean report s3://...` finds them as a bucket scan's (whose re-scan reuse they never match)
+    elif (
+        options.part is None
+    ):  # a part's results are recorded for the prefix by `dsclean merge`  # `dsclean report s3://...` finds them as a bucket scan's (whose re-scan reuse they never match)
         from ..storage.reuse import write_record
 
         state = locations.url_state_dir(ss.folder, options.state_dir)
         os.makedirs(state, exist_ok=True)
         write_record(state, ss.folder, summary.results_path, SHARD_SET_RECORD)
     summary.elapsed = time.monotonic() - start
-    _write_summary(os.path.dirname(summary.results_path), summary)
+    _write_summary(os.path.dirname(summary.results_path), summary, tag)
     return summary
 
 
-def _write_summary(report_dir: str, summary: ShardScanSummary) -> None:
-    """``scan_summary.json`` beside the results, as a folder scan writes it: the report shows its command and time."""
-    with atomic_output(os.path.join(report_dir, locations.SUMMARY_FILE)) as tmp, open(tmp, "w", encoding="utf-8") as f:
+def _write_summary(report_dir: str, summary: ShardScanSummary, tag: str = "") -> None:
+    """``scan_summary.json`` beside the results, as a folder scan writes it: the report shows its command and time
+    (a part's tagged: ``scan_summary.part-0001-of-0003.json``)."""
+    path = os.path.join(report_dir, locations.tagged(locations.SUMMARY_FILE, tag))
+    with atomic_output(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         json.dump({**summary.to_json(), "interrupted": bool(summary.signal)}, f, indent=2)
 
 

@@ -45,7 +45,7 @@ def merge_parts(paths: list[str], output_dir: str | None = None, state_dir: str 
     try:
         summary = write_merged(paths, output_dir, root, n, meta)
         summary.notes += _merge_ids(paths, state)
-        _merge_summaries(paths, os.path.join(os.path.dirname(summary.results_path), locations.SUMMARY_FILE))
+        merge_summaries(paths, os.path.join(os.path.dirname(summary.results_path), locations.SUMMARY_FILE))
         write_record(state, root, summary.results_path, str(meta.get("options")))
     finally:
         for fd in locks:
@@ -85,13 +85,14 @@ def _merge_ids(paths: list[str], state: str) -> list[str]:
     return notes
 
 
-def _merge_summaries(paths: list[str], target: str) -> None:
-    """``scan_summary.json`` of the merged scan: the parts' counts added up (``dsclean report`` reads it)."""
+def merge_summaries(paths: list[str], target: str, extra: dict | None = None) -> None:
+    """``scan_summary.json`` of the merged scan: the parts' counts added up (``dsclean report`` reads it), then
+    ``extra`` (a shard set's merge: its merged results' paths)."""
     total: dict = {}
     for path in paths:
         with open(sibling(path, locations.SUMMARY_FILE), encoding="utf-8") as f:  # check_parts read it
             total = _added(total, {k: v for k, v in json.load(f).items() if k not in _NOT_SUMMED})
-    total.update(shard=None, merged_from=[os.path.abspath(p) for p in paths])
+    total.update(shard=None, merged_from=[os.path.abspath(p) for p in paths], **(extra or {}))
     with atomic_output(target) as tmp, open(tmp, "w", encoding="utf-8") as f:
         json.dump(total, f, indent=2)
 

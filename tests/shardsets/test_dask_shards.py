@@ -224,7 +224,6 @@ def test_cli_scan_and_verify_with_dask(cluster, tmp_path):
     for argv, message in (
         (("scan", folder, "--scheduler", cluster.scheduler_address), "--scheduler goes with --backend dask"),
         (("verify", folder, "--backend", "dask"), "--backend dask needs --scheduler"),
-        (("scan", folder, "--shard", "0/2"), "--shard I/N is for folders of files"),
         (("verify", pack, "--backend", "dask", "--scheduler", cluster.scheduler_address), "a dsclean pack is verified"),
     ):
         r = run_cli(*argv)
