@@ -9,6 +9,7 @@ import os
 import tarfile
 
 import pyarrow.parquet as pq
+import pytest
 from support import synth
 from support.fixtures.cli import run_cli
 
@@ -91,3 +92,41 @@ def test_bad_part_refused(tmp_path):
     tar_set(folder)
     proc = run_cli("scan", str(folder), "--shard", "3/3")
     assert proc.returncode == 2 and "3/3" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_report_before_the_merge_names_the_missing_part(tmp_path):
+    folder = tmp_path / "shards"
+    tar_set(folder)
+    for i in (0, 1):
+        scan_shard_set([str(folder)], ShardScanOptions(jobs=1, part=(i, N)))
+    report = run_cli("report", str(folder), "-o", str(tmp_path / "report.html"), ok=True)
+    assert "INCOMPLETE" in report.stdout and f"--shard 2/{N}" in report.stdout
+    assert "16 files" in report.stdout  # parts 0 and 1: 4 shards of 4 samples
+
+
+def test_parts_of_a_set_in_a_bucket(bucket, s3fs_direct, s3_endpoint, tmp_path):
+    pytest.importorskip("s3fs")
+    from dsclean.shardsets.parts import merge_shard_parts
+    from dsclean.storage.reuse import last_results
+
+    local = tmp_path / "shards"
+    bad = tar_set(local)
+    for name in sorted(os.listdir(local)):
+        s3fs_direct.put_file(str(local / name), f"{bucket}/set/{name}")
+    url = f"s3://{bucket}/set/"
+    results = str(tmp_path / "results")
+    opts = {"endpoint_url": s3_endpoint}
+    before = sorted(s3fs_direct.find(bucket))
+    parts = [
+        scan_shard_set([url], ShardScanOptions(jobs=1, part=(i, N), report_dir=results, storage_options=opts))
+        for i in range(N)
+    ]
+    assert len({p.results_path for p in parts}) == N and all(p.denylist_path == parts[0].denylist_path for p in parts)
+    assert last_results(url.rstrip("/")) is None  # no part is recorded as the prefix's scan
+    merged = merge_shard_parts([p.results_path for p in parts])
+    whole = scan_shard_set([str(local)], ShardScanOptions(jobs=1, dry_run=True, report_dir=str(tmp_path / "whole")))
+    assert rows(merged.results_path) == rows(whole.results_path) and merged.bad == 2
+    assert last_results(url.rstrip("/")) == merged.results_path  # `dsclean report URL` finds the merged results
+    entries = [json.loads(line) for line in open(parts[0].denylist_path)]
+    assert sorted((e["shard"], e["key"]) for e in entries) == sorted(bad)
+    assert sorted(s3fs_direct.find(bucket)) == before  # nothing written into the bucket
