@@ -44,7 +44,8 @@ def merge_shard_parts(paths: list[str], output_dir: str | None = None, state_dir
     summary = MergeSummary(root=root, parts=n)
     summary.results_path = os.path.join(output_dir, locations.RESULTS_FILE)
     summary.problems_path = os.path.join(output_dir, locations.PROBLEMS_FILE)
-    merged_meta = {**meta, "shard": None, "merged_from": [os.path.abspath(p) for p in paths]}
+    # as a whole scan's metadata (options: None), plus the parts it came from
+    merged_meta = {**meta, "shard": None, "options": None, "merged_from": [os.path.abspath(p) for p in paths]}
     schema = SHARD_SCHEMA.with_metadata({META_KEY: json.dumps(merged_meta)})
     tmp = temp_next_to(summary.results_path)
     try:

@@ -485,6 +485,10 @@ def scan_shard_set(specs: list[str], options: ShardScanOptions = ShardScanOption
     # a local set by its absolute path: `dsclean report` finds its shards from any working folder
     root = ss.folder if ss.store is not None else os.path.abspath(ss.folder)
     meta = {"root": root, "shard_set": ss.kind, "shard": list(options.part) if options.part else None, "options": None}
+    if options.part:  # `dsclean merge` refuses parts checked differently (their check options, column, --as)
+        from ..scanning.cache import options_key
+
+        meta["options"] = f"{options_key(options.check)}; column={options.column}; as={options.as_kind}"
     if ss.store is not None:  # its options minus every secret: what `dsclean report URL` reads the members with
         from ..storage.urls import public_options
 

@@ -130,3 +130,17 @@ def test_parts_of_a_set_in_a_bucket(bucket, s3fs_direct, s3_endpoint, tmp_path):
     entries = [json.loads(line) for line in open(parts[0].denylist_path)]
     assert sorted((e["shard"], e["key"]) for e in entries) == sorted(bad)
     assert sorted(s3fs_direct.find(bucket)) == before  # nothing written into the bucket
+
+
+def test_merge_refuses_parts_checked_differently(tmp_path):
+    from dsclean.scanning.check import CheckOptions
+
+    folder = tmp_path / "shards"
+    tar_set(folder)
+    paths = [
+        scan_shard_set([str(folder)], ShardScanOptions(jobs=1, part=(i, N), check=CheckOptions(facts=i == 1)))
+        for i in range(N)
+    ]
+    proc = run_cli("merge", *[p.results_path for p in paths])
+    assert proc.returncode == 2 and "parts of different scans (options differs)" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -79,3 +79,15 @@ def test_mds_hash_mismatch_and_hostile_index(tmp_path):
     assert "sha1 of the file is" in details and "not a plain file name" in details
     assert "index.json says 1000000000000" in details
     assert any(p["shard"] == second and p["reason"] == "missing_shard" for p in v.listed)
+
+
+def test_mds_set_refuses_job_array_parts(tmp_path):
+    """``--shard I/N`` splits tars and Parquet files by name; an MDS set's tasks come from its index.json: refused,
+    pointing to a Dask cluster, nothing written."""
+    from dsclean.errors import UserError
+
+    folder = tmp_path / "mds"
+    write_mds(folder)
+    with pytest.raises(UserError, match="--shard I/N splits a set of tars or Parquet files; an mds set"):
+        scan_shard_set([str(folder)], ShardScanOptions(report_dir=str(tmp_path / "out"), part=(0, 2), **FAST))
+    assert not (tmp_path / "out").exists() and not (folder / "denylist.jsonl").exists()
