@@ -109,8 +109,8 @@ def add_scan_arguments(p: argparse.ArgumentParser) -> None:
         "--shard",
         type=argtypes.shard,
         metavar="I/N",
-        help="check only part I of N (0 <= I < N; a stable hash of each path), for job arrays; "
-        "combine the parts' results with dsclean merge",
+        help="check only part I of N (0 <= I < N; a stable hash of each path; a shard set's whole shards by "
+        "name), for job arrays; combine the parts' results with dsclean merge",
     )
     sel.add_argument(
         "--rescan", action="store_true", help="check every file again, ignoring the scan cache of unchanged files"
