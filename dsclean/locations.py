@@ -43,6 +43,7 @@ ROOT_FILE = "root.json"  # in the state folder: which root it belongs to (for pe
 INDEX_LOCK_FILE = "index.lock"  # in the state folder: held while IndexedDataset.from_folder builds
 MANIFEST_FILE = "manifest.jsonl"  # in a quarantine folder: the move journal
 LOCK_FILE = ".dsclean.lock"  # in a quarantine folder: held while a scan or restore runs; in a shard folder: by pack
+RECOVERY_GATE_FILE = ".dsclean-recovery.lock"  # beside a bucket journal: held while a part takes or recovers it
 # A packed shard set (dsclean pack): the shards plus these three files, side by side.
 PACKED_INDEX_FILE = "index.arrow"  # the packed index: per sample its shard, offset, size, label, kind, checksum
 SHARD_LIST_FILE = "shardindex.json"  # the shard list in wids' format (relative urls, nsamples, filesize)

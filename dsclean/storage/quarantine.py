@@ -25,6 +25,7 @@ other way (op ``"restore"``).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import signal
@@ -132,17 +133,31 @@ class BucketQuarantine:
 
     def __enter__(self) -> "BucketQuarantine":
         os.makedirs(self.dir, exist_ok=True)
-        self.journal = self._stack.enter_context(locked_journal(self.dir, self.tag))
+        self.journal = self._lock_own()
         self.recovery = recover_locked(self.journal, self.dir, self.q, self.policy, self._store_of, self.tag)
         for tag in _tags(self.dir):  # the other journals (a whole scan's, job-array parts') that no run holds now:
             if tag == self.tag:  # a killed run's half-done moves are finished or reverted by the next run of any
                 continue
-            try:
-                with locked_journal(self.dir, tag) as journal:
-                    self.recovery.add(recover_locked(journal, self.dir, self.q, self.policy, self._store_of, tag))
-            except UserError:  # in use by a running part: its own run recovers it
-                continue
+            with _gate(self.dir, tag) as held:
+                if not held:  # that part is starting (or another part recovers it): never waited for
+                    continue
+                try:
+                    with locked_journal(self.dir, tag) as journal:
+                        self.recovery.add(recover_locked(journal, self.dir, self.q, self.policy, self._store_of, tag))
+                except UserError:  # in use by a running part: its own run recovers it
+                    continue
         return self
+
+    def _lock_own(self) -> Journal:
+        """This part's journal, locked until exit. A sibling part recovering it holds its gate and its lock for a
+        while: wait for it (up to :data:`RECOVERY_WAIT`). Holding the gate, a lock held elsewhere is another run
+        of this part (recoveries take the gate first): refused at once, "in use"."""
+        deadline = time.monotonic() + RECOVERY_WAIT
+        while True:
+            with _gate(self.dir, self.tag) as held:
+                if held or time.monotonic() > deadline:
+                    return self._stack.enter_context(locked_journal(self.dir, self.tag))
+            time.sleep(0.05)
 
     def __exit__(self, *exc: object) -> None:
         self._stack.close()
@@ -392,6 +407,30 @@ def _existing(qurl: str, state_dir: str | None) -> str:
     if not _tags(folder):
         raise UserError(f"{qurl} is not a dsclean bucket quarantine known here (no journal in {folder}; --state-dir?)")
     return folder
+
+
+#: seconds a starting part waits for sibling parts recovering its journal before it is "in use"
+RECOVERY_WAIT = 30.0
+
+
+@contextlib.contextmanager
+def _gate(folder: str, tag: str) -> Iterator[bool]:
+    """The recovery gate of part ``tag``'s journal: held by this block (True), or by another (False, not
+    waited for). A part takes it to lock its own journal, a sibling to recover that journal."""
+    path = os.path.join(folder, locations.tagged(locations.RECOVERY_GATE_FILE, tag))
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise UserError(f"quarantine journal folder {folder} is not writable: {exc.strerror or exc}") from exc
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held = True
+        except BlockingIOError:
+            held = False
+        yield held
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _tags(folder: str) -> list[str]:

@@ -40,7 +40,7 @@ from .quarantine import BucketQuarantine, MoveError
 from .reads import DEFAULT_READ_THREADS, ReadPolicy, classify, describe, quiet_store_retries, retried
 from .reuse import IdsWriter, Previous, identity, write_record
 from .urls import is_url, public_options, scrub
-from .workers import ChunkResult, check_alone, check_objects, init_worker, run_chunk, run_chunk_isolated
+from .workers import ChunkResult, check_alone, check_objects, init_worker, run_chunk, run_chunk_isolated, settle
 
 log = logging.getLogger("dsclean.storage.scan")
 
@@ -370,8 +370,8 @@ def _run(
             for chunk, result, was_lost in flight.completed(broken):
                 if was_lost:
                     lost.append(chunk)
-                else:
-                    yield result
+                else:  # a too_large made beside reads in flight: checked again alone first
+                    yield settle(result, chunk, store, options.check, options.policy, env)
             if dead is not None or lost:  # a worker died (a decoder crashed it, or a check overran): a new pool
                 pool.shutdown(wait=False, cancel_futures=True)
                 lost += flight.drop()
@@ -381,7 +381,7 @@ def _run(
                 # every object of the lost tasks again, alone and one at a time: one that ends its process is certain
                 for obj in (obj for chunk in lost for obj in chunk):
                     try:
-                        yield submit([obj]).result()
+                        yield settle(submit([obj]).result(), [obj], store, options.check, options.policy, env)
                     except BrokenProcessPool:  # the culprit: once more in a process of its own, which says how
                         pool.shutdown(wait=False, cancel_futures=True)  # it ends (a crash, a timeout, memory)
                         pool = ProcessPoolExecutor(

@@ -35,6 +35,7 @@ class ChunkResult:
     etags: list[str | None] = field(default_factory=list)  # per verdict: the ETag of the bytes checked
     retries: int = 0
     read_bytes: int = 0
+    alone: list[int] = field(default_factory=list)  # verdicts too_large with reads beside: check these alone
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,9 @@ def check_objects(
     that did it, see :func:`dsclean.storage.scan._run`) and under ``--max-memory`` (RLIMIT_AS set for the
     check alone, as the local worker sets it: an allocation past it is a MemoryError, ``too_large``). The
     reader threads share that address space: a read that fails for memory during a check is read again
-    after it, outside the ceiling (never an innocent object's verdict). ``on_check``: called as each
+    after it, outside the ceiling (never an innocent object's verdict); a check that ran out of memory while
+    reads were in flight (they may have used its headroom) is listed in ``alone``, for :func:`settle` to check
+    again alone. ``on_check``: called as each
     check starts (after its read).
     """
     ceiling = 0
@@ -154,8 +157,11 @@ def check_objects(
                 got = fetch(store, got.obj, policy, tmpdir, retries)
             if on_check is not None:
                 on_check()
+            beside = ceiling > 0 and any(not fut.done() for fut in pending)  # reads that may allocate meanwhile
             with time_limit(check.timeout if isolated else 0), memory_ceiling(ceiling):
                 out.verdicts.append(_verdict(got, check, capture_stderr))
+            if beside and out.verdicts[-1].reason == R.TOO_LARGE:  # the reads may have used the check's headroom
+                out.alone.append(len(out.verdicts) - 1)
             out.etags.append(got.etag)
             out.read_bytes += len(got.data) if got.data is not None else (got.obj.size or 0) if got.temp else 0
     finally:
@@ -281,6 +287,25 @@ def check_alone(
 
     v = Verdict(path=obj.rel, kind=_kind(obj.rel), size=obj.size, mtime_ns=obj.mtime_ns)
     return ChunkResult(verdicts=[mark_failure(v, check, proc.exitcode, overdue)], etags=[obj.etag])
+
+
+def settle(
+    result: ChunkResult,
+    objs: list[Obj],
+    store: Store,
+    check: CheckOptions,
+    policy: ReadPolicy,
+    env: tuple[tuple[str, str], ...],
+) -> ChunkResult:
+    """``result`` (of ``objs``) with each verdict listed in ``result.alone`` replaced by the verdict of its object
+    checked again by :func:`check_alone` (a fresh process, the ceiling alone, no reads beside it): a too_large
+    that the reader threads' buffers caused is not the object's (nor moved to the quarantine)."""
+    for i in result.alone:
+        again = check_alone(store, objs[i], check, policy, env)
+        result.verdicts[i], result.etags[i] = again.verdicts[0], again.etags[0]
+        result.retries += again.retries
+    result.alone = []
+    return result
 
 
 def _alone(conn, env, store: Store, obj: Obj, check: CheckOptions, policy: ReadPolicy, started) -> None:

@@ -109,3 +109,79 @@ def test_a_read_that_fails_for_memory_beside_a_check_is_read_again(bucket, s3fs_
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["True", "unreadable", str(64 << 20)]
+
+
+CHECK_BESIDE_A_READ = r"""
+import sys, threading
+from dsclean.scanning import check as check_module
+from dsclean.scanning.check import CheckOptions
+from dsclean.scanning.worker import handed_env
+from dsclean.storage import workers
+from dsclean.storage.fs import Store
+from dsclean.storage.listing import Obj
+from dsclean.storage.reads import ReadPolicy
+
+started, allocated, held = threading.Event(), threading.Event(), []
+real_fetch = workers.fetch
+
+
+def fetch(store, obj, *args):  # pad.bin's read allocates 48 MB while victim.png's check runs
+    got = real_fetch(store, obj, *args)
+    if obj.rel == "pad.bin":
+        assert started.wait(60)
+        held.append(bytearray(48 << 20))
+        allocated.set()
+    return got
+
+
+def hook(name):  # victim.png's decode needs 32 MB: it fits the 64 MB headroom alone, not beside the read's 48 MB
+    if name == "victim.png":
+        started.set()
+        assert allocated.wait(60)
+        bytearray(32 << 20)
+
+
+def arm():
+    check_module.fault_hook = hook
+
+
+workers.fetch, workers._arm_faults = fetch, arm
+store = Store(sys.argv[1], {"endpoint_url": sys.argv[2]})
+objs = [Obj("victim.png"), Obj("pad.bin"), Obj("bomb.gif"), Obj("ok.png")]
+check, policy = CheckOptions(max_memory=64 << 20), ReadPolicy()
+result = workers.check_objects(store, objs, check, policy, 2, isolated=True)
+before = [v.reason for v in result.verdicts]
+alone = list(result.alone)
+workers.settle(result, objs, store, check, policy, handed_env())
+print(before[0], before[2], alone[:1], " ".join(f"{v.path}={v.status}/{v.reason}" for v in result.verdicts))
+"""
+
+
+def test_a_too_large_made_beside_a_read_in_flight_is_checked_again_alone(bucket, s3fs_direct, s3_endpoint, gif_bomb):
+    """Deterministic: a reader thread allocates 48 MB while an innocent object's check (needing 32 MB, under a
+    64 MB ceiling) runs: the check runs out of memory (too_large), is checked again in a fresh process alone,
+    and ends ok; a real bomb checked beside reads still ends too_large."""
+    import subprocess
+    import sys
+
+    s3fs_direct.pipe_file(f"{bucket}/b/victim.png", synth.png(16, 16, seed=1))
+    s3fs_direct.pipe_file(f"{bucket}/b/pad.bin", b"padding")
+    s3fs_direct.pipe_file(f"{bucket}/b/bomb.gif", gif_bomb)
+    s3fs_direct.pipe_file(f"{bucket}/b/ok.png", synth.png(16, 16, seed=2))
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.run(
+        [sys.executable, "-c", CHECK_BESIDE_A_READ, f"s3://{bucket}/b", s3_endpoint],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "PYTHONPATH": repo},
+    )
+    assert proc.returncode == 0, proc.stderr
+    first, bomb, alone, *final = proc.stdout.split()
+    assert (first, bomb, alone) == ("too_large", "too_large", "[0]")  # the situation happened, and was seen
+    assert dict(kv.split("=") for kv in final) == {
+        "victim.png": "ok/None",
+        "pad.bin": "bad/not_media",  # not an image or audio file: its own verdict, unchanged
+        "bomb.gif": "bad/too_large",
+        "ok.png": "ok/None",
+    }

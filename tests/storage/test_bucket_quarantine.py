@@ -252,3 +252,57 @@ def test_quarantine_flags_move_whole_objects_with_a_flag_as_the_local_scan_does(
     capsys.readouterr()
     code = main(["scan", f"s3://{bucket}/ds", "--quarantine-flags", "no_such_flag", *endpoint])
     assert code == 2 and "unknown flag 'no_such_flag'" in capsys.readouterr().err
+
+
+def test_a_part_starts_while_a_sibling_part_recovers_its_journal_and_a_second_run_of_a_part_is_refused(
+    bucket, s3_endpoint, tmp_path, monkeypatch
+):
+    """Each part, on entry, recovers the journals no run holds, holding each one's lock a while: a part starting
+    meanwhile waits for that (it used to exit "in use" at once); two runs of the same part are still refused."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    import pytest
+
+    from dsclean.errors import UserError
+    from dsclean.storage import quarantine
+    from dsclean.storage.fs import Store
+
+    src = Store(f"s3://{bucket}/ds", {"endpoint_url": s3_endpoint})
+    q = Store(f"s3://{bucket}/q", {"endpoint_url": s3_endpoint})
+    a, b = ".part-0000-of-0002", ".part-0001-of-0002"
+    with quarantine.BucketQuarantine(src, q, str(tmp_path), tag=b):
+        pass  # part b's journal exists: part a's entry recovers it
+    real, recovering = quarantine.recover_locked, threading.Event()
+
+    def slow(journal, folder, qstore, policy, store_of, tag):  # part a holds part b's journal for a second
+        if tag == b and threading.current_thread() is not threading.main_thread():
+            recovering.set()
+            time.sleep(1.0)
+        return real(journal, folder, qstore, policy, store_of, tag)
+
+    monkeypatch.setattr(quarantine, "recover_locked", slow)
+    entered = threading.Event()
+
+    def part_a() -> None:
+        with quarantine.BucketQuarantine(src, q, str(tmp_path), tag=a):
+            entered.set()
+
+    thread = threading.Thread(target=part_a)
+    thread.start()
+    try:
+        assert recovering.wait(30)
+        with quarantine.BucketQuarantine(src, q, str(tmp_path), tag=b) as part_b:  # starts while a holds its journal
+            assert part_b.journal is not None
+            assert entered.wait(30)  # part a's recovery of b ended (its lock given up) before b got it
+
+            def no_wait(seconds: float) -> None:
+                raise AssertionError(f"a second run of a part waited {seconds} s instead of being refused")
+
+            monkeypatch.setattr(quarantine, "time", SimpleNamespace(monotonic=time.monotonic, sleep=no_wait))
+            with pytest.raises(UserError, match="in use by another dsclean process"):
+                with quarantine.BucketQuarantine(src, q, str(tmp_path), tag=b):
+                    pass  # a second run of part b: refused at once
+    finally:
+        thread.join(30)
