@@ -285,14 +285,22 @@ def pack_to_bucket(run: Callable[[str, Any], Any], url: str, storage_options: di
         if adopted:  # the bucket's pack is not this one: its record does not stay here to block another
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(staging, locations.PACK_STATE_FILE))
-        killed = any(
+        put = sorted(_our_uploads(staging) - {PROBE})
+        killed = put or any(
             os.path.exists(os.path.join(staging, n)) for n in (locations.PACK_STATE_FILE, locations.REPACK_STATE_FILE)
         )
         if adopted or not killed:
             raise UserError(str(exc).replace(staging, url)) from None
-        raise UserError(  # a killed run's staging folder, of another source (the prefix changed) or options
-            f"{str(exc).replace(staging, url)} (the unfinished pack's local staging folder {staging}: remove it to "
-            "start this pack over)"
+        if not put:  # nothing of it is in the bucket: its staging folder is all there is
+            raise UserError(  # a killed run's staging folder, of another source (the prefix changed) or options
+                f"{str(exc).replace(staging, url)} (the unfinished pack's local staging folder {staging}: remove it "
+                "to start this pack over)"
+            ) from None
+        raise UserError(  # a killed run's local state and objects, of another source or options
+            f"{str(exc).replace(staging, url)} (the unfinished pack's local staging folder {staging}; "
+            f"{uploaded_record(staging)} lists the {len(put)} objects it put at {url}: to start this pack over, "
+            f"remove those objects from the bucket, then the folder {os.path.dirname(staging)}; removing the "
+            "staging folder alone is not enough)"
         ) from None
     if (
         getattr(summary, "complete", True)

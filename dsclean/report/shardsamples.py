@@ -17,11 +17,13 @@ from __future__ import annotations
 import logging
 import os
 import re
+import zlib
 from typing import IO
 
 from ..storage.fs import Store
 from ..storage.urls import is_url, scrub
 from .model import Item
+from .source import safe_rel
 
 log = logging.getLogger("dsclean.report.shardsamples")
 
@@ -71,7 +73,9 @@ class ShardSamples:
             by_shard.setdefault(shard, set()).add(member)
         kept = 0
         for n, (shard, members) in enumerate(sorted(by_shard.items())):
-            if self.kind not in ("webdataset", "parquet"):
+            if not safe_rel(shard):  # the results file is data: a name leaving the shard set is not opened
+                why = f"not read: the shard name {shard!r} is not a path inside the shard set"
+            elif self.kind not in ("webdataset", "parquet"):
                 why = f"not read for a thumbnail: samples of {self.kind} shards are not read by the report yet"
             elif n >= MAX_SHARDS:
                 why = f"not read for a thumbnail: the report reads at most {MAX_SHARDS} shards"
@@ -116,8 +120,8 @@ class ShardSamples:
                         kept += self._keep(shard + SEP + name, data, kept, budget)
                     if not left:
                         break
-        except TarError as exc:
-            why = f"not read: its shard breaks before it ({exc})"
+        except (TarError, EOFError, zlib.error) as exc:  # a truncated .tar.gz ends in EOFError or zlib.error
+            why = f"not read: its shard {shard} breaks before it ({type(exc).__name__}: {exc})"
         except OSError as exc:
             text = str(exc) if self.store is None else scrub(str(exc), self.store.options)
             why = f"not read: the shard {shard} could not be read: {text}"

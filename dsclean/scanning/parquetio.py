@@ -22,6 +22,7 @@ except ImportError:  # pragma: no cover - a pyarrow laid out otherwise: the publ
 
 #: pyarrow.parquet.ParquetWriter's defaults that its Cython writer does not share (pyarrow 14-26)
 _WRITER_DEFAULTS: dict[str, Any] = {
+    "compression": "snappy",
     "version": "2.6",
     "write_statistics": True,
     "use_deprecated_int96_timestamps": False,

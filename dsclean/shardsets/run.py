@@ -193,6 +193,23 @@ def iter_events(ss: ShardSet, column: str | None = None) -> Iterator[Sample | Pr
                 yield from read_parquet(f, name, column)
 
 
+def cluster_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is Dask's word that the cluster dropped the scan (its tasks cancelled, the scheduler's
+    connection closed or timed out: an error of ``distributed``'s or raised inside it), not a task's own
+    error re-raised here nor this machine's own I/O error (e.g. writing the deny-list)."""
+    import asyncio
+
+    if isinstance(exc, (CancelledError, asyncio.CancelledError)):
+        return True
+    if any(c.__module__.split(".")[0] == "distributed" for c in type(exc).__mro__):
+        return True  # CommClosedError, RPCClosed, ClosedClientError...
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where = tb.tb_frame.f_code.co_filename if tb is not None else ""
+    return f"{os.sep}distributed{os.sep}" in where  # e.g. "Timed out trying to connect" (a plain OSError)
+
+
 def check_tars(ss: ShardSet, options: ShardScanOptions, stop=None) -> Iterator[Checked | Problem | ShardDone]:
     """A WebDataset or Parquet set checked a shard (or a part of a tar) a task: the workers read the shards
     themselves (:mod:`.tartasks`); each task's structure problems, then its :class:`~.tartasks.Checked`.
@@ -254,8 +271,8 @@ def check_tars(ss: ShardSet, options: ShardScanOptions, stop=None) -> Iterator[C
                     else:
                         yield from results(result)
             except (CancelledError, OSError, TimeoutError) as exc:
-                if backend != "dask":
-                    raise
+                if backend != "dask" or not cluster_error(exc):
+                    raise  # a task's own I/O error, or this machine's: not the cluster's
                 raise UserError(
                     f"the Dask cluster at {scheduler} dropped the scan's tasks ({type(exc).__name__}: {exc}); "
                     "no results were written: run it again once the cluster is back"

@@ -108,12 +108,13 @@ def redact_options(options: dict) -> dict:
 
 def public_options(options: dict) -> dict:
     """A copy of storage options with every secret left out (not masked: what may be recorded and used again,
-    e.g. an endpoint or a region); a value carrying credentials in a URL (``scheme://user:pass@host``) too."""
+    e.g. an endpoint or a region); a value carrying credentials in a URL (``scheme://user:pass@host``) or an
+    Azure key or SAS (:func:`is_secret_value`, whatever its key) too."""
     out: dict = {}
     for k, v in options.items():
         if isinstance(v, dict):
             out[k] = public_options(v)
-        elif not is_secret(str(k)) and not (isinstance(v, str) and _USERINFO.search(v)):
+        elif not is_secret(str(k)) and not is_secret_value(v) and not (isinstance(v, str) and _USERINFO.search(v)):
             out[k] = v
     return out
 

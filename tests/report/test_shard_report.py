@@ -171,3 +171,47 @@ def test_shard_set_scanned_by_a_relative_path_is_reported_from_anywhere(tmp_path
     bad = by_path(page)[f"{next(iter(shards()))}/b.jpg"]
     assert bad.src is not None, bad.placeholder
     assert "dsclean scan wds --jobs 1" in page
+
+
+def _walked(folder, shard: str, member: str = "b.jpg") -> tuple[bytes | None, str]:
+    """What the report's shard reader gets for ``member`` of ``shard`` (a name as read from a results file)."""
+    from dsclean.report.shardsamples import ShardSamples
+
+    samples = ShardSamples("webdataset", str(folder), {}, 1 << 20)
+    where = samples.locate({"shown": (shard, member)})
+    return samples.fetch(where["shown"], None)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "corrupt"])
+def test_a_broken_gzipped_shard_gets_a_placeholder_naming_it(tmp_path, damage):
+    folder = tmp_path / "wds"
+    folder.mkdir()
+    name, data = next(iter(shards(gz=True).items()))
+    assert _walked_ok(folder, name, data)  # whole, the member is read
+    if damage == "truncated":  # the gzip stream ends early: EOFError
+        broken = data[: len(data) // 2]
+    else:  # the deflate stream garbled after its header: zlib.error
+        broken = data[:20] + bytes(b ^ 0xFF for b in data[20:200]) + data[200:]
+    (folder / name).write_bytes(broken)
+    got, why = _walked(folder, name)
+    assert got is None and name in why and "breaks before it" in why, why
+
+
+def _walked_ok(folder, name: str, data: bytes) -> bool:
+    (folder / name).write_bytes(data)
+    got, why = _walked(folder, name)
+    return got == CUT and why == ""
+
+
+@pytest.mark.parametrize("hostile", ["../outside/shard-000000.tar", "/ABS/shard-000000.tar"])
+def test_a_shard_name_leaving_the_set_is_not_read(tmp_path, hostile):
+    folder = tmp_path / "wds"
+    folder.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    first = next(iter(shards().values()))
+    (outside / "shard-000000.tar").write_bytes(first)
+    assert _walked(outside, "shard-000000.tar")[0] == CUT  # the tar there is readable
+    shard = hostile.replace("/ABS", str(outside))
+    got, why = _walked(folder, shard)
+    assert got is None and "not a path inside the shard set" in why, why

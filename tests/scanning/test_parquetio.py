@@ -27,8 +27,8 @@ def _table() -> pa.Table:
 
 
 @pytest.mark.parametrize(
-    "options", [{"compression": "zstd", "use_dictionary": DICTIONARY_COLUMNS}, {"compression": "zstd"}]
-)
+    "options", [{"compression": "zstd", "use_dictionary": DICTIONARY_COLUMNS}, {"compression": "zstd"}, {}]
+)  # {}: pyarrow.parquet's own defaults (snappy) too
 def test_the_writer_writes_the_file_pyarrow_parquet_writes(tmp_path, options):
     table = _table()
     ours, theirs = tmp_path / "ours.parquet", tmp_path / "theirs.parquet"

@@ -350,3 +350,36 @@ def test_daemonic_dask_workers_are_a_clear_error(tmp_path):
         with pytest.raises(UserError, match="DASK_DISTRIBUTED__WORKER__DAEMON=False"):
             scan_shard_set([folder], opts)
     assert not list((tmp_path / "r").glob("*parquet*"))
+
+
+def test_only_the_clusters_own_errors_are_reported_as_the_cluster_dropping_the_scan():
+    from distributed.client import FutureCancelledError
+    from distributed.comm.core import CommClosedError
+
+    from dsclean.shardsets.run import cluster_error
+
+    def raised(exc: BaseException) -> BaseException:
+        try:
+            raise exc
+        except BaseException as caught:
+            return caught
+
+    assert cluster_error(raised(CommClosedError("in <TCP local=... remote=...>: Stream is closed")))
+    assert cluster_error(raised(FutureCancelledError("k", "lost")))
+    assert not cluster_error(raised(OSError(28, "No space left on device")))  # this machine's own I/O
+    assert not cluster_error(raised(PermissionError(13, "Access Denied")))  # a task's own, re-raised here
+
+
+def test_a_local_io_error_during_a_dask_scan_is_not_blamed_on_the_cluster(tmp_path, cluster, monkeypatch):
+    from dsclean.inflight import InFlight
+
+    folder = str(tmp_path / "shards")
+    wds_set(folder)
+
+    def disk_full(self, broken):
+        raise OSError(28, "No space left on device (injected)")
+
+    monkeypatch.setattr(InFlight, "completed", disk_full)
+    opts = ShardScanOptions(backend="dask", scheduler=cluster.scheduler_address, report_dir=str(tmp_path / "r"))
+    with pytest.raises(OSError, match="No space left on device"):
+        scan_shard_set([folder], opts)

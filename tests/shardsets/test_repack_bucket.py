@@ -126,6 +126,62 @@ def test_a_failed_copy_is_resumed_and_a_changed_denylist_is_refused(
     assert not os.path.exists(staging_folder(dest))
 
 
+def test_a_copy_whose_staging_folder_was_removed_does_not_reuse_its_shards_after_the_denylist_changed(
+    shards, bucket, s3fs_direct, s3_endpoint, cli, tmp_path, monkeypatch
+):
+    import s3fs
+
+    from dsclean.pack.remote import uploaded_record
+
+    dest = f"s3://{bucket}/copy"
+    args = ["pack", "--from", str(shards), "-o", dest, *_so(s3_endpoint), "--json"]
+    staging = staging_folder(dest)
+    calls = {"n": 0}
+    original_put = s3fs.S3FileSystem._put_file
+
+    async def put_then_fail(self, lpath, rpath, *a, **k):  # the second upload fails: shard 0 is in the bucket
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise PermissionError(13, "Access Denied (injected)")
+        return await original_put(self, lpath, rpath, *a, **k)
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_put_file", put_then_fail)
+    s3fs.S3FileSystem.clear_instance_cache()
+    code, out, err = cli(args)
+    assert code != 0 and "access denied" in err.lower()
+    first = _in_bucket(s3fs_direct, f"{bucket}/copy")
+    assert sorted(first) == ["shard-000000.tar"]
+    monkeypatch.setattr(s3fs.S3FileSystem, "_put_file", original_put)
+    s3fs.S3FileSystem.clear_instance_cache()
+    path = denylist.denylist_path(shards)
+    entry = json.loads(open(path, "rb").read().splitlines()[0])
+    with open(path, "a") as f:  # s0_3 (in the shard already up) denied since
+        f.write(json.dumps({**entry, "shard": "shard-000000.tar", "key": "s0_3"}) + "\n")
+    code, out, err = cli(args)
+    assert code == 2 and "cannot be resumed" in err
+    record = uploaded_record(staging)
+    assert record in err and os.path.dirname(staging) in err and "alone is not enough" in err
+    # the user removes the staging folder only: the record of the uploads survives, so it is still refused
+    import shutil
+
+    shutil.rmtree(staging)
+    assert os.path.exists(record)
+    code, out, err = cli(args)
+    assert code == 2 and ".repack.json" in err and "not reused" in err and record in err, err
+    assert _in_bucket(s3fs_direct, f"{bucket}/copy") == first  # the old shard 0 (with s0_3) not claimed as the copy's
+    # the advice followed: the objects listed removed from the bucket, then the URL's state folder: a fresh copy
+    for name in open(record).read().split():
+        if s3fs_direct.exists(f"{bucket}/copy/{name}"):
+            s3fs_direct.rm_file(f"{bucket}/copy/{name}")
+    shutil.rmtree(os.path.dirname(staging))
+    code, out, err = cli(args)
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["reused"] == 0 and summary["left_out"] == (SHARDS + 1) * 2
+    with tarfile.open(fileobj=io.BytesIO(s3fs_direct.cat_file(f"{bucket}/copy/shard-000000.tar"))) as tf:
+        assert "s0_3.jpg" not in tf.getnames() and "s0_1.jpg" in tf.getnames()
+
+
 @pytest.mark.slow
 def test_a_copy_killed_with_sigkill_is_resumed_by_the_same_command(
     shards, bucket, s3fs_direct, s3_endpoint, cli, tmp_path

@@ -37,3 +37,16 @@ def test_an_azure_connection_string_is_a_secret_under_its_own_key_or_any_other()
     # an error quoting only the key (not the whole string) is scrubbed too
     assert scrub("bad key c2VjcmV0S2V5VmFsdWU= for acct", options) == "bad key *** for acct"
     assert scrub(f"opening {CONN}", options) == "opening ***"
+
+
+def test_public_options_leave_out_a_sas_or_account_key_inside_a_non_secret_keys_value():
+    from dsclean.storage.urls import public_options
+
+    options = {
+        "account_name": "acct",
+        "blob_endpoint": SAS,  # the key's name says nothing secret: its value carries the signature
+        "nested": {"other": CONN, "region": "westeurope"},
+    }
+    kept = public_options(options)
+    assert kept == {"account_name": "acct", "nested": {"region": "westeurope"}}
+    assert "c2lnbmF0dXJl" not in repr(kept) and "c2VjcmV0S2V5VmFsdWU=" not in repr(kept)
