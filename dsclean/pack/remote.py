@@ -279,6 +279,7 @@ def pack_to_bucket(run: Callable[[str, Any], Any], url: str, storage_options: di
     os.makedirs(os.path.dirname(staging), exist_ok=True)
     check_output_prefix(store, staging)
     adopted = _adopt_record(store, staging)
+    _refuse_orphan_uploads(staging, url, adopted)
     try:
         summary = run(staging, BucketShards(store, staging))
     except UserError as exc:
@@ -319,6 +320,24 @@ def pack_to_bucket(run: Callable[[str, Any], Any], url: str, storage_options: di
             os.unlink(uploaded_record(staging))  # the bucket's pack.json vouches for its objects from now on
     summary.output = url
     return summary
+
+
+def _refuse_orphan_uploads(staging: str, url: str, adopted: bool) -> None:
+    """A killed run's uploads whose local state is gone (its staging folder removed by hand): what options and
+    source made them is no longer known, so they are not reused as this run's shards; the way to start over."""
+    if adopted or any(
+        os.path.exists(os.path.join(staging, n)) for n in (locations.PACK_STATE_FILE, locations.REPACK_STATE_FILE)
+    ):
+        return
+    put = sorted(_our_uploads(staging) - {PROBE})
+    if put:
+        raise UserError(
+            f"{url}: an unfinished pack put {len(put)} objects there (listed in {uploaded_record(staging)}), but its "
+            f"record of what they hold ({locations.PACK_STATE_FILE} or {locations.REPACK_STATE_FILE} in the staging "
+            f"folder {staging}) is gone: they may hold other samples or options than this run's, so they are not "
+            f"reused. To start this pack over, remove those objects from the bucket, then the folder "
+            f"{os.path.dirname(staging)}"
+        )
 
 
 def pack_url(index: str, output: str, options: Any, pack: Callable[..., Any]) -> Any:

@@ -105,8 +105,8 @@ def _digest(denied: Any) -> str:
 
 def _resume_record(staging: str, what: dict, uploaded: Any) -> None:
     """Write what this copy is of into its staging folder, or refuse when a killed copy there was of another and
-    ``uploaded()`` says some of its shards are in the bucket already (with none there, it starts over); with
-    no record and shards there, it is refused too (what they were copied with is unknown)."""
+    ``uploaded()`` says some of its shards are in the bucket already (with none there, it starts over). With no
+    record and shards there, :func:`dsclean.pack.remote.pack_to_bucket` has refused already (their origin unknown)."""
     path = os.path.join(staging, REPACK_STATE_FILE)
     try:
         with open(path, encoding="utf-8") as f:
@@ -115,11 +115,6 @@ def _resume_record(staging: str, what: dict, uploaded: Any) -> None:
         before = None
     except (OSError, ValueError):
         before = {}  # unreadable: not provably the same copy
-    if before is None and uploaded():  # its record removed (the staging folder), its uploads' record kept
-        raise UserError(
-            f"{what['source']}: a killed copy of these shards put some in the bucket but its record of what they "
-            f"hold ({REPACK_STATE_FILE}) is gone: they may hold samples denied since, so they are not reused"
-        )
     if before is not None and before != what and uploaded():
         changed = [k for k in what if not isinstance(before, dict) or before.get(k) != what[k]] or ["record"]
         raise UserError(

@@ -506,3 +506,52 @@ def test_an_index_of_a_file_url_is_refused_by_pack_with_the_way_out(tmp_path, cl
     assert code == 0, err
     code, _, err = cli(["pack", str(index), "-o", str(tmp_path / "out")])
     assert code == 2 and "file://" in err and f"dsclean index {tmp_path / 'data'}" in err and "Traceback" not in err
+
+
+def test_a_killed_packs_uploads_are_not_reused_once_its_staging_folder_is_removed(
+    source, bucket, s3fs_direct, s3_endpoint, cli, monkeypatch
+):
+    """The staging folder (its pack.json: the options and listing the shards were made with) removed by hand, the
+    record of the uploads kept: the shards in the bucket are of an unknown pack, so they are refused, not read back
+    as this run's; the advice given (remove them, then the URL's state folder) then gives a fresh pack."""
+    import shutil
+
+    import s3fs
+
+    from dsclean.pack.remote import uploaded_record
+
+    dest = f"s3://{bucket}/shards"
+    args = ["pack", source, "-o", dest, "--samples-per-shard", "1", "--no-shuffle", *_so(s3_endpoint)]
+    calls = {"n": 0}
+    original_put = s3fs.S3FileSystem._put_file
+
+    async def put_then_die(self, lpath, rpath, *a, **k):  # the second upload fails: one shard is in the bucket
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise PermissionError(13, "Access Denied (injected)")
+        return await original_put(self, lpath, rpath, *a, **k)
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_put_file", put_then_die)
+    s3fs.S3FileSystem.clear_instance_cache()
+    code, _, err = cli(args)
+    assert code != 0 and "access denied" in err.lower()
+    monkeypatch.setattr(s3fs.S3FileSystem, "_put_file", original_put)
+    s3fs.S3FileSystem.clear_instance_cache()
+    before = sorted(p.rsplit("/", 1)[1] for p in s3fs_direct.ls(f"{bucket}/shards", refresh=True))
+    assert before and "pack.json" not in before
+    staging = staging_folder(dest)
+    shutil.rmtree(staging)
+    record = uploaded_record(staging)
+    assert os.path.exists(record)
+    code, out, err = cli([*args[:4], "--samples-per-shard", "2", *args[6:]])  # other options, same output
+    assert code == 2 and "not reused" in err and record in err and os.path.dirname(staging) in err, err
+    assert sorted(p.rsplit("/", 1)[1] for p in s3fs_direct.ls(f"{bucket}/shards", refresh=True)) == before
+    for name in open(record).read().split():  # the advice followed
+        if s3fs_direct.exists(f"{bucket}/shards/{name}"):
+            s3fs_direct.rm_file(f"{bucket}/shards/{name}")
+    shutil.rmtree(os.path.dirname(staging))
+    code, out, err = cli([*args, "--json"])
+    assert code == 0, err
+    assert json.loads(out)["reused"] == 0
+    code, out, err = cli(["verify", dest, *_so(s3_endpoint)])
+    assert code == 0 and "4 of 4 shards pass, 4 samples" in out, out + err
