@@ -92,6 +92,16 @@ class Pool:
     close: Callable[[], None]
 
 
+def check_backend(backend: str, scheduler: str | None) -> None:
+    """Refuse a backend this machine does not know, ``dask`` without a scheduler, a scheduler without ``dask``."""
+    if backend not in BACKENDS:
+        raise UserError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if backend == "dask" and not scheduler:
+        raise UserError("--backend dask needs --scheduler tcp://HOST:PORT or a scheduler file")
+    if scheduler and backend != "dask":  # a cluster the user named would silently sit idle
+        raise UserError(f"--scheduler goes with --backend dask (the backend is {backend})")
+
+
 def make_pool(
     backend: str, workers: int, scheduler: str | None = None, formats: Iterable[str] | None = None, facts: bool = True
 ) -> Pool:

@@ -33,7 +33,7 @@ from . import facts as facts_of
 from .cache import ScanCache, options_key, row_to_verdict
 from .check import CheckOptions
 from .discover import DiscoverStats, iter_media_lists, symlink_mode
-from .executors import BACKENDS, run_checks
+from .executors import check_backend, run_checks
 from .fastfork import WorkersUnavailable
 from .quarantine.moves import ChangedError, Quarantine
 from .quarantine.status import quarantine_state, quarantined_records
@@ -223,12 +223,7 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
     """
     root = validate_root(root)
     jobs = options.jobs or usable_cores()
-    if options.backend not in BACKENDS:
-        raise UserError(f"unknown backend {options.backend!r}; choose one of {', '.join(BACKENDS)}")
-    if options.backend == "dask" and not options.scheduler:
-        raise UserError("--backend dask needs --scheduler tcp://HOST:PORT or a scheduler file")
-    if options.scheduler and options.backend != "dask":  # a cluster the user named would silently sit idle
-        raise UserError(f"--scheduler goes with --backend dask (the backend is {options.backend})")
+    check_backend(options.backend, options.scheduler)
     if memory_floor_problem(options.check.max_memory):
         raise UserError(memory_floor_problem(options.check.max_memory))
     if options.check.max_memory == 0:

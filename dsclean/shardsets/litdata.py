@@ -82,15 +82,6 @@ def _offsets(f, size: int, count: int) -> tuple[int, ...] | str:
     return offsets
 
 
-def read_set(ss: ShardSet, column: str | None = None) -> Iterator[Sample | Problem | ShardDone]:
-    """Every media field of the litdata set ``ss`` as a Sample, and what is wrong with its index and chunks."""
-    for item in plan_set(ss, column):
-        if isinstance(item, Problem):
-            yield item
-        else:
-            yield from shard_events(ss, *item, column)
-
-
 def plan_set(ss: ShardSet, column: str | None = None) -> Iterator[tuple[str, tuple] | Problem]:
     """The set's chunks from its ``index.json``, each ``(name, entry)`` (what :func:`shard_events` reads it
     with, small and picklable: a task of its own on a worker), and the index's broken entries as problems."""

@@ -131,15 +131,6 @@ def _columns(data: bytes, names: list, sizes: list) -> list[bytes] | None:
     return out
 
 
-def read_set(ss: ShardSet, column: str | None = None) -> Iterator[Sample | Problem | ShardDone]:
-    """Every media value of the MDS set ``ss`` as a Sample, and what is wrong with its index and shards."""
-    for item in plan_set(ss, column):
-        if isinstance(item, Problem):
-            yield item
-        else:
-            yield from shard_events(ss, *item, column)
-
-
 def plan_set(ss: ShardSet, column: str | None = None) -> Iterator[tuple[str, tuple] | Problem]:
     """The set's shards from its ``index.json``, each ``(name, entry)`` (what :func:`shard_events` reads it
     with, small and picklable: a task of its own on a worker), and the index's broken entries as problems."""

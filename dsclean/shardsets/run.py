@@ -117,14 +117,9 @@ class ShardScanSummary:
 
 def check_backend(options: ShardScanOptions) -> None:
     """Refuse a backend this machine does not know, ``dask`` without a scheduler, a scheduler without ``dask``."""
-    from ..scanning.executors import BACKENDS
+    from ..scanning.executors import check_backend as check
 
-    if options.backend not in BACKENDS:
-        raise UserError(f"unknown backend {options.backend!r}; choose one of {', '.join(BACKENDS)}")
-    if options.backend == "dask" and not options.scheduler:
-        raise UserError("--backend dask needs --scheduler tcp://HOST:PORT or a scheduler file")
-    if options.scheduler and options.backend != "dask":  # a cluster the user named would silently sit idle
-        raise UserError(f"--scheduler goes with --backend dask (the backend is {options.backend})")
+    check(options.backend, options.scheduler)
 
 
 def _resolve(specs: list[str], options: ShardScanOptions) -> ShardSet:
@@ -168,10 +163,14 @@ def iter_events(ss: ShardSet, column: str | None = None) -> Iterator[Sample | Pr
         yield Problem(name, None, None, None, R.MISSING_SHARD, f"{name}: named by the set but not there")
     if ss.kind in ("mds", "litdata"):
         if ss.kind == "mds":
-            from .mds import read_set
+            from .mds import plan_set, shard_events
         else:
-            from .litdata import read_set  # type: ignore[no-redef]
-        yield from read_set(ss, column)
+            from .litdata import plan_set, shard_events  # type: ignore[assignment]
+        for item in plan_set(ss, column):  # the index's problems, then each shard's events
+            if isinstance(item, Problem):
+                yield item
+            else:
+                yield from shard_events(ss, *item, column)
         return
     if ss.kind == "webdataset":
         from .webdataset import read_shard
