@@ -4,8 +4,6 @@ bucket), read from their member bytes by one bounded walk of each shard, decoded
 from __future__ import annotations
 
 import gzip
-import io
-import tarfile
 
 import pytest
 from support import synth
@@ -15,19 +13,9 @@ CUT = synth.truncate(synth.jpeg(96, 64, seed=3), 0.5)
 GOOD = synth.png(40, 30, seed=2)
 
 
-def tar_bytes(members: list[tuple[str, bytes]]) -> bytes:
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tf:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tf.addfile(info, io.BytesIO(data))
-    return out.getvalue()
-
-
 def shards(gz: bool = False) -> dict[str, bytes]:
     """Two shards: the first holds a truncated JPEG among good samples and captions."""
-    first = tar_bytes(
+    first = synth.tar_bytes(
         [
             ("a.png", GOOD),
             ("a.txt", b"a caption"),
@@ -36,7 +24,7 @@ def shards(gz: bool = False) -> dict[str, bytes]:
             ("c.png", synth.png(20, 50, seed=4)),
         ]
     )
-    second = tar_bytes([(f"k{i}.jpg", synth.jpeg(64, 64, seed=10 + i)) for i in range(4)])
+    second = synth.tar_bytes([(f"k{i}.jpg", synth.jpeg(64, 64, seed=10 + i)) for i in range(4)])
     if gz:
         return {"shard-000000.tar.gz": gzip.compress(first), "shard-000001.tar.gz": gzip.compress(second)}
     return {"shard-000000.tar": first, "shard-000001.tar": second}
@@ -67,7 +55,7 @@ def test_shard_rewritten_since_the_scan_gets_a_placeholder(tmp_path, cli):
     state = tmp_path / "state"
     code, _, err = cli(["scan", folder, "--jobs", "1", "--state-dir", state])
     assert code == 0, err
-    (folder / "shard-000000.tar").write_bytes(tar_bytes([("a.png", GOOD)]))  # b.jpg gone
+    (folder / "shard-000000.tar").write_bytes(synth.tar_bytes([("a.png", GOOD)]))  # b.jpg gone
     out = tmp_path / "r.html"
     code, _, err = cli(["report", folder, "-o", out, "--state-dir", state])
     assert code == 0, err

@@ -3,7 +3,6 @@ local S3 server, or the shared folder); the same results, problems and deny-list
 
 from __future__ import annotations
 
-import io
 import json
 import os
 
@@ -159,26 +158,14 @@ def test_a_local_parquet_set_on_dask_matches_a_local_scan(cluster, tmp_path):
     }
 
 
-def tar_bytes(members: list[tuple[str, bytes]]) -> bytes:
-    import tarfile
-
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tf:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tf.addfile(info, io.BytesIO(data))
-    return out.getvalue()
-
-
 @pytest.mark.slow  # fault injection: a sample that segfaults its checker, on a cluster of its own
 def test_a_sample_that_crashes_its_checker_is_named_and_the_dask_workers_survive(tmp_path):
     folder = tmp_path / "wds"
     folder.mkdir()
     members = [(f"k{i}.jpg", synth.jpeg(16, 16, seed=i)) for i in range(8)]
     members[3] = ("k3__segfault__.jpg", synth.jpeg(16, 16))
-    (folder / "a.tar").write_bytes(tar_bytes(members))
-    (folder / "b.tar").write_bytes(tar_bytes([(f"b{i}.jpg", synth.jpeg(16, 16, seed=50 + i)) for i in range(4)]))
+    (folder / "a.tar").write_bytes(synth.tar_bytes(members))
+    (folder / "b.tar").write_bytes(synth.tar_bytes([(f"b{i}.jpg", synth.jpeg(16, 16, seed=50 + i)) for i in range(4)]))
     with (
         local_cluster(env={"DSCLEAN_TEST_FAULTS": "1"}) as faulty,
         distributed.Client(faulty.scheduler_address) as client,

@@ -4,10 +4,8 @@ are the ones the main process got when it read the tars and shipped every sample
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import os
-import tarfile
 
 import pyarrow.parquet as pq
 import webdataset as wds
@@ -20,16 +18,6 @@ from dsclean.shardsets import run, webdataset
 from dsclean.shardsets.detect import detect
 from dsclean.shardsets.run import ShardScanOptions, scan_shard_set, verify_shard_set
 from dsclean.shardsets.tartasks import TarTask, check_tar_part, plan
-
-
-def tar_bytes(members: list[tuple[str, bytes]]) -> bytes:
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tf:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tf.addfile(info, io.BytesIO(data))
-    return out.getvalue()
 
 
 def mixed_set(folder: str) -> None:
@@ -46,10 +34,10 @@ def mixed_set(folder: str) -> None:
     wav = synth.encode_audio(synth.tone(0.05), 16_000, "wav")
     members = [("a.jpg", synth.jpeg(32, 32, seed=7)), ("b.wav", wav), ("a.txt", b"x"), ("c.png", b"\x89PNG junk")]
     with open(os.path.join(folder, "shard-000003.tar"), "wb") as f:
-        f.write(tar_bytes(members))  # a.jpg and a.txt apart: a split sample
+        f.write(synth.tar_bytes(members))  # a.jpg and a.txt apart: a split sample
     with open(os.path.join(folder, "shard-000004.tar.gz"), "wb") as f:
-        f.write(gzip.compress(tar_bytes([(f"g{i}.jpg", synth.jpeg(32, 32, seed=50 + i)) for i in range(5)])))
-    whole = tar_bytes([(f"t{i}.jpg", synth.jpeg(32, 32, seed=90 + i)) for i in range(6)])
+        f.write(gzip.compress(synth.tar_bytes([(f"g{i}.jpg", synth.jpeg(32, 32, seed=50 + i)) for i in range(5)])))
+    whole = synth.tar_bytes([(f"t{i}.jpg", synth.jpeg(32, 32, seed=90 + i)) for i in range(6)])
     with open(os.path.join(folder, "shard-000005.tar"), "wb") as f:
         f.write(whole[: len(whole) * 2 // 3])  # cut inside a member
 

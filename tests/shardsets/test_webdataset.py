@@ -31,16 +31,6 @@ def run_cli(*args, timeout=120):
     )
 
 
-def tar_bytes(members: list[tuple[str, bytes]], fmt=tarfile.PAX_FORMAT) -> bytes:
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=fmt) as tf:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tf.addfile(info, io.BytesIO(data))
-    return out.getvalue()
-
-
 def writer_shards(folder, shards=3, per=6, bad=((1, 2),)) -> dict:
     """Shards written by webdataset.TarWriter; the samples in ``bad`` (shard, i) truncated. Returns the bad keys."""
     os.makedirs(folder, exist_ok=True)
@@ -99,8 +89,8 @@ def test_tarfile_img2dataset_layout_and_gzip(tmp_path):
         key = f"{i:09d}"
         img = synth.png(32, 32, seed=i) if i != 3 else b"<html>404 not found</html>"
         members += [(f"{key}.jpg" if i != 1 else f"{key}.png", img), (f"{key}.json", b"{}"), (f"{key}.txt", b"cap")]
-    (folder / "00000.tar").write_bytes(tar_bytes(members, tarfile.USTAR_FORMAT))
-    (folder / "00001.tar.gz").write_bytes(gzip.compress(tar_bytes(members)))
+    (folder / "00000.tar").write_bytes(synth.tar_bytes(members, tarfile.USTAR_FORMAT))
+    (folder / "00001.tar.gz").write_bytes(gzip.compress(synth.tar_bytes(members)))
     s = scan_shard_set([str(folder)], ShardScanOptions(report_dir=str(tmp_path / "out"), **FAST))
     assert (s.shards, s.samples, s.checked) == (2, 8, 8)
     # PNG bytes named .jpg: extension_mismatch (warn); the HTML page: not_media (bad)
@@ -112,7 +102,7 @@ def test_tarfile_img2dataset_layout_and_gzip(tmp_path):
 def test_keys_grouped_as_webdataset_groups_them(tmp_path):
     members = [("dir/a.b.jpg", synth.jpeg(16, 16)), ("dir/a.b.json", b"{}"), ("c.jpg", synth.jpeg(16, 16, seed=1))]
     path = tmp_path / "t.tar"
-    path.write_bytes(tar_bytes(members))
+    path.write_bytes(synth.tar_bytes(members))
     theirs = [s["__key__"] for s in wds.WebDataset(str(path), shardshuffle=False)]
     table = pq.read_table(
         scan_shard_set([str(path)], ShardScanOptions(report_dir=str(tmp_path / "o"), **FAST)).results_path
@@ -125,7 +115,7 @@ def test_duplicate_and_split_members_are_found(tmp_path):
     jpg = synth.jpeg(16, 16)
     members = [("k1.jpg", jpg), ("k1.jpg", jpg), ("k2.jpg", jpg), ("k1.json", b"{}")]
     path = tmp_path / "t.tar"
-    path.write_bytes(tar_bytes(members))
+    path.write_bytes(synth.tar_bytes(members))
     with pytest.raises(ValueError, match="duplicate"):  # what webdataset does with it
         list(wds.WebDataset(str(path), shardshuffle=False))
     v = verify_shard_set([str(path)], ShardScanOptions(**FAST))
@@ -148,14 +138,14 @@ def test_truncated_tar_names_the_cut_member_and_denies_it(tmp_path):
     assert "cut short" in cut["detail"] and s.checked == 15
     assert denylist.read_denylist(folder / "denylist.jsonl").keys() == {("shard-000002.tar", "s2_0003")}
     # cut at a member boundary: no end-of-archive
-    boundary = tar_bytes([("a.jpg", synth.jpeg(16, 16))])[: 1024 + 512 * 2]
+    boundary = synth.tar_bytes([("a.jpg", synth.jpeg(16, 16))])[: 1024 + 512 * 2]
     (tmp_path / "b.tar").write_bytes(boundary[: 512 + ((len(synth.jpeg(16, 16)) + 511) // 512) * 512])
     v = verify_shard_set([str(tmp_path / "b.tar")], ShardScanOptions(**FAST))
     assert v.problems.get("broken_shard") == 1 and "end-of-archive" in v.listed[-1]["detail"]
 
 
 def test_broken_header_and_hostile_sizes(tmp_path):
-    good = tar_bytes([("a.jpg", synth.jpeg(16, 16)), ("b.jpg", synth.jpeg(16, 16, seed=2))])
+    good = synth.tar_bytes([("a.jpg", synth.jpeg(16, 16)), ("b.jpg", synth.jpeg(16, 16, seed=2))])
     broken = bytearray(good)
     second = 512 + ((len(synth.jpeg(16, 16)) + 511) // 512) * 512
     broken[second + 148 : second + 156] = b"9999999\0"  # the second header's checksum
@@ -199,14 +189,14 @@ def test_brace_pattern_and_numbering_gaps_are_missing_shards(tmp_path):
 def test_a_folder_of_media_is_still_files_and_as_forces(tmp_path):
     (tmp_path / "imgs").mkdir()
     (tmp_path / "imgs" / "a.jpg").write_bytes(synth.jpeg(16, 16))
-    (tmp_path / "imgs" / "x.tar").write_bytes(tar_bytes([("k.jpg", synth.jpeg(16, 16))]))
+    (tmp_path / "imgs" / "x.tar").write_bytes(synth.tar_bytes([("k.jpg", synth.jpeg(16, 16))]))
     assert detect([str(tmp_path / "imgs")]) is None
     ss = detect([str(tmp_path / "imgs")], "webdataset")
     assert ss is not None and ss.names == ["x.tar"]
     # an ImageFolder (class folders) with a stray backup tar at the top: still a folder of files
     (tmp_path / "tree" / "cats").mkdir(parents=True)
     (tmp_path / "tree" / "cats" / "a.jpg").write_bytes(synth.jpeg(16, 16))
-    (tmp_path / "tree" / "backup.tar").write_bytes(tar_bytes([("k.jpg", synth.jpeg(16, 16))]))
+    (tmp_path / "tree" / "backup.tar").write_bytes(synth.tar_bytes([("k.jpg", synth.jpeg(16, 16))]))
     assert detect([str(tmp_path / "tree")]) is None
     assert detect([str(tmp_path / "tree")], "webdataset").names == ["backup.tar"]
 
@@ -290,7 +280,7 @@ def test_a_sample_that_kills_its_decoder_is_named_and_denied(tmp_path):
     members = [(f"k{i}.jpg", synth.jpeg(16, 16, seed=i)) for i in range(6)]
     members[2] = ("k2__segfault__.jpg", synth.jpeg(16, 16))
     members[4] = ("k4__hang__.jpg", synth.jpeg(16, 16))
-    (folder / "a.tar").write_bytes(tar_bytes(members))
+    (folder / "a.tar").write_bytes(synth.tar_bytes(members))
     env = {**os.environ, "DSCLEAN_TEST_FAULTS": "1"}
     r = subprocess.run(
         [sys.executable, "-m", "dsclean", "scan", str(folder), "--jobs", "2", "--timeout", "2", "--json"],
@@ -334,8 +324,8 @@ def test_a_key_in_two_shards_is_named_with_both(tmp_path):
     folder = tmp_path / "wds"
     folder.mkdir()
     jpg = synth.jpeg(16, 16)
-    (folder / "a-0.tar").write_bytes(tar_bytes([("k1.jpg", jpg), ("k2.jpg", jpg), ("k2.json", b"{}")]))
-    (folder / "a-1.tar").write_bytes(tar_bytes([("k3.jpg", jpg), ("k2.jpg", jpg)]))
+    (folder / "a-0.tar").write_bytes(synth.tar_bytes([("k1.jpg", jpg), ("k2.jpg", jpg), ("k2.json", b"{}")]))
+    (folder / "a-1.tar").write_bytes(synth.tar_bytes([("k3.jpg", jpg), ("k2.jpg", jpg)]))
     v = verify_shard_set([str(folder)], ShardScanOptions(**FAST))
     assert v.problems == {"duplicate_key": 1} and not v.ok
     (p,) = v.listed
@@ -349,7 +339,9 @@ def test_quality_flags_of_samples_as_the_scan_records_them(tmp_path):
 
     black = io.BytesIO()
     Image.new("RGB", (64, 64)).save(black, "JPEG")
-    (tmp_path / "a.tar").write_bytes(tar_bytes([("dark.jpg", black.getvalue()), ("fine.jpg", synth.jpeg(64, 64))]))
+    (tmp_path / "a.tar").write_bytes(
+        synth.tar_bytes([("dark.jpg", black.getvalue()), ("fine.jpg", synth.jpeg(64, 64))])
+    )
     s = scan_shard_set([str(tmp_path / "a.tar")], ShardScanOptions(report_dir=str(tmp_path / "out"), **FAST))
     flags = dict(zip(*pq.read_table(s.results_path, columns=["key", "flags"]).to_pydict().values()))
     assert "dark" in flags["dark"] and "dark" not in flags["fine"] and s.flags["dark"] == 1
@@ -362,7 +354,7 @@ def test_quality_flags_of_samples_as_the_scan_records_them(tmp_path):
 
 def test_damaged_and_cut_gzip_shards_are_broken(tmp_path):
     members = [(f"k{i}.jpg", synth.jpeg(64, 64, seed=i)) for i in range(4)]
-    whole = gzip.compress(tar_bytes(members))
+    whole = gzip.compress(synth.tar_bytes(members))
     (tmp_path / "cut.tar.gz").write_bytes(whole[: len(whole) * 2 // 3])
     damaged = bytearray(whole)
     damaged[len(whole) // 2 : len(whole) // 2 + 64] = bytes(64)

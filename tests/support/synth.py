@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import struct
+import tarfile
 import zlib
 
 import numpy as np
@@ -271,3 +272,14 @@ def png_interlaced(width: int, height: int, seed: int = 0, bit_depth: int = 8, c
     return png_from_stream(
         width, height, zlib.compress(bytes(raw)), bit_depth=bit_depth, colour_type=colour_type, interlace=1
     )
+
+
+def tar_bytes(members: list[tuple[str, bytes]], fmt: int = tarfile.PAX_FORMAT) -> bytes:
+    """A tar (``tarfile``'s writer, PAX by default) of ``(name, bytes)`` members, in order."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=fmt) as tf:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return out.getvalue()
