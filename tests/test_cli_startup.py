@@ -401,7 +401,13 @@ def test_the_peek_reads_a_bounded_number_of_entries(tmp_path):
     assert peek_formats(str(tmp_path)) == {"flac", "png"}
     assert peek_formats(str(tmp_path / "missing")) is None  # expect anything
     assert peek_formats(str(tmp_path / "b"), entries=0) is None
-    base = ["dsclean.scanning.executors", "dsclean.scanning.schema"]  # the workers' code and their Arrow batches
+    # the workers' code and their Arrow batches, the pool's queues, and what every check records
+    base = [
+        "dsclean.scanning.executors",
+        "dsclean.scanning.schema",
+        "multiprocessing.synchronize",
+        "dsclean.scanning.traits",
+    ]
     assert preload_modules({"flac"}) == [*base, "dsclean.scanning.check_audio"]
     assert preload_modules({"jpeg"}, facts=False) == [*base, "dsclean.scanning.check_image"]  # no Pillow
     assert preload_modules({"jpeg", "gif"}, facts=False) == [
@@ -670,7 +676,8 @@ def test_keeping_pandas_out_answers_a_probe_and_refuses_the_import():
 def test_the_command_collects_cyclic_garbage_less_often_but_main_leaves_callers_alone(tmp_path):
     """The ``dsclean`` command's own process runs the cyclic collector's first generation every 50,000 new
     objects, not every 700 (start-up: ~3% of a one-file scan's instructions, issue 29); its forks (forkserver,
-    workers) go back to 700; ``main`` called from Python leaves the caller's thresholds as they were."""
+    workers) go back to 700, with what they inherited frozen (never traversed: no collection copies the pages
+    they share with the command's process); ``main`` called from Python leaves the caller's thresholds as they were."""
     missing = str(tmp_path / "missing")
     code = f"""
         import atexit, gc, os, sys
@@ -680,7 +687,7 @@ def test_the_command_collects_cyclic_garbage_less_often_but_main_leaves_callers_
         def fork():
             pid = os.fork()
             if pid == 0:
-                print(gc.get_threshold()[0], flush=True)
+                print(gc.get_threshold()[0], gc.get_freeze_count() > 10_000, flush=True)
                 os._exit(0)
             os.waitpid(pid, 0)
 
@@ -691,4 +698,5 @@ def test_the_command_collects_cyclic_garbage_less_often_but_main_leaves_callers_
     """
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2, out.stderr  # the missing root: a usage error, after which atexit handlers run
-    assert out.stdout.split() == ["700", "50000", "700"]  # main from Python; the command; a fork of the command
+    # main from Python; the command; a fork of the command (frozen: the command's modules, at least)
+    assert out.stdout.split() == ["700", "50000", "700", "True"]

@@ -420,6 +420,8 @@ def preload_modules(formats: Iterable[str] | None = None, facts: bool = True) ->
     return [
         __name__,
         "dsclean.scanning.schema",
+        "multiprocessing.synchronize",  # a worker unpickles its pool's queues with it
+        "dsclean.scanning.traits",  # every check records the file's traits (check_file)
         *checker_modules(formats),
         *(["dsclean.quality.image"] if images else []),
     ]
