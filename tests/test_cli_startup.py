@@ -68,20 +68,22 @@ def test_the_forkserver_inherits_numpy_and_pyarrow_from_a_single_threaded_proces
         from dsclean.cli import main
         from dsclean.scanning import executors
         forked = executors._fork_helpers
-        executors._fork_helpers = lambda preload: (print("FORKED", flush=True), forked(preload))[1]
+        def fork(preload):  # the threads of this process as it forks the forkserver
+            print("FORKED", len(os.listdir("/proc/self/task")), flush=True)
+            return forked(preload)
+        executors._fork_helpers = fork
         import dsclean.cli.scan as scan
         def stop(args):  # the command line parsed and the workers started: what was imported by then
             print(forkserver._forkserver._forkserver_pid is not None, "numpy" in sys.modules, "pyarrow" in sys.modules)
-            print(len(os.listdir("/proc/self/task")))
             return 0
         scan.cmd_scan = stop
         main(["scan", {str(tmp_path / "data")!r}, "--state-dir", {str(tmp_path / "s")!r}])
     """
     env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "JE_ARROW_MALLOC_CONF")}
-    assert _run(code, env).split() == ["FORKED", "True", "True", "True", "1"]
-    assert _run(code, {**env, "OPENBLAS_NUM_THREADS": "2"}).split()[:4] == ["FORKED", "True", "False", "False"]
+    assert _run(code, env).split() == ["FORKED", "1", "True", "True", "True"]
+    assert _run(code, {**env, "OPENBLAS_NUM_THREADS": "2"}).split() == ["FORKED", "1", "True", "False", "False"]
     other = _run(code, {**env, "JE_ARROW_MALLOC_CONF": "narenas:1"}).split()
-    assert other[:4] == ["FORKED", "True", "True", "False"]
+    assert other == ["FORKED", "1", "True", "True", "False"]
 
 
 def test_the_forkserver_inherits_pyarrows_first_conversion_when_pandas_is_refused(tmp_path):
@@ -93,12 +95,18 @@ def test_the_forkserver_inherits_pyarrows_first_conversion_when_pandas_is_refuse
         import os, sys
         from multiprocessing import forkserver
         from dsclean.cli import main, no_pandas
+        from dsclean.scanning import executors
         if sys.argv[1:] == ["refuse"]:
             no_pandas()
+        forked = executors._fork_helpers
+        def fork(preload):  # the threads of this process as it forks the forkserver
+            threads = len(os.listdir("/proc/self/task"))
+            forked(preload)
+            print("FORKED", threads, flush=True)
+        executors._fork_helpers = fork
         import dsclean.cli.scan as scan
         def stop(args):
             print(forkserver._forkserver._forkserver_pid is not None, "dateutil" in sys.modules, "pandas" in sys.modules)
-            print(len(os.listdir("/proc/self/task")))
             return 0
         scan.cmd_scan = stop
         main(["scan", {str(tmp_path / "data")!r}, "--state-dir", {str(tmp_path / "s")!r}])
@@ -107,8 +115,8 @@ def test_the_forkserver_inherits_pyarrows_first_conversion_when_pandas_is_refuse
     run = [sys.executable, "-c", textwrap.dedent(code)]
     refused = subprocess.run([*run, "refuse"], capture_output=True, text=True, timeout=120, env=env)
     assert refused.returncode == 0, refused.stderr
-    assert refused.stdout.split() == ["True", "True", "False", "1"]
-    assert _run(code, env).split() == ["True", "False", "False", "1"]
+    assert refused.stdout.split() == ["FORKED", "1", "True", "True", "False"]
+    assert _run(code, env).split() == ["FORKED", "1", "True", "False", "False"]
 
 
 def test_a_process_with_a_native_thread_starts_its_forkserver_as_a_fresh_interpreter():
@@ -201,6 +209,39 @@ def test_a_first_scan_starts_its_workers_before_importing_the_scan(tmp_path):
     assert json.loads(out.stdout)["files"] == 1
     assert early(False) == ["NOT", "NO-SCANNER"]  # earlier results: the scan decides
     assert early(True) == ["STARTED", "NO-SCANNER"]
+
+
+_FIRST_WORKER = """
+    import sys
+    from dsclean.cli.scan import parse_early
+    from dsclean.scanning import executors
+    parse_early(sys.argv[1:])
+    starting = executors._starting
+    print("THREAD" if starting is not None else "NO-THREAD")
+    print("SCANNER" if "dsclean.scanning.scanner" in sys.modules else "NO-SCANNER")
+    if starting is not None:
+        starting.join(60)
+        pool = executors._local[0]
+        print("WORKERS", len(pool._processes), pool._max_workers, "OK" if not executors._unavailable else "FAILED")
+"""
+
+
+def test_a_first_scan_starts_its_first_worker_while_it_imports_the_scan(tmp_path):
+    """With the forkserver, the pool the scan will take (its size: --jobs, or the usable cores for --jobs 0) starts
+    its first worker from a thread: the wait for the forkserver's preload and the worker's own start overlap the
+    command's import of the scan, and the first chunk finds a worker ready (issue 29, start-up)."""
+    from dsclean.scanning.cores import usable_cores
+
+    root, state = tmp_path / "data", tmp_path / "state"
+    write(root, "a.jpg", synth.jpeg(16, 16))
+    base = [str(root), "--state-dir", str(state), "--rescan"]
+    for extra, size in (([], usable_cores()), (["--jobs", "2"], 2)):
+        out = _run(_FIRST_WORKER.replace("sys.argv[1:]", repr(base + extra))).split()
+        assert out[:2] == ["THREAD", "NO-SCANNER"], out
+        started, max_workers, ok = int(out[3]), int(out[4]), out[5]
+        assert (max_workers, ok) == (size, "OK") and 1 <= started <= size, out
+    out = _run(_FIRST_WORKER.replace("sys.argv[1:]", repr([*base, "--backend", "threads"]))).split()
+    assert out[:2] == ["NO-THREAD", "NO-SCANNER"]  # no local processes: nothing to start
 
 
 _CLI_STARTS = """

@@ -351,10 +351,12 @@ def _share(text: str) -> float:
 
 def _expect(args: argparse.Namespace) -> str:
     """``--expect`` in its canonical spelling (a UserError for an unknown key or a bad value)."""
-    from ..scanning.traits import canonical_expect
-
     if args.strict_expect and not args.expect:
         raise UserError("--strict-expect needs --expect KEY=VALUE,... (what the files must be)")
+    if not args.expect:
+        return ""  # nothing expected (what canonical_expect says of it, without loading the traits' code here)
+    from ..scanning.traits import canonical_expect
+
     return canonical_expect(args.expect)
 
 
@@ -373,7 +375,8 @@ def check_options(args: argparse.Namespace):
         expect=_expect(args),
         strict_expect=args.strict_expect,
         exif=args.exif,
-        loaders=check_loaders_of(loader_profiles(args)),
+        # no --loader: the default profile (pillow) is the check's own judgement, nothing more to run or load
+        loaders=check_loaders_of(loader_profiles(args)) if args.loader else (),
     )
 
 
@@ -395,13 +398,18 @@ def _names_shard_set(args: argparse.Namespace) -> bool:
     return False
 
 
+def _any_url(roots: list[str]) -> bool:
+    from ..storage.urls import is_url  # only for a root that looks like one: a folder's scan never loads it
+
+    return any(is_url(r) for r in roots)
+
+
 def cmd_scan(args: argparse.Namespace) -> int:
     # the workers' forkserver, when the scan needs one, was started by dsclean.cli.main (parse_early)
     from ..scanning.scanner import ScanOptions, format_summary, scan
-    from ..storage.urls import is_url
     from .bucket import cmd_scan_bucket, refuse_bucket_options
 
-    if any(is_url(r) for r in args.root):  # object storage: dsclean.storage
+    if any("://" in r for r in args.root) and _any_url(args.root):  # object storage: dsclean.storage
         from ..shardsets.detect import detect
         from ..storage.urls import parse_storage_options
 
@@ -519,8 +527,9 @@ def _start_workers_early(args: argparse.Namespace) -> None:
 
         if os.path.exists(os.path.join(root_state_dir(root, args.state_dir), LAST_SCAN_FILE)):
             return
+    from ..scanning.cores import usable_cores
     from ..scanning.discover import peek_formats
-    from ..scanning.executors import start_local_workers
+    from ..scanning.executors import prestart_local_worker, start_local_workers
 
     # numpy and pyarrow first, in this process: the scan imports them anyway, and the forkserver (a fork) then
     # inherits them rather than importing them again (~0.15 CPU-s of every scan's start). Only while the process stays
@@ -544,6 +553,7 @@ def _start_workers_early(args: argparse.Namespace) -> None:
 
         formats = expected_formats(root, args.as_kind)
     start_local_workers(formats, getattr(args, "facts", "all") == "all", fork_here=True)
+    prestart_local_worker(args.jobs or usable_cores())  # the pool the scan takes: --jobs 0 counts as it does
 
 
 def _write_html(args: argparse.Namespace, summary, storage_options: dict | None = None) -> None:

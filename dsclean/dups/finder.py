@@ -118,7 +118,7 @@ class DupsResult:
 def _workers(jobs: int) -> int:
     if jobs:
         return jobs
-    from ..scanning.scanner import usable_cores
+    from ..scanning.cores import usable_cores
 
     return usable_cores()
 

@@ -31,8 +31,8 @@ from ..errors import UserError
 from ..loaders.profiles import PROFILES
 from ..scanning.cache import options_key
 from ..scanning.check import CheckOptions
+from ..scanning.cores import usable_cores
 from ..scanning.results import read_results_meta
-from ..scanning.scanner import usable_cores
 from ..storage.fs import Store
 from ..storage.listing import ListingStats, Obj, iter_objects, top_entries
 from ..storage.reads import DEFAULT_READ_THREADS, ReadPolicy, classify, quiet_store_retries, retried

@@ -125,7 +125,7 @@ def judge(
     summary.checked += checked
     fresh = None
     if checked:
-        from ..scanning.scanner import usable_cores
+        from ..scanning.cores import usable_cores
         from .checking import check_rows, open_cache
 
         cache = open_cache(

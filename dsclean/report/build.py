@@ -241,6 +241,6 @@ def _limits(src, options: ReportOptions) -> ThumbLimits:
 def _jobs(jobs: int) -> int:
     if jobs:
         return jobs
-    from ..scanning.scanner import usable_cores  # the scan's count: affinity and cgroup quota aware
+    from ..scanning.cores import usable_cores  # the scan's count: affinity and cgroup quota aware
 
     return usable_cores()

@@ -170,7 +170,12 @@ def local_pool(workers: int, formats: Iterable[str] | None = None, facts: bool =
     are given to each worker as it starts: forked from the server, a worker sees the server's environment,
     not this process's current one; a pool started with other values is replaced.
     """
-    global _local
+    global _local, _starting
+    if _starting is not None and _starting is not threading.current_thread():
+        _starting.join()  # the worker it starts, or why none could start, before this pool is used
+        _starting = None
+    if _unavailable:
+        raise _unavailable.pop()
     env = handed_env()
     if _local is not None:
         pool, size, was = _local
@@ -195,6 +200,39 @@ def start_local_workers(formats: Iterable[str] | None = None, facts: bool = True
     if multiprocessing.current_process().daemon:
         return  # a daemonic process cannot start one; the scan says why when it needs workers
     _fresh_process_context(formats, facts, fork_here)
+
+
+def prestart_local_worker(workers: int, formats: Iterable[str] | None = None, facts: bool = True) -> None:
+    """Start the local pool's first worker now, from a thread, so it is ready when the first chunk is sent.
+
+    For the ``dsclean`` command, right after :func:`start_local_workers`: asking the forkserver for a worker waits
+    until it has preloaded the checkers, then the worker starts (unpickles its pool's queues, runs its initializer);
+    a thread does that waiting while this process imports the rest of the scan, instead of the scan doing it after.
+    The pool is :func:`local_pool`'s, the one the scan then takes (same size, same handed variables). Its start
+    is one of the scan's attempts: if no worker could be started (the forkserver died, then its replacement), the
+    scan's first use of the pool raises the same :class:`~dsclean.scanning.fastfork.WorkersUnavailable`."""
+    global _starting
+    if _context is None or not fastfork.server_running() or _starting is not None:
+        return
+    pool = local_pool(workers)
+    _starting = threading.Thread(target=_first_worker, args=(pool,), name="dsclean-first-worker", daemon=True)
+    _starting.start()
+
+
+#: the thread starting the pool's first worker early, until the next local_pool call (the scan's) waits for it
+_starting: threading.Thread | None = None
+#: its WorkersUnavailable, raised by that call
+_unavailable: list[fastfork.WorkersUnavailable] = []
+
+
+def _first_worker(pool: ProcessPoolExecutor) -> None:
+    """A no-op task: the executor starts a worker process for it (Python 3.11+: one per task while none is idle)."""
+    try:
+        pool.submit(int)
+    except fastfork.WorkersUnavailable as exc:
+        _unavailable.append(exc)
+    except RuntimeError as exc:  # shut down or broken first (the scan ended, or refused its root): nothing to start
+        log.debug("no first worker started: %s", exc)
 
 
 def stop_local_workers() -> None:

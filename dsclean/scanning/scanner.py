@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import operator
 import os
 import signal
@@ -32,11 +31,10 @@ from ..splits import SPLIT_NAMES, split_counts, split_folders
 from . import facts as facts_of
 from .cache import ScanCache, options_key, row_to_verdict
 from .check import CheckOptions
+from .cores import usable_cores
 from .discover import DiscoverStats, iter_media_lists, symlink_mode
 from .executors import check_backend, run_checks
 from .fastfork import WorkersUnavailable
-from .quarantine.moves import ChangedError, Quarantine
-from .quarantine.status import quarantine_state, quarantined_records
 from .related import RelatedCache, open_related
 from .results import SCHEMA, ResultsWriter
 from .reuse import PreviousResults
@@ -46,6 +44,8 @@ from .worker import default_ceiling_override
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from .quarantine.moves import Quarantine
 
 
 @dataclass(frozen=True)
@@ -149,43 +149,6 @@ class ScanSummary:
         return d
 
 
-#: the cgroup CPU quota files read (as joblib reads them): v2's ``cpu.max``, else v1's quota and period
-CGROUP_CPU_MAX = "/sys/fs/cgroup/cpu.max"
-CGROUP_V1_QUOTA = ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "/sys/fs/cgroup/cpu/cpu.cfs_period_us")
-
-
-def usable_cores() -> int:
-    """Cores this process may use: affinity mask and cgroup CPU quota (rounded up), not just os.cpu_count().
-
-    The count joblib's ``cpu_count(only_physical_cores=False)`` gives, read here: importing joblib (asyncio, its
-    process pool, ~200 M instructions) was most of a default scan's start-up (issue 29)."""
-    count = os.cpu_count() or 1
-    if hasattr(os, "sched_getaffinity"):
-        count = min(count, len(os.sched_getaffinity(0)))
-    quota = _cgroup_cpu_quota()
-    if quota is not None:
-        count = min(count, math.ceil(quota))
-    return max(1, count)
-
-
-def _cgroup_cpu_quota() -> float | None:
-    """The cgroup CPU quota in cores (``1.5``: 150 ms per 100 ms), None when unlimited or unreadable."""
-    try:
-        with open(CGROUP_CPU_MAX) as f:
-            quota, _, period = f.read().strip().partition(" ")
-    except OSError:
-        try:
-            with open(CGROUP_V1_QUOTA[0]) as f, open(CGROUP_V1_QUOTA[1]) as g:
-                quota, period = f.read().strip(), g.read().strip()
-        except OSError:
-            return None
-    try:
-        q, p = int(quota), int(period)
-    except ValueError:  # "max": no quota
-        return None
-    return q / p if q > 0 and p > 0 else None
-
-
 def _batches(lists: Iterable[list[str]], size: int) -> Iterator[list[str]]:
     """Discovery's lists (a folder's files each) joined into batches of about ``size``: small folders
     together, a large one (at most :data:`~dsclean.scanning.discover.LIST_MAX`) whole."""
@@ -264,6 +227,10 @@ def scan(root: str, options: ScanOptions = ScanOptions()) -> ScanSummary:
         summary.notes += [note] if note else []
         quarantine = None
         if moving:
+            # a scan that moves nothing never loads the quarantine's code
+            from .quarantine.moves import Quarantine
+            from .quarantine.status import quarantine_state, quarantined_records
+
             quarantine = stack.enter_context(Quarantine(quarantine_dir, root, tag))
             rec = quarantine.recovery
             summary.recovered = {"completed": rec.completed, "reverted": rec.reverted}
@@ -1002,6 +969,8 @@ class _Sink:
         if self.quarantine is None:
             self.summary.would_quarantine += 1
             return None
+        from .quarantine.moves import ChangedError  # loaded with the quarantine (scan)
+
         expect = (v.size, v.mtime_ns, *(ino_dev or (None, None)))
         try:
             dst = self.quarantine.move(

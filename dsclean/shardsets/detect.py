@@ -213,10 +213,11 @@ def detect(specs: list[str], forced: str | None = None, storage_options: dict | 
         raise UserError(f"--as {forced}: choose one of {', '.join(KINDS)}")
     if forced == "files":
         return None
-    from ..storage.urls import is_url
+    if any("://" in s for s in specs):  # only then the URL module (a folder's scan never loads it)
+        from ..storage.urls import is_url
 
-    if any(is_url(s) for s in specs):
-        return detect_url(specs, forced, storage_options or {})
+        if any(is_url(s) for s in specs):
+            return detect_url(specs, forced, storage_options or {})
     if len(specs) == 1 and "{" not in specs[0]:
         path = specs[0]
         if os.path.isdir(path):

@@ -220,8 +220,8 @@ def check_tars(ss: ShardSet, options: ShardScanOptions, stop=None) -> Iterator[C
     A task Dask gave up on (its workers kept dying: ``KilledWorker``) is walked again here, its samples in
     fresh processes; a cluster that drops the scan's tasks (scheduler gone, tasks cancelled) is a UserError.
     """
+    from ..scanning.cores import usable_cores
     from ..scanning.executors import LOCAL_PROCESSES, lost_worker, make_pool
-    from ..scanning.scanner import usable_cores
     from .tartasks import TarTask, check_tar_part, first_formats, isolated_checker, plan
 
     for name in ss.missing:
@@ -343,7 +343,7 @@ def check_samples(
         if chunk:
             yield chunk
 
-    from ..scanning.scanner import usable_cores  # affinity and cgroup quota aware, as the scan counts them
+    from ..scanning.cores import usable_cores  # affinity and cgroup quota aware, as the scan counts them
 
     jobs = options.jobs or usable_cores()
     checked = run_checks(SampleBytes(ss.folder), chunks(), options.check, jobs, options.backend, options.scheduler)

@@ -30,8 +30,9 @@ from ..interrupts import stop_on_signals
 from ..quality.flags import FlagOptions
 from ..scanning.cache import options_key
 from ..scanning.check import CheckOptions
+from ..scanning.cores import usable_cores
 from ..scanning.results import ResultsWriter
-from ..scanning.scanner import ScanSummary, check_quarantine_flags, in_part, usable_cores
+from ..scanning.scanner import ScanSummary, check_quarantine_flags, in_part
 from ..scanning.verdict import Verdict
 from .fs import Store
 from .listing import ListingStats, NoSuchBucket, Obj, iter_objects, probe

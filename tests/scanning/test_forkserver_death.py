@@ -1,7 +1,7 @@
 """A forkserver killed (kill -9, as an OOM killer may) while the scan asks it for a worker (issue 24, item 7).
 
 The kill is real and lands in the window that used to end the scan with an EOFError traceback: the
-test freezes the forkserver (SIGSTOP) as soon as it exists, waits until the scan's main thread sits
+test freezes the forkserver (SIGSTOP) as soon as it exists, waits until a thread of the scan sits
 in the read of the new worker's pid (its request already sent), then sends SIGKILL. Once: a new
 forkserver is started and the scan finishes. Every time: a clean stop, exit 3, the results so far.
 """
@@ -28,11 +28,19 @@ def _tree(root, n=12):
 
 
 def _waiting_on_a_pipe(pid: int) -> bool:
+    """A thread of ``pid`` waits in a pipe's read: the main thread, or the one starting the first worker early."""
     try:
-        with open(f"/proc/{pid}/wchan") as f:
-            return "pipe_read" in f.read()
+        tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return False
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/wchan") as f:
+                if "pipe_read" in f.read():
+                    return True
+        except OSError:
+            continue  # the thread ended meanwhile
+    return False
 
 
 def _kill_servers_in_the_window(proc: subprocess.Popen, kills: int, deadline: float) -> int:
