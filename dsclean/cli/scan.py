@@ -514,7 +514,9 @@ def _start_workers_early(args: argparse.Namespace) -> None:
 
     This process imports numpy and pyarrow first (both need them; the fork inherits them), then the forkserver
     imports the checkers' decoders (Pillow, simplejpeg, ...) while this process imports the rest of the scan
-    (the results, the cache): on two cores the two overlap (BENCHMARKS.md, issue 29). Only for a first scan or
+    (the results, the cache), and a thread of this process has the pool's first worker started meanwhile
+    (:func:`~dsclean.scanning.executors.prestart_local_worker`): on two cores they overlap (BENCHMARKS.md, issue
+    29). Only for a first scan or
     ``--rescan``: a re-scan of a tree with earlier results may check nothing, and then starts
     no process at all (the scan starts the workers itself when a file needs checking).
     """

@@ -202,7 +202,7 @@ def start_local_workers(formats: Iterable[str] | None = None, facts: bool = True
     _fresh_process_context(formats, facts, fork_here)
 
 
-def prestart_local_worker(workers: int, formats: Iterable[str] | None = None, facts: bool = True) -> None:
+def prestart_local_worker(workers: int) -> None:
     """Start the local pool's first worker now, from a thread, so it is ready when the first chunk is sent.
 
     For the ``dsclean`` command, right after :func:`start_local_workers`: asking the forkserver for a worker waits
