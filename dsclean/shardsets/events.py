@@ -6,7 +6,12 @@ the same run loop serves every format and only one sample's bytes per reader are
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple
+
+from .. import reasons as R
+
+if TYPE_CHECKING:
+    from .detect import ShardSet
 
 
 class Sample(NamedTuple):
@@ -49,3 +54,20 @@ class ReadFailed(OSError):
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(detail)
         self.reason = reason
+
+
+def listed_shard_events(
+    ss: ShardSet, name: str, samples: int, read: Callable[[str], Iterator[Sample | Problem | ShardDone]]
+) -> Iterator[Sample | Problem | ShardDone]:
+    """The events of a shard its set's ``index.json`` lists (MDS, litdata): ``read(path)``'s, on the shard where this
+    runs (one in a bucket: a temp copy, removed after); a listed shard that is not there, or could not be read, is a
+    problem of its own (and the end of a shard of ``samples``, for one that could not be read)."""
+    try:
+        with ss.local(name) as path:
+            if path is None:
+                yield Problem(name, None, None, None, R.MISSING_SHARD, f"{name}: listed in index.json, not there")
+            else:
+                yield from read(path)
+    except ReadFailed as exc:
+        yield Problem(name, None, None, None, exc.reason, str(exc))
+        yield ShardDone(name, samples)

@@ -24,7 +24,7 @@ from ..errors import UserError
 from ..formats import FORMATS, sniff
 from ..openfile import open_regular_file
 from .detect import ShardSet
-from .events import Problem, ReadFailed, Sample, ShardDone
+from .events import Problem, Sample, ShardDone, listed_shard_events
 
 #: chunks an index.json may list, and fields a sample may have, at most
 MAX_CHUNKS = 1_000_000
@@ -113,15 +113,9 @@ def plan_set(ss: ShardSet, column: str | None = None) -> Iterator[tuple[str, tup
 def shard_events(ss: ShardSet, name: str, entry: tuple, column: str | None) -> Iterator[Sample | Problem | ShardDone]:
     """The events of the chunk ``name`` (``entry``: :func:`plan_set`'s), read where this runs."""
     count, base, formats, names = entry
-    try:
-        with ss.local(name) as path:  # a chunk in a bucket: a temp copy, removed after
-            if path is None:
-                yield Problem(name, None, None, None, R.MISSING_SHARD, f"{name}: listed in index.json, not there")
-            else:
-                yield from _chunk(path, name, count, base, formats, names, column)
-    except ReadFailed as exc:
-        yield Problem(name, None, None, None, exc.reason, str(exc))
-        yield ShardDone(name, count)
+    yield from listed_shard_events(
+        ss, name, count, lambda path: _chunk(path, name, count, base, formats, names, column)
+    )
 
 
 def _chunk(

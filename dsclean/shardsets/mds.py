@@ -24,7 +24,7 @@ from ..errors import UserError
 from ..formats import FORMATS, sniff
 from ..openfile import open_regular_file
 from .detect import ShardSet
-from .events import Problem, ReadFailed, Sample, ShardDone
+from .events import Problem, Sample, ShardDone, listed_shard_events
 
 #: shards an index.json may list, at most
 MAX_SHARDS = 1_000_000
@@ -154,15 +154,7 @@ def plan_set(ss: ShardSet, column: str | None = None) -> Iterator[tuple[str, tup
 def shard_events(ss: ShardSet, name: str, entry: tuple, column: str | None) -> Iterator[Sample | Problem | ShardDone]:
     """The events of the shard ``name`` (``entry``: :func:`plan_set`'s), read where this runs."""
     samples, obj, base = entry
-    try:
-        with ss.local(name) as path:  # a shard in a bucket: a temp copy, removed after
-            if path is None:
-                yield Problem(name, None, None, None, R.MISSING_SHARD, f"{name}: listed in index.json, not there")
-            else:
-                yield from _shard(ss, path, name, samples, obj, base, column)
-    except ReadFailed as exc:
-        yield Problem(name, None, None, None, exc.reason, str(exc))
-        yield ShardDone(name, samples)
+    yield from listed_shard_events(ss, name, samples, lambda path: _shard(ss, path, name, samples, obj, base, column))
 
 
 def _shard(

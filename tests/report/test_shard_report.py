@@ -30,12 +30,18 @@ def shards(gz: bool = False) -> dict[str, bytes]:
     return {"shard-000000.tar": first, "shard-000001.tar": second}
 
 
-@pytest.mark.parametrize("gz", [False, True])
-def test_local_shard_set_report_shows_the_bad_samples_thumbnail(tmp_path, cli, gz):
+def wds_folder(tmp_path, gz: bool = False):
+    """The two shards of :func:`shards`, written into ``tmp_path/wds``."""
     folder = tmp_path / "wds"
     folder.mkdir()
     for name, data in shards(gz).items():
         (folder / name).write_bytes(data)
+    return folder
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_local_shard_set_report_shows_the_bad_samples_thumbnail(tmp_path, cli, gz):
+    folder = wds_folder(tmp_path, gz)
     out = tmp_path / "r.html"
     code, _, err = cli(["scan", folder, "--html", out, "--jobs", "1", "--state-dir", tmp_path / "state"])
     assert code == 0, err
@@ -48,10 +54,7 @@ def test_local_shard_set_report_shows_the_bad_samples_thumbnail(tmp_path, cli, g
 
 
 def test_shard_rewritten_since_the_scan_gets_a_placeholder(tmp_path, cli):
-    folder = tmp_path / "wds"
-    folder.mkdir()
-    for name, data in shards().items():
-        (folder / name).write_bytes(data)
+    folder = wds_folder(tmp_path)
     state = tmp_path / "state"
     code, _, err = cli(["scan", folder, "--jobs", "1", "--state-dir", state])
     assert code == 0, err
@@ -67,10 +70,7 @@ def test_member_over_the_byte_limit_is_not_read(tmp_path, cli):
     from dsclean.report.build import ReportOptions, write_report
     from dsclean.report.thumbs import ThumbLimits
 
-    folder = tmp_path / "wds"
-    folder.mkdir()
-    for name, data in shards().items():
-        (folder / name).write_bytes(data)
+    folder = wds_folder(tmp_path)
     state = tmp_path / "state"
     code, _, err = cli(["scan", folder, "--jobs", "1", "--state-dir", state])
     assert code == 0, err
@@ -141,10 +141,7 @@ def test_parquet_shard_rows_get_thumbnails_from_their_row_group(tmp_path, cli):
 def test_shard_set_scanned_by_a_relative_path_is_reported_from_anywhere(tmp_path, cli, monkeypatch):
     """The results record the set's absolute folder and the scan writes its summary: a report made from another
     working folder still reads the shards, and shows the scan's command and time."""
-    folder = tmp_path / "wds"
-    folder.mkdir()
-    for name, data in shards().items():
-        (folder / name).write_bytes(data)
+    folder = wds_folder(tmp_path)
     state = tmp_path / "state"
     monkeypatch.chdir(tmp_path)
     code, _, err = cli(["scan", "wds", "--jobs", "1", "--state-dir", state])
